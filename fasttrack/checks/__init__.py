@@ -1,0 +1,24 @@
+"""Checks: one module per kind of evidence, registered with ``@register``.
+
+To add a check, write ``fasttrack/checks/<name>.py`` with a class decorated by
+``fasttrack.checks.base.register`` and add the module name below.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+#: Modules that define checks. Adding a check = one file + one line here.
+CHECK_MODULES: list[str] = []
+
+_loaded = False
+
+
+def load_all() -> None:
+    """Import every check module once so their ``@register`` decorators run."""
+    global _loaded
+    if _loaded:
+        return
+    for mod in CHECK_MODULES:
+        importlib.import_module(f"fasttrack.checks.{mod}")
+    _loaded = True
