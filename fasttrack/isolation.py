@@ -1,0 +1,182 @@
+"""The isolation check: does a change stay inside the code the optimization owns?
+
+Asks git for every path changed between two refs (renames and deletions included,
+both sides of a rename), classifies each path as ``owned``, ``shared`` (one of the
+off-limits components: input preparation, sampling, KV-cache management) or
+``elsewhere``, and derives a verdict:
+
+- every path owned -> ``pass``
+- any shared component touched -> ``fail`` ("needs core-maintainer review")
+- otherwise, paths elsewhere -> ``review`` (reported for a maintainer to look at)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import subprocess
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from fasttrack.errors import IsolationError
+from fasttrack.scope import IsolationSpec
+
+
+class ChangedPath(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    path: str
+    status: str
+    """git's status letter: A, M, D, R (rename), C (copy), T (type change)."""
+    old_path: str | None = None
+    """Source path of a rename or copy."""
+    classification: Literal["owned", "shared", "elsewhere"]
+    component: str | None = None
+    """The shared component this path belongs to, when classification is 'shared'."""
+    matched: str | None = None
+    """The glob that matched."""
+
+
+class IsolationResult(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    verdict: Literal["pass", "fail", "review"]
+    message: str
+    repo: str
+    base_ref: str
+    head_ref: str
+    base_sha: str
+    head_sha: str
+    merge_base_sha: str
+    diff_sha256: str
+    """sha256 of the full binary diff base..head (what was reviewed)."""
+    changed: list[ChangedPath]
+
+    @property
+    def exit_code(self) -> int:
+        return {"pass": 0, "review": 0, "fail": 1}[self.verdict]
+
+
+@lru_cache(maxsize=512)
+def _glob_regex(glob: str) -> re.Pattern[str]:
+    """Translate a path glob ('**' spans folders, '*' and '?' do not) into a regex."""
+    i, out = 0, []
+    while i < len(glob):
+        c = glob[i]
+        if glob.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+        elif glob.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif c == "*":
+            out.append("[^/]*")
+            i += 1
+        elif c == "?":
+            out.append("[^/]")
+            i += 1
+        else:
+            out.append(re.escape(c))
+            i += 1
+    return re.compile("".join(out) + r"\Z")
+
+
+def glob_match(path: str, glob: str) -> bool:
+    return bool(_glob_regex(glob.lstrip("/")).match(path))
+
+
+def classify(path: str, spec: IsolationSpec) -> tuple[str, str | None, str | None]:
+    """(classification, component, matched glob). Shared components win over ownership:
+    an owned glob can never make an off-limits file acceptable."""
+    for comp, globs in spec.shared_components.items():
+        for g in globs:
+            if glob_match(path, g):
+                return "shared", comp, g
+    for g in spec.owned_paths:
+        if glob_match(path, g):
+            return "owned", None, g
+    return "elsewhere", None, None
+
+
+def _git(repo: Path, *args: str, binary: bool = False) -> str | bytes:
+    try:
+        res = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, check=False)
+    except FileNotFoundError:
+        raise IsolationError("git is not installed or not on PATH.", hint="Install git and retry.") from None
+    if res.returncode != 0:
+        raise IsolationError(f"git {' '.join(args)} failed in {repo}: {res.stderr.decode(errors='replace').strip()}")
+    return res.stdout if binary else res.stdout.decode()
+
+
+def _resolve(repo: Path, ref: str, which: str) -> str:
+    res = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
+                         capture_output=True, text=True, check=False)
+    if res.returncode != 0 or not res.stdout.strip():
+        raise IsolationError(
+            f"{which} ref {ref!r} is not a commit in {repo}.",
+            hint="Pass a branch, tag or SHA that exists there (fetch the PR's refs first, e.g. "
+                 "'git fetch origin pull/N/head:pr-N').",
+        )
+    return res.stdout.strip()
+
+
+def check_isolation(repo: Path | str, base: str, head: str, spec: IsolationSpec) -> IsolationResult:
+    """Classify every path changed from the merge base of ``base`` and ``head`` to ``head``."""
+    repo = Path(repo)
+    if not repo.is_dir():
+        raise IsolationError(f"repository path {str(repo)!r} does not exist or is not a folder.")
+    top = subprocess.run(["git", "-C", str(repo), "rev-parse", "--show-toplevel"], capture_output=True, text=True)
+    if top.returncode != 0:
+        raise IsolationError(
+            f"{str(repo)!r} is not a git repository.",
+            hint="Point --repo at a clone of the vLLM tree that contains the PR's commits.",
+        )
+    base_sha = _resolve(repo, base, "base")
+    head_sha = _resolve(repo, head, "head")
+    mb = subprocess.run(["git", "-C", str(repo), "merge-base", base_sha, head_sha], capture_output=True, text=True)
+    merge_base = mb.stdout.strip() if mb.returncode == 0 and mb.stdout.strip() else base_sha
+    raw = _git(repo, "diff", "--name-status", "-z", "-M", "-C", "--no-ext-diff", merge_base, head_sha)
+    assert isinstance(raw, str)
+    parts = raw.split("\0")
+    changed: list[ChangedPath] = []
+    k = 0
+    while k < len(parts) and parts[k]:
+        status = parts[k]
+        letter = status[0]
+        if letter in "RC":
+            old, new = parts[k + 1], parts[k + 2]
+            k += 3
+            # both ends of a rename count: moving a shared file out of its place touches it
+            for p, old_p in ((new, old), (old, None)):
+                cls, comp, g = classify(p, spec)
+                changed.append(ChangedPath(path=p, status=letter if old_p else "D" if letter == "R" else letter,
+                                           old_path=old_p, classification=cls, component=comp, matched=g))
+            if letter == "C":
+                changed.pop()  # the source of a copy is unchanged
+        else:
+            p = parts[k + 1]
+            k += 2
+            cls, comp, g = classify(p, spec)
+            changed.append(ChangedPath(path=p, status=letter, classification=cls, component=comp, matched=g))
+    diff = _git(repo, "diff", "--binary", "--no-ext-diff", "--full-index", merge_base, head_sha, binary=True)
+    assert isinstance(diff, bytes)
+    digest = hashlib.sha256(diff).hexdigest()
+
+    shared = [c for c in changed if c.classification == "shared"]
+    elsewhere = [c for c in changed if c.classification == "elsewhere"]
+    if not changed:
+        verdict, msg = "pass", "no paths changed"
+    elif shared:
+        names = ", ".join(f"{c.path} ({c.component.replace('_', ' ')})" for c in shared if c.component)
+        verdict, msg = "fail", f"touches shared components, needs core-maintainer review: {names}"
+    elif elsewhere:
+        verdict, msg = "review", f"{len(elsewhere)} changed path(s) outside the owned paths, reported for review: " + ", ".join(
+            c.path for c in elsewhere)
+    else:
+        verdict, msg = "pass", f"all {len(changed)} changed path(s) are owned by the optimization"
+    return IsolationResult(verdict=verdict, message=msg, repo=str(repo.resolve()), base_ref=base, head_ref=head,
+                           base_sha=base_sha, head_sha=head_sha, merge_base_sha=merge_base, diff_sha256=digest,
+                           changed=changed)

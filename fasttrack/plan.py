@@ -1,0 +1,263 @@
+"""The plan: a scope's envelope expanded into config points, engine groups and shards.
+
+A **config point** is one cell of the matrix (tp, dcp, speculative config, batch,
+context). Points that share engine arguments (tp, dcp, speculative config) form an
+**engine group**: one engine launch per side serves all of them. The plan orders
+groups so that only one engine is ever up (baseline, then candidate, alternating
+per lifetime), shards deterministically, and estimates its cost from the scope's
+stated assumptions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from fasttrack.errors import PlanError
+from fasttrack.scope import TIER_ORDER, Envelope, Estimates, Scope, _expand_spec_names
+
+SIDES = ("baseline", "candidate")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+
+class ConfigPoint(_Model):
+    id: str
+    """Stable identifier, e.g. 'tp16-dcp1-dspark.dl7-b1-ctx8192'."""
+    group: str
+    """Engine group id."""
+    tp: int
+    dcp: int
+    spec: str
+    """Speculative config name ('none' when off)."""
+    draft_length: int | None = None
+    acceptance_length: float | None = None
+    batch: int
+    """Decode batch size (concurrent requests)."""
+    context: int
+    """Prompt length in tokens (full context resolved to max_model_len - output tokens)."""
+    full_context: bool = False
+    """Whether this point is the scope's 'full' context."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return self.model_dump()
+
+
+class EngineGroup(_Model):
+    id: str
+    tp: int
+    dcp: int
+    spec: str
+    draft_length: int | None = None
+    gpus: int
+    """GPUs one engine of this group uses (tp)."""
+    points: list[str]
+    """Config point ids served by this group."""
+    args: dict[str, list[str]]
+    """Full vLLM server arguments per side (model excluded)."""
+    env: dict[str, dict[str, str]]
+    """Environment overrides per side."""
+    lifetimes_per_side: int
+    order: list[str]
+    """Launch order of sides, e.g. ['baseline', 'candidate', 'baseline', 'candidate']."""
+
+
+class PlanEstimate(_Model):
+    engine_starts: int
+    requests: int
+    """Requests sent across both sides and every lifetime."""
+    gpu_hours: float
+    wall_hours: float
+    assumptions: Estimates
+    """The assumptions these numbers derive from (scope.estimates)."""
+
+
+class Plan(_Model):
+    scope: str
+    scope_sha256: str | None = None
+    tier: str
+    shard: str
+    """'i/n' (1-based) or '1/1'."""
+    points: list[ConfigPoint]
+    groups: list[EngineGroup]
+    estimate: PlanEstimate
+    checks: list[str] | None = None
+    """Checks the tier selects (None = all registered)."""
+    workloads: list[str] | None = None
+    fingerprint: str = ""
+    """sha256 of the unsharded plan (scope hash + tier): equal for every shard of one plan."""
+
+    def point(self, pid: str) -> ConfigPoint:
+        for p in self.points:
+            if p.id == pid:
+                return p
+        raise KeyError(pid)
+
+    def group_points(self, group: EngineGroup) -> list[ConfigPoint]:
+        ids = set(group.points)
+        return [p for p in self.points if p.id in ids]
+
+
+def parse_shard(spec: str | None) -> tuple[int, int]:
+    """'i/n' with 1 <= i <= n -> (i, n)."""
+    if spec is None:
+        return 1, 1
+    m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", spec)
+    if not m:
+        raise PlanError(f"shard {spec!r} is not of the form i/n.", hint="Use e.g. --shard 1/3 (shards are numbered from 1).")
+    i, n = int(m.group(1)), int(m.group(2))
+    if n < 1 or not 1 <= i <= n:
+        raise PlanError(
+            f"shard {spec!r} is out of range: i must satisfy 1 <= i <= n.",
+            hint=f"Shards are numbered 1..n; for n={max(n, 1)} use 1/{max(n, 1)} to {max(n, 1)}/{max(n, 1)}.",
+        )
+    return i, n
+
+
+def _ctx_label(c: int) -> str:
+    return f"{c // 1024}k" if c % 1024 == 0 and c >= 1024 else str(c)
+
+
+def _format_args(template: list[str], values: dict[str, Any]) -> list[str]:
+    out = []
+    for a in template:
+        s = a
+        for k, v in values.items():
+            s = s.replace("{" + k + "}", str(v))
+        out.append(s)
+    return out
+
+
+def _side_args(scope: Scope, side: str, tp: int, dcp: int, spec_method: str, draft: int | None, max_len: int) -> list[str]:
+    eng = scope.engine
+    args = list(eng.common_args)
+    pa = eng.point_args
+    vals = {"tp": tp, "dcp": dcp, "method": spec_method, "draft_length": draft, "max_model_len": max_len}
+    if "tensor_parallel" in pa:
+        args += _format_args(pa["tensor_parallel"], vals)
+    if "decode_context_parallel" in pa and dcp > 1:
+        args += _format_args(pa["decode_context_parallel"], vals)
+    if "speculative" in pa and spec_method != "none":
+        args += _format_args(pa["speculative"], vals)
+    if "max_model_len" in pa:
+        args += _format_args(pa["max_model_len"], vals)
+    args += getattr(eng, side).args
+    return args
+
+
+def build_plan(scope: Scope, *, tier: str = "smoke", shard: str | None = None, scope_sha256: str | None = None) -> Plan:
+    """Expand the scope's envelope for ``tier`` and keep the points of ``shard``."""
+    if tier not in TIER_ORDER:
+        raise PlanError(f"unknown tier {tier!r}.", hint=f"Tiers: {', '.join(TIER_ORDER)} (smoke < standard < full).")
+    if scope.envelope is None or scope.hardware is None:
+        missing = "\n  ".join(scope.missing_report()) or "envelope/hardware"
+        raise PlanError(
+            f"scope {scope.name!r} is incomplete; it cannot be planned until these are known:\n  {missing}",
+            hint=f"Fill in the missing fields in suites/{scope.name}/scope.yaml and set status: complete.",
+        )
+    i, n = parse_shard(shard)
+    env: Envelope = scope.envelope
+    t = scope.tiers[tier]  # type: ignore[index]
+    tps = t.tensor_parallel or env.tensor_parallel
+    dcps = t.decode_context_parallel or env.decode_context_parallel
+    specs = _expand_spec_names(t.speculative if t.speculative is not None else [s.name for s in env.speculative], env)
+    batches = t.batch or env.batch.sweep
+    contexts = t.context or env.context.sweep
+    out_tokens = scope.gates.equivalence.max_tokens
+    max_len = env.context.max_model_len
+
+    points: list[ConfigPoint] = []
+    groups: list[EngineGroup] = []
+    for tp in tps:
+        for dcp in dcps:
+            for spec_label in specs:
+                name, _, dl = spec_label.partition(":")
+                sp = env.spec_by_name(name)
+                assert sp is not None
+                draft = int(dl) if dl else None
+                spec_id = name if draft is None else f"{name}.dl{draft}"
+                gid = f"tp{tp}-dcp{dcp}-{spec_id}"
+                gpoints = []
+                for b in batches:
+                    for c in contexts:
+                        full = c == "full"
+                        ctx = max_len - out_tokens if full else int(c)
+                        pid = f"{gid}-b{b}-ctx{'full' if full else _ctx_label(ctx)}"
+                        gpoints.append(
+                            ConfigPoint(
+                                id=pid, group=gid, tp=tp, dcp=dcp, spec=name, draft_length=draft,
+                                acceptance_length=sp.synthetic_acceptance_length if draft else None,
+                                batch=b, context=ctx, full_context=full,
+                            )
+                        )
+                lifetimes = t.lifetimes_per_side
+                order = [s for _ in range(lifetimes) for s in SIDES]
+                groups.append(
+                    EngineGroup(
+                        id=gid, tp=tp, dcp=dcp, spec=name, draft_length=draft, gpus=tp,
+                        points=[p.id for p in gpoints],
+                        args={s: _side_args(scope, s, tp, dcp, sp.method, draft, max_len) for s in SIDES},
+                        env={s: {**scope.engine.env, **getattr(scope.engine, s).env} for s in SIDES},
+                        lifetimes_per_side=lifetimes, order=order,
+                    )
+                )
+                points.extend(gpoints)
+
+    # Order: fewest GPUs first, then by id — a stable order that keeps similar launches adjacent.
+    groups.sort(key=lambda g: (g.gpus, g.dcp, g.spec, g.draft_length or 0, g.id))
+    fp = hashlib.sha256(json.dumps({"scope": scope_sha256 or scope.name, "tier": tier,
+                                    "points": [p.id for p in points]}, sort_keys=True).encode()).hexdigest()
+    groups, points = _shard(groups, points, i, n, scope.estimates)
+    return Plan(
+        scope=scope.name, scope_sha256=scope_sha256, tier=tier, shard=f"{i}/{n}", points=points, groups=groups,
+        estimate=estimate(groups, scope.estimates), checks=t.checks, workloads=t.workloads, fingerprint=fp,
+    )
+
+
+def _group_cost(g: EngineGroup, est: Estimates) -> float:
+    per_point = est.requests_per_point * est.tokens_per_request / est.decode_tokens_per_s
+    return g.gpus * 2 * g.lifetimes_per_side * (est.engine_start_s + len(g.points) * per_point)
+
+
+def _shard(groups: list[EngineGroup], points: list[ConfigPoint], i: int, n: int, est: Estimates) -> tuple[list[EngineGroup], list[ConfigPoint]]:
+    """Deterministic sharding: whole engine groups where possible (split only when there
+    are fewer groups than shards), assigned longest-first to the least-loaded shard."""
+    if n == 1:
+        return groups, points
+    units: list[EngineGroup] = list(groups)
+    while len(units) < n:
+        big = max(units, key=lambda g: (len(g.points), g.id))
+        if len(big.points) < 2:
+            break
+        k = units.index(big)
+        half = len(big.points) // 2
+        a = big.model_copy(update={"points": big.points[:half]})
+        b = big.model_copy(update={"points": big.points[half:]})
+        units[k:k + 1] = [a, b]
+    loads = [0.0] * n
+    assign: list[list[EngineGroup]] = [[] for _ in range(n)]
+    for u in sorted(units, key=lambda g: (-_group_cost(g, est), g.id, g.points[0] if g.points else "")):
+        k = min(range(n), key=lambda s: (loads[s], s))
+        assign[k].append(u)
+        loads[k] += _group_cost(u, est)
+    mine = assign[i - 1]
+    order = {g.id: idx for idx, g in enumerate(groups)}
+    mine.sort(key=lambda g: (order[g.id], g.points[0] if g.points else ""))
+    keep = {pid for g in mine for pid in g.points}
+    return mine, [p for p in points if p.id in keep]
+
+
+def estimate(groups: list[EngineGroup], est: Estimates) -> PlanEstimate:
+    starts = sum(2 * g.lifetimes_per_side for g in groups)
+    requests = sum(2 * g.lifetimes_per_side * len(g.points) * est.requests_per_point for g in groups)
+    per_point = est.requests_per_point * est.tokens_per_request / est.decode_tokens_per_s
+    wall = sum(2 * g.lifetimes_per_side * (est.engine_start_s + len(g.points) * per_point) for g in groups)
+    gpu = sum(_group_cost(g, est) for g in groups)
+    return PlanEstimate(engine_starts=starts, requests=requests, gpu_hours=round(gpu / 3600, 3),
+                        wall_hours=round(wall / 3600, 3), assumptions=est)
