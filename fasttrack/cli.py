@@ -63,3 +63,122 @@ def main(argv: list[str] | None = None) -> None:
         if isinstance(exc, click.exceptions.Abort):
             sys.exit(130)
         raise
+
+
+# --------------------------------------------------------------------------- plan
+
+
+def _print_json(obj: object) -> None:
+    import json
+
+    sys.stdout.write(json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
+
+
+@app.command("plan")
+def plan_cmd(
+    model: str = typer.Option(..., "--model", "-m", help="Suite name (folder under suites/) or path to a scope.yaml."),
+    tier: str = typer.Option("smoke", "--tier", "-t", help="smoke < standard < full."),
+    shard: str = typer.Option(None, "--shard", help="Run only shard i of n, e.g. 2/3."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """Expand a scope's envelope into config points, engine groups and a cost estimate."""
+    from rich.table import Table
+
+    from fasttrack.plan import build_plan
+    from fasttrack.scope import load_scope
+
+    loaded = load_scope(model)
+    plan = build_plan(loaded.scope, tier=tier, shard=shard, scope_sha256=loaded.sha256)
+    if as_json:
+        _print_json(plan.model_dump(mode="json"))
+        return
+    s = loaded.scope
+    console.print(f"[bold]{s.title}[/]  scope={s.name} tier={plan.tier} shard={plan.shard}")
+    table = Table(title="engine groups (one engine launch per side and lifetime)")
+    table.add_column("group", no_wrap=True)
+    for col in ("GPUs", "points", "batches", "contexts", "lifetimes/side"):
+        table.add_column(col, no_wrap=True)
+    table.add_column("candidate adds")
+    for g in plan.groups:
+        pts = plan.group_points(g)
+        table.add_row(
+            g.id, str(g.gpus), str(len(pts)),
+            ",".join(str(b) for b in sorted({p.batch for p in pts})),
+            ",".join(sorted({("full" if p.full_context else str(p.context)) for p in pts}, key=lambda x: (x == "full", len(x), x))),
+            str(g.lifetimes_per_side), " ".join(a for a in g.args["candidate"] if a not in g.args["baseline"]),
+        )
+    console.print(table)
+    e = plan.estimate
+    a = e.assumptions
+    console.print(
+        f"{len(plan.points)} config points in {len(plan.groups)} engine groups; "
+        f"{e.engine_starts} engine starts, {e.requests:,} requests, ~{e.gpu_hours:,.1f} GPU-hours, ~{e.wall_hours:,.1f} h wall"
+    )
+    console.print(
+        f"[dim]assumptions: engine start {a.engine_start_s:.0f} s, {a.requests_per_point} requests/point of "
+        f"{a.tokens_per_request} tokens, {a.decode_tokens_per_s:.0f} decode tok/s (override in the scope's 'estimates')[/]"
+    )
+
+
+# --------------------------------------------------------------------------- isolation
+
+
+@app.command("isolation")
+def isolation_cmd(
+    model: str = typer.Option(..., "--model", "-m", help="Suite name or path to a scope.yaml."),
+    repo: str = typer.Option(..., "--repo", help="Path to the git repository holding the change (a vLLM clone)."),
+    base: str = typer.Option(..., "--base", help="Base ref (the PR's target)."),
+    head: str = typer.Option(..., "--head", help="Head ref (the PR's head commit)."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """Classify every changed path as owned / shared component / elsewhere; exit 1 on shared."""
+    from pathlib import Path
+
+    from rich.table import Table
+
+    from fasttrack.errors import ScopeError
+    from fasttrack.isolation import check_isolation
+    from fasttrack.scope import load_scope
+
+    loaded = load_scope(model)
+    if loaded.scope.isolation is None:
+        raise ScopeError(f"scope {loaded.scope.name!r} declares no isolation section (owned paths are unknown).")
+    res = check_isolation(Path(repo), base, head, loaded.scope.isolation)
+    if as_json:
+        _print_json(res.model_dump(mode="json"))
+    else:
+        table = Table(title=f"changed paths {res.base_sha[:10]}..{res.head_sha[:10]}")
+        for col in ("path", "status", "class", "component / glob"):
+            table.add_column(col)
+        style = {"owned": "green", "shared": "bold red", "elsewhere": "yellow"}
+        for c in res.changed:
+            table.add_row(c.path + (f" (from {c.old_path})" if c.old_path else ""), c.status,
+                          f"[{style[c.classification]}]{c.classification}[/]", c.component or c.matched or "")
+        console.print(table)
+        color = {"pass": "green", "fail": "red", "review": "yellow"}[res.verdict]
+        console.print(f"[bold {color}]{res.verdict.upper()}[/]: {res.message}", highlight=False)
+        console.print(f"[dim]diff sha256 {res.diff_sha256}[/]")
+    raise typer.Exit(res.exit_code)
+
+
+# --------------------------------------------------------------------------- schemas
+
+
+@app.command("schemas")
+def schemas_cmd(
+    write: bool = typer.Option(False, "--write", help="Regenerate the files under schemas/."),
+    check: bool = typer.Option(False, "--check", help="Exit 1 when a checked-in schema is out of date."),
+) -> None:
+    """Generate (or check) the JSON Schemas in schemas/ from the pydantic models."""
+    from fasttrack.schemas import check_schemas, write_schemas
+
+    if write:
+        for p in write_schemas():
+            console.print(f"wrote {p}")
+    stale = check_schemas()
+    if stale:
+        console.print("out of date: " + ", ".join(stale) + "  (run: fasttrack schemas --write)")
+        if check:
+            raise typer.Exit(1)
+    else:
+        console.print("schemas are in sync")

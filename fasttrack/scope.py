@@ -494,6 +494,9 @@ class Scope(_Model):
         missing = [f for f in required if getattr(self, f) is None and f not in self.unknown]
         if missing:
             raise ValueError(f"fields {missing} are missing; give them or list them under 'unknown' with what is known")
+        bad_unknown = sorted(k for k in self.unknown if k.split(".")[0] not in type(self).model_fields)
+        if bad_unknown:
+            raise ValueError(f"'unknown' names fields that are not part of a scope: {bad_unknown}")
         if self.unknown and self.status != "partial":
             raise ValueError("a scope with 'unknown' fields must say status: partial")
         if self.status == "partial" and not self.unknown:

@@ -1,0 +1,50 @@
+"""JSON Schemas generated from the pydantic models, checked in under schemas/."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+from fasttrack import ROOT
+
+SCHEMA_DIR = ROOT / "schemas"
+
+#: file name -> "module:function" returning the schema dict.
+GENERATORS: dict[str, str] = {
+    "scope.schema.json": "fasttrack.scope:json_schema",
+}
+
+
+def _load(ref: str) -> Callable[[], dict[str, Any]]:
+    mod, _, fn = ref.partition(":")
+    return getattr(importlib.import_module(mod), fn)
+
+
+def render(schema: dict[str, Any]) -> str:
+    return json.dumps(schema, indent=2, sort_keys=True) + "\n"
+
+
+def generated() -> dict[str, str]:
+    return {name: render(_load(ref)()) for name, ref in GENERATORS.items()}
+
+
+def write_schemas() -> list[Path]:
+    SCHEMA_DIR.mkdir(exist_ok=True)
+    out = []
+    for name, text in generated().items():
+        p = SCHEMA_DIR / name
+        p.write_text(text, encoding="utf-8")
+        out.append(p)
+    return out
+
+
+def check_schemas() -> list[str]:
+    """Names of checked-in schemas that differ from the generated ones (or are missing)."""
+    stale = []
+    for name, text in generated().items():
+        p = SCHEMA_DIR / name
+        if not p.is_file() or p.read_text(encoding="utf-8") != text:
+            stale.append(name)
+    return stale
