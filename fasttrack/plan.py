@@ -56,7 +56,7 @@ class EngineGroup(_Model):
     spec: str
     draft_length: int | None = None
     gpus: int
-    """GPUs one engine of this group uses (tp)."""
+    """GPUs one engine of this group uses (tp; 0 on CPU hosts)."""
     points: list[str]
     """Config point ids served by this group."""
     args: dict[str, list[str]]
@@ -73,6 +73,7 @@ class PlanEstimate(_Model):
     requests: int
     """Requests sent across both sides and every lifetime."""
     gpu_hours: float
+    """Device-hours (GPU-hours; on CPU scopes, host-hours)."""
     wall_hours: float
     assumptions: Estimates
     """The assumptions these numbers derive from (scope.estimates)."""
@@ -170,6 +171,7 @@ def build_plan(scope: Scope, *, tier: str = "smoke", shard: str | None = None, s
     batches = t.batch or env.batch.sweep
     contexts = t.context or env.context.sweep
     out_tokens = scope.gates.equivalence.max_tokens
+    on_gpu = scope.hardware.device == "gpu"
     max_len = env.context.max_model_len
 
     points: list[ConfigPoint] = []
@@ -200,7 +202,7 @@ def build_plan(scope: Scope, *, tier: str = "smoke", shard: str | None = None, s
                 order = [s for _ in range(lifetimes) for s in SIDES]
                 groups.append(
                     EngineGroup(
-                        id=gid, tp=tp, dcp=dcp, spec=name, draft_length=draft, gpus=tp,
+                        id=gid, tp=tp, dcp=dcp, spec=name, draft_length=draft, gpus=tp if on_gpu else 0,
                         points=[p.id for p in gpoints],
                         args={s: _side_args(scope, s, tp, dcp, sp.method, draft, max_len) for s in SIDES},
                         env={s: {**scope.engine.env, **getattr(scope.engine, s).env} for s in SIDES},
@@ -222,7 +224,7 @@ def build_plan(scope: Scope, *, tier: str = "smoke", shard: str | None = None, s
 
 def _group_cost(g: EngineGroup, est: Estimates) -> float:
     per_point = est.requests_per_point * est.tokens_per_request / est.decode_tokens_per_s
-    return g.gpus * 2 * g.lifetimes_per_side * (est.engine_start_s + len(g.points) * per_point)
+    return max(g.gpus, 1) * 2 * g.lifetimes_per_side * (est.engine_start_s + len(g.points) * per_point)
 
 
 def _shard(groups: list[EngineGroup], points: list[ConfigPoint], i: int, n: int, est: Estimates) -> tuple[list[EngineGroup], list[ConfigPoint]]:

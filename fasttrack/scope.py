@@ -88,7 +88,8 @@ class ModelSpec(_Model):
     served_name: str | None = None
     """Name the server exposes (``--served-model-name``); defaults to ``id``."""
     local_builder: str | None = None
-    """For locally built demo models: the builder script (path relative to the repo)."""
+    """For locally built models: the builder script (relative to the repo root). The model is
+    built into the fasttrack cache ($FASTTRACK_CACHE, default ~/.cache/fasttrack) and served from there."""
 
 
 class SideSpec(_Model):
@@ -490,13 +491,13 @@ class Scope(_Model):
 
     @model_validator(mode="after")
     def _cross(self) -> "Scope":
+        bad_unknown = sorted(k for k in self.unknown if k.split(".")[0] not in type(self).model_fields)
+        if bad_unknown:
+            raise ValueError(f"'unknown' names fields that are not part of a scope: {bad_unknown}")
         required = ("hardware", "envelope", "fallback", "isolation", "path_markers")
         missing = [f for f in required if getattr(self, f) is None and f not in self.unknown]
         if missing:
             raise ValueError(f"fields {missing} are missing; give them or list them under 'unknown' with what is known")
-        bad_unknown = sorted(k for k in self.unknown if k.split(".")[0] not in type(self).model_fields)
-        if bad_unknown:
-            raise ValueError(f"'unknown' names fields that are not part of a scope: {bad_unknown}")
         if self.unknown and self.status != "partial":
             raise ValueError("a scope with 'unknown' fields must say status: partial")
         if self.status == "partial" and not self.unknown:
