@@ -43,7 +43,8 @@ def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: user errors become one paragraph and exit code 2."""
     _register_subcommands()
     try:
-        app(args=argv, standalone_mode=False)
+        rc = app(args=argv, standalone_mode=False)
+        sys.exit(rc if isinstance(rc, int) else 0)
     except FasttrackError as exc:
         err_console.print(f"[bold red]error:[/] {exc.message}", highlight=False)
         if exc.hint:
@@ -182,3 +183,69 @@ def schemas_cmd(
             raise typer.Exit(1)
     else:
         console.print("schemas are in sync")
+
+
+# --------------------------------------------------------------------------- validate
+
+
+@app.command("validate")
+def validate_cmd(
+    model: str = typer.Option(..., "--model", "-m", help="Suite name or path to a scope.yaml."),
+    tier: str = typer.Option("smoke", "--tier", "-t", help="smoke < standard < full."),
+    shard: str = typer.Option(None, "--shard", help="Run only shard i of n, e.g. 2/3."),
+    out: str = typer.Option("runs/latest", "--out", "-o", help="Run folder (the bundle is written here)."),
+    checks: str = typer.Option(None, "--checks", help="Comma-separated subset of checks to run."),
+    allow_hardware_mismatch: bool = typer.Option(
+        False, "--allow-hardware-mismatch", help="Run on a host that does not match the scope: a rehearsal, not evidence."),
+    baseline_url: str = typer.Option(None, "--baseline-url", help="Use an already running baseline engine (not owned)."),
+    candidate_url: str = typer.Option(None, "--candidate-url", help="Use an already running candidate engine (not owned)."),
+    sign_key: list[str] = typer.Option(None, "--sign-key", help="Ed25519 private key (PEM or OpenSSH) to sign the bundle; repeatable."),
+    repo: str = typer.Option(None, "--repo", help="Git repository of the change, for the isolation check and PR link."),
+    base: str = typer.Option(None, "--base", help="Base ref of the change."),
+    head: str = typer.Option(None, "--head", help="Head ref of the change (the PR head that was tested)."),
+    pr: str = typer.Option(None, "--pr", help="PR as OWNER/REPO#NUMBER (e.g. vllm-project/vllm#61868)."),
+    force: bool = typer.Option(False, "--force", help="Replace a non-empty --out folder."),
+) -> None:
+    """Run the scope's checks on baseline and candidate engines and write a bundle."""
+    import re
+    from pathlib import Path
+
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+    from rich.table import Table
+
+    from fasttrack.errors import FasttrackError
+    from fasttrack.pipeline import ValidateOptions, run_validate
+
+    pr_repo, pr_num = None, None
+    if pr:
+        m = re.fullmatch(r"([\w.-]+/[\w.-]+)#(\d+)", pr.strip())
+        if not m:
+            raise FasttrackError(f"--pr {pr!r} is not of the form OWNER/REPO#NUMBER.", hint="e.g. --pr vllm-project/vllm#61868")
+        pr_repo, pr_num = m.group(1), int(m.group(2))
+    opts = ValidateOptions(
+        model=model, tier=tier, shard=shard, out=Path(out),
+        checks=[c.strip() for c in checks.split(",") if c.strip()] if checks else None,
+        allow_hardware_mismatch=allow_hardware_mismatch, baseline_url=baseline_url, candidate_url=candidate_url,
+        sign_keys=[Path(k) for k in (sign_key or [])], repo=Path(repo) if repo else None, base=base, head=head,
+        pr_repository=pr_repo, pr_number=pr_num, force=force,
+    )
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err_console,
+                  transient=True) as prog:
+        task = prog.add_task("preparing", total=None)
+
+        def progress(msg: str) -> None:
+            prog.update(task, description=msg)
+            prog.console.print(f"[dim]{msg}[/]", highlight=False)
+
+        outcome = run_validate(opts, log=lambda m: prog.console.print(m, highlight=False), progress=progress)
+    table = Table(title=f"fasttrack validate {model} ({tier})" + (" [REHEARSAL]" if outcome.rehearsal else ""))
+    for col in ("check", "verdict", "reason"):
+        table.add_column(col)
+    color = {"pass": "green", "fail": "red", "not_run": "yellow"}
+    for r in outcome.results:
+        table.add_row(r.check, f"[{color[r.verdict.value]}]{r.verdict.value}[/]", r.reason)
+    console.print(table)
+    vcolor = {"pass": "green", "fail": "red", "incomplete": "yellow"}[outcome.verdict]
+    console.print(f"verdict: [bold {vcolor}]{outcome.verdict.upper()}[/]" + (" (rehearsal: not valid evidence)" if outcome.rehearsal else ""))
+    console.print(f"run folder: {outcome.run_dir}" + (f"\nbundle: {outcome.bundle}" if outcome.bundle else ""))
+    raise typer.Exit(0 if outcome.verdict == "pass" else 1)

@@ -1,0 +1,61 @@
+"""Where the model under test comes from: a hub id / path as given, or a locally built one."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from fasttrack import ROOT
+from fasttrack.errors import FasttrackError
+from fasttrack.scope import Scope
+
+
+class ResolvedModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    model: str
+    """What is passed to vLLM's ``--model``."""
+    sha256: str | None = None
+    """Content hash of the model files, when known (locally built models)."""
+    built: bool = False
+    """True when the model was built by this run."""
+
+
+def cache_dir() -> Path:
+    d = Path(os.environ.get("FASTTRACK_CACHE", Path.home() / ".cache" / "fasttrack"))
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def _load_builder(rel: str):
+    path = ROOT / rel
+    if not path.is_file():
+        raise FasttrackError(f"the scope's model.local_builder {rel!r} does not exist under {ROOT}.")
+    spec = importlib.util.spec_from_file_location(f"fasttrack_builder_{path.stem}", path)
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def resolve_model(scope: Scope, *, log=print) -> ResolvedModel:
+    """Return the model to serve; build a local one into the cache if the scope says so."""
+    if not scope.model.local_builder:
+        return ResolvedModel(model=scope.model.id, sha256=scope.model.revision)
+    out = cache_dir() / "models" / scope.name
+    manifest = out / "fasttrack-model.json"
+    builder = _load_builder(scope.model.local_builder)
+    if manifest.is_file():
+        meta = json.loads(manifest.read_text())
+        # rebuild if files were changed by hand: the builder knows how to hash its output
+        digest = builder.model_sha256(out)[0] if hasattr(builder, "model_sha256") else meta.get("sha256")
+        if digest == meta.get("sha256"):
+            return ResolvedModel(model=str(out), sha256=digest)
+        log(f"cached model in {out} does not match its manifest; rebuilding")
+    log(f"building the {scope.name} model into {out}")
+    meta = builder.build_model(out)
+    return ResolvedModel(model=str(out), sha256=meta.get("sha256"), built=True)
