@@ -1,0 +1,213 @@
+"""The performance gate: no regression per point, intersection-union over points,
+and sequential (adaptive) repetition.
+
+Per point the rule is a non-inferiority test on the speedup:
+
+* **pass** iff the lower end of the two-sided ``confidence`` interval of the speedup
+  is at least ``1 - noise_margin`` (a one-sided test at level ``(1 - confidence)/2``
+  of H0: speedup < 1 - noise_margin);
+* **strictly better** (reported, not required) iff that lower end exceeds 1.
+
+Overall the candidate passes iff every supported point passes
+(intersection-union test: the overall false-pass rate is bounded by the per-point
+level without any multiplicity correction, because every point must reject).
+
+Adaptive repetition looks at the data several times (after ``min_runs``, then after
+each added run, up to ``max_runs``). Every look is another chance to pass by luck:
+with ``K`` looks at level ``alpha`` each the chance of at least one false pass can
+approach ``K * alpha``. ``sequential_decision`` applies a Bonferroni correction over
+the *planned* number of looks: every look uses the interval at confidence
+``1 - (1 - confidence) / K``, which bounds the family-wise error at the nominal level
+(conservatively: consecutive looks share most of their data). The number of looks
+must be fixed before the first look; deciding to look more often afterwards voids
+the bound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+from fasttrack.stats._base import Direction, StatResult, StatsInputError, check_confidence
+from fasttrack.stats.hierarchical import RatioEstimate, SideSamples, hierarchical_ratio_bootstrap
+
+Decision = Literal["decided_pass", "decided_fail", "undecided"]
+
+
+class PointGate(StatResult):
+    """No-regression verdict of one config point for one metric."""
+
+    point: str
+    """Config point id (empty when not given)."""
+    metric: str
+    speedup: float
+    """Observed speedup (> 1: candidate better)."""
+    ci_low: float
+    ci_high: float
+    confidence: float
+    """Two-sided level of [ci_low, ci_high]; the gate is a one-sided test at (1 - confidence) / 2."""
+    noise_margin: float
+    threshold: float
+    """1 - noise_margin: the lower bound must reach this."""
+    passed: bool
+    """ci_low >= threshold."""
+    strictly_better: bool
+    """ci_low > 1."""
+    ignores_lifetime_variance: bool
+    """Copied from the estimate: true when a side had a single engine lifetime."""
+    rule: str
+    estimate: RatioEstimate
+    """The estimate the verdict is based on (with raw data, seed and bootstrap quantiles)."""
+
+
+class OverallGate(StatResult):
+    """Intersection-union verdict over every supported point."""
+
+    passed: bool
+    """Every point passed."""
+    strictly_better: bool
+    """Every point is strictly better (lower bound > 1)."""
+    n_points: int
+    failing_points: list[str]
+    """Points (with metric) whose lower bound fell below the threshold."""
+    not_strictly_better_points: list[str]
+    rule: str
+
+
+class SequentialDecision(StatResult):
+    """Decision of one look of adaptive repetition at one point."""
+
+    decision: Decision
+    final: bool
+    """True when no more runs should be taken (decided, or the last planned look)."""
+    look: int
+    """1-based index of this look."""
+    planned_looks: int
+    nominal_confidence: float
+    """Confidence level the whole sequential procedure guarantees (before correction)."""
+    per_look_confidence: float
+    """Bonferroni-corrected level of the interval used at every look: 1 - (1 - nominal) / planned_looks."""
+    reason: str
+    gate: PointGate
+    """The gate evaluated at the per-look confidence."""
+
+
+def no_regression_gate(estimate: RatioEstimate, *, noise_margin: float, point: str = "") -> PointGate:
+    """Gate one point: pass iff ``estimate.ci_low >= 1 - noise_margin``; strictly better iff ``ci_low > 1``."""
+    if not (0.0 <= noise_margin < 1.0):
+        raise StatsInputError(f"noise_margin must be in [0, 1), got {noise_margin!r}.")
+    thr = 1.0 - noise_margin
+    alpha1 = (1.0 - estimate.confidence) / 2.0
+    return PointGate(
+        name=f"no-regression gate on {estimate.name}",
+        method=f"non-inferiority: lower end of the {estimate.confidence:.4g} two-sided interval ({estimate.method})",
+        point=point,
+        metric=estimate.metric,
+        speedup=estimate.speedup,
+        ci_low=estimate.ci_low,
+        ci_high=estimate.ci_high,
+        confidence=estimate.confidence,
+        noise_margin=noise_margin,
+        threshold=thr,
+        passed=estimate.ci_low >= thr,
+        strictly_better=estimate.ci_low > 1.0,
+        ignores_lifetime_variance=estimate.ignores_lifetime_variance,
+        rule=(
+            f"pass iff lower confidence bound of speedup >= 1 - noise_margin = {thr:.4g} "
+            f"(one-sided level {alpha1:.4g}); strictly better iff lower bound > 1"
+        ),
+        estimate=estimate,
+    )
+
+
+def overall_gate(points: Sequence[PointGate]) -> OverallGate:
+    """Intersection-union: pass iff every point passes; strictly better iff every point is."""
+    if len(points) == 0:
+        raise StatsInputError(
+            "no config points to gate: the perf check measured nothing, which must be reported as 'not run', not as a pass."
+        )
+
+    def label(p: PointGate) -> str:
+        return f"{p.point or '?'}:{p.metric}"
+
+    failing = [label(p) for p in points if not p.passed]
+    not_strict = [label(p) for p in points if not p.strictly_better]
+    return OverallGate(
+        name="overall no-regression verdict",
+        method="intersection-union over config points (each point tested at its own level, no multiplicity correction needed)",
+        passed=not failing,
+        strictly_better=not not_strict,
+        n_points=len(points),
+        failing_points=failing,
+        not_strictly_better_points=not_strict,
+        rule="pass iff every supported point passes its no-regression gate",
+    )
+
+
+def planned_looks(*, min_runs: int, max_runs: int, step: int = 1) -> int:
+    """Number of looks of adaptive repetition: after min_runs, then every ``step`` runs up to max_runs."""
+    if min_runs < 1 or max_runs < min_runs or step < 1:
+        raise StatsInputError(f"need 1 <= min_runs <= max_runs and step >= 1, got {min_runs}, {max_runs}, {step}.")
+    return (max_runs - min_runs) // step + 1
+
+
+def sequential_decision(
+    baseline: SideSamples,
+    candidate: SideSamples,
+    *,
+    metric: str,
+    direction: Direction,
+    noise_margin: float,
+    look: int,
+    planned_looks: int,
+    statistic: str = "median",
+    confidence: float = 0.95,
+    n_boot: int = 4000,
+    seed: int = 0,
+    point: str = "",
+) -> SequentialDecision:
+    """One look of adaptive repetition (Bonferroni over the planned looks).
+
+    The interval is computed at ``1 - (1 - confidence) / planned_looks``. Then:
+    ``decided_pass`` if its lower end >= 1 - noise_margin; ``decided_fail`` if its
+    upper end < 1 - noise_margin (a regression beyond the margin is established), or
+    if this is the last planned look and the point has not passed; otherwise
+    ``undecided`` (take another run and look again).
+    """
+    confidence = check_confidence(confidence)
+    if planned_looks < 1 or not (1 <= look <= planned_looks):
+        raise StatsInputError(f"look must be in 1..planned_looks (planned_looks >= 1), got look={look}, planned_looks={planned_looks}.")
+    per_look = 1.0 - (1.0 - confidence) / planned_looks
+    est = hierarchical_ratio_bootstrap(
+        baseline, candidate, metric=metric, direction=direction, statistic=statistic,
+        confidence=per_look, n_boot=n_boot, seed=seed,
+    )
+    gate = no_regression_gate(est, noise_margin=noise_margin, point=point)
+    thr = gate.threshold
+    if gate.passed:
+        decision: Decision = "decided_pass"
+        reason = f"lower bound {gate.ci_low:.4g} >= {thr:.4g} at look {look}/{planned_looks}"
+    elif gate.ci_high < thr:
+        decision = "decided_fail"
+        reason = f"upper bound {gate.ci_high:.4g} < {thr:.4g}: a regression beyond the margin at look {look}/{planned_looks}"
+    elif look == planned_looks:
+        decision = "decided_fail"
+        reason = (
+            f"last planned look ({look}/{planned_looks}) and the lower bound {gate.ci_low:.4g} is still below {thr:.4g}: "
+            "no-regression not shown"
+        )
+    else:
+        decision = "undecided"
+        reason = f"interval [{gate.ci_low:.4g}, {gate.ci_high:.4g}] straddles {thr:.4g} at look {look}/{planned_looks}: take another run"
+    return SequentialDecision(
+        name=f"sequential no-regression decision on {est.name}",
+        method=f"Bonferroni over {planned_looks} planned looks: each look uses the {per_look:.4g} interval",
+        decision=decision,
+        final=decision != "undecided",
+        look=look,
+        planned_looks=planned_looks,
+        nominal_confidence=confidence,
+        per_look_confidence=per_look,
+        reason=reason,
+        gate=gate,
+    )

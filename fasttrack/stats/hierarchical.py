@@ -1,0 +1,336 @@
+"""Hierarchical bootstrap of the candidate/baseline ratio of a performance metric.
+
+Data are nested: side -> engine lifetime -> run -> samples. A run is either one
+number (a per-run summary such as that run's median TPOT or output throughput) or a
+sequence of per-request samples (e.g. every request's TPOT in that run). Requests in
+a run and runs in a lifetime are not independent evidence; the engine lifetime is
+the unit of replication. The bootstrap therefore resamples at the two upper levels:
+
+1. draw ``L`` lifetimes with replacement from the side's ``L`` lifetimes;
+2. inside every drawn lifetime with ``R`` runs, draw ``R`` runs with replacement;
+3. pool every sample of the drawn runs (a run's requests stay together, they are not
+   resampled) and compute the summary statistic (median, mean or a percentile);
+
+independently for each side, then form the ratio. The percentile interval of the
+bootstrap distribution of the speedup is reported. (BCa is not offered: its
+acceleration needs a jackknife over lifetimes, which is meaningless with the two to
+four lifetimes a side has in practice.)
+
+With one lifetime on a side only runs can be resampled, and the interval says nothing
+about between-lifetime variance: the result then carries
+``ignores_lifetime_variance = true``.
+
+Speedup is direction-aware: for lower-is-better metrics (latency) it is
+baseline / candidate, for higher-is-better metrics (throughput) candidate / baseline,
+so a speedup above 1 always means the candidate is better.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from typing import Callable, Union
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from fasttrack.stats._base import (
+    Direction,
+    StatResult,
+    StatsInputError,
+    check_confidence,
+    make_rng,
+)
+
+RunSamples = Union[float, Sequence[float]]
+"""One run: a per-run summary (one number) or the run's per-request samples."""
+LifetimeSamples = Sequence[RunSamples]
+"""One engine lifetime: its runs, in order."""
+SideSamples = Sequence[LifetimeSamples]
+"""One side: its engine lifetimes, in order."""
+
+#: Bootstrap quantiles of the speedup stored with every estimate (for re-checks and other levels).
+STORED_QUANTILES: tuple[float, ...] = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 0.9, 0.95, 0.975, 0.99, 0.995, 0.999)
+
+#: At least this many bootstrap replicates lie beyond each end of every interval (n_boot is raised if needed).
+MIN_TAIL_REPLICATES = 25
+
+_MAX_CHUNK_ELEMENTS = 2_000_000
+_PCT = re.compile(r"^p(\d{1,2}(?:\.\d+)?)$")
+
+
+class SideSummary(BaseModel):
+    """One side of a hierarchical comparison: the observed statistic and the raw data."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, ser_json_inf_nan="null")
+
+    value: float
+    """The summary statistic over every sample of every run of every lifetime (pooled)."""
+    lifetimes: int
+    """Number of engine lifetimes."""
+    runs_per_lifetime: list[int]
+    """Number of runs in each lifetime."""
+    samples: int
+    """Total number of values (runs x samples per run)."""
+    run_values: list[list[float]]
+    """The summary statistic of each run, per lifetime (equal to the data for per-run summaries)."""
+    data: list[list[list[float]]] | None = None
+    """Raw values: lifetime -> run -> samples (omitted when include_raw=False)."""
+
+
+class RatioEstimate(StatResult):
+    """Candidate/baseline ratio of a metric with a hierarchical bootstrap interval."""
+
+    metric: str
+    """Metric name, e.g. 'median_tpot_ms' or 'output_throughput'."""
+    direction: Direction
+    """lower_is_better (latency) or higher_is_better (throughput)."""
+    summary_statistic: str
+    """Statistic computed per side on the pooled samples: 'median', 'mean' or 'pNN'."""
+    confidence: float
+    """Two-sided confidence level of [ci_low, ci_high]."""
+    baseline: SideSummary
+    candidate: SideSummary
+    ratio: float
+    """candidate value / baseline value (not direction-aware)."""
+    speedup: float
+    """Direction-aware: > 1 means the candidate is better."""
+    ci_low: float
+    """Lower end of the percentile interval of the speedup."""
+    ci_high: float
+    """Upper end of the percentile interval of the speedup."""
+    log_speedup_se: float
+    """Standard deviation of log(speedup) over the bootstrap replicates (the SE used for power)."""
+    speedup_quantiles: dict[str, float]
+    """Bootstrap quantiles of the speedup, keyed by probability (e.g. '0.025')."""
+    n_boot: int
+    """Bootstrap replicates drawn (after raising to MIN_TAIL_REPLICATES per tail)."""
+    seed: int
+    """Seed of numpy.random.default_rng; with the raw data it reproduces the interval exactly."""
+    ignores_lifetime_variance: bool
+    """True when a side has a single engine lifetime: the interval covers run-to-run noise only."""
+    warnings: list[str]
+    """Caveats about this estimate (few lifetimes, no replication...)."""
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def parse_statistic(statistic: str) -> Callable[[np.ndarray], np.ndarray]:
+    """Return a row-wise NaN-ignoring reducer for 'mean', 'median' or 'pNN' (0 < NN < 100).
+
+    Percentiles use numpy's default linear interpolation between order statistics.
+    """
+    s = statistic.strip().lower()
+    if s == "mean":
+        return lambda x: np.nanmean(x, axis=1)
+    if s == "median":
+        return lambda x: np.nanmedian(x, axis=1)
+    m = _PCT.match(s)
+    if m:
+        q = float(m.group(1))
+        if 0.0 < q < 100.0:
+            return lambda x: np.nanpercentile(x, q, axis=1)
+    raise StatsInputError(
+        f"unknown summary statistic {statistic!r}: use 'mean', 'median' or a percentile such as 'p90' or 'p99'."
+    )
+
+
+def _normalise_side(data: SideSamples, *, what: str) -> list[list[np.ndarray]]:
+    if isinstance(data, (str, bytes)) or not isinstance(data, Sequence) or len(data) == 0:
+        raise StatsInputError(
+            f"{what}: expected a non-empty list of engine lifetimes (lifetime -> run -> samples), got {type(data).__name__}."
+        )
+    out: list[list[np.ndarray]] = []
+    for i, lifetime in enumerate(data):
+        if isinstance(lifetime, (str, bytes)) or not isinstance(lifetime, Sequence) or len(lifetime) == 0:
+            raise StatsInputError(f"{what}: lifetime {i} has no runs; every lifetime needs at least one run.")
+        runs: list[np.ndarray] = []
+        for j, run in enumerate(lifetime):
+            if isinstance(run, (str, bytes)):
+                raise StatsInputError(f"{what}: lifetime {i} run {j} is a string, expected a number or a list of numbers.")
+            try:
+                arr = np.asarray(run, dtype=float).reshape(-1)
+            except (TypeError, ValueError):
+                raise StatsInputError(
+                    f"{what}: lifetime {i} run {j} is not a number or a flat list of numbers."
+                ) from None
+            if arr.size == 0:
+                raise StatsInputError(f"{what}: lifetime {i} run {j} has no samples.")
+            if not np.all(np.isfinite(arr)):
+                raise StatsInputError(f"{what}: lifetime {i} run {j} contains NaN or infinite values.")
+            if np.any(arr <= 0):
+                raise StatsInputError(
+                    f"{what}: lifetime {i} run {j} contains values <= 0; latency and throughput samples must be "
+                    "strictly positive (a failed run must be reported as a failure, not as 0)."
+                )
+            runs.append(arr)
+        out.append(runs)
+    return out
+
+
+class _Side:
+    """Precomputed layout of one side for fast vectorised resampling."""
+
+    def __init__(self, lifetimes: list[list[np.ndarray]]) -> None:
+        self.lifetimes = lifetimes
+        self.n_lifetimes = len(lifetimes)
+        self.runs_per_lifetime = np.array([len(lt) for lt in lifetimes], dtype=np.int64)
+        self.run_offset = np.concatenate([[0], np.cumsum(self.runs_per_lifetime)[:-1]]).astype(np.int64)
+        runs = [r for lt in lifetimes for r in lt]
+        self.max_len = max(r.size for r in runs)
+        self.max_runs = int(self.runs_per_lifetime.max())
+        self.matrix = np.full((len(runs), self.max_len), np.nan)
+        for k, r in enumerate(runs):
+            self.matrix[k, : r.size] = r
+        self.all_values = np.concatenate(runs)
+        self.padded = bool(len({r.size for r in runs}) > 1 or len(set(self.runs_per_lifetime.tolist())) > 1)
+
+    def observed(self, reducer: Callable[[np.ndarray], np.ndarray]) -> float:
+        return float(reducer(self.all_values[None, :])[0])
+
+    def run_values(self, reducer: Callable[[np.ndarray], np.ndarray]) -> list[list[float]]:
+        return [[float(reducer(r[None, :])[0]) for r in lt] for lt in self.lifetimes]
+
+    def replicates(self, rng: np.random.Generator, n_boot: int, reducer: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+        L, R, S = self.n_lifetimes, self.max_runs, self.max_len
+        out = np.empty(n_boot)
+        chunk = max(1, _MAX_CHUNK_ELEMENTS // (L * R * S))
+        run_slots = np.arange(R)[None, None, :]
+        for start in range(0, n_boot, chunk):
+            b = min(chunk, n_boot - start)
+            lt = rng.integers(0, L, size=(b, L))
+            n_runs = self.runs_per_lifetime[lt][..., None]  # (b, L, 1)
+            choice = rng.integers(0, n_runs, size=(b, L, R))
+            valid = run_slots < n_runs
+            gid = self.run_offset[lt][..., None] + np.where(valid, choice, 0)
+            vals = self.matrix[gid]  # (b, L, R, S)
+            if self.padded:
+                vals = np.where(valid[..., None], vals, np.nan)
+            out[start : start + b] = reducer(vals.reshape(b, -1))
+        return out
+
+
+def _side_summary(side: _Side, reducer: Callable[[np.ndarray], np.ndarray], *, include_raw: bool) -> SideSummary:
+    return SideSummary(
+        value=side.observed(reducer),
+        lifetimes=side.n_lifetimes,
+        runs_per_lifetime=side.runs_per_lifetime.tolist(),
+        samples=int(side.all_values.size),
+        run_values=side.run_values(reducer),
+        data=[[r.tolist() for r in lt] for lt in side.lifetimes] if include_raw else None,
+    )
+
+
+def _n_boot(n_boot: int, confidence: float) -> int:
+    if isinstance(n_boot, bool) or not isinstance(n_boot, (int, np.integer)) or n_boot < 100:
+        raise StatsInputError(f"n_boot must be an integer >= 100, got {n_boot!r}.")
+    tail = (1.0 - confidence) / 2.0
+    return max(int(n_boot), int(math.ceil(MIN_TAIL_REPLICATES / tail)))
+
+
+def _warnings(name: str, side: _Side) -> list[str]:
+    out = []
+    if side.n_lifetimes == 1:
+        out.append(
+            f"{name} has one engine lifetime: the interval covers run-to-run noise only, not the variance "
+            "between engine restarts (which is the larger part on noisy hosts)."
+        )
+        if side.runs_per_lifetime[0] == 1 and side.max_len == 1:
+            out.append(f"{name} has a single value: nothing is resampled, its side of the interval is degenerate.")
+    elif side.n_lifetimes <= 3:
+        out.append(
+            f"{name} has {side.n_lifetimes} engine lifetimes: the bootstrap underestimates between-lifetime variance "
+            f"(by about a factor {side.n_lifetimes - 1}/{side.n_lifetimes}) and its interval is coarse."
+        )
+    return out
+
+
+def _quantile_dict(x: np.ndarray) -> dict[str, float]:
+    qs = np.quantile(x, STORED_QUANTILES)
+    return {f"{p:g}": float(v) for p, v in zip(STORED_QUANTILES, qs)}
+
+
+# --------------------------------------------------------------------------- public API
+
+
+def hierarchical_ratio_bootstrap(
+    baseline: SideSamples,
+    candidate: SideSamples,
+    *,
+    metric: str,
+    direction: Direction,
+    statistic: str = "median",
+    confidence: float = 0.95,
+    n_boot: int = 4000,
+    seed: int = 0,
+    include_raw: bool = True,
+) -> RatioEstimate:
+    """Speedup of the candidate over the baseline with a hierarchical-bootstrap interval.
+
+    Statistic: per side, ``statistic`` ('median', 'mean' or 'pNN') over the pooled
+    samples of all runs of all lifetimes; ratio = candidate / baseline; speedup =
+    baseline / candidate for ``lower_is_better`` metrics and candidate / baseline for
+    ``higher_is_better`` ones.
+
+    Interval: two-sided percentile interval at ``confidence`` of the speedup over
+    ``n_boot`` hierarchical replicates (lifetimes with replacement, then runs within
+    each drawn lifetime; the two sides are resampled independently). ``n_boot`` is
+    raised so that at least ``MIN_TAIL_REPLICATES`` replicates lie beyond each end.
+    ``log_speedup_se`` is the standard deviation of log(speedup) over the replicates.
+
+    Deterministic: replicates come from ``numpy.random.default_rng(seed)``, baseline
+    first, then candidate.
+    """
+    confidence = check_confidence(confidence)
+    if direction not in ("lower_is_better", "higher_is_better"):
+        raise StatsInputError(f"direction must be 'lower_is_better' or 'higher_is_better', got {direction!r}.")
+    reducer = parse_statistic(statistic)
+    b_side = _Side(_normalise_side(baseline, what=f"{metric} baseline"))
+    c_side = _Side(_normalise_side(candidate, what=f"{metric} candidate"))
+    boots = _n_boot(n_boot, confidence)
+    rng = make_rng(seed)
+
+    b_obs, c_obs = b_side.observed(reducer), c_side.observed(reducer)
+    b_rep = b_side.replicates(rng, boots, reducer)
+    c_rep = c_side.replicates(rng, boots, reducer)
+    if direction == "lower_is_better":
+        speedup, reps = b_obs / c_obs, b_rep / c_rep
+    else:
+        speedup, reps = c_obs / b_obs, c_rep / b_rep
+    tail = (1.0 - confidence) / 2.0
+    lo, hi = np.quantile(reps, [tail, 1.0 - tail])
+    logs = np.log(reps)
+    se = float(np.std(logs, ddof=1))
+
+    one = b_side.n_lifetimes == 1 or c_side.n_lifetimes == 1
+    method = (
+        "hierarchical bootstrap: engine lifetimes resampled with replacement, then runs within each drawn "
+        "lifetime (samples of a run kept together); statistic on the pooled samples per side; sides resampled "
+        "independently; percentile interval"
+    )
+    if one:
+        method += "; a side with one lifetime has only its runs resampled, so the interval ignores lifetime variance"
+    stat_name = statistic.strip().lower()
+    better = "baseline/candidate" if direction == "lower_is_better" else "candidate/baseline"
+    return RatioEstimate(
+        name=f"speedup of {stat_name} {metric} ({better}; > 1 means the candidate is better)",
+        method=method,
+        metric=metric,
+        direction=direction,
+        summary_statistic=stat_name,
+        confidence=confidence,
+        baseline=_side_summary(b_side, reducer, include_raw=include_raw),
+        candidate=_side_summary(c_side, reducer, include_raw=include_raw),
+        ratio=c_obs / b_obs,
+        speedup=float(speedup),
+        ci_low=float(lo),
+        ci_high=float(hi),
+        log_speedup_se=se,
+        speedup_quantiles=_quantile_dict(reps),
+        n_boot=boots,
+        seed=int(seed),
+        ignores_lifetime_variance=one,
+        warnings=_warnings("baseline", b_side) + _warnings("candidate", c_side),
+    )
