@@ -1,0 +1,259 @@
+"""Merge the shard bundles of one plan into one bundle.
+
+Shards must agree on everything that makes results comparable: the scope (hash), the
+plan (hash) and shard count, the tier, the PR, the rehearsal flag and the provenance
+(versions, hardware, package list, dataset and model hashes, seeds; engine records are
+per shard and are concatenated). Every shard ``1/n .. n/n`` must be present exactly once.
+
+Per check, the merged entry is ``fail`` if any shard failed it; else ``not_run`` if a
+shard that required it did not run it; else ``pass`` if some shard passed it; else
+``not_run``. A shard that has no work for a check should record it as ``not_run`` with
+``required=False`` so it does not hold the merged verdict back. Tables are concatenated
+with a ``shard`` column; artifacts and logs move under ``artifacts/shard-i-of-n/`` and
+``logs/shard-i-of-n/``. The bundle verdict is then recomputed as for any bundle.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+from fasttrack.bundle.canonical import sha256_file, to_jsonable
+from fasttrack.bundle.errors import BundleError, MergeError
+from fasttrack.bundle.keys import PublicKey, SigningKey
+from fasttrack.bundle.layout import ARTIFACTS_DIR, LOGS_DIR, MANIFEST
+from fasttrack.bundle.manifest import Manifest, PlanInfo, ShardRef, load_manifest, parse_shard
+from fasttrack.bundle.tables import read_rows
+from fasttrack.checks.base import CHECK_ORDER, CheckResult, Verdict
+
+#: Provenance fields that may differ between shards.
+_PER_SHARD_PROVENANCE = {"engines"}
+
+
+def _label_dir(shard: str) -> str:
+    i, n = parse_shard(shard)
+    return f"shard-{i}-of-{n}"
+
+
+def _open_shard(path: Path, stack: ExitStack) -> Path:
+    if path.is_dir():
+        return path
+    if path.is_file():
+        from fasttrack.bundle.safe_tar import extract_bundle
+
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fasttrack-shard-")))
+        extract_bundle(path, tmp / "b")
+        return tmp / "b"
+    raise MergeError(f"shard bundle {path} does not exist")
+
+
+def _check_integrity(
+    path: Path, root: Path, *, keys: Sequence[str | os.PathLike[str] | PublicKey], trust_dir: str | os.PathLike[str] | None
+) -> None:
+    from fasttrack.bundle.verify import verify_bundle
+
+    need_sig = bool(keys) or trust_dir is not None
+    res = verify_bundle(root, keys=keys, trust_dir=trust_dir)
+    bad = [it for it in res.items if it.ok is False and (need_sig or it.name != "signature")]
+    if bad:
+        raise MergeError(
+            f"shard bundle {path} does not verify: " + "; ".join(f"{it.name}: {it.detail}" for it in bad)
+        )
+
+
+def _compare(manifests: list[tuple[Path, Manifest]]) -> None:
+    def facts(m: Manifest) -> dict[str, Any]:
+        prov = m.provenance.model_dump(mode="json")
+        return {
+            "schema_version": m.schema_version,
+            "scope.sha256": m.scope.sha256,
+            "scope.model": m.scope.model,
+            "scope.tier": m.scope.tier,
+            "plan.sha256": m.plan.sha256,
+            "shard count": parse_shard(m.plan.shard)[1],
+            "pr": None if m.pr is None else m.pr.model_dump(mode="json"),
+            "rehearsal": m.rehearsal,
+            **{f"provenance.{k}": v for k, v in prov.items() if k not in _PER_SHARD_PROVENANCE},
+        }
+
+    ref_path, ref = manifests[0]
+    ref_facts = facts(ref)
+    problems = []
+    for path, m in manifests[1:]:
+        f = facts(m)
+        for k, v in ref_facts.items():
+            if f.get(k) != v:
+                problems.append(f"{k}: {ref_path} ({ref.plan.shard}) has {_short(v)}, {path} ({m.plan.shard}) has {_short(f.get(k))}")
+    if problems:
+        raise MergeError(
+            "the shard bundles are not of one plan run and cannot be merged: " + "; ".join(problems[:10])
+            + (f"; and {len(problems) - 10} more" if len(problems) > 10 else "")
+        )
+
+
+def _short(v: Any) -> str:
+    s = repr(v)
+    return s if len(s) <= 80 else s[:77] + "..."
+
+
+def _merge_check(name: str, per_shard: list[tuple[str, Any]]) -> tuple[Verdict, str, bool]:
+    """Merged (verdict, reason, required) of one check from ``[(shard, entry|None)]``."""
+    required = any(e is None or e.required for _, e in per_shard)
+    failed = [(s, e) for s, e in per_shard if e is not None and e.verdict is Verdict.FAIL]
+    missing_req = [(s, e) for s, e in per_shard if e is None or (e.required and e.verdict is Verdict.NOT_RUN)]
+    passed = [s for s, e in per_shard if e is not None and e.verdict is Verdict.PASS]
+    idle = [s for s, e in per_shard if e is not None and not e.required and e.verdict is Verdict.NOT_RUN]
+    if failed:
+        return Verdict.FAIL, "failed in " + "; ".join(f"shard {s}: {e.reason}" for s, e in failed), required
+    if missing_req:
+        return (
+            Verdict.NOT_RUN,
+            "did not run in "
+            + "; ".join(f"shard {s}: {e.reason if e is not None else 'absent from that shard bundle'}" for s, e in missing_req),
+            required,
+        )
+    if passed:
+        reason = f"passed in shard(s) {', '.join(passed)}"
+        if idle:
+            reason += f"; not needed in shard(s) {', '.join(idle)}"
+        return Verdict.PASS, reason, required
+    reasons = "; ".join(f"shard {s}: {e.reason}" for s, e in per_shard if e is not None)
+    return Verdict.NOT_RUN, f"ran in no shard ({reasons})", required
+
+
+def merge_bundles(
+    shards: Sequence[str | os.PathLike[str]],
+    out: str | os.PathLike[str],
+    *,
+    sign_keys: Sequence[SigningKey] = (),
+    keys: Sequence[str | os.PathLike[str] | PublicKey] = (),
+    trust_dir: str | os.PathLike[str] | None = None,
+    created: str | None = None,
+) -> Manifest:
+    """Merge shard bundles (directories or tarballs) into ``out`` (a directory, or a
+    ``.tar.gz`` when the name ends so) and sign it with ``sign_keys``.
+
+    With ``keys``/``trust_dir`` every shard must also carry a trusted signature; without,
+    shards are checked for integrity (hashes, files, schema, verdicts, tables) only.
+    ``created`` defaults to the latest shard's time, so merging is reproducible.
+    """
+    from fasttrack.bundle.pack import pack_bundle
+    from fasttrack.bundle.writer import write_bundle
+
+    if not shards:
+        raise MergeError("no shard bundles given")
+    out_path = Path(out)
+    as_tar = out_path.name.endswith((".tar.gz", ".tgz"))
+    with ExitStack() as stack:
+        opened: list[tuple[Path, Path, Manifest]] = []
+        for s in shards:
+            sp = Path(s)
+            root = _open_shard(sp, stack)
+            _check_integrity(sp, root, keys=keys, trust_dir=trust_dir)
+            m = load_manifest((root / MANIFEST).read_bytes())
+            if m.plan.merged_from:
+                raise MergeError(f"{sp} is already a merged bundle; merge the original shard bundles instead")
+            opened.append((sp, root, m))
+        _compare([(p, m) for p, _, m in opened])
+
+        by_index: dict[int, tuple[Path, Path, Manifest]] = {}
+        n = parse_shard(opened[0][2].plan.shard)[1]
+        for sp, root, m in opened:
+            i, _ = parse_shard(m.plan.shard)
+            if i in by_index:
+                raise MergeError(f"shard {m.plan.shard} is given twice: {by_index[i][0]} and {sp}")
+            by_index[i] = (sp, root, m)
+        missing = [f"{i}/{n}" for i in range(1, n + 1) if i not in by_index]
+        if missing:
+            raise MergeError(
+                f"shards {', '.join(missing)} of {n} are missing (given: {', '.join(sorted((m.plan.shard for _, _, m in opened), key=lambda x: parse_shard(x)[0]))}); "
+                "a merged bundle needs every shard of the plan"
+            )
+        ordered = [by_index[i] for i in range(1, n + 1)]
+
+        staging = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fasttrack-merge-")))
+        for _, root, m in ordered:
+            sub = _label_dir(m.plan.shard)
+            for top in (ARTIFACTS_DIR, LOGS_DIR):
+                if (root / top).is_dir():
+                    shutil.copytree(root / top, staging / top / sub)
+
+        names = [c for c in CHECK_ORDER if any(c in m.checks for _, _, m in ordered)]
+        names += sorted({c for _, _, m in ordered for c in m.checks} - set(names))
+        results = []
+        for name in names:
+            per = [(m.plan.shard, m.checks.get(name)) for _, _, m in ordered]
+            verdict, reason, required = _merge_check(name, per)
+            gate = next((e.gate for _, e in per if e is not None and e.gate is not None), None)
+            tables: dict[str, list[dict[str, Any]]] = {}
+            for (_, root, m), (label, e) in zip(ordered, per):
+                if e is None:
+                    continue
+                for tname, ref in e.tables.items():
+                    rows = read_rows(root / ref.path)
+                    tables.setdefault(tname, []).extend(
+                        r if "shard" in r else {"shard": label, **r} for r in rows
+                    )
+            artifacts = []
+            for label, e in per:
+                if e is None:
+                    continue
+                for a in e.artifacts:
+                    top, _, rest = a.partition("/")
+                    artifacts.append(f"{top}/{_label_dir(label)}/{rest}")
+            results.append(
+                CheckResult(
+                    check=name,
+                    verdict=verdict,
+                    reason=reason,
+                    required=required,
+                    gate=gate,
+                    summary={"shards": {label: to_jsonable(e.summary) for label, e in per if e is not None}},
+                    failures=[f"[shard {label}] {f}" for label, e in per if e is not None for f in e.failures],
+                    tables=tables,
+                    artifacts=artifacts,
+                )
+            )
+
+        first = ordered[0][2]
+        engines = [
+            rec.model_copy(update={"shard": m.plan.shard}) for _, _, m in ordered for rec in m.provenance.engines
+        ]
+        plan = PlanInfo(
+            plan=first.plan.plan,
+            sha256=first.plan.sha256,
+            shard="1/1",
+            merged_from=[
+                ShardRef(shard=m.plan.shard, manifest_sha256=sha256_file(root / MANIFEST)[0], created=m.created)
+                for _, root, m in ordered
+            ],
+        )
+        target = out_path
+        if as_tar:
+            target = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fasttrack-merged-"))) / "bundle"
+        try:
+            manifest = write_bundle(
+                target,
+                results=results,
+                scope=first.scope,
+                plan=plan,
+                provenance=first.provenance.model_copy(update={"engines": engines}),
+                pr=first.pr,
+                rehearsal=first.rehearsal,
+                rehearsal_reason=first.rehearsal_reason,
+                created=created or max((m.created for _, _, m in ordered), key=_dt.datetime.fromisoformat),
+                artifacts_from=staging,
+                expected_checks=(),
+                sign_keys=sign_keys,
+            )
+        except BundleError as exc:
+            raise MergeError(f"cannot write the merged bundle: {exc.message}") from None
+        if as_tar:
+            pack_bundle(target, out_path)
+        return manifest

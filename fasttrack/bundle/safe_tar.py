@@ -1,0 +1,227 @@
+"""Read and extract bundle tarballs without trusting them.
+
+Every member is checked before a byte of it is used: regular files and directories
+only (no symbolic or hard links, devices, FIFOs or other types); relative names without
+``..``, backslashes or NUL; no duplicates; per-member and total size limits and a member
+count limit (so a gzip bomb is refused from its headers, before it is inflated). Reads
+from the decompressed stream are capped, so an oversized header (pax or GNU long name)
+cannot make ``tarfile`` allocate without bound. Extraction writes each file with
+``O_EXCL | O_NOFOLLOW`` into a fresh directory; ``TarFile.extractall`` is never used.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import tarfile
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import IO
+
+from fasttrack.bundle.errors import BundleError, UnsafeArchiveError
+
+GiB = 1024**3
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What a bundle tarball may contain."""
+
+    max_members: int = 100_000
+    """Members (files and directories) at most."""
+    max_member_size: int = 16 * GiB
+    """Bytes of one member at most."""
+    max_total_size: int = 64 * GiB
+    """Bytes of all members together at most (uncompressed)."""
+    max_name_length: int = 1024
+    """Characters of one member name at most."""
+    max_read: int = 64 * 1024 * 1024
+    """Bytes of one read from the decompressed stream at most (caps tar header sizes)."""
+
+
+DEFAULT_LIMITS = Limits()
+
+
+class _CappedReader(io.RawIOBase):
+    """A seekable view of a gzip stream that refuses single reads above a cap."""
+
+    def __init__(self, inner: IO[bytes], cap: int, archive: str) -> None:
+        self._inner = inner
+        self._cap = cap
+        self._archive = archive
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:  # type: ignore[override]
+        if size is None or size < 0 or size > self._cap:
+            raise UnsafeArchiveError(
+                f"{self._archive}: a tar header asks to read {size} bytes at once (limit {self._cap}); "
+                "the archive is malformed or hostile"
+            )
+        return self._inner.read(size)
+
+    def readinto(self, b) -> int:  # type: ignore[override]
+        view = memoryview(b)
+        if len(view) > self._cap:
+            view = view[: self._cap]
+        return self._inner.readinto(view)  # type: ignore[attr-defined]
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self._inner.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self._inner.tell()
+
+
+def check_member(member: tarfile.TarInfo, *, archive: str, limits: Limits = DEFAULT_LIMITS) -> str:
+    """The member's normalised bundle-relative name; raises :class:`UnsafeArchiveError` if unsafe."""
+    raw = member.name
+    label = f"{archive}: member {raw!r}"
+    if len(raw) > limits.max_name_length:
+        raise UnsafeArchiveError(f"{label} has a name longer than {limits.max_name_length} characters")
+    if "\x00" in raw or "\\" in raw:
+        raise UnsafeArchiveError(f"{label} has a NUL or backslash in its name")
+    if raw.startswith("/") or (len(raw) > 1 and raw[1] == ":"):
+        raise UnsafeArchiveError(f"{label} has an absolute path")
+    parts = [p for p in PurePosixPath(raw).parts if p != "."]
+    if ".." in parts:
+        raise UnsafeArchiveError(f"{label} contains '..' (path traversal)")
+    if member.issym() or member.islnk():
+        raise UnsafeArchiveError(f"{label} is a {'symbolic' if member.issym() else 'hard'} link to {member.linkname!r}; bundles hold regular files only")
+    if member.ischr() or member.isblk():
+        raise UnsafeArchiveError(f"{label} is a device file")
+    if member.isfifo():
+        raise UnsafeArchiveError(f"{label} is a FIFO")
+    if not (member.isreg() or member.isdir()):
+        raise UnsafeArchiveError(f"{label} has unsupported tar type {member.type!r}")
+    if member.size < 0 or member.size > limits.max_member_size:
+        raise UnsafeArchiveError(f"{label} is {member.size} bytes, over the limit of {limits.max_member_size}")
+    if not parts:
+        if member.isdir():
+            return ""
+        raise UnsafeArchiveError(f"{label} has an empty name")
+    return "/".join(parts)
+
+
+@dataclass
+class Member:
+    """One checked tar member; ``stream`` is set for regular files (valid until the next member)."""
+
+    name: str
+    size: int
+    is_dir: bool
+    stream: IO[bytes] | None
+
+
+def iter_members(archive: str | os.PathLike[str], *, limits: Limits = DEFAULT_LIMITS) -> Iterator[Member]:
+    """Yield every member of a ``.tar.gz`` (or plain ``.tar``) after checking it.
+
+    Raises :class:`UnsafeArchiveError` for the first unsafe member and
+    :class:`BundleError` for a file that is not a readable tar archive.
+    """
+    path = Path(archive)
+    label = str(path)
+    try:
+        raw = open(path, "rb")
+    except FileNotFoundError:
+        raise BundleError(f"{path} does not exist") from None
+    except OSError as exc:
+        raise BundleError(f"cannot open {path}: {exc.strerror}") from None
+    with raw:
+        magic = raw.read(2)
+        raw.seek(0)
+        inner: IO[bytes] = gzip.GzipFile(fileobj=raw, mode="rb") if magic == b"\x1f\x8b" else raw  # type: ignore[assignment]
+        reader = _CappedReader(inner, limits.max_read, label)
+        try:
+            tf = tarfile.open(fileobj=reader, mode="r:")  # type: ignore[arg-type]
+        except UnsafeArchiveError:
+            raise
+        except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
+            raise BundleError(f"{path} is not a readable .tar.gz: {exc}") from None
+        seen: set[str] = set()
+        count = 0
+        total = 0
+        try:
+            while True:
+                try:
+                    m = tf.next()
+                except UnsafeArchiveError:
+                    raise
+                except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
+                    raise BundleError(f"{path} is not a readable .tar.gz (after {count} members): {exc}") from None
+                if m is None:
+                    break
+                count += 1
+                if count > limits.max_members:
+                    raise UnsafeArchiveError(f"{label} has more than {limits.max_members} members (member {m.name!r})")
+                name = check_member(m, archive=label, limits=limits)
+                total += m.size
+                if total > limits.max_total_size:
+                    raise UnsafeArchiveError(
+                        f"{label}: member {m.name!r} brings the unpacked size to {total} bytes, over the limit of "
+                        f"{limits.max_total_size} (a decompression bomb?)"
+                    )
+                if name == "":
+                    continue
+                key = name + ("/" if m.isdir() else "")
+                if name in seen or key in seen:
+                    raise UnsafeArchiveError(f"{label}: member {m.name!r} appears more than once")
+                seen.add(name)
+                seen.add(key)
+                tf.members = []  # keep memory flat on archives with many members
+                if m.isdir():
+                    yield Member(name=name, size=0, is_dir=True, stream=None)
+                else:
+                    yield Member(name=name, size=m.size, is_dir=False, stream=tf.extractfile(m))
+        except UnsafeArchiveError:
+            raise
+        except (OSError, EOFError, zlib.error) as exc:
+            raise BundleError(f"{path} is truncated or corrupt: {exc}") from None
+
+
+def extract_bundle(
+    archive: str | os.PathLike[str], dest: str | os.PathLike[str], *, limits: Limits = DEFAULT_LIMITS
+) -> list[str]:
+    """Extract a bundle tarball into the new or empty directory ``dest``; return the file names.
+
+    Files get mode 0644 and directories 0755 whatever the archive says.
+    """
+    root = Path(dest)
+    root.mkdir(parents=True, exist_ok=True)
+    if any(root.iterdir()):
+        raise BundleError(f"{root} is not empty; extract into a new directory")
+    root_real = root.resolve()
+    names = []
+    buf = bytearray(1024 * 1024)
+    view = memoryview(buf)
+    for m in iter_members(archive, limits=limits):
+        target = root / m.name
+        if not target.resolve().is_relative_to(root_real):  # belt and braces; check_member already refused it
+            raise UnsafeArchiveError(f"{archive}: member {m.name!r} would land outside {root}")
+        if m.is_dir:
+            target.mkdir(mode=0o755, parents=True, exist_ok=True)
+            continue
+        target.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        written = 0
+        with os.fdopen(fd, "wb") as out:
+            assert m.stream is not None
+            while True:
+                n = m.stream.readinto(view)  # type: ignore[attr-defined]
+                if not n:
+                    break
+                written += n
+                if written > m.size:
+                    raise UnsafeArchiveError(f"{archive}: member {m.name!r} holds more data than its header says")
+                out.write(view[:n])
+        if written != m.size:
+            raise BundleError(f"{archive}: member {m.name!r} is truncated ({written} of {m.size} bytes)")
+        names.append(m.name)
+    return names

@@ -1,0 +1,209 @@
+"""Write an evidence bundle directory from check results.
+
+Layout (see :mod:`fasttrack.bundle.layout`)::
+
+    manifest.json                       verdict, check entries, scope, plan, PR, provenance
+    results/<check>/<table>.parquet     result rows, one file per check table
+    artifacts/...                       raw artifacts (per-sample outputs, timings, traces)
+    logs/...                            engine logs
+    attestation.dsse.json               in-toto Statement over every other file, in DSSE
+
+The attestation is written unsigned unless ``sign_keys`` are given; signatures can be
+added later with :func:`fasttrack.bundle.attest.sign_bundle`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+from collections.abc import Mapping, Sequence
+from pathlib import Path, PurePosixPath
+
+from fasttrack.bundle.errors import BundleError
+from fasttrack.bundle.layout import ARTIFACTS_DIR, ATTESTATION, LOGS_DIR, MANIFEST, NAME_RE, table_path
+from fasttrack.bundle.manifest import (
+    Manifest,
+    PlanInfo,
+    PRLink,
+    Provenance,
+    ScopeInfo,
+    TableRef,
+    build_manifest,
+    manifest_bytes,
+)
+from fasttrack.bundle.tables import parquet_bytes
+from fasttrack.checks.base import CHECK_ORDER, CheckResult
+
+
+def _rel(path: str | os.PathLike[str], *, what: str) -> PurePosixPath:
+    p = PurePosixPath(Path(path).as_posix())
+    if p.is_absolute() or not p.parts or any(part in ("..", "") for part in p.parts) or str(p) == ".":
+        raise BundleError(f"{what} {str(path)!r} must be a relative path inside the run directory, without '..'")
+    return p
+
+
+def _copy_file(src: Path, dst: Path, *, what: str) -> None:
+    st = src.lstat()
+    if stat.S_ISLNK(st.st_mode):
+        raise BundleError(f"{what} {src} is a symbolic link; bundles hold regular files only (copy the target instead)")
+    if not stat.S_ISREG(st.st_mode):
+        raise BundleError(f"{what} {src} is not a regular file")
+    if dst.exists():
+        raise BundleError(f"{what} {src} would overwrite {dst}, which is already in the bundle")
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(src, dst, follow_symlinks=False)
+    os.chmod(dst, 0o644)
+
+
+def _copy_tree(src: Path, dst: Path, *, what: str) -> list[str]:
+    """Copy every regular file under ``src`` to ``dst``; return the copied paths relative to ``dst``."""
+    copied = []
+    for root, dirs, files in os.walk(src, followlinks=False):
+        dirs.sort()
+        rroot = Path(root)
+        for d in dirs:
+            if (rroot / d).is_symlink():
+                raise BundleError(f"{what} {rroot / d} is a symbolic link; bundles hold regular files only")
+        for name in sorted(files):
+            s = rroot / name
+            rel = s.relative_to(src)
+            _copy_file(s, dst / rel, what=what)
+            copied.append(rel.as_posix())
+    return copied
+
+
+def _prepare(out_dir: Path, overwrite: bool) -> None:
+    if out_dir.exists():
+        if not out_dir.is_dir():
+            raise BundleError(f"{out_dir} exists and is not a directory; choose another --out")
+        if any(out_dir.iterdir()):
+            if not overwrite:
+                raise BundleError(f"{out_dir} is not empty; choose an empty or new directory (or pass overwrite)")
+            if not (out_dir / MANIFEST).exists():
+                raise BundleError(f"{out_dir} is not empty and does not look like a bundle; refusing to overwrite it")
+            shutil.rmtree(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+
+def _bundle_path_of(rel: PurePosixPath) -> str:
+    """Where a run-directory artifact lands in the bundle."""
+    if rel.parts[0] in (ARTIFACTS_DIR, LOGS_DIR):
+        return rel.as_posix()
+    return (PurePosixPath(ARTIFACTS_DIR) / rel).as_posix()
+
+
+def write_bundle(
+    out_dir: str | os.PathLike[str],
+    *,
+    results: Sequence[CheckResult],
+    scope: ScopeInfo,
+    plan: PlanInfo,
+    provenance: Provenance,
+    pr: PRLink | None = None,
+    rehearsal: bool = False,
+    rehearsal_reason: str | None = None,
+    created: str | None = None,
+    artifacts_from: str | os.PathLike[str] | None = None,
+    logs: Mapping[str, str | os.PathLike[str]] | Sequence[str | os.PathLike[str]] | None = None,
+    expected_checks: Sequence[str] = CHECK_ORDER,
+    sign_keys: Sequence[object] = (),
+    overwrite: bool = False,
+) -> Manifest:
+    """Write the bundle directory ``out_dir`` and return its manifest.
+
+    - ``results``: one :class:`CheckResult` per check; their ``tables`` become Parquet
+      files and their ``artifacts`` (paths relative to ``artifacts_from``) are copied.
+    - ``artifacts_from``: the run directory. Its ``artifacts/`` and ``logs/`` trees are
+      copied whole; listed artifacts outside them land under ``artifacts/``.
+    - ``logs``: extra log files, ``{name: path}`` (written to ``logs/<name>``) or paths
+      (written to ``logs/<file name>``).
+    - ``expected_checks``: checks that must appear; missing ones are recorded as required
+      ``not_run`` (so the verdict is ``incomplete``).
+    - ``sign_keys``: Ed25519 private keys (see :mod:`fasttrack.bundle.keys`) to sign with now.
+
+    The verdict is derived from ``results`` only; ``created`` defaults to now (UTC, or
+    ``$SOURCE_DATE_EPOCH``).
+    """
+    from fasttrack.bundle.attest import attest_dir, sign_bundle
+
+    out = Path(out_dir)
+    run_dir = Path(artifacts_from) if artifacts_from is not None else None
+    if run_dir is not None and not run_dir.is_dir():
+        raise BundleError(f"artifacts_from={run_dir} is not a directory")
+    _prepare(out, overwrite)
+
+    tables: dict[str, dict[str, TableRef]] = {}
+    artifacts: dict[str, list[str]] = {}
+    copied: set[str] = set()
+
+    if run_dir is not None:
+        for sub in (ARTIFACTS_DIR, LOGS_DIR):
+            if (run_dir / sub).is_dir():
+                for rel in _copy_tree(run_dir / sub, out / sub, what="artifact"):
+                    copied.add(f"{sub}/{rel}")
+
+    for r in results:
+        if not NAME_RE.match(r.check):
+            raise BundleError(f"check name {r.check!r} cannot be used in a bundle path; it must match {NAME_RE.pattern}")
+        tables[r.check] = {}
+        for tname, rows in r.tables.items():
+            if not NAME_RE.match(tname):
+                raise BundleError(f"table {tname!r} of check {r.check!r} must match {NAME_RE.pattern}")
+            data, nrows, cols = parquet_bytes(rows)
+            path = table_path(r.check, tname)
+            (out / path).parent.mkdir(parents=True, exist_ok=True)
+            (out / path).write_bytes(data)
+            os.chmod(out / path, 0o644)
+            tables[r.check][tname] = TableRef(path=path, rows=nrows, columns=cols)
+        listed = []
+        for a in r.artifacts:
+            rel = _rel(a, what=f"artifact of check {r.check!r}")
+            if run_dir is None:
+                raise BundleError(
+                    f"check {r.check!r} lists artifact {a!r} but no artifacts_from (run directory) was given"
+                )
+            src = run_dir / rel
+            if not src.exists() and not src.is_symlink():
+                raise BundleError(f"check {r.check!r} lists artifact {a!r}, but {src} does not exist")
+            dest = _bundle_path_of(rel)
+            if src.is_dir() and not src.is_symlink():
+                if dest not in copied and not any(c.startswith(dest + "/") for c in copied):
+                    for sub in _copy_tree(src, out / dest, what="artifact"):
+                        copied.add(f"{dest}/{sub}")
+            elif dest not in copied:
+                _copy_file(src, out / dest, what="artifact")
+                copied.add(dest)
+            listed.append(dest)
+        artifacts[r.check] = listed
+
+    if logs:
+        items = logs.items() if isinstance(logs, Mapping) else ((Path(p).name, p) for p in logs)
+        for name, src in items:
+            rel = _rel(name, what="log name")
+            dest = f"{LOGS_DIR}/{rel.as_posix()}"
+            if dest in copied:
+                raise BundleError(f"two logs would be written to {dest}; give them distinct names")
+            _copy_file(Path(src), out / dest, what="log")
+            copied.add(dest)
+
+    manifest = build_manifest(
+        results,
+        scope=scope,
+        plan=plan,
+        provenance=provenance,
+        pr=pr,
+        rehearsal=rehearsal,
+        rehearsal_reason=rehearsal_reason,
+        created=created,
+        tables=tables,
+        artifacts=artifacts,
+        expected_checks=expected_checks,
+    )
+    (out / MANIFEST).write_bytes(manifest_bytes(manifest))
+    os.chmod(out / MANIFEST, 0o644)
+    attest_dir(out)
+    for key in sign_keys:
+        sign_bundle(out, key)  # type: ignore[arg-type]
+    assert (out / ATTESTATION).exists()
+    return manifest
