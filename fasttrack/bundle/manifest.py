@@ -115,6 +115,8 @@ class ShardRef(_Model):
     """The shard, ``i/n``."""
     manifest_sha256: str = Field(pattern=_SHA256_RE)
     """sha256 of that shard's ``manifest.json``."""
+    plan_sha256: str = Field(pattern=_SHA256_RE)
+    """sha256 of that shard's plan."""
     created: str
     """When that shard bundle was written."""
 
@@ -123,9 +125,12 @@ class PlanInfo(_Model):
     """The plan that ran and which part of it (shard) this bundle covers."""
 
     plan: dict[str, Any]
-    """The whole plan as JSON (the same for every shard of one plan)."""
+    """The plan this bundle ran, as JSON (a shard's plan holds that shard's points only;
+    a merged bundle's plan holds the points of every shard)."""
     sha256: str = Field(pattern=_SHA256_RE)
     """sha256 of the compact canonical JSON of ``plan``."""
+    fingerprint: str | None = None
+    """Identifies the unsharded plan (scope hash + tier): equal for every shard of one plan."""
     shard: str = Field(pattern=_SHARD_RE.pattern)
     """The shard this bundle covers, ``i/n`` (1-based); ``1/1`` for an unsharded or merged run."""
     merged_from: list[ShardRef] = Field(default_factory=list)
@@ -153,8 +158,10 @@ class PRLink(_Model):
     """The exact head commit that was tested."""
     diff_sha256: str | None = Field(default=None, pattern=_SHA256_RE)
     """sha256 of ``git diff base..head`` (binary-safe, full index)."""
-    isolation: Verdict = Verdict.NOT_RUN
-    """Verdict of the isolation check (the diff touches only owned paths)."""
+    isolation: Literal["pass", "fail", "review", "not_run"] = "not_run"
+    """Verdict of the isolation check: the diff touches only owned paths (``pass``), touches
+    off-limits paths (``fail``), touches paths a maintainer must look at (``review``), or
+    was not checked (``not_run``)."""
     isolation_reason: str = ""
     """Why isolation passed, failed or did not run."""
 
@@ -189,6 +196,10 @@ class EngineRecord(_Model):
     """Environment variables set for the engine (values of secrets are never recorded)."""
     url: str | None = None
     """The endpoint's base URL."""
+    lifetime: int | None = Field(default=None, ge=0)
+    """0-based engine lifetime of this (group, side)."""
+    log: str | None = None
+    """Bundle-relative path of this engine's log."""
     shard: str | None = Field(default=None, pattern=_SHARD_RE.pattern)
     """The shard that ran this engine (set when bundles are merged)."""
 
@@ -324,14 +335,23 @@ def scope_info(yaml_text: str, *, model: str, tier: str, path: str | None = None
     return ScopeInfo(yaml=yaml_text, sha256=sha256_bytes(yaml_text.encode("utf-8")), model=model, tier=tier, path=path)
 
 
-def plan_info(plan: Any, *, shard: str = "1/1") -> PlanInfo:
-    """Build :class:`PlanInfo` from a plan (a pydantic model or JSON-able mapping)."""
+def plan_info(plan: Any, *, shard: str | None = None, fingerprint: str | None = None) -> PlanInfo:
+    """Build :class:`PlanInfo` from a plan (a pydantic model or JSON-able mapping).
+
+    ``shard`` and ``fingerprint`` default to the plan's own ``shard`` and ``fingerprint``
+    fields (``1/1`` and None when it has none).
+    """
     from fasttrack.bundle.canonical import to_jsonable
 
     data = to_jsonable(plan)
     if not isinstance(data, dict):
         raise BundleError(f"the plan must serialise to a JSON object, got {type(data).__name__}")
-    return PlanInfo(plan=data, sha256=sha256_json(data), shard=shard)
+    shard = shard or data.get("shard") or "1/1"
+    fingerprint = fingerprint or data.get("fingerprint") or None
+    try:
+        return PlanInfo(plan=data, sha256=sha256_json(data), shard=shard, fingerprint=fingerprint)
+    except ValidationError as exc:
+        raise BundleError(f"the plan cannot be recorded: {_one_line(exc)}") from exc
 
 
 def check_entry(

@@ -1,7 +1,7 @@
 """Merge the shard bundles of one plan into one bundle.
 
 Shards must agree on everything that makes results comparable: the scope (hash), the
-plan (hash) and shard count, the tier, the PR, the rehearsal flag and the provenance
+plan (its fingerprint, else its hash) and shard count, the tier, the PR, the rehearsal flag and the provenance
 (versions, hardware, package list, dataset and model hashes, seeds; engine records are
 per shard and are concatenated). Every shard ``1/n .. n/n`` must be present exactly once.
 
@@ -24,7 +24,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from fasttrack.bundle.canonical import sha256_file, to_jsonable
+from fasttrack.bundle.canonical import canonical_json, sha256_file, sha256_json, to_jsonable
 from fasttrack.bundle.errors import BundleError, MergeError
 from fasttrack.bundle.keys import PublicKey, SigningKey
 from fasttrack.bundle.layout import ARTIFACTS_DIR, LOGS_DIR, MANIFEST
@@ -75,7 +75,7 @@ def _compare(manifests: list[tuple[Path, Manifest]]) -> None:
             "scope.sha256": m.scope.sha256,
             "scope.model": m.scope.model,
             "scope.tier": m.scope.tier,
-            "plan.sha256": m.plan.sha256,
+            "plan": m.plan.fingerprint or m.plan.sha256,
             "shard count": parse_shard(m.plan.shard)[1],
             "pr": None if m.pr is None else m.pr.model_dump(mode="json"),
             "rehearsal": m.rehearsal,
@@ -100,6 +100,39 @@ def _compare(manifests: list[tuple[Path, Manifest]]) -> None:
 def _short(v: Any) -> str:
     s = repr(v)
     return s if len(s) <= 80 else s[:77] + "..."
+
+
+def _merge_values(values: list[Any]) -> Any:
+    """Combine one plan field across shards: equal values stay, lists are concatenated
+    (without duplicates), numbers are summed (totals such as estimates), objects merge
+    key by key; anything else keeps the first shard's value."""
+    first = values[0]
+    if all(v == first for v in values):
+        return first
+    if all(isinstance(v, list) for v in values):
+        seen, out = set(), []
+        for v in values:
+            for item in v:
+                key = canonical_json(item, pretty=False)
+                if key not in seen:
+                    seen.add(key)
+                    out.append(item)
+        return out
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        total = sum(values)
+        return round(total, 6) if isinstance(total, float) else total
+    if all(isinstance(v, dict) for v in values):
+        keys = list(dict.fromkeys(k for v in values for k in v))
+        return {k: _merge_values([v[k] for v in values if k in v]) for k in keys}
+    return first
+
+
+def _merge_plans(plans: list[dict[str, Any]]) -> dict[str, Any]:
+    """The plan of a merged bundle: every shard's points and groups, shard ``1/1``."""
+    merged = _merge_values(plans)
+    if "shard" in merged:
+        merged["shard"] = "1/1"
+    return merged
 
 
 def _merge_check(name: str, per_shard: list[tuple[str, Any]]) -> tuple[Verdict, str, bool]:
@@ -225,12 +258,19 @@ def merge_bundles(
         engines = [
             rec.model_copy(update={"shard": m.plan.shard}) for _, _, m in ordered for rec in m.provenance.engines
         ]
+        merged_plan = _merge_plans([m.plan.plan for _, _, m in ordered])
         plan = PlanInfo(
-            plan=first.plan.plan,
-            sha256=first.plan.sha256,
+            plan=merged_plan,
+            sha256=sha256_json(merged_plan),
+            fingerprint=first.plan.fingerprint,
             shard="1/1",
             merged_from=[
-                ShardRef(shard=m.plan.shard, manifest_sha256=sha256_file(root / MANIFEST)[0], created=m.created)
+                ShardRef(
+                    shard=m.plan.shard,
+                    manifest_sha256=sha256_file(root / MANIFEST)[0],
+                    plan_sha256=m.plan.sha256,
+                    created=m.created,
+                )
                 for _, root, m in ordered
             ],
         )

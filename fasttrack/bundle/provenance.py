@@ -149,15 +149,21 @@ def collect_provenance(
     seeds: Mapping[str, int] | None = None,
     container_image_digest: str | None = None,
     fasttrack_commit: str | None = None,
+    hardware: Hardware | None = None,
+    driver_version: str | None = None,
 ) -> Provenance:
     """Provenance of the current host and environment plus the run's inputs.
 
     ``datasets`` and ``models`` map names to sha256 digests (see :func:`hash_tree`).
     ``container_image_digest`` defaults to ``$FASTTRACK_IMAGE_DIGEST`` when set.
+    ``hardware``/``driver_version`` default to what ``nvidia-smi`` and ``/proc/cpuinfo`` say.
     """
     from fasttrack import ROOT, __version__
 
-    hardware, driver = detect_hardware()
+    if hardware is None:
+        hardware, detected_driver = detect_hardware()
+        driver_version = driver_version or detected_driver
+    driver = driver_version
     pkg_sha, pkg_count = packages_digest()
     torch_version_file = _package_file("torch", "version.py")
     return Provenance(
