@@ -1,0 +1,83 @@
+"""Typed errors of the engine layer; each one says what failed and carries the evidence."""
+
+from __future__ import annotations
+
+from fasttrack.errors import FasttrackError
+
+
+class EngineError(FasttrackError):
+    """Something went wrong with a vLLM engine (start, crash, request, probe)."""
+
+
+def _with_tail(message: str, log_tail: str) -> str:
+    tail = log_tail.rstrip()
+    if not tail:
+        return message
+    return f"{message}\nLast engine log lines:\n{tail}"
+
+
+class EngineStartError(EngineError):
+    """The engine did not become healthy (it exited, or the health wait timed out)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        side: str,
+        log_path: str | None = None,
+        log_tail: str = "",
+        exit_code: int | None = None,
+        hint: str | None = None,
+    ) -> None:
+        self.side = side
+        self.log_path = log_path
+        self.log_tail = log_tail
+        self.exit_code = exit_code
+        super().__init__(_with_tail(message, log_tail), hint=hint)
+
+
+class EngineCrashed(EngineError):
+    """A running engine died (or stopped answering) while checks were using it."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        side: str,
+        exit_code: int | None = None,
+        log_path: str | None = None,
+        log_tail: str = "",
+    ) -> None:
+        self.side = side
+        self.exit_code = exit_code
+        self.log_path = log_path
+        self.log_tail = log_tail
+        super().__init__(_with_tail(message, log_tail))
+
+
+class EngineUnreachable(EngineError):
+    """An engine given by URL (attach mode) does not answer."""
+
+
+class EngineRequestError(EngineError):
+    """The engine answered a request with an error; carries the server's own message."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status_code: int | None,
+        body: str = "",
+        url: str = "",
+    ) -> None:
+        self.status_code = status_code
+        self.body = body
+        self.url = url
+        self.server_message = message
+        where = f" from {url}" if url else ""
+        code = f"HTTP {status_code}" if status_code is not None else "no HTTP status"
+        super().__init__(f"engine request failed{where} ({code}): {message}")
+
+
+class ProfilerError(EngineError):
+    """A profiler window could not be opened, closed or read."""
