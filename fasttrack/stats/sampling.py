@@ -212,11 +212,12 @@ def chi_square_sampling_test(
     if not conditional:
         bins.append((REST, [REST], float(rest), n_out))
     bins.sort(key=lambda b: (b[2], b[0]))
-    small = [b for b in bins if b[2] * n_test < min_expected]
-    big = [b for b in bins if b[2] * n_test >= min_expected]
+    cut = min_expected * (1.0 - 1e-9)  # an expected count of exactly min_expected is not pooled
+    small = [b for b in bins if b[2] * n_test < cut]
+    big = [b for b in bins if b[2] * n_test >= cut]
     if small:
         pooled = (POOLED, [t for b in small for t in b[1]], sum(b[2] for b in small), sum(b[3] for b in small))
-        while pooled[2] * n_test < min_expected and big:
+        while pooled[2] * n_test < cut and big:
             b = big.pop(0)  # smallest remaining
             pooled = (POOLED, pooled[1] + b[1], pooled[2] + b[2], pooled[3] + b[3])
         if len(pooled[1]) == 1:  # a single small bin that absorbed nothing keeps its own label
