@@ -463,8 +463,8 @@ def json_schema() -> dict[str, Any]:
 
 
 def schema_text() -> bytes:
-    """The checked-in form of :func:`json_schema` (canonical, pretty)."""
-    return canonical_json(json_schema())
+    """The checked-in form of :func:`json_schema` (same rendering as ``fasttrack schemas``)."""
+    return (json.dumps(json_schema(), indent=2, sort_keys=True) + "\n").encode("utf-8")
 
 
 def _main(argv: list[str] | None = None) -> int:

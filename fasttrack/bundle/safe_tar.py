@@ -110,6 +110,29 @@ def check_member(member: tarfile.TarInfo, *, archive: str, limits: Limits = DEFA
     return "/".join(parts)
 
 
+class _MemberStream:
+    """A member's data; read errors (corrupt gzip data, truncation) become :class:`BundleError`."""
+
+    def __init__(self, inner: IO[bytes], archive: str, name: str) -> None:
+        self._inner = inner
+        self._where = f"{archive}: member {name!r}"
+
+    def _fail(self, exc: BaseException) -> BundleError:
+        return BundleError(f"{self._where} cannot be read (the archive is corrupt or truncated): {exc}")
+
+    def read(self, size: int = -1) -> bytes:
+        try:
+            return self._inner.read(size)
+        except (OSError, EOFError, zlib.error, tarfile.TarError) as exc:
+            raise self._fail(exc) from None
+
+    def readinto(self, b) -> int:  # type: ignore[no-untyped-def]
+        try:
+            return self._inner.readinto(b)  # type: ignore[attr-defined]
+        except (OSError, EOFError, zlib.error, tarfile.TarError) as exc:
+            raise self._fail(exc) from None
+
+
 @dataclass
 class Member:
     """One checked tar member; ``stream`` is set for regular files (valid until the next member)."""
@@ -179,11 +202,31 @@ def iter_members(archive: str | os.PathLike[str], *, limits: Limits = DEFAULT_LI
                 if m.isdir():
                     yield Member(name=name, size=0, is_dir=True, stream=None)
                 else:
-                    yield Member(name=name, size=m.size, is_dir=False, stream=tf.extractfile(m))
+                    yield Member(name=name, size=m.size, is_dir=False, stream=_MemberStream(tf.extractfile(m), label, name))  # type: ignore[arg-type]
+            _drain(reader, label)
         except UnsafeArchiveError:
             raise
         except (OSError, EOFError, zlib.error) as exc:
             raise BundleError(f"{path} is truncated or corrupt: {exc}") from None
+
+
+#: Bytes allowed after the tar end-of-archive marker (zero padding to the record size).
+_MAX_TRAILER = 1024 * 1024
+
+
+def _drain(reader: _CappedReader, label: str) -> None:
+    """Read to the end of the stream: the gzip CRC and length are checked only there, and
+    nothing but zero padding may follow the end-of-archive marker."""
+    seen = 0
+    while True:
+        chunk = reader.read(64 * 1024)
+        if not chunk:
+            return
+        seen += len(chunk)
+        if chunk.strip(b"\0"):
+            raise UnsafeArchiveError(f"{label}: there is data after the end of the tar archive")
+        if seen > _MAX_TRAILER:
+            raise UnsafeArchiveError(f"{label}: more than {_MAX_TRAILER} bytes of padding after the end of the tar archive")
 
 
 def extract_bundle(
