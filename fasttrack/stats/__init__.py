@@ -5,7 +5,7 @@ Every function documents the statistic it computes; every result is a pydantic m
 confidence level (or test level), and carries the raw numbers needed to re-check it.
 
 Performance (perf check)
-    :func:`hierarchical_ratio_bootstrap` -> :class:`RatioEstimate`
+    :func:`hierarchical_ratio_bootstrap`, :func:`lifetime_t_ratio` -> :class:`RatioEstimate`
     :func:`minimum_detectable_effect`, :func:`mde_for_estimate` -> :class:`MinimumDetectableEffect`
     :func:`no_regression_gate` -> :class:`PointGate`; :func:`overall_gate` -> :class:`OverallGate`
     :func:`sequential_decision` -> :class:`SequentialDecision`; :func:`planned_looks`
@@ -43,6 +43,7 @@ from fasttrack.stats.hierarchical import (
     SideSamples,
     SideSummary,
     hierarchical_ratio_bootstrap,
+    lifetime_t_ratio,
     parse_statistic,
 )
 from fasttrack.stats.logprobs import GreedyComparison, GreedySummary, compare_greedy, summarize_greedy, topk_kl
@@ -103,6 +104,7 @@ __all__ = [
     "detect_drift",
     "discordant_pairs",
     "hierarchical_ratio_bootstrap",
+    "lifetime_t_ratio",
     "mask_violations",
     "mde_for_estimate",
     "minimum_detectable_effect",

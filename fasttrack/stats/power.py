@@ -32,7 +32,7 @@ from typing import Literal
 
 from scipy import stats as _sps
 
-from fasttrack.stats._base import StatResult, StatsInputError, check_confidence, z_quantile
+from fasttrack.stats._base import StatResult, StatsInputError, check_confidence
 from fasttrack.stats.hierarchical import RatioEstimate
 
 
@@ -48,9 +48,11 @@ class MinimumDetectableEffect(StatResult):
     se_log: float
     """Standard error of log(speedup) the MDE is based on."""
     z_alpha: float
-    """z_{1 - alpha_one_sided}."""
+    """Quantile 1 - alpha_one_sided of the reference distribution (normal, or t with `dof`)."""
     z_power: float
-    """z_{power}."""
+    """Quantile `power` of the reference distribution."""
+    dof: int | None = None
+    """Degrees of freedom when t quantiles were used."""
     mde_log: float
     """(z_alpha + z_power) * se_log."""
     detectable_slowdown: float
@@ -72,8 +74,13 @@ def minimum_detectable_effect(
     sides: Literal[1, 2] = 2,
     power: float = 0.8,
     noise_margin: float | None = None,
+    dof: int | None = None,
 ) -> MinimumDetectableEffect:
-    """MDE on the log scale: ``(z_{1-alpha/sides} + z_{power}) * se_log``; see the module docstring."""
+    """MDE on the log scale: ``(z_{1-alpha/sides} + z_{power}) * se_log``; see the module docstring.
+
+    With ``dof`` (a t interval), Student-t quantiles with ``dof`` degrees of freedom
+    replace the normal ones (an approximation to the noncentral-t power calculation).
+    """
     if not (isinstance(se_log, (int, float)) and math.isfinite(se_log) and se_log >= 0):
         raise StatsInputError(f"se_log must be a finite number >= 0, got {se_log!r}.")
     check_confidence(alpha, what="alpha")
@@ -81,7 +88,13 @@ def minimum_detectable_effect(
     if sides not in (1, 2):
         raise StatsInputError(f"sides must be 1 or 2, got {sides!r}.")
     a1 = alpha / sides
-    za, zp = z_quantile(1.0 - a1), z_quantile(power)
+    if dof is not None:
+        if isinstance(dof, bool) or not isinstance(dof, int) or dof < 1:
+            raise StatsInputError(f"dof must be a positive integer or None, got {dof!r}.")
+        dist = _sps.t(dof)
+    else:
+        dist = _sps.norm()
+    za, zp = float(dist.ppf(1.0 - a1)), float(dist.ppf(power))
     mde = (za + zp) * float(se_log)
     gate_slow = gate_fail = None
     if noise_margin is not None:
@@ -90,14 +103,14 @@ def minimum_detectable_effect(
         log_thr = math.log1p(-noise_margin)
         gate_slow = 1.0 - math.exp(log_thr + (za - zp) * se_log)
         if se_log > 0:
-            gate_fail = float(_sps.norm.cdf(za + log_thr / se_log))
+            gate_fail = float(dist.cdf(za + log_thr / se_log))
         else:
             gate_fail = 0.0 if noise_margin > 0 else 1.0
     return MinimumDetectableEffect(
         name=f"minimum detectable effect at {power:.0%} power",
         method=(
-            f"normal approximation on log(speedup): MDE_log = (z_(1-{a1:g}) + z_({power:g})) * SE; "
-            "SE = standard deviation of the bootstrap log-speedup replicates"
+            f"{'normal' if dof is None else f't({dof})'} approximation on log(speedup): "
+            f"MDE_log = (q_(1-{a1:g}) + q_({power:g})) * SE; SE = the estimate's standard error of log(speedup)"
         ),
         power=power,
         alpha=alpha,
@@ -108,6 +121,7 @@ def minimum_detectable_effect(
         mde_log=mde,
         detectable_slowdown=1.0 - math.exp(-mde),
         detectable_speedup=math.expm1(mde),
+        dof=dof,
         noise_margin=noise_margin,
         gate_detectable_slowdown=gate_slow,
         gate_fail_probability_at_parity=gate_fail,
@@ -124,5 +138,6 @@ def mde_for_estimate(
     """
     conf = check_confidence(estimate.confidence)
     return minimum_detectable_effect(
-        se_log=estimate.log_speedup_se, alpha=round(1.0 - conf, 12), sides=2, power=power, noise_margin=noise_margin
+        se_log=estimate.log_speedup_se, alpha=round(1.0 - conf, 12), sides=2, power=power, noise_margin=noise_margin,
+        dof=estimate.dof,
     )

@@ -160,3 +160,9 @@ def test_per_gpu_normalisation() -> None:
     assert claim.normalized_speedup == pytest.approx(0.9012, abs=1e-4) and claim.ci_low is None
     with pytest.raises(StatsInputError, match="positive integer"):
         normalize_per_gpu(est, baseline_gpus=0, candidate_gpus=8)
+
+
+def test_mde_with_t_quantiles() -> None:
+    m = minimum_detectable_effect(se_log=0.1, alpha=0.05, sides=2, power=0.8, dof=2)
+    assert m.dof == 2 and m.mde_log == pytest.approx((sps.t.ppf(0.975, 2) + sps.t.ppf(0.8, 2)) * 0.1)
+    assert m.mde_log > minimum_detectable_effect(se_log=0.1).mde_log

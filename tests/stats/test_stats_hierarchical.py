@@ -159,3 +159,47 @@ def test_coverage_near_nominal_with_many_lifetimes() -> None:
         hits += e.ci_low <= true_ratio <= e.ci_high
     coverage = hits / sims
     assert 0.78 <= coverage <= 0.97, coverage
+
+
+def test_lifetime_t_exact_numbers() -> None:
+    from fasttrack.stats import lifetime_t_ratio
+
+    # lifetime means: baseline 1 and 4 (geometric mean 2), candidate 2 and 2 -> speedup 1;
+    # pooled sd of logs = ln 2 with df = 2, SE = ln 2 * sqrt(1/2 + 1/2) = ln 2.
+    est = lifetime_t_ratio([[1.0, 1.0], [4.0, 4.0]], [[2.0], [2.0]], metric="m", direction="lower_is_better",
+                           statistic="mean")
+    t = 4.302652729749464  # t_{0.975, 2}
+    assert est.speedup == pytest.approx(1.0) and est.dof == 2
+    assert est.log_speedup_se == pytest.approx(math.log(2))
+    assert est.ci_low == pytest.approx(2 ** -t) and est.ci_high == pytest.approx(2**t)
+    assert est.baseline.lifetime_values == [1.0, 4.0] and est.baseline.value == pytest.approx(2.0)
+    assert est.n_boot is None and not est.ignores_lifetime_variance
+    assert RatioEstimate.model_validate_json(est.model_dump_json()) == est
+
+
+def test_lifetime_t_needs_three_lifetimes() -> None:
+    from fasttrack.stats import lifetime_t_ratio
+
+    with pytest.raises(StatsInputError, match="three engine lifetimes"):
+        lifetime_t_ratio([[1.0, 2.0]], [[1.0, 2.0]], metric="m", direction="lower_is_better")
+
+
+def test_lifetime_t_coverage_with_two_lifetimes_per_side() -> None:
+    """Under the log-normal lifetime model the t interval keeps ~95% coverage with 2 + 2 lifetimes
+    (where the percentile bootstrap is far too narrow)."""
+    from fasttrack.stats import lifetime_t_ratio
+
+    rng = np.random.default_rng(99)
+    hits_t = hits_boot = 0
+    sims = 300
+    for k in range(sims):
+        b = _sim_side(rng, 1.0, 2, 6, 0.2, 0.1)
+        c = _sim_side(rng, 1.0, 2, 6, 0.2, 0.1)
+        t_est = lifetime_t_ratio(b, c, metric="m", direction="lower_is_better", statistic="mean", include_raw=False)
+        hits_t += t_est.ci_low <= 1.0 <= t_est.ci_high
+        if k < 100:
+            bo = hierarchical_ratio_bootstrap(b, c, metric="m", direction="lower_is_better", statistic="mean",
+                                              n_boot=400, seed=k, include_raw=False)
+            hits_boot += bo.ci_low <= 1.0 <= bo.ci_high
+    assert 0.90 <= hits_t / sims <= 0.99, hits_t / sims
+    assert hits_boot / 100 < 0.90  # documents the bootstrap's undercoverage with two lifetimes
