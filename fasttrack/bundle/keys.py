@@ -133,12 +133,17 @@ def _private_from_bytes(data: bytes, source: str, password: bytes | None) -> Ed2
                 + (" (it looks like a public key; signing needs the private key)" if text.startswith(b"ssh-") else "")
             )
     except TypeError as exc:
-        if password is None and "encrypted" in str(exc).lower():
+        if password is None and ("encrypted" in str(exc).lower() or "password" in str(exc).lower()):
+            raise KeyFileError(f"{source} is encrypted; put its passphrase in ${PASSPHRASE_ENV}") from None
+        raise KeyFileError(f"cannot load private key {source}: {exc}") from None
+    except UnsupportedAlgorithm as exc:
+        if "bcrypt" in str(exc):
             raise KeyFileError(
-                f"{source} is encrypted; put its passphrase in ${PASSPHRASE_ENV}"
+                f"{source} is an encrypted OpenSSH key, and decrypting those needs the 'bcrypt' package "
+                "(pip install bcrypt); or use an unencrypted key or a PEM (PKCS8) key"
             ) from None
         raise KeyFileError(f"cannot load private key {source}: {exc}") from None
-    except (ValueError, UnsupportedAlgorithm) as exc:
+    except ValueError as exc:
         hint = " (wrong passphrase?)" if password is not None else ""
         raise KeyFileError(f"cannot load private key {source}{hint}: {exc}") from None
     if not isinstance(key, Ed25519PrivateKey):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import gzip
 import io
 import os
+import shutil
 import tarfile
 import zlib
 from collections.abc import Iterator
@@ -237,9 +238,23 @@ def extract_bundle(
     Files get mode 0644 and directories 0755 whatever the archive says.
     """
     root = Path(dest)
+    created = not root.exists()
     root.mkdir(parents=True, exist_ok=True)
     if any(root.iterdir()):
         raise BundleError(f"{root} is not empty; extract into a new directory")
+    try:
+        return _extract(archive, root, limits)
+    except BaseException:
+        # leave nothing of a refused archive behind
+        if created:
+            shutil.rmtree(root, ignore_errors=True)
+        else:
+            for child in list(root.iterdir()):
+                shutil.rmtree(child, ignore_errors=True) if child.is_dir() and not child.is_symlink() else child.unlink()
+        raise
+
+
+def _extract(archive: str | os.PathLike[str], root: Path, limits: Limits) -> list[str]:
     root_real = root.resolve()
     names = []
     buf = bytearray(1024 * 1024)

@@ -1,0 +1,128 @@
+"""Merging shard bundles: one plan only, every shard once, verdicts recomputed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fasttrack import bundle as B
+from fasttrack.checks.base import CheckResult, Verdict
+
+from conftest import build, make_provenance, make_results
+
+FP = "f" * 64
+
+
+def shard_results(i: int, *, perf: Verdict = Verdict.PASS) -> list[CheckResult]:
+    res = make_results(perf=perf)
+    if i != 1:  # kernels run in shard 1 only; the other shards have nothing to do for it
+        res = [r for r in res if r.check != "kernels"]
+        res.append(CheckResult.not_run("kernels", "no kernel suite in this shard", required=False))
+    return res
+
+
+def make_shards(tmp_path: Path, n: int = 3, *, sign=(), overrides: dict[int, dict] | None = None) -> list[Path]:
+    overrides = overrides or {}
+    out = []
+    for i in range(1, n + 1):
+        kw = {"plan": {"points": [{"id": f"p{i}"}], "shard": f"{i}/{n}", "fingerprint": FP}, "shard": f"{i}/{n}"}
+        kw.update(overrides.get(i, {}))
+        out.append(build(tmp_path / f"shard{i}", results=kw.pop("results", shard_results(i)), sign=list(sign), **kw))
+    return out
+
+
+def test_merge_combines_tables_and_verdicts(tmp_path: Path, contrib, keydir: Path) -> None:
+    shards = make_shards(tmp_path, sign=[contrib])
+    ci = B.load_private_key(keydir / "ci")
+    m = B.merge_bundles(shards, tmp_path / "merged", sign_keys=[ci], keys=[keydir / "contrib.pub"])
+    assert m.verdict == "pass"
+    assert m.plan.shard == "1/1" and [r.shard for r in m.plan.merged_from] == ["1/3", "2/3", "3/3"]
+    assert [p["id"] for p in m.plan.plan["points"]] == ["p1", "p2", "p3"]
+    assert m.checks["kernels"].verdict is Verdict.PASS and m.checks["kernels"].required
+    assert "not needed in shard(s) 2/3, 3/3" in m.checks["kernels"].reason
+    res = B.verify_bundle(tmp_path / "merged", keys=[keydir / "ci.pub"])
+    assert res.verified, res.failures
+    with B.open_bundle(tmp_path / "merged") as view:
+        rows = view.rows("perf", "points")
+        assert len(rows) == 6 and {r["shard"] for r in rows} == {"1/3", "2/3", "3/3"}
+        assert view.path("artifacts/shard-2-of-3/evals/samples.jsonl").is_file()
+        assert view.path("logs/shard-3-of-3/g0.baseline.0.log").is_file()
+    assert m.checks["evals"].artifacts == [f"artifacts/shard-{i}-of-3/evals/samples.jsonl" for i in (1, 2, 3)]
+
+
+def test_merge_is_reproducible_and_writes_tarballs(tmp_path: Path, contrib, keydir: Path) -> None:
+    shards = make_shards(tmp_path, sign=[contrib])
+    tars = [B.pack_bundle(s, tmp_path / f"{s.name}.tar.gz") for s in shards]
+    B.merge_bundles(tars, tmp_path / "m1.tar.gz", sign_keys=[contrib])
+    B.merge_bundles(list(reversed(tars)), tmp_path / "m2.tar.gz", sign_keys=[contrib])
+    assert (tmp_path / "m1.tar.gz").read_bytes() == (tmp_path / "m2.tar.gz").read_bytes()
+    assert B.verify_bundle(tmp_path / "m1.tar.gz", keys=[keydir / "contrib.pub"]).verified
+
+
+def test_a_failing_shard_fails_the_merge(tmp_path: Path) -> None:
+    shards = make_shards(tmp_path, overrides={2: {"results": shard_results(2, perf=Verdict.FAIL)}})
+    m = B.merge_bundles(shards, tmp_path / "merged")
+    assert m.verdict == "fail"
+    assert m.checks["perf"].verdict is Verdict.FAIL and "shard 2/3" in m.checks["perf"].reason
+    assert m.checks["perf"].failures == ["[shard 2/3] b4: lower bound 0.8 < 0.95"]
+
+
+def test_missing_shards_are_named(tmp_path: Path) -> None:
+    shards = make_shards(tmp_path, n=4)
+    with pytest.raises(B.MergeError, match=r"shards 2/4, 4/4 of 4 are missing"):
+        B.merge_bundles([shards[0], shards[2]], tmp_path / "merged")
+    assert not (tmp_path / "merged").exists()
+
+
+def test_duplicate_shard_is_refused(tmp_path: Path) -> None:
+    shards = make_shards(tmp_path, n=2)
+    with pytest.raises(B.MergeError, match="shard 1/2 is given twice"):
+        B.merge_bundles([shards[0], shards[0], shards[1]], tmp_path / "merged")
+
+
+def test_mismatched_scope_is_refused(tmp_path: Path) -> None:
+    shards = make_shards(tmp_path, n=2, overrides={2: {"scope_yaml": "name: other\n"}})
+    with pytest.raises(B.MergeError, match="scope.sha256"):
+        B.merge_bundles(shards, tmp_path / "merged")
+
+
+def test_mismatched_plan_is_refused(tmp_path: Path) -> None:
+    shards = make_shards(
+        tmp_path, n=2, overrides={2: {"plan": {"points": [], "shard": "2/2", "fingerprint": "e" * 64}}}
+    )
+    with pytest.raises(B.MergeError, match="plan:"):
+        B.merge_bundles(shards, tmp_path / "merged")
+
+
+def test_mismatched_versions_are_refused(tmp_path: Path) -> None:
+    prov = make_provenance().model_copy(update={"vllm_version": "0.33.0"})
+    shards = make_shards(tmp_path, n=2, overrides={2: {"provenance": prov}})
+    with pytest.raises(B.MergeError, match="provenance.vllm_version.*0.32.0.*0.33.0"):
+        B.merge_bundles(shards, tmp_path / "merged")
+
+
+def test_mismatched_pr_head_is_refused(tmp_path: Path) -> None:
+    shards = make_shards(tmp_path, n=2, overrides={2: {"head": "1" * 40}})
+    with pytest.raises(B.MergeError, match="pr"):
+        B.merge_bundles(shards, tmp_path / "merged")
+
+
+def test_tampered_shard_is_refused(tmp_path: Path) -> None:
+    shards = make_shards(tmp_path, n=2)
+    (shards[1] / "logs" / "g0.baseline.0.log").write_text("edited\n")
+    with pytest.raises(B.MergeError, match="does not verify.*hashes"):
+        B.merge_bundles(shards, tmp_path / "merged")
+
+
+def test_unsigned_shards_refused_when_keys_required(tmp_path: Path, keydir: Path) -> None:
+    shards = make_shards(tmp_path, n=2)
+    with pytest.raises(B.MergeError, match="signature"):
+        B.merge_bundles(shards, tmp_path / "merged", keys=[keydir / "contrib.pub"])
+
+
+def test_merged_bundle_cannot_be_merged_again(tmp_path: Path) -> None:
+    shards = make_shards(tmp_path, n=2)
+    B.merge_bundles(shards, tmp_path / "merged")
+    with pytest.raises(B.MergeError, match="already a merged bundle"):
+        B.merge_bundles([tmp_path / "merged"], tmp_path / "again")
