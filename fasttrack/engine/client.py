@@ -305,6 +305,7 @@ class EngineClient:
         timeout: float = 600.0,
         max_connections: int = 256,
         headers: dict[str, str] | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.model = model
@@ -314,6 +315,7 @@ class EngineClient:
             timeout=httpx.Timeout(timeout, connect=10.0),
             limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
             headers=headers,
+            transport=transport,
         )
 
     async def __aenter__(self) -> "EngineClient":

@@ -8,8 +8,10 @@ what its HTTP endpoints report is known; the rest is recorded as unknown.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import platform
 import subprocess
 import sys
@@ -195,15 +197,25 @@ def probe_local_environment(
     """Run the environment probe under ``python`` with ``env``; return its facts as a dict."""
     exe = python or sys.executable
     try:
-        r = subprocess.run(
+        proc = subprocess.Popen(
             [exe, "-c", _PROBE],
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
             text=True,
-            timeout=timeout,
             env=env if env is not None else dict(os.environ),
+            start_new_session=True,
         )
-    except (OSError, subprocess.TimeoutExpired) as exc:
+    except OSError as exc:
         return {"notes": [f"environment probe could not run under {exe}: {exc}"]}
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        return {"notes": [f"environment probe timed out after {timeout:.0f} s under {exe}"]}
+    r = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
     if r.returncode != 0:
         return {"notes": [f"environment probe failed under {exe} (exit {r.returncode}): {r.stderr.strip()[-500:]}"]}
     try:

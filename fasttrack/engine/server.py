@@ -351,7 +351,7 @@ class ManagedEngine(EngineHandle):
         side: str,
         model: str | os.PathLike[str],
         args: Sequence[str] = (),
-        env: dict[str, str] | None = None,
+        env: dict[str, str | None] | None = None,
         log_dir: str | os.PathLike[str],
         log_name: str | None = None,
         host: str = "127.0.0.1",
@@ -366,7 +366,8 @@ class ManagedEngine(EngineHandle):
         self.side = side
         self.model_path = str(model)
         self.args = [str(a) for a in args]
-        self.env_overrides = {str(k): str(v) for k, v in (env or {}).items()}
+        self.env_overrides = {str(k): str(v) for k, v in (env or {}).items() if v is not None}
+        self.env_unset = sorted(str(k) for k, v in (env or {}).items() if v is None)
         self.log_dir = Path(log_dir)
         self.log_name = log_name or f"{side}-engine"
         self.host = host
@@ -475,6 +476,8 @@ class ManagedEngine(EngineHandle):
             *self.args,
         ]
         full_env = dict(os.environ)
+        for k in self.env_unset:
+            full_env.pop(k, None)
         full_env.update(self.env_overrides)
         self._full_env = full_env
         self.log_path = self._next_log_path()
@@ -483,7 +486,7 @@ class ManagedEngine(EngineHandle):
         with open(self.log_path, "ab") as log:
             header = (
                 f"# fasttrack: {self.side} engine\n# argv: {subprocess.list2cmdline(self.argv)}\n"
-                f"# env overrides: {self.env_overrides}\n"
+                f"# env overrides: {self.env_overrides} unset: {self.env_unset}\n"
             )
             log.write(header.encode())
             log.flush()
@@ -544,7 +547,7 @@ class ManagedEngine(EngineHandle):
                     last = read_log_tail(self.log_path, 1)
                     with contextlib.suppress(Exception):
                         self.progress(StartProgress(self.side, now - t0, last, self.log_path))
-                time.sleep(0.5)
+                time.sleep(0.25)
         self.startup_s = time.monotonic() - t0
         self._served_model = self._fetch_served_model()
 
@@ -631,6 +634,8 @@ class ManagedEngine(EngineHandle):
             self._proc.poll()
             report.exit_code = self._proc.returncode
             report.leftover_pids = self.group_pids()
+            if not report.leftover_pids:
+                self._settle(pgid, 3.0)
             report.duration_s = round(time.monotonic() - t0, 3)
             self._stop_report = report
             with _REG_LOCK:
@@ -639,6 +644,17 @@ class ManagedEngine(EngineHandle):
                 with contextlib.suppress(OSError), open(self.log_path or os.devnull, "a") as log:
                     log.write(f"# fasttrack: processes left after SIGKILL: {report.leftover_pids}\n")
             return report
+
+    @staticmethod
+    def _settle(pgid: int, timeout: float) -> None:
+        """Give init a moment to reap exited children of the group (zombies keep it visible)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(pgid, 0)
+            except (ProcessLookupError, PermissionError):
+                return
+            time.sleep(0.05)
 
     def _group_gone(self) -> bool:
         assert self._proc is not None
@@ -678,6 +694,7 @@ class ManagedEngine(EngineHandle):
             {
                 "argv": list(self.argv),
                 "env_overrides": dict(self.env_overrides),
+                "env_unset": list(self.env_unset),
                 "pid": self.pid,
                 "startup_s": self.startup_s,
                 "stop": self._stop_report.model_dump() if self._stop_report else None,
@@ -765,7 +782,7 @@ def start_engine(
     side: str,
     model: str | os.PathLike[str],
     args: Sequence[str] = (),
-    env: dict[str, str] | None = None,
+    env: dict[str, str | None] | None = None,
     log_dir: str | os.PathLike[str],
     **kwargs: Any,
 ) -> ManagedEngine:
