@@ -10,6 +10,7 @@ stops the run: every engine is torn down, the checks that could not finish are
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import time
@@ -261,6 +262,11 @@ def _drive_engines(opts: ValidateOptions, ctx: RunContext, plan: Plan, checks: l
                         engine.check_alive()
                     current = None
             except EngineError as exc:
+                if getattr(exc, "log_path", None) and "log" not in record:
+                    try:
+                        record["log"] = str(Path(exc.log_path).resolve().relative_to(ctx.run_dir.resolve()))
+                    except ValueError:
+                        record["log"] = str(exc.log_path)
                 is_crash = isinstance(exc, EngineCrashed)
                 what = "crashed" if is_crash else "failed"
                 where = f"{group.id}/{side} lifetime {lifetime + 1}" + (f" during {current}" if current else " at start")
@@ -277,25 +283,45 @@ def _drive_engines(opts: ValidateOptions, ctx: RunContext, plan: Plan, checks: l
                 return
 
 
+@contextlib.contextmanager
 def _launch(ctx: RunContext, group: EngineGroup, side: str, lifetime: int, url: str | None, resolved, record: dict[str, Any]):
-    """Start (or attach to) one side's engine; a context manager that always tears it down."""
-    from fasttrack.engine import attach_engine, start_engine
+    """Start (or attach to) one side's engine; always torn down when the block exits."""
+    from fasttrack.engine import attach_engine, profiler_args, start_engine
 
     if url:
         record.update(owned=False, base_url=url)
-        return attach_engine(side=side, base_url=url)
-    log_path = ctx.run_dir / "logs" / f"{group.id}.{side}.{lifetime}.log"
-    prof_dir = ctx.run_dir / "profiles" / f"{group.id}.{side}.{lifetime}"
-    args = list(group.args[side])
-    served = ctx.scope.model.served_name
-    if served and "--served-model-name" not in args:
-        args += ["--served-model-name", served]
-    record.update(owned=True, log=str(log_path.relative_to(ctx.run_dir)), args=args, env=group.env[side])
-    return start_engine(
-        side=side, model=resolved.model, args=args, env=group.env[side], log_path=log_path,
-        profiler_dir=prof_dir, startup_timeout_s=ctx.scope.engine.startup_timeout_s,
-        on_progress=ctx.log, record=record,
-    )
+        engine = attach_engine(side=side, url=url)
+    else:
+        log_dir = ctx.run_dir / "logs"
+        log_name = f"{group.id}.{side}.{lifetime}"
+        prof_dir = ctx.run_dir / "profiles" / log_name
+        args = list(group.args[side])
+        served = ctx.scope.model.served_name
+        if served and "--served-model-name" not in args:
+            args += ["--served-model-name", served]
+        args += profiler_args(prof_dir)
+        record.update(owned=True, args=args, env=group.env[side])
+
+        def on_progress(p) -> None:
+            ctx.log(f"  {side} engine starting ({p.elapsed_s:.0f} s): {p.last_log_line[-120:]}")
+
+        engine = start_engine(side=side, model=resolved.model, args=args, env=group.env[side], log_dir=log_dir,
+                              log_name=log_name, startup_timeout=ctx.scope.engine.startup_timeout_s,
+                              progress=on_progress)
+        if engine.log_path is not None:
+            record["log"] = str(Path(engine.log_path).resolve().relative_to(ctx.run_dir.resolve()))
+        record["startup_s"] = engine.startup_s
+    try:
+        record["base_url"] = engine.base_url
+        try:
+            record["environment"] = engine.environment().model_dump(mode="json")
+        except Exception as exc:  # noqa: BLE001  (environment capture must not kill the run)
+            record["environment_error"] = f"{type(exc).__name__}: {exc}"
+        yield engine
+    finally:
+        rep = engine.stop()
+        if rep is not None:
+            record["stop"] = rep.model_dump(mode="json") if hasattr(rep, "model_dump") else str(rep)
 
 
 def _write_outputs(opts, ctx, loaded, plan, host, rehearsal, rehearsal_reason, isolation, results, state, *, log):
