@@ -335,52 +335,56 @@ def iter_trace_events(path: str | Path) -> Iterator[dict[str, Any]]:
     except OSError as exc:
         raise ProfilerError(f"cannot open trace {path}: {exc}") from exc
     with f:
-        buf = ""
-        eof = False
-        # find the array
+        try:
+            yield from _iter_events(f, path, decoder)
+        except (EOFError, gzip.BadGzipFile, OSError, UnicodeDecodeError) as exc:
+            raise ProfilerError(f"trace {path} could not be read completely: {exc}") from exc
+
+
+def _iter_events(f: Any, path: Path, decoder: json.JSONDecoder) -> Iterator[dict[str, Any]]:
+    buf = ""
+    eof = False
+    # find the array
+    while True:
+        m = _TRACE_EVENTS_RE.search(buf)
+        if m:
+            buf = buf[m.end() :]
+            break
+        if eof:
+            raise ProfilerError(f"trace {path} has no traceEvents array")
+        chunk = f.read(_CHUNK)
+        if not chunk:
+            eof = True
+        buf = buf[-64:] + chunk  # keep a tail in case the key spans two chunks
+    pos = 0
+    while True:
+        # skip separators
         while True:
-            m = _TRACE_EVENTS_RE.search(buf)
-            if m:
-                buf = buf[m.end() :]
+            while pos < len(buf) and buf[pos] in " \t\r\n,":
+                pos += 1
+            if pos < len(buf) or eof:
                 break
-            if eof:
-                raise ProfilerError(f"trace {path} has no traceEvents array")
             chunk = f.read(_CHUNK)
             if not chunk:
                 eof = True
-            buf = buf[-64:] + chunk  # keep a tail in case the key spans two chunks
-        pos = 0
+            buf, pos = buf[pos:] + chunk, 0
+        if pos >= len(buf):
+            raise ProfilerError(f"trace {path} ends inside its traceEvents array (truncated file?)")
+        if buf[pos] == "]":
+            return
         try:
-            while True:
-                # skip separators
-                while True:
-                    while pos < len(buf) and buf[pos] in " \t\r\n,":
-                        pos += 1
-                    if pos < len(buf) or eof:
-                        break
-                    chunk = f.read(_CHUNK)
-                    if not chunk:
-                        eof = True
-                    buf, pos = buf[pos:] + chunk, 0
-                if pos >= len(buf):
-                    raise ProfilerError(f"trace {path} ends inside its traceEvents array (truncated file?)")
-                if buf[pos] == "]":
-                    return
-                try:
-                    obj, end = decoder.raw_decode(buf, pos)
-                except json.JSONDecodeError as exc:
-                    if eof or exc.pos < len(buf) - _CHUNK:
-                        raise ProfilerError(f"trace {path} is not valid JSON near offset {exc.pos}: {exc.msg}") from exc
-                    chunk = f.read(_CHUNK)
-                    if not chunk:
-                        eof = True
-                    buf, pos = buf[pos:] + chunk, 0
-                    continue
-                pos = end
-                if isinstance(obj, dict):
-                    yield obj
-        except (EOFError, gzip.BadGzipFile, OSError) as exc:
-            raise ProfilerError(f"trace {path} could not be read completely: {exc}") from exc
+            obj, end = decoder.raw_decode(buf, pos)
+        except json.JSONDecodeError as exc:
+            if eof or exc.pos < len(buf) - _CHUNK:
+                raise ProfilerError(f"trace {path} is not valid JSON near offset {exc.pos}: {exc.msg}") from exc
+            chunk = f.read(_CHUNK)
+            if not chunk:
+                eof = True
+            buf, pos = buf[pos:] + chunk, 0
+            continue
+        pos = end
+        if isinstance(obj, dict):
+            yield obj
 
 
 # ======================================================================================
