@@ -49,8 +49,8 @@ class DriftCheck(StatResult):
     first_run_values: list[float]
     second_run_values: list[float]
     ignores_lifetime_variance: bool
-    n_boot: int
-    seed: int
+    n_boot: int | None
+    seed: int | None
 
 
 def detect_drift(

@@ -25,8 +25,8 @@ side's remaining unlisted mass goes to ``<other>``. Probabilities are floored at
 ``floor`` and renormalised, and ``KL = sum_i p_i log(p_i / q_i)`` over ``U + <other>``.
 If the imputed values were exact this would be the KL of a coarsened distribution,
 hence at most the true KL (data-processing inequality); with imputation it is an
-estimate. It is exact when both sides list the same tokens and their rest masses are
-equal.
+estimate. When both sides list the same tokens nothing is imputed and it is exactly the
+KL of the two distributions coarsened to (each listed token, everything else).
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ import math
 from collections.abc import Hashable, Mapping, Sequence
 
 import numpy as np
+
 from fasttrack.stats._base import StatResult, StatsInputError
 
 Token = Hashable
@@ -168,15 +169,15 @@ def compare_greedy(
     bt, ct = list(baseline_tokens), list(candidate_tokens)
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
         raise StatsInputError(f"top_k must be a positive integer or None, got {top_k!r}.")
-    blp = [None] * len(bt) if baseline_logprobs is None else list(baseline_logprobs)
-    clp = [None] * len(ct) if candidate_logprobs is None else list(candidate_logprobs)
-    if len(blp) != len(bt) or len(clp) != len(ct):
+    raw_b: list[TopLogprobs | None] = [None] * len(bt) if baseline_logprobs is None else list(baseline_logprobs)
+    raw_c: list[TopLogprobs | None] = [None] * len(ct) if candidate_logprobs is None else list(candidate_logprobs)
+    if len(raw_b) != len(bt) or len(raw_c) != len(ct):
         raise StatsInputError(
-            f"logprobs must have one entry per output token: baseline {len(blp)} for {len(bt)} tokens, "
-            f"candidate {len(clp)} for {len(ct)} tokens."
+            f"logprobs must have one entry per output token: baseline {len(raw_b)} for {len(bt)} tokens, "
+            f"candidate {len(raw_c)} for {len(ct)} tokens."
         )
-    blp = [_clean(d, f"baseline logprobs at position {i}") for i, d in enumerate(blp)]
-    clp = [_clean(d, f"candidate logprobs at position {i}") for i, d in enumerate(clp)]
+    blp = [_clean(d, f"baseline logprobs at position {i}") for i, d in enumerate(raw_b)]
+    clp = [_clean(d, f"candidate logprobs at position {i}") for i, d in enumerate(raw_c)]
 
     common = min(len(bt), len(ct))
     mismatch = next((i for i in range(common) if bt[i] != ct[i]), None)
@@ -271,12 +272,3 @@ def summarize_greedy(comparisons: Sequence[GreedyComparison]) -> GreedySummary:
         not_close=[i for i, c in enumerate(comparisons) if not c.close],
     )
 
-
-__all__ = [
-    "GreedyComparison",
-    "GreedySummary",
-    "KL_ESTIMATOR",
-    "compare_greedy",
-    "summarize_greedy",
-    "topk_kl",
-]

@@ -266,7 +266,7 @@ def paired_bootstrap_difference(
     if isinstance(n_boot, bool) or not isinstance(n_boot, (int, np.integer)) or n_boot < 100:
         raise StatsInputError(f"n_boot must be an integer >= 100, got {n_boot!r}.")
     tail = (1.0 - confidence) / 2.0
-    boots = max(int(n_boot), int(math.ceil(MIN_TAIL_REPLICATES / tail)))
+    boots = max(int(n_boot), math.ceil(MIN_TAIL_REPLICATES / tail))
     rng = make_rng(seed)
     reps = np.empty(boots)
     chunk = max(1, 2_000_000 // n_groups)

@@ -14,6 +14,8 @@ reach a normalized speedup above 1.
 
 from __future__ import annotations
 
+import math
+
 from fasttrack.stats._base import StatResult, StatsInputError
 from fasttrack.stats.hierarchical import RatioEstimate
 
@@ -54,7 +56,7 @@ def normalize_speedup_per_gpu(
     speedup: float, *, baseline_gpus: int, candidate_gpus: int, metric: str = ""
 ) -> ResourceNormalization:
     """Same for a bare speedup without an interval (e.g. a published claim such as 403.2 / 223.7 on 16 vs 8 GPUs)."""
-    if not (isinstance(speedup, (int, float)) and speedup > 0 and speedup == speedup and speedup != float("inf")):
+    if not (isinstance(speedup, (int, float)) and math.isfinite(speedup) and speedup > 0):
         raise StatsInputError(f"speedup must be a finite positive number, got {speedup!r}.")
     return _normalize(
         name=f"per-GPU speedup of {metric or 'a metric'}", metric=metric, speedup=float(speedup), ci=None,

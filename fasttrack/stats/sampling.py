@@ -188,7 +188,7 @@ def chi_square_sampling_test(
         p = np.exp(x - x.max())
         p /= p.sum()
         probs = dict(zip(tokens, p.tolist()))
-        rest = None
+        rest: float | None = None
         n_test = n_all - n_out
         if n_test == 0:
             raise StatsInputError("no candidate sample fell inside the baseline's top-k: the conditional test has nothing to test.")
@@ -209,8 +209,8 @@ def chi_square_sampling_test(
 
     # initial bins: (label, tokens, prob, observed)
     bins: list[tuple[str, list[str], float, int]] = [(str(t), [str(t)], probs[t], counts.get(t, 0)) for t in tokens]
-    if not conditional:
-        bins.append((REST, [REST], float(rest), n_out))
+    if rest is not None:
+        bins.append((REST, [REST], rest, n_out))
     bins.sort(key=lambda b: (b[2], b[0]))
     cut = min_expected * (1.0 - 1e-9)  # an expected count of exactly min_expected is not pooled
     small = [b for b in bins if b[2] * n_test < cut]
