@@ -11,7 +11,6 @@ cannot make ``tarfile`` allocate without bound. Extraction writes each file with
 
 from __future__ import annotations
 
-import gzip
 import io
 import os
 import shutil
@@ -23,6 +22,7 @@ from pathlib import Path, PurePosixPath
 from typing import IO
 
 from fasttrack.bundle.errors import BundleError, UnsafeArchiveError
+from fasttrack.bundle.gzstream import GzipStream
 
 GiB = 1024**3
 
@@ -53,6 +53,10 @@ class _CappedReader(io.RawIOBase):
         self._inner = inner
         self._cap = cap
         self._archive = archive
+
+    @property
+    def cap(self) -> int:
+        return self._cap
 
     def readable(self) -> bool:
         return True
@@ -112,26 +116,50 @@ def check_member(member: tarfile.TarInfo, *, archive: str, limits: Limits = DEFA
 
 
 class _MemberStream:
-    """A member's data; read errors (corrupt gzip data, truncation) become :class:`BundleError`."""
+    """The data of one member, read straight from the archive stream (at most ``size`` bytes);
+    read errors (corrupt gzip data, truncation) become :class:`BundleError`."""
 
-    def __init__(self, inner: IO[bytes], archive: str, name: str) -> None:
+    def __init__(self, inner: "_CappedReader", size: int, archive: str, name: str) -> None:
         self._inner = inner
+        self._left = size
         self._where = f"{archive}: member {name!r}"
 
     def _fail(self, exc: BaseException) -> BundleError:
         return BundleError(f"{self._where} cannot be read (the archive is corrupt or truncated): {exc}")
 
     def read(self, size: int = -1) -> bytes:
+        if size is None or size < 0:
+            size = self._left
+        size = min(size, self._left)
+        if size <= 0:
+            return b""
         try:
-            return self._inner.read(size)
-        except (OSError, EOFError, zlib.error, tarfile.TarError) as exc:
+            parts = []
+            while size:
+                data = self._inner.read(min(size, self._inner.cap))
+                if not data:
+                    raise EOFError(f"{self._left} bytes missing")
+                parts.append(data)
+                size -= len(data)
+                self._left -= len(data)
+        except (OSError, EOFError, zlib.error) as exc:
             raise self._fail(exc) from None
+        return b"".join(parts)
 
     def readinto(self, b) -> int:  # type: ignore[no-untyped-def]
+        view = memoryview(b).cast("B")
+        if len(view) > self._left:
+            view = view[: self._left]
+        if not view:
+            return 0
         try:
-            return self._inner.readinto(b)  # type: ignore[attr-defined]
-        except (OSError, EOFError, zlib.error, tarfile.TarError) as exc:
+            n = self._inner.readinto(view)
+        except (OSError, EOFError, zlib.error) as exc:
             raise self._fail(exc) from None
+        if not n:
+            raise self._fail(EOFError(f"{self._left} bytes missing"))
+        self._left -= n
+        return n
 
 
 @dataclass
@@ -161,54 +189,64 @@ def iter_members(archive: str | os.PathLike[str], *, limits: Limits = DEFAULT_LI
     with raw:
         magic = raw.read(2)
         raw.seek(0)
-        inner: IO[bytes] = gzip.GzipFile(fileobj=raw, mode="rb") if magic == b"\x1f\x8b" else raw  # type: ignore[assignment]
-        reader = _CappedReader(inner, limits.max_read, label)
+        inner: IO[bytes] = GzipStream(raw) if magic == b"\x1f\x8b" else raw  # type: ignore[assignment]
         try:
-            tf = tarfile.open(fileobj=reader, mode="r:")  # type: ignore[arg-type]
-        except UnsafeArchiveError:
-            raise
-        except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
-            raise BundleError(f"{path} is not a readable .tar.gz: {exc}") from None
-        seen: set[str] = set()
-        count = 0
-        total = 0
-        try:
-            while True:
-                try:
-                    m = tf.next()
-                except UnsafeArchiveError:
-                    raise
-                except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
-                    raise BundleError(f"{path} is not a readable .tar.gz (after {count} members): {exc}") from None
-                if m is None:
-                    break
-                count += 1
-                if count > limits.max_members:
-                    raise UnsafeArchiveError(f"{label} has more than {limits.max_members} members (member {m.name!r})")
-                name = check_member(m, archive=label, limits=limits)
-                total += m.size
-                if total > limits.max_total_size:
-                    raise UnsafeArchiveError(
-                        f"{label}: member {m.name!r} brings the unpacked size to {total} bytes, over the limit of "
-                        f"{limits.max_total_size} (a decompression bomb?)"
-                    )
-                if name == "":
-                    continue
-                key = name + ("/" if m.isdir() else "")
-                if name in seen or key in seen:
-                    raise UnsafeArchiveError(f"{label}: member {m.name!r} appears more than once")
-                seen.add(name)
-                seen.add(key)
-                tf.members = []  # keep memory flat on archives with many members
-                if m.isdir():
-                    yield Member(name=name, size=0, is_dir=True, stream=None)
-                else:
-                    yield Member(name=name, size=m.size, is_dir=False, stream=_MemberStream(tf.extractfile(m), label, name))  # type: ignore[arg-type]
-            _drain(reader, label)
-        except UnsafeArchiveError:
-            raise
-        except (OSError, EOFError, zlib.error) as exc:
-            raise BundleError(f"{path} is truncated or corrupt: {exc}") from None
+            yield from _members(path, label, inner, limits)
+        finally:
+            if isinstance(inner, GzipStream):
+                inner.close()
+
+
+def _members(path: Path, label: str, inner: IO[bytes], limits: Limits) -> Iterator[Member]:
+    reader = _CappedReader(inner, limits.max_read, label)
+    try:
+        tf = tarfile.open(fileobj=reader, mode="r:")  # type: ignore[arg-type]
+    except UnsafeArchiveError:
+        raise
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
+        raise BundleError(f"{path} is not a readable .tar.gz: {exc}") from None
+    seen: set[str] = set()
+    count = 0
+    total = 0
+    try:
+        while True:
+            try:
+                m = tf.next()
+            except UnsafeArchiveError:
+                raise
+            except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
+                raise BundleError(f"{path} is not a readable .tar.gz (after {count} members): {exc}") from None
+            if m is None:
+                break
+            count += 1
+            if count > limits.max_members:
+                raise UnsafeArchiveError(f"{label} has more than {limits.max_members} members (member {m.name!r})")
+            name = check_member(m, archive=label, limits=limits)
+            total += m.size
+            if total > limits.max_total_size:
+                raise UnsafeArchiveError(
+                    f"{label}: member {m.name!r} brings the unpacked size to {total} bytes, over the limit of "
+                    f"{limits.max_total_size} (a decompression bomb?)"
+                )
+            if name == "":
+                continue
+            key = name + ("/" if m.isdir() else "")
+            if name in seen or key in seen:
+                raise UnsafeArchiveError(f"{label}: member {m.name!r} appears more than once")
+            seen.add(name)
+            seen.add(key)
+            tf.members = []  # keep memory flat on archives with many members
+            if m.isdir():
+                yield Member(name=name, size=0, is_dir=True, stream=None)
+            else:
+                if reader.tell() != m.offset_data:
+                    reader.seek(m.offset_data)
+                yield Member(name=name, size=m.size, is_dir=False, stream=_MemberStream(reader, m.size, label, name))  # type: ignore[arg-type]
+        _drain(reader, label)
+    except UnsafeArchiveError:
+        raise
+    except (OSError, EOFError, zlib.error) as exc:
+        raise BundleError(f"{path} is truncated or corrupt: {exc}") from None
 
 
 #: Bytes allowed after the tar end-of-archive marker (zero padding to the record size).

@@ -1,0 +1,89 @@
+"""The bundle commands end to end through the real console entry point."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from fasttrack import ROOT
+
+from conftest import HEAD, build
+
+FT = [sys.executable, "-m", "fasttrack"]
+
+
+def ft(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
+    env.pop("FASTTRACK_TRUST_DIR", None)
+    return subprocess.run([*FT, *map(str, args)], capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+
+
+def clean_error(res: subprocess.CompletedProcess[str], code: int = 2) -> None:
+    assert res.returncode == code, (res.returncode, res.stdout, res.stderr)
+    assert "Traceback" not in res.stdout + res.stderr
+    assert "error:" in res.stderr
+
+
+def test_keys_sign_verify_merge(tmp_path: Path) -> None:
+    keys = tmp_path / "keys"
+    r = ft("keys", "generate", "-o", keys, "--name", "alice", "--comment", "alice@example")
+    assert r.returncode == 0, r.stderr
+    assert (keys / "alice").is_file() and (keys / "alice.pub").read_text().startswith("ssh-ed25519 ")
+    r = ft("keys", "show", keys / "alice.pub")
+    assert r.returncode == 0 and "alice@example" in r.stdout
+
+    b = build(tmp_path / "b")
+    r = ft("verify", b, "--key", keys / "alice.pub")
+    assert r.returncode == 1 and "not signed" in r.stdout
+
+    r = ft("sign", b, "--key", keys / "alice")
+    assert r.returncode == 0, r.stderr
+    r = ft("verify", b, "--key", keys / "alice.pub", "--pr-head", HEAD[:10])
+    assert r.returncode == 0, r.stdout
+    assert "verified" in r.stdout
+
+    r = ft("verify", b, "--trust", keys, "--json")
+    assert r.returncode == 0
+    out = json.loads(r.stdout)
+    assert out["verified"] is True and out["verdict"] == "pass"
+    assert {it["name"]: it["ok"] for it in out["items"]}["hashes"] is True
+
+    r = ft("verify", b, "--key", keys / "alice.pub", "--pr-head", "deadbeefdeadbeef", "--json")
+    assert r.returncode == 1
+    out = json.loads(r.stdout)
+    assert out["verified"] is False
+    assert [it["name"] for it in out["items"] if it["ok"] is False] == ["pr_head"]
+
+    # merge two shards and sign the result in one go
+    shards = []
+    for i in (1, 2):
+        shards.append(build(tmp_path / f"s{i}", shard=f"{i}/2", plan={"points": [i], "fingerprint": "f" * 64}))
+    r = ft("merge", *shards, "-o", tmp_path / "merged.tar.gz", "--sign-key", keys / "alice")
+    assert r.returncode == 0, r.stderr
+    r = ft("verify", tmp_path / "merged.tar.gz", "--key", keys / "alice.pub")
+    assert r.returncode == 0, r.stdout
+    r = ft("merge", shards[0], "-o", tmp_path / "m2")
+    clean_error(r)
+    assert "2/2" in r.stderr and "missing" in r.stderr
+
+
+def test_require_pass(tmp_path: Path, contrib, keydir: Path) -> None:
+    from fasttrack.checks.base import Verdict
+
+    from conftest import make_results
+
+    b = build(tmp_path / "b", results=make_results(perf=Verdict.FAIL), sign=[contrib])
+    assert ft("verify", b, "--key", keydir / "contrib.pub").returncode == 0
+    assert ft("verify", b, "--key", keydir / "contrib.pub", "--require-pass").returncode == 1
+
+
+def test_user_errors_are_one_paragraph(tmp_path: Path, keydir: Path) -> None:
+    b = build(tmp_path / "b")
+    clean_error(ft("verify", b))  # no key given
+    clean_error(ft("verify", b, "--key", tmp_path / "missing.pub"))
+    clean_error(ft("verify", tmp_path / "nope", "--key", keydir / "contrib.pub"))
+    clean_error(ft("sign", b, "--key", keydir / "contrib.pub"))  # a public key cannot sign
+    clean_error(ft("keys", "generate", "-o", keydir, "--name", "contrib"))  # never overwrites

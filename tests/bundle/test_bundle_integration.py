@@ -1,0 +1,89 @@
+"""The bundle step of ``fasttrack validate`` on a real scope and plan (no engines)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from fasttrack import bundle as B
+from fasttrack.bundle.integration import redact_env, write_run_bundle
+from fasttrack.checks.base import RunContext
+
+from conftest import make_results
+
+
+@pytest.fixture()
+def run(tmp_path: Path):
+    from fasttrack.hardware import detect_host
+    from fasttrack.plan import build_plan
+    from fasttrack.scope import load_scope
+
+    loaded = load_scope("demo-llama")
+    plan = build_plan(loaded.scope, tier="smoke", shard=None, scope_sha256=loaded.sha256)
+    run_dir = tmp_path / "run"
+    (run_dir / "logs").mkdir(parents=True)
+    (run_dir / "logs" / "g0.baseline.0.log").write_text("INFO started\n")
+    (run_dir / "artifacts" / "evals").mkdir(parents=True)
+    (run_dir / "artifacts" / "evals" / "samples.jsonl").write_text("{}\n")
+    (run_dir / "profiles").mkdir()
+    (run_dir / "profiles" / "huge-trace.json").write_text("{}")
+    (run_dir / "run-summary.json").write_text(json.dumps({"verdict": "pass"}))
+    ctx = RunContext(scope=loaded.scope, plan=plan, tier="smoke", run_dir=run_dir)
+    ctx.shared["model"] = SimpleNamespace(model="/models/demo", sha256="2" * 64)
+    ctx.shared["seeds"] = {"sampling": 1234}
+    state = SimpleNamespace(
+        engines=[
+            {"side": "baseline", "group": "g0", "lifetime": 0, "owned": True, "args": ["--dtype", "float32"],
+             "env": {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_TOKEN": "hf_secret"}, "log": "logs/g0.baseline.0.log",
+             "base_url": "http://127.0.0.1:8000"},
+            {"side": "candidate", "group": "g0", "lifetime": 0, "owned": False, "base_url": "http://127.0.0.1:9000"},
+        ]
+    )
+    return SimpleNamespace(loaded=loaded, plan=plan, ctx=ctx, state=state, host=detect_host(), run_dir=run_dir)
+
+
+def test_write_run_bundle_signed_and_verifiable(run, keydir: Path) -> None:
+    head = "89abcdef" * 5
+    opts = SimpleNamespace(sign_keys=[keydir / "contrib"], pr_repository="org/vllm", pr_number=12, head=head, base=None)
+    tgz = write_run_bundle(
+        opts=opts, ctx=run.ctx, loaded=run.loaded, plan=run.plan, host=run.host, rehearsal=True,
+        rehearsal_reason="scope needs a GPU; host has none", isolation=None, results=make_results(),
+        state=run.state, log=lambda m: None,
+    )
+    assert tgz == run.run_dir / "bundle.tar.gz"
+    res = B.verify_bundle(tgz, keys=[keydir / "contrib.pub"], pr_head=head[:8])
+    assert res.verified, res.failures
+    with B.open_bundle(tgz) as view:
+        m = view.manifest
+        assert m.scope.sha256 == run.loaded.sha256 and m.scope.model == "demo-llama"
+        assert m.plan.fingerprint == run.plan.fingerprint and m.plan.shard == "1/1"
+        assert m.rehearsal and "GPU" in m.rehearsal_reason
+        assert m.pr.number == 12 and m.pr.isolation == "not_run"
+        assert m.provenance.models == {"fasttrack/demo-llama": "2" * 64}
+        assert m.provenance.seeds == {"sampling": 1234}
+        eng = {(e.side, e.mode) for e in m.provenance.engines}
+        assert eng == {("baseline", "owned"), ("candidate", "attached")}
+        assert m.provenance.engines[0].env["HF_TOKEN"] == "<redacted>"
+        assert view.path("logs/run-summary.json").is_file()
+        assert view.path("logs/g0.baseline.0.log").is_file()
+        with pytest.raises(B.BundleError):
+            view.path("profiles/huge-trace.json")
+
+
+def test_bad_sign_key_fails_before_writing(run, tmp_path: Path) -> None:
+    opts = SimpleNamespace(sign_keys=[tmp_path / "missing"], pr_repository=None, pr_number=None, head=None, base=None)
+    with pytest.raises(B.KeyFileError):
+        write_run_bundle(
+            opts=opts, ctx=run.ctx, loaded=run.loaded, plan=run.plan, host=run.host, rehearsal=False,
+            rehearsal_reason=None, isolation=None, results=make_results(), state=run.state, log=lambda m: None,
+        )
+    assert not (run.run_dir / "bundle").exists()
+
+
+def test_redact_env() -> None:
+    env = redact_env({"HF_TOKEN": "x", "AWS_SECRET_ACCESS_KEY": "y", "API_KEY": "z", "VLLM_CPU_KVCACHE_SPACE": "4", "KEYBOARD": "us"})
+    assert env == {"API_KEY": "<redacted>", "AWS_SECRET_ACCESS_KEY": "<redacted>", "HF_TOKEN": "<redacted>",
+                   "KEYBOARD": "us", "VLLM_CPU_KVCACHE_SPACE": "4"}
