@@ -1,0 +1,44 @@
+"""Reports over evidence bundles: the PR report (HTML), the PR comment (Markdown) and the
+maintainer dashboard (a static site over many bundles, with a local server).
+
+Everything is rendered from bundles only, after verifying them::
+
+    from fasttrack.report import render_report
+    render_report(bundle_dir, "report.html", keys=["ci.pub"], comment_path="pr-comment.md")
+
+    from fasttrack.report import build_site
+    build_site(bundles_dir, site_dir, trust_dir="trusted-keys/")
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS = {
+    "render_report": "report",
+    "report_html": "report",
+    "build_report_data": "load",
+    "render_comment": "comment",
+    "build_site": "site",
+    "serve": "server",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    mod = _EXPORTS.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'fasttrack.report' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"fasttrack.report.{mod}"), name)
+    globals()[name] = value
+    return value
+
+
+if TYPE_CHECKING:  # pragma: no cover
+    from fasttrack.report.comment import render_comment
+    from fasttrack.report.load import build_report_data
+    from fasttrack.report.report import render_report, report_html
+    from fasttrack.report.server import serve
+    from fasttrack.report.site import build_site

@@ -1,0 +1,252 @@
+"""Inline SVG charts: speedup with confidence intervals, eval bins, eval items.
+
+No JavaScript and no external resources: each chart is one ``<svg>`` built with
+:mod:`fasttrack.report.svg` (which escapes every text). Colours come from CSS classes
+in the report's stylesheet, so the print stylesheet can adjust them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+from markupsafe import Markup
+
+from fasttrack.report import fmt
+from fasttrack.report.svg import El, line, num, polyline, svg, text
+from fasttrack.report.views import PerfRow
+
+#: Series colours available in the stylesheet (classes s0..s9).
+N_COLOURS = 10
+MAX_SERIES = 12
+
+
+def nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
+    """Round tick values covering [lo, hi]."""
+    if hi <= lo:
+        hi = lo + 1.0
+    raw = (hi - lo) / max(n, 1)
+    mag = 10 ** math.floor(math.log10(raw))
+    step = min((m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw), default=10 * mag)
+    start = math.floor(lo / step) * step
+    ticks = []
+    v = start
+    while v <= hi + step * 0.5 and len(ticks) < 20:
+        if v >= lo - step * 0.5:
+            ticks.append(round(v, 10))
+        v += step
+    return ticks
+
+
+def _tick_label(v: float) -> str:
+    return f"{v:g}" if abs(v) < 1e5 else f"{v:.2e}"
+
+
+def speedup_chart(
+    rows: Sequence[PerfRow],
+    *,
+    x: str,
+    metric: str,
+    threshold: float | None,
+) -> Markup | None:
+    """Speedup (candidate vs baseline) with its interval, one series per other dimension.
+
+    ``x`` is ``"batch"`` or ``"context"``. Returns None when fewer than one point has both an x
+    value and a speedup.
+    """
+    xval: Callable[[PerfRow], int | None] = (lambda r: r.batch) if x == "batch" else (lambda r: r.context)
+    usable = [r for r in rows if xval(r) is not None and r.speedup is not None]
+    if not usable:
+        return None
+    groups = sorted({r.group for r in usable})
+
+    def series_of(r: PerfRow) -> str:
+        other = r.context_label if x == "batch" else (f"batch {r.batch}" if r.batch is not None else "batch ?")
+        other = f"ctx {other}" if x == "batch" else other
+        return f"{r.group} \u00b7 {other}" if len(groups) > 1 else other
+
+    def sort_key(label: str) -> tuple:
+        rs = [r for r in usable if series_of(r) == label]
+        r = rs[0]
+        return (r.group, (r.context or 0) if x == "batch" else (r.batch or 0), label)
+
+    labels = sorted({series_of(r) for r in usable}, key=sort_key)
+    extra = len(labels) - MAX_SERIES
+    if extra > 0:
+        labels = labels[:MAX_SERIES]
+        usable = [r for r in usable if series_of(r) in labels]
+    xs = sorted({xval(r) for r in usable})  # type: ignore[type-var]
+
+    vals: list[float] = [1.0]
+    for r in usable:
+        vals.append(r.speedup)  # type: ignore[arg-type]
+        vals.extend(v for v in (r.ci_low, r.ci_high) if v is not None)
+    if threshold is not None:
+        vals.append(threshold)
+    lo, hi = min(vals), max(vals)
+    pad = (hi - lo) * 0.08 or 0.05
+    lo, hi = lo - pad, hi + pad
+    ticks = nice_ticks(lo, hi)
+    lo, hi = min(lo, ticks[0]), max(hi, ticks[-1])
+
+    legend_w = 190
+    W, H = 680 + (0 if len(labels) <= 1 else 0), 300
+    ml, mr, mt, mb = 58, legend_w, 16, 48
+    pw, ph = W - ml - mr, H - mt - mb
+
+    def px(i: int) -> float:
+        return ml + (i + 0.5) * pw / len(xs)
+
+    def py(v: float) -> float:
+        return mt + ph - (v - lo) / (hi - lo) * ph
+
+    xname = "batch size" if x == "batch" else "context length (tokens)"
+    root = svg(W, H, label=f"{metric}: speedup of candidate over baseline by {xname}, with confidence intervals")
+    grid = El("g", {"class": "grid"})
+    for t in ticks:
+        grid.add(line(ml, py(t), ml + pw, py(t), cls="gridline"))
+        grid.add(text(ml - 6, py(t) + 4, _tick_label(t), anchor="end", cls="tick"))
+    root.add(grid)
+    axes = El("g", {"class": "axes"})
+    axes.add(line(ml, mt, ml, mt + ph, cls="axis"), line(ml, mt + ph, ml + pw, mt + ph, cls="axis"))
+    for i, xv in enumerate(xs):
+        axes.add(line(px(i), mt + ph, px(i), mt + ph + 4, cls="axis"))
+        lab = str(xv) if x == "batch" else _ctx(xv)
+        axes.add(text(px(i), mt + ph + 17, lab, anchor="middle", cls="tick"))
+    axes.add(text(ml + pw / 2, H - 8, xname, anchor="middle", cls="axis-title"))
+    axes.add(text(14, mt + ph / 2, "speedup (\u00d7, >1 = candidate better)", anchor="middle", cls="axis-title",
+                  transform=f"rotate(-90 14 {num(mt + ph / 2)})"))
+    root.add(axes)
+    ref = El("g", {"class": "refs"})
+    ref.add(line(ml, py(1.0), ml + pw, py(1.0), cls="parity", dash="4 3"))
+    ref.add(text(ml + pw - 4, py(1.0) - 4, "parity 1.0", anchor="end", cls="ref-label"))
+    if threshold is not None and lo <= threshold <= hi:
+        ref.add(line(ml, py(threshold), ml + pw, py(threshold), cls="threshold", dash="6 3"))
+        ref.add(text(ml + 4, py(threshold) + 12, f"gate {threshold:g}", anchor="start", cls="ref-label threshold-label"))
+    root.add(ref)
+
+    n = len(labels)
+    slot = pw / len(xs)
+    off = min(10.0, slot * 0.6 / max(n, 1))
+    for si, lab in enumerate(labels):
+        cls = f"s{si % N_COLOURS}"
+        g = El("g", {"class": f"series {cls}"})
+        rs = sorted((r for r in usable if series_of(r) == lab), key=lambda r: xs.index(xval(r)))
+        dx = (si - (n - 1) / 2) * off
+        pts = [(px(xs.index(xval(r))) + dx, py(r.speedup)) for r in rs]  # type: ignore[arg-type]
+        if len(pts) > 1:
+            g.add(polyline(pts, cls="series-line"))
+        for r, (cx, cy) in zip(rs, pts):
+            mark = El("g", {"class": "mark" + (" failed" if r.verdict == "fail" else "")})
+            tip = (
+                f"{r.point}: speedup {fmt.speedup(r.speedup)}"
+                + (f" [{r.ci_low:.3f}, {r.ci_high:.3f}]" if r.ci_low is not None and r.ci_high is not None else "")
+                + (f"; verdict {r.verdict}" if r.verdict else "")
+            )
+            mark.add(El("title", None, tip))
+            if r.ci_low is not None and r.ci_high is not None:
+                mark.add(line(cx, py(r.ci_low), cx, py(r.ci_high), cls="ci"))
+                mark.add(line(cx - 3, py(r.ci_low), cx + 3, py(r.ci_low), cls="ci"))
+                mark.add(line(cx - 3, py(r.ci_high), cx + 3, py(r.ci_high), cls="ci"))
+            mark.add(El("circle", {"cx": num(cx), "cy": num(cy), "r": "4", "class": "dot"}))
+            if r.verdict == "fail":
+                mark.add(El("circle", {"cx": num(cx), "cy": num(cy), "r": "8", "class": "fail-ring", "fill": "none"}))
+            g.add(mark)
+        root.add(g)
+    leg = El("g", {"class": "legend"})
+    lx = W - legend_w + 14
+    for si, lab in enumerate(labels):
+        ly = mt + 10 + si * 18
+        leg.add(El("circle", {"cx": num(lx), "cy": num(ly - 4), "r": "4", "class": f"dot s{si % N_COLOURS}"}))
+        leg.add(text(lx + 10, ly, fmt.one_line(lab, 26), cls="legend-label"))
+    if extra > 0:
+        leg.add(text(lx, mt + 10 + len(labels) * 18, f"+{extra} more series (see table)", cls="legend-label"))
+    root.add(leg)
+    return root.markup()
+
+
+def _ctx(v: int | None) -> str:
+    if v is None:
+        return "?"
+    return f"{v // 1024}k" if v >= 1024 and v % 1024 == 0 else str(v)
+
+
+def bins_chart(bins: Sequence[tuple[str, float | None, float | None]], *, title: str, ymax: float | None = None) -> Markup | None:
+    """Grouped bars, baseline against candidate, one group per bin: ``(bin, baseline, candidate)``."""
+    bins = [b for b in bins if b[1] is not None or b[2] is not None][:40]
+    if not bins:
+        return None
+    top = ymax if ymax is not None else max(max(v for v in (b[1], b[2]) if v is not None) for b in bins)
+    top = top if top and top > 0 else 1.0
+    ticks = nice_ticks(0.0, top, 4)
+    top = max(top, ticks[-1])
+    W, H = 680, 260
+    ml, mr, mt, mb = 52, 130, 16, 56
+    pw, ph = W - ml - mr, H - mt - mb
+
+    def py(v: float) -> float:
+        return mt + ph - v / top * ph
+
+    root = svg(W, H, label=f"{title}: baseline and candidate score per bin")
+    g = El("g", {"class": "grid"})
+    for t in ticks:
+        g.add(line(ml, py(t), ml + pw, py(t), cls="gridline"), text(ml - 6, py(t) + 4, _tick_label(t), anchor="end", cls="tick"))
+    root.add(g)
+    root.add(line(ml, mt + ph, ml + pw, mt + ph, cls="axis"))
+    slot = pw / len(bins)
+    bw = min(26.0, slot * 0.38)
+    for i, (name, b, c) in enumerate(bins):
+        cx = ml + (i + 0.5) * slot
+        grp = El("g", {"class": "bar-group"})
+        grp.add(El("title", None, f"bin {name}: baseline {fmt.number(b)}, candidate {fmt.number(c)}"))
+        for j, (v, cls) in enumerate(((b, "bar-baseline"), (c, "bar-candidate"))):
+            if v is None:
+                continue
+            x0 = cx - bw + j * bw
+            grp.add(El("rect", {"x": num(x0), "y": num(py(max(v, 0.0))), "width": num(bw - 1),
+                                "height": num(max(0.0, ph - (py(max(v, 0.0)) - mt))), "class": cls}))
+        grp.add(text(cx, mt + ph + 16, fmt.one_line(name, 14), anchor="middle", cls="tick"))
+        root.add(grp)
+    lx = W - mr + 16
+    root.add(El("rect", {"x": num(lx), "y": num(mt + 2), "width": "12", "height": "12", "class": "bar-baseline"}),
+             text(lx + 18, mt + 12, "baseline", cls="legend-label"),
+             El("rect", {"x": num(lx), "y": num(mt + 22), "width": "12", "height": "12", "class": "bar-candidate"}),
+             text(lx + 18, mt + 32, "candidate", cls="legend-label"))
+    root.add(text(ml + pw / 2, H - 8, "bin", anchor="middle", cls="axis-title"))
+    return root.markup()
+
+
+def items_chart(items: Sequence[tuple[str, float | None, float | None]], *, title: str, limit: int = 120) -> Markup | None:
+    """A strip of items (problems/samples): two cells each, baseline above candidate, shaded by
+    score in [0, 1]; items where the sides differ are outlined."""
+    items = list(items)[:limit]
+    if not items:
+        return None
+    per_row = 40
+    cell = 14
+    rows = math.ceil(len(items) / per_row)
+    ml, mt = 78, 14
+    W = ml + per_row * (cell + 2) + 10
+    H = mt + rows * (2 * cell + 18) + 24
+    root = svg(W, H, label=f"{title}: score per item, baseline (top) and candidate (bottom)")
+    for r in range(rows):
+        y0 = mt + r * (2 * cell + 18)
+        root.add(text(ml - 6, y0 + cell - 3, "baseline", anchor="end", cls="tick"),
+                 text(ml - 6, y0 + 2 * cell - 1, "candidate", anchor="end", cls="tick"))
+    for i, (name, b, c) in enumerate(items):
+        r, k = divmod(i, per_row)
+        x0 = ml + k * (cell + 2)
+        y0 = mt + r * (2 * cell + 18)
+        differs = b is not None and c is not None and abs(b - c) > 1e-12
+        grp = El("g", {"class": "item" + (" discordant" if differs else "")})
+        grp.add(El("title", None, f"{name}: baseline {fmt.number(b)}, candidate {fmt.number(c)}"))
+        for j, v in enumerate((b, c)):
+            level = "na" if v is None else str(min(4, max(0, int(round(max(0.0, min(1.0, v)) * 4)))))
+            grp.add(El("rect", {"x": num(x0), "y": num(y0 + j * cell), "width": num(cell - 1), "height": num(cell - 1),
+                                "class": f"score score-{level}"}))
+        if differs:
+            grp.add(El("rect", {"x": num(x0 - 1), "y": num(y0 - 1), "width": num(cell + 1), "height": num(2 * cell + 1),
+                                "class": "discordant-box", "fill": "none"}))
+        root.add(grp)
+    root.add(text(ml, H - 6, "shade: score 0 (light) to 1 (dark); outlined: the sides differ", cls="legend-label"))
+    return root.markup()

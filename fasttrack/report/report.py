@@ -1,0 +1,52 @@
+"""``render_report``: one bundle -> one self-contained HTML file (and optionally the PR comment)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from fasttrack.report.load import Links, build_report_data, default_links
+from fasttrack.report.render import render_page, static, write_text
+from fasttrack.report.views import ReportData
+
+REPORT_TEMPLATE = "report.html.j2"
+REPORT_CSS = "report.css"
+
+
+def report_html(data: ReportData, *, back_href: str | None = None) -> str:
+    """The report page for already loaded data."""
+    return render_page(REPORT_TEMPLATE, css=static(REPORT_CSS), r=data, back_href=back_href, generated=None)
+
+
+def render_report(
+    bundle_path: str | os.PathLike[str],
+    out_html: str | os.PathLike[str],
+    *,
+    keys: Sequence[Any] = (),
+    trust_dir: str | os.PathLike[str] | None = None,
+    pr_head: str | None = None,
+    comment_path: str | os.PathLike[str] | None = None,
+    report_url: str | None = None,
+) -> ReportData:
+    """Verify ``bundle_path``, write the report to ``out_html`` (and the PR comment to
+    ``comment_path``), and return what was shown.
+
+    ``keys`` are trusted public keys (files or loaded keys) and ``trust_dir`` a directory of
+    ``*.pub`` files; without either the signature cannot verify and the report says so.
+    ``pr_head`` is the PR's current head commit, when known, to check the bundle against.
+    Links to the bundle's files are relative to ``out_html`` (directory bundles only).
+    """
+    from fasttrack.report.comment import render_comment
+
+    bundle = Path(bundle_path)
+    out = Path(out_html)
+    links: Links = default_links(bundle, out)
+    data = build_report_data(bundle, keys=keys, trust_dir=trust_dir, pr_head=pr_head, links=links)
+    write_text(out, report_html(data))
+    if comment_path is not None:
+        cp = Path(comment_path)
+        ref = os.path.relpath(out.resolve(), cp.resolve().parent) if report_url is None else out.name
+        write_text(cp, render_comment(data, report_ref=ref, report_url=report_url))
+    return data

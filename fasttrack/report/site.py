@@ -1,0 +1,417 @@
+"""``fasttrack dashboard build``: a static, hostable site over a directory of bundles.
+
+Layout of the site::
+
+    index.html              every bundle by model and PR, review queue, PR heads with
+                            several bundles, filter and search
+    index.json              the same records for tools (and the page's filter)
+    index.sqlite            the incremental index (see :mod:`fasttrack.report.index_db`)
+    reports/<id>.html       one report per bundle (id = first 16 hex digits of its content hash)
+    compare/<group>.html    independent bundles for one PR head and model, side by side
+    bundles/<id>/<file>     attested files of verified bundles (``--artifacts copy``);
+                            files a browser would run as a page get a ``.txt`` suffix
+
+Every page is rendered from the bundles only, after verifying each one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import stat
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from markupsafe import Markup
+
+from fasttrack import __version__
+from fasttrack.bundle.errors import BundleError
+from fasttrack.bundle.layout import ATTESTATION, MANIFEST
+from fasttrack.errors import FasttrackError
+from fasttrack.report import agreement, risk
+from fasttrack.report.identity import bundle_hash, fingerprint
+from fasttrack.report.index_db import Index
+from fasttrack.report.links import quote_path, served_name
+from fasttrack.report.records import BundleRecord, record_from
+from fasttrack.report.render import TEMPLATE_DIR, render_page, static, write_text
+
+ArtifactMode = Literal["copy", "serve", "none"]
+INDEX_DB = "index.sqlite"
+#: Bundles listed in the review queue at most (the full list is below it).
+QUEUE_LIMIT = 200
+
+
+@dataclass
+class BuildStats:
+    """What one build did."""
+
+    site: Path
+    bundles: int
+    read: int
+    """Bundles verified, read and rendered in this build."""
+    reused: int
+    """Bundles taken from the index unchanged."""
+    removed: int
+    seconds: float
+    errors: list[str]
+
+
+# --------------------------------------------------------------------------- discovery
+
+
+def discover(bundles_dir: Path) -> list[tuple[str, Path]]:
+    """Bundles under ``bundles_dir``: directories holding a manifest or attestation, and
+    ``.tar.gz``/``.tgz`` files. Hidden entries and symbolic links are skipped."""
+    if not bundles_dir.is_dir():
+        raise FasttrackError(f"--bundles {bundles_dir} is not a directory",
+                             hint="Point it at a folder of bundle directories or .tar.gz files.")
+    found: list[tuple[str, Path]] = []
+    stack = [bundles_dir]
+    while stack:
+        d = stack.pop()
+        try:
+            entries = sorted(os.scandir(d), key=lambda e: e.name)
+        except OSError:
+            continue
+        for e in entries:
+            if e.name.startswith(".") or e.is_symlink():
+                continue
+            p = Path(e.path)
+            if e.is_dir(follow_symlinks=False):
+                if (p / MANIFEST).is_file() or (p / ATTESTATION).is_file():
+                    found.append((p.relative_to(bundles_dir).as_posix(), p))
+                else:
+                    stack.append(p)
+            elif e.is_file(follow_symlinks=False) and (e.name.endswith(".tar.gz") or e.name.endswith(".tgz")):
+                found.append((p.relative_to(bundles_dir).as_posix(), p))
+    return sorted(found)
+
+
+def renderer_version() -> str:
+    """Changes when the templates or the report code change (pages must then be re-rendered)."""
+    h = hashlib.sha256(__version__.encode())
+    here = Path(__file__).resolve().parent
+    for p in sorted(list(TEMPLATE_DIR.glob("*")) + list(here.glob("*.py"))):
+        if p.is_file():
+            h.update(p.name.encode() + b"\0" + p.read_bytes())
+    return h.hexdigest()
+
+
+# --------------------------------------------------------------------------- one bundle (worker)
+
+_worker_keys: list[Any] = []
+
+
+def _init_worker(key_paths: Sequence[str], trust_dir: str | None) -> None:
+    from fasttrack.bundle.verify import resolve_keys
+
+    global _worker_keys
+    _worker_keys = resolve_keys(key_paths, trust_dir)
+
+
+@dataclass
+class _Job:
+    rel: str
+    path: str
+    fingerprint: str
+    site: str
+    artifacts: str
+    known: frozenset[str]
+
+
+def _copy_members(path: Path, members: Sequence[str], dest: Path) -> None:
+    wanted = {m for m in members if quote_path(m) is not None}
+    if path.is_dir():
+        root = path.resolve()
+        for m in sorted(wanted):
+            src = root / m
+            try:
+                st = os.lstat(src)
+            except OSError:
+                continue
+            if not stat.S_ISREG(st.st_mode) or not src.resolve().is_relative_to(root):
+                continue
+            dst = dest / served_name(m)
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, dst, follow_symlinks=False)
+    else:
+        from fasttrack.bundle.safe_tar import iter_members
+
+        for mem in iter_members(path):
+            if mem.is_dir or mem.name not in wanted or mem.stream is None:
+                continue
+            dst = dest / served_name(mem.name)
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            with open(dst, "wb") as f:
+                shutil.copyfileobj(mem.stream, f, 1 << 20)
+
+
+def process_bundle(job: _Job) -> tuple[str, str, str, str | None, str | None]:
+    """Hash, verify, read and render one bundle: ``(rel, fingerprint, id, record json | None, error)``.
+
+    When the content hash is already indexed (``job.known``) only the hash is computed.
+    """
+    from fasttrack.report.load import Links, build_report_data
+    from fasttrack.report.report import report_html
+
+    path = Path(job.path)
+    try:
+        h = bundle_hash(path)
+    except OSError as exc:
+        return job.rel, job.fingerprint, "", None, f"{job.rel}: cannot read: {exc}"
+    if h in job.known:
+        return job.rel, job.fingerprint, h, None, None
+    short = h[:16]
+    site = Path(job.site)
+    if job.artifacts in ("copy", "serve"):
+        links = Links(base=f"../bundles/{short}", rename=served_name)
+    else:
+        links = Links(base=None, reason="not linked: this site was built without the bundles' files")
+    try:
+        data = build_report_data(path, keys=_worker_keys, links=links, content_hash=h)
+    except BundleError as exc:
+        return job.rel, job.fingerprint, h, None, f"{job.rel}: {exc.message}"
+    write_text(site / "reports" / f"{short}.html", report_html(data, back_href="../index.html"))
+    dest = site / "bundles" / short
+    if dest.exists():
+        shutil.rmtree(dest)
+    if job.artifacts == "copy" and data.linkable:
+        try:
+            _copy_members(path, data.linkable, dest)
+        except (BundleError, OSError) as exc:
+            return job.rel, job.fingerprint, h, None, f"{job.rel}: cannot copy its files: {exc}"
+    rec = record_from(data, bundle_id=h, rel_path=job.rel, is_tar=not path.is_dir(), report=f"reports/{short}.html",
+                      members=data.linkable)
+    return job.rel, job.fingerprint, h, rec.model_dump_json(), None
+
+
+# --------------------------------------------------------------------------- build
+
+
+def build_site(
+    bundles_dir: str | os.PathLike[str],
+    site_dir: str | os.PathLike[str],
+    *,
+    keys: Sequence[str | os.PathLike[str]] = (),
+    trust_dir: str | os.PathLike[str] | None = None,
+    cache: str | os.PathLike[str] | None = None,
+    artifacts: ArtifactMode = "copy",
+    jobs: int | None = None,
+    force: bool = False,
+    log: Callable[[str], None] | None = None,
+) -> BuildStats:
+    """Build (or update) the dashboard site; only new or changed bundles are read."""
+    from fasttrack.bundle.verify import resolve_keys
+
+    t0 = time.perf_counter()
+    bdir, site = Path(bundles_dir).resolve(), Path(site_dir).resolve()
+    if site == bdir or bdir.is_relative_to(site):
+        raise FasttrackError(f"the site folder {site} must not contain the bundles folder {bdir}")
+    key_paths = [str(Path(k)) for k in keys]
+    trusted = resolve_keys(key_paths, trust_dir)  # raises a clear error for unreadable key files
+    site.mkdir(parents=True, exist_ok=True)
+    index = Index(Path(cache) if cache else site / INDEX_DB)
+    errors: list[str] = []
+    try:
+        config = json.dumps({"keys": sorted(k.keyid for k in trusted), "artifacts": artifacts, "site": str(site),
+                             "renderer": renderer_version()}, sort_keys=True)
+        if force or index.meta("config") != config:
+            index.clear()
+            for sub in ("reports", "bundles", "compare"):
+                if (site / sub).is_dir():
+                    shutil.rmtree(site / sub)
+        found = discover(bdir)
+        sources = index.sources()
+        todo: list[_Job] = []
+        reused = 0
+        seen = set()
+        known = frozenset(r for r in _ids_with_reports(index, site))
+        for rel, p in found:
+            seen.add(rel)
+            try:
+                fp = fingerprint(p)
+            except OSError as exc:
+                errors.append(f"{rel}: cannot stat: {exc}")
+                continue
+            old = sources.get(rel)
+            if old and old[0] == fp and old[1] in known:
+                reused += 1
+                continue
+            todo.append(_Job(rel=rel, path=str(p), fingerprint=fp, site=str(site), artifacts=artifacts, known=known))
+        results = _run(todo, key_paths, str(trust_dir) if trust_dir else None, jobs)
+        read = 0
+        with index.transaction():
+            for rel, fp, h, rec_json, err in results:
+                if err:
+                    errors.append(err)
+                    index.drop_source(rel)
+                    continue
+                if rec_json is not None:
+                    index.put(BundleRecord.model_validate_json(rec_json))
+                    read += 1
+                else:
+                    reused += 1
+                index.put_source(rel, fp, h)
+            for rel in set(sources) - seen:
+                index.drop_source(rel)
+            removed = 0
+            for bid in index.orphans():
+                index.drop(bid)
+                removed += 1
+                for p in (site / "reports" / f"{bid[:16]}.html",):
+                    p.unlink(missing_ok=True)
+                shutil.rmtree(site / "bundles" / bid[:16], ignore_errors=True)
+            index.set_meta("config", config)
+        records = index.records()
+        write_index(site, records, errors=errors)
+        if log:
+            log(f"{len(records)} bundles: {read} read, {reused} unchanged, {removed} removed ({time.perf_counter() - t0:.1f} s)")
+        return BuildStats(site=site, bundles=len(records), read=read, reused=reused, removed=removed,
+                          seconds=time.perf_counter() - t0, errors=errors)
+    finally:
+        index.close()
+
+
+def _ids_with_reports(index: Index, site: Path) -> list[str]:
+    reports = site / "reports"
+    have = {p.stem for p in reports.glob("*.html")} if reports.is_dir() else set()
+    return [r.id for r in index.records() if r.short in have]
+
+
+def _run(todo: list[_Job], key_paths: list[str], trust_dir: str | None, jobs: int | None) -> list[tuple]:
+    if not todo:
+        return []
+    n = jobs if jobs is not None else min(os.cpu_count() or 1, 8)
+    if n <= 1 or len(todo) < 4:
+        _init_worker(key_paths, trust_dir)
+        return [process_bundle(j) for j in todo]
+    with ProcessPoolExecutor(max_workers=n, initializer=_init_worker, initargs=(key_paths, trust_dir)) as ex:
+        return list(ex.map(process_bundle, todo, chunksize=max(1, min(16, len(todo) // (4 * n) or 1))))
+
+
+# --------------------------------------------------------------------------- pages
+
+
+def _json_for_script(obj: Any) -> Markup:
+    """JSON safe to embed in ``<script type="application/json">`` (no ``<``, ``>``, ``&``)."""
+    text = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    text = text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    return Markup(text)
+
+
+def _search_text(r: BundleRecord, rk: risk.Risk) -> str:
+    bits = [r.id[:16], r.model, r.tier, r.scope_title, r.repository, str(r.pr_number or ""), r.head_sha[:12], r.verdict,
+            "verified" if r.verified else "unverified", r.hardware, r.isolation, " ".join(r.failed_checks),
+            " ".join(rk.reasons), r.path]
+    return " ".join(b for b in bits if b).lower()[:2000]
+
+
+def group_id(key: tuple[str, str]) -> str:
+    return hashlib.sha256(f"{key[0]}\0{key[1]}".encode()).hexdigest()[:16]
+
+
+def compare_view(g: agreement.GroupResult, *, max_bundles: int = 8, max_rows: int = 400) -> dict[str, Any]:
+    """Rows of the side-by-side page: check verdicts and perf speedups per bundle."""
+    bs = g.bundles[:max_bundles]
+    checks = sorted({n for b in bs for n in b.checks}, key=lambda n: (_ORDER.get(n, 99), n))
+    check_rows = []
+    for n in checks:
+        vals = [b.checks.get(n, "absent") for b in bs]
+        ran = {v for v in vals if v not in ("not_run", "absent")}
+        check_rows.append({"name": n, "values": vals, "same": len(ran) <= 1})
+    keys = sorted({(p.point, p.metric) for b in bs for p in b.perf})[:max_rows]
+    per = [{(p.point, p.metric): p for p in b.perf} for b in bs]
+    perf_rows = []
+    for k in keys:
+        cells = [m.get(k) for m in per]
+        have = [c for c in cells if c is not None]
+        agree = None
+        if len(have) > 1:
+            agree = all(
+                (y.ci_low is not None and y.ci_high is not None and y.ci_low <= x.speedup <= y.ci_high)
+                for x in have for y in have if x is not y
+            )
+        perf_rows.append({"point": k[0], "metric": k[1], "cells": cells, "agree": agree})
+    return {"bundles": bs, "more": len(g.bundles) - len(bs), "checks": check_rows, "perf": perf_rows,
+            "perf_total": len({(p.point, p.metric) for b in bs for p in b.perf})}
+
+
+_ORDER = {n: i for i, n in enumerate(("kernels", "equivalence", "features", "coverage", "evals", "perf"))}
+
+
+def write_index(site: Path, records: list[BundleRecord], *, errors: Sequence[str] = ()) -> None:
+    """index.html, index.json and compare pages from the indexed records."""
+    groups = agreement.group(records)
+    disagree: set[str] = set()
+    status_of: dict[str, str] = {}
+    for g in groups:
+        for r in g.bundles:
+            status_of[r.id] = g.status
+        for p in g.pairs:
+            if p.status == "disagree":
+                disagree.update((p.a, p.b))
+    risks = {r.id: risk.assess(r, disagrees=r.id in disagree) for r in records}
+    ordered = risk.order([(r, risks[r.id]) for r in records])
+    queue = [(r, k) for r, k in ordered if k.score > 0]
+    by_model: dict[str, list[BundleRecord]] = {}
+    for r in records:
+        by_model.setdefault(r.model or "(unreadable)", []).append(r)
+    for rs in by_model.values():
+        rs.sort(key=lambda r: (r.repository, r.pr_number or 0, r.head_sha, r.created, r.id))
+    multi = [g for g in groups if len(g.bundles) > 1]
+    multi.sort(key=lambda g: ({"disagree": 0, "not_comparable": 1, "agree": 2}.get(g.status, 3), g.key))
+    gids = {g.key: group_id(g.key) for g in multi}
+    group_of = {r.id: gids[g.key] for g in multi for r in g.bundles}
+
+    compare_dir = site / "compare"
+    if compare_dir.is_dir():
+        for p in compare_dir.glob("*.html"):
+            if p.stem not in gids.values():
+                p.unlink()
+    css = static("report.css") + "\n" + static("dashboard.css")
+    for g in multi:
+        page = render_page("compare.html.j2", css=css, g=g, risks=risks, gid=gids[g.key], cmp=compare_view(g))
+        write_text(compare_dir / f"{gids[g.key]}.html", page)
+
+    filt = [{"id": r.short, "s": _search_text(r, risks[r.id]), "v": r.verdict, "ok": r.verified, "m": r.model,
+             "iso": r.isolation, "risk": risks[r.id].level} for r in records]
+    counts = {
+        "bundles": len(records),
+        "verified": sum(r.verified for r in records),
+        "unverified": sum(not r.verified for r in records),
+        "pass": sum(r.verdict == "pass" for r in records),
+        "fail": sum(r.verdict == "fail" for r in records),
+        "incomplete": sum(r.verdict == "incomplete" for r in records),
+        "heads": len({r.head_sha for r in records if r.head_sha}),
+        "disagree": sum(1 for g in multi if g.status == "disagree"),
+    }
+    html = render_page(
+        "dashboard.html.j2", css=css, script=static("dashboard.js"), counts=counts, queue=queue[:QUEUE_LIMIT],
+        queue_total=len(queue), by_model=sorted(by_model.items()), risks=risks, multi=multi, gids=gids,
+        group_of=group_of, status_of=status_of, models=sorted(by_model), errors=list(errors)[:200],
+        data=_json_for_script(filt),
+    )
+    write_text(site / "index.html", html)
+    doc = {
+        "fasttrack_version": __version__,
+        "counts": counts,
+        "bundles": [
+            {**r.model_dump(mode="json", exclude={"members"}), "files": len(r.members),
+             "risk": {"score": risks[r.id].score, "level": risks[r.id].level, "reasons": risks[r.id].reasons},
+             "group": group_of.get(r.id), "agreement": status_of.get(r.id, "single")}
+            for r, _ in ordered
+        ],
+        "groups": [
+            {"id": gids[g.key], "head_sha": g.key[0], "model": g.key[1], "status": g.status,
+             "bundles": [r.id for r in g.bundles], "differences": g.differences[:200]}
+            for g in multi
+        ],
+        "errors": list(errors),
+    }
+    write_text(site / "index.json", json.dumps(doc, indent=1, sort_keys=True, ensure_ascii=False))

@@ -1,0 +1,264 @@
+"""View models: what the report templates show, built from one bundle (see :mod:`.load`).
+
+Every string here may come from an untrusted bundle; templates escape it (jinja2
+autoescape). Only chart fields hold :class:`markupsafe.Markup`, produced by
+:mod:`fasttrack.report.svg`, which escapes every text it is given.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from markupsafe import Markup
+
+
+@dataclass
+class Tri:
+    """One verification property: ok (True), failed (False) or not checked (None)."""
+
+    name: str
+    label: str
+    ok: bool | None
+    detail: str
+
+    @property
+    def state(self) -> str:
+        return "ok" if self.ok else ("na" if self.ok is None else "bad")
+
+
+@dataclass
+class SignerView:
+    keyid: str
+    status: str
+    signer: str
+
+
+@dataclass
+class VerifyView:
+    """The verification state shown at the top of the report."""
+
+    verified: bool
+    headline: str
+    signature: Tri
+    hashes: Tri
+    pr_head: Tri
+    items: list[Tri]
+    signers: list[SignerView]
+    trusted_keys: int
+
+    @property
+    def status(self) -> str:
+        return "verified" if self.verified else "unverified"
+
+
+@dataclass
+class TableView:
+    """One check table as shown (a bounded prefix of its rows, cells formatted)."""
+
+    check: str
+    name: str
+    path: str
+    columns: list[str]
+    rows: list[list[str]]
+    total_rows: int
+    href: str | None = None
+    error: str | None = None
+
+    @property
+    def shown(self) -> int:
+        return len(self.rows)
+
+
+@dataclass
+class GateRow:
+    check: str
+    verdict: str
+    required: bool
+    statistic: str
+    threshold: str
+    rule: str
+    reason: str
+
+
+@dataclass
+class CheckView:
+    name: str
+    title: str
+    verdict: str
+    required: bool
+    reason: str
+    gate: GateRow
+    summary: list[tuple[str, str]]
+    failures: list[str]
+    failures_total: int
+    tables: list[TableView]
+    artifacts: list["ArtifactView"]
+
+
+@dataclass
+class HeatCell:
+    state: str
+    """pass, fail, not_run, measured or none."""
+    label: str
+    title: str
+
+
+@dataclass
+class HeatmapView:
+    points: list[str]
+    checks: list[str]
+    cells: dict[str, dict[str, HeatCell]]
+    point_info: dict[str, str]
+
+
+@dataclass
+class PerfRow:
+    point: str
+    metric: str
+    batch: int | None
+    context: int | None
+    context_label: str
+    group: str
+    baseline: float | None
+    candidate: float | None
+    speedup: float | None
+    ci_low: float | None
+    ci_high: float | None
+    mde: float | None
+    verdict: str | None
+    runs: int | None = None
+
+
+@dataclass
+class PerfMetricView:
+    metric: str
+    lower_is_better: bool
+    rows: list[PerfRow]
+    chart_batch: Markup | None
+    chart_context: Markup | None
+
+
+@dataclass
+class PerfView:
+    status: str
+    """shown, not_run or no_table."""
+    reason: str
+    table: str = ""
+    threshold: float | None = None
+    metrics: list[PerfMetricView] = field(default_factory=list)
+
+    @property
+    def all_rows(self) -> list[PerfRow]:
+        return [r for m in self.metrics for r in m.rows]
+
+
+@dataclass
+class EvalChart:
+    title: str
+    table: str
+    chart: Markup | None
+    rows: list[dict[str, Any]]
+
+
+@dataclass
+class EvalView:
+    status: str
+    reason: str
+    bins: list[EvalChart] = field(default_factory=list)
+    items: list[EvalChart] = field(default_factory=list)
+    discordant: TableView | None = None
+    discordant_count: int = 0
+
+
+@dataclass
+class CoverageView:
+    status: str
+    reason: str
+    table: TableView | None = None
+    gaps: list[str] = field(default_factory=list)
+    covered: int | None = None
+    total: int | None = None
+
+
+@dataclass
+class ClaimView:
+    id: str
+    text: str
+    status: str
+    """confirmed, not_confirmed or not_measured."""
+    detail: str
+
+
+@dataclass
+class ArtifactView:
+    name: str
+    href: str | None
+    why_not: str
+    size: int | None
+    sha256: str
+
+
+@dataclass
+class EngineView:
+    side: str
+    group: str
+    mode: str
+    args: str
+    env: str
+    url: str
+
+
+@dataclass
+class PRView:
+    repository: str
+    number: str
+    base_sha: str
+    head_sha: str
+    diff_sha256: str
+    isolation: str
+    isolation_reason: str
+
+
+@dataclass
+class ReportData:
+    """Everything one report page shows."""
+
+    bundle_name: str
+    bundle_hash: str
+    verification: VerifyView
+    readable: bool
+    unreadable_reason: str = ""
+    verdict: str = "unknown"
+    model: str = ""
+    tier: str = ""
+    scope_title: str = ""
+    scope_description: str = ""
+    scope_sha256: str = ""
+    shard: str = ""
+    created: str = ""
+    pr: PRView | None = None
+    hardware: str = ""
+    rehearsal: bool = False
+    rehearsal_reason: str = ""
+    gates: list[GateRow] = field(default_factory=list)
+    checks: list[CheckView] = field(default_factory=list)
+    heatmap: HeatmapView | None = None
+    perf: PerfView | None = None
+    evals: EvalView | None = None
+    coverage: CoverageView | None = None
+    claims: list[ClaimView] = field(default_factory=list)
+    claims_note: str = ""
+    environment: list[tuple[str, str]] = field(default_factory=list)
+    engines: list[EngineView] = field(default_factory=list)
+    artifacts: list[ArtifactView] = field(default_factory=list)
+    artifacts_note: str = ""
+    check_verdicts: dict[str, str] = field(default_factory=dict)
+    linkable: list[str] = field(default_factory=list)
+    """Attested member names the link policy allows (raw names, for publishing copies)."""
+
+    def check(self, name: str) -> CheckView | None:
+        for c in self.checks:
+            if c.name == name:
+                return c
+        return None
