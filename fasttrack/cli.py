@@ -22,7 +22,7 @@ console = Console()
 err_console = Console(stderr=True)
 
 #: Modules that add subcommands; each defines ``register(app: typer.Typer) -> None``.
-SUBCOMMAND_MODULES: list[str] = ["fasttrack.bundle.cli", "fasttrack.report.cli"]
+SUBCOMMAND_MODULES: list[str] = ["fasttrack.bundle.cli", "fasttrack.report.cli", "fasttrack.kernels.cli"]
 
 
 @app.callback(invoke_without_command=True)
