@@ -252,7 +252,14 @@ def _sign_dir(root: Path, key: SigningKey, *, replace: bool) -> Envelope:
     path = root / ATTESTATION
     env = fresh
     if path.exists():
-        old = read_envelope(path.read_bytes())
+        try:
+            old = read_envelope(path.read_bytes())
+        except BundleError:
+            if not replace:
+                raise BundleError(
+                    f"{path} is unreadable; sign with replace to write a new attestation (old signatures are lost)"
+                ) from None
+            old = fresh
         if old.payload == fresh.payload or not old.signatures:
             env = old if old.payload == fresh.payload else fresh
         elif not replace:

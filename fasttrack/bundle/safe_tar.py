@@ -301,11 +301,15 @@ def _extract(archive: str | os.PathLike[str], root: Path, limits: Limits) -> lis
         target = root / m.name
         if not target.resolve().is_relative_to(root_real):  # belt and braces; check_member already refused it
             raise UnsafeArchiveError(f"{archive}: member {m.name!r} would land outside {root}")
-        if m.is_dir:
-            target.mkdir(mode=0o755, parents=True, exist_ok=True)
-            continue
-        target.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        try:
+            if m.is_dir:
+                target.mkdir(mode=0o755, parents=True, exist_ok=True)
+                continue
+            target.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        except OSError as exc:
+            raise UnsafeArchiveError(f"{archive}: member {m.name!r} cannot be created ({exc.strerror}); "
+                                     "a file and a directory of the same name?") from None
         written = 0
         with os.fdopen(fd, "wb") as out:
             assert m.stream is not None

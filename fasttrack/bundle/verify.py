@@ -333,6 +333,10 @@ def verify_bundle(
         )
 
     contents = _Contents()
+    if p.is_dir() and not (p / MANIFEST).exists():
+        for inner in ("bundle.tar.gz", "bundle"):
+            if (p / inner / MANIFEST).exists() or (p / inner).is_file():
+                raise BundleError(f"{p} is a run folder, not a bundle; verify {p / inner} instead")
     if p.is_dir():
         put("archive", None, "a directory, not a tarball")
         _scan_dir(p, contents)

@@ -54,6 +54,8 @@ def test_write_run_bundle_signed_and_verifiable(run, keydir: Path) -> None:
         state=run.state, log=lambda m: None,
     )
     assert tgz == run.run_dir / "bundle.tar.gz"
+    with pytest.raises(B.BundleError, match="run folder"):
+        B.verify_bundle(run.run_dir, keys=[keydir / "contrib.pub"])
     res = B.verify_bundle(tgz, keys=[keydir / "contrib.pub"], pr_head=head[:8])
     assert res.verified, res.failures
     with B.open_bundle(tgz) as view:

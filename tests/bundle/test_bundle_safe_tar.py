@@ -174,3 +174,10 @@ def test_good_archive_extracts_with_fixed_modes(tmp_path: Path) -> None:
     f = tmp_path / "out" / "results" / "evals" / "t.parquet"
     assert f.read_bytes() == b"PAR1"
     assert f.stat().st_mode & 0o7777 == 0o644
+
+
+def test_file_then_directory_of_the_same_name_is_refused(tmp_path: Path) -> None:
+    p = make_tgz(tmp_path / "fd.tar.gz", [reg("a", b"file"), reg("a/b", b"under a file")])
+    with pytest.raises(UnsafeArchiveError, match="cannot be created"):
+        B.extract_bundle(p, tmp_path / "fd-out")
+    assert not (tmp_path / "fd-out").exists()

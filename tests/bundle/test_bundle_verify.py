@@ -324,3 +324,12 @@ def test_not_a_tarball_is_reported(tmp_path: Path, keydir: Path) -> None:
     p.write_bytes(b"this is not gzip at all" * 40)
     res = B.verify_bundle(p, keys=[keydir / "contrib.pub"])
     assert failed(res) >= {"archive"} and not res.verified
+
+
+def test_unreadable_attestation_needs_replace_to_resign(signed_dir: Path, keydir: Path, contrib) -> None:
+    (signed_dir / ATTESTATION).write_text("{not json")
+    assert failed(B.verify_bundle(signed_dir, keys=[keydir / "contrib.pub"])) >= {"attestation"}
+    with pytest.raises(B.BundleError, match="unreadable"):
+        B.sign_bundle(signed_dir, contrib)
+    B.sign_bundle(signed_dir, contrib, replace=True)
+    assert B.verify_bundle(signed_dir, keys=[keydir / "contrib.pub"]).verified
