@@ -151,6 +151,10 @@ def run_validate(opts: ValidateOptions, *, log: Callable[[str], None] = print,
             raise FasttrackError("--repo needs --base and --head.", hint="e.g. --repo ../vllm --base main --head pr-123")
         isolation = check_isolation(opts.repo, opts.base, opts.head, scope.isolation)  # type: ignore[arg-type]
         log(f"isolation: {isolation.verdict}: {isolation.message}")
+    if opts.sign_keys:
+        from fasttrack.bundle.integration import load_sign_keys
+
+        load_sign_keys(opts.sign_keys)  # a bad key fails now, not after the engines ran
     run_dir = _prepare_run_dir(Path(opts.out), opts.force)
     (run_dir / "logs").mkdir(exist_ok=True)
     checks, skipped = select_checks(plan, opts.checks)
@@ -333,7 +337,7 @@ def _write_outputs(opts, ctx, loaded, plan, host, rehearsal, rehearsal_reason, i
         "shard": plan.shard,
         "rehearsal": rehearsal,
         "rehearsal_reason": rehearsal_reason,
-        "verdict": overall_verdict(results).value,
+        "verdict": {"not_run": "incomplete"}.get(overall_verdict(results).value, overall_verdict(results).value),
         "checks": {r.check: {"verdict": r.verdict.value, "reason": r.reason} for r in results},
         "engines": state.engines,
         "crash": state.crash,

@@ -14,6 +14,7 @@ SCHEMA_DIR = ROOT / "schemas"
 #: file name -> "module:function" returning the schema dict.
 GENERATORS: dict[str, str] = {
     "scope.schema.json": "fasttrack.scope:json_schema",
+    "bundle-manifest.schema.json": "fasttrack.bundle.manifest:json_schema",
 }
 
 
