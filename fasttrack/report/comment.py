@@ -27,7 +27,7 @@ GITHUB_LIMIT = 65_536
 #: What this module aims for (room for a bot's own header).
 DEFAULT_LIMIT = 60_000
 
-_MD_ESCAPE = set("\\`*_{}[]()#+-.!|~^$")
+_MD_ESCAPE = set("\\`*_{}[]()#+!|~^$")
 _HTML = {"<": "&lt;", ">": "&gt;", "&": "&amp;", '"': "&quot;"}
 _URL_OK = re.compile(r"^https?://[A-Za-z0-9.-]+(:[0-9]+)?(/[A-Za-z0-9._~%!$&'()*+,;=:@/-]*)?(\?[A-Za-z0-9._~%!$&'()*+,;=:@/?-]*)?(#[A-Za-z0-9._~%!$&'()*+,;=:@/?-]*)?$")
 

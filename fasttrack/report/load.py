@@ -109,8 +109,7 @@ def verify_view(vr: VerifyResult, *, trusted_keys: int) -> VerifyView:
         detail=hashes.detail if files.ok is not False else f"{hashes.detail}; {files.detail}",
     )
     if vr.verified:
-        who = ", ".join(f"{s['keyid'][:12]}" + (f" ({fmt.one_line(s['signer'], 80)})" if s.get("signer") else "")
-                        for s in vr.signatures if s.get("status") == "valid")
+        who = ", ".join(f"key {s['keyid'][:12]}" for s in vr.signatures if s.get("status") == "valid")
         head_txt = "PR head matches" if head.ok else "PR head not checked against the code host"
         headline = f"Verified: signed by {who or 'a trusted key'}; every file matches its signed hash; {head_txt}."
     else:
@@ -597,10 +596,13 @@ def _read(root: Path, m: Manifest, vr: VerifyResult, vv: VerifyView, name: str, 
     subjects = _subjects(root)
     by = {it.name: it for it in vr.items}
     files_ok = by["hashes"].ok is True and by["files"].ok is True and subjects is not None
+    signed = by["attestation"].ok is True and by["signature"].ok is True
     if links.base is None:
         policy = LinkPolicy.none(links.reason or "not linked")
     elif not files_ok:
         policy = LinkPolicy.none("not linked: the bundle's files do not match its attestation")
+    elif not signed:
+        policy = LinkPolicy.none("not linked: the attestation listing these files is not signed by a trusted key")
     else:
         policy = LinkPolicy(base=links.base, members=subjects or (), rename=links.rename)
     tables = _load_tables(root, m)
