@@ -1,0 +1,165 @@
+"""Per-step dispatch of the demo decode backend.
+
+Once per forward step (in the model's eager outer ``forward``), ``plan_step``
+classifies the batch from vLLM's forward context and records a ``StepPlan``.
+The opaque ops inside the compiled model read that plan, so the branch is taken
+at run time on every step instead of being baked in by torch.compile.
+
+The optimized path takes decode-only batches (every request has exactly one
+query token) of ``min_batch..max_batch`` requests. Everything else falls back to
+the stock path and is logged as::
+
+    fasttrack-demo fallback reason=<prefill|mixed|batch_out_of_range> batch=<requests> tokens=<tokens> count=<n> suppressed=<m>
+
+``count`` is the cumulative number of fallback steps for that reason in this
+engine; lines are rate-limited to one per reason per ``LOG_INTERVAL_S`` and
+``suppressed`` says how many steps since the previous line were not logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from fasttrack_demo_plugin.settings import BackendSettings
+
+logger = logging.getLogger("vllm.fasttrack_demo_plugin")
+"""Child of vLLM's logger, so lines use vLLM's handler and format."""
+
+LOG_INTERVAL_S = 1.0
+FALLBACK_REASONS = ("prefill", "mixed", "batch_out_of_range")
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """Which path this forward step takes."""
+
+    fast: bool
+    """The optimized path runs this step."""
+    batch: int = 0
+    """Number of requests in the step."""
+    tokens: int = 0
+    """Number of (unpadded) query tokens in the step."""
+    reason: str | None = None
+    """Why the stock path runs (``None``: no attention metadata, i.e. a warm-up run)."""
+
+
+IDLE = StepPlan(fast=False)
+
+
+@dataclass
+class _ReasonLog:
+    count: int = 0
+    suppressed: int = 0
+    last_logged: float = field(default=float("-inf"))
+
+
+class Dispatcher:
+    """Plans steps, keeps the current plan, logs and counts fallbacks."""
+
+    def __init__(self, settings: BackendSettings) -> None:
+        self.settings = settings
+        self.current: StepPlan = IDLE
+        self.fast_steps = 0
+        self._reasons = {reason: _ReasonLog() for reason in FALLBACK_REASONS}
+        self._announced_fast = False
+        self._metrics = _Metrics.create()
+
+    def plan_step(self, attn_metadata: Any) -> StepPlan:
+        """Classify this step from the forward context's attention metadata."""
+        plan = classify(attn_metadata, self.settings)
+        if plan.fast and self.settings.defect == "silent-fallback":
+            # Planted defect: the eligible step is routed to the stock path, and
+            # the fallback is neither logged nor counted.
+            self._announce_fast(plan)
+            plan = StepPlan(fast=False, batch=plan.batch, tokens=plan.tokens, reason=None)
+        elif plan.fast:
+            self.fast_steps += 1
+            self._announce_fast(plan)
+            if self._metrics is not None:
+                self._metrics.fast_steps.inc()
+        elif plan.reason is not None:
+            self._log_fallback(plan)
+        self.current = plan
+        return plan
+
+    def _announce_fast(self, plan: StepPlan) -> None:
+        if not self._announced_fast:
+            self._announced_fast = True
+            logger.info("fasttrack-demo fast-path first decode step batch=%d", plan.batch)
+
+    def _log_fallback(self, plan: StepPlan) -> None:
+        assert plan.reason is not None
+        entry = self._reasons[plan.reason]
+        entry.count += 1
+        if self._metrics is not None:
+            self._metrics.fallback_steps.labels(reason=plan.reason).inc()
+        now = time.monotonic()
+        if now - entry.last_logged < LOG_INTERVAL_S:
+            entry.suppressed += 1
+            return
+        logger.info(
+            "fasttrack-demo fallback reason=%s batch=%d tokens=%d count=%d suppressed=%d",
+            plan.reason,
+            plan.batch,
+            plan.tokens,
+            entry.count,
+            entry.suppressed,
+        )
+        entry.last_logged = now
+        entry.suppressed = 0
+
+
+def classify(attn_metadata: Any, settings: BackendSettings) -> StepPlan:
+    """Decide the path for one step. ``attn_metadata`` is vLLM's per-layer dict
+    (or a list of them with micro-batching); ``None`` or empty means a warm-up run."""
+    if isinstance(attn_metadata, list):
+        attn_metadata = attn_metadata[0] if attn_metadata else None
+    if not attn_metadata:
+        return IDLE
+    meta = next(iter(attn_metadata.values()))
+    tokens = int(meta.num_actual_tokens)
+    query_lens = (meta.query_start_loc[1:] - meta.query_start_loc[:-1]).tolist()
+    single = sum(1 for q in query_lens if q == 1)
+    multi = sum(1 for q in query_lens if q > 1)
+    batch = single + multi
+    if int(meta.max_query_len) != 1 or multi:
+        reason = "mixed" if single else "prefill"
+        return StepPlan(fast=False, batch=batch, tokens=tokens, reason=reason)
+    if not settings.min_batch <= batch <= settings.max_batch:
+        return StepPlan(fast=False, batch=batch, tokens=tokens, reason="batch_out_of_range")
+    return StepPlan(fast=True, batch=batch, tokens=tokens)
+
+
+@dataclass
+class _Metrics:
+    """Prometheus counters, created only when vLLM's server collects metrics from
+    several processes (``PROMETHEUS_MULTIPROC_DIR`` set in the engine's
+    environment); otherwise they would live in the engine process, invisible to
+    the API server's ``/metrics``."""
+
+    fast_steps: Any
+    fallback_steps: Any
+
+    @classmethod
+    def create(cls) -> _Metrics | None:
+        if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            return None
+        try:
+            from prometheus_client import Counter
+        except ImportError:
+            return None
+        return cls(
+            fast_steps=Counter(
+                "fasttrack_demo_fast_steps",
+                "Decode steps run by the latency_specialized path.",
+            ),
+            fallback_steps=Counter(
+                "fasttrack_demo_fallback_steps",
+                "Steps the latency_specialized backend sent to the stock path, by reason.",
+                labelnames=["reason"],
+            ),
+        )

@@ -1,0 +1,170 @@
+"""``FasttrackDemoLlamaForCausalLM``: vLLM's stock Llama with an opt-in
+``latency_specialized`` decode backend.
+
+- Backend off (default): the class builds vLLM's own ``LlamaDecoderLayer`` and
+  inherits ``forward`` and ``compute_logits`` unchanged; nothing of this plugin
+  runs per step.
+- Backend on (``--additional-config '{"decode_backend": "latency_specialized"}'``):
+  decoder layers are ``FastDecodeLlamaDecoderLayer``, whose forward is the opaque
+  op ``fasttrack_demo::dispatch_decoder_layer``. The eager outer ``forward``
+  plans each step (see ``dispatch.py``). On fast steps (decode-only, batch in
+  range) each layer runs ``fasttrack_demo::fused_decode_qkv_rope``, vLLM's
+  attention kernel and ``fasttrack_demo::fused_decode_mlp``, and the output
+  layer runs ``fasttrack_demo::fused_decode_logits``; on every other step each
+  layer runs vLLM's stock ``LlamaDecoderLayer.forward`` and the output layer the
+  stock ``compute_logits``. Embedding, final norm and sampling are always stock.
+
+Envelope (checked at startup; anything else is rejected with an error): tensor
+and pipeline parallel size 1, no quantization, no LoRA.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
+import torch
+from vllm.forward_context import get_forward_context, is_forward_context_available
+from vllm.model_executor.models.llama import LlamaDecoderLayer, LlamaForCausalLM
+
+from fasttrack_demo_plugin import ops
+from fasttrack_demo_plugin.dispatch import Dispatcher, logger
+from fasttrack_demo_plugin.settings import (
+    BackendSettings,
+    DemoBackendConfigError,
+    parse_settings,
+)
+
+
+class FastDecodeLlamaDecoderLayer(LlamaDecoderLayer):
+    """Stock Llama decoder layer whose whole forward is dispatched per step
+    through the opaque op ``fasttrack_demo::dispatch_decoder_layer``."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        prefix = kwargs.get("prefix", "")
+        self.layer_name = prefix
+        self.layer_index = int(prefix.rsplit(".", 1)[-1]) if prefix else 0
+        self.fast_w_qkv_t: torch.Tensor | None = None
+        self.fast_w_o_t: torch.Tensor | None = None
+        self.fast_w_gate_up_t: torch.Tensor | None = None
+        self.fast_w_down_t: torch.Tensor | None = None
+        ops.register_layer(prefix, self)
+
+    def capture_fast_weights(self) -> None:
+        """Keep the optimized path's own pre-transposed weight copies (vLLM's CPU
+        linear layers drop ``.weight`` after packing it for their own kernels)."""
+        self.fast_w_qkv_t = _transposed(self.self_attn.qkv_proj.weight)
+        self.fast_w_o_t = _transposed(self.self_attn.o_proj.weight)
+        self.fast_w_gate_up_t = _transposed(self.mlp.gate_up_proj.weight)
+        self.fast_w_down_t = _transposed(self.mlp.down_proj.weight)
+
+    def stock_forward(
+        self,
+        positions: torch.Tensor,
+        hidden_states: torch.Tensor,
+        residual: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """vLLM's unmodified ``LlamaDecoderLayer.forward``."""
+        return LlamaDecoderLayer.forward(self, positions, hidden_states, residual)
+
+    def forward(
+        self,
+        positions: torch.Tensor,
+        hidden_states: torch.Tensor,
+        residual: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.ops.fasttrack_demo.dispatch_decoder_layer(
+            positions, hidden_states, residual, self.layer_name
+        )
+
+
+class FasttrackDemoLlamaForCausalLM(LlamaForCausalLM):
+    """The demo architecture (see the module docstring)."""
+
+    def __init__(self, *, vllm_config, prefix: str = "") -> None:
+        settings = parse_settings(vllm_config.additional_config)
+        if settings.enabled:
+            _check_envelope(vllm_config)
+        layer_type = FastDecodeLlamaDecoderLayer if settings.enabled else LlamaDecoderLayer
+        super().__init__(vllm_config=vllm_config, prefix=prefix, layer_type=layer_type)
+        self.fast_settings: BackendSettings = settings
+        self.dispatcher: Dispatcher | None = None
+        self.fast_w_lm_t: torch.Tensor | None = None
+        if settings.enabled:
+            self.dispatcher = Dispatcher(settings)
+            ops.set_dispatcher(self.dispatcher)
+            if settings.defect == "broken-json":
+                ops.set_whitespace_ids(_whitespace_token_ids(vllm_config.model_config.tokenizer))
+            logger.info(
+                "fasttrack-demo decode_backend=latency_specialized enabled batch_range=%d..%d",
+                settings.min_batch,
+                settings.max_batch,
+            )
+            logger.debug("fasttrack-demo planted defect: %s", settings.defect)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None,
+        positions: torch.Tensor,
+        intermediate_tensors=None,
+        inputs_embeds: torch.Tensor | None = None,
+    ):
+        if self.dispatcher is not None:
+            attn_metadata = (
+                get_forward_context().attn_metadata if is_forward_context_available() else None
+            )
+            self.dispatcher.plan_step(attn_metadata)
+        return super().forward(input_ids, positions, intermediate_tensors, inputs_embeds)
+
+    def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor | None:
+        dispatcher = self.dispatcher
+        if dispatcher is not None and dispatcher.current.fast and self.fast_w_lm_t is not None:
+            if hidden_states.shape[0] == dispatcher.current.batch:
+                return torch.ops.fasttrack_demo.fused_decode_logits(hidden_states, self.fast_w_lm_t)
+        return super().compute_logits(hidden_states)
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+        loaded = super().load_weights(weights)
+        if self.fast_settings.enabled:
+            for layer in self.model.layers:
+                if isinstance(layer, FastDecodeLlamaDecoderLayer):
+                    layer.capture_fast_weights()
+            self.fast_w_lm_t = _transposed(self.lm_head.weight[: self.config.vocab_size])
+        return loaded
+
+
+def _transposed(weight: torch.Tensor) -> torch.Tensor:
+    return weight.detach().t().contiguous()
+
+
+def _check_envelope(vllm_config) -> None:
+    parallel = vllm_config.parallel_config
+    problems = []
+    if parallel.tensor_parallel_size != 1:
+        problems.append(f"tensor_parallel_size={parallel.tensor_parallel_size} (supported: 1)")
+    if parallel.pipeline_parallel_size != 1:
+        problems.append(f"pipeline_parallel_size={parallel.pipeline_parallel_size} (supported: 1)")
+    if vllm_config.quant_config is not None:
+        problems.append("quantization (supported: none)")
+    if vllm_config.lora_config is not None:
+        problems.append("LoRA (supported: none)")
+    if problems:
+        raise DemoBackendConfigError(
+            "decode_backend=latency_specialized does not support this deployment: "
+            + "; ".join(problems)
+            + ". Remove decode_backend from --additional-config to use the stock path."
+        )
+
+
+def _whitespace_token_ids(tokenizer_path: str) -> torch.Tensor:
+    """Ids of tokens that decode to whitespace only."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(os.path.join(tokenizer_path, "tokenizer.json"))
+    ids = [
+        i
+        for i in range(tokenizer.get_vocab_size())
+        if (text := tokenizer.decode([i], skip_special_tokens=True)) and not text.strip()
+    ]
+    return torch.tensor(ids, dtype=torch.long)

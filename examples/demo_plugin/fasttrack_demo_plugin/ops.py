@@ -1,0 +1,270 @@
+"""Ops of the demo decode backend, registered with ``torch.library`` under the
+``fasttrack_demo`` namespace so profiler traces name them.
+
+Branch op (shows in every candidate step, so it is *not* a path marker):
+
+- ``fasttrack_demo::dispatch_decoder_layer``: the opaque op the compiled model
+  calls for each decoder layer when the backend is enabled. On fast steps it
+  runs the fused ops below around vLLM's own attention kernel; on every other
+  step it runs the layer's stock vLLM ``forward`` (stock GEMMs ``_C::onednn_mm``
+  on the CPU build).
+
+Optimized-path ops (path markers), each used only on fast decode steps:
+
+- ``fasttrack_demo::fused_decode_qkv_rope``: residual add + input RMSNorm + QKV
+  projection + rotary embedding.
+- ``fasttrack_demo::fused_decode_mlp``: attention output projection + residual
+  add + post-attention RMSNorm + gate/up projection + SiLU-and-mul + down
+  projection, with a shape-tuned split-K down projection at batches >= 3.
+- ``fasttrack_demo::fused_decode_logits``: the output layer on fast steps.
+
+The fused ops use the optimized path's own pre-transposed weight copies and plain
+torch arithmetic, so they are faithful to the stock path up to float32 rounding
+(see ``tests/demo`` for the tolerance).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from vllm.model_executor.layers.rotary_embedding.base import RotaryEmbedding
+
+from fasttrack_demo_plugin.settings import (
+    NUMERICS_BATCH,
+    SLOW_BATCH,
+    SLOW_BATCH_DELAY_S,
+    TEMPERATURE_LOGIT_SCALE,
+    WHITESPACE_LOGIT_MARGIN,
+)
+
+_LAYERS: dict[str, Any] = {}
+"""Decoder layers by name, for the opaque branch op (an op cannot take a module)."""
+_STATE: dict[str, Any] = {"dispatcher": None, "whitespace_ids": None}
+
+
+def register_layer(name: str, layer: Any) -> None:
+    _LAYERS[name] = layer
+
+
+def set_dispatcher(dispatcher: Any) -> None:
+    _STATE["dispatcher"] = dispatcher
+
+
+def set_whitespace_ids(ids: Tensor | None) -> None:
+    _STATE["whitespace_ids"] = ids
+
+
+def _defect() -> str | None:
+    dispatcher = _STATE["dispatcher"]
+    return dispatcher.settings.defect if dispatcher is not None else None
+
+
+def _batch(default: int) -> int:
+    dispatcher = _STATE["dispatcher"]
+    return dispatcher.current.batch if dispatcher is not None else default
+
+
+def split_k_for_batch(batch: int) -> int:
+    """Shape-tuning table of the down projection: one K chunk at batch 1-2
+    (small-matrix path), four chunks from batch 3 up (split-K path)."""
+    return 1 if batch <= 2 else 4
+
+
+def rms_norm_add(
+    hidden: Tensor, residual: Tensor | None, weight: Tensor, eps: float
+) -> tuple[Tensor, Tensor]:
+    """Residual add (if any) + RMSNorm, in float32 like vLLM's native op."""
+    x = hidden.to(torch.float32)
+    if residual is not None:
+        x = x + residual.to(torch.float32)
+    new_residual = x.to(hidden.dtype, copy=True)  # never an alias of an input
+    variance = x.pow(2).mean(dim=-1, keepdim=True)
+    normed = (x * torch.rsqrt(variance + eps)).to(weight.dtype) * weight
+    return normed.to(hidden.dtype), new_residual
+
+
+# --- fused_decode_qkv_rope ---------------------------------------------------
+
+
+@torch.library.custom_op("fasttrack_demo::fused_decode_qkv_rope", mutates_args=())
+def fused_decode_qkv_rope(
+    hidden: Tensor,
+    residual: Tensor | None,
+    norm_weight: Tensor,
+    w_qkv_t: Tensor,
+    positions: Tensor,
+    cos_sin_cache: Tensor,
+    eps: float,
+    head_size: int,
+    q_size: int,
+    kv_size: int,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    normed, new_residual = rms_norm_add(hidden, residual, norm_weight, eps)
+    qkv = torch.mm(normed, w_qkv_t)
+    q, k, v = qkv.split([q_size, kv_size, kv_size], dim=-1)
+    q, k = RotaryEmbedding.forward_static(
+        positions, q, k, head_size, head_size, cos_sin_cache.to(q.dtype), True
+    )
+    return q.contiguous(), k.contiguous(), v.contiguous(), new_residual
+
+
+@fused_decode_qkv_rope.register_fake
+def _(hidden, residual, norm_weight, w_qkv_t, positions, cos_sin_cache, eps, head_size, q_size, kv_size):
+    n = hidden.shape[0]
+    return (
+        hidden.new_empty(n, q_size),
+        hidden.new_empty(n, kv_size),
+        hidden.new_empty(n, kv_size),
+        torch.empty_like(hidden),
+    )
+
+
+# --- fused_decode_mlp --------------------------------------------------------
+
+
+def fused_decode_mlp_reference(
+    attn_out: Tensor,
+    residual: Tensor,
+    w_o_t: Tensor,
+    norm_weight: Tensor,
+    w_gate_up_t: Tensor,
+    w_down_t: Tensor,
+    eps: float,
+    split_k: int,
+    skip_last_chunk: bool = False,
+) -> tuple[Tensor, Tensor]:
+    """The fused post-attention block in plain torch (the op's implementation)."""
+    hidden = torch.mm(attn_out, w_o_t)
+    normed, new_residual = rms_norm_add(hidden, residual, norm_weight, eps)
+    gate_up = torch.mm(normed, w_gate_up_t)
+    inter = gate_up.shape[-1] // 2
+    act = F.silu(gate_up[:, :inter]) * gate_up[:, inter:]
+    chunk = inter // split_k
+    chunks = split_k - 1 if skip_last_chunk else split_k
+    out = hidden.new_zeros(hidden.shape[0], w_down_t.shape[1])
+    for i in range(chunks):
+        lo = i * chunk
+        hi = inter if i == split_k - 1 else lo + chunk
+        out.addmm_(act[:, lo:hi], w_down_t[lo:hi])
+    return out, new_residual
+
+
+@torch.library.custom_op("fasttrack_demo::fused_decode_mlp", mutates_args=())
+def fused_decode_mlp(
+    attn_out: Tensor,
+    residual: Tensor,
+    w_o_t: Tensor,
+    norm_weight: Tensor,
+    w_gate_up_t: Tensor,
+    w_down_t: Tensor,
+    eps: float,
+    split_k: int,
+) -> tuple[Tensor, Tensor]:
+    # Planted defect `numerics-batch`: at one batch size the split-K loop stops
+    # one chunk early (an off-by-one in one tuning-table entry).
+    skip_last = _defect() == "numerics-batch" and _batch(attn_out.shape[0]) == NUMERICS_BATCH
+    return fused_decode_mlp_reference(
+        attn_out, residual, w_o_t, norm_weight, w_gate_up_t, w_down_t, eps, split_k, skip_last
+    )
+
+
+@fused_decode_mlp.register_fake
+def _(attn_out, residual, w_o_t, norm_weight, w_gate_up_t, w_down_t, eps, split_k):
+    return residual.new_empty(residual.shape), torch.empty_like(residual)
+
+
+# --- fused_decode_logits -----------------------------------------------------
+
+
+@torch.library.custom_op("fasttrack_demo::fused_decode_logits", mutates_args=())
+def fused_decode_logits(hidden: Tensor, w_lm_t: Tensor) -> Tensor:
+    logits = torch.mm(hidden, w_lm_t)
+    defect = _defect()
+    if defect == "ignore-temperature":
+        # Planted defect: a stray logit scale, so sampling runs at
+        # T / TEMPERATURE_LOGIT_SCALE; the argmax (greedy output) is unchanged.
+        logits = logits * TEMPERATURE_LOGIT_SCALE
+    elif defect == "broken-json" and _STATE["whitespace_ids"] is not None:
+        # Planted defect: whitespace tokens are lifted to just below the row
+        # maximum. Unconstrained greedy text is unchanged, but under a JSON
+        # grammar (which masks most tokens) whitespace wins and the object
+        # never closes.
+        ws = _STATE["whitespace_ids"].to(logits.device)
+        floor = logits.max(dim=-1, keepdim=True).values - WHITESPACE_LOGIT_MARGIN
+        logits[:, ws] = torch.maximum(logits[:, ws], floor)
+    return logits
+
+
+@fused_decode_logits.register_fake
+def _(hidden, w_lm_t):
+    return hidden.new_empty(hidden.shape[0], w_lm_t.shape[1])
+
+
+# --- dispatch_decoder_layer --------------------------------------------------
+
+
+@torch.library.custom_op("fasttrack_demo::dispatch_decoder_layer", mutates_args=())
+def dispatch_decoder_layer(
+    positions: Tensor, hidden: Tensor, residual: Tensor | None, layer_name: str
+) -> tuple[Tensor, Tensor]:
+    layer = _LAYERS[layer_name]
+    dispatcher = _STATE["dispatcher"]
+    if dispatcher is not None and dispatcher.current.fast:
+        return _fast_layer(layer, dispatcher, positions, hidden, residual)
+    # Stock path: vLLM's own LlamaDecoderLayer.forward, on copies (an op must
+    # not mutate or return its inputs).
+    out, new_residual = layer.stock_forward(
+        positions, hidden.clone(), None if residual is None else residual.clone()
+    )
+    return out, new_residual
+
+
+@dispatch_decoder_layer.register_fake
+def _(positions, hidden, residual, layer_name):
+    return torch.empty_like(hidden), torch.empty_like(hidden)
+
+
+def _fast_layer(
+    layer: Any, dispatcher: Any, positions: Tensor, hidden: Tensor, residual: Tensor | None
+) -> tuple[Tensor, Tensor]:
+    _maybe_slow_step(dispatcher, layer)
+    attn = layer.self_attn
+    q, k, v, residual = torch.ops.fasttrack_demo.fused_decode_qkv_rope(
+        hidden,
+        residual,
+        layer.input_layernorm.weight,
+        layer.fast_w_qkv_t,
+        positions,
+        attn.rotary_emb.cos_sin_cache,
+        float(layer.input_layernorm.variance_epsilon),
+        attn.head_dim,
+        attn.q_size,
+        attn.kv_size,
+    )
+    attn_out = attn.attn(q, k, v)  # vLLM's attention kernel and KV-cache update
+    return torch.ops.fasttrack_demo.fused_decode_mlp(
+        attn_out,
+        residual,
+        layer.fast_w_o_t,
+        layer.post_attention_layernorm.weight,
+        layer.fast_w_gate_up_t,
+        layer.fast_w_down_t,
+        float(layer.post_attention_layernorm.variance_epsilon),
+        split_k_for_batch(dispatcher.current.batch),
+    )
+
+
+def _maybe_slow_step(dispatcher: Any, layer: Any) -> None:
+    """Planted defect `slow-batch`: a busy-wait once per decode step (in the
+    first layer) at one batch size."""
+    if dispatcher.settings.defect != "slow-batch" or dispatcher.current.batch != SLOW_BATCH:
+        return
+    if getattr(layer, "layer_index", None) != 0:
+        return
+    deadline = time.perf_counter() + SLOW_BATCH_DELAY_S
+    while time.perf_counter() < deadline:
+        pass

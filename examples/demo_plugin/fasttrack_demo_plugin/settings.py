@@ -1,0 +1,83 @@
+"""Engine-side settings of the demo decode backend: the switch, the envelope and
+the planted defect (all read once, when the model is built)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Literal
+
+DecodeBackend = Literal["stock", "latency_specialized"]
+Defect = Literal["numerics-batch", "silent-fallback", "ignore-temperature", "broken-json", "slow-batch"]
+
+DECODE_BACKEND_KEY = "decode_backend"
+"""Key in vLLM's ``--additional-config`` that selects the decode backend."""
+DEFECT_ENV = "FASTTRACK_DEMO_DEFECT"
+"""Environment variable that plants a defect in the optimized path (testing only)."""
+
+MIN_BATCH = 1
+MAX_BATCH = 8
+"""Declared batch range of the optimized path: decode-only batches of 1..8 requests."""
+
+DEFECTS: tuple[str, ...] = (
+    "numerics-batch",
+    "silent-fallback",
+    "ignore-temperature",
+    "broken-json",
+    "slow-batch",
+)
+
+NUMERICS_BATCH = 3
+"""``numerics-batch``: the batch size whose fused MLP drops one split-K chunk."""
+SLOW_BATCH = 4
+"""``slow-batch``: the batch size whose decode steps busy-wait."""
+SLOW_BATCH_DELAY_S = 0.004
+"""``slow-batch``: busy-wait added to every decode step at ``SLOW_BATCH``."""
+TEMPERATURE_LOGIT_SCALE = 2.0
+"""``ignore-temperature``: decode logits are multiplied by this (sampling at T/2)."""
+WHITESPACE_LOGIT_MARGIN = 2.0
+"""``broken-json``: whitespace tokens are lifted to (row max - margin) in decode logits."""
+
+
+class DemoBackendConfigError(ValueError):
+    """The engine configuration asks for something the demo backend does not support."""
+
+
+@dataclass(frozen=True)
+class BackendSettings:
+    """What the engine configuration selected for this model instance."""
+
+    backend: DecodeBackend
+    """``stock`` (default) or ``latency_specialized``."""
+    defect: str | None
+    """Planted defect (``FASTTRACK_DEMO_DEFECT``), read only when the optimized path is enabled."""
+    min_batch: int = MIN_BATCH
+    """Smallest decode batch the optimized path takes."""
+    max_batch: int = MAX_BATCH
+    """Largest decode batch the optimized path takes."""
+
+    @property
+    def enabled(self) -> bool:
+        return self.backend == "latency_specialized"
+
+
+def parse_settings(additional_config: Any, environ: dict[str, str] | None = None) -> BackendSettings:
+    """Read the decode backend switch from vLLM's ``additional_config`` and, when
+    the optimized path is enabled, the planted defect from the environment."""
+    environ = dict(os.environ) if environ is None else environ
+    config = additional_config if isinstance(additional_config, dict) else {}
+    backend = config.get(DECODE_BACKEND_KEY, "stock")
+    if backend not in ("stock", "latency_specialized"):
+        raise DemoBackendConfigError(
+            f"Unknown {DECODE_BACKEND_KEY}={backend!r} in --additional-config; the demo model "
+            "supports 'stock' (default) and 'latency_specialized'."
+        )
+    if backend != "latency_specialized":
+        return BackendSettings(backend="stock", defect=None)
+    defect = environ.get(DEFECT_ENV, "").strip() or None
+    if defect is not None and defect not in DEFECTS:
+        raise DemoBackendConfigError(
+            f"{DEFECT_ENV}={defect!r} is not a known planted defect; use one of "
+            f"{', '.join(DEFECTS)} or leave it unset."
+        )
+    return BackendSettings(backend="latency_specialized", defect=defect)
