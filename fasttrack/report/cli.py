@@ -42,9 +42,9 @@ def report_cmd(
     data = render_report(bundle, out, keys=key, trust_dir=_trust(key, trust), pr_head=pr_head, comment_path=comment,
                          report_url=report_url)
     v = "[green]verified[/]" if data.verification.verified else "[bold red]NOT verified[/]"
-    console.print(f"wrote {out}" + (f" and {comment}" if comment else "") + f": verdict [bold]{data.verdict}[/], {v}", highlight=False)
+    console.print(f"wrote {out}" + (f" and {comment}" if comment else "") + f": verdict [bold]{data.verdict}[/], {v}", highlight=False, soft_wrap=True)
     if not data.verification.verified:
-        err_console.print(data.verification.headline, highlight=False, markup=False)
+        err_console.print(data.verification.headline, highlight=False, markup=False, soft_wrap=True)
         if require_verified:
             raise typer.Exit(1)
 
@@ -69,9 +69,9 @@ def dashboard_build(
                        jobs=jobs, force=force)
     console.print(
         f"{stats.bundles} bundles in {out}/index.html: {stats.read} read, {stats.reused} unchanged, "
-        f"{stats.removed} removed in {stats.seconds:.1f} s", highlight=False)
+        f"{stats.removed} removed in {stats.seconds:.1f} s", highlight=False, soft_wrap=True)
     for e in stats.errors[:20]:
-        err_console.print(f"[yellow]skipped[/] {e}", highlight=False)
+        err_console.print(f"[yellow]skipped[/] {e}", highlight=False, soft_wrap=True)
 
 
 @dashboard_app.command("serve")
@@ -88,7 +88,7 @@ def dashboard_serve(
 
     t = _trust(key, trust)
     serve(bundles, site=out, port=port, keys=[str(k) for k in key], trust_dir=str(t) if t else None, jobs=jobs,
-          log=lambda m: console.print(m, highlight=False, markup=False))
+          log=lambda m: console.print(m, highlight=False, markup=False, soft_wrap=True))
 
 
 def register(app: typer.Typer) -> None:
