@@ -408,6 +408,10 @@ class PerfGate(_Model):
     min_runs: int = Field(default=3, ge=1)
     max_runs: int = Field(default=8, ge=1)
     gated_metric: Literal["median_tpot_ms", "median_itl_ms", "output_throughput"] = "median_tpot_ms"
+    interval: Literal["bootstrap", "lifetime_t"] = "bootstrap"
+    """Confidence interval of the speedup: 'bootstrap' (hierarchical: lifetimes, then runs) or
+    'lifetime_t' (t interval over per-lifetime values; holds its level with few lifetimes, wider).
+    With one lifetime per side only 'bootstrap' applies, and its interval ignores lifetime variance."""
 
     @model_validator(mode="after")
     def _runs(self) -> "PerfGate":
