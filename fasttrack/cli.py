@@ -249,3 +249,39 @@ def validate_cmd(
     console.print(f"verdict: [bold {vcolor}]{outcome.verdict.upper()}[/]" + (" (rehearsal: not valid evidence)" if outcome.rehearsal else ""))
     console.print(f"run folder: {outcome.run_dir}" + (f"\nbundle: {outcome.bundle}" if outcome.bundle else ""))
     raise typer.Exit(0 if outcome.verdict == "pass" else 1)
+
+
+# --------------------------------------------------------------------------- reproduce
+
+
+@app.command("reproduce")
+def reproduce_cmd(
+    bundle: str = typer.Argument(..., help="Bundle directory or .tar.gz."),
+    checks: str = typer.Option(..., "--checks", help="Comma-separated checks to rerun, e.g. equivalence,perf."),
+    out: str = typer.Option("runs/reproduce", "--out", "-o", help="Run folder for the rerun."),
+    key: list[str] = typer.Option(None, "--key", help="Trusted public key (repeatable)."),
+    trust: str = typer.Option(None, "--trust", help="Folder of trusted public keys."),
+    allow_unverified: bool = typer.Option(False, "--allow-unverified", help="Rerun even if the bundle does not verify."),
+    force: bool = typer.Option(False, "--force", help="Replace a non-empty --out folder."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """Rerun chosen checks with a bundle's recorded settings and report agreement."""
+    from pathlib import Path
+
+    from rich.table import Table
+
+    from fasttrack.reproduce import reproduce
+
+    res = reproduce(Path(bundle), checks=[c.strip() for c in checks.split(",") if c.strip()], out=Path(out),
+                    keys=[Path(k) for k in (key or [])], trust=Path(trust) if trust else None,
+                    allow_unverified=allow_unverified, force=force, log=lambda m: err_console.print(m, highlight=False))
+    if as_json:
+        _print_json(res.model_dump(mode="json") | {"all_agree": res.all_agree})
+    else:
+        table = Table(title=f"reproduce {bundle}" + ("" if res.verified else " (UNVERIFIED bundle)"))
+        for col in ("check", "recorded", "now", "agrees", "detail"):
+            table.add_column(col)
+        for a in res.agreements:
+            table.add_row(a.check, a.recorded_verdict, a.new_verdict, "yes" if a.agrees else "[red]no[/]", a.detail)
+        console.print(table)
+    raise typer.Exit(0 if res.all_agree else 1)
