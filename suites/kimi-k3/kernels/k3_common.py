@@ -24,6 +24,7 @@ DEFAULT_DIMS: dict[str, int] = {
     "shared_inter": 2048,
     "tp": 8,
     "dcp": 8,
+    "max_context": 262144,
 }
 
 DIMS = model_dims(DEFAULT_DIMS)
@@ -49,11 +50,15 @@ DTYPES = suite_dtypes(("bf16", "fp32"))
 TIER = env.tier()
 
 #: Context lengths of the DCP cases per tier (tokens across all DCP ranks).
-CONTEXTS = {
-    "smoke": (1, 77, 1000),
-    "standard": (1, 7, 129, 1000, 4096),
-    "full": (1, 7, 8, 9, 129, 1000, 4096, 16384),
-}[TIER]
+CONTEXTS = tuple(
+    c
+    for c in {
+        "smoke": (1, 77, 1000),
+        "standard": (1, 7, 129, 1000, 4096),
+        "full": (1, 7, 8, 9, 129, 1000, 4096, 16384),
+    }[TIER]
+    if c <= DIMS["max_context"]
+)
 #: Decode steps chained in the KDA cases.
 KDA_STEPS = {"smoke": 3, "standard": 4, "full": 8}[TIER]
 #: Repeated runs in the determinism tests and trials in the perturbation tests.

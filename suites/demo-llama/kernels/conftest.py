@@ -1,0 +1,40 @@
+"""Demo Llama kernel suite: the demo decode backend's fused ops against float64 references.
+
+Runs on the CPU (the demo backend targets vLLM's CPU build). Run it with
+``python -m fasttrack.kernels.run --suite suites/demo-llama/kernels``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fasttrack.kernels.tolerance import VLLM_REDUCTION
+
+_HERE = Path(__file__).resolve().parent
+
+SUITE_TOLERANCES = {
+    "demo_add_rmsnorm": {"bf16": VLLM_REDUCTION["bf16"], "fp32": VLLM_REDUCTION["fp32"]},
+    "demo_fused_mlp": {"bf16": VLLM_REDUCTION["bf16"], "fp32": {"atol": 1e-5, "rtol": 1e-5}},
+}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not config.pluginmanager.has_plugin("fasttrack.kernels.plugin"):
+        config.pluginmanager.import_plugin("fasttrack.kernels.plugin")
+
+
+@pytest.fixture(scope="session")
+def suite_dir() -> Path:
+    return _HERE
+
+
+@pytest.fixture(scope="session")
+def default_candidate() -> str:
+    return "demo_candidates"
+
+
+@pytest.fixture(scope="session")
+def suite_tolerances() -> dict:
+    return SUITE_TOLERANCES

@@ -1,0 +1,31 @@
+"""Adapter from the demo decode backend's fused ops (``fasttrack_demo_plugin.ops``) to this
+suite's interface. The plugin's planted ``numerics-batch`` defect (``FASTTRACK_DEMO_DEFECT``)
+is applied here the way the plugin's op applies it: at the tuned batch size the split-K down
+projection drops its last chunk.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from fasttrack_demo_plugin.ops import fused_decode_mlp_reference, rms_norm_add, split_k_for_batch
+from fasttrack_demo_plugin.settings import DEFECT_ENV, NUMERICS_BATCH
+
+DEVICE = "cpu"
+NAME = "fasttrack-demo-plugin ops"
+SUPPORTED_DTYPES = {"*": ("fp32", "bf16")}
+
+
+def fused_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    return rms_norm_add(x, residual, weight, eps)
+
+
+def fused_decode_mlp(
+    attn_out: torch.Tensor, residual: torch.Tensor, w_o_t: torch.Tensor, norm_weight: torch.Tensor,
+    w_gate_up_t: torch.Tensor, w_down_t: torch.Tensor, eps: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    batch = attn_out.shape[0]
+    skip_last = os.environ.get(DEFECT_ENV) == "numerics-batch" and batch == NUMERICS_BATCH
+    return fused_decode_mlp_reference(attn_out, residual, w_o_t, norm_weight, w_gate_up_t, w_down_t, eps, split_k_for_batch(batch), skip_last)
