@@ -1,0 +1,105 @@
+"""OpenAI MRCR grading rules, context bins and the lm-eval task glue."""
+
+from __future__ import annotations
+
+import json
+from difflib import SequenceMatcher
+
+import pytest
+
+from fasttrack.evals.mrcr import bin_order, context_bin, grade, parse_prompt, similarity
+from fasttrack.evals.runner import MRCR_TASK_YAML
+
+
+def test_response_without_the_prefix_scores_zero() -> None:
+    assert grade("Poem: the tapir", "aYooSG8CQgPoem: the tapir", "aYooSG8CQg") == 0.0
+    # the prefix must be at the very start: leading whitespace or a partial prefix is 0
+    assert grade(" aYooSG8CQgPoem: the tapir", "aYooSG8CQgPoem: the tapir", "aYooSG8CQg") == 0.0
+    assert grade("aYooSG8CQ Poem: the tapir", "aYooSG8CQgPoem: the tapir", "aYooSG8CQg") == 0.0
+    assert grade("", "aYooSG8CQgx", "aYooSG8CQg") == 0.0
+
+
+def test_exact_answer_scores_one() -> None:
+    assert grade("aYooSG8CQgPoem: the tapir", "aYooSG8CQgPoem: the tapir", "aYooSG8CQg") == 1.0
+
+
+def test_score_is_sequence_matcher_ratio_without_the_prefix() -> None:
+    prefix = "K3x9Qp0ZzA"
+    answer = prefix + "The quiet river carries the light."
+    response = prefix + "The quiet road carries the night."
+    expected = SequenceMatcher(None, "The quiet road carries the night.", "The quiet river carries the light.").ratio()
+    assert grade(response, answer, prefix) == pytest.approx(expected)
+    assert 0.0 < expected < 1.0
+    # the prefix itself does not inflate the ratio: only the text after it is compared
+    assert grade(prefix, answer, prefix) == 0.0
+
+
+def test_prefix_is_removed_from_the_answer_only_once() -> None:
+    prefix = "ab"
+    # answer "ababX": removeprefix strips one "ab" -> "abX"
+    assert grade("ababX", "ababX", prefix) == 1.0
+    assert grade("abX", "ababX", prefix) == pytest.approx(SequenceMatcher(None, "X", "abX").ratio())
+
+
+def test_similarity_is_one_for_identical_texts_including_empty() -> None:
+    assert similarity("", "") == 1.0
+    assert similarity("abc", "abc") == 1.0
+    assert similarity("abc", "xyz") == 0.0
+
+
+@pytest.mark.parametrize(
+    ("tokens", "label"),
+    [(1, "0-128"), (128, "0-128"), (129, "128-256"), (256, "128-256"), (300, "256-512"), (1024, "512-1k"),
+     (4096, "2k-4k"), (4097, "4k-8k"), (8192, "4k-8k"), (131072, "64k-128k"), (1_000_000, "512k-1024k")],
+)
+def test_context_bins_are_power_of_two_intervals(tokens: int, label: str) -> None:
+    assert context_bin(tokens) == label
+
+
+def test_bin_order_sorts_by_upper_bound() -> None:
+    labels = ["4k-8k", "0-128", "512-1k", "256-512"]
+    assert sorted(labels, key=bin_order) == ["0-128", "256-512", "512-1k", "4k-8k"]
+
+
+def test_parse_prompt_rejects_malformed_conversations() -> None:
+    assert parse_prompt(json.dumps([{"role": "user", "content": "hi"}])) == [{"role": "user", "content": "hi"}]
+    with pytest.raises(ValueError, match="JSON list"):
+        parse_prompt(json.dumps({"role": "user"}))
+    with pytest.raises(ValueError, match="message 1"):
+        parse_prompt([{"role": "user", "content": "a"}, {"role": "assistant"}])
+
+
+def test_lm_eval_task_grades_with_the_same_rules() -> None:
+    from lm_eval.tasks._yaml_loader import load_yaml
+
+    cfg = load_yaml(MRCR_TASK_YAML, resolve_func=True)
+    doc = {"answer": "PFXhello world", "random_string_to_prepend": "PFX", "prompt": "[]"}
+    assert cfg["process_results"](doc, ["PFXhello world"]) == {"mrcr_score": 1.0}
+    assert cfg["process_results"](doc, ["hello world"]) == {"mrcr_score": 0.0}
+    assert cfg["generation_kwargs"]["until"] == []
+
+
+def test_lm_eval_task_sends_the_samples_own_conversation() -> None:
+    from lm_eval.tasks import TaskManager
+    from lm_eval.tasks._yaml_loader import load_yaml
+
+    cfg = load_yaml(MRCR_TASK_YAML, resolve_func=True)
+    task = cfg["class"]  # the class itself; build it without a dataset
+    messages = [{"role": "user", "content": "Write a poem about owls."}, {"role": "assistant", "content": "Owls."},
+                {"role": "user", "content": "Prepend X1 to the 1st poem about owls."}]
+    seen: list[Any] = []
+
+    def template(msgs: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+        seen.append((msgs, add_generation_prompt))
+        return "RENDERED"
+
+    inst = task.__new__(task)  # fewshot_context does not touch the dataset
+    out = task.fewshot_context(inst, {"prompt": json.dumps(messages)}, 0, apply_chat_template=True, chat_template=template)
+    assert out == "RENDERED"
+    assert seen == [(messages, True)]
+    with pytest.raises(ValueError, match="chat template"):
+        task.fewshot_context(inst, {"prompt": json.dumps(messages)}, 0, apply_chat_template=False)
+    assert TaskManager  # imported: lm-eval is installed
+
+
+from typing import Any  # noqa: E402  (used in annotations above)
