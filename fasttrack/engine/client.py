@@ -486,6 +486,12 @@ class EngineClient:
             await asyncio.to_thread(self.engine.check_alive, grace=3.0)
         return EngineRequestError(f"{type(exc).__name__}: {exc}", status_code=None, url=url)
 
+    async def _http_failed(self, status: int, body: str, url: str) -> EngineRequestError:
+        if status >= 500 and self.engine is not None:
+            # a server error may mean the engine behind the API server died
+            await asyncio.to_thread(self.engine.check_alive, grace=2.0)
+        return EngineRequestError(_error_message(body), status_code=status, body=body, url=url)
+
     async def send(self, endpoint: Endpoint, payload: dict[str, Any]) -> CompletionResult:
         """POST a prepared body to the endpoint; streams when ``payload['stream']`` is true."""
         path = _PATHS[endpoint]
@@ -497,12 +503,12 @@ class EngineClient:
                 r = await self._http.post(path, json=payload)
                 t_end = time.perf_counter()
                 if r.status_code != 200:
-                    raise EngineRequestError(_error_message(r.text), status_code=r.status_code, body=r.text, url=url)
+                    raise await self._http_failed(r.status_code, r.text, url)
                 return self._parse_full(endpoint, payload, r.json(), t_start, t_end)
             async with self._http.stream("POST", path, json=payload) as r:
                 if r.status_code != 200:
                     body = (await r.aread()).decode("utf-8", errors="replace")
-                    raise EngineRequestError(_error_message(body), status_code=r.status_code, body=body, url=url)
+                    raise await self._http_failed(r.status_code, body, url)
                 return await self._parse_stream(endpoint, payload, r, t_start, url)
         except httpx.TransportError as exc:
             raise await self._transport_failed(exc, url) from exc

@@ -1,0 +1,80 @@
+"""Path evidence from a real candidate engine (the demo plugin's optimized decode path).
+
+Decode windows must show the optimized ops on every in-range decode step; a
+prefill-only window and out-of-range batches must show the stock path and the logged
+fallback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from fasttrack.engine import ProfilerWindow, Request, WindowEvidence
+
+pytestmark = pytest.mark.e2e
+
+MAX_BATCH = 8  # the demo plugin's declared decode batch range is 1..8
+
+
+def _window(engine, markers, name: str, requests: list[Request]) -> WindowEvidence:
+    async def go():
+        async with engine.client() as c:
+            await c.complete("warm up", max_tokens=2, temperature=0.0)
+            async with ProfilerWindow(
+                engine, name, markers=markers.marker_set(), fallback_pattern=markers.fallback_pattern
+            ) as win:
+                results = await c.gather(requests)
+        assert all(r.usage is not None for r in results)
+        return win.evidence
+
+    ev = asyncio.run(go())
+    assert ev is not None
+    return ev
+
+
+def _decode_requests(n: int, max_tokens: int = 16) -> list[Request]:
+    return [
+        Request.completion(f"Story {i}: once upon a time", max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
+        for i in range(n)
+    ]
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+def test_candidate_decode_window_runs_the_optimized_ops(candidate_engine, demo_path_markers, batch: int) -> None:
+    ev = _window(candidate_engine, demo_path_markers, f"candidate-decode-b{batch}", _decode_requests(batch))
+    assert ev.decode_steps >= 14
+    assert ev.optimized_ops > 0
+    assert ev.optimized_decode_steps == ev.decode_steps, (
+        f"decode steps without optimized ops: {ev.decode_batch_sizes} vs {ev.optimized_decode_batch_sizes}"
+    )
+    assert ev.optimized_decode_fraction == 1.0
+    assert max(ev.decode_batch_sizes) == batch
+    assert ev.kernels_per_decode_step and ev.kernels_per_decode_step > 0
+    # the prompts' prefill steps ran on the stock path
+    prefill_like = ev.step_counts.get("prefill", 0) + ev.step_counts.get("mixed", 0)
+    assert prefill_like >= 1
+    assert ev.optimized_step_counts.get("prefill", 0) == 0 and ev.optimized_step_counts.get("mixed", 0) == 0
+    pe = ev.to_path_evidence(check="coverage", point=f"b{batch}")
+    assert pe.side == "candidate" and pe.optimized_decode_steps == pe.decode_steps
+
+
+def test_candidate_prefill_only_window_shows_stock_path_and_fallback(candidate_engine, demo_path_markers) -> None:
+    reqs = [Request.completion(f"Only a prefill {i}", max_tokens=1, temperature=0.0) for i in range(2)]
+    ev = _window(candidate_engine, demo_path_markers, "candidate-prefill", reqs)
+    assert ev.step_counts.get("prefill", 0) >= 1
+    assert ev.decode_steps == 0
+    assert ev.optimized_ops == 0, f"optimized ops in a prefill-only window: {ev.optimized_op_counts}"
+    assert ev.fallback_events >= 1
+    assert any("reason=prefill" in line for line in ev.fallback_lines), ev.fallback_lines
+
+
+def test_candidate_out_of_range_batches_fall_back(candidate_engine, demo_path_markers) -> None:
+    n = MAX_BATCH + 4
+    ev = _window(candidate_engine, demo_path_markers, "candidate-decode-b12", _decode_requests(n, max_tokens=24))
+    big = {b: k for b, k in ev.decode_batch_sizes.items() if b > MAX_BATCH}
+    assert big, f"no decode step above the batch range: {ev.decode_batch_sizes}"
+    assert all(b <= MAX_BATCH for b in ev.optimized_decode_batch_sizes), ev.optimized_decode_batch_sizes
+    assert ev.optimized_decode_steps < ev.decode_steps
+    assert any("reason=batch_out_of_range" in line for line in ev.fallback_lines), ev.fallback_lines
