@@ -74,6 +74,9 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     elif report.failed:
         row["error"] = str(report.longrepr)[-3000:]
     _STATE["tests"].append(row)
+    # keep a partial rows file on disk, so a run killed at its time limit still leaves evidence
+    if time.time() - _STATE.get("last_write", 0.0) > 5.0:
+        _write_rows(exitstatus=None)
 
 
 def _host() -> dict[str, Any]:
@@ -97,9 +100,14 @@ def _host() -> dict[str, Any]:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    _write_rows(exitstatus=int(exitstatus))
+
+
+def _write_rows(*, exitstatus: int | None) -> None:
     path = os.environ.get(env.ROWS)
     if not path:
         return
+    _STATE["last_write"] = time.time()
     doc = {
         "schema": ROWS_SCHEMA,
         "suite": os.environ.get(env.SUITE) or None,
@@ -108,7 +116,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         "defects": sorted(env.defects()),
         "tier": os.environ.get(env.TIER, "standard"),
         "sanitizer_tool": os.environ.get(env.SANITIZER) or None,
-        "pytest_exit_code": int(exitstatus),
+        "pytest_exit_code": exitstatus,
+        "complete": exitstatus is not None,
         "wall_s": round(time.time() - _STATE["started"], 2),
         "host": _host(),
         "peaks": _STATE["peaks"],
@@ -118,7 +127,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         "speed_of_light": _STATE["speed_of_light"],
         "tests": _STATE["tests"],
     }
-    Path(path).write_text(json.dumps(doc, indent=1, default=_json_default), encoding="utf-8")
+    tmp = Path(path + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=1, default=_json_default), encoding="utf-8")
+    tmp.replace(path)
 
 
 def _json_default(o: Any) -> Any:

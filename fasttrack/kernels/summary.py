@@ -72,8 +72,6 @@ def summarize(doc: Mapping[str, Any]) -> dict[str, Any]:
 
     if doc.get("candidate_error"):
         return {**base, "verdict": NOT_RUN, "reason": f"suite {suite}: the candidate could not be imported: {doc['candidate_error']}", "failures": []}
-    if doc.get("error"):
-        return {**base, "verdict": NOT_RUN, "reason": f"suite {suite}: {doc['error']}", "failures": []}
 
     failures = [case_failure(r) for r in cases if r.get("verdict") != PASS]
     for r in det:
@@ -100,6 +98,8 @@ def summarize(doc: Mapping[str, Any]) -> dict[str, Any]:
             failures.append(f"test {t.get('test')} failed ({t.get('when')}): {err[-1] if err else 'no message'}")
     if failures:
         return {**base, "verdict": FAIL, "reason": f"suite {suite}: {len(failures)} failure(s); first: {failures[0]}", "failures": failures}
+    if doc.get("error"):
+        return {**base, "verdict": NOT_RUN, "reason": f"suite {suite}: {doc['error']}", "failures": []}
     if not cases and not det and not pert:
         why = skipped.most_common(1)[0][0] if skipped else "no kernel test ran"
         return {**base, "verdict": NOT_RUN, "reason": f"suite {suite}: not run: {why}", "failures": []}
