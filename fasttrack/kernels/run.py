@@ -183,14 +183,15 @@ def run_suite(
         }
         if rc is None:
             doc["error"] = f"the suite did not finish within {timeout_s:.0f} s (rows up to that point are kept)"
-        doc["sanitizer"] = _sanitizers(suite_dir, ini, e, sanitize, select, sanitizer_timeout_s, tmpd, doc)
+        # the sanitizer selection is the suite's ``sanitize`` marker alone (``-k`` does not apply)
+        doc["sanitizer"] = _sanitizers(suite_dir, ini, e, sanitize, sanitizer_timeout_s, tmpd, doc)
     doc["wall_s_total"] = round(time.time() - t0, 1)
     doc["summary"] = summarize(doc)
     out.write_text(json.dumps(doc, indent=1), encoding="utf-8")
     return doc
 
 
-def _sanitizers(suite_dir: Path, ini: Path, e: dict[str, str], sanitize: str, select: str | None, timeout_s: float, tmpd: Path, doc: dict[str, Any]) -> list[dict[str, Any]]:
+def _sanitizers(suite_dir: Path, ini: Path, e: dict[str, str], sanitize: str, timeout_s: float, tmpd: Path, doc: dict[str, Any]) -> list[dict[str, Any]]:
     if sanitize == "off":
         return sanitizer.not_run_rows("switched off (--sanitize off)")
     tools = sanitizer.TOOLS if sanitize == "auto" else tuple(t.strip() for t in sanitize.split(",") if t.strip())
@@ -210,7 +211,7 @@ def _sanitizers(suite_dir: Path, ini: Path, e: dict[str, str], sanitize: str, se
         te = dict(e)
         te[env.ROWS] = str(rows_path)
         te[env.SANITIZER] = tool
-        args = pytest_args(suite_dir, ini, "sanitize", select)
+        args = pytest_args(suite_dir, ini, "sanitize", None)
         row = sanitizer.run_tool(tool, exe=exe, pytest_args=args, env=te, cwd=suite_dir, timeout_s=timeout_s)
         if rows_path.is_file():
             sub = json.loads(rows_path.read_text(encoding="utf-8"))
