@@ -36,7 +36,7 @@ from typing import Any
 
 import httpx
 
-from fasttrack.checks.base import Check, CheckResult, EngineSession, Gate, RunContext, Verdict, register
+from fasttrack.checks.base import Check, CheckResult, EngineSession, Gate, PathEvidence, RunContext, Verdict, register
 from fasttrack.errors import FasttrackError
 from fasttrack.evals.compare import Comparison, PairingError, SampleOutcome, breakdown, compare
 from fasttrack.evals.datasets import ResolvedDataset, resolve_dataset
@@ -264,15 +264,24 @@ class EvalsCheck(Check):
         label = f"{spec.name} at {unit.point} (batch {unit.batch}) on the {session.side}, {role}, repeat {repeat}"
         ctx.log(f"evals: running {label}")
         evidence: dict[str, Any] | None = None
-        if profile and getattr(engine, "profiler_dir", None) is not None:
-            output, evidence = self._profiled(ctx, engine, f"evals-{spec.name}-b{unit.batch}", unit, kwargs)
+        window = f"evals-{spec.name}-b{unit.batch}"
+        unavailable = None
+        if getattr(engine, "profiler_dir", None) is None:
+            unavailable = f"the {session.side} engine has no profiler (no --profiler-config), so no trace was taken"
+        elif ctx.scope.path_markers is None:
+            unavailable = "the scope declares no path_markers"
+        if profile and unavailable is None:
+            output, evidence = self._profiled(ctx, engine, window, unit, kwargs)
         else:
             output = run_lm_eval(**kwargs)
             if profile:
-                self.state.notes.append(
-                    f"{spec.name} at {unit.point} on the {session.side}: the engine has no profiler, so this run carries "
-                    "no path evidence"
-                )
+                # the coverage check reads 'unavailable' as "no path evidence could be taken", never as a pass
+                ctx.evidence.append(PathEvidence(
+                    check=self.name, point=unit.point, side=session.side, window=window, optimized_ops=0, stock_ops=0,
+                    decode_steps=0, optimized_decode_steps=0, detail={"unavailable": unavailable, "points": unit.points},
+                ))
+                evidence = {"window": window, "unavailable": unavailable}
+                self.state.notes.append(f"{spec.name} at {unit.point} on the {session.side}: {unavailable}")
         by_doc = {s.doc_id: s for s in selection.samples}
         if sorted(r["doc_id"] for r in output.samples) != sorted(by_doc):
             raise FasttrackError(

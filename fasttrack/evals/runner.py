@@ -252,24 +252,33 @@ def run_lm_eval(
     )
 
 
+PROMPT_PREVIEW = 4000
+"""Characters of the prompt lm-eval sent that the per-sample log keeps."""
+
+
 def _prompt_of(args: Any) -> str:
-    """The prompt lm-eval sent (first argument of the request), as text."""
-    try:
-        if isinstance(args, dict):
-            first = args.get("gen_args_0", {}).get("arg_0") if isinstance(args.get("gen_args_0"), dict) else None
-            if first is None and args:
-                v = next(iter(args.values()))
-                first = v.get("arg_0") if isinstance(v, dict) else v
-        elif isinstance(args, (list, tuple)) and args:
-            first = args[0][0] if isinstance(args[0], (list, tuple)) else args[0]
+    """The prompt lm-eval sent for one doc (the first request argument), as text.
+
+    lm-eval logs ``arguments`` as a list of request argument tuples (context,
+    generation kwargs), sometimes already turned into strings; chat contexts are
+    ``JsonChatStr`` (with a ``prompt`` field).
+    """
+    x: Any = args
+    for _ in range(6):
+        if isinstance(x, str):
+            break
+        prompt = getattr(x, "prompt", None)
+        if isinstance(prompt, str):
+            x = prompt
+            break
+        if isinstance(x, dict):
+            x = next(iter(x.values()), None)
+        elif isinstance(x, (list, tuple)) and x:
+            x = x[0]
         else:
-            first = None
-    except Exception:  # noqa: BLE001
-        first = None
-    if first is None:
-        return ""
-    prompt = getattr(first, "prompt", first)
-    return prompt if isinstance(prompt, str) else str(prompt)
+            break
+    text = x if isinstance(x, str) else ("" if x is None else str(x))
+    return text[:PROMPT_PREVIEW]
 
 
 def _quiet_lm_eval():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from difflib import SequenceMatcher
+from typing import Any
 
 import pytest
 
@@ -80,7 +81,6 @@ def test_lm_eval_task_grades_with_the_same_rules() -> None:
 
 
 def test_lm_eval_task_sends_the_samples_own_conversation() -> None:
-    from lm_eval.tasks import TaskManager
     from lm_eval.tasks._yaml_loader import load_yaml
 
     cfg = load_yaml(MRCR_TASK_YAML, resolve_func=True)
@@ -99,7 +99,31 @@ def test_lm_eval_task_sends_the_samples_own_conversation() -> None:
     assert seen == [(messages, True)]
     with pytest.raises(ValueError, match="chat template"):
         task.fewshot_context(inst, {"prompt": json.dumps(messages)}, 0, apply_chat_template=False)
-    assert TaskManager  # imported: lm-eval is installed
 
 
-from typing import Any  # noqa: E402  (used in annotations above)
+
+def test_prompt_of_lm_eval_sample_logs() -> None:
+    from lm_eval.models.api_models import JsonChatStr
+
+    from fasttrack.evals.runner import _prompt_of
+
+    assert _prompt_of([("Question: x\nAnswer:", {"until": []})]) == "Question: x\nAnswer:"
+    assert _prompt_of([(JsonChatStr('[{"role": "user"}]'), {})]) == '[{"role": "user"}]'
+    assert _prompt_of({"gen_args_0": {"arg_0": "Q", "arg_1": {}}}) == "Q"
+    assert _prompt_of(None) == ""
+
+
+def test_aime25_is_lm_evals_own_task_pointed_at_a_local_file(tmp_path) -> None:
+    from fasttrack.evals.runner import task_config
+
+    cfg, source = task_config("aime25", tmp_path / "sel.jsonl", max_tokens=32, temperature=0.0)
+    assert source.endswith("lm_eval/tasks/aime/aime25.yaml")
+    assert cfg["task"] == "aime25" and cfg["doc_to_text"] == "Question: {{problem}}\nAnswer:"
+    assert cfg["dataset_path"] == "json" and cfg["dataset_kwargs"] == {"data_files": {"test": str(tmp_path / "sel.jsonl")}}
+    assert cfg["generation_kwargs"]["max_gen_toks"] == 32 and cfg["generation_kwargs"]["do_sample"] is False
+    assert "Question:" in cfg["generation_kwargs"]["until"]  # lm-eval's stop sequences are kept
+    assert callable(cfg["process_results"]) and cfg["process_results"].__module__.endswith("aime.utils")
+    cfg, source = task_config("mrcr", tmp_path / "m.jsonl", max_tokens=64, temperature=0.6)
+    assert source.endswith("suites/common/evals/mrcr/mrcr.yaml")
+    assert cfg["dataset_kwargs"] == {"data_files": {"train": str(tmp_path / "m.jsonl")}}
+    assert cfg["generation_kwargs"]["do_sample"] is True and cfg["generation_kwargs"]["temperature"] == 0.6

@@ -1,0 +1,140 @@
+"""The evals check without engines: dataset errors, point selection, judging recorded runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fasttrack.checks.base import RunContext, Verdict, overall_verdict, registry
+from fasttrack.checks.evals import EvalsCheck, RunRecord, matching_units
+from fasttrack.errors import FasttrackError
+from fasttrack.evals.compare import SampleOutcome
+from fasttrack.evals.runner import GenerationSettings, LmEvalOutput
+from fasttrack.plan import build_plan
+from fasttrack.scope import EvalSpec, load_scope
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def _ctx(tmp_path: Path, *, evals: list[EvalSpec] | None = None, eval_data: dict[str, str] | None = None,
+         tier: str = "smoke") -> RunContext:
+    loaded = load_scope("demo-llama")
+    scope = loaded.scope if evals is None else loaded.scope.model_copy(update={"evals": evals})
+    plan = build_plan(scope, tier=tier)
+    ctx = RunContext(scope=scope, plan=plan, tier=tier, run_dir=tmp_path, log=lambda m: None)
+    ctx.shared["loaded_scope"] = loaded
+    if eval_data is not None:
+        ctx.shared["eval_data"] = eval_data
+    return ctx
+
+
+def test_registered() -> None:
+    assert "evals" in registry()
+
+
+def test_demo_scope_evals_run_at_batch_3_only(tmp_path: Path) -> None:
+    ctx = _ctx(tmp_path)
+    for spec in ctx.scope.evals:
+        units = matching_units(ctx, spec)
+        assert [(u.batch, u.points) for u in units] == [(3, ["tp1-dcp1-none-b3-ctx32", "tp1-dcp1-none-b3-ctxfull"])]
+
+
+def test_demo_scope_data_resolves(tmp_path: Path) -> None:
+    chk = EvalsCheck()
+    assert chk.skip_reason(_ctx(tmp_path)) is None
+    assert {n: d.n_rows for n, d in chk.state.datasets.items()} == {"aime25": 10, "mrcr": 12}
+
+
+def test_all_datasets_missing_is_not_run_with_the_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    evals = [EvalSpec(name="aime25", kind="aime25", data="data/nope.jsonl", points={"batch": [3]})]
+    ctx = _ctx(tmp_path, evals=evals)
+    chk = EvalsCheck()
+    reason = chk.skip_reason(ctx)
+    assert reason is not None and "dataset 'aime25' not found at" in reason
+    assert "suites/demo-llama/data/nope.jsonl" in reason and "the hub is unreachable (HF_HUB_OFFLINE=1)" in reason
+    res = chk.judge(ctx)
+    assert res.verdict is Verdict.NOT_RUN and "not found" in res.reason
+    assert overall_verdict([res]) is Verdict.NOT_RUN  # the bundle cannot pass with it
+
+
+def test_one_missing_dataset_keeps_the_check_from_passing(tmp_path: Path) -> None:
+    ctx = _ctx(tmp_path, eval_data={"mrcr": "/nonexistent/mrcr.parquet"})
+    chk = EvalsCheck()
+    assert chk.skip_reason(ctx) is None  # aime25 can still run
+    res = chk.judge(ctx)
+    assert res.verdict is Verdict.NOT_RUN
+    assert "dataset 'mrcr' not found at '/nonexistent/mrcr.parquet'" in res.reason
+
+
+def test_eval_data_for_an_unknown_eval(tmp_path: Path) -> None:
+    with pytest.raises(FasttrackError, match=r"names eval\(s\) \['gsm8k'\]"):
+        EvalsCheck().skip_reason(_ctx(tmp_path, eval_data={"gsm8k": "x.jsonl"}))
+
+
+def test_filter_that_matches_no_point(tmp_path: Path) -> None:
+    evals = [EvalSpec(name="aime25", kind="aime25", data="data/aime25.jsonl", points={"batch": [5]})]
+    reason = EvalsCheck().skip_reason(_ctx(tmp_path, evals=evals))
+    assert reason is not None and "no config point of this plan" in reason and "{'batch': [5]}" in reason
+
+
+def test_filter_on_an_unknown_dimension(tmp_path: Path) -> None:
+    evals = [EvalSpec(name="aime25", kind="aime25", data="data/aime25.jsonl", points={"gpu": [1]})]
+    with pytest.raises(FasttrackError, match="unknown point dimension"):
+        EvalsCheck().skip_reason(_ctx(tmp_path, evals=evals))
+
+
+def _record(unit: Any, side: str, role: str, outputs: list[str], kind: str = "aime25") -> RunRecord:
+    settings = GenerationSettings(max_tokens=32, temperature=0.0, seed=0, num_concurrent=unit.batch)
+    out = LmEvalOutput(task=kind, lm_model="local-completions", model_args={}, settings=settings, task_config={},
+                       task_source="x", lm_eval_version="0.4.13", wall_s=1.0, aggregate={},
+                       samples=[{"doc_id": i, "output": o, "score": 0.0} for i, o in enumerate(outputs)])
+    outcomes = [SampleOutcome(sample_id=str(i), output=o, score=0.0) for i, o in enumerate(outputs)]
+    return RunRecord(eval="aime25", kind=kind, point=unit.point, points=unit.points, group=unit.group, batch=unit.batch,
+                     side=side, role=role, repeat=0, lifetime=0, output=out, outcomes=outcomes, artifact="a", engine={})
+
+
+def _judge_with(tmp_path: Path, candidate_outputs: list[str]) -> Any:
+    evals = [EvalSpec(name="aime25", kind="aime25", data="data/aime25.jsonl", points={"batch": [3]}, margin=0.1)]
+    ctx = _ctx(tmp_path, evals=evals)
+    chk = EvalsCheck()
+    assert chk.skip_reason(ctx) is None
+    from fasttrack.evals.samples import select_samples
+
+    chk.state.selections["aime25"] = select_samples(chk.state.datasets["aime25"], limit=8)
+    unit = chk.state.units["aime25"][0]
+    base = [f"output {i} of the stock path, several words long" for i in range(8)]
+    chk.state.runs = [_record(unit, "baseline", "primary", base), _record(unit, "baseline", "reference", base),
+                      _record(unit, "candidate", "primary", candidate_outputs)]
+    return chk.judge(ctx)
+
+
+def test_judge_passes_identical_outputs(tmp_path: Path) -> None:
+    base = [f"output {i} of the stock path, several words long" for i in range(8)]
+    res = _judge_with(tmp_path, base)
+    assert res.verdict is Verdict.PASS, res.reason
+    assert res.gate is not None and "-margin" in res.gate.rule
+    (row,) = res.tables["eval_comparisons"]
+    assert row["agreement"] == 1.0 and row["passed"] is True and row["newcombe_ci_low"] is not None
+    assert len(res.tables["eval_samples"]) == 24
+    assert {b["dimension"] for b in res.tables["eval_breakdown"]} == {"problem"}
+
+
+def test_judge_fails_diverging_outputs(tmp_path: Path) -> None:
+    res = _judge_with(tmp_path, [f"zz qq {i} xx" for i in range(8)])
+    assert res.verdict is Verdict.FAIL
+    assert "agree with the baseline's less" in res.failures[0] and "tp1-dcp1-none-b3-ctx32" in res.failures[0]
+    assert len([r for r in res.tables["eval_review"] if r["kind"] == "output"]) == 8
+
+
+def test_judge_without_the_reference_run_is_not_run(tmp_path: Path) -> None:
+    evals = [EvalSpec(name="aime25", kind="aime25", data="data/aime25.jsonl", points={"batch": [3]})]
+    ctx = _ctx(tmp_path, evals=evals)
+    chk = EvalsCheck()
+    chk.skip_reason(ctx)
+    unit = chk.state.units["aime25"][0]
+    chk.state.runs = [_record(unit, "baseline", "primary", ["a"]), _record(unit, "candidate", "primary", ["a"])]
+    res = chk.judge(ctx)
+    assert res.verdict is Verdict.NOT_RUN and "baseline reference repeat 0" in res.reason
