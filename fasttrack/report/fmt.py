@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import unicodedata
 from collections.abc import Mapping
 from typing import Any
@@ -11,6 +12,8 @@ from typing import Any
 #: Longest string shown for one value; longer ones are cut with an ellipsis.
 MAX_TEXT = 2000
 MAX_CELL = 300
+#: Text that needs no character-by-character look (printable ASCII, newlines, tabs excluded).
+_PLAIN = re.compile(r"[\x20-\x7e\n]*")
 
 
 def clean(s: Any, limit: int = MAX_TEXT) -> str:
@@ -18,6 +21,8 @@ def clean(s: Any, limit: int = MAX_TEXT) -> str:
     if s is None:
         return ""
     text = s if isinstance(s, str) else str(s)
+    if _PLAIN.fullmatch(text):
+        return text if len(text) <= limit else text[: limit - 1] + "\u2026"
     out = []
     for ch in text[: limit + 1]:
         cat = unicodedata.category(ch)

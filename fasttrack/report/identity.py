@@ -23,16 +23,25 @@ def fingerprint(path: Path) -> str:
     p = Path(path)
     h = hashlib.sha256()
     if p.is_dir():
-        entries = []
-        for root, dirs, files in os.walk(p, followlinks=False):
-            dirs.sort()
-            for name in files:
-                fp = os.path.join(root, name)
-                try:
-                    st = os.lstat(fp)
-                except OSError:
-                    continue
-                entries.append(f"{os.path.relpath(fp, p)}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_mode}")
+        entries: list[str] = []
+        stack = [(str(p), "")]
+        while stack:
+            d, prefix = stack.pop()
+            try:
+                it = os.scandir(d)
+            except OSError:
+                continue
+            with it:
+                for e in it:
+                    rel = prefix + e.name
+                    try:
+                        st = e.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    if e.is_dir(follow_symlinks=False):
+                        stack.append((e.path, rel + "/"))
+                    else:
+                        entries.append(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_mode}")
         for e in sorted(entries):
             h.update(e.encode("utf-8", "surrogateescape") + b"\n")
     else:

@@ -23,7 +23,7 @@ from fasttrack.report import fields as F
 from fasttrack.report import fmt
 from fasttrack.report.charts import bins_chart, items_chart, speedup_chart
 from fasttrack.report.identity import bundle_hash
-from fasttrack.report.links import LinkPolicy
+from fasttrack.report.links import LinkPolicy, quote_path
 from fasttrack.report.tableread import LoadedTable, read_table
 from fasttrack.report.views import (
     ArtifactView,
@@ -418,8 +418,9 @@ def _scope_yaml(manifest: Manifest) -> dict[str, Any]:
     text = manifest.scope.yaml
     if len(text) > 1_000_000:
         return {}
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
-        obj = yaml.safe_load(text)
+        obj = yaml.load(text, Loader=loader)  # noqa: S506 - a safe loader (C or Python)
     except yaml.YAMLError:
         return {}
     return obj if isinstance(obj, dict) else {}
@@ -481,11 +482,16 @@ def _artifacts(root: Path, subjects: list[str] | None, vr: VerifyResult, links: 
     if subjects is None:
         note = "the attestation is unreadable, so no file is linked"
     out = []
+    real_root = root.resolve()
     for n in sorted(names)[:MAX_ARTIFACTS_SHOWN]:
-        try:
-            size = (root / n).stat().st_size if (root / n).is_file() else None
-        except (OSError, ValueError):
-            size = None
+        size = None
+        if quote_path(n) is not None:  # never look outside the bundle for a hostile name
+            try:
+                f = (root / n)
+                if not f.is_symlink() and f.resolve().is_relative_to(real_root) and f.is_file():
+                    size = f.stat().st_size
+            except (OSError, ValueError):
+                size = None
         href = links.href(n)
         out.append(ArtifactView(name=fmt.one_line(n, 400), href=href, why_not="" if href else links.why_not(n), size=size, sha256=""))
     if len(names) > MAX_ARTIFACTS_SHOWN:

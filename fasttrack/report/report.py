@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from fasttrack.errors import FasttrackError
 from fasttrack.report.load import Links, build_report_data, default_links
 from fasttrack.report.render import render_page, static, write_text
 from fasttrack.report.views import ReportData
@@ -42,6 +43,13 @@ def render_report(
 
     bundle = Path(bundle_path)
     out = Path(out_html)
+    if bundle.is_dir():
+        for target in (out, Path(comment_path) if comment_path is not None else None):
+            if target is not None and target.resolve().is_relative_to(bundle.resolve()):
+                raise FasttrackError(
+                    f"{target} is inside the bundle {bundle}; a file added there would make the bundle fail verification",
+                    hint="Write the report next to the bundle, e.g. -o report.html",
+                )
     links: Links = default_links(bundle, out)
     data = build_report_data(bundle, keys=keys, trust_dir=trust_dir, pr_head=pr_head, links=links)
     write_text(out, report_html(data))

@@ -375,9 +375,23 @@ def write_index(site: Path, records: list[BundleRecord], *, errors: Sequence[str
             if p.stem not in gids.values():
                 p.unlink()
     css = static("report.css") + "\n" + static("dashboard.css")
+    # a compare page depends only on its bundles (and the renderer): re-render it when they change
+    stamps_file = compare_dir / "stamps.json"
+    try:
+        stamps = json.loads(stamps_file.read_text()) if stamps_file.is_file() else {}
+    except ValueError:
+        stamps = {}
+    version = renderer_version()
+    new_stamps = {}
     for g in multi:
-        page = render_page("compare.html.j2", css=css, g=g, risks=risks, gid=gids[g.key], cmp=compare_view(g))
-        write_text(compare_dir / f"{gids[g.key]}.html", page)
+        gid = gids[g.key]
+        stamp = hashlib.sha256((version + "".join(sorted(r.id for r in g.bundles))).encode()).hexdigest()
+        new_stamps[gid] = stamp
+        if stamps.get(gid) == stamp and (compare_dir / f"{gid}.html").is_file():
+            continue
+        page = render_page("compare.html.j2", css=css, g=g, risks=risks, gid=gid, cmp=compare_view(g))
+        write_text(compare_dir / f"{gid}.html", page)
+    write_text(stamps_file, json.dumps(new_stamps, sort_keys=True))
 
     filt = [{"id": r.short, "s": _search_text(r, risks[r.id]), "v": r.verdict, "ok": r.verified, "m": r.model,
              "iso": r.isolation, "risk": risks[r.id].level} for r in records]
@@ -414,4 +428,4 @@ def write_index(site: Path, records: list[BundleRecord], *, errors: Sequence[str
         ],
         "errors": list(errors),
     }
-    write_text(site / "index.json", json.dumps(doc, indent=1, sort_keys=True, ensure_ascii=False))
+    write_text(site / "index.json", json.dumps(doc, sort_keys=True, ensure_ascii=False, separators=(",", ":")))

@@ -249,3 +249,13 @@ def test_missing_bundle_is_a_clear_error(tmp_path: Path) -> None:
 
     with pytest.raises(FasttrackError, match="does not exist"):
         render_report(tmp_path / "nope", tmp_path / "r.html")
+
+
+def test_report_inside_the_bundle_is_refused(bundle_factory, tmp_path: Path) -> None:
+    from fasttrack.errors import FasttrackError
+
+    b = tmp_path / "copy"
+    shutil.copytree(bundle_factory("good", model="demo-llama", seed=1), b)
+    with pytest.raises(FasttrackError, match="inside the bundle"):
+        render_report(b, b / "report.html")
+    assert not (b / "report.html").exists()

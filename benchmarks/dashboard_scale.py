@@ -1,0 +1,140 @@
+"""Dashboard build time over many bundles: a cold build, an incremental rebuild with nothing
+changed, and one after a few bundles were added, changed and removed.
+
+The bundles are synthetic (fasttrack.report.synthetic: invented figures, written, signed
+and verified with the real bundle layer) and varied: five models, several hundred PRs
+(some heads with two or three independent bundles), every verdict, isolation violations,
+rehearsals, unsigned bundles, bundles signed by an untrusted key, tampered bundles and
+tarballs.
+
+    python benchmarks/dashboard_scale.py [--bundles 1000] [--jobs N] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from fasttrack.bundle.keys import generate_keypair, load_private_key  # noqa: E402
+from fasttrack.bundle.pack import pack_bundle  # noqa: E402
+from fasttrack.report.site import build_site  # noqa: E402
+from fasttrack.report.synthetic import Spec, make_bundle  # noqa: E402
+
+MODELS = ("demo-llama", "kimi-k3", "glm-5.3", "deepseek-v4.1-flash", "muse-spark")
+CHECKS = ("kernels", "equivalence", "features", "coverage", "evals", "perf")
+
+
+def plan_specs(n: int, seed: int = 0) -> list[tuple[str, Spec, str, bool]]:
+    """(name, spec, signer, tarball) for ``n`` varied bundles."""
+    rng = random.Random(seed)
+    out = []
+    prs = max(1, n // 3)
+    for i in range(n):
+        pr = rng.randrange(1, prs + 1)
+        model = MODELS[pr % len(MODELS)]
+        head = f"{pr:08x}" + f"{rng.choice((0, 0, 0, 1)):032x}"  # most PRs: one head, some two
+        r = rng.random()
+        fail = tuple(rng.sample(CHECKS, rng.choice((1, 1, 2)))) if r < 0.2 else ()
+        not_run = tuple(c for c in rng.sample(CHECKS, 1) if c not in fail) if 0.2 <= r < 0.3 else ()
+        spec = Spec(
+            model=model, seed=i, pr_number=60000 + pr, head_sha=head, fail=fail, not_run=not_run,
+            isolation=rng.choices(("pass", "fail", "review"), (0.93, 0.04, 0.03))[0],
+            rehearsal=rng.random() < 0.05, speedup=rng.uniform(0.98, 1.5),
+            created=f"2026-{1 + i % 12:02d}-{1 + i % 28:02d}T{i % 24:02d}:{i % 60:02d}:00+00:00",
+        )
+        signer = rng.choices(("trusted", "none", "other", "tampered"), (0.88, 0.05, 0.05, 0.02))[0]
+        out.append((f"pr{60000 + pr}-{i:04d}", spec, signer, rng.random() < 0.1))
+    return out
+
+
+_keys: dict[str, object] = {}
+
+
+def _init(key_dir: str) -> None:
+    _keys["trusted"] = load_private_key(Path(key_dir) / "trusted" / "ci")
+    _keys["other"] = load_private_key(Path(key_dir) / "other" / "stranger")
+
+
+def _make(job: tuple[str, Spec, str, bool, str]) -> None:
+    name, spec, signer, tarball, root = job
+    sign = [_keys["trusted"]] if signer in ("trusted", "tampered") else ([_keys["other"]] if signer == "other" else [])
+    out = Path(root) / name
+    if tarball:
+        src = Path(root).parent / "tar-src" / name
+        make_bundle(src, spec, sign_keys=sign)  # type: ignore[arg-type]
+        pack_bundle(src, out.with_name(name + ".tar.gz"))
+        shutil.rmtree(src)
+        return
+    make_bundle(out, spec, sign_keys=sign)  # type: ignore[arg-type]
+    if signer == "tampered":
+        (out / "artifacts" / "perf" / "notes.txt").write_text("edited after signing\n")
+
+
+def generate(root: Path, key_dir: Path, n: int, jobs: int, seed: int = 0) -> float:
+    t0 = time.perf_counter()
+    root.mkdir(parents=True, exist_ok=True)
+    work = [(name, spec, signer, tar, str(root)) for name, spec, signer, tar in plan_specs(n, seed)]
+    with ProcessPoolExecutor(max_workers=jobs, initializer=_init, initargs=(str(key_dir),)) as ex:
+        list(ex.map(_make, work, chunksize=16))
+    return time.perf_counter() - t0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bundles", type=int, default=1000)
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--keep", type=Path, default=None, help="work in this folder and keep it")
+    args = ap.parse_args(argv)
+    tmp = None
+    if args.keep is None:
+        tmp = tempfile.TemporaryDirectory(prefix="fasttrack-dash-scale-")
+        work = Path(tmp.name)
+    else:
+        work = args.keep
+        work.mkdir(parents=True, exist_ok=True)
+    try:
+        keys = work / "keys"
+        if not (keys / "trusted" / "ci").exists():
+            generate_keypair(keys / "trusted", name="ci", comment="ci")
+            generate_keypair(keys / "other", name="stranger", comment="stranger")
+        bundles, site = work / "bundles", work / "site"
+        if not bundles.exists():
+            g = generate(bundles, keys, args.bundles, args.jobs)
+            print(f"generated {args.bundles} bundles in {g:.1f} s ({sum(1 for _ in bundles.iterdir())} entries)")
+        shutil.rmtree(site, ignore_errors=True)
+        pub = [keys / "trusted" / "ci.pub"]
+
+        cold = build_site(bundles, site, keys=pub, jobs=args.jobs)
+        print(f"cold build:          {cold.seconds:7.2f} s  ({cold.read} bundles read, {len(cold.errors)} errors, "
+              f"{cold.seconds / max(cold.read, 1) * 1000:.1f} ms per bundle with {args.jobs} worker(s))")
+        warm = build_site(bundles, site, keys=pub, jobs=args.jobs)
+        print(f"incremental rebuild: {warm.seconds:7.2f} s  ({warm.read} read, {warm.reused} unchanged)")
+        # a few bundles arrive, one changes, one goes away
+        victims = sorted(p for p in bundles.iterdir() if p.is_dir())[:2]
+        (victims[0] / "artifacts" / "perf" / "notes.txt").write_text("changed\n")
+        shutil.rmtree(victims[1])
+        _init(str(keys))
+        for name, spec, signer, tar in plan_specs(10, seed=99):
+            _make((f"zz-new-{name}", spec, signer, tar, str(bundles)))
+        delta = build_site(bundles, site, keys=pub, jobs=args.jobs)
+        print(f"rebuild after +10/~1/-1: {delta.seconds:5.2f} s  ({delta.read} read, {delta.reused} unchanged, "
+              f"{delta.removed} removed; {delta.bundles} bundles)")
+        size = sum(p.stat().st_size for p in site.rglob("*") if p.is_file())
+        print(f"site: {site} ({size / 1e6:.1f} MB; index.html {(site / 'index.html').stat().st_size / 1e6:.2f} MB)")
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
