@@ -171,7 +171,8 @@ def _ctx(v: int | None) -> str:
     return f"{v // 1024}k" if v >= 1024 and v % 1024 == 0 else str(v)
 
 
-def bins_chart(bins: Sequence[tuple[str, float | None, float | None]], *, title: str, ymax: float | None = None) -> Markup | None:
+def bins_chart(bins: Sequence[tuple[str, float | None, float | None]], *, title: str, ymax: float | None = None,
+               xlabel: str = "bin") -> Markup | None:
     """Grouped bars, baseline against candidate, one group per bin: ``(bin, baseline, candidate)``."""
     bins = [b for b in bins if b[1] is not None or b[2] is not None][:40]
     if not bins:
@@ -212,7 +213,7 @@ def bins_chart(bins: Sequence[tuple[str, float | None, float | None]], *, title:
              text(lx + 18, mt + 12, "baseline", cls="legend-label"),
              El("rect", {"x": num(lx), "y": num(mt + 22), "width": "12", "height": "12", "class": "bar-candidate"}),
              text(lx + 18, mt + 32, "candidate", cls="legend-label"))
-    root.add(text(ml + pw / 2, H - 8, "bin", anchor="middle", cls="axis-title"))
+    root.add(text(ml + pw / 2, H - 8, fmt.one_line(xlabel, 40), anchor="middle", cls="axis-title"))
     return root.markup()
 
 

@@ -206,7 +206,7 @@ def _results(spec: Spec, points: list[dict[str, Any]], rng: random.Random) -> li
                       "verdict": "pass" if match else "fail"})
         if not match:
             efail.append(pl(spec, f"{p['id']}: 50% of requests diverge (first at token 7, logprob diff 0.9)"))
-    finish("equivalence", {"requests": erows}, gate("fraction of requests within logprob tolerance", 1.0, "all requests close at every batch size"),
+    finish("equivalence", {"equivalence_points": erows}, gate("fraction of requests within logprob tolerance", 1.0, "all requests close at every batch size"),
            {"points": len(points)}, efail, "greedy outputs match at every batch size")
 
     # features
@@ -230,37 +230,65 @@ def _results(spec: Spec, points: list[dict[str, Any]], rng: random.Random) -> li
         for chk in ("equivalence", "perf"):
             frac = 0.0 if p["id"] == gap else round(rng.uniform(0.96, 1.0), 3)
             steps = 48
-            crows.append({"point": p["id"], "check": chk, "side": "candidate", "window": f"{chk}-{p['id']}",
-                          "optimized_ops": int(frac * steps * 4), "stock_ops": int((1 - frac) * steps * 4),
-                          "decode_steps": steps, "optimized_decode_steps": int(frac * steps), "fraction": frac,
-                          "verdict": "pass" if frac >= 0.95 else "fail"})
+            crows.append({"point": p["id"], "check": chk, "in_plan": True, "verdict": "pass" if frac >= 0.95 else "fail",
+                          "candidate_decode_steps": steps, "candidate_optimized_decode_steps": int(frac * steps),
+                          "candidate_optimized_fraction": frac, "threshold": 0.95,
+                          "candidate_optimized_ops": int(frac * steps * 4), "candidate_stock_ops": int((1 - frac) * steps * 4),
+                          "windows": f"{chk}-{p['id']}", "detail": "" if frac >= 0.95 else "used the standard path"})
             if frac < 0.95:
                 cfail.append(pl(spec, f"{p['id']} ({chk}): used the standard path (optimized fraction {frac:.2f})"))
     finish("coverage", {"coverage": crows}, gate("fraction of decode steps on the optimized path", 0.95, "every in-scope point at or above the threshold"),
            {"points": len(points), "covered": len(points) - (1 if gap else 0)}, cfail, "every in-scope point ran the optimized path")
 
-    # evals
-    bins, probs, disc = [], [], []
+    # evals (tables shaped like fasttrack.checks.evals: comparisons, breakdown, review)
     drop = 0.25 if "evals" in spec.fail else 0.0
-    for needles in (2, 4, 8):
-        for ctx_bin in ("4k-8k", "8k-16k"):
-            b = round(rng.uniform(0.55, 0.9), 3)
-            c = round(max(0.0, b + rng.gauss(0, 0.01) - drop), 3)
-            bins.append({"eval": "mrcr", "bin": f"{needles}n {ctx_bin}", "needles": needles, "n": 20, "baseline": b, "candidate": c})
-    for i in range(30):
-        b = 1.0 if rng.random() < 0.4 else 0.0
-        c = b if rng.random() > (0.35 if drop else 0.05) else 1.0 - b
-        probs.append({"eval": "aime25", "problem": f"aime25-{i + 1:02d}", "baseline": b, "candidate": c})
-        if b != c:
-            disc.append({"eval": "aime25", "sample_id": f"aime25-{i + 1:02d}", "baseline": b, "candidate": c,
-                         "difference": c - b, "candidate_output": pl(spec, f"final answer {rng.randrange(1000)}")})
-    efails = [pl(spec, f"mrcr {r['bin']}: candidate {r['candidate']:.3f} vs baseline {r['baseline']:.3f}")
-              for r in bins if r["candidate"] < r["baseline"] - 0.1]
-    finish("evals", {"mrcr_bins": bins, "aime_problems": probs, "discordant": disc},
+    ev_point = points[0]["id"] if points else "point"
+    breakdown_rows, review, cmp_rows, efails = [], [], [], []
+    for ev, kind in (("mrcr", "mrcr"), ("aime25", "aime25")):
+        pairs = []
+        if kind == "mrcr":
+            for ctx_bin in ("4k-8k", "8k-16k", "16k-32k"):
+                for needles in (2, 4, 8):
+                    for k in range(4):
+                        b = round(rng.uniform(0.55, 0.95), 3)
+                        c = round(max(0.0, b + rng.gauss(0, 0.01) - drop), 3)
+                        pairs.append((f"mrcr-{ctx_bin}-{needles}-{k}", ctx_bin, str(needles), b, c))
+            dims = (("bin", 1), ("n_needles", 2))
+        else:
+            for i in range(30):
+                b = 1.0 if rng.random() < 0.4 else 0.0
+                c = b if rng.random() > (0.35 if drop else 0.05) else 1.0 - b
+                pairs.append((f"aime25-{i + 1:02d}", f"{i + 1}", "", b, c))
+            dims = (("problem", 1),)
+        for dim, idx in dims:
+            labels: dict[str, list[tuple[float, float]]] = {}
+            for pr in pairs:
+                labels.setdefault(pr[idx] if dim != "problem" else pr[1], []).append((pr[3], pr[4]))
+            for label, vs in labels.items():
+                n = len(vs)
+                breakdown_rows.append({"eval": ev, "point": ev_point, "dimension": dim, "group": label, "pairs": n,
+                                       "baseline_score": sum(v[0] for v in vs) / n, "candidate_score": sum(v[1] for v in vs) / n,
+                                       "difference": sum(v[1] - v[0] for v in vs) / n})
+        bmean = sum(pr[3] for pr in pairs) / len(pairs)
+        cmean = sum(pr[4] for pr in pairs) / len(pairs)
+        diff = cmean - bmean
+        lo, hi = diff - 0.04, diff + 0.04
+        passed = lo >= -0.05
+        cmp_rows.append({"eval": ev, "kind": kind, "point": ev_point, "batch": points[0]["batch"] if points else 1,
+                         "pairs": len(pairs), "baseline_score": round(bmean, 4), "candidate_score": round(cmean, 4),
+                         "score_difference": round(diff, 4), "score_ci_low": round(lo, 4), "score_ci_high": round(hi, 4),
+                         "margin": 0.05, "passed": passed})
+        if not passed:
+            efails.append(pl(spec, f"{ev} at {ev_point}: candidate - baseline {diff:.3f} (95% CI [{lo:.3f}, {hi:.3f}]) below -0.05"))
+        for sid, _a, _b, b, c in pairs:
+            if b != c:
+                review.append({"eval": ev, "point": ev_point, "kind": "score", "sample_id": sid, "repeat": 0,
+                               "baseline_score": b, "candidate_score": c, "difference": c - b,
+                               "candidate_output": pl(spec, f"final answer {rng.randrange(1000)}")})
+    finish("evals", {"eval_comparisons": cmp_rows, "eval_breakdown": breakdown_rows, "eval_review": review},
            gate("lower 95% bound of candidate - baseline (paired)", -0.05, "at least -margin, and above the floor"),
-           {"mrcr_mean_baseline": round(sum(r["baseline"] for r in bins) / len(bins), 4),
-            "mrcr_mean_candidate": round(sum(r["candidate"] for r in bins) / len(bins), 4), "discordant": len(disc)},
-           efails, "paired scores non-inferior within the margin")
+           {"evals": [r["eval"] for r in cmp_rows], "discordant": len(review)}, efails,
+           "paired scores non-inferior within the margin")
 
     # perf
     prow, pfail, claims = _rows_perf(spec, points, rng)

@@ -169,6 +169,8 @@ class EvalView:
     items: list[EvalChart] = field(default_factory=list)
     discordant: TableView | None = None
     discordant_count: int = 0
+    tables: list[TableView] = field(default_factory=list)
+    """Comparison tables without a bin or item column (e.g. one row per eval and point)."""
 
 
 @dataclass

@@ -176,9 +176,12 @@ def test_evals_bins_items_and_discordant(bundle_factory, keys) -> None:
     d = build_report_data(b, keys=[keys.trusted_pub])
     ev = d.evals
     assert ev is not None and ev.bins and ev.items
-    assert ev.bins[0].title.startswith("mrcr per bin")
-    assert ev.items[0].title.startswith("aime25 per problem")
-    assert ev.discordant is not None and ev.discordant_count == ev.discordant.total_rows > 0
+    assert [b.title for b in ev.bins] == ["mrcr per bin", "mrcr per n_needles"]
+    assert [b.title for b in ev.items] == ["aime25 per problem"]
+    assert ev.tables and ev.tables[0].name == "eval_comparisons"  # one row per eval and point
+    assert ev.discordant is not None and ev.discordant.name == "eval_review"
+    assert ev.discordant_count == ev.discordant.total_rows > 0
+    assert d.check_verdicts["evals"] == "fail" and d.heatmap.cells[d.heatmap.points[0]]["evals"].state == "fail"  # type: ignore[union-attr]
 
 
 def test_claims_from_table(bundle_factory, keys) -> None:
