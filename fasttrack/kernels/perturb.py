@@ -76,6 +76,8 @@ class Hooks:
     sleeps: list[int] = field(default_factory=list)
 
     def _cycles(self) -> int:
+        if self.max_cycles <= 0:  # the unperturbed run
+            return 0
         # one trial in five runs with no delay, so the unperturbed order is sampled too
         return 0 if self.rng.random() < 0.2 else self.rng.randint(1, self.max_cycles)
 

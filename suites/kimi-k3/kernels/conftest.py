@@ -20,9 +20,10 @@ _HERE = Path(__file__).resolve().parent
 SUITE_TOLERANCES = {
     "fused_add_rmsnorm": {"bf16": VLLM_REDUCTION["bf16"], "fp16": VLLM_REDUCTION["fp16"], "fp32": VLLM_REDUCTION["fp32"]},
     "kda_decode": {"bf16": VLLM_REDUCTION["bf16"], "fp16": VLLM_REDUCTION["fp16"], "fp32": {"atol": 1e-5, "rtol": 1e-5}},
-    # fp32 attention: softmax amplifies the fp32 rounding of large logits (outlier channels
-    # give logits near 100, relative error ~1e-5 in the weights), hence rtol 1e-4.
-    "dcp_attention": {"bf16": VLLM_REDUCTION["bf16"], "fp16": VLLM_REDUCTION["fp16"], "fp32": {"atol": 1e-5, "rtol": 1e-4}},
+    # fp32 attention: softmax turns the absolute rounding error of the logits (which grows with
+    # |q|*|k|: outlier channels give logits up to ~1e5) into relative errors of the weights,
+    # hence rtol 1e-4 and atol 1e-4 (times the input scale of the case).
+    "dcp_attention": {"bf16": VLLM_REDUCTION["bf16"], "fp16": VLLM_REDUCTION["fp16"], "fp32": {"atol": 1e-4, "rtol": 1e-4}},
     "router_latent_tp": {"bf16": VLLM_REDUCTION["bf16"], "fp16": VLLM_REDUCTION["fp16"], "fp32": {"atol": 1e-5, "rtol": 1e-5}},
     "shared_expert_side_stream": {"bf16": VLLM_REDUCTION["bf16"], "fp16": VLLM_REDUCTION["fp16"], "fp32": {"atol": 1e-5, "rtol": 1e-5}},
 }
