@@ -197,3 +197,65 @@ def test_attach_mode_does_not_own_the_engine(fake_python: str, tmp_path: Path) -
         att.check_alive()
     with pytest.raises(EngineUnreachable, match="no healthy vLLM engine answers"):
         AttachedEngine(side="candidate", url=url)
+
+
+def test_killed_server_is_a_crash_and_its_orphans_are_killed(fake_python: str, tmp_path: Path) -> None:
+    eng = _engine(fake_python, tmp_path, "ok").start()
+    try:
+        core = [p for p in eng.group_pids() if p != eng.pid][0]
+        os.kill(eng.pid, signal.SIGKILL)
+        with pytest.raises(EngineCrashed) as ei:
+            eng.check_alive(grace=10.0)
+        assert ei.value.exit_code == -signal.SIGKILL
+        assert "serving" in ei.value.log_tail
+        # the orphaned "engine core" was taken down with the group
+        with pytest.raises(ProcessLookupError):
+            os.kill(core, 0)
+    finally:
+        eng.stop()
+    _assert_group_gone(eng.pgid)
+    assert eng not in live_engines()
+
+
+HARNESS = """
+import os, sys, time
+from fasttrack.engine import ManagedEngine
+eng = ManagedEngine(side="baseline", model="m", env={"FAKE_VLLM_MODE": "ok"}, log_dir=sys.argv[1],
+                    python=sys.argv[2], startup_timeout=30)
+eng.start()
+print(eng.pgid, flush=True)
+if sys.argv[3] == "exit":
+    sys.exit(0)  # no stop(): the atexit hook must take the engine down
+time.sleep(120)
+"""
+
+
+@pytest.mark.parametrize("how", ["exit", "sigterm", "sigkill"])
+def test_engines_die_with_the_harness(fake_python: str, tmp_path: Path, how: str) -> None:
+    """Interpreter exit, SIGTERM and even SIGKILL of the harness leave no engine behind."""
+    import subprocess
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HARNESS, str(tmp_path), fake_python, how],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    try:
+        assert proc.stdout is not None
+        pgid = int(proc.stdout.readline())
+        assert group_members(pgid)
+        if how == "sigterm":
+            proc.send_signal(signal.SIGTERM)
+        elif how == "sigkill":
+            proc.send_signal(signal.SIGKILL)
+        code = proc.wait(timeout=60)
+        expected = {"exit": 0, "sigterm": 128 + signal.SIGTERM, "sigkill": -signal.SIGKILL}[how]
+        assert code == expected
+        deadline = time.monotonic() + 20
+        while group_members(pgid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert group_members(pgid) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
