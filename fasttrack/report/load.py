@@ -36,6 +36,7 @@ from fasttrack.report.views import (
     GateRow,
     HeatCell,
     HeatmapView,
+    PerfCharts,
     PerfMetricView,
     PerfRow,
     PerfView,
@@ -61,6 +62,8 @@ MAX_COLUMNS_SHOWN = 30
 MAX_FAILURES_SHOWN = 100
 MAX_ARTIFACTS_SHOWN = 2000
 MAX_HEATMAP_POINTS = 300
+#: Engine groups drawn per metric (the table lists every row).
+MAX_CHART_GROUPS = 24
 
 _ITEM_LABELS = {
     "signature": "Signature",
@@ -222,7 +225,7 @@ def _ctx_label(c: int | None, full: bool) -> str:
     if c is None:
         return "?"
     s = f"{c // 1024}k" if c >= 1024 and c % 1024 == 0 else str(c)
-    return s + (" (full)" if full else "")
+    return f"full ({s})" if full else s
 
 
 def _perf_table(tabs: dict[str, LoadedTable]) -> tuple[str, LoadedTable] | None:
@@ -290,11 +293,13 @@ def _perf(manifest: Manifest, tables: dict[str, dict[str, LoadedTable]], plan_pt
     views = []
     for m, rs in metrics.items():
         rs.sort(key=lambda r: (r.group, r.batch or 0, r.context or 0, r.point))
-        views.append(PerfMetricView(
-            metric=m, lower_is_better=F.lower_is_better(m), rows=rs,
-            chart_batch=speedup_chart(rs, x="batch", metric=m, threshold=threshold),
-            chart_context=speedup_chart(rs, x="context", metric=m, threshold=threshold),
-        ))
+        groups = sorted({r.group for r in rs})
+        charts = []
+        for g in groups[:MAX_CHART_GROUPS]:
+            grs = [r for r in rs if r.group == g]
+            charts.append(PerfCharts(group=g, batch=speedup_chart(grs, x="batch", metric=m, threshold=threshold),
+                                     context=speedup_chart(grs, x="context", metric=m, threshold=threshold)))
+        views.append(PerfMetricView(metric=m, lower_is_better=F.lower_is_better(m), rows=rs, charts=charts))
     reason = fmt.one_line(entry.reason, 600)
     if t.truncated:
         reason += f" (showing the first {len(t.rows)} of {t.total_rows} rows)"
@@ -412,6 +417,8 @@ def _coverage(manifest: Manifest, tables: dict[str, dict[str, LoadedTable]], pla
     for pid, vs in per_point.items():
         if any(v == "fail" for v in vs):
             gaps.append(f"{fmt.one_line(pid, 160)}: path evidence fails the gate")
+        elif vs and all(v == "not_run" for v in vs):
+            gaps.append(f"{fmt.one_line(pid, 160)}: path evidence missing")
     for pid in plan_pts:
         if pid not in per_point:
             gaps.append(f"{fmt.one_line(pid, 160)}: no path evidence")

@@ -131,12 +131,20 @@ class PerfRow:
 
 
 @dataclass
+class PerfCharts:
+    """The two charts of one engine group (config points sharing TP, DCP and speculative config)."""
+
+    group: str
+    batch: Markup | None
+    context: Markup | None
+
+
+@dataclass
 class PerfMetricView:
     metric: str
     lower_is_better: bool
     rows: list[PerfRow]
-    chart_batch: Markup | None
-    chart_context: Markup | None
+    charts: list[PerfCharts]
 
 
 @dataclass
