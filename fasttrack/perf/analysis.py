@@ -1,0 +1,311 @@
+"""From runs to verdicts: per (workload, point) estimates, gates, MDE, drift and resources.
+
+Layout of the evidence for one cell: side -> engine lifetime -> run -> samples
+(``RunMetrics.samples(metric)``). The statistics come from :mod:`fasttrack.stats`:
+
+* the speedup of each metric with a hierarchical-bootstrap interval (lifetimes,
+  then runs; a side with one lifetime only resamples runs and its interval
+  ignores lifetime variance, which the row says);
+* the gated metric's verdict is the last sequential look's decision (see
+  :mod:`fasttrack.perf.schedule`): pass iff the lower end of the Bonferroni-corrected
+  interval is at least ``1 - noise_margin``; strictly better iff it exceeds 1;
+* the minimum detectable effect at 80% power next to every verdict;
+* per-GPU normalisation when the sides used different GPU counts (the gate then
+  judges the per-GPU speedup);
+* the drift check when the baseline has lifetimes before and after a candidate one.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from fasttrack.perf.metrics import METRICS, MetricDef, RunMetrics
+from fasttrack.perf.workloads import WorkItem
+from fasttrack.stats import (
+    PointGate,
+    RatioEstimate,
+    SequentialDecision,
+    detect_drift,
+    hierarchical_ratio_bootstrap,
+    mde_for_estimate,
+    no_regression_gate,
+    sequential_decision,
+)
+
+SIDES = ("baseline", "candidate")
+N_BOOT = 4000
+POWER = 0.8
+
+
+@dataclass
+class ItemState:
+    """Everything measured for one (workload, point) cell."""
+
+    item: WorkItem
+    runs: dict[str, dict[int, list[RunMetrics]]] = field(default_factory=lambda: {"baseline": {}, "candidate": {}})
+    looks: list[dict[str, Any]] = field(default_factory=list)
+    """One summary per sequential look."""
+    decision: str | None = None
+    """Last look's decision: decided_pass, decided_fail or undecided."""
+    final: bool = False
+    gpus: dict[str, int] = field(default_factory=dict)
+    """GPUs one engine of each side used."""
+    errors: list[str] = field(default_factory=list)
+    """Harness-side problems (a run that could not be sent)."""
+
+    def add(self, run: RunMetrics) -> None:
+        self.runs[run.side].setdefault(run.lifetime, []).append(run)
+
+    def n_runs(self, side: str) -> int:
+        return sum(len(v) for v in self.runs[side].values())
+
+    def lifetimes(self, side: str) -> list[int]:
+        return sorted(k for k, v in self.runs[side].items() if v)
+
+    def failed_requests(self, side: str) -> int:
+        return sum(r.failed for lt in self.runs[side].values() for r in lt)
+
+    def nested(self, side: str, metric: str, *, lifetimes: Iterable[int] | None = None) -> list[list[Any]]:
+        """lifetime -> run -> samples of ``metric`` (runs without samples dropped, empty lifetimes dropped)."""
+        md = METRICS[metric]
+        out = []
+        for lt in (sorted(self.runs[side]) if lifetimes is None else lifetimes):
+            runs = [s for r in self.runs[side].get(lt, []) if (s := md.samples(r)) is not None]
+            if runs:
+                out.append(runs)
+        return out
+
+    def factor(self) -> float:
+        """baseline GPUs / candidate GPUs (1 when equal or on CPU hosts)."""
+        b, c = self.gpus.get("baseline", 0), self.gpus.get("candidate", 0)
+        if b and c and b != c:
+            return b / c
+        return 1.0
+
+
+def seed_for(key: str, metric: str) -> int:
+    return zlib.crc32(f"{key}|{metric}".encode("utf-8")) % (2**31 - 1)
+
+
+def look(state: ItemState, *, metric: str, noise_margin: float, confidence: float, look_no: int,
+         planned_looks: int) -> SequentialDecision:
+    """One sequential look at the gated metric (per-GPU when resources differ)."""
+    md = METRICS[metric]
+    dec = sequential_decision(
+        state.nested("baseline", metric), state.nested("candidate", metric), metric=metric, direction=md.direction,
+        noise_margin=noise_margin, look=look_no, planned_looks=planned_looks, statistic=md.statistic,
+        confidence=confidence, n_boot=N_BOOT, seed=seed_for(state.item.key, metric), point=state.item.point,
+    )
+    f = state.factor()
+    if f != 1.0:
+        dec = _rescale_decision(dec, f, look_no=look_no, planned_looks=planned_looks)
+    return dec
+
+
+def _rescale_decision(dec: SequentialDecision, f: float, *, look_no: int, planned_looks: int) -> SequentialDecision:
+    g = dec.gate
+    lo, hi, thr = g.ci_low * f, g.ci_high * f, g.threshold
+    if lo >= thr:
+        d, why = "decided_pass", f"per-GPU lower bound {lo:.4g} >= {thr:.4g}"
+    elif hi < thr:
+        d, why = "decided_fail", f"per-GPU upper bound {hi:.4g} < {thr:.4g}"
+    elif look_no == planned_looks:
+        d, why = "decided_fail", f"last planned look and the per-GPU lower bound {lo:.4g} is below {thr:.4g}"
+    else:
+        d, why = "undecided", f"per-GPU interval [{lo:.4g}, {hi:.4g}] straddles {thr:.4g}"
+    gate = g.model_copy(update={"speedup": g.speedup * f, "ci_low": lo, "ci_high": hi, "passed": lo >= thr,
+                                "strictly_better": lo > 1.0,
+                                "method": g.method + f"; speedup and interval multiplied by baseline/candidate GPUs = {f:g}"})
+    return dec.model_copy(update={"decision": d, "final": d != "undecided", "reason": why, "gate": gate})
+
+
+def look_summary(dec: SequentialDecision, state: ItemState) -> dict[str, Any]:
+    return {
+        "key": state.item.key, "workload": state.item.workload, "point": state.item.point, "look": dec.look,
+        "planned_looks": dec.planned_looks, "decision": dec.decision, "per_look_confidence": dec.per_look_confidence,
+        "speedup": dec.gate.speedup, "ci_low": dec.gate.ci_low, "ci_high": dec.gate.ci_high,
+        "threshold": dec.gate.threshold, "runs_baseline": state.n_runs("baseline"),
+        "runs_candidate": state.n_runs("candidate"), "reason": dec.reason,
+    }
+
+
+# ---------------------------------------------------------------------------------- judging
+
+
+def estimate(state: ItemState, metric: str, *, confidence: float) -> RatioEstimate | None:
+    md = METRICS[metric]
+    b, c = state.nested("baseline", metric), state.nested("candidate", metric)
+    if not b or not c:
+        return None
+    return hierarchical_ratio_bootstrap(b, c, metric=metric, direction=md.direction, statistic=md.statistic,
+                                        confidence=confidence, n_boot=N_BOOT, seed=seed_for(state.item.key, metric))
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.0%}"
+
+
+def statement(passed: bool | None, *, lower: float, threshold: float, slowdown: float | None,
+              gate_slowdown: float | None, ignores_lifetime_variance: bool) -> str:
+    """The verdict in words with its minimum detectable effect."""
+    if passed is None:
+        head = "reported, not gated"
+    elif passed:
+        head = f"no regression detected (lower bound {lower:.3f} >= {threshold:.3f})"
+    else:
+        head = f"no-regression not shown (lower bound {lower:.3f} < {threshold:.3f})"
+    s = (f"{head}, and a slowdown of {_pct(slowdown)} or more would have been detected (80% power); "
+         f"the gate fails a slowdown of {_pct(gate_slowdown)} or more with 80% probability")
+    if ignores_lifetime_variance:
+        s += "; one engine lifetime per side: the interval ignores lifetime-to-lifetime variance"
+    return s
+
+
+@dataclass
+class ItemJudgement:
+    rows: list[dict[str, Any]]
+    verdict: str
+    """pass, fail or not_run (for the gated metric)."""
+    failure: str | None
+    strictly_better: bool
+    gate: PointGate | None
+    nominal: dict[str, RatioEstimate]
+    mde: dict[str, Any]
+
+
+def judge_item(
+    state: ItemState,
+    *,
+    metrics: list[str],
+    gated: str,
+    noise_margin: float,
+    confidence: float,
+    planned_looks: int,
+) -> ItemJudgement:
+    """Rows (one per metric) and the gated verdict of one cell."""
+    it = state.item
+    rows: list[dict[str, Any]] = []
+    nominal: dict[str, RatioEstimate] = {}
+    mdes: dict[str, Any] = {}
+    runs_b, runs_c = state.n_runs("baseline"), state.n_runs("candidate")
+    base_row = {
+        "workload": it.workload, "kind": it.kind, "point": it.point, "group": it.group, "batch": it.batch,
+        "context": it.context, "full_context": it.full_context, "prompt_len": it.prompt_len, "output_len": it.output_len,
+        "requests_per_run": it.requests_per_run, "runs_baseline": runs_b, "runs_candidate": runs_c,
+        "runs": runs_b + runs_c, "lifetimes_baseline": len(state.lifetimes("baseline")),
+        "lifetimes_candidate": len(state.lifetimes("candidate")), "looks": len(state.looks),
+        "gpus_baseline": state.gpus.get("baseline"), "gpus_candidate": state.gpus.get("candidate"),
+        "notes": list(it.notes) + list(state.errors),
+    }
+    fb, fc = state.failed_requests("baseline"), state.failed_requests("candidate")
+    if not runs_b or not runs_c:
+        why = f"not measured: {runs_b} baseline and {runs_c} candidate runs"
+        for m in metrics:
+            rows.append({**base_row, "metric": f"{it.workload}/{m}", "metric_name": m, "verdict": "not_run" if m == gated else None,
+                         "statement": why})
+        return ItemJudgement(rows, "not_run", None, False, None, nominal, mdes)
+
+    # the gated metric: decision from the looks (or one final look now)
+    dec_gate: PointGate | None = None
+    decision = state.decision
+    if state.looks and state.final:
+        dec = state.looks[-1]
+        dec_conf = dec["per_look_confidence"]
+    else:
+        d = look(state, metric=gated, noise_margin=noise_margin, confidence=confidence, look_no=planned_looks,
+                 planned_looks=planned_looks)
+        state.looks.append({**look_summary(d, state), "at_judge": True})
+        decision, dec_conf = d.decision, d.per_look_confidence
+    f = state.factor()
+    for m in metrics:
+        md: MetricDef = METRICS[m]
+        conf = dec_conf if m == gated else confidence
+        est = estimate(state, m, confidence=conf)
+        if est is None:
+            rows.append({**base_row, "metric": f"{it.workload}/{m}", "metric_name": m, "verdict": "not_run" if m == gated else None,
+                         "statement": f"no samples of {m} on one side"})
+            continue
+        nominal[m] = est if conf == confidence else estimate(state, m, confidence=confidence)  # type: ignore[assignment]
+        mde = mde_for_estimate(est, power=POWER, noise_margin=noise_margin)
+        mdes[m] = mde
+        g = no_regression_gate(est, noise_margin=noise_margin, point=it.point)
+        lo, hi, sp = est.ci_low * f, est.ci_high * f, est.speedup * f
+        passed = lo >= g.threshold
+        if m == gated:
+            dec_gate = g
+            verdict = "pass" if decision == "decided_pass" else "fail"
+            if verdict == "pass" and not passed:  # cannot happen: the decision was taken on this same interval
+                verdict = "fail"
+        else:
+            verdict = None
+        nom = nominal[m]
+        rows.append({
+            **base_row,
+            "metric": f"{it.workload}/{m}", "metric_name": m, "direction": md.direction, "unit": md.unit,
+            "statistic": md.statistic,
+            "baseline": md.display(est.baseline.value), "candidate": md.display(est.candidate.value),
+            "speedup": sp, "ci_low": lo, "ci_high": hi, "confidence": conf,
+            "nominal_confidence": confidence, "nominal_ci_low": nom.ci_low * f, "nominal_ci_high": nom.ci_high * f,
+            "threshold": g.threshold, "noise_margin": noise_margin,
+            "verdict": verdict, "gated": m == gated, "strictly_better": lo > 1.0,
+            "mde": mde.detectable_slowdown, "detectable_slowdown": mde.detectable_slowdown,
+            "detectable_speedup": mde.detectable_speedup, "gate_detectable_slowdown": mde.gate_detectable_slowdown,
+            "gate_fail_probability_at_parity": mde.gate_fail_probability_at_parity, "se_log": est.log_speedup_se,
+            "ignores_lifetime_variance": est.ignores_lifetime_variance,
+            "per_gpu": f != 1.0, "raw_speedup": est.speedup, "raw_ci_low": est.ci_low, "raw_ci_high": est.ci_high,
+            "baseline_lifetime_values": [md.display(v) for v in est.baseline.lifetime_values],
+            "candidate_lifetime_values": [md.display(v) for v in est.candidate.lifetime_values],
+            "baseline_run_values": [[md.display(v) for v in lt] for lt in est.baseline.run_values],
+            "candidate_run_values": [[md.display(v) for v in lt] for lt in est.candidate.run_values],
+            "n_boot": est.n_boot, "seed": est.seed, "method": est.method, "warnings": est.warnings,
+            "decision": decision if m == gated else None,
+            "statement": statement(None if verdict is None else verdict == "pass", lower=lo, threshold=g.threshold,
+                                   slowdown=mde.detectable_slowdown, gate_slowdown=mde.gate_detectable_slowdown,
+                                   ignores_lifetime_variance=est.ignores_lifetime_variance),
+        })
+    grow = next((r for r in rows if r.get("metric_name") == gated), None)
+    if grow is None or grow.get("verdict") is None or grow.get("verdict") == "not_run":
+        return ItemJudgement(rows, "not_run", None, False, None, nominal, mdes)
+    verdict = grow["verdict"]
+    failure = None
+    if fc:
+        verdict = "fail"
+        failure = f"{it.point} ({it.workload}): the candidate failed {fc} request(s): " + "; ".join(
+            e for lt in state.runs["candidate"].values() for r in lt for e in r.errors)[:400]
+    elif fb:
+        verdict = "not_run"
+        failure = f"{it.point} ({it.workload}): the baseline failed {fb} request(s), so the point was not compared"
+    elif verdict == "fail":
+        failure = (
+            f"{it.point} ({it.workload}): {gated} speedup {grow['speedup']:.3f} "
+            f"[{grow['ci_low']:.3f}, {grow['ci_high']:.3f}] at {grow['confidence']:.4g}: lower bound below "
+            f"{grow['threshold']:.3f} (baseline {grow['baseline']:.4g} vs candidate {grow['candidate']:.4g} {METRICS[gated].unit}; "
+            f"{runs_b}+{runs_c} runs over {grow['lifetimes_baseline']}+{grow['lifetimes_candidate']} lifetimes)"
+        )
+    return ItemJudgement(rows, verdict, failure, bool(grow["strictly_better"]), dec_gate, nominal, mdes)
+
+
+def drift_row(state: ItemState, *, metric: str, confidence: float, tolerance: float) -> dict[str, Any] | None:
+    """B-C-B drift: baseline lifetimes before the first candidate lifetime vs those after (needs both)."""
+    lts = state.lifetimes("baseline")
+    if len(lts) < 2 or not state.lifetimes("candidate"):
+        return None
+    first_lts, second_lts = lts[:1], lts[1:]
+    first = state.nested("baseline", metric, lifetimes=first_lts)
+    second = state.nested("baseline", metric, lifetimes=second_lts)
+    if not first or not second:
+        return None
+    md = METRICS[metric]
+    d = detect_drift(first, second, metric=metric, statistic=md.statistic, confidence=confidence, tolerance=tolerance,
+                     n_boot=N_BOOT, seed=seed_for(state.item.key, "drift"))
+    return {
+        "workload": state.item.workload, "point": state.item.point, "metric": metric,
+        "first_lifetimes": first_lts, "second_lifetimes": second_lts,
+        "first_value": md.display(d.first_value), "second_value": md.display(d.second_value), "ratio": d.ratio,
+        "ci_low": d.ci_low, "ci_high": d.ci_high, "confidence": d.confidence, "tolerance": d.tolerance,
+        "drifted": d.drifted, "mannwhitney_p": d.mannwhitney_p,
+        "ignores_lifetime_variance": d.ignores_lifetime_variance, "method": d.method,
+    }

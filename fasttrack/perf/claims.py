@@ -1,0 +1,209 @@
+"""Published claims (scope ``claims``) matched to what the perf check measured.
+
+Each claim is reported as **confirmed**, **not confirmed** or **not measured**:
+
+* A claim is matched to the measured (workload, point) cells whose point agrees
+  with every dimension the claim names (tp, dcp, spec, draft_length,
+  acceptance_length, batch, context; ``context: full`` matches the full-context
+  point) and, when the claim names a workload, of that workload (otherwise pure
+  decode is preferred). Of several matches the shortest context is used (claims
+  such as "ISL 1" are about short prompts); the others are listed. A trace-replay
+  workload sets its own concurrency, so batch and context are not matched there.
+* Speedup claims (``speedup_tpot``, ``speedup_output_throughput``, or any claim
+  with ``speedup``) compare the claimed speedup with the measured interval:
+  **confirmed** iff the interval's upper end reaches ``claimed * (1 - noise_margin)``
+  (the measurement does not contradict the claim beyond the noise margin),
+  else **not confirmed**. The interval is the nominal-level hierarchical
+  bootstrap interval of the point, so a very wide interval confirms weakly: its
+  minimum detectable effect is reported next to it.
+* Absolute claims (``candidate``/``baseline`` tokens/s or tokens/s/user) are only
+  comparable on the claim's hardware: on a rehearsal host they are not measured.
+  Otherwise **confirmed** iff the measured value reaches ``claimed * (1 - noise_margin)``.
+* ``kernels_per_layer`` and ``latency_per_layer_us`` come from profiler traces,
+  not from serving metrics: not measured here.
+* ``like_for_like: false`` claims are flagged: the published comparison used
+  different resources per side; when the claim states GPU counts
+  (``baseline_gpus``/``candidate_gpus``) its per-GPU speedup is reported too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from fasttrack.stats import normalize_speedup_per_gpu
+
+ClaimStatus = Literal["confirmed", "not_confirmed", "not_measured"]
+
+#: claim metric -> (measured metric, what is compared)
+CLAIM_METRICS: dict[str, tuple[str | None, str]] = {
+    "speedup_tpot": ("median_tpot_ms", "speedup"),
+    "speedup_output_throughput": ("output_throughput", "speedup"),
+    "output_throughput": ("output_throughput", "absolute"),
+    "interactivity_p90": ("p90_interactivity", "absolute"),
+    "kernels_per_layer": (None, "profiler"),
+    "latency_per_layer_us": (None, "profiler"),
+}
+
+
+class MeasuredMetric(BaseModel):
+    """One measured (workload, point, metric) cell, as claims matching sees it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    workload: str
+    kind: str
+    point: str
+    point_dims: dict[str, Any]
+    metric: str
+    speedup: float
+    ci_low: float
+    ci_high: float
+    confidence: float
+    baseline_value: float | None
+    candidate_value: float | None
+    detectable_slowdown: float | None = None
+    normalized: bool = False
+    """True when speedup and interval are per GPU (unequal resources)."""
+
+
+class ClaimResult(BaseModel):
+    """The outcome for one claim (a row of the ``claims`` table)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    text: str
+    metric: str
+    status: ClaimStatus
+    reason: str
+    """One sentence: why this status."""
+    claimed: float | None
+    """The claimed number compared (speedup, or candidate absolute value)."""
+    measured: float | None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    confidence: float | None = None
+    measured_baseline: float | None = None
+    claimed_baseline: float | None = None
+    point: str | None = None
+    """The measured point the claim was matched to."""
+    workload: str | None = None
+    other_matches: list[str] = []
+    like_for_like: bool = True
+    claimed_per_gpu_speedup: float | None = None
+    """The claim's speedup per GPU, when it is not like-for-like and states GPU counts."""
+    detectable_slowdown: float | None = None
+
+
+def point_matches(claim_point: dict[str, Any], dims: dict[str, Any], *, trace: bool) -> bool:
+    """Whether a measured point agrees with every dimension the claim names."""
+    for k, v in claim_point.items():
+        if trace and k in ("batch", "context"):
+            continue
+        if k == "context":
+            if v == "full":
+                if not dims.get("full_context"):
+                    return False
+                continue
+            if dims.get("full_context") or dims.get("context") != v:
+                return False
+            continue
+        if k == "spec":
+            if dims.get("spec", "none") != v:
+                return False
+            continue
+        if dims.get(k) != v:
+            return False
+    return True
+
+
+def _fmt(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.4g}"
+
+
+def match_claims(
+    claims: Iterable[Any],
+    measured: Sequence[MeasuredMetric],
+    *,
+    workload_kinds: dict[str, str],
+    workloads_run: set[str],
+    noise_margin: float,
+    rehearsal: bool,
+) -> list[ClaimResult]:
+    """Match every claim (``fasttrack.scope.Claim``) to the measurements; see the module docstring."""
+    out = []
+    for c in claims:
+        out.append(_one(c, measured, workload_kinds=workload_kinds, workloads_run=workloads_run,
+                        noise_margin=noise_margin, rehearsal=rehearsal))
+    return out
+
+
+def _one(c: Any, measured: Sequence[MeasuredMetric], *, workload_kinds: dict[str, str], workloads_run: set[str],
+         noise_margin: float, rehearsal: bool) -> ClaimResult:
+    mmetric, how = CLAIM_METRICS.get(c.metric, (None, "unknown"))
+    per_gpu = None
+    bg, cg = getattr(c, "baseline_gpus", None), getattr(c, "candidate_gpus", None)
+    if not c.like_for_like and c.speedup is None and c.candidate and c.baseline:
+        claimed_speedup: float | None = c.candidate / c.baseline
+    else:
+        claimed_speedup = c.speedup
+    if not c.like_for_like and claimed_speedup and isinstance(bg, int) and isinstance(cg, int):
+        per_gpu = normalize_speedup_per_gpu(claimed_speedup, baseline_gpus=bg, candidate_gpus=cg,
+                                            metric=c.metric).normalized_speedup
+    base = dict(id=c.id, text=c.text, metric=c.metric, like_for_like=c.like_for_like, claimed_per_gpu_speedup=per_gpu,
+                claimed_baseline=c.baseline)
+    flag = "" if c.like_for_like else " The published comparison is not like-for-like (different resources per side)."
+
+    def not_measured(why: str, claimed: float | None) -> ClaimResult:
+        return ClaimResult(status="not_measured", reason=why + flag, claimed=claimed, measured=None, **base)
+
+    if mmetric is None:
+        return not_measured(f"{c.metric} comes from profiler traces (kernel counts and times per layer), "
+                            "not from the serving metrics the perf check measures", c.candidate)
+    if c.workload is not None and c.workload not in workload_kinds:
+        return not_measured(f"the claim names workload {c.workload!r}, which the scope does not declare", c.speedup)
+    if c.workload is not None and c.workload not in workloads_run:
+        return not_measured(f"workload {c.workload!r} was not run in this tier/shard", c.speedup)
+    cands = [m for m in measured if m.metric == mmetric and (c.workload is None or m.workload == c.workload)]
+    cands = [m for m in cands if point_matches(c.point, m.point_dims, trace=m.kind == "trace_replay")]
+    if c.workload is None:
+        pure = [m for m in cands if m.kind == "pure_decode"]
+        cands = pure or cands
+    if not cands:
+        dims = ", ".join(f"{k}={v}" for k, v in c.point.items())
+        return not_measured(f"no measured point matches {dims} for {mmetric}"
+                            + (f" in workload {c.workload!r}" if c.workload else "")
+                            + " (the point is not in this plan's tier/shard, or was not measured)", c.speedup or c.candidate)
+    cands.sort(key=lambda m: (bool(m.point_dims.get("full_context")), m.point_dims.get("context") or 0, m.point))
+    m = cands[0]
+    others = [x.point for x in cands[1:]]
+    common = dict(point=m.point, workload=m.workload, other_matches=others, detectable_slowdown=m.detectable_slowdown)
+    tol = 1.0 - noise_margin
+    absolute = how == "absolute" and not rehearsal and c.candidate is not None
+    if not absolute:
+        if claimed_speedup is None:
+            why = ("absolute claims hold on the claim's hardware only and this run is a rehearsal on other hardware"
+                   if rehearsal else "the claim states neither a speedup nor a candidate value")
+            return not_measured(why, c.candidate)
+        ok = m.ci_high >= claimed_speedup * tol
+        why = (f"measured speedup {m.speedup:.3f} [{m.ci_low:.3f}, {m.ci_high:.3f}] ({m.confidence:.0%}) at {m.point}"
+               f"{' per GPU' if m.normalized else ''}; "
+               + (f"the upper end reaches {claimed_speedup:.3g} x (1 - {noise_margin:g})" if ok else
+                  f"the upper end is below {claimed_speedup:.3g} x (1 - {noise_margin:g}) = {claimed_speedup * tol:.3g}"))
+        if how == "absolute":
+            why += " (absolute numbers are not comparable on this host, so the claimed ratio is compared)"
+        return ClaimResult(status="confirmed" if ok else "not_confirmed", reason=why + flag, claimed=claimed_speedup,
+                           measured=m.speedup, ci_low=m.ci_low, ci_high=m.ci_high, confidence=m.confidence,
+                           measured_baseline=None, **base, **common)
+    assert c.candidate is not None
+    v = m.candidate_value
+    if v is None:
+        return not_measured(f"{mmetric} has no candidate value at {m.point}", c.candidate)
+    ok = v >= c.candidate * tol
+    why = (f"measured candidate {mmetric} {_fmt(v)} (baseline {_fmt(m.baseline_value)}) at {m.point}; "
+           + ("it reaches" if ok else "it is below") + f" the claimed {c.candidate:g} x (1 - {noise_margin:g})")
+    return ClaimResult(status="confirmed" if ok else "not_confirmed", reason=why + flag, claimed=c.candidate, measured=v,
+                       measured_baseline=m.baseline_value, **base, **common)

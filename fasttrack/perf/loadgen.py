@@ -1,0 +1,250 @@
+"""A lean async streaming load generator for vLLM's ``/v1/completions``.
+
+The harness shares two CPU cores with the engine on the demo hosts, so the client's
+own cost per streamed token shows in the measurement. This path keeps the hot loop
+small: aiohttp (the client vLLM's own benchmark uses), one ``perf_counter()`` per
+network read, a byte-level SSE split, ``json.loads`` per message and nothing else
+(no models are built per chunk). Timestamps are taken when a network read returns,
+before parsing.
+
+Every request is greedy (``temperature 0``), has a fixed output length
+(``max_tokens`` with ``ignore_eos``) and asks for usage in the stream, so tokens are
+counted from the server's ``usage`` and never by re-tokenising text.
+
+Schedules (one *run* = one call; warm-up is the caller's job):
+
+* :func:`run_waves`: ``batch`` requests at a time, the next wave when the whole
+  wave has finished (every decode step runs exactly ``batch`` requests: pure decode);
+* :func:`run_closed`: at most ``concurrency`` in flight, a new request as soon as
+  one finishes (vLLM's ``--max-concurrency`` with ``--request-rate inf``);
+* :func:`run_open`: requests sent at given arrival times (e.g. seeded Poisson),
+  optionally capped at ``max_concurrency`` in flight (mixed prefill + decode).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import aiohttp
+
+from fasttrack.perf.metrics import RequestRecord
+
+T = TypeVar("T")
+
+
+@dataclass(slots=True)
+class GenRequest:
+    """One request to send."""
+
+    id: str
+    prompt: list[int] | str
+    """Token ids (preferred: both sides get identical input) or text."""
+    max_tokens: int
+    want_ids: bool = False
+    """Ask for the generated token ids (``return_token_ids``); needed to extend a session's history."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Merged into the request body."""
+
+
+@dataclass
+class RunTiming:
+    """Wall and CPU time of one run."""
+
+    t_start: float
+    t_end: float
+    cpu_s: float
+
+
+class PerfClient:
+    """Streams completions from one engine (``base_url`` without ``/v1``)."""
+
+    def __init__(self, base_url: str, *, model: str, max_connections: int = 512, timeout_s: float = 900.0) -> None:
+        self.url = base_url.rstrip("/") + "/v1/completions"
+        self.model = model
+        self._max_connections = max_connections
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=30.0)
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> "PerfClient":
+        conn = aiohttp.TCPConnector(limit=self._max_connections, ttl_dns_cache=300, force_close=False)
+        self._session = aiohttp.ClientSession(connector=conn, timeout=self._timeout, auto_decompress=False,
+                                              read_bufsize=1 << 16)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def payload(self, req: GenRequest) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "prompt": req.prompt,
+            "max_tokens": req.max_tokens,
+            "temperature": 0.0,
+            "ignore_eos": True,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if req.want_ids:
+            body["return_token_ids"] = True
+        body.update(req.extra)
+        return body
+
+    async def stream(self, req: GenRequest) -> RequestRecord:
+        """Send one request and record its chunk arrival times and usage; never raises for server errors."""
+        assert self._session is not None, "use 'async with PerfClient(...)'"
+        body = self.payload(req)
+        perf_counter = time.perf_counter
+        loads = json.loads
+        rec = RequestRecord(id=req.id, t_send=0.0)
+        times = rec.chunk_times
+        ntok = rec.chunk_tokens
+        ids: list[int] | None = [] if req.want_ids else None
+        buf = b""
+        rec.t_send = perf_counter()
+        try:
+            async with self._session.post(self.url, json=body) as resp:
+                if resp.status != 200:
+                    text = (await resp.read()).decode("utf-8", errors="replace")
+                    rec.error = f"HTTP {resp.status}: {_error_message(text)}"
+                    rec.t_done = perf_counter()
+                    return rec
+                async for data in resp.content.iter_any():
+                    now = perf_counter()
+                    buf += data
+                    while True:
+                        cut = buf.find(b"\n\n")
+                        if cut < 0:
+                            break
+                        msg = buf[:cut]
+                        buf = buf[cut + 2:]
+                        if not msg.startswith(b"data:"):
+                            continue
+                        payload = msg[5:].strip()
+                        if payload == b"[DONE]":
+                            continue
+                        obj = loads(payload)
+                        choices = obj.get("choices")
+                        if choices:
+                            ch = choices[0]
+                            tids = ch.get("token_ids")
+                            if tids:
+                                ntok.append(len(tids))
+                                if ids is not None:
+                                    ids.extend(tids)
+                            else:
+                                ntok.append(1)
+                            times.append(now)
+                        usage = obj.get("usage")
+                        if usage:
+                            rec.output_tokens = usage.get("completion_tokens")
+                            rec.prompt_tokens = usage.get("prompt_tokens")
+                            details = usage.get("prompt_tokens_details") or {}
+                            if isinstance(details, dict) and details.get("cached_tokens") is not None:
+                                rec.cached_tokens = int(details["cached_tokens"])
+                        if not choices and obj.get("error"):
+                            err = obj["error"]
+                            rec.error = str(err.get("message") if isinstance(err, dict) else err)[:500]
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
+            rec.error = f"{type(exc).__name__}: {exc}"[:500]
+        rec.t_done = perf_counter()
+        if ids is not None:
+            rec.token_ids = ids
+        if rec.error is None and rec.output_tokens is None and times:
+            rec.error = "the stream carried no usage (stream_options.include_usage was ignored)"
+        return rec
+
+
+def _error_message(body: str) -> str:
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return body.strip()[:300] or "(empty body)"
+    if isinstance(data, dict):
+        err = data.get("error", data)
+        if isinstance(err, dict) and err.get("message"):
+            return str(err["message"])[:300]
+        if data.get("message"):
+            return str(data["message"])[:300]
+    return body.strip()[:300]
+
+
+async def timed(coro_fn: Callable[[], Awaitable[T]]) -> tuple[T, RunTiming]:
+    """Run ``coro_fn()`` and measure its wall time and this process's CPU time."""
+    c0, t0 = time.process_time(), time.perf_counter()
+    out = await coro_fn()
+    t1, c1 = time.perf_counter(), time.process_time()
+    return out, RunTiming(t_start=t0, t_end=t1, cpu_s=c1 - c0)
+
+
+async def run_waves(client: PerfClient, requests: Sequence[GenRequest], *, batch: int) -> list[RequestRecord]:
+    """``batch`` requests at once; the next wave starts when the whole wave has finished."""
+    if batch < 1:
+        raise ValueError("batch must be >= 1")
+    out: list[RequestRecord] = []
+    for i in range(0, len(requests), batch):
+        wave = requests[i:i + batch]
+        out.extend(await asyncio.gather(*(client.stream(r) for r in wave)))
+    return out
+
+
+async def run_closed(client: PerfClient, requests: Sequence[GenRequest], *, concurrency: int) -> list[RequestRecord]:
+    """At most ``concurrency`` requests in flight; each finished one is replaced by the next."""
+    if concurrency < 1:
+        raise ValueError("concurrency must be >= 1")
+    sem = asyncio.Semaphore(concurrency)
+
+    async def one(r: GenRequest) -> RequestRecord:
+        async with sem:
+            return await client.stream(r)
+
+    return list(await asyncio.gather(*(one(r) for r in requests)))
+
+
+async def run_open(
+    client: PerfClient,
+    requests: Sequence[GenRequest],
+    *,
+    arrivals_s: Sequence[float],
+    max_concurrency: int | None = None,
+) -> list[RequestRecord]:
+    """Send request ``i`` at ``arrivals_s[i]`` seconds after the start (waiting for a slot when capped)."""
+    if len(arrivals_s) != len(requests):
+        raise ValueError("one arrival time per request is needed")
+    sem = asyncio.Semaphore(max_concurrency) if max_concurrency else None
+    t0 = time.perf_counter()
+
+    async def one(r: GenRequest, at: float) -> RequestRecord:
+        delay = t0 + at - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        if sem is None:
+            return await client.stream(r)
+        async with sem:
+            return await client.stream(r)
+
+    return list(await asyncio.gather(*(one(r, a) for r, a in zip(requests, arrivals_s))))
+
+
+def run_loop(coro: Awaitable[T]) -> T:
+    """Run a coroutine on a fresh event loop (uvloop when installed), from synchronous code."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    else:
+        raise RuntimeError("run_loop was called inside a running event loop; await the coroutine instead")
+    try:
+        import uvloop
+
+        factory: Callable[[], asyncio.AbstractEventLoop] | None = uvloop.new_event_loop
+    except ImportError:  # pragma: no cover - uvloop ships with vLLM
+        factory = None
+    with asyncio.Runner(loop_factory=factory) as runner:
+        return runner.run(coro)  # type: ignore[arg-type]

@@ -1,0 +1,91 @@
+"""Adaptive repetition: when a point may be looked at, and how many looks are planned.
+
+The engine lifetime is the unit of replication, and the pipeline fixes how many
+lifetimes each side gets (the tier's ``lifetimes_per_side``, alternating baseline,
+candidate, baseline, ...). Within that frame the perf check saves time in two ways:
+
+* **Runs within a lifetime.** On a lifetime where looks are allowed, a point gets
+  ``min_runs`` runs, then a look after every further run, up to ``max_runs`` runs
+  on that lifetime; it stops as soon as a look decides.
+* **Later lifetimes.** A point that is decided is not measured again on later
+  lifetimes.
+
+Looks are allowed on a lifetime once both sides (counting that lifetime) have at
+least ``min(2, lifetimes_per_side)`` lifetimes, so on the standard tier no decision
+is taken before the interval can see lifetime-to-lifetime variance. Earlier
+lifetimes run ``min_runs`` runs per point. The number of looks is fixed before the
+first one: ``(lifetimes on which looks are allowed) x (max_runs - min_runs + 1)``;
+every look uses the Bonferroni-corrected interval at
+``1 - (1 - confidence) / planned_looks`` (see :func:`fasttrack.stats.sequential_decision`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+
+@dataclass(frozen=True)
+class LookSchedule:
+    """The look plan of one engine group."""
+
+    order: tuple[str, ...]
+    """Launch order of sides (``EngineGroup.order``)."""
+    min_runs: int
+    max_runs: int
+
+    @classmethod
+    def for_group(cls, order: Sequence[str], *, min_runs: int, max_runs: int) -> "LookSchedule":
+        if min_runs < 1 or max_runs < min_runs:
+            raise ValueError(f"need 1 <= min_runs <= max_runs, got {min_runs}, {max_runs}")
+        return cls(order=tuple(order), min_runs=min_runs, max_runs=max_runs)
+
+    @property
+    def lifetimes_per_side(self) -> int:
+        return min(self.order.count("baseline"), self.order.count("candidate"))
+
+    @property
+    def min_lifetimes(self) -> int:
+        """Lifetimes each side needs before a look: min(2, lifetimes per side)."""
+        return max(1, min(2, self.lifetimes_per_side))
+
+    def position(self, side: str, lifetime: int) -> int | None:
+        """Index in ``order`` of this side's ``lifetime``-th engine (None when the order has no such engine)."""
+        seen = -1
+        for i, s in enumerate(self.order):
+            if s == side:
+                seen += 1
+                if seen == lifetime:
+                    return i
+        return None
+
+    def look_positions(self) -> list[int]:
+        """Positions in the order on which looks are allowed."""
+        out = []
+        for i in range(len(self.order)):
+            done = self.order[: i + 1]
+            if done.count("baseline") >= self.min_lifetimes and done.count("candidate") >= self.min_lifetimes:
+                out.append(i)
+        return out
+
+    def looks_allowed(self, side: str, lifetime: int) -> bool:
+        pos = self.position(side, lifetime)
+        return pos is not None and pos in self.look_positions()
+
+    @property
+    def looks_per_lifetime(self) -> int:
+        return self.max_runs - self.min_runs + 1
+
+    @property
+    def planned_looks(self) -> int:
+        return max(1, len(self.look_positions()) * self.looks_per_lifetime)
+
+    def per_look_confidence(self, confidence: float) -> float:
+        return 1.0 - (1.0 - confidence) / self.planned_looks
+
+    def describe(self) -> dict[str, object]:
+        return {
+            "order": list(self.order), "min_runs": self.min_runs, "max_runs": self.max_runs,
+            "min_lifetimes_before_a_look": self.min_lifetimes,
+            "look_positions": self.look_positions(), "planned_looks": self.planned_looks,
+        }

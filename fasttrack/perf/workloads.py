@@ -1,0 +1,282 @@
+"""Workloads: which config points each workload kind measures, and the requests of one run.
+
+=============  ===============================================================  =====================
+kind           what one run sends                                               points it measures
+=============  ===============================================================  =====================
+pure_decode    waves of ``batch`` requests (next wave when all finished), each  every point of the
+               prompt exactly the point's context, ``output_len`` tokens        engine group
+context_sweep  the same, at the group's smallest batch size                     every context at the
+                                                                                 smallest batch
+mixed          ``requests_per_run`` requests arriving as a seeded Poisson       per batch size, its
+               process (``arrival_rate``/s), at most ``batch`` in flight, so    shortest-context
+               prefills land during other requests' decode; prompts of          point
+               ``input_len`` tokens (default: the point's context)
+prompts        waves of ``batch`` requests with the shipped real prompts        per batch size, its
+               (token ids from the engine's tokenizer), cycled                  shortest-context point
+trace_replay   the whole trace (sessions, tool pauses, shared prefixes,         one row per engine
+               parallel subagents) at its own timing                            group (``<group>-trace``)
+=============  ===============================================================  =====================
+
+Full-context points send ``max_model_len - output_len - 1`` prompt tokens (the
+longest prompt that still leaves room for the output). Every request is greedy
+with a fixed output length (``ignore_eos``). Content is deterministic per (workload,
+point, run, request), identical on both sides and distinct between runs, so
+runs of one lifetime do not reuse each other's KV cache.
+
+Before the runs of a point on each engine lifetime, one warm-up wave (``batch``
+requests, at most 16 output tokens) is sent and discarded.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+from fasttrack.perf.loadgen import GenRequest, PerfClient, run_open, run_waves
+from fasttrack.perf.metrics import RequestRecord
+from fasttrack.perf.tokens import TokenPool
+
+if TYPE_CHECKING:  # pragma: no cover
+    from fasttrack.perf.trace import Trace, ReplayStats
+    from fasttrack.plan import ConfigPoint, EngineGroup, Plan
+    from fasttrack.scope import WorkloadSpec
+
+Mode = Literal["waves", "open", "trace"]
+
+WARMUP_TOKENS = 16
+DEFAULT_WAVES = 4
+"""Waves per run when ``requests_per_run`` is not given."""
+
+
+@dataclass
+class WorkItem:
+    """One (workload, point) cell the perf check measures and gates."""
+
+    key: str
+    """``<workload>@<point>``."""
+    workload: str
+    kind: str
+    point: str
+    """Config point id, or ``<group>-trace`` for trace replay."""
+    group: str
+    batch: int | None
+    """Concurrency (None for trace replay: the trace decides)."""
+    context: int | None
+    """The point's context (prompt length for pure_decode/context_sweep)."""
+    full_context: bool
+    prompt_len: int | None
+    """Tokens per prompt (None: real prompts or the trace decide)."""
+    output_len: int | None
+    requests_per_run: int
+    mode: Mode
+    arrival_rate: float | None = None
+    point_dims: dict[str, Any] = field(default_factory=dict)
+    """tp, dcp, spec, draft_length, batch, context, full_context (for claims matching)."""
+    notes: list[str] = field(default_factory=list)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "workload": self.workload, "kind": self.kind, "point": self.point, "group": self.group,
+            "batch": self.batch, "context": self.context, "full_context": self.full_context,
+            "prompt_len": self.prompt_len, "output_len": self.output_len,
+            "requests_per_run": self.requests_per_run, "mode": self.mode, "arrival_rate": self.arrival_rate,
+        }
+
+
+def _dims(p: "ConfigPoint") -> dict[str, Any]:
+    return {"tp": p.tp, "dcp": p.dcp, "spec": p.spec, "draft_length": p.draft_length,
+            "acceptance_length": p.acceptance_length, "batch": p.batch, "context": p.context,
+            "full_context": p.full_context}
+
+
+def _prompt_len(p: "ConfigPoint", output_len: int, max_model_len: int) -> tuple[int, list[str]]:
+    room = max_model_len - output_len - 1
+    if room < 1:
+        return 1, [f"output_len {output_len} leaves no room for a prompt under max_model_len {max_model_len}"]
+    if p.full_context:
+        return room, []
+    if p.context > room:
+        return room, [f"context {p.context} + output {output_len} exceeds max_model_len {max_model_len}: "
+                      f"prompts cut to {room} tokens"]
+    return p.context, []
+
+
+def _waves_requests(spec: "WorkloadSpec", batch: int) -> tuple[int, list[str]]:
+    want = spec.requests_per_run or DEFAULT_WAVES * batch
+    n = math.ceil(want / batch) * batch
+    notes = [] if n == want else [f"requests_per_run {want} rounded up to {n} (whole waves of {batch})"]
+    return n, notes
+
+
+def plan_items(
+    plan: "Plan",
+    group: "EngineGroup",
+    workloads: Sequence["WorkloadSpec"],
+    *,
+    max_model_len: int,
+) -> list[WorkItem]:
+    """The work items of one engine group, in measurement order (workload, then batch, then context)."""
+    pts = sorted(plan.group_points(group), key=lambda p: (p.batch, p.full_context, p.context))
+    if not pts:
+        return []
+    items: list[WorkItem] = []
+    batches = sorted({p.batch for p in pts})
+
+    def short(b: int) -> "ConfigPoint":
+        cand = [p for p in pts if p.batch == b and not p.full_context] or [p for p in pts if p.batch == b]
+        return min(cand, key=lambda p: p.context)
+
+    for w in workloads:
+        base_notes = []
+        if w.kind in ("pure_decode", "context_sweep") and w.input_len is not None:
+            base_notes.append(f"input_len {w.input_len} is not used by {w.kind}: the prompt length is each point's context")
+        if w.kind == "pure_decode":
+            sel = pts
+        elif w.kind == "context_sweep":
+            sel = [p for p in pts if p.batch == batches[0]]
+        elif w.kind in ("mixed", "prompts"):
+            sel = [short(b) for b in batches]
+        elif w.kind == "trace_replay":
+            items.append(WorkItem(
+                key=f"{w.name}@{group.id}-trace", workload=w.name, kind=w.kind, point=f"{group.id}-trace",
+                group=group.id, batch=None, context=None, full_context=False, prompt_len=None, output_len=None,
+                requests_per_run=w.requests_per_run or 0, mode="trace",
+                point_dims={"tp": group.tp, "dcp": group.dcp, "spec": group.spec, "draft_length": group.draft_length},
+                notes=base_notes + (["output_len is not used by trace_replay: each request has its own"]
+                                    if "output_len" in w.model_fields_set else []),
+            ))
+            continue
+        else:  # pragma: no cover - the scope's Literal forbids it
+            continue
+        for p in sel:
+            notes = list(base_notes)
+            if w.kind == "mixed" and w.input_len is not None:
+                room = max_model_len - w.output_len - 1
+                plen = min(w.input_len, room)
+                if plen < w.input_len:
+                    notes.append(f"input_len {w.input_len} cut to {plen} to fit max_model_len {max_model_len}")
+            elif w.kind == "prompts":
+                plen = None
+            else:
+                plen, n2 = _prompt_len(p, w.output_len, max_model_len)
+                notes += n2
+            if w.kind == "mixed":
+                n_req = w.requests_per_run or DEFAULT_WAVES * p.batch
+                mode: Mode = "open"
+            else:
+                n_req, n3 = _waves_requests(w, p.batch)
+                notes += n3
+                mode = "waves"
+            items.append(WorkItem(
+                key=f"{w.name}@{p.id}", workload=w.name, kind=w.kind, point=p.id, group=group.id, batch=p.batch,
+                context=p.context, full_context=p.full_context, prompt_len=plen, output_len=w.output_len,
+                requests_per_run=n_req, mode=mode, arrival_rate=w.arrival_rate if w.kind == "mixed" else None,
+                point_dims=_dims(p), notes=notes,
+            ))
+    return items
+
+
+# ---------------------------------------------------------------------------------- arrivals
+
+
+def poisson_arrivals(n: int, rate: float, *, seed: int) -> list[float]:
+    """Arrival times (s) of a Poisson process: cumulative exponential gaps of mean 1/rate, first at 0.
+
+    Deterministic: ``numpy.random.default_rng(seed).exponential(1/rate, n)``, shifted so
+    the first request arrives at t = 0.
+    """
+    if n < 1:
+        return []
+    if not rate > 0:
+        raise ValueError("arrival rate must be positive")
+    gaps = np.random.default_rng(seed).exponential(1.0 / rate, size=n)
+    gaps[0] = 0.0
+    return [float(x) for x in np.cumsum(gaps)]
+
+
+def arrival_seed(item_key: str, run: int) -> int:
+    """The seed of run ``run`` of an item: the same on both sides, different between runs."""
+    import zlib
+
+    return (zlib.crc32(item_key.encode("utf-8")) * 1000003 + run) % (2**31 - 1)
+
+
+# ---------------------------------------------------------------------------------- one run
+
+
+@dataclass
+class RunInputs:
+    """What a run needs besides the item: token content and the real prompts."""
+
+    pool: TokenPool
+    real_prompts: list[list[int]] = field(default_factory=list)
+    """Token ids of the shipped prompt set (``prompts`` workloads)."""
+    trace: "Trace | None" = None
+    max_model_len: int = 0
+
+
+def run_requests(item: WorkItem, run: int, inputs: RunInputs, *, warmup: bool = False) -> list[GenRequest]:
+    """The requests of one run (or of the warm-up wave) of a waves/open item."""
+    assert item.batch is not None and item.output_len is not None
+    n = item.batch if warmup else item.requests_per_run
+    out_len = min(WARMUP_TOKENS, item.output_len) if warmup else item.output_len
+    tag = f"{item.key}|{'warmup' if warmup else f'run{run}'}"
+    reqs = []
+    for i in range(n):
+        if item.kind == "prompts":
+            if not inputs.real_prompts:
+                raise ValueError("the prompts workload needs the prompt set's token ids")
+            k = (run * item.requests_per_run + i) % len(inputs.real_prompts)
+            prompt = inputs.real_prompts[k]
+            room = inputs.max_model_len - out_len - 1
+            if inputs.max_model_len and len(prompt) > room:
+                prompt = prompt[-room:]
+        else:
+            assert item.prompt_len is not None
+            prompt = inputs.pool.prompt(f"{tag}|{i}", item.prompt_len)
+        reqs.append(GenRequest(id=f"{tag}|{i}", prompt=prompt, max_tokens=out_len))
+    return reqs
+
+
+async def execute(client: PerfClient, item: WorkItem, run: int, inputs: RunInputs) -> tuple[list[RequestRecord], dict[str, Any]]:
+    """Send one run of ``item``; returns the records and workload facts for the run's ``extra``."""
+    if item.mode == "trace":
+        from fasttrack.perf.trace import replay
+
+        assert inputs.trace is not None
+        tr = inputs.trace
+        recs, st = await replay(client, tr, pool=inputs.pool, tag=f"{item.key}|run{run}",
+                                max_model_len=inputs.max_model_len)
+        return recs, _replay_extra(st)
+    reqs = run_requests(item, run, inputs)
+    if item.mode == "waves":
+        assert item.batch is not None
+        return await run_waves(client, reqs, batch=item.batch), {}
+    assert item.arrival_rate is not None
+    seed = arrival_seed(item.key, run)
+    arrivals = poisson_arrivals(len(reqs), item.arrival_rate, seed=seed)
+    recs = await run_open(client, reqs, arrivals_s=arrivals, max_concurrency=item.batch)
+    return recs, {"arrival_seed": seed, "arrival_rate": item.arrival_rate, "arrival_span_s": round(arrivals[-1], 4)}
+
+
+def _replay_extra(st: "ReplayStats") -> dict[str, Any]:
+    return {"clipped_requests": st.clipped, "clipped_tokens": st.clipped_tokens,
+            "failed_dependencies": st.failed_dependencies}
+
+
+async def warm_up(client: PerfClient, item: WorkItem, inputs: RunInputs) -> int:
+    """One discarded wave before an item's runs; returns the number of warm-up requests."""
+    if item.mode == "trace":
+        n = min(4, len(inputs.trace.requests)) if inputs.trace else 1
+        reqs = [GenRequest(id=f"{item.key}|warmup|{i}", prompt=inputs.pool.prompt(f"{item.key}|warmup|{i}", 32),
+                           max_tokens=WARMUP_TOKENS) for i in range(n)]
+        await run_waves(client, reqs, batch=n)
+        return n
+    reqs = run_requests(item, 0, inputs, warmup=True)
+    assert item.batch is not None
+    await run_waves(client, reqs, batch=item.batch)
+    return len(reqs)
