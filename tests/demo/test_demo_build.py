@@ -1,0 +1,153 @@
+"""The demo model builder: deterministic, complete, and loadable by transformers.
+
+No vLLM here: these tests build the model (well under a second) and inspect files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import struct
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILDER = ROOT / "examples" / "demo_model" / "build.py"
+
+
+def _load_builder() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("fasttrack_demo_build_under_test", BUILDER)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def builder() -> ModuleType:
+    return _load_builder()
+
+
+@pytest.fixture(scope="module")
+def built(builder: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    out = tmp_path_factory.mktemp("demo-model")
+    return out, builder.build_model(out)
+
+
+def _tree_bytes(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_files_and_manifest(built: tuple[Path, dict], builder: ModuleType) -> None:
+    out, meta = built
+    names = {p.name for p in out.iterdir()}
+    assert {
+        "config.json",
+        "generation_config.json",
+        "model.safetensors",
+        "special_tokens_map.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "fasttrack-model.json",
+    } <= names
+    manifest = json.loads((out / "fasttrack-model.json").read_text())
+    assert manifest == meta
+    assert set(meta["files"]) == names - {"fasttrack-model.json"}
+    for name, digest in meta["files"].items():
+        assert hashlib.sha256((out / name).read_bytes()).hexdigest() == digest
+    assert builder.model_sha256(out)[0] == meta["sha256"]
+
+
+def test_config_fits_the_cpu_engine(built: tuple[Path, dict]) -> None:
+    out, meta = built
+    config = json.loads((out / "config.json").read_text())
+    assert config["architectures"] == ["FasttrackDemoLlamaForCausalLM"]
+    assert config["model_type"] == "llama"
+    assert config["hidden_size"] // config["num_attention_heads"] == config["head_dim"] == 64
+    assert config["max_position_embeddings"] >= meta["max_model_len"] == 2048
+    assert config["vocab_size"] == meta["vocab_size"] == len(json.loads((out / "tokenizer.json").read_text())["model"]["vocab"])
+    assert 512 <= config["vocab_size"] <= 2048
+
+
+def test_same_seed_is_byte_identical_across_processes(built: tuple[Path, dict], tmp_path: Path) -> None:
+    """A fresh interpreter with a different hash seed writes the same bytes."""
+    out, meta = built
+    other = tmp_path / "again"
+    env = dict(os.environ, PYTHONHASHSEED="12345")
+    proc = subprocess.run(
+        [sys.executable, str(BUILDER), "--out", str(other)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert meta["sha256"] in proc.stdout
+    assert _tree_bytes(other) == _tree_bytes(out)
+
+
+def test_other_seed_changes_weights_only(builder: ModuleType, built: tuple[Path, dict], tmp_path: Path) -> None:
+    out, meta = built
+    other = builder.build_model(tmp_path / "seed1", seed=1)
+    assert other["sha256"] != meta["sha256"]
+    assert other["files"]["model.safetensors"] != meta["files"]["model.safetensors"]
+    assert other["files"]["tokenizer.json"] == meta["files"]["tokenizer.json"]
+
+
+def test_safetensors_header_is_canonical(built: tuple[Path, dict]) -> None:
+    out, _ = built
+    raw = (out / "model.safetensors").read_bytes()
+    (size,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8 : 8 + size])
+    names = [k for k in header if k != "__metadata__"]
+    assert names == sorted(names)
+    assert header["__metadata__"] == {"format": "pt"}
+    end = max(v["data_offsets"][1] for k, v in header.items() if k != "__metadata__")
+    assert 8 + size + end == len(raw)
+
+
+def test_weights_load_and_output_layer_is_peaked(built: tuple[Path, dict]) -> None:
+    torch = pytest.importorskip("torch")
+    safetensors_torch = pytest.importorskip("safetensors.torch")
+    out, meta = built
+    tensors = safetensors_torch.load_file(str(out / "model.safetensors"))
+    lm_head = tensors["lm_head.weight"]
+    assert lm_head.shape == (meta["vocab_size"], meta["hidden_size"])
+    assert torch.all(lm_head[meta["special_token_ids"]] == 0)
+    # A unit-RMS hidden state gives logits with std ~ 0.02 * 12 * sqrt(hidden).
+    h = torch.randn(64, meta["hidden_size"], generator=torch.Generator().manual_seed(0))
+    probs = torch.softmax(h @ lm_head.T, dim=-1)
+    top1 = probs.max(dim=-1).values.mean().item()
+    assert top1 > 0.2, f"next-token distributions are too flat (mean top-1 prob {top1:.3f})"
+
+
+def test_tokenizer_and_chat_template(built: tuple[Path, dict]) -> None:
+    transformers = pytest.importorskip("transformers")
+    out, _ = built
+    tok = transformers.AutoTokenizer.from_pretrained(str(out))
+    text = "Alice was beginning to get very tired of sitting by her sister."
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    assert tok.decode(ids) == text
+    assert len(ids) < len(text) / 2, "the BPE merges should compress English text"
+    prompt = tok.apply_chat_template(
+        [{"role": "user", "content": "Hello"}], tokenize=False, add_generation_prompt=True
+    )
+    assert prompt == "<|begin_of_text|><|user|>\nHello<|eot|>\n<|assistant|>\n"
+
+
+def test_cli_reports_a_bad_output_path(tmp_path: Path) -> None:
+    target = tmp_path / "a-file"
+    target.write_text("x")
+    proc = subprocess.run(
+        [sys.executable, str(BUILDER), "--out", str(target)], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 2
+    assert "not a directory" in proc.stderr
+    assert "Traceback" not in proc.stderr
