@@ -23,17 +23,18 @@ Metric definitions: ``fasttrack.perf.metrics`` and docs/perf.md.
 
 from __future__ import annotations
 
-import re
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from fasttrack.checks.base import Check, CheckResult, EngineSession, Gate, RunContext, Verdict, register
+from fasttrack.engine.errors import EngineError
 from fasttrack.errors import FasttrackError
 from fasttrack.perf.analysis import ItemState, drift_row, judge_item, look, look_summary
 from fasttrack.perf.claims import MeasuredMetric, match_claims
 from fasttrack.perf.loadgen import PerfClient, run_loop, timed
-from fasttrack.perf.metrics import METRICS, compute_run_metrics
+from fasttrack.perf.metrics import METRICS, RunMetrics, compute_run_metrics
 from fasttrack.perf.schedule import LookSchedule
 from fasttrack.perf.tokens import TokenPool, pool_from_engine
 from fasttrack.perf.trace import Trace, TraceError, load_trace
@@ -78,6 +79,43 @@ def gpus_from_args(args: list[str], default: int) -> int:
     pp = last("--pipeline-parallel-size", "-pp") or 1
     dp = last("--data-parallel-size", "-dp") or 1
     return tp * pp * dp
+
+
+async def measure_item(
+    s: ItemState,
+    *,
+    side: str,
+    lifetime: int,
+    looks_here: bool,
+    sched: LookSchedule,
+    gate: Any,
+    run_once: Callable[[int], Awaitable[RunMetrics]],
+) -> int:
+    """Take the runs of one item on one lifetime (adaptive repetition); returns the number of runs taken.
+
+    Without looks on this lifetime: ``min_runs`` runs. With looks: ``min_runs`` runs,
+    then a look after every run until a look is final or ``max_runs`` runs were taken.
+    """
+    runs_here = 0
+    limit = gate.max_runs if looks_here else gate.min_runs
+    while runs_here < limit:
+        try:
+            rm = await run_once(runs_here)
+        except EngineError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a harness-side failure is recorded, not raised
+            s.errors.append(f"{side} lifetime {lifetime} run {runs_here}: {type(exc).__name__}: {exc}")
+            break
+        s.add(rm)
+        runs_here += 1
+        if looks_here and runs_here >= gate.min_runs and s.n_runs("baseline") and s.n_runs("candidate"):
+            d = look(s, metric=gate.gated_metric, noise_margin=gate.noise_margin, confidence=gate.confidence,
+                     look_no=len(s.looks) + 1, planned_looks=sched.planned_looks)
+            s.looks.append(look_summary(d, s))
+            s.decision, s.final = d.decision, d.final
+            if d.final:
+                break
+    return runs_here
 
 
 @register
@@ -207,32 +245,21 @@ class PerfCheck(Check):
                 except Exception as exc:  # noqa: BLE001 - a harness-side failure is recorded, not raised
                     s.errors.append(f"{side} lifetime {lifetime}: warm-up could not be sent: {type(exc).__name__}: {exc}")
                     continue
-                runs_here = 0
-                limit = gate.max_runs if looks_here else gate.min_runs
-                while runs_here < limit:
-                    try:
-                        (recs, extra), tm = await timed(lambda: execute(client, it, runs_here, inputs))
-                    except Exception as exc:  # noqa: BLE001
-                        s.errors.append(f"{side} lifetime {lifetime} run {runs_here}: {type(exc).__name__}: {exc}")
-                        break
+
+                async def run_once(k: int, it: WorkItem = it, n_warm: int = n_warm) -> RunMetrics:
+                    (recs, extra), tm = await timed(lambda: execute(client, it, k, inputs))
                     rm = compute_run_metrics(
-                        recs, workload=it.workload, point=it.point, side=side, lifetime=lifetime, run=runs_here,
+                        recs, workload=it.workload, point=it.point, side=side, lifetime=lifetime, run=k,
                         t_start=tm.t_start, t_end=tm.t_end, gpus=gpus, client_cpu_s=tm.cpu_s,
-                        warmup_requests=n_warm if runs_here == 0 else 0, extra=extra,
+                        warmup_requests=n_warm if k == 0 else 0, extra=extra,
                     )
-                    s.add(rm)
-                    runs_here += 1
-                    record["runs"] += 1
                     if rm.failed:
                         engine.check_alive()  # an engine that died ends the run (EngineCrashed)
-                    if looks_here and runs_here >= gate.min_runs and s.n_runs("baseline") and s.n_runs("candidate"):
-                        d = look(s, metric=gate.gated_metric, noise_margin=gate.noise_margin,
-                                 confidence=gate.confidence, look_no=len(s.looks) + 1,
-                                 planned_looks=sched.planned_looks)
-                        s.looks.append(look_summary(d, s))
-                        s.decision, s.final = d.decision, d.final
-                        if d.final:
-                            break
+                    return rm
+
+                runs_here = await measure_item(s, side=side, lifetime=lifetime, looks_here=looks_here, sched=sched,
+                                               gate=gate, run_once=run_once)
+                record["runs"] += runs_here
                 ctx.log(f"  perf {it.key} {side} lifetime {lifetime}: {runs_here} run(s) in "
                         f"{time.perf_counter() - t_item:.1f} s" + (f", {s.decision}" if s.looks else ""))
         record["seconds"] = round(time.perf_counter() - t_life, 2)
@@ -355,4 +382,3 @@ class PerfCheck(Check):
 
 
 __all__ = ["PerfCheck", "gpus_from_args"]
-_ = re  # keep the import list stable for type checkers

@@ -1,0 +1,274 @@
+"""Gate logic on synthetic runs: look schedule, adaptive repetition, per-point verdicts, MDE,
+intersection-union, drift, per-GPU normalisation and the check's result tables."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fasttrack.checks.base import RunContext, Verdict
+from fasttrack.checks.perf import PerfCheck, gpus_from_args, measure_item
+from fasttrack.perf.analysis import ItemState, judge_item
+from fasttrack.perf.metrics import RunMetrics
+from fasttrack.perf.schedule import LookSchedule
+from fasttrack.perf.workloads import WorkItem
+from fasttrack.plan import build_plan
+from fasttrack.scope import PerfGate, load_scope
+
+
+def fake_run(item: WorkItem, side: str, lifetime: int, run: int, *, tpot: float, rng: np.random.Generator,
+             sd: float = 0.03, n: int = 24, failed: int = 0, gpus: int = 0) -> RunMetrics:
+    samples = list(tpot * np.exp(rng.normal(0, sd, n)))
+    thr = 1000.0 / tpot * (item.batch or 1)
+    return RunMetrics(
+        workload=item.workload, point=item.point, side=side, lifetime=lifetime, run=run, requests=n + failed,
+        failed=failed, errors=[f"r{k}: HTTP 500: boom" for k in range(failed)], duration_s=1.0, prompt_tokens=0,
+        output_tokens=64 * n, output_throughput=thr, decode_throughput=thr, per_gpu_throughput=None, gpus=gpus,
+        ttft_ms=[10.0] * n, tpot_ms=samples, itl_ms=samples, e2e_ms=[100.0] * n, percentiles={}, client_cpu_s=0.01,
+        client_cpu_us_per_token=50.0, content_chunks=64 * n,
+    )
+
+
+def _item(point: str = "p-b1", batch: int = 1) -> WorkItem:
+    return WorkItem(key=f"decode@{point}", workload="decode", kind="pure_decode", point=point, group="g", batch=batch,
+                    context=32, full_context=False, prompt_len=32, output_len=64, requests_per_run=24, mode="waves",
+                    point_dims={"tp": 1, "batch": batch, "context": 32, "full_context": False})
+
+
+GATE = PerfGate(noise_margin=0.1, confidence=0.95, min_runs=3, max_runs=6)
+
+
+def _measure(state: ItemState, sched: LookSchedule, side: str, lifetime: int, *, tpot: float, seed: int,
+             sd: float = 0.03, failed: int = 0, gpus: int = 0) -> int:
+    rng = np.random.default_rng(seed)
+
+    async def run_once(k: int) -> RunMetrics:
+        return fake_run(state.item, side, lifetime, k, tpot=tpot, rng=rng, sd=sd, failed=failed, gpus=gpus)
+
+    state.gpus[side] = gpus
+    return asyncio.run(measure_item(state, side=side, lifetime=lifetime, looks_here=sched.looks_allowed(side, lifetime),
+                                    sched=sched, gate=GATE, run_once=run_once))
+
+
+# ---------------------------------------------------------------------------------- schedule
+
+
+def test_look_schedule_by_tier() -> None:
+    smoke = LookSchedule.for_group(["baseline", "candidate"], min_runs=3, max_runs=6)
+    assert smoke.look_positions() == [1] and smoke.planned_looks == 4
+    assert not smoke.looks_allowed("baseline", 0) and smoke.looks_allowed("candidate", 0)
+    std = LookSchedule.for_group(["baseline", "candidate"] * 2, min_runs=3, max_runs=6)
+    assert std.min_lifetimes == 2 and std.look_positions() == [3] and std.planned_looks == 4
+    full = LookSchedule.for_group(["baseline", "candidate"] * 3, min_runs=3, max_runs=8)
+    assert full.look_positions() == [3, 4, 5] and full.planned_looks == 18
+    assert full.per_look_confidence(0.95) == pytest.approx(1 - 0.05 / 18)
+    assert full.position("candidate", 2) == 5 and full.position("candidate", 3) is None
+    with pytest.raises(ValueError):
+        LookSchedule.for_group(["baseline", "candidate"], min_runs=4, max_runs=3)
+
+
+# ---------------------------------------------------------------------------------- adaptive repetition
+
+
+def test_equal_sides_decide_pass_at_the_first_look() -> None:
+    sched = LookSchedule.for_group(["baseline", "candidate"], min_runs=3, max_runs=6)
+    s = ItemState(item=_item())
+    assert _measure(s, sched, "baseline", 0, tpot=2.0, seed=1) == 3 and not s.looks
+    assert _measure(s, sched, "candidate", 0, tpot=2.0, seed=2) == 3
+    assert s.final and s.decision == "decided_pass" and len(s.looks) == 1
+    assert s.looks[0]["per_look_confidence"] == pytest.approx(1 - 0.05 / 4)
+
+
+def test_a_clear_regression_fails_at_the_first_look() -> None:
+    sched = LookSchedule.for_group(["baseline", "candidate"], min_runs=3, max_runs=6)
+    s = ItemState(item=_item())
+    _measure(s, sched, "baseline", 0, tpot=2.0, seed=1)
+    assert _measure(s, sched, "candidate", 0, tpot=4.0, seed=2) == 3
+    assert s.decision == "decided_fail" and s.final and s.looks[0]["ci_high"] < 0.9
+
+
+def test_an_undecided_point_runs_to_max_runs_and_fails_at_the_last_look() -> None:
+    # a true 10% slowdown against a 10% margin with noisy runs: never decides early
+    sched = LookSchedule.for_group(["baseline", "candidate"], min_runs=3, max_runs=6)
+    s = ItemState(item=_item())
+    _measure(s, sched, "baseline", 0, tpot=2.0, seed=1, sd=0.25)
+    assert _measure(s, sched, "candidate", 0, tpot=2.2, seed=2, sd=0.25) == 6
+    assert [lk["look"] for lk in s.looks] == [1, 2, 3, 4]
+    assert s.final and s.decision == "decided_fail"
+    assert "last planned look" in s.looks[-1]["reason"]
+
+
+def test_standard_tier_skips_decided_points_on_later_lifetimes_and_looks_only_with_two_lifetimes() -> None:
+    sched = LookSchedule.for_group(["baseline", "candidate"] * 3, min_runs=3, max_runs=5)
+    s = ItemState(item=_item())
+    _measure(s, sched, "baseline", 0, tpot=2.0, seed=1)
+    _measure(s, sched, "candidate", 0, tpot=2.0, seed=2)
+    assert not s.looks  # one lifetime per side: too early to decide
+    _measure(s, sched, "baseline", 1, tpot=2.0, seed=3)
+    _measure(s, sched, "candidate", 1, tpot=2.0, seed=4)
+    assert s.final and s.decision == "decided_pass"
+    assert s.looks[0]["per_look_confidence"] == pytest.approx(1 - 0.05 / 9)
+
+
+def test_harness_error_in_a_run_is_recorded() -> None:
+    sched = LookSchedule.for_group(["baseline", "candidate"], min_runs=3, max_runs=6)
+    s = ItemState(item=_item())
+
+    async def boom(k: int) -> RunMetrics:
+        raise RuntimeError("no route")
+
+    assert asyncio.run(measure_item(s, side="baseline", lifetime=0, looks_here=False, sched=sched, gate=GATE,
+                                    run_once=boom)) == 0
+    assert "no route" in s.errors[0]
+
+
+# ---------------------------------------------------------------------------------- judging one point
+
+
+def test_judge_item_rows_carry_interval_mde_and_raw_values() -> None:
+    sched = LookSchedule.for_group(["baseline", "candidate"], min_runs=3, max_runs=6)
+    s = ItemState(item=_item())
+    _measure(s, sched, "baseline", 0, tpot=2.0, seed=1)
+    _measure(s, sched, "candidate", 0, tpot=1.6, seed=2)
+    j = judge_item(s, metrics=["median_tpot_ms", "output_throughput"], gated="median_tpot_ms", noise_margin=0.1,
+                   confidence=0.95, planned_looks=sched.planned_looks)
+    assert j.verdict == "pass" and j.strictly_better and j.failure is None
+    tpot, thr = j.rows
+    assert tpot["gated"] and tpot["verdict"] == "pass" and thr["verdict"] is None
+    assert tpot["speedup"] == pytest.approx(1.25, rel=0.05) and tpot["ci_low"] > 1.0
+    assert tpot["confidence"] == pytest.approx(1 - 0.05 / 4) and thr["confidence"] == 0.95
+    assert 0 < tpot["mde"] < 0.2 and 0.05 < tpot["gate_detectable_slowdown"] <= 0.1
+    assert "would have been detected" in tpot["statement"] and "ignores lifetime" in tpot["statement"]
+    assert tpot["ignores_lifetime_variance"] is True
+    assert len(tpot["baseline_run_values"][0]) == 3 and tpot["runs"] == 6
+    assert thr["speedup"] == pytest.approx(1.25, rel=0.05)
+
+
+def test_unequal_gpus_are_compared_per_gpu() -> None:
+    sched = LookSchedule.for_group(["baseline", "candidate"], min_runs=3, max_runs=6)
+    s = ItemState(item=_item())
+    _measure(s, sched, "baseline", 0, tpot=2.0, seed=1, gpus=8)
+    # twice as fast on twice the GPUs: per GPU it is no better
+    _measure(s, sched, "candidate", 0, tpot=1.0, seed=2, gpus=16)
+    j = judge_item(s, metrics=["median_tpot_ms"], gated="median_tpot_ms", noise_margin=0.1, confidence=0.95,
+                   planned_looks=sched.planned_looks)
+    (row,) = j.rows
+    assert row["per_gpu"] and row["raw_speedup"] == pytest.approx(2.0, rel=0.05)
+    assert row["speedup"] == pytest.approx(1.0, rel=0.05)
+    assert gpus_from_args(["--tensor-parallel-size", "8", "-pp", "2"], 1) == 16
+    assert gpus_from_args(["--tensor-parallel-size=4"], 1) == 4 and gpus_from_args([], 3) == 3
+
+
+def test_candidate_request_failures_fail_the_point() -> None:
+    sched = LookSchedule.for_group(["baseline", "candidate"], min_runs=3, max_runs=6)
+    s = ItemState(item=_item())
+    _measure(s, sched, "baseline", 0, tpot=2.0, seed=1)
+    _measure(s, sched, "candidate", 0, tpot=2.0, seed=2, failed=1)
+    j = judge_item(s, metrics=["median_tpot_ms"], gated="median_tpot_ms", noise_margin=0.1, confidence=0.95,
+                   planned_looks=4)
+    assert j.verdict == "fail" and "candidate failed" in (j.failure or "") and "boom" in (j.failure or "")
+
+
+# ---------------------------------------------------------------------------------- the check end to end (synthetic engines)
+
+
+def _ctx(tier: str, tmp: Path) -> RunContext:
+    loaded = load_scope("demo-llama")
+    plan = build_plan(loaded.scope, tier=tier, scope_sha256=loaded.sha256)
+    ctx = RunContext(scope=loaded.scope, plan=plan, tier=tier, run_dir=tmp, log=lambda m: None)
+    ctx.shared["loaded_scope"] = loaded
+    return ctx
+
+
+def _simulate(chk: PerfCheck, ctx: RunContext, *, slow_batch: int | None, lifetime_effect: float = 0.0) -> None:
+    """Drive the check's adaptive loop as the pipeline would, with synthetic runs instead of engines."""
+    gate = ctx.scope.gates.perf
+    rng = np.random.default_rng(0)
+    for group in ctx.plan.groups:
+        sched = chk.state.schedules[group.id]
+        counts = {"baseline": 0, "candidate": 0}
+        for side in group.order:
+            lt = counts[side]
+            counts[side] += 1
+            shift = float(np.exp(rng.normal(0, lifetime_effect))) if lifetime_effect else 1.0
+            for s in chk.state.items.values():
+                if s.item.group != group.id or s.final:
+                    continue
+                base = 1.0 + 0.3 * (s.item.batch or 1)
+                tpot = base * shift * (2.0 if side == "candidate" and s.item.batch == slow_batch else 1.0)
+
+                async def run_once(k: int, s=s, side=side, lt=lt, tpot=tpot) -> RunMetrics:
+                    return fake_run(s.item, side, lt, k, tpot=tpot, rng=rng)
+
+                s.gpus[side] = 0
+                asyncio.run(measure_item(s, side=side, lifetime=lt, looks_here=sched.looks_allowed(side, lt),
+                                         sched=sched, gate=gate, run_once=run_once))
+
+
+def test_smoke_check_fails_exactly_the_slow_batch_and_reports_every_point(tmp_path: Path) -> None:
+    ctx = _ctx("smoke", tmp_path)
+    chk = PerfCheck()
+    assert chk.skip_reason(ctx) is None
+    _simulate(chk, ctx, slow_batch=4)
+    res = chk.judge(ctx)
+    assert res.verdict is Verdict.FAIL
+    failing = {r["point"] for r in res.tables["points"] if r.get("verdict") == "fail"}
+    assert failing == {p.id for p in ctx.plan.points if p.batch == 4}
+    assert len(res.failures) == 2 and all("-b4-" in f for f in res.failures)
+    gated = [r for r in res.tables["points"] if r["gated"]]
+    assert {r["point"] for r in gated} == {p.id for p in ctx.plan.points}
+    for r in gated:
+        assert r["ci_low"] <= r["speedup"] <= r["ci_high"] and r["mde"] is not None and r["runs"] >= 6
+    assert res.summary["ignores_lifetime_variance"] is True and "ignore lifetime variance" in res.reason
+    assert res.gate is not None and res.gate.threshold == pytest.approx(0.75)
+    assert len(res.tables["runs"]) == sum(r["runs"] for r in gated)
+    assert all(run["tpot_ms"] for run in res.tables["runs"])
+    (claim,) = res.tables["claims"]
+    assert claim["id"] == "demo-b1" and claim["status"] == "confirmed" and "-b1-ctx32" in claim["point"]
+
+
+def test_clean_smoke_check_passes(tmp_path: Path) -> None:
+    ctx = _ctx("smoke", tmp_path)
+    chk = PerfCheck()
+    assert chk.skip_reason(ctx) is None
+    _simulate(chk, ctx, slow_batch=None)
+    res = chk.judge(ctx)
+    assert res.verdict is Verdict.PASS, res.failures
+    assert res.summary["passed"] == len(ctx.plan.points) and not res.failures
+
+
+def test_standard_tier_resamples_lifetimes_and_checks_drift(tmp_path: Path) -> None:
+    ctx = _ctx("standard", tmp_path)
+    chk = PerfCheck()
+    assert chk.skip_reason(ctx) is None
+    kinds = {s.item.kind for s in chk.state.items.values()}
+    assert kinds == {"pure_decode", "context_sweep", "mixed", "prompts", "trace_replay"}
+    _simulate(chk, ctx, slow_batch=None, lifetime_effect=0.02)
+    res = chk.judge(ctx)
+    assert res.summary["ignores_lifetime_variance"] is False
+    assert res.tables["drift"] and all(d["first_lifetimes"] == [0] and d["second_lifetimes"] == [1]
+                                       for d in res.tables["drift"])
+    rows = [r for r in res.tables["points"] if r["gated"]]
+    assert all(r["lifetimes_baseline"] == 2 and r["lifetimes_candidate"] == 2 for r in rows)
+    assert res.verdict in (Verdict.PASS, Verdict.FAIL)
+
+
+def test_nothing_measured_is_not_run(tmp_path: Path) -> None:
+    ctx = _ctx("smoke", tmp_path)
+    chk = PerfCheck()
+    assert chk.skip_reason(ctx) is None
+    res = chk.judge(ctx)
+    assert res.verdict is Verdict.NOT_RUN and "no point" in res.reason
+
+
+def test_missing_trace_makes_the_check_not_run(tmp_path: Path) -> None:
+    ctx = _ctx("standard", tmp_path)
+    ctx.scope = ctx.scope.model_copy(deep=True)
+    for w in ctx.scope.workloads:
+        if w.kind == "trace_replay":
+            w.trace = "traces/does-not-exist.jsonl"
+    why = PerfCheck().skip_reason(ctx)
+    assert why is not None and "does-not-exist.jsonl" in why and "does not exist" in why

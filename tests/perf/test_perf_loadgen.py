@@ -1,0 +1,158 @@
+"""The streaming load generator against an in-process SSE server (a test double for vLLM's API)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from fasttrack.perf.loadgen import GenRequest, PerfClient, run_closed, run_loop, run_open, run_waves, timed
+
+
+class FakeServer:
+    """Streams ``max_tokens`` chunks, ``gap`` seconds apart, then usage and [DONE]; records concurrency."""
+
+    def __init__(self, gap: float = 0.005) -> None:
+        self.gap = gap
+        self.bodies: list[dict[str, Any]] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.mode = "ok"
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.bodies.append(body)
+        if self.mode == "http500":
+            return web.json_response({"error": {"message": "model exploded"}}, status=500)
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        try:
+            n = int(body["max_tokens"])
+            if self.mode == "coalesce":
+                # two messages in one write, each carrying two token ids
+                msgs = [{"choices": [{"index": 0, "text": "ab", "token_ids": [5, 6]}]} for _ in range(n // 2)]
+                payload = b"".join(b"data: " + json.dumps(m).encode() + b"\n\n" for m in msgs)
+                await resp.write(payload)
+            else:
+                for k in range(n):
+                    await asyncio.sleep(self.gap)
+                    ch: dict[str, Any] = {"index": 0, "text": "x"}
+                    if body.get("return_token_ids"):
+                        ch["token_ids"] = [100 + k]
+                    await resp.write(b"data: " + json.dumps({"choices": [ch]}).encode() + b"\n\n")
+                    if self.mode == "midstream-error" and k == 1:
+                        await resp.write(b'data: {"error": {"message": "engine dead"}}\n\n')
+                        await resp.write(b"data: [DONE]\n\n")
+                        return resp
+            if self.mode != "no-usage":
+                usage = {"prompt_tokens": len(body["prompt"]), "completion_tokens": n, "total_tokens": n + 1,
+                         "prompt_tokens_details": {"cached_tokens": 3}}
+                await resp.write(b"data: " + json.dumps({"choices": [], "usage": usage}).encode() + b"\n\n")
+            await resp.write(b"data: [DONE]\n\n")
+        finally:
+            self.in_flight -= 1
+        return resp
+
+
+async def _serve(fake: FakeServer, fn):
+    app = web.Application()
+    app.router.add_post("/v1/completions", fake.handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        async with PerfClient(f"http://127.0.0.1:{port}", model="m") as client:
+            return await fn(client)
+    finally:
+        await runner.cleanup()
+
+
+def test_stream_records_chunk_times_usage_and_payload() -> None:
+    fake = FakeServer(gap=0.01)
+    rec = run_loop(_serve(fake, lambda c: c.stream(GenRequest(id="a", prompt=[1, 2, 3], max_tokens=5))))
+    assert rec.ok and rec.output_tokens == 5 and rec.prompt_tokens == 3 and rec.cached_tokens == 3
+    assert len(rec.chunk_times) == 5 and rec.chunk_tokens == [1] * 5
+    assert rec.ttft is not None and rec.ttft >= 0.009
+    assert all(0.005 < g < 0.05 for g in rec.itls())
+    (body,) = fake.bodies
+    assert body["ignore_eos"] is True and body["temperature"] == 0.0 and body["stream"] is True
+    assert body["stream_options"] == {"include_usage": True} and "return_token_ids" not in body
+
+
+def test_token_ids_and_coalesced_messages() -> None:
+    fake = FakeServer()
+    rec = run_loop(_serve(fake, lambda c: c.stream(GenRequest(id="a", prompt=[1], max_tokens=4, want_ids=True))))
+    assert rec.token_ids == [100, 101, 102, 103] and fake.bodies[0]["return_token_ids"] is True
+    fake.mode = "coalesce"
+    rec = run_loop(_serve(fake, lambda c: c.stream(GenRequest(id="b", prompt=[1], max_tokens=8))))
+    # four messages in one read: four content chunks with the same arrival time, two tokens each
+    assert rec.ok and len(rec.chunk_times) == 4 and len(set(rec.chunk_times)) == 1 and rec.chunk_tokens == [2] * 4
+    assert rec.output_tokens == 8
+
+
+@pytest.mark.parametrize("mode, needle", [("http500", "HTTP 500: model exploded"), ("midstream-error", "engine dead"),
+                                          ("no-usage", "no usage")])
+def test_failures_are_recorded_not_raised(mode: str, needle: str) -> None:
+    fake = FakeServer()
+    fake.mode = mode
+    rec = run_loop(_serve(fake, lambda c: c.stream(GenRequest(id="a", prompt=[1], max_tokens=4))))
+    assert not rec.ok and needle in (rec.error or "")
+
+
+def test_connection_refused_is_a_failed_request() -> None:
+    async def go():
+        async with PerfClient("http://127.0.0.1:9", model="m") as c:
+            return await c.stream(GenRequest(id="a", prompt=[1], max_tokens=2))
+
+    rec = run_loop(go())
+    assert not rec.ok and rec.error
+
+
+def test_schedules_control_concurrency() -> None:
+    fake = FakeServer(gap=0.004)
+    reqs = [GenRequest(id=str(i), prompt=[1], max_tokens=5) for i in range(12)]
+
+    async def waves(c):
+        return await run_waves(c, reqs, batch=4)
+
+    recs = run_loop(_serve(fake, waves))
+    assert len(recs) == 12 and all(r.ok for r in recs) and fake.max_in_flight == 4
+    # waves: every request of a wave is sent before any of the next wave
+    sends = [r.t_send for r in recs]
+    done = [r.t_done for r in recs]
+    assert min(sends[4:8]) >= max(done[:4])
+
+    fake = FakeServer(gap=0.004)
+    recs = run_loop(_serve(fake, lambda c: run_closed(c, reqs, concurrency=3)))
+    assert all(r.ok for r in recs) and fake.max_in_flight == 3
+
+    fake = FakeServer(gap=0.002)
+    arrivals = [0.0, 0.05, 0.1, 0.15]
+
+    async def opened(c):
+        t0 = time.perf_counter()
+        recs = await run_open(c, reqs[:4], arrivals_s=arrivals, max_concurrency=2)
+        return t0, recs
+
+    t0, recs = run_loop(_serve(fake, opened))
+    for r, a in zip(recs, arrivals):
+        assert r.t_send - t0 >= a - 0.005
+    with pytest.raises(ValueError):
+        run_loop(_serve(fake, lambda c: run_open(c, reqs[:2], arrivals_s=[0.0])))
+
+
+def test_timed_measures_wall_and_cpu() -> None:
+    async def work():
+        await asyncio.sleep(0.02)
+        return 7
+
+    out, tm = run_loop(timed(work))
+    assert out == 7 and tm.t_end - tm.t_start >= 0.019 and tm.cpu_s >= 0
