@@ -6,9 +6,9 @@ matrix product on random data. A kernel's bytes are the fewest it must move (eac
 once, each output written once) and its FLOPs the arithmetic its definition needs, so the
 percentages are lower bounds on how far the kernel is from the hardware's limit.
 
-Times are medians of CUDA-event timings with the L2 cache flushed before each repetition
-(``triton.testing.do_bench``), so the bandwidth is DRAM bandwidth, as it is for a decode step
-that streams weights and state.
+Times are medians of CUDA-event timings of CUDA-graph replays with the L2 cache flushed before
+each repetition, so the bandwidth is DRAM bandwidth, as it is for a decode step that streams
+weights and state, and host launch overhead is not counted.
 """
 
 from __future__ import annotations
@@ -68,37 +68,50 @@ def measure_peaks(device: torch.device | str = "cuda", *, copy_bytes: int = 2 <<
     return peaks
 
 
-def time_ms(fn: Callable[[], Any]) -> tuple[float, str]:
-    """Median time of ``fn`` in ms with a cold L2, and how it was measured.
+#: Bytes zeroed before each timed repetition: evicts the 60 MB L2 of an H200 many times over and
+#: keeps the GPU busy (about 120 us) while the host enqueues the timed launch.
+FLUSH_BYTES = 512 << 20
+
+
+def time_ms(fn: Callable[[], Any], *, reps: int = 50, warmup: int = 5) -> tuple[float, list[float], str]:
+    """Median device time of ``fn`` in ms with a cold L2, its samples, and how it was measured.
 
     Decode kernels read their weights and state from DRAM on every step, so each repetition
-    starts with the L2 flushed (``triton.testing.do_bench`` zeroes a 256 MB buffer first);
-    otherwise a working set under the 60 MB L2 of an H200 would be timed from cache and
-    could exceed the DRAM bandwidth peak it is compared with.
+    starts with the L2 flushed; otherwise a working set under the L2's size would be timed from
+    cache and could exceed the DRAM bandwidth it is compared with. ``fn`` is captured in a CUDA
+    graph and replayed, so host launch overhead stays out of the events (the flush keeps the
+    GPU busy while the replay is enqueued). Functions that cannot be captured are launched
+    directly.
     """
+    flush = torch.empty(FLUSH_BYTES, dtype=torch.int8, device="cuda")
+    method = "CUDA graph replay"
+    run: Callable[[], Any] = fn
     try:
-        import triton.testing as tt
-    except Exception:  # noqa: BLE001 - triton is optional here
-        tt = None
-    if tt is not None:
-        ms = tt.do_bench(fn, warmup=25, rep=100, return_mode="median")
-        return float(ms), "triton.testing.do_bench: CUDA events per repetition, L2 flushed before each, median"
-    flush = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
-
-    def cold() -> None:
-        flush.zero_()
-
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                fn()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fn()
+        run = graph.replay
+    except Exception:  # noqa: BLE001 - not capturable (several streams, host syncs): launch directly
+        torch.cuda.synchronize()
+        method = "direct launches (not capturable)"
     samples = []
-    for i in range(60):
-        cold()
+    for i in range(warmup + reps):
+        flush.zero_()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        fn()
+        run()
         end.record()
         end.synchronize()
-        if i >= 10:
+        if i >= warmup:
             samples.append(start.elapsed_time(end))
-    return statistics.median(samples), "CUDA events per repetition, L2 flushed before each, median of 50"
+    del flush
+    return statistics.median(samples), samples, f"{method}, L2 flushed ({FLUSH_BYTES >> 20} MB zeroed) before each of {reps} repetitions, CUDA events, median"
 
 
 def bench(
@@ -110,7 +123,7 @@ def bench(
 ) -> dict[str, Any]:
     """Time ``fn`` and express it against the measured peaks."""
     peaks = measure_peaks(device)
-    ms, method = time_ms(fn)
+    ms, samples, method = time_ms(fn)
     s = ms * 1e-3
     gbs = bytes_moved / s / 1e9
     tflops = flops / s / 1e12
@@ -119,6 +132,7 @@ def bench(
     floor_us = max(bytes_moved / (peaks["bandwidth_gbs"] * 1e9), flops / (peaks["bf16_tflops"] * 1e12)) * 1e6
     return {
         "time_us": ms * 1e3,
+        "time_us_samples": [round(x * 1e3, 3) for x in samples],
         "timing": method,
         "bytes": int(bytes_moved),
         "flops": int(flops),
