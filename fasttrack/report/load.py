@@ -9,7 +9,7 @@ whose manifest cannot be read yields a page that says why.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -85,7 +85,7 @@ class Links:
 
     base: str | None
     reason: str = ""
-    rename: Any = None
+    rename: Callable[[str], str] | None = None
 
 
 def default_links(bundle: Path, out_html: Path) -> Links:
@@ -106,9 +106,7 @@ def verify_view(vr: VerifyResult, *, trusted_keys: int) -> VerifyView:
     by = {t.name: t for t in items}
     sig, hashes, files, head = by["signature"], by["hashes"], by["files"], by["pr_head"]
     hashes_combined = Tri(
-        name="hashes",
-        label="Hashes",
-        ok=(hashes.ok and files.ok) if (hashes.ok is not None and files.ok is not None) else (hashes.ok if files.ok is None else files.ok),
+        name="hashes", label="Hashes", ok=(hashes.ok is True and files.ok is True) if hashes.ok is not None else None,
         detail=hashes.detail if files.ok is not False else f"{hashes.detail}; {files.detail}",
     )
     if vr.verified:

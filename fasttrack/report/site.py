@@ -177,6 +177,8 @@ def process_bundle(job: _Job) -> tuple[str, str, str, str | None, str | None]:
         data = build_report_data(path, keys=_worker_keys, links=links, content_hash=h)
     except BundleError as exc:
         return job.rel, job.fingerprint, h, None, f"{job.rel}: {exc.message}"
+    except Exception as exc:  # noqa: BLE001 - one hostile or broken bundle must not stop the whole dashboard
+        return job.rel, job.fingerprint, h, None, f"{job.rel}: could not be read ({type(exc).__name__}: {str(exc)[:300]})"
     write_text(site / "reports" / f"{short}.html", report_html(data, back_href="../index.html"))
     dest = site / "bundles" / short
     if dest.exists():

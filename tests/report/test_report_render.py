@@ -262,3 +262,24 @@ def test_report_inside_the_bundle_is_refused(bundle_factory, tmp_path: Path) -> 
     with pytest.raises(FasttrackError, match="inside the bundle"):
         render_report(b, b / "report.html")
     assert not (b / "report.html").exists()
+
+
+def test_hostile_tarball_is_refused_and_marked(tmp_path: Path) -> None:
+    import io
+    import tarfile
+
+    tar = tmp_path / "evil.tar.gz"
+    with tarfile.open(tar, "w:gz") as t:
+        data = b'{"schema_version": "fasttrack.bundle/v1"}'
+        info = tarfile.TarInfo("manifest.json")
+        info.size = len(data)
+        t.addfile(info, io.BytesIO(data))
+        link = tarfile.TarInfo("artifacts/passwd")
+        link.type = tarfile.SYMTYPE
+        link.linkname = "/etc/passwd"
+        t.addfile(link)
+    out = tmp_path / "r.html"
+    d = render_report(tar, out)
+    assert not d.readable and not d.verification.verified
+    assert "link" in d.verification.items[0].detail and d.verification.items[0].ok is False  # archive item
+    assert "NOT VERIFIED" in out.read_text() and not (tmp_path / "artifacts").exists()
