@@ -1,0 +1,273 @@
+"""False-regression rate of the perf gate with real engines: candidate = baseline (figures, not a test).
+
+Every "side" here is the same configuration (the demo model's stock path). The script
+starts ``--lifetimes`` engines one after another and measures, on each, the pure-decode
+workload at ``--batches`` (prompt ``--context`` tokens, ``--output-len`` output tokens,
+``--requests`` requests per run) with ``--runs`` runs per point, through the perf
+check's own code (warm-up wave, ``execute``, ``compute_run_metrics``).
+
+Then it forms pseudo-comparisons from disjoint sets of lifetimes, "baseline" and
+"candidate", and applies the perf check's adaptive procedure to them exactly as the
+check would (``fasttrack.checks.perf.measure_item`` with the stored runs in order:
+``min_runs`` runs on lifetimes without looks, then looks after every run up to
+``max_runs``, Bonferroni over the planned looks) for two designs:
+
+* ``smoke``: one lifetime per side (every ordered pair of lifetimes);
+* ``standard``: two lifetimes per side, in the order B C B C (a seeded sample of the
+  possible assignments, at most ``--max-comparisons``).
+
+Printed per design and point, and over all points (intersection-union: a comparison
+is a false alarm when any point fails):
+
+* the **false-regression rate**: how often the identical candidate fails the gate at
+  the scope's noise margin, with a Wilson interval (the comparisons share lifetimes, so
+  they are not independent and the interval is optimistic), next to the normal-model
+  prediction from the bootstrap SE and the gate's nominal one-sided level
+  (1 - confidence)/2. A non-inferiority gate does not bound this rate by its level:
+  at parity it is 1 - power and depends on the noise and the margin, so the
+  prediction is the figure to compare with;
+* the same rate at other margins (fixed design: ``min_runs`` runs per lifetime, nominal
+  confidence);
+* the interval's miscoverage at parity (upper end below 1, lower end above 1; nominal
+  (1 - confidence)/2 each): what the hierarchical bootstrap's calibration looks like
+  with this host's lifetime-to-lifetime variance.
+
+Run (about 10 minutes with the defaults; one engine at a time on the machine)::
+
+    flock /tmp/ft-engine.lock python benchmarks/false_alarm.py --json /tmp/false_alarm.json
+    python benchmarks/false_alarm.py --from-json /tmp/false_alarm.json     # re-analyse, no engines
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import math
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from fasttrack.checks.perf import measure_item  # noqa: E402
+from fasttrack.perf.analysis import ItemState, estimate  # noqa: E402
+from fasttrack.perf.loadgen import PerfClient, run_loop, timed  # noqa: E402
+from fasttrack.perf.metrics import RunMetrics, compute_run_metrics  # noqa: E402
+from fasttrack.perf.schedule import LookSchedule  # noqa: E402
+from fasttrack.perf.tokens import pool_from_engine  # noqa: E402
+from fasttrack.perf.workloads import RunInputs, WorkItem, execute, plan_items, warm_up  # noqa: E402
+from fasttrack.stats import mde_for_estimate, wilson_interval  # noqa: E402
+
+MARGINS = (0.05, 0.10, 0.25)
+
+
+def _items(ns: argparse.Namespace) -> tuple[Any, list[WorkItem], Any]:
+    from fasttrack.plan import build_plan
+    from fasttrack.scope import WorkloadSpec, load_scope
+
+    loaded = load_scope("demo-llama")
+    scope = loaded.scope.model_copy(deep=True)
+    scope.tiers["smoke"].batch = [int(b) for b in ns.batches.split(",")]
+    scope.tiers["smoke"].context = [ns.context]
+    plan = build_plan(scope, tier="smoke")
+    wl = WorkloadSpec(name="decode", kind="pure_decode", output_len=ns.output_len, requests_per_run=ns.requests)
+    items = plan_items(plan, plan.groups[0], [wl], max_model_len=scope.envelope.context.max_model_len)
+    return loaded, items, plan.groups[0]
+
+
+def collect(ns: argparse.Namespace) -> dict[str, Any]:
+    from fasttrack.engine import start_engine
+    from fasttrack.models import resolve_model
+
+    loaded, items, group = _items(ns)
+    model_dir = resolve_model(loaded.scope, log=lambda m: print(m, file=sys.stderr)).model
+    args = [*group.args["baseline"], "--served-model-name", loaded.scope.model.served_name or "demo-llama"]
+    runs: list[dict[str, Any]] = []
+    timing: list[dict[str, float]] = []
+    t_all = time.perf_counter()
+    for lt in range(ns.lifetimes):
+        t0 = time.perf_counter()
+        eng = start_engine(side="baseline", model=model_dir, args=args, env=group.env["baseline"],
+                           log_dir=Path("/tmp") / "fasttrack-false-alarm-logs")
+        up = time.perf_counter() - t0
+        try:
+            async def measure() -> None:
+                inputs = RunInputs(pool=await pool_from_engine(eng), max_model_len=loaded.scope.envelope.context.max_model_len)
+                async with PerfClient(eng.base_url, model=eng.model) as client:
+                    for it in items:
+                        await warm_up(client, it, inputs)
+                        for k in range(ns.runs):
+                            (recs, extra), tm = await timed(lambda: execute(client, it, k, inputs))
+                            rm = compute_run_metrics(recs, workload=it.workload, point=it.point, side="baseline",
+                                                     lifetime=lt, run=k, t_start=tm.t_start, t_end=tm.t_end, gpus=0,
+                                                     client_cpu_s=tm.cpu_s, extra=extra)
+                            if rm.failed:
+                                raise SystemExit(f"requests failed: {rm.errors}")
+                            runs.append(rm.model_dump(mode="json"))
+
+            t1 = time.perf_counter()
+            run_loop(measure())
+            took = time.perf_counter() - t1
+        finally:
+            eng.stop()
+        timing.append({"start_s": round(up, 1), "measure_s": round(took, 1)})
+        med = {it.point: statistics.median(statistics.median(r["tpot_ms"]) for r in runs
+                                           if r["lifetime"] == lt and r["point"] == it.point) for it in items}
+        print(f"lifetime {lt + 1}/{ns.lifetimes}: start {up:.0f} s, measure {took:.0f} s, median TPOT "
+              + ", ".join(f"b{it.batch} {med[it.point]:.3f} ms" for it in items), file=sys.stderr)
+    return {"args": {k: v for k, v in vars(ns).items() if k not in ("json", "from_json")}, "runs": runs,
+            "timing": timing, "wall_s": round(time.perf_counter() - t_all, 1)}
+
+
+def _state(item: WorkItem, runs: dict[int, list[RunMetrics]], b_lts: list[int], c_lts: list[int],
+           sched: LookSchedule, gate: Any) -> ItemState:
+    """Feed stored runs to the check's adaptive loop, lifetime by lifetime in the schedule's order."""
+    s = ItemState(item=item)
+    order = {"baseline": list(b_lts), "candidate": list(c_lts)}
+    counts = {"baseline": 0, "candidate": 0}
+    for side in sched.order:
+        k = counts[side]
+        counts[side] += 1
+        if s.final:
+            continue
+        source = runs[order[side][k]]
+
+        async def run_once(j: int, side: str = side, k: int = k, source: list[RunMetrics] = source) -> RunMetrics:
+            if j >= len(source):
+                raise IndexError(f"only {len(source)} stored runs per lifetime; use --runs >= max_runs")
+            return source[j].model_copy(update={"side": side, "lifetime": k})
+
+        asyncio.run(measure_item(s, side=side, lifetime=k, looks_here=sched.looks_allowed(side, k), sched=sched,
+                                 gate=gate, run_once=run_once))
+    return s
+
+
+def _fixed(item: WorkItem, runs: dict[int, list[RunMetrics]], b_lts: list[int], c_lts: list[int], n_runs: int) -> ItemState:
+    s = ItemState(item=item)
+    for side, lts in (("baseline", b_lts), ("candidate", c_lts)):
+        for k, lt in enumerate(lts):
+            for r in runs[lt][:n_runs]:
+                s.add(r.model_copy(update={"side": side, "lifetime": k}))
+    return s
+
+
+def analyse(data: dict[str, Any], ns: argparse.Namespace) -> None:
+    from fasttrack.scope import load_scope
+
+    gate = load_scope("demo-llama").scope.gates.perf
+    if ns.margin is not None:
+        gate = gate.model_copy(update={"noise_margin": ns.margin})
+    a = data["args"]
+    runs_all = [RunMetrics.model_validate(r) for r in data["runs"]]
+    points = sorted({r.point for r in runs_all}, key=lambda p: int(p.split("-b")[1].split("-")[0]))
+    lifetimes = sorted({r.lifetime for r in runs_all})
+    by: dict[str, dict[int, list[RunMetrics]]] = {p: {lt: [] for lt in lifetimes} for p in points}
+    for r in runs_all:
+        by[r.point][r.lifetime].append(r)
+    items = {p: WorkItem(key=f"decode@{p}", workload="decode", kind="pure_decode", point=p, group="g",
+                         batch=int(p.split("-b")[1].split("-")[0]), context=a["context"], full_context=False,
+                         prompt_len=a["context"], output_len=a["output_len"], requests_per_run=a["requests"], mode="waves")
+             for p in points}
+    metric = gate.gated_metric
+    alpha1 = (1 - gate.confidence) / 2
+    print(f"\n{len(lifetimes)} engine lifetimes of the same stock configuration, {a['runs']} runs per point per lifetime "
+          f"({a['requests']} requests x {a['output_len']} tokens, prompts of {a['context']} tokens); gate on {metric}, "
+          f"noise margin {gate.noise_margin:g}, confidence {gate.confidence:g}, runs {gate.min_runs}..{gate.max_runs}")
+    for p in points:
+        lv = [statistics.median(x for r in by[p][lt] for x in r.tpot_ms) for lt in lifetimes]
+        within = [statistics.pstdev([statistics.median(r.tpot_ms) for r in by[p][lt]]) /
+                  statistics.mean([statistics.median(r.tpot_ms) for r in by[p][lt]]) for lt in lifetimes]
+        print(f"  {p}: median TPOT per lifetime (ms) {', '.join(f'{v:.3f}' for v in lv)}; between-lifetime CV "
+              f"{statistics.pstdev(lv) / statistics.mean(lv):.1%}, mean within-lifetime run CV {statistics.mean(within):.1%}")
+    rng = random.Random(ns.seed)
+    designs = {
+        "smoke (1 lifetime per side)": (["baseline", "candidate"],
+                                        [([b], [c]) for b, c in itertools.permutations(lifetimes, 2)]),
+    }
+    pairs2 = [(list(bs), list(cs)) for bs in itertools.combinations(lifetimes, 2)
+              for cs in itertools.combinations([x for x in lifetimes if x not in bs], 2)]
+    pairs2 = [([b[0], b[1]] if k % 2 == 0 else [b[1], b[0]], c) for k, (b, c) in enumerate(pairs2)]
+    if len(pairs2) > ns.max_comparisons:
+        pairs2 = rng.sample(pairs2, ns.max_comparisons)
+    if pairs2:
+        designs["standard (2 lifetimes per side, B C B C)"] = (["baseline", "candidate"] * 2, pairs2)
+    for name, (order, comps) in designs.items():
+        sched = LookSchedule.for_group(order, min_runs=gate.min_runs, max_runs=gate.max_runs)
+        t0 = time.perf_counter()
+        any_fail = 0
+        per_point: dict[str, dict[str, Any]] = {p: {"fail": 0, "pred": [], "runs": [], "margins": {m: 0 for m in MARGINS},
+                                                     "low": 0, "high": 0} for p in points}
+        for b_lts, c_lts in comps:
+            failed_any = False
+            for p in points:
+                s = _state(items[p], by[p], b_lts, c_lts, sched, gate)
+                pp = per_point[p]
+                if s.decision != "decided_pass":
+                    pp["fail"] += 1
+                    failed_any = True
+                pp["runs"].append(s.n_runs("baseline") + s.n_runs("candidate"))
+                fx = _fixed(items[p], by[p], b_lts, c_lts, gate.min_runs)
+                est = estimate(fx, metric, confidence=gate.confidence)
+                assert est is not None
+                mde = mde_for_estimate(est, noise_margin=gate.noise_margin)
+                pp["pred"].append(mde.gate_fail_probability_at_parity)
+                for m in MARGINS:
+                    pp["margins"][m] += est.ci_low < 1 - m
+                pp["low"] += est.ci_high < 1.0
+                pp["high"] += est.ci_low > 1.0
+            any_fail += failed_any
+        n = len(comps)
+        print(f"\n{name}: {n} pseudo-comparisons ({time.perf_counter() - t0:.0f} s to analyse)")
+        print(f"  {'point':<26}{'false regr.':>12}{'95% Wilson':>18}{'predicted':>11}{'nominal':>9}{'runs':>6}"
+              + "".join(f"{'m=' + format(m, 'g'):>9}" for m in MARGINS) + f"{'hi<1':>7}{'lo>1':>7}")
+        for p in points:
+            pp = per_point[p]
+            w = wilson_interval(pp["fail"], n, confidence=0.95)
+            print(f"  {p:<26}{pp['fail'] / n:>12.1%}{f'[{w.ci_low:.1%}, {w.ci_high:.1%}]':>18}"
+                  f"{statistics.mean(pp['pred']):>11.1%}{alpha1:>9.1%}{statistics.mean(pp['runs']):>6.1f}"
+                  + "".join(f"{pp['margins'][m] / n:>9.1%}" for m in MARGINS)
+                  + f"{pp['low'] / n:>7.1%}{pp['high'] / n:>7.1%}")
+        w = wilson_interval(any_fail, n, confidence=0.95)
+        print(f"  overall (any point fails): {any_fail / n:.1%} [{w.ci_low:.1%}, {w.ci_high:.1%}] over {len(points)} points "
+              f"(intersection-union: up to {len(points)} x the per-point rate)")
+    print("\ncolumns: false regr. = the identical candidate failed the check's adaptive gate at the scope's margin; "
+          "predicted = normal-model gate failure probability at parity from the bootstrap SE; nominal = one-sided level "
+          "of the gate, (1 - confidence)/2, which bounds false passes at the margin, not false regressions; runs = runs "
+          "used per comparison (both sides); m=... = lower bound < 1 - m (fixed design, nominal confidence); hi<1 and "
+          "lo>1 = the nominal interval excludes parity from above or below (each nominally "
+          f"{alpha1:.1%})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--lifetimes", type=int, default=8, help="engine lifetimes to measure (the main cost: ~1 min each)")
+    ap.add_argument("--runs", type=int, default=6, help="runs per point per lifetime (>= the scope's max_runs)")
+    ap.add_argument("--batches", default="1,4")
+    ap.add_argument("--context", type=int, default=32)
+    ap.add_argument("--output-len", type=int, default=64)
+    ap.add_argument("--requests", type=int, default=16)
+    ap.add_argument("--margin", type=float, default=None, help="noise margin (default: the demo scope's)")
+    ap.add_argument("--max-comparisons", type=int, default=200)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", type=Path, help="write the raw runs here")
+    ap.add_argument("--from-json", type=Path, help="analyse stored runs instead of measuring")
+    ns = ap.parse_args(argv)
+    if ns.from_json:
+        data = json.loads(ns.from_json.read_text())
+    else:
+        data = collect(ns)
+        if ns.json:
+            ns.json.write_text(json.dumps(data))
+        print(f"measured {ns.lifetimes} lifetimes in {data['wall_s']:.0f} s", file=sys.stderr)
+    analyse(data, ns)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
