@@ -1,0 +1,134 @@
+"""End to end: the perf check against real demo engines on the smoke tier.
+
+One baseline engine lifetime and two candidate lifetimes (clean, and with the planted
+``slow-batch`` defect, which busy-waits in every decode step at batch 4) run the demo
+scope's smoke-tier perf workload (pure decode at every batch x context point). The
+baseline's runs are shared by both comparisons, as the pipeline would have measured
+them. Expected: the clean candidate passes with a full table (interval and minimum
+detectable effect at every point); the defective one fails at both batch-4 points and
+nowhere else.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fasttrack.checks.base import EngineSession, RunContext, Verdict
+from fasttrack.checks.perf import PerfCheck
+from fasttrack.plan import build_plan
+from fasttrack.scope import load_scope
+
+DEFECT_ENV = "FASTTRACK_DEMO_DEFECT"
+SLOW_BATCH = 4
+
+pytestmark = pytest.mark.e2e
+
+TIMINGS: dict[str, float] = {}
+
+
+def _ctx(run_dir: Path) -> RunContext:
+    loaded = load_scope("demo-llama")
+    plan = build_plan(loaded.scope, tier="smoke", scope_sha256=loaded.sha256)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    ctx = RunContext(scope=loaded.scope, plan=plan, tier="smoke", run_dir=run_dir, log=lambda m: print(m, file=sys.stderr))
+    ctx.shared["loaded_scope"] = loaded
+    return ctx
+
+
+def _engine(slot: Any, demo_model: Any, ctx: RunContext, side: str, key: str, defect: str | None = None) -> Any:
+    group = ctx.plan.groups[0]
+    args = [*group.args[side], "--served-model-name", ctx.scope.model.served_name or "demo-llama"]
+    t0 = time.perf_counter()
+    eng = slot.acquire(key, side=side, model=demo_model.path, args=args, env=dict(group.env[side]),
+                       process_env={DEFECT_ENV: defect})
+    TIMINGS[f"start {key}"] = round(time.perf_counter() - t0, 1)
+    return eng
+
+
+def _collect(chk: PerfCheck, ctx: RunContext, side: str, engine: Any, label: str) -> None:
+    session = EngineSession(side=side, group=ctx.plan.groups[0], lifetime=0, engine=engine)
+    assert chk.wants(ctx, session)
+    t0 = time.perf_counter()
+    chk.collect(ctx, session)
+    TIMINGS[f"perf {label}"] = round(time.perf_counter() - t0, 1)
+
+
+@pytest.fixture(scope="module")
+def perf_results(engine_slot: Any, demo_model: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    if getattr(demo_model, "kind", None) != "demo":
+        pytest.skip(f"the demo model with its plugin is not available: {getattr(demo_model, 'note', '?')}")
+    root = tmp_path_factory.mktemp("perf-e2e")
+    clean_ctx = _ctx(root / "clean")
+    clean = PerfCheck()
+    assert clean.skip_reason(clean_ctx) is None
+    engine = _engine(engine_slot, demo_model, clean_ctx, "baseline", "perf-baseline")
+    _collect(clean, clean_ctx, "baseline", engine, "baseline")
+
+    defect_ctx = dataclasses.replace(clean_ctx, run_dir=root / "defect", shared=dict(clean_ctx.shared))
+    defect = copy.deepcopy(clean)
+
+    engine = _engine(engine_slot, demo_model, clean_ctx, "candidate", "perf-candidate")
+    _collect(clean, clean_ctx, "candidate", engine, "clean candidate")
+    engine = _engine(engine_slot, demo_model, defect_ctx, "candidate", "perf-candidate-slow-batch", defect="slow-batch")
+    _collect(defect, defect_ctx, "candidate", engine, "slow-batch candidate")
+    engine_slot.release()
+    t0 = time.perf_counter()
+    out = {"clean": (clean.judge(clean_ctx), clean_ctx), "defect": (defect.judge(defect_ctx), defect_ctx)}
+    TIMINGS["judge both"] = round(time.perf_counter() - t0, 1)
+    print("\nperf e2e timings (s): " + ", ".join(f"{k}: {v}" for k, v in TIMINGS.items()), file=sys.stderr)
+    for name, (res, _) in out.items():
+        print(f"\n{name}: {res.verdict.value}: {res.reason}", file=sys.stderr)
+        for r in res.tables["points"]:
+            if r.get("gated") and r.get("speedup") is not None:
+                print(f"  {r['point']:<26} speedup {r['speedup']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}] "
+                      f"mde {r['mde']:.1%} gate-mde {r['gate_detectable_slowdown']:.1%} runs {r['runs']} "
+                      f"{r['verdict']}", file=sys.stderr)
+    return out
+
+
+def _gated(res: Any) -> dict[str, dict[str, Any]]:
+    return {r["point"]: r for r in res.tables["points"] if r.get("gated")}
+
+
+def test_clean_candidate_full_table(perf_results: dict[str, Any]) -> None:
+    res, ctx = perf_results["clean"]
+    rows = _gated(res)
+    assert set(rows) == {p.id for p in ctx.plan.points}, "a gated row for every smoke-tier point"
+    for pid, r in rows.items():
+        assert r["speedup"] is not None and r["ci_low"] <= r["speedup"] <= r["ci_high"], pid
+        assert r["mde"] is not None and r["gate_detectable_slowdown"] is not None, pid
+        assert "would have been detected" in r["statement"] and "ignores lifetime" in r["statement"]
+        assert r["runs_baseline"] >= 3 and r["runs_candidate"] >= 3, pid
+        assert r["baseline_run_values"] and r["candidate_run_values"], pid
+    # raw samples for every point and side
+    runs = res.tables["runs"]
+    for pid in rows:
+        for side in ("baseline", "candidate"):
+            mine = [x for x in runs if x["point"] == pid and x["side"] == side]
+            assert mine and all(x["tpot_ms"] and x["itl_ms"] and x["ttft_ms"] and not x["failed"] for x in mine)
+            assert all(x["output_tokens"] == x["requests"] * 64 for x in mine), "fixed output lengths from usage"
+    assert res.summary["ignores_lifetime_variance"] is True
+    assert "ignore lifetime variance" in res.reason
+    claims = {c["id"]: c for c in res.tables["claims"]}
+    assert claims["demo-b1"]["status"] in ("confirmed", "not_confirmed")
+    assert claims["demo-b1"]["point"] and "-b1-" in claims["demo-b1"]["point"]
+    assert res.verdict is Verdict.PASS, (res.reason, res.failures)
+
+
+def test_slow_batch_fails_exactly_at_its_batch(perf_results: dict[str, Any]) -> None:
+    res, ctx = perf_results["defect"]
+    rows = _gated(res)
+    failing = {pid for pid, r in rows.items() if r["verdict"] == "fail"}
+    expected = {p.id for p in ctx.plan.points if p.batch == SLOW_BATCH}
+    assert res.verdict is Verdict.FAIL
+    assert failing == expected, {pid: (r["speedup"], r["ci_low"]) for pid, r in rows.items()}
+    for pid in expected:
+        assert rows[pid]["ci_high"] < rows[pid]["threshold"], "a clear regression, not a noisy miss"
+        assert any(pid in f for f in res.failures)
