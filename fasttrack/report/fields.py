@@ -23,8 +23,10 @@ claim              table named ``claims``: ``id``/``claim``, ``text``, ``status`
                    (``confirmed``/``not_confirmed``/``not_measured``), ``claimed``, ``measured``
 =================  ==========================================================================
 
-The perf check's per-point table is the first perf table with a point, a speedup (or
-ratio) and both interval columns. Eval tables with a bin column are drawn per bin, tables
+The perf check's per-point table is its ``points`` table (or else the first perf table with
+a point, a speedup or ratio, and both interval columns); one chart per ``metric`` value
+(the perf check writes ``workload/metric``) and engine group. Rows without a verdict are
+reported metrics that are not gated. Eval tables with a bin column are drawn per bin, tables
 with an item column per item; a table named ``discordant`` (or with ``discordant`` in its
 name) lists the samples on which the sides disagree.
 """

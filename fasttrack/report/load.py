@@ -261,10 +261,14 @@ def perf_rows(t: LoadedTable, plan_pts: dict[str, dict[str, Any]]) -> list[PerfR
                 s = 1.0 / s
                 lo_, hi_ = (1.0 / hi_ if hi_ else None), (1.0 / lo_ if lo_ else None)
         mde = F.as_float(F.get(r, F.MDE))
-        group = pp.get("group") if isinstance(pp.get("group"), str) else ""
+        group = pp.get("group") if isinstance(pp.get("group"), str) else r.get("group")
+        group = group if isinstance(group, str) else ""
+        full = pp.get("full_context") is True or r.get("full_context") is True
+        direction = F.get(r, F.DIRECTION)
         out.append(PerfRow(
             point=fmt.one_line(pid, 160), metric=metric, batch=batch, context=ctx,
-            context_label=_ctx_label(ctx, pp.get("full_context") is True), group=fmt.one_line(group, 60),
+            context_label=_ctx_label(ctx, full), group=fmt.one_line(group, 60),
+            direction=direction if isinstance(direction, str) else None,
             baseline=F.as_float(F.get(r, F.BASELINE)), candidate=F.as_float(F.get(r, F.CANDIDATE)),
             speedup=s, ci_low=lo_, ci_high=hi_, mde=mde, verdict=F.row_verdict(r), runs=F.as_int(F.get(r, F.RUNS)),
         ))
@@ -297,7 +301,7 @@ def _perf(manifest: Manifest, tables: dict[str, dict[str, LoadedTable]], plan_pt
             grs = [r for r in rs if r.group == g]
             charts.append(PerfCharts(group=g, batch=speedup_chart(grs, x="batch", metric=m, threshold=threshold),
                                      context=speedup_chart(grs, x="context", metric=m, threshold=threshold)))
-        views.append(PerfMetricView(metric=m, lower_is_better=F.lower_is_better(m), rows=rs, charts=charts))
+        views.append(PerfMetricView(metric=m, lower_is_better=F.lower_is_better(m, rs[0].direction), rows=rs, charts=charts))
     reason = fmt.one_line(entry.reason, 600)
     if t.truncated:
         reason += f" (showing the first {len(t.rows)} of {t.total_rows} rows)"

@@ -128,6 +128,8 @@ class PerfRow:
     mde: float | None
     verdict: str | None
     runs: int | None = None
+    direction: str | None = None
+    """``lower_is_better`` / ``higher_is_better`` when the table says so."""
 
 
 @dataclass
