@@ -296,11 +296,12 @@ def _perf(manifest: Manifest, tables: dict[str, dict[str, LoadedTable]], plan_pt
     for m, rs in metrics.items():
         rs.sort(key=lambda r: (r.group, r.batch or 0, r.context or 0, r.point))
         groups = sorted({r.group for r in rs})
+        thr_m = threshold if any(r.verdict for r in rs) else None  # reported, not gated: no gate line
         charts = []
         for g in groups[:MAX_CHART_GROUPS]:
             grs = [r for r in rs if r.group == g]
-            charts.append(PerfCharts(group=g, batch=speedup_chart(grs, x="batch", metric=m, threshold=threshold),
-                                     context=speedup_chart(grs, x="context", metric=m, threshold=threshold)))
+            charts.append(PerfCharts(group=g, batch=speedup_chart(grs, x="batch", metric=m, threshold=thr_m),
+                                     context=speedup_chart(grs, x="context", metric=m, threshold=thr_m)))
         views.append(PerfMetricView(metric=m, lower_is_better=F.lower_is_better(m, rs[0].direction), rows=rs, charts=charts))
     reason = fmt.one_line(entry.reason, 600)
     if t.truncated:
