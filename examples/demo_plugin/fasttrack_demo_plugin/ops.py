@@ -6,8 +6,15 @@ Branch op (shows in every candidate step, so it is *not* a path marker):
 - ``fasttrack_demo::dispatch_decoder_layer``: the opaque op the compiled model
   calls for each decoder layer when the backend is enabled. On fast steps it
   runs the fused ops below around vLLM's own attention kernel; on every other
-  step it runs the layer's stock vLLM ``forward`` (stock GEMMs ``_C::onednn_mm``
-  on the CPU build).
+  step it runs ``fasttrack_demo::stock_decoder_layer``.
+
+Stock-path op of the candidate (a stock-path marker):
+
+- ``fasttrack_demo::stock_decoder_layer``: vLLM's unmodified
+  ``LlamaDecoderLayer.forward`` for one layer, used on every step the optimized
+  path does not take. The stock GEMMs inside it (and everywhere in the baseline,
+  which never runs this plugin's ops) are ``_C::onednn_mm`` on the CPU build in
+  float32; fast steps run no ``_C::onednn_mm`` at all.
 
 Optimized-path ops (path markers), each used only on fast decode steps:
 
@@ -215,15 +222,30 @@ def dispatch_decoder_layer(
     dispatcher = _STATE["dispatcher"]
     if dispatcher is not None and dispatcher.current.fast:
         return _fast_layer(layer, dispatcher, positions, hidden, residual)
-    # Stock path: vLLM's own LlamaDecoderLayer.forward, on copies (an op must
-    # not mutate or return its inputs).
-    out, new_residual = layer.stock_forward(
-        positions, hidden.clone(), None if residual is None else residual.clone()
-    )
-    return out, new_residual
+    return torch.ops.fasttrack_demo.stock_decoder_layer(positions, hidden, residual, layer_name)
 
 
 @dispatch_decoder_layer.register_fake
+def _(positions, hidden, residual, layer_name):
+    return torch.empty_like(hidden), torch.empty_like(hidden)
+
+
+# --- stock_decoder_layer -----------------------------------------------------
+
+
+@torch.library.custom_op("fasttrack_demo::stock_decoder_layer", mutates_args=())
+def stock_decoder_layer(
+    positions: Tensor, hidden: Tensor, residual: Tensor | None, layer_name: str
+) -> tuple[Tensor, Tensor]:
+    """vLLM's own ``LlamaDecoderLayer.forward`` (the fallback), on copies: an op
+    must not mutate or return its inputs."""
+    layer = _LAYERS[layer_name]
+    return layer.stock_forward(
+        positions, hidden.clone(), None if residual is None else residual.clone()
+    )
+
+
+@stock_decoder_layer.register_fake
 def _(positions, hidden, residual, layer_name):
     return torch.empty_like(hidden), torch.empty_like(hidden)
 

@@ -1,0 +1,296 @@
+"""The demo plugin's logic without an engine: settings, step classification,
+fallback logging, and the fused ops' numerics against independent formulas.
+
+The plugin must be pip-installed (``pip install -e examples/demo_plugin``); the
+op tests also need vLLM (the fused QKV op reuses vLLM's rotary embedding).
+"""
+
+from __future__ import annotations
+
+import logging
+from types import SimpleNamespace
+
+import pytest
+
+plugin = pytest.importorskip(
+    "fasttrack_demo_plugin", reason="the demo plugin is not installed (pip install -e examples/demo_plugin)"
+)
+
+from fasttrack_demo_plugin import dispatch as dispatch_mod  # noqa: E402
+from fasttrack_demo_plugin.settings import (  # noqa: E402
+    DEFECTS,
+    MAX_BATCH,
+    BackendSettings,
+    DemoBackendConfigError,
+    parse_settings,
+)
+
+ENABLED = BackendSettings(backend="latency_specialized", defect=None)
+
+
+# --- settings -----------------------------------------------------------------
+
+
+def test_backend_is_off_unless_the_engine_config_turns_it_on() -> None:
+    for config in (None, {}, {"other": 1}, {"decode_backend": "stock"}):
+        s = parse_settings(config, environ={"FASTTRACK_DEMO_DEFECT": "numerics-batch"})
+        assert not s.enabled and s.defect is None  # the stock path never reads the defect
+    s = parse_settings({"decode_backend": "latency_specialized"}, environ={})
+    assert s.enabled and s.defect is None and (s.min_batch, s.max_batch) == (1, MAX_BATCH)
+
+
+@pytest.mark.parametrize("defect", DEFECTS)
+def test_known_defects_are_read_by_the_optimized_path(defect: str) -> None:
+    s = parse_settings({"decode_backend": "latency_specialized"}, environ={"FASTTRACK_DEMO_DEFECT": defect})
+    assert s.defect == defect
+
+
+def test_bad_settings_are_rejected_with_a_clear_message() -> None:
+    with pytest.raises(DemoBackendConfigError, match="Unknown decode_backend='fast'"):
+        parse_settings({"decode_backend": "fast"}, environ={})
+    with pytest.raises(DemoBackendConfigError, match="not a known planted defect"):
+        parse_settings({"decode_backend": "latency_specialized"}, environ={"FASTTRACK_DEMO_DEFECT": "typo"})
+
+
+# --- step classification ----------------------------------------------------------
+
+
+def _meta(query_lens: list[int], pad: int = 0):
+    torch = pytest.importorskip("torch")
+    starts = [0]
+    for q in query_lens:
+        starts.append(starts[-1] + q)
+    starts += [starts[-1]] * pad  # padded request slots have zero query tokens
+    return {
+        "model.layers.0.self_attn.attn": SimpleNamespace(
+            num_actual_tokens=sum(query_lens),
+            max_query_len=max(query_lens),
+            query_start_loc=torch.tensor(starts, dtype=torch.int32),
+        )
+    }
+
+
+@pytest.mark.parametrize(
+    ("query_lens", "fast", "reason", "batch"),
+    [
+        ([1], True, None, 1),
+        ([1, 1, 1], True, None, 3),
+        ([1] * MAX_BATCH, True, None, MAX_BATCH),
+        ([1] * (MAX_BATCH + 1), False, "batch_out_of_range", MAX_BATCH + 1),
+        ([9], False, "prefill", 1),
+        ([9, 4], False, "prefill", 2),
+        ([1, 1, 7], False, "mixed", 3),
+    ],
+)
+def test_classify(query_lens: list[int], fast: bool, reason: str | None, batch: int) -> None:
+    plan = dispatch_mod.classify(_meta(query_lens, pad=2), ENABLED)
+    assert (plan.fast, plan.reason, plan.batch, plan.tokens) == (fast, reason, batch, sum(query_lens))
+
+
+def test_no_metadata_is_a_warm_up_step_and_not_a_fallback() -> None:
+    for md in (None, {}, []):
+        plan = dispatch_mod.classify(md, ENABLED)
+        assert not plan.fast and plan.reason is None
+
+
+# --- fallback logging ---------------------------------------------------------------
+
+
+@pytest.fixture
+def plugin_log(caplog: pytest.LogCaptureFixture):
+    """Capture the plugin's logger directly (vLLM's own logger may not propagate)."""
+    logger = dispatch_mod.logger
+    caplog.set_level(logging.INFO, logger=logger.name)
+    propagate = logger.propagate
+    logger.propagate = False  # exactly one copy of each record, via the handler below
+    logger.addHandler(caplog.handler)
+    try:
+        yield caplog
+    finally:
+        logger.removeHandler(caplog.handler)
+        logger.propagate = propagate
+
+
+def _lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == dispatch_mod.logger.name]
+
+
+def test_fallbacks_are_logged_rate_limited_with_counts(plugin_log, monkeypatch) -> None:
+    clock = iter([100.0, 100.1, 100.2, 101.5, 101.6])
+    monkeypatch.setattr(dispatch_mod.time, "monotonic", lambda: next(clock))
+    d = dispatch_mod.Dispatcher(ENABLED)
+    for _ in range(3):
+        d.plan_step(_meta([12]))
+    d.plan_step(_meta([12]))  # one second later: logged with the suppressed count
+    d.plan_step(_meta([1] * (MAX_BATCH + 2)))  # another reason has its own limit
+    d.plan_step(_meta([1, 1]))
+    assert d.current.fast and d.fast_steps == 1
+    lines = [l for l in _lines(plugin_log) if "fallback" in l]
+    assert lines == [
+        "fasttrack-demo fallback reason=prefill batch=1 tokens=12 count=1 suppressed=0",
+        "fasttrack-demo fallback reason=prefill batch=1 tokens=12 count=4 suppressed=2",
+        f"fasttrack-demo fallback reason=batch_out_of_range batch={MAX_BATCH + 2} tokens={MAX_BATCH + 2} count=1 suppressed=0",
+    ]
+    assert any("fast-path first decode step batch=2" in l for l in _lines(plugin_log))
+
+
+def test_silent_fallback_defect_diverts_eligible_steps_without_a_trace_in_the_log(plugin_log) -> None:
+    d = dispatch_mod.Dispatcher(BackendSettings(backend="latency_specialized", defect="silent-fallback"))
+    for _ in range(5):
+        plan = d.plan_step(_meta([1, 1, 1]))
+        assert not plan.fast and plan.reason is None
+    assert d.fast_steps == 0
+    lines = _lines(plugin_log)
+    assert not any("fallback" in l for l in lines)
+    assert any("fast-path first decode step" in l for l in lines)  # it still claims the fast path
+
+
+# --- fused ops vs independent formulas --------------------------------------------
+
+TOL = dict(rtol=1e-5, atol=1e-5)
+"""float32 tolerance of the fused ops against the plain formulas (documented in examples/README.md)."""
+
+
+@pytest.fixture(scope="module")
+def ops():
+    pytest.importorskip("vllm", reason="the fused ops reuse vLLM's rotary embedding")
+    from fasttrack_demo_plugin import ops as ops_mod
+
+    return ops_mod
+
+
+def _rms(x, w, eps):
+    import torch
+
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def test_fused_qkv_rope_matches_the_plain_formula(ops) -> None:
+    import torch
+    import torch.nn.functional as F
+
+    g = torch.Generator().manual_seed(0)
+    n, hidden, heads, kv_heads, hd = 3, 256, 4, 2, 64
+    x, res = torch.randn(n, hidden, generator=g), torch.randn(n, hidden, generator=g)
+    w_norm = torch.rand(hidden, generator=g) + 0.5
+    w_qkv = torch.randn(heads * hd + 2 * kv_heads * hd, hidden, generator=g) * 0.05
+    positions = torch.tensor([5, 17, 300])
+    inv = 1.0 / (10000 ** (torch.arange(0, hd, 2, dtype=torch.float32) / hd))
+    freqs = torch.outer(torch.arange(2048, dtype=torch.float32), inv)
+    cache = torch.cat([freqs.cos(), freqs.sin()], dim=-1)
+
+    q, k, v, new_res = torch.ops.fasttrack_demo.fused_decode_qkv_rope(
+        x, res, w_norm, w_qkv.t().contiguous(), positions, cache, 1e-5, hd, heads * hd, kv_heads * hd
+    )
+
+    ref_res = x + res
+    qkv = F.linear(_rms(ref_res, w_norm, 1e-5), w_qkv)
+    rq, rk, rv = qkv.split([heads * hd, kv_heads * hd, kv_heads * hd], dim=-1)
+    cos, sin = freqs[positions].cos()[:, None, :], freqs[positions].sin()[:, None, :]
+
+    def rope(t, nh):
+        t = t.view(n, nh, hd)
+        a, b = t[..., : hd // 2], t[..., hd // 2 :]
+        return torch.cat([a * cos - b * sin, b * cos + a * sin], dim=-1).reshape(n, nh * hd)
+
+    torch.testing.assert_close(new_res, ref_res, **TOL)
+    torch.testing.assert_close(q, rope(rq, heads), **TOL)
+    torch.testing.assert_close(k, rope(rk, kv_heads), **TOL)
+    torch.testing.assert_close(v, rv, **TOL)
+    # first layer: no residual yet; the residual output is a copy of the input
+    q0, _, _, res0 = torch.ops.fasttrack_demo.fused_decode_qkv_rope(
+        x, None, w_norm, w_qkv.t().contiguous(), positions, cache, 1e-5, hd, heads * hd, kv_heads * hd
+    )
+    torch.testing.assert_close(res0, x, rtol=0, atol=0)
+    assert res0.data_ptr() != x.data_ptr()
+
+
+def _mlp_case(batch: int):
+    import torch
+
+    g = torch.Generator().manual_seed(batch)
+    hidden, inter = 256, 1024
+    return dict(
+        attn_out=torch.randn(batch, hidden, generator=g),
+        residual=torch.randn(batch, hidden, generator=g),
+        w_o=torch.randn(hidden, hidden, generator=g) * 0.05,
+        w_norm=torch.rand(hidden, generator=g) + 0.5,
+        w_gate_up=torch.randn(2 * inter, hidden, generator=g) * 0.05,
+        w_down=torch.randn(hidden, inter, generator=g) * 0.05,
+    )
+
+
+def _mlp_reference(c):
+    import torch.nn.functional as F
+
+    h = F.linear(c["attn_out"], c["w_o"])
+    res = h + c["residual"]
+    gu = F.linear(_rms(res, c["w_norm"], 1e-5), c["w_gate_up"])
+    gate, up = gu.chunk(2, dim=-1)
+    return F.linear(F.silu(gate) * up, c["w_down"]), res
+
+
+def _run_mlp(c, split_k: int):
+    import torch
+
+    return torch.ops.fasttrack_demo.fused_decode_mlp(
+        c["attn_out"], c["residual"], c["w_o"].t().contiguous(), c["w_norm"],
+        c["w_gate_up"].t().contiguous(), c["w_down"].t().contiguous(), 1e-5, split_k,
+    )
+
+
+@pytest.mark.parametrize("batch", [1, 2, 3, 4, 8])
+def test_fused_mlp_matches_the_plain_formula_at_every_tuned_shape(ops, batch: int) -> None:
+    import torch
+
+    c = _mlp_case(batch)
+    out, res = _run_mlp(c, ops.split_k_for_batch(batch))
+    ref_out, ref_res = _mlp_reference(c)
+    torch.testing.assert_close(res, ref_res, **TOL)
+    torch.testing.assert_close(out, ref_out, **TOL)
+
+
+def test_numerics_batch_defect_breaks_only_its_batch_size(ops, monkeypatch) -> None:
+    import torch
+
+    from fasttrack_demo_plugin.settings import NUMERICS_BATCH
+
+    d = dispatch_mod.Dispatcher(BackendSettings(backend="latency_specialized", defect="numerics-batch"))
+    monkeypatch.setitem(ops._STATE, "dispatcher", d)
+    for batch in (1, 2, NUMERICS_BATCH, 4, 8):
+        d.plan_step(_meta([1] * batch))
+        c = _mlp_case(batch)
+        out, _ = _run_mlp(c, ops.split_k_for_batch(batch))
+        ref, _ = _mlp_reference(c)
+        rel = ((out - ref).norm() / ref.norm()).item()
+        if batch == NUMERICS_BATCH:
+            assert rel > 0.2, f"the planted defect should be large at batch {batch} (rel err {rel:.3f})"
+        else:
+            assert rel < 1e-5, f"batch {batch} should be exact (rel err {rel:.2e})"
+
+
+def test_logits_defects(ops, monkeypatch) -> None:
+    import torch
+
+    from fasttrack_demo_plugin.settings import TEMPERATURE_LOGIT_SCALE, WHITESPACE_LOGIT_MARGIN
+
+    g = torch.Generator().manual_seed(0)
+    hidden, w = torch.randn(4, 256, generator=g), torch.randn(256, 900, generator=g)
+    clean = hidden @ w
+    monkeypatch.setitem(ops._STATE, "dispatcher", None)
+    torch.testing.assert_close(torch.ops.fasttrack_demo.fused_decode_logits(hidden, w), clean, **TOL)
+
+    d = dispatch_mod.Dispatcher(BackendSettings(backend="latency_specialized", defect="ignore-temperature"))
+    monkeypatch.setitem(ops._STATE, "dispatcher", d)
+    hot = torch.ops.fasttrack_demo.fused_decode_logits(hidden, w)
+    torch.testing.assert_close(hot, clean * TEMPERATURE_LOGIT_SCALE, **TOL)
+    assert torch.equal(hot.argmax(-1), clean.argmax(-1))
+
+    ws = torch.tensor([3, 7, 11])
+    d = dispatch_mod.Dispatcher(BackendSettings(backend="latency_specialized", defect="broken-json"))
+    monkeypatch.setitem(ops._STATE, "dispatcher", d)
+    monkeypatch.setitem(ops._STATE, "whitespace_ids", ws)
+    lifted = torch.ops.fasttrack_demo.fused_decode_logits(hidden, w)
+    row_max = clean.max(-1, keepdim=True).values
+    assert torch.all(lifted[:, ws] >= row_max - WHITESPACE_LOGIT_MARGIN - 1e-4)
+    assert torch.equal(lifted.argmax(-1), clean.argmax(-1))
