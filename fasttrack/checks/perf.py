@@ -118,6 +118,21 @@ async def measure_item(
     return runs_here
 
 
+async def measure_drift(s: ItemState, *, gate: Any, run_once: Callable[[int], Awaitable[RunMetrics]]) -> int:
+    """A drift-only lifetime: ``min_runs`` baseline runs kept apart from the gate's data."""
+    n = 0
+    for k in range(gate.min_runs):
+        try:
+            s.drift_runs.append(await run_once(k))
+        except EngineError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            s.errors.append(f"drift lifetime run {k}: {type(exc).__name__}: {exc}")
+            break
+        n += 1
+    return n
+
+
 @register
 class PerfCheck(Check):
     name = NAME
@@ -198,6 +213,8 @@ class PerfCheck(Check):
 
     def wants(self, ctx: RunContext, session: EngineSession) -> bool:
         self._prepare(ctx)
+        if self.state.schedules[session.group.id].is_drift_lifetime(session.side, session.lifetime):
+            return True
         return any(s.item.group == session.group.id and not s.final for s in self.state.items.values())
 
     # ------------------------------------------------------------------ collection
@@ -225,11 +242,13 @@ class PerfCheck(Check):
         group, side, lifetime, engine = session.group, session.side, session.lifetime, session.engine
         sched = st.schedules[group.id]
         looks_here = sched.looks_allowed(side, lifetime)
+        drift_only = sched.is_drift_lifetime(side, lifetime)
         items = [s for s in st.items.values() if s.item.group == group.id]
-        todo = [s for s in items if not s.final]
+        todo = items if drift_only else [s for s in items if not s.final]
         gpus = gpus_from_args(list(getattr(engine, "args", []) or []), group.gpus) if group.gpus else 0
         t_life = time.perf_counter()
         record: dict[str, Any] = {"group": group.id, "side": side, "lifetime": lifetime, "looks_allowed": looks_here,
+                                  "drift_only": drift_only,
                                   "items": len(todo), "skipped_decided": len(items) - len(todo), "runs": 0}
         st.lifetimes.append(record)
         inputs = await self._inputs(ctx, engine, todo)
@@ -257,8 +276,11 @@ class PerfCheck(Check):
                         engine.check_alive()  # an engine that died ends the run (EngineCrashed)
                     return rm
 
-                runs_here = await measure_item(s, side=side, lifetime=lifetime, looks_here=looks_here, sched=sched,
-                                               gate=gate, run_once=run_once)
+                if drift_only:
+                    runs_here = await measure_drift(s, gate=gate, run_once=run_once)
+                else:
+                    runs_here = await measure_item(s, side=side, lifetime=lifetime, looks_here=looks_here,
+                                                   sched=sched, gate=gate, run_once=run_once)
                 record["runs"] += runs_here
                 ctx.log(f"  perf {it.key} {side} lifetime {lifetime}: {runs_here} run(s) in "
                         f"{time.perf_counter() - t_item:.1f} s" + (f", {s.decision}" if s.looks else ""))
@@ -294,6 +316,7 @@ class PerfCheck(Check):
             for side in ("baseline", "candidate"):
                 for lt in sorted(s.runs[side]):
                     runs.extend(r.model_dump(mode="json") for r in s.runs[side][lt])
+            runs.extend({**r.model_dump(mode="json"), "drift_only": True} for r in s.drift_runs)
             for r in j.rows:
                 if r.get("speedup") is not None:
                     one_lifetime = one_lifetime or bool(r.get("ignores_lifetime_variance"))

@@ -55,6 +55,8 @@ class ItemState:
     """GPUs one engine of each side used."""
     errors: list[str] = field(default_factory=list)
     """Harness-side problems (a run that could not be sent)."""
+    drift_runs: list[RunMetrics] = field(default_factory=list)
+    """Baseline runs of a trailing drift-only lifetime (never used by the gate)."""
 
     def add(self, run: RunMetrics) -> None:
         self.runs[run.side].setdefault(run.lifetime, []).append(run)
@@ -289,16 +291,28 @@ def judge_item(
 
 
 def drift_row(state: ItemState, *, metric: str, confidence: float, tolerance: float) -> dict[str, Any] | None:
-    """B-C-B drift: baseline lifetimes before the first candidate lifetime vs those after (needs both)."""
+    """B-C-B drift: the baseline before the first candidate lifetime vs the baseline after it.
+
+    With a drift-only lifetime (a trailing extra baseline), every gate baseline lifetime is the first
+    block and the drift lifetime the second; otherwise the first baseline lifetime is the first block
+    and the later ones the second (both need data)."""
     lts = state.lifetimes("baseline")
-    if len(lts) < 2 or not state.lifetimes("candidate"):
-        return None
-    first_lts, second_lts = lts[:1], lts[1:]
-    first = state.nested("baseline", metric, lifetimes=first_lts)
-    second = state.nested("baseline", metric, lifetimes=second_lts)
-    if not first or not second:
+    if not state.lifetimes("candidate") or not lts:
         return None
     md = METRICS[metric]
+    if state.drift_runs:
+        first_lts = lts
+        first = state.nested("baseline", metric, lifetimes=lts)
+        second = [runs] if (runs := [s for r in state.drift_runs if (s := md.samples(r)) is not None]) else []
+        second_lts = sorted({r.lifetime for r in state.drift_runs})
+    elif len(lts) >= 2:
+        first_lts, second_lts = lts[:1], lts[1:]
+        first = state.nested("baseline", metric, lifetimes=first_lts)
+        second = state.nested("baseline", metric, lifetimes=second_lts)
+    else:
+        return None
+    if not first or not second:
+        return None
     d = detect_drift(first, second, metric=metric, statistic=md.statistic, confidence=confidence, tolerance=tolerance,
                      n_boot=N_BOOT, seed=seed_for(state.item.key, "drift"))
     return {

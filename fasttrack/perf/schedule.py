@@ -25,6 +25,13 @@ from dataclasses import dataclass
 from typing import Sequence
 
 
+DRIFT_NOTE = (
+    "An order with one extra baseline lifetime at the end (baseline, candidate, ..., baseline) makes that last "
+    "lifetime a drift check: it measures every point again (min_runs runs, no looks) and its runs are compared "
+    "with the earlier baseline lifetimes only, never used by the gate."
+)
+
+
 @dataclass(frozen=True)
 class LookSchedule:
     """The look plan of one engine group."""
@@ -45,6 +52,17 @@ class LookSchedule:
         return min(self.order.count("baseline"), self.order.count("candidate"))
 
     @property
+    def drift_position(self) -> int | None:
+        """Position of a trailing extra baseline lifetime (a drift-only lifetime), if the order has one."""
+        if self.order and self.order[-1] == "baseline" and self.order.count("baseline") == self.order.count("candidate") + 1:
+            return len(self.order) - 1
+        return None
+
+    def is_drift_lifetime(self, side: str, lifetime: int) -> bool:
+        pos = self.position(side, lifetime)
+        return pos is not None and pos == self.drift_position
+
+    @property
     def min_lifetimes(self) -> int:
         """Lifetimes each side needs before a look: min(2, lifetimes per side)."""
         return max(1, min(2, self.lifetimes_per_side))
@@ -63,6 +81,8 @@ class LookSchedule:
         """Positions in the order on which looks are allowed."""
         out = []
         for i in range(len(self.order)):
+            if i == self.drift_position:
+                continue
             done = self.order[: i + 1]
             if done.count("baseline") >= self.min_lifetimes and done.count("candidate") >= self.min_lifetimes:
                 out.append(i)
@@ -88,4 +108,5 @@ class LookSchedule:
             "order": list(self.order), "min_runs": self.min_runs, "max_runs": self.max_runs,
             "min_lifetimes_before_a_look": self.min_lifetimes,
             "look_positions": self.look_positions(), "planned_looks": self.planned_looks,
+            "drift_position": self.drift_position,
         }

@@ -272,3 +272,44 @@ def test_missing_trace_makes_the_check_not_run(tmp_path: Path) -> None:
             w.trace = "traces/does-not-exist.jsonl"
     why = PerfCheck().skip_reason(ctx)
     assert why is not None and "does-not-exist.jsonl" in why and "does not exist" in why
+
+
+def test_trailing_baseline_lifetime_is_a_drift_check(tmp_path: Path) -> None:
+    sched = LookSchedule.for_group(["baseline", "candidate", "baseline"], min_runs=3, max_runs=6)
+    assert sched.drift_position == 2 and sched.look_positions() == [1] and sched.planned_looks == 4
+    assert sched.is_drift_lifetime("baseline", 1) and not sched.looks_allowed("baseline", 1)
+    ctx = _ctx("smoke", tmp_path)
+    for g in ctx.plan.groups:
+        g.order = ["baseline", "candidate", "baseline"]
+    chk = PerfCheck()
+    assert chk.skip_reason(ctx) is None
+    rng = np.random.default_rng(5)
+    gate = ctx.scope.gates.perf
+    group = ctx.plan.groups[0]
+    sched = chk.state.schedules[group.id]
+    counts = {"baseline": 0, "candidate": 0}
+    from fasttrack.checks.base import EngineSession
+    from fasttrack.checks.perf import measure_drift
+
+    for side in group.order:
+        lt = counts[side]
+        counts[side] += 1
+        assert chk.wants(ctx, EngineSession(side=side, group=group, lifetime=lt, engine=None))
+        for s in chk.state.items.values():
+            # the machine got 40% slower before the last baseline lifetime
+            tpot = (1.0 + 0.3 * s.item.batch) * (1.4 if (side, lt) == ("baseline", 1) else 1.0)
+
+            async def run_once(k: int, s=s, side=side, lt=lt, tpot=tpot) -> RunMetrics:
+                return fake_run(s.item, side, lt, k, tpot=tpot, rng=rng)
+
+            if sched.is_drift_lifetime(side, lt):
+                assert asyncio.run(measure_drift(s, gate=gate, run_once=run_once)) == gate.min_runs
+            elif not s.final:
+                asyncio.run(measure_item(s, side=side, lifetime=lt, looks_here=sched.looks_allowed(side, lt),
+                                         sched=sched, gate=gate, run_once=run_once))
+    res = chk.judge(ctx)
+    assert res.verdict is Verdict.PASS, res.failures  # the drift lifetime never enters the gate
+    assert len(res.tables["drift"]) == len(ctx.plan.points)
+    assert all(d["drifted"] and d["second_lifetimes"] == [1] and d["ratio"] > 1.3 for d in res.tables["drift"])
+    assert "drift between baseline lifetimes" in res.reason
+    assert sum(1 for r in res.tables["runs"] if r.get("drift_only")) == gate.min_runs * len(ctx.plan.points)
