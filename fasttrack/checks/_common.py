@@ -526,6 +526,9 @@ async def _sample_running(engine: "EngineHandle", out: list[float], stop: asynci
 class EvidenceWindow:
     """A profiler window (or, without a profiler, a metrics-sampling window) around a check's requests.
 
+    Profiler traces are costly to write on small hosts (tens of ms per engine step),
+    so checks profile a representative slice of their work and sample
+    ``vllm:num_requests_running`` for the rest (``profile=False``, ``points={}``).
     On a clean exit it appends one :class:`PathEvidence` per attributed point to
     ``ctx.evidence`` and keeps a :class:`WindowRecord` in ``record``. ``points``
     maps a point id to a batch size filter: ``None`` attributes every decode step
@@ -544,6 +547,7 @@ class EvidenceWindow:
         side: str,
         sample_interval: float = 0.02,
         scrape_metrics: bool = False,
+        profile: bool = True,
     ) -> None:
         self.ctx = ctx
         self.engine = engine
@@ -561,12 +565,15 @@ class EvidenceWindow:
         self._task: asyncio.Task[None] | None = None
         self._t0 = 0.0
         self._unavailable: str | None = None
+        self.profile = profile
 
     async def __aenter__(self) -> "EvidenceWindow":
         from fasttrack.engine import ProfilerWindow
 
         markers = marker_set(self.ctx)
-        if getattr(self.engine, "profiler_dir", None) is None:
+        if not self.profile:
+            self._unavailable = "this window was not profiled (metrics samples only)"
+        elif getattr(self.engine, "profiler_dir", None) is None:
             self._unavailable = f"the {self.side} engine has no profiler (no --profiler-config), so no trace was taken"
         elif markers is None:
             self._unavailable = "the scope declares no path_markers"

@@ -50,6 +50,7 @@ from fasttrack.checks._common import (
     used_standard_path,
     write_artifact,
 )
+from fasttrack.errors import FasttrackError
 from fasttrack.checks.base import Check, CheckResult, EngineSession, Gate, RunContext, Verdict, register
 from fasttrack.stats import GreedyComparison, compare_greedy, summarize_greedy
 
@@ -103,6 +104,9 @@ class PointRun(_Model):
     context: int
     records: list[GreedyRecord] = Field(default_factory=list)
     window: WindowRecord | None = None
+    """The profiled window (round 0): path evidence and its batch composition."""
+    round_checks: list[BatchCheck] = Field(default_factory=list)
+    """Batch composition per round (round 0 from the trace, later rounds from metrics samples)."""
 
 
 class Explanation(_Model):
@@ -132,20 +136,19 @@ class EquivalenceCheck(Check):
     name = "equivalence"
     title = "Greedy output equivalence per batch size"
 
-    requests_per_point: ClassVar[int] = 8
-    """At least this many requests per point (rounded up to whole batches)."""
     explain_limit: ClassVar[int] = 3
     """Divergences per point decoded to text for the failure message."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, requests_per_point: int = 8) -> None:
+        self.n_requests = requests_per_point
+        """At least this many requests per point (rounded up to whole batches)."""
         self.runs: dict[tuple[str, str], dict[str, PointRun]] = {}
         """(group id, side) -> point id -> run."""
-        self.prompt_ids: dict[str, dict[tuple[str, str], list[int]]] = {}
-        """group id -> (point, prompt id) -> token ids (built on the first side that ran)."""
+        self.request_plans: dict[str, dict[str, list[list[tuple[PromptItem, list[int]]]]]] = {}
+        """group id -> point id -> rounds of (prompt, token ids), fixed by the first side that ran."""
         self.explanations: dict[tuple[str, str, int, str], Explanation] = {}
         self.artifacts: list[str] = []
         self.notes: list[str] = []
-        self.n_requests = self.requests_per_point
 
     # ------------------------------------------------------------------ plan
 
@@ -172,35 +175,45 @@ class EquivalenceCheck(Check):
         max_len = ctx.scope.envelope.context.max_model_len if ctx.scope.envelope else None
         side_runs: dict[str, PointRun] = {}
         self.runs[(group.id, session.side)] = side_runs
-        cache = self.prompt_ids.setdefault(group.id, {})
+        # The first side to run fixes the requests (prompt ids per round); the other side reuses them.
+        plans = self.request_plans.setdefault(group.id, {})
         async with session.engine.client() as client:
             for idx, point in enumerate(points):
                 b = point.batch
-                rounds = max(1, math.ceil(self.n_requests / b))
-                high = point.context if max_len is None else min(point.context, max_len - gate.max_tokens)
-                low = max(1, high // 2)
-                plan: list[list[tuple[PromptItem, list[int]]]] = []
-                for r in range(rounds):
-                    row = []
-                    for j in range(b):
-                        item = prompts[(idx * 7 + r * b + j) % len(prompts)]
-                        key = (point.id, item.id)
-                        if key not in cache:
-                            cache[key] = await builder.bounded(item.prompt, key=f"{point.id}/{item.id}", low=low, high=high)
-                        row.append((item, cache[key]))
-                    plan.append(row)
+                if point.id not in plans:
+                    rounds = max(1, math.ceil(self.n_requests / b))
+                    high = point.context if max_len is None else min(point.context, max_len - gate.max_tokens)
+                    low = max(1, high // 2)
+                    rows: list[list[tuple[PromptItem, list[int]]]] = []
+                    for r in range(rounds):
+                        row = []
+                        for j in range(b):
+                            item = prompts[(idx * 7 + r * b + j) % len(prompts)]
+                            ids = await builder.bounded(item.prompt, key=f"{point.id}/{item.id}", low=low, high=high)
+                            row.append((item, ids))
+                        rows.append(row)
+                    plans[point.id] = rows
+                plan = plans[point.id]
                 run = PointRun(point=point.id, batch=b, context=point.context)
-                async with EvidenceWindow(ctx, session.engine, check=self.name, name=f"equivalence-{point.id}",
-                                          points={point.id: None}, side=session.side) as win:
-                    for r, row in enumerate(plan):
+                for r, row in enumerate(plan):
+                    # Round 0 runs in a profiler window (path evidence + batch composition from the trace);
+                    # later rounds sample vllm:num_requests_running (traces cost tens of ms per step to write).
+                    profiled = r == 0
+                    async with EvidenceWindow(ctx, session.engine, check=self.name,
+                                              name=f"equivalence-{point.id}" + ("" if profiled else f"-r{r}"),
+                                              points={point.id: None} if profiled else {}, side=session.side,
+                                              profile=profiled) as win:
                         results = await asyncio.gather(*(
                             client.complete(ids, max_tokens=gate.max_tokens, temperature=0.0, logprobs=gate.top_k,
                                             tokens_as_ids=True, ignore_eos=True)
                             for _, ids in row
                         ), return_exceptions=True)
-                        for (item, ids), res in zip(row, results):
-                            run.records.append(_record(point.id, b, r, item, ids, res))
-                run.window = win.record
+                    for (item, ids), res in zip(row, results):
+                        run.records.append(_record(point.id, b, r, item, ids, res))
+                    if win.record is not None:
+                        if profiled:
+                            run.window = win.record
+                        run.round_checks.append(win.record.batch_check(b))
                 side_runs[point.id] = run
             if session.side == "candidate":
                 await self._explain(ctx, group.id, session.engine)
@@ -287,7 +300,12 @@ class EquivalenceCheck(Check):
                     continue
                 if crun.window:
                     windows.append(crun.window)
-                v, row, req_rows, fails = self._judge_point(ctx, gid, brun, crun)
+                try:
+                    v, row, req_rows, fails = self._judge_point(ctx, gid, brun, crun)
+                except FasttrackError as exc:
+                    v, row, req_rows = Verdict.NOT_RUN, {"group": gid, "point": pid, "batch": crun.batch,
+                                                         "verdict": "not_run", "problems": exc.message}, []
+                    fails = [f"{pid}: the outputs could not be compared: {exc.message}"]
                 verdicts.append(v)
                 per_batch.setdefault(crun.batch, []).append(v)
                 point_rows.append(row)
@@ -353,8 +371,8 @@ class EquivalenceCheck(Check):
                 "baseline_tokens": len(br.token_ids), "candidate_tokens": len(cr.token_ids),
                 "baseline_text": br.text, "candidate_text": cr.text,
             })
-        bcheck_b = brun.window.batch_check(b) if brun.window else None
-        bcheck_c = crun.window.batch_check(b) if crun.window else None
+        bcheck_b = _rounds_check(brun)
+        bcheck_c = _rounds_check(crun)
         summary = summarize_greedy(comps) if comps else None
         problems: list[str] = []
         verdict = Verdict.PASS
@@ -442,6 +460,20 @@ class EquivalenceCheck(Check):
                 lines.append(f"  largest drift: prompt {br.prompt_id}, max |Δ logprob| {worst.max_abs_logprob_diff:.4f}, "
                              f"KL mean {_f(worst.kl_mean)} over {worst.n_prefix_compared} identical tokens")
         return lines
+
+
+def _rounds_check(run: PointRun) -> BatchCheck | None:
+    """All rounds' batch checks folded into one (verified only if every round was)."""
+    checks = list(run.round_checks) or ([run.window.batch_check(run.batch)] if run.window else [])
+    if not checks:
+        return None
+    bad = [(i, c) for i, c in enumerate(checks) if not c.verified]
+    detail = "; ".join(f"round {i}: {c.detail}" for i, c in (bad or list(enumerate(checks))[:2]))
+    if not bad and len(checks) > 2:
+        detail += f"; {len(checks) - 2} more round(s) verified"
+    return BatchCheck(target=run.batch, verified=not bad, source="+".join(sorted({c.source for c in checks})),
+                      steps_at_target=sum(c.steps_at_target for c in checks), decode_steps=sum(c.decode_steps for c in checks),
+                      above_target=sum(c.above_target for c in checks), detail=detail)
 
 
 def _f(x: float | None) -> str:

@@ -58,10 +58,11 @@ Sub-tests
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 from collections import Counter
-from typing import Any, Awaitable, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -104,6 +105,8 @@ SAMPLING_SELECTION_PROMPTS = 16
 """Prompts of the set considered when choosing the sampling prompt."""
 SAMPLING_WAVE = 8
 """Preferred choices per sampling request (``n``): one decode batch, snapped to a batch size of the plan."""
+PROFILED_WAVES = 4
+"""Sampling requests per temperature test that run inside the profiler window (path evidence of the sampled steps)."""
 MASK_SAMPLES = 120
 """Samples per mask test (top-k, top-p)."""
 MASK_TOP_K = 3
@@ -138,7 +141,7 @@ class SideData(_Model):
     errors: dict[str, str] = Field(default_factory=dict)
     """feature -> why it could not be measured."""
     windows: dict[str, WindowRecord] = Field(default_factory=dict)
-    """point id -> evidence window."""
+    """window name -> evidence window (each attributed to one config point)."""
     points: dict[str, str] = Field(default_factory=dict)
     """feature -> config point its requests ran at (multi-point features list them in their data)."""
 
@@ -196,28 +199,28 @@ class FeaturesCheck(Check):
         base = self.sides.get((group.id, "baseline")) if session.side == "candidate" else None
         feats = list(dict.fromkeys(ctx.scope.features))
         batches = group_batches(ctx, group)
-        tasks: dict[str, list[tuple[str, Callable[[], Awaitable[Any]]]]] = {}
-        point_batch: dict[str, int] = {}
+        tasks: list[tuple[str, Callable[[], Awaitable[Any]]]] = []
         env = _Env(ctx, session, side, base, self)
 
         def add(feature: str, batch: int, fn: Callable[[], Awaitable[Any]], *, point_id: str | None = None) -> None:
-            p = point_id or (short_point(ctx, group, batch).id if short_point(ctx, group, batch) else None)
+            sp = short_point(ctx, group, batch)
+            p = point_id or (sp.id if sp else None)
             if p is None:
                 side.errors[feature] = f"the plan has no config point at batch {batch} in group {group.id}"
                 return
-            tasks.setdefault(p, []).append((feature, fn))
-            point_batch[p] = batch
+            tasks.append((feature, fn))
             side.points.setdefault(feature, p)
 
         short_batches = [b for b in batches if short_point(ctx, group, b) is not None]
-        if "structured_output" in feats:
-            for b in short_batches:
-                add("structured_output", b, lambda b=b: env.structured(b))
+        # Sampling first: the candidate reuses the prompt and reference the baseline chose.
         if "temperature_sampling" in feats and short_batches:
             wave = nearest_batch(short_batches, self.wave_pref)
             add("temperature_sampling", wave, lambda: env.sampling(wave))
             t0 = nearest_batch(short_batches, 3)
             add("temperature_sampling", t0, lambda: env.zero_temperature(t0))
+        if "structured_output" in feats:
+            for b in short_batches:
+                add("structured_output", b, lambda b=b: env.structured(b))
         if "full_context" in feats:
             for p in full_points(ctx, group):
                 add("full_context", p.batch, lambda p=p: env.full_context(p), point_id=p.id)
@@ -243,22 +246,15 @@ class FeaturesCheck(Check):
 
         async with session.engine.client() as client:
             env.client = client
-            # Sampling depends on the prompt chosen on the baseline: run its point first.
-            order = sorted(tasks, key=lambda p: (0 if any(f == "temperature_sampling" for f, _ in tasks[p]) else 1, p))
-            for pid in order:
-                async with EvidenceWindow(ctx, session.engine, check=self.name, name=f"features-{pid}",
-                                          points={pid: None}, side=session.side) as win:
-                    for feature, fn in tasks[pid]:
-                        try:
-                            await fn()
-                        except FasttrackError as exc:
-                            from fasttrack.engine import EngineCrashed
+            for feature, fn in tasks:
+                try:
+                    await fn()
+                except FasttrackError as exc:
+                    from fasttrack.engine import EngineCrashed
 
-                            if isinstance(exc, EngineCrashed):
-                                raise
-                            side.errors[feature] = f"{type(exc).__name__}: {exc.message}"
-                if win.record is not None:
-                    side.windows[pid] = win.record
+                    if isinstance(exc, EngineCrashed):
+                        raise
+                    side.errors[feature] = f"{type(exc).__name__}: {exc.message}"
         self.artifacts.append(write_artifact(ctx, self.name, f"{group.id}.{session.side}.json", side.model_dump(mode="json")))
 
     # ------------------------------------------------------------------ judge
@@ -349,10 +345,14 @@ class FeaturesCheck(Check):
             return Outcome(feature=f, verdict=Verdict.NOT_RUN, reason=f"{gid}: no measurements on both sides",
                            rows=[{"feature": f, "group": gid, "verdict": "not_run"}])
         judge = getattr(self, f"_judge_{f}")
-        out: Outcome = judge(ctx, gid, base, cand)
+        try:
+            out: Outcome = judge(ctx, gid, base, cand)
+        except FasttrackError as exc:
+            return Outcome(feature=f, verdict=Verdict.NOT_RUN, reason=f"{gid}: the measurements could not be judged: {exc.message}",
+                           rows=[{"feature": f, "group": gid, "verdict": "not_run", "detail": exc.message}])
         # a sub-test whose candidate window never reached the optimized path proves nothing
         pts = cand.data[f].get("points") or [cand.points.get(f)]
-        ws = [cand.windows[p] for p in pts if p in cand.windows]
+        ws = [w for w in cand.windows.values() if any(p in pts for p in w.points)]
         std = used_standard_path(ws)
         if std and out.verdict is not Verdict.NOT_RUN:
             out.verdict = Verdict.FAIL
@@ -556,7 +556,7 @@ class FeaturesCheck(Check):
                     problems.append(f"max |Δ logprob| {summ.max_abs_logprob_diff:.4f} > {eq.max_abs_logprob_diff:g}")
                 if summ.kl_mean is not None and summ.kl_mean > eq.max_kl:
                     problems.append(f"mean top-k KL {summ.kl_mean:.4f} > {eq.max_kl:g}")
-            win = cand.windows.get(pid)
+            win = cand.windows.get(crun.get("window") or "")
             bc = win.batch_check(crun["batch"]) if win else None
             if bc is not None and not bc.verified:
                 problems.append(f"batch composition not verified: {bc.detail}")
@@ -686,6 +686,10 @@ class FeaturesCheck(Check):
             if problems and who == "candidate":
                 failures.append(f"{d['point']} (batch 1): returned logprobs are malformed: " + "; ".join(problems[:3]))
         bd, cd = base.data["logprobs"], cand.data["logprobs"]
+        if failures or _logprob_problems(bd, eq.top_k):
+            return Outcome(feature="logprobs", verdict=fold_verdicts(verdicts) if failures else Verdict.NOT_RUN,
+                           reason="returned logprobs are malformed" if failures else "the baseline's logprobs are malformed",
+                           rows=rows, failures=failures)
         comp = compare_greedy(bd["token_ids"], cd["token_ids"], _tops(bd), _tops(cd), top_k=eq.top_k)
         ok = comp.close and (comp.max_abs_logprob_diff is None or comp.max_abs_logprob_diff <= eq.max_abs_logprob_diff)
         verdicts.append(Verdict.PASS if ok else Verdict.FAIL)
@@ -769,6 +773,16 @@ class _Env:
         self.prompts: list[PromptItem] = load_prompt_set(prompt_set_path(ctx))
         self.builder = PromptBuilder(self.tok, load_passages())
 
+    @contextlib.asynccontextmanager
+    async def window(self, point_id: str, name: str) -> AsyncIterator[EvidenceWindow]:
+        """A profiler window attributed to ``point_id``; its record is kept under its name."""
+        win = EvidenceWindow(self.ctx, self.session.engine, check=self.check.name, name=f"features-{name}-{point_id}",
+                             points={point_id: None}, side=self.session.side)
+        async with win:
+            yield win
+        if win.record is not None:
+            self.side.windows[win.record.name] = win.record
+
     def _point(self, batch: int) -> str:
         p = short_point(self.ctx, self.group, batch)
         assert p is not None
@@ -788,12 +802,15 @@ class _Env:
         data = self.side.data.setdefault("structured_output", {"records": [], "points": []})
         pid = self._point(batch)
         data["points"].append(pid)
-        for case in cases:
+        for ci, case in enumerate(cases):
             prompts = [case.prompts[(i + batch) % len(case.prompts)] for i in range(batch)]
             rf = {"type": "json_schema", "json_schema": {"name": case.name, "schema": case.schema_, "strict": True}}
-            res = await self._gather([
-                self.client.complete(p, max_tokens=JSON_MAX_TOKENS, temperature=0.0, response_format=rf) for p in prompts
-            ])
+            reqs = [self.client.complete(p, max_tokens=JSON_MAX_TOKENS, temperature=0.0, response_format=rf) for p in prompts]
+            if ci == 0:  # the first schema's round is the profiled slice of this point
+                async with self.window(pid, "structured_output"):
+                    res = await self._gather(reqs)
+            else:
+                res = await self._gather(reqs)
             validator = Draft202012Validator(case.schema_)
             for p, r in zip(prompts, res):
                 rec = {"point": pid, "batch": batch, "schema": case.name, "prompt": p}
@@ -842,11 +859,17 @@ class _Env:
         }
 
     async def _draw(self, prompt: str, first: int, *, need: int, wave: int, temperature: float, seed0: int,
-                    max_requests: int, **mask: Any) -> tuple[list[int], int]:
-        """Sample the 2nd token (given the 1st equals ``first``) until ``need`` samples or ``max_requests``."""
+                    max_requests: int, profile_point: str | None = None, **mask: Any) -> tuple[list[int], int]:
+        """Sample the 2nd token (given the 1st equals ``first``) until ``need`` samples or ``max_requests``.
+
+        Request ``k`` asks for ``wave`` choices with seeds ``seed0 + k*wave ...`` (vLLM gives child ``i`` the
+        seed ``seed + i``), so every sample has its own seed. With ``profile_point``, the first
+        ``PROFILED_WAVES`` requests run in a profiler window."""
         out: list[int] = []
         k = 0
-        while len(out) < need and k < max_requests:
+
+        async def one() -> None:
+            nonlocal k
             r = await self.client.complete(prompt, max_tokens=2, temperature=temperature, seed=seed0 + k * wave, n=wave,
                                            ignore_eos=True, **mask)
             k += 1
@@ -854,6 +877,13 @@ class _Env:
                 ids = _choice_ids(ch)
                 if len(ids) >= 2 and ids[0] == first:
                     out.append(int(ids[1]))
+
+        if profile_point is not None:
+            async with self.window(profile_point, "temperature_sampling"):
+                while k < min(PROFILED_WAVES, max_requests) and len(out) < need:
+                    await one()
+        while len(out) < need and k < max_requests:
+            await one()
         return out[:need], k
 
     async def sampling(self, wave: int) -> None:
@@ -887,7 +917,7 @@ class _Env:
             need = fg.sampling_samples
             max_req = math.ceil(need / (wave * max(p_first, 0.1)) * 1.5) + 2
             got, used = await self._draw(prompt, first, need=need, wave=wave, temperature=t, seed0=1_000_000 * (i + 1),
-                                         max_requests=max_req)
+                                         max_requests=max_req, profile_point=pid if i == 0 else None)
             data["samples"][f"{t:g}"] = got
             data["requests"][f"{t:g}"] = used
         # masks (at T=1 on the same decode position)
@@ -935,11 +965,12 @@ class _Env:
         data["points"].append(point.id)
         ids_all = [await self.builder.exact(key=f"{point.id}/{j}", length=point.context) for j in range(point.batch)]
         max_tokens = (self.ctx.scope.envelope.context.max_model_len - point.context) if self.ctx.scope.envelope else eq.max_tokens
-        res = await self._gather([
-            self.client.complete(ids, max_tokens=max_tokens, temperature=0.0, logprobs=eq.top_k, tokens_as_ids=True,
-                                 ignore_eos=True)
-            for ids in ids_all
-        ])
+        async with self.window(point.id, "full_context") as win:
+            res = await self._gather([
+                self.client.complete(ids, max_tokens=max_tokens, temperature=0.0, logprobs=eq.top_k, tokens_as_ids=True,
+                                     ignore_eos=True)
+                for ids in ids_all
+            ])
         recs = []
         for ids, r in zip(ids_all, res):
             if isinstance(r, BaseException):
@@ -956,7 +987,7 @@ class _Env:
                 "top": [[(t.token_id, t.logprob) for t in p.top if t.token_id is not None] for p in pos], "text": ch.text,
             })
         data["runs"].append({"point": point.id, "batch": point.batch, "context": point.context, "max_tokens": max_tokens,
-                             "records": recs})
+                             "records": recs, "window": win.record.name if win.record else None})
 
     # -- API behaviour
 
