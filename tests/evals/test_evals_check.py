@@ -138,3 +138,16 @@ def test_judge_without_the_reference_run_is_not_run(tmp_path: Path) -> None:
     chk.state.runs = [_record(unit, "baseline", "primary", ["a"]), _record(unit, "candidate", "primary", ["a"])]
     res = chk.judge(ctx)
     assert res.verdict is Verdict.NOT_RUN and "baseline reference repeat 0" in res.reason
+
+
+def test_result_tables_serialise_to_parquet(tmp_path: Path) -> None:
+    from fasttrack.bundle.tables import parquet_bytes, read_rows
+
+    for outputs in ([f"output {i} of the stock path, several words long" for i in range(8)],
+                    [f"zz qq {i} xx" for i in range(8)]):
+        res = _judge_with(tmp_path, outputs)
+        for name, rows in res.tables.items():
+            if not rows:
+                continue
+            data, n, _cols = parquet_bytes(rows)
+            assert n == len(rows) and len(read_rows(data)) == len(rows), name
