@@ -82,7 +82,8 @@ def kernels(
             t.add_column(col)
         for k in result.summary.get("per_kernel", []):
             t.add_row(k["suite"], f"{k['kernel']}/{k['output']}", k["dtype"], str(k["cases"]), str(k["failed"]), f"{k['max_abs_err']:.3g}", f"{k['max_rel_err']:.3g}", str(k["max_ulp"]))
-        console.print(t)
+        if result.summary.get("per_kernel"):
+            console.print(t)
         for s in result.summary.get("speed_of_light", []):
             console.print(f"speed of light {s['suite']} {s['kernel']} [{s['shape']}]: {s['time_us']:.2f} us, {s['pct_peak_bandwidth']:.1f}% of peak bandwidth, {s['pct_peak_flops']:.2f}% of peak bf16 FLOP/s", highlight=False)
         for f in result.failures[:20]:
