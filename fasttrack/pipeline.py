@@ -348,5 +348,26 @@ def _write_outputs(opts, ctx, loaded, plan, host, rehearsal, rehearsal_reason, i
         from fasttrack.bundle.integration import write_run_bundle
     except ImportError:
         return None
-    return write_run_bundle(opts=opts, ctx=ctx, loaded=loaded, plan=plan, host=host, rehearsal=rehearsal,
-                            rehearsal_reason=rehearsal_reason, isolation=isolation, results=results, state=state, log=log)
+    tarball = write_run_bundle(opts=opts, ctx=ctx, loaded=loaded, plan=plan, host=host, rehearsal=rehearsal,
+                               rehearsal_reason=rehearsal_reason, isolation=isolation, results=results, state=state,
+                               log=log)
+    _write_report(opts, ctx, isolation, log=log)
+    return tarball
+
+
+def _write_report(opts: ValidateOptions, ctx: RunContext, isolation: IsolationResult | None, *, log) -> None:
+    """report.html and pr-comment.md next to the bundle, rendered from the bundle alone (verified first)."""
+    from fasttrack.bundle.integration import load_sign_keys
+    from fasttrack.report.report import render_report
+
+    bundle_dir = ctx.run_dir / "bundle"
+    if not bundle_dir.is_dir():
+        return
+    keys = [k.public for k in load_sign_keys(opts.sign_keys)] if opts.sign_keys else []
+    try:
+        render_report(bundle_dir, ctx.run_dir / "report.html", keys=keys,
+                      pr_head=isolation.head_sha if isolation else None,
+                      comment_path=ctx.run_dir / "pr-comment.md")
+        log(f"report: {ctx.run_dir / 'report.html'}  PR comment: {ctx.run_dir / 'pr-comment.md'}")
+    except FasttrackError as exc:
+        log(f"report not written: {exc.message}")

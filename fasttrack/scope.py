@@ -313,7 +313,8 @@ class KernelSuite(_Model):
     requires_gpu: bool = True
     dtypes: list[Literal["fp32", "fp16", "bf16", "fp8"]] = Field(default_factory=lambda: ["bf16"])
     tolerances: dict[str, dict[str, dict[str, float]]] = Field(default_factory=dict)
-    """Per-kernel overrides: {kernel: {dtype: {atol, rtol, ulp}}}."""
+    """Per-kernel overrides: {kernel or kernel.output: {dtype or '*': {atol, rtol, ulp}}}; ``ulp`` is the
+    budget for repeated runs of one input (0 = bitwise equal). See docs/kernels.md."""
     dims: dict[str, int] = Field(default_factory=dict)
     """Model dimensions the suite uses (hidden size, heads, head dim...)."""
 
