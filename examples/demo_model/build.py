@@ -14,8 +14,12 @@ Properties the harness relies on:
   attention rejects 16), ``float32`` weights (the build CPUs have AVX2 only).
 - **Peaked next-token distributions**: the output layer is scaled by
   ``LM_HEAD_SCALE`` so sampling bugs (wrong temperature, top-p) are visible.
-  Rows of special tokens in the output layer are zero, so random generations
-  rarely stop early; clients bound length with ``max_tokens``.
+  A constant feature in hidden dimension ``BIAS_DIM`` (set in every embedding
+  row) lets the output layer push *suppressed* tokens (special tokens,
+  whitespace-only tokens, control characters, partial UTF-8 bytes) about 17
+  logits down in every context. So random generations rarely stop early (bound
+  them with ``max_tokens``) and JSON under a grammar stays compact: whitespace
+  loses to the structural characters the grammar allows.
 - **Architecture** ``FasttrackDemoLlamaForCausalLM`` (``model_type: llama``): the
   architecture is provided by the ``fasttrack_demo_plugin`` package
   (``examples/demo_plugin``), which must be installed for vLLM to load it.
@@ -55,6 +59,12 @@ TARGET_VOCAB_SIZE = 1024
 INIT_STD = 0.02
 LM_HEAD_SCALE = 12.0
 """Scale of the output layer; at 12 the top-20 logprobs carry about 90% of the mass."""
+BIAS_DIM = 0
+"""Hidden dimension that carries a constant feature from the embeddings to the output
+layer, so output rows can make tokens unlikely in every context (Llama has no bias)."""
+EMBED_BIAS = 0.2
+SUPPRESS_WEIGHT = -8.0
+"""Output-layer weight on ``BIAS_DIM`` for suppressed tokens."""
 RMS_NORM_EPS = 1e-5
 ROPE_THETA = 10000.0
 
@@ -109,6 +119,25 @@ def _train_tokenizer(corpus: str) -> str:
     return json.dumps(data, ensure_ascii=False, indent=2) + "\n"
 
 
+def _suppressed_token_ids(tokenizer_json: str) -> list[int]:
+    """Tokens the output layer makes unlikely: special tokens, whitespace-only
+    tokens, and tokens with control characters or partial UTF-8 sequences."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_str(tokenizer_json)
+    ids = []
+    for i in range(tokenizer.get_vocab_size()):
+        text = tokenizer.decode([i], skip_special_tokens=False)
+        if (
+            tokenizer.id_to_token(i) in SPECIAL_TOKENS
+            or not text.strip()
+            or "\ufffd" in text
+            or any(ord(ch) < 32 or ord(ch) == 127 for ch in text)
+        ):
+            ids.append(i)
+    return ids
+
+
 def _dump_json(obj: Any) -> str:
     return json.dumps(obj, ensure_ascii=False, indent=2, sort_keys=True) + "\n"
 
@@ -137,7 +166,7 @@ def _write_safetensors(path: Path, tensors: dict[str, torch.Tensor]) -> None:
             fh.write(blob)
 
 
-def _make_weights(*, vocab_size: int, special_ids: list[int], seed: int) -> dict[str, torch.Tensor]:
+def _make_weights(*, vocab_size: int, suppressed_ids: list[int], seed: int) -> dict[str, torch.Tensor]:
     """Random Llama weights, drawn in a fixed order from one seeded generator."""
     gen = torch.Generator().manual_seed(seed)
 
@@ -145,9 +174,9 @@ def _make_weights(*, vocab_size: int, special_ids: list[int], seed: int) -> dict
         return torch.randn(*shape, generator=gen, dtype=torch.float32) * std
 
     kv_dim = NUM_KV_HEADS * HEAD_DIM
-    weights: dict[str, torch.Tensor] = {
-        "model.embed_tokens.weight": normal(vocab_size, HIDDEN_SIZE),
-    }
+    embed = normal(vocab_size, HIDDEN_SIZE)
+    embed[:, BIAS_DIM] = EMBED_BIAS  # a constant residual feature: the output layer's "bias" input
+    weights: dict[str, torch.Tensor] = {"model.embed_tokens.weight": embed}
     for i in range(NUM_LAYERS):
         p = f"model.layers.{i}"
         weights[f"{p}.self_attn.q_proj.weight"] = normal(HIDDEN_SIZE, HIDDEN_SIZE)
@@ -161,7 +190,9 @@ def _make_weights(*, vocab_size: int, special_ids: list[int], seed: int) -> dict
         weights[f"{p}.post_attention_layernorm.weight"] = torch.ones(HIDDEN_SIZE)
     weights["model.norm.weight"] = torch.ones(HIDDEN_SIZE)
     lm_head = normal(vocab_size, HIDDEN_SIZE) * LM_HEAD_SCALE
-    lm_head[special_ids] = 0.0  # special tokens get logit 0: rarely sampled
+    lm_head[:, BIAS_DIM] = 0.0
+    lm_head[suppressed_ids] = 0.0
+    lm_head[suppressed_ids, BIAS_DIM] = SUPPRESS_WEIGHT
     weights["lm_head.weight"] = lm_head
     return weights
 
@@ -210,6 +241,7 @@ def build_model(out_dir: Path, *, seed: int = 0, corpus_path: Path = CORPUS_PATH
     vocab: dict[str, int] = json.loads(tokenizer_json)["model"]["vocab"]
     vocab_size = len(vocab)
     special_ids = sorted(vocab[token] for token in SPECIAL_TOKENS)
+    suppressed_ids = _suppressed_token_ids(tokenizer_json)
     bos_id, eos_id, eot_id = vocab[BOS_TOKEN], vocab[EOS_TOKEN], vocab[EOT_TOKEN]
 
     config = {
@@ -256,7 +288,7 @@ def build_model(out_dir: Path, *, seed: int = 0, corpus_path: Path = CORPUS_PATH
     (out_dir / "generation_config.json").write_text(_dump_json(generation_config), encoding="utf-8")
     (out_dir / "tokenizer_config.json").write_text(_dump_json(tokenizer_config), encoding="utf-8")
     (out_dir / "special_tokens_map.json").write_text(_dump_json(special_tokens_map), encoding="utf-8")
-    weights = _make_weights(vocab_size=vocab_size, special_ids=special_ids, seed=seed)
+    weights = _make_weights(vocab_size=vocab_size, suppressed_ids=suppressed_ids, seed=seed)
     _write_safetensors(out_dir / "model.safetensors", weights)
 
     digest, files = model_sha256(out_dir)
@@ -276,6 +308,7 @@ def build_model(out_dir: Path, *, seed: int = 0, corpus_path: Path = CORPUS_PATH
         "max_model_len": MAX_MODEL_LEN,
         "lm_head_scale": LM_HEAD_SCALE,
         "special_token_ids": special_ids,
+        "suppressed_token_ids": suppressed_ids,
         "corpus_sha256": hashlib.sha256(corpus.encode("utf-8")).hexdigest(),
         "files": files,
         "sha256": digest,

@@ -113,19 +113,41 @@ def test_safetensors_header_is_canonical(built: tuple[Path, dict]) -> None:
     assert 8 + size + end == len(raw)
 
 
-def test_weights_load_and_output_layer_is_peaked(built: tuple[Path, dict]) -> None:
+def test_weights_load_and_output_layer_is_peaked(built: tuple[Path, dict], builder: ModuleType) -> None:
     torch = pytest.importorskip("torch")
     safetensors_torch = pytest.importorskip("safetensors.torch")
     out, meta = built
     tensors = safetensors_torch.load_file(str(out / "model.safetensors"))
-    lm_head = tensors["lm_head.weight"]
+    lm_head, embed = tensors["lm_head.weight"], tensors["model.embed_tokens.weight"]
     assert lm_head.shape == (meta["vocab_size"], meta["hidden_size"])
-    assert torch.all(lm_head[meta["special_token_ids"]] == 0)
-    # A unit-RMS hidden state gives logits with std ~ 0.02 * 12 * sqrt(hidden).
+    bias = builder.BIAS_DIM
+    assert torch.all(embed[:, bias] == builder.EMBED_BIAS)
+    sup = meta["suppressed_token_ids"]
+    assert set(meta["special_token_ids"]) <= set(sup)
+    assert torch.all(lm_head[sup][:, bias] == builder.SUPPRESS_WEIGHT)
+    others = sorted(set(range(meta["vocab_size"])) - set(sup))
+    assert torch.all(lm_head[others][:, bias] == 0)
+    # A unit-RMS final hidden state with the bias feature (about 2 after the final
+    # norm) gives peaked logits, and suppressed tokens far below the rest.
     h = torch.randn(64, meta["hidden_size"], generator=torch.Generator().manual_seed(0))
-    probs = torch.softmax(h @ lm_head.T, dim=-1)
+    h[:, bias] = 2.0
+    logits = h @ lm_head.T
+    probs = torch.softmax(logits, dim=-1)
     top1 = probs.max(dim=-1).values.mean().item()
     assert top1 > 0.2, f"next-token distributions are too flat (mean top-1 prob {top1:.3f})"
+    assert probs[:, sup].sum(-1).max().item() < 1e-4
+
+
+def test_whitespace_and_control_tokens_are_suppressed(built: tuple[Path, dict]) -> None:
+    tokenizers = pytest.importorskip("tokenizers")
+    out, meta = built
+    tok = tokenizers.Tokenizer.from_file(str(out / "tokenizer.json"))
+    texts = {i: tok.decode([i], skip_special_tokens=False) for i in range(tok.get_vocab_size())}
+    whitespace = {i for i, t in texts.items() if t and not t.strip()}
+    assert whitespace, "the vocabulary should contain whitespace-only tokens"
+    assert whitespace <= set(meta["suppressed_token_ids"])
+    assert tok.token_to_id('"') not in meta["suppressed_token_ids"]
+    assert len(meta["suppressed_token_ids"]) < meta["vocab_size"] / 4
 
 
 def test_tokenizer_and_chat_template(built: tuple[Path, dict]) -> None:

@@ -31,7 +31,7 @@ NUMERICS_BATCH = 3
 """``numerics-batch``: the batch size whose fused MLP drops one split-K chunk."""
 SLOW_BATCH = 4
 """``slow-batch``: the batch size whose decode steps busy-wait."""
-SLOW_BATCH_DELAY_S = 0.004
+SLOW_BATCH_DELAY_S = 0.008
 """``slow-batch``: busy-wait added to every decode step at ``SLOW_BATCH``."""
 TEMPERATURE_LOGIT_SCALE = 2.0
 """``ignore-temperature``: decode logits are multiplied by this (sampling at T/2)."""

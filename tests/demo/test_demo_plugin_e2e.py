@@ -1,0 +1,262 @@
+"""The demo plugin in real vLLM engines: the candidate is faithful to the baseline,
+logs its fallbacks, and each planted defect has its effect.
+
+The faithfulness tests use the session's shared ``baseline`` and ``candidate``
+engines (same keys and arguments as the fixtures in ``tests/conftest.py``), so a
+session that also runs the engine tests does not start them twice. The defect
+tests start one engine per defect; they run only with
+``FASTTRACK_DEMO_DEFECT_TESTS=1`` (five extra engine starts, about six minutes on
+two cores).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+DEFECT_ENV = "FASTTRACK_DEMO_DEFECT"
+BATCHES = (1, 2, 3, 4, 8)
+MAX_TOKENS = 24
+LOGPROB_TOL = 1e-3
+"""Largest |logprob difference| allowed between candidate and baseline on the same
+greedy tokens (float32; measured differences are about 1e-5)."""
+PROMPTS = (
+    "Alice was beginning to get very tired",
+    "Four score and seven years ago",
+    "The quick brown fox",
+    "Call me Ishmael.",
+    "It was the best of times",
+    "In the beginning God created",
+    "We hold these truths",
+    "To be, or not to be",
+)
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 12},
+        "age": {"type": "integer", "minimum": 0, "maximum": 120},
+        "ok": {"type": "boolean"},
+    },
+    "required": ["name", "age", "ok"],
+    "additionalProperties": False,
+}
+
+
+@dataclass(frozen=True)
+class Greedy:
+    """Greedy completions of ``PROMPTS[:b]`` sent concurrently, per batch size ``b``."""
+
+    tokens: dict[int, list[list[str]]]
+    logprobs: dict[int, list[list[float]]]
+
+
+def _skip_without_demo(demo_model: Any) -> None:
+    if demo_model.kind != "demo":
+        pytest.skip(f"the demo model is not available: {demo_model.note}")
+
+
+async def _post(client: Any, engine: Any, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    r = await client.post(engine.base_url.rstrip("/") + path, json={"model": engine.model, **body}, timeout=600)
+    assert r.status_code == 200, r.text[:500]
+    return r.json()
+
+
+def _greedy(engine: Any) -> Greedy:
+    import httpx
+
+    async def go() -> Greedy:
+        tokens: dict[int, list[list[str]]] = {}
+        logprobs: dict[int, list[list[float]]] = {}
+        async with httpx.AsyncClient() as c:
+            await _post(c, engine, "/v1/completions", {"prompt": "warm up", "max_tokens": 2})
+            for b in BATCHES:
+                outs = await asyncio.gather(
+                    *[
+                        _post(
+                            c,
+                            engine,
+                            "/v1/completions",
+                            {"prompt": p, "max_tokens": MAX_TOKENS, "temperature": 0.0, "logprobs": 1, "ignore_eos": True},
+                        )
+                        for p in PROMPTS[:b]
+                    ]
+                )
+                tokens[b] = [o["choices"][0]["logprobs"]["tokens"] for o in outs]
+                logprobs[b] = [o["choices"][0]["logprobs"]["token_logprobs"] for o in outs]
+        return Greedy(tokens, logprobs)
+
+    return asyncio.run(go())
+
+
+def _json_conformance(engine: Any, n: int = 6) -> list[bool]:
+    import httpx
+    import jsonschema
+
+    async def go() -> list[bool]:
+        async with httpx.AsyncClient() as c:
+            outs = await asyncio.gather(
+                *[
+                    _post(
+                        c,
+                        engine,
+                        "/v1/chat/completions",
+                        {
+                            "messages": [{"role": "user", "content": f"{p} Reply in JSON."}],
+                            "max_tokens": 96,
+                            "temperature": 0.0,
+                            "response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": SCHEMA}},
+                        },
+                    )
+                    for p in PROMPTS[:n]
+                ]
+            )
+        ok = []
+        for o in outs:
+            try:
+                jsonschema.validate(json.loads(o["choices"][0]["message"]["content"]), SCHEMA)
+                ok.append(True)
+            except (ValueError, jsonschema.ValidationError):
+                ok.append(False)
+        return ok
+
+    return asyncio.run(go())
+
+
+def _tpot_ms(engine: Any, batch: int, *, tokens: int = 96, reps: int = 3) -> float:
+    """Median time per output token (ms) of ``batch`` concurrent streams."""
+    import httpx
+
+    async def stream(c: Any, prompt: str) -> float:
+        body = {"model": engine.model, "prompt": prompt, "max_tokens": tokens, "temperature": 0.0, "ignore_eos": True, "stream": True}
+        times: list[float] = []
+        async with c.stream("POST", engine.base_url.rstrip("/") + "/v1/completions", json=body, timeout=600) as r:
+            async for line in r.aiter_lines():
+                if line.startswith("data: ") and line != "data: [DONE]":
+                    times.append(time.perf_counter())
+        return (times[-1] - times[0]) / (len(times) - 1) * 1000
+
+    async def go() -> float:
+        async with httpx.AsyncClient() as c:
+            samples = []
+            for _ in range(reps):
+                samples += await asyncio.gather(*[stream(c, PROMPTS[i]) for i in range(batch)])
+            return statistics.median(samples)
+
+    return asyncio.run(go())
+
+
+@pytest.fixture(scope="module")
+def baseline_greedy(engine_slot: Any, demo_model: Any, demo_engine_args: Any) -> Greedy:
+    _skip_without_demo(demo_model)
+    engine = engine_slot.acquire(
+        "baseline", side="baseline", model=demo_model.path, args=demo_engine_args.common, env={DEFECT_ENV: None}
+    )
+    return _greedy(engine)
+
+
+def _candidate(engine_slot: Any, demo_model: Any, demo_engine_args: Any, defect: str | None = None) -> Any:
+    key = "candidate" if defect is None else f"candidate-{defect}"
+    return engine_slot.acquire(
+        key,
+        side="candidate",
+        model=demo_model.path,
+        args=(*demo_engine_args.common, *demo_engine_args.candidate),
+        env={DEFECT_ENV: defect},
+    )
+
+
+def _first_divergence(a: list[str], b: list[str]) -> int | None:
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
+
+
+def test_candidate_is_faithful_to_the_baseline(baseline_greedy: Greedy, engine_slot, demo_model, demo_engine_args) -> None:
+    engine = _candidate(engine_slot, demo_model, demo_engine_args)
+    start = engine.log_offset()
+    cand = _greedy(engine)
+    for b in BATCHES:
+        for i, (ct, bt) in enumerate(zip(cand.tokens[b], baseline_greedy.tokens[b])):
+            assert ct == bt, f"batch {b} request {i}: greedy tokens diverge at {_first_divergence(ct, bt)}"
+            for cl, bl in zip(cand.logprobs[b][i], baseline_greedy.logprobs[b][i]):
+                if cl is not None and bl is not None:
+                    assert abs(cl - bl) <= LOGPROB_TOL, f"batch {b} request {i}: logprob {cl} vs {bl}"
+    log = engine.read_log(start)
+    assert "fasttrack-demo fallback reason=prefill" in log or "fasttrack-demo fallback reason=mixed" in log
+
+
+def test_candidate_keeps_structured_output(engine_slot, demo_model, demo_engine_args) -> None:
+    _skip_without_demo(demo_model)
+    ok = _json_conformance(_candidate(engine_slot, demo_model, demo_engine_args))
+    assert all(ok), f"conforming JSON outputs: {ok}"
+
+
+# --- planted defects (opt-in) -----------------------------------------------------
+
+defect_tests = pytest.mark.skipif(
+    os.environ.get("FASTTRACK_DEMO_DEFECT_TESTS") != "1",
+    reason="set FASTTRACK_DEMO_DEFECT_TESTS=1 to start one engine per planted defect (about six minutes)",
+)
+
+
+@defect_tests
+def test_numerics_batch_defect_diverges_only_at_batch_3(baseline_greedy: Greedy, engine_slot, demo_model, demo_engine_args) -> None:
+    cand = _greedy(_candidate(engine_slot, demo_model, demo_engine_args, "numerics-batch"))
+    for b in BATCHES:
+        same = [ct == bt for ct, bt in zip(cand.tokens[b], baseline_greedy.tokens[b])]
+        if b == 3:
+            assert not any(same), f"batch 3 should diverge for every request: {same}"
+        else:
+            assert all(same), f"batch {b} should match the baseline: {same}"
+
+
+@defect_tests
+def test_ignore_temperature_defect_keeps_greedy_but_changes_logprobs(baseline_greedy: Greedy, engine_slot, demo_model, demo_engine_args) -> None:
+    cand = _greedy(_candidate(engine_slot, demo_model, demo_engine_args, "ignore-temperature"))
+    assert cand.tokens == baseline_greedy.tokens
+    # decode-step logprobs (positions >= 1) come from logits scaled by 2: sharper
+    diffs = [
+        c - b
+        for bt in BATCHES
+        for cl, bl in zip(cand.logprobs[bt], baseline_greedy.logprobs[bt])
+        for c, b in zip(cl[1:], bl[1:])
+    ]
+    assert statistics.mean(diffs) > 0.05, f"mean logprob shift {statistics.mean(diffs):.4f}"
+    # the first token comes from the prefill (stock path) and is unaffected
+    first = [abs(cl[0] - bl[0]) for bt in BATCHES for cl, bl in zip(cand.logprobs[bt], baseline_greedy.logprobs[bt])]
+    assert max(first) <= LOGPROB_TOL
+
+
+@defect_tests
+def test_broken_json_defect_breaks_structured_output_only(baseline_greedy: Greedy, engine_slot, demo_model, demo_engine_args) -> None:
+    engine = _candidate(engine_slot, demo_model, demo_engine_args, "broken-json")
+    ok = _json_conformance(engine)
+    assert not any(ok), f"conforming JSON outputs: {ok}"
+    assert _greedy(engine).tokens == baseline_greedy.tokens
+
+
+@defect_tests
+def test_silent_fallback_defect_claims_the_fast_path_and_runs_stock(baseline_greedy: Greedy, engine_slot, demo_model, demo_engine_args) -> None:
+    engine = _candidate(engine_slot, demo_model, demo_engine_args, "silent-fallback")
+    start = engine.log_offset()
+    assert _greedy(engine).tokens == baseline_greedy.tokens
+    log = engine.read_log(0)
+    assert "decode_backend=latency_specialized enabled" in log
+    assert "fasttrack-demo fast-path first decode step" in log
+    # every decode step was diverted, and none of them was logged as a fallback
+    reasons = {line.split("reason=")[1].split()[0] for line in engine.read_log(start).splitlines() if "reason=" in line}
+    assert reasons <= {"prefill", "mixed"}, reasons
+
+
+@defect_tests
+def test_slow_batch_defect_slows_batch_4(engine_slot, demo_model, demo_engine_args) -> None:
+    engine = _candidate(engine_slot, demo_model, demo_engine_args, "slow-batch")
+    t3, t4, t5 = (_tpot_ms(engine, b) for b in (3, 4, 5))
+    assert t4 > 1.5 * max(t3, t5), f"median TPOT ms: batch 3 {t3:.2f}, batch 4 {t4:.2f}, batch 5 {t5:.2f}"
