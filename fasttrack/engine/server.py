@@ -126,6 +126,7 @@ def group_members(pgid: int) -> list[tuple[int, str]]:
 _LIVE: dict[int, "ManagedEngine"] = {}
 _REG_LOCK = threading.RLock()
 _HOOKS_INSTALLED = False
+_SIGNALS_INSTALLED = False
 _PREV_HANDLERS: dict[int, Any] = {}
 
 
@@ -153,14 +154,15 @@ def _on_signal(signum: int, frame: Any) -> None:
 
 
 def _install_hooks() -> None:
-    global _HOOKS_INSTALLED
+    """atexit once; SIGTERM/SIGHUP handlers once, from the main thread (signals need it)."""
+    global _HOOKS_INSTALLED, _SIGNALS_INSTALLED
     with _REG_LOCK:
-        if _HOOKS_INSTALLED:
+        if not _HOOKS_INSTALLED:
+            _HOOKS_INSTALLED = True
+            atexit.register(stop_all_engines)
+        if _SIGNALS_INSTALLED or threading.current_thread() is not threading.main_thread():
             return
-        _HOOKS_INSTALLED = True
-        atexit.register(stop_all_engines)
-        if threading.current_thread() is not threading.main_thread():
-            return
+        _SIGNALS_INSTALLED = True
         for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
             if sig is None:
                 continue

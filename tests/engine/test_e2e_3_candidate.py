@@ -18,10 +18,20 @@ pytestmark = pytest.mark.e2e
 MAX_BATCH = 8  # the demo plugin's declared decode batch range is 1..8
 
 
+def _fallback_log_interval() -> float:
+    """The plugin logs at most one fallback line per reason per this many seconds."""
+    from fasttrack_demo_plugin import dispatch
+
+    return float(dispatch.LOG_INTERVAL_S)
+
+
 def _window(engine, markers, name: str, requests: list[Request]) -> WindowEvidence:
     async def go():
         async with engine.client() as c:
             await c.complete("warm up", max_tokens=2, temperature=0.0)
+            # let the warm-up's own (rate-limited) fallback lines age out, so the
+            # window's fallbacks are logged inside the window
+            await asyncio.sleep(_fallback_log_interval() + 0.2)
             async with ProfilerWindow(
                 engine, name, markers=markers.marker_set(), fallback_pattern=markers.fallback_pattern
             ) as win:
