@@ -500,6 +500,11 @@ class WindowRecord(_Model):
     def decode_steps(self) -> int:
         return int(self.summary.get("decode_steps") or 0)
 
+    def steps_at(self, batch: int) -> tuple[int, int]:
+        """(decode steps at this batch size, of which on the optimized path)."""
+        opt = self.summary.get("optimized_decode_batch_sizes") or {}
+        return self.decode_batch_sizes.get(batch, 0), int(opt.get(str(batch), 0))
+
     def batch_check(self, target: int) -> BatchCheck:
         return verify_batch(target, decode_batch_sizes=self.decode_batch_sizes or None,
                             running_samples=self.running_samples or None)
@@ -521,6 +526,36 @@ async def _sample_running(engine: "EngineHandle", out: list[float], stop: asynci
                 await asyncio.wait_for(stop.wait(), timeout=interval)
             except asyncio.TimeoutError:
                 pass
+
+
+class MetricsSampler:
+    """Samples ``vllm:num_requests_running`` every ``interval`` seconds while its block runs.
+
+    The gauge is what the engine reports as running (scheduled) requests; its peak
+    during a round of ``b`` concurrent requests is ``b`` when the engine batched them."""
+
+    def __init__(self, engine: "EngineHandle", *, interval: float = 0.02) -> None:
+        self.engine = engine
+        self.interval = interval
+        self.samples: list[float] = []
+        self._stop: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> "MetricsSampler":
+        self._stop = asyncio.Event()
+        self._task = asyncio.create_task(_sample_running(self.engine, self.samples, self._stop, self.interval))
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        assert self._stop is not None and self._task is not None
+        self._stop.set()
+        try:
+            await self._task
+        except Exception:  # noqa: BLE001 - sampling is best effort
+            pass
+
+    def check(self, target: int) -> BatchCheck:
+        return verify_batch(target, running_samples=self.samples or None)
 
 
 class EvidenceWindow:
@@ -548,6 +583,7 @@ class EvidenceWindow:
         sample_interval: float = 0.02,
         scrape_metrics: bool = False,
         profile: bool = True,
+        sample_metrics: bool = False,
     ) -> None:
         self.ctx = ctx
         self.engine = engine
@@ -561,8 +597,8 @@ class EvidenceWindow:
         self.evidence: "WindowEvidence | None" = None
         self._pw: Any = None
         self._samples: list[float] = []
-        self._stop: asyncio.Event | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._sampler: MetricsSampler | None = None
+        self.sample_metrics = sample_metrics
         self._t0 = 0.0
         self._unavailable: str | None = None
         self.profile = profile
@@ -581,20 +617,17 @@ class EvidenceWindow:
             self._pw = ProfilerWindow(self.engine, self.name, markers=markers, fallback_pattern=fallback_regex(self.ctx),
                                       scrape_metrics=self.scrape_metrics)
             await self._pw.__aenter__()
-        else:
-            self._stop = asyncio.Event()
-            self._task = asyncio.create_task(_sample_running(self.engine, self._samples, self._stop, self.sample_interval))
+        if self._unavailable is not None or self.sample_metrics:
+            self._sampler = MetricsSampler(self.engine, interval=self.sample_interval)
+            await self._sampler.__aenter__()
         self._t0 = time.perf_counter()
         return self
 
     async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         seconds = time.perf_counter() - self._t0
-        if self._task is not None and self._stop is not None:
-            self._stop.set()
-            try:
-                await self._task
-            except Exception:  # noqa: BLE001 - sampling is best effort
-                pass
+        if self._sampler is not None:
+            await self._sampler.__aexit__(exc_type, exc, tb)
+            self._samples = self._sampler.samples
         if self._pw is not None:
             await self._pw.__aexit__(exc_type, exc, tb)
         if exc_type is not None:
@@ -606,7 +639,7 @@ class EvidenceWindow:
                 name=self.name, side=self.side, points=list(self.points), available=True, summary=window_summary(ev),
                 steps=[{"kind": s.kind, "batch": s.batch, "optimized_ops": s.optimized_ops, "stock_ops": s.stock_ops}
                        for s in ev.steps],
-                seconds=round(seconds, 3),
+                running_samples=self._samples, seconds=round(seconds, 3),
             )
             for pid, batch in self.points.items():
                 self.ctx.evidence.append(_point_evidence(ev, check=self.check, point=pid, batch=batch))

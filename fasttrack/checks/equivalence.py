@@ -37,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from fasttrack.checks._common import (
     BatchCheck,
     EvidenceWindow,
+    MetricsSampler,
     PromptBuilder,
     PromptItem,
     TokenizerClient,
@@ -179,42 +180,49 @@ class EquivalenceCheck(Check):
         plans = self.request_plans.setdefault(group.id, {})
         async with session.engine.client() as client:
             for idx, point in enumerate(points):
+                if point.id in plans:
+                    continue
                 b = point.batch
-                if point.id not in plans:
-                    rounds = max(1, math.ceil(self.n_requests / b))
-                    high = point.context if max_len is None else min(point.context, max_len - gate.max_tokens)
-                    low = max(1, high // 2)
-                    rows: list[list[tuple[PromptItem, list[int]]]] = []
-                    for r in range(rounds):
-                        row = []
-                        for j in range(b):
-                            item = prompts[(idx * 7 + r * b + j) % len(prompts)]
-                            ids = await builder.bounded(item.prompt, key=f"{point.id}/{item.id}", low=low, high=high)
-                            row.append((item, ids))
-                        rows.append(row)
-                    plans[point.id] = rows
-                plan = plans[point.id]
-                run = PointRun(point=point.id, batch=b, context=point.context)
-                for r, row in enumerate(plan):
-                    # Round 0 runs in a profiler window (path evidence + batch composition from the trace);
-                    # later rounds sample vllm:num_requests_running (traces cost tens of ms per step to write).
-                    profiled = r == 0
-                    async with EvidenceWindow(ctx, session.engine, check=self.name,
-                                              name=f"equivalence-{point.id}" + ("" if profiled else f"-r{r}"),
-                                              points={point.id: None} if profiled else {}, side=session.side,
-                                              profile=profiled) as win:
-                        results = await asyncio.gather(*(
-                            client.complete(ids, max_tokens=gate.max_tokens, temperature=0.0, logprobs=gate.top_k,
-                                            tokens_as_ids=True, ignore_eos=True)
-                            for _, ids in row
-                        ), return_exceptions=True)
-                    for (item, ids), res in zip(row, results):
-                        run.records.append(_record(point.id, b, r, item, ids, res))
-                    if win.record is not None:
-                        if profiled:
-                            run.window = win.record
-                        run.round_checks.append(win.record.batch_check(b))
-                side_runs[point.id] = run
+                rounds = max(1, math.ceil(self.n_requests / b))
+                high = point.context if max_len is None else min(point.context, max_len - gate.max_tokens)
+                low = max(1, high // 2)
+                rows: list[list[tuple[PromptItem, list[int]]]] = []
+                for r in range(rounds):
+                    row = []
+                    for j in range(b):
+                        item = prompts[(idx * 7 + r * b + j) % len(prompts)]
+                        ids = await builder.bounded(item.prompt, key=f"{point.id}/{item.id}", low=low, high=high)
+                        row.append((item, ids))
+                    rows.append(row)
+                plans[point.id] = rows
+
+            async def run_round(point: Any, r: int) -> None:
+                run = side_runs.setdefault(point.id, PointRun(point=point.id, batch=point.batch, context=point.context))
+                row = plans[point.id][r]
+                async with MetricsSampler(session.engine) as sampler:
+                    results = await asyncio.gather(*(
+                        client.complete(ids, max_tokens=gate.max_tokens, temperature=0.0, logprobs=gate.top_k,
+                                        tokens_as_ids=True, ignore_eos=True)
+                        for _, ids in row
+                    ), return_exceptions=True)
+                for (item, ids), res in zip(row, results):
+                    run.records.append(_record(point.id, point.batch, r, item, ids, res))
+                run.round_checks.append(sampler.check(point.batch))
+
+            # Round 0 of every point at one context runs in one profiler window (path evidence, decode steps per
+            # batch size); trace export costs seconds per window on small hosts, so later rounds are not profiled.
+            # Every round's batch composition is checked from vllm:num_requests_running samples.
+            for c in sorted({p.context for p in points}):
+                at_c = [p for p in points if p.context == c]
+                async with EvidenceWindow(ctx, session.engine, check=self.name, name=f"equivalence-{group.id}-ctx{c}",
+                                          points={p.id: p.batch for p in at_c}, side=session.side) as win:
+                    for point in at_c:
+                        await run_round(point, 0)
+                for point in at_c:
+                    side_runs[point.id].window = win.record
+            for point in points:
+                for r in range(1, len(plans[point.id])):
+                    await run_round(point, r)
             if session.side == "candidate":
                 await self._explain(ctx, group.id, session.engine)
         self.artifacts.append(write_artifact(
@@ -394,9 +402,11 @@ class EquivalenceCheck(Check):
         for who, bc in (("baseline", bcheck_b), ("candidate", bcheck_c)):
             if bc is not None and not bc.verified:
                 problems.append(f"the {who}'s batch composition was not verified: {bc.detail}")
-        if crun.window and crun.window.available and crun.window.optimized_decode_steps == 0:
-            problems.append(f"used the standard path: none of the candidate's {crun.window.decode_steps} decode steps at "
-                            "this point ran an optimized-path marker")
+        if crun.window and crun.window.available:
+            n_at, opt_at = crun.window.steps_at(b)
+            if n_at and opt_at == 0:
+                problems.append(f"used the standard path: none of the candidate's {n_at} decode steps at batch {b} ran an "
+                                "optimized-path marker")
         if problems:
             verdict = Verdict.FAIL
         if verdict is Verdict.FAIL:
@@ -463,17 +473,29 @@ class EquivalenceCheck(Check):
 
 
 def _rounds_check(run: PointRun) -> BatchCheck | None:
-    """All rounds' batch checks folded into one (verified only if every round was)."""
-    checks = list(run.round_checks) or ([run.window.batch_check(run.batch)] if run.window else [])
+    """Every round's batch check (metrics samples) and the profiled window's decode steps at the batch size, folded
+    into one: verified only if every round peaked at the batch size and the trace shows decode steps at it."""
+    checks = [(f"round {i}", c) for i, c in enumerate(run.round_checks)]
+    if run.window is not None and run.window.available:
+        n_at, _ = run.window.steps_at(run.batch)
+        sizes = ", ".join(f"{v}x batch {k}" for k, v in sorted(run.window.decode_batch_sizes.items()))
+        checks.append(("trace", BatchCheck(
+            target=run.batch, verified=n_at >= 1, source="profiler", steps_at_target=n_at,
+            decode_steps=run.window.decode_steps,
+            detail=f"{n_at} decode steps at batch {run.batch} in window {run.window.name} ({sizes})")))
+    elif not checks and run.window is not None:
+        checks.append(("window", run.window.batch_check(run.batch)))
     if not checks:
         return None
-    bad = [(i, c) for i, c in enumerate(checks) if not c.verified]
-    detail = "; ".join(f"round {i}: {c.detail}" for i, c in (bad or list(enumerate(checks))[:2]))
-    if not bad and len(checks) > 2:
-        detail += f"; {len(checks) - 2} more round(s) verified"
-    return BatchCheck(target=run.batch, verified=not bad, source="+".join(sorted({c.source for c in checks})),
-                      steps_at_target=sum(c.steps_at_target for c in checks), decode_steps=sum(c.decode_steps for c in checks),
-                      above_target=sum(c.above_target for c in checks), detail=detail)
+    bad = [(lab, c) for lab, c in checks if not c.verified]
+    shown = bad or checks[:1] + [x for x in checks if x[0] == "trace"]
+    detail = "; ".join(f"{lab}: {c.detail}" for lab, c in shown)
+    if not bad and len(checks) > len(shown):
+        detail += f"; {len(checks) - len(shown)} more check(s) verified"
+    return BatchCheck(target=run.batch, verified=not bad, source="+".join(sorted({c.source for _, c in checks})),
+                      steps_at_target=sum(c.steps_at_target for _, c in checks),
+                      decode_steps=sum(c.decode_steps for _, c in checks),
+                      above_target=sum(c.above_target for _, c in checks), detail=detail)
 
 
 def _f(x: float | None) -> str:

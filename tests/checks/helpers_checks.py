@@ -13,10 +13,14 @@ from fasttrack.scope import load_scope
 OPT = r"^fasttrack_demo::fused_decode_"
 
 
-def demo_ctx(tmp_path: Path, **scope_updates: Any) -> RunContext:
-    """A run context for the demo scope (smoke tier) without engines."""
+def demo_ctx(tmp_path: Path, *, batches: list[int] | None = None, **scope_updates: Any) -> RunContext:
+    """A run context for the demo scope (smoke tier, optionally fewer batch sizes) without engines."""
     loaded = load_scope("demo-llama")
     scope = loaded.scope
+    if batches is not None:
+        tiers = {k: v.model_copy() for k, v in scope.tiers.items()}
+        tiers["smoke"] = tiers["smoke"].model_copy(update={"batch": batches})
+        scope_updates["tiers"] = tiers
     if scope_updates:
         scope = scope.model_copy(update=scope_updates)
     plan = build_plan(scope, tier="smoke")

@@ -149,7 +149,22 @@ def test_unverified_batch_composition_fails_the_point(tmp_path: Path) -> None:
     res = chk.judge(ctx)
     assert res.verdict is Verdict.FAIL
     assert res.summary["per_batch_verdict"]["4"] == "fail"
-    assert any("batch composition was not verified" in f and "0 of 20 decode steps ran at batch 4" in f for f in res.failures)
+    assert any("batch composition was not verified" in f and "trace: 0 decode steps at batch 4" in f for f in res.failures)
+
+
+def test_a_round_that_was_not_batched_fails_the_point(tmp_path: Path) -> None:
+    from fasttrack.checks._common import verify_batch
+
+    ctx = demo_ctx(tmp_path)
+    chk = EquivalenceCheck()
+    _fill(chk, ctx)
+    gid = ctx.plan.groups[0].id
+    for side in ("baseline", "candidate"):
+        run = chk.runs[(gid, side)]["tp1-dcp1-none-b8-ctx32"]
+        run.round_checks = [verify_batch(8, running_samples=[0, 7, 7, 1] if side == "candidate" else [8, 8])]
+    res = chk.judge(ctx)
+    assert res.summary["per_batch_verdict"]["8"] == "fail"
+    assert any("b8-ctx32 (batch 8)" in f and "round 0: vllm:num_requests_running peaked at 7" in f for f in res.failures)
 
 
 def test_candidate_on_standard_path_never_passes(tmp_path: Path) -> None:

@@ -1,0 +1,175 @@
+"""Coverage check: judging path evidence and fallback probes (fakes; no engine)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fasttrack.checks._common import WindowRecord, in_range_fraction, used_standard_path
+from fasttrack.checks.base import PathEvidence, Verdict
+from fasttrack.checks.coverage import CoverageCheck, SituationProbe, _max_num_seqs
+
+from helpers_checks import demo_ctx, window
+
+GID = "tp1-dcp1-none"
+
+
+def _ev(check: str, point: str, side: str, *, decode: dict[int, int], optimized: dict[int, int] | None = None,
+        stock_ops: int = 0, unavailable: str | None = None) -> PathEvidence:
+    optimized = optimized if optimized is not None else (dict(decode) if side == "candidate" else {})
+    detail = {"decode_batch_sizes": {str(k): v for k, v in decode.items()},
+              "optimized_decode_batch_sizes": {str(k): v for k, v in optimized.items() if v}}
+    if unavailable:
+        detail = {"unavailable": unavailable}
+    return PathEvidence(check=check, point=point, side=side, window=f"{check}-{point}",
+                        optimized_ops=8 * sum(optimized.values()), stock_ops=stock_ops,
+                        decode_steps=sum(decode.values()), optimized_decode_steps=sum(optimized.values()), detail=detail)
+
+
+def _all_points(ctx, *, cand_opt=True, checks=("equivalence", "features")) -> None:
+    for p in ctx.plan.points:
+        for check in checks:
+            if check == "equivalence" and p.full_context:
+                continue
+            ctx.evidence.append(_ev(check, p.id, "baseline", decode={p.batch: 20}))
+            ctx.evidence.append(_ev(check, p.id, "candidate", decode={p.batch: 20},
+                                    optimized={p.batch: 20} if cand_opt else {}))
+
+
+def _probe(situation: str, side: str, *, steps: int = 3, optimized: int = 0, stock: int = 3,
+           lines: list[str] | None = None, earlier: list[str] | None = None) -> SituationProbe:
+    kind = {"prefill": "prefill", "mixed_prefill_decode": "mixed", "batch_above_range": "decode"}[situation]
+    batch = 9 if situation == "batch_above_range" else 2
+    extra = [{"kind": kind, "batch": batch, "optimized_ops": 8 if i < optimized else 0, "stock_ops": 4 if i < stock else 0}
+             for i in range(steps)]
+    w = window(side, [], decode={}, extra_steps=extra, fallback_lines=lines or [], name=f"coverage-{situation}")
+    w.summary["step_counts"] = {kind: steps}
+    return SituationProbe(situation=situation, side=side, group=GID, window=w, steps=steps, optimized_steps=optimized,
+                          stock_steps=stock, fallback_lines_window=lines or [], fallback_lines_earlier=earlier or [])
+
+
+def _probes(chk: CoverageCheck, **cand_kwargs) -> None:
+    for s in ("prefill", "mixed_prefill_decode", "batch_above_range"):
+        chk.probes.append(_probe(s, "baseline", stock=0))
+        kw = dict(lines=[f"INFO fasttrack-demo fallback reason={s} batch=2 tokens=40 count=1 suppressed=0"])
+        kw.update(cand_kwargs.get(s, {}))
+        chk.probes.append(_probe(s, "candidate", **kw))
+
+
+def test_clean_evidence_passes_with_coverage_table(tmp_path: Path) -> None:
+    ctx = demo_ctx(tmp_path)
+    _all_points(ctx)
+    chk = CoverageCheck()
+    _probes(chk)
+    res = chk.judge(ctx)
+    assert res.verdict is Verdict.PASS, res.failures
+    cov = res.tables["coverage"]
+    assert {(r["point"], r["check"]) for r in cov} >= {(f"{GID}-b3-ctx32", "equivalence"), (f"{GID}-b8-ctxfull", "features")}
+    assert all(r["candidate_optimized_fraction"] == 1.0 for r in cov)
+    assert {r["situation"] for r in res.tables["fallback"]} == {"prefill", "mixed_prefill_decode", "batch_above_range"}
+    assert res.summary["points_not_exercised"] == []
+
+
+def test_silent_fallback_fails_as_standard_path_for_every_check(tmp_path: Path) -> None:
+    ctx = demo_ctx(tmp_path)
+    _all_points(ctx, cand_opt=False)
+    chk = CoverageCheck()
+    _probes(chk)
+    res = chk.judge(ctx)
+    assert res.verdict is Verdict.FAIL
+    assert "equivalence" in res.reason and "features" in res.reason and "used the standard path" in res.reason
+    assert res.failures[0].startswith("check ") and "used the standard path" in res.failures[0]
+    point_msgs = [f for f in res.failures if f.startswith(f"{GID}-b4-ctx32 [equivalence]")]
+    assert point_msgs and "used the standard path" in point_msgs[0] and "0 of 20 in-range decode steps" in point_msgs[0]
+
+
+def test_partial_coverage_below_threshold_names_the_point(tmp_path: Path) -> None:
+    ctx = demo_ctx(tmp_path)
+    _all_points(ctx)
+    ctx.evidence = [e for e in ctx.evidence if not (e.point == f"{GID}-b2-ctx32" and e.side == "candidate")]
+    ctx.evidence.append(_ev("equivalence", f"{GID}-b2-ctx32", "candidate", decode={2: 20}, optimized={2: 10}))
+    chk = CoverageCheck()
+    _probes(chk)
+    res = chk.judge(ctx)
+    assert res.verdict is Verdict.FAIL
+    assert any(f.startswith(f"{GID}-b2-ctx32 [equivalence]: only 10 of 20 decode steps") for f in res.failures)
+
+
+def test_out_of_range_decode_steps_do_not_count_against_the_fraction(tmp_path: Path) -> None:
+    ctx = demo_ctx(tmp_path)
+    ev = _ev("equivalence", f"{GID}-b8-ctx32", "candidate", decode={8: 18, 9: 4}, optimized={8: 18})
+    assert in_range_fraction(ev, 1, 8) == (18, 18)
+    ctx.evidence.append(ev)
+    ctx.evidence.append(_ev("equivalence", f"{GID}-b8-ctx32", "baseline", decode={8: 18, 9: 4}))
+    chk = CoverageCheck()
+    res = chk.judge(ctx)
+    assert res.verdict is Verdict.PASS, res.failures
+    assert f"{GID}-b1-ctx32" in res.summary["points_not_exercised"]
+
+
+def test_baseline_running_optimized_ops_fails(tmp_path: Path) -> None:
+    ctx = demo_ctx(tmp_path)
+    _all_points(ctx)
+    ctx.evidence.append(_ev("equivalence", f"{GID}-b1-ctx32", "baseline", decode={1: 5}, optimized={1: 5}))
+    res = CoverageCheck().judge(ctx)
+    assert res.verdict is Verdict.FAIL
+    assert any("the baseline ran 40 optimized-path op(s)" in f for f in res.failures)
+
+
+def test_fallback_situations_must_be_stock_and_visible(tmp_path: Path) -> None:
+    ctx = demo_ctx(tmp_path)
+    _all_points(ctx)
+    chk = CoverageCheck()
+    _probes(chk, prefill={"optimized": 2}, mixed_prefill_decode={"lines": []},
+            batch_above_range={"stock": 1})
+    res = chk.judge(ctx)
+    assert res.verdict is Verdict.FAIL
+    text = "\n".join(res.failures)
+    assert f"{GID}:prefill [candidate]: 2 of 3 prefill steps ran optimized-path ops" in text
+    assert f"{GID}:mixed_prefill_decode [candidate]: the fallback is not visible" in text
+    assert f"{GID}:batch_above_range [candidate]: only 1 of 3 batch_above_range steps show the stock markers" in text
+
+
+def test_rate_limited_fallback_logged_earlier_counts_as_visible(tmp_path: Path) -> None:
+    ctx = demo_ctx(tmp_path)
+    _all_points(ctx)
+    chk = CoverageCheck()
+    _probes(chk, prefill={"lines": [], "earlier": ["fasttrack-demo fallback reason=prefill batch=1 count=3"]})
+    res = chk.judge(ctx)
+    assert res.verdict is Verdict.PASS, res.failures
+    row = next(r for r in res.tables["fallback"] if r["situation"] == "prefill" and r["side"] == "candidate")
+    assert "earlier" in row["detail"]
+
+
+def test_unobservable_stock_markers_are_a_note_not_a_failure(tmp_path: Path) -> None:
+    ctx = demo_ctx(tmp_path)
+    _all_points(ctx)
+    chk = CoverageCheck()
+    _probes(chk, prefill={"stock": 0}, mixed_prefill_decode={"stock": 0}, batch_above_range={"stock": 0})
+    res = chk.judge(ctx)
+    assert res.verdict is Verdict.PASS, res.failures
+    assert all("stock markers matched no op" in r["detail"] for r in res.tables["fallback"] if r["side"] == "candidate")
+
+
+def test_no_profiler_is_not_run_never_pass(tmp_path: Path) -> None:
+    ctx = demo_ctx(tmp_path)
+    for p in ctx.plan.points:
+        for side in ("baseline", "candidate"):
+            ctx.evidence.append(_ev("features", p.id, side, decode={}, unavailable="the engine has no profiler"))
+    res = CoverageCheck().judge(ctx)
+    assert res.verdict is Verdict.NOT_RUN
+    assert "without a profiler" in res.reason
+    assert CoverageCheck().judge(demo_ctx(tmp_path / "x")).verdict is Verdict.NOT_RUN
+
+
+def test_used_standard_path_helper() -> None:
+    ok = window("candidate", ["p"], decode={2: 10})
+    std = window("candidate", ["p"], decode={2: 10}, optimized={})
+    assert used_standard_path([ok, std]) is None
+    assert "none of the candidate's 10 decode steps" in used_standard_path([std])
+    assert used_standard_path([WindowRecord(name="w", side="candidate", points=[], available=False)]) is None
+
+
+def test_max_num_seqs_parsing() -> None:
+    assert _max_num_seqs(["--max-num-seqs", "16"]) == 16
+    assert _max_num_seqs(["--max-num-seqs=4"]) == 4
+    assert _max_num_seqs(["--seed", "0"]) is None

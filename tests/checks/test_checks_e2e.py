@@ -1,0 +1,205 @@
+"""The three correctness checks against real vLLM engines of the demo target.
+
+One baseline engine lifetime is collected once (all three checks) and shared; each
+candidate variant then gets one engine lifetime:
+
+* the clean candidate passes equivalence, features and coverage;
+* ``numerics-batch`` is caught by equivalence at batch 3 only;
+* ``ignore-temperature`` is caught by the temperature-sampling test;
+* ``broken-json`` is caught by the structured-output test;
+* ``silent-fallback`` is caught by coverage ("used the standard path").
+
+Each defect run collects only the check (and feature) meant to catch it, so the
+module needs six engine starts and stays within a few minutes on two cores. The
+check instances of the baseline run are deep-copied for every candidate, so each
+judgement compares one candidate lifetime with the same baseline lifetime.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fasttrack.checks.base import CheckResult, EngineSession, RunContext, Verdict
+from fasttrack.checks.coverage import CoverageCheck
+from fasttrack.checks.equivalence import EquivalenceCheck
+from fasttrack.checks.features import FeaturesCheck
+from fasttrack.plan import build_plan
+from fasttrack.scope import load_scope
+
+pytestmark = pytest.mark.e2e
+
+DEFECT_ENV = "FASTTRACK_DEMO_DEFECT"
+SAMPLES = 600
+"""Sampling-test samples per side in CI (the demo scope asks for 2000 in real runs); at 600 the
+chi-square test still rejects sampling at half the temperature with p far below 1e-10."""
+REQUESTS_PER_POINT = 4
+"""Equivalence requests per config point in CI (rounded up to whole batches)."""
+REPORT = Path(os.environ.get("FASTTRACK_CHECKS_E2E_REPORT", "")) if os.environ.get("FASTTRACK_CHECKS_E2E_REPORT") else None
+"""Where to write the failure messages and timings (JSON), when set."""
+
+
+@dataclass
+class Demo:
+    loaded: Any
+    scope: Any
+    plan: Any
+    root: Path
+    model: Path
+    timings: dict[str, float] = field(default_factory=dict)
+    messages: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def group(self) -> Any:
+        return self.plan.groups[0]
+
+    def ctx(self, name: str, **scope_updates: Any) -> RunContext:
+        scope = self.scope.model_copy(update=scope_updates) if scope_updates else self.scope
+        run_dir = self.root / name
+        run_dir.mkdir(parents=True, exist_ok=True)
+        ctx = RunContext(scope=scope, plan=self.plan, tier="smoke", run_dir=run_dir, log=lambda s: None)
+        ctx.shared["loaded_scope"] = self.loaded
+        return ctx
+
+    def record(self, key: str, results: dict[str, CheckResult]) -> None:
+        for name, r in results.items():
+            self.messages[f"{key}/{name}"] = [f"{r.verdict.value}: {r.reason}", *r.failures]
+        if REPORT is not None:
+            REPORT.write_text(json.dumps({"timings_s": self.timings, "results": self.messages}, indent=1))
+
+
+@dataclass
+class Collected:
+    checks: dict[str, Any]
+    evidence: list[Any]
+
+
+@pytest.fixture(scope="module")
+def demo(demo_model: Any, demo_path_markers: Any, tmp_path_factory: pytest.TempPathFactory) -> Demo:
+    from conftest import candidate_skip_reason  # tests/conftest.py
+
+    why = candidate_skip_reason(demo_model)
+    if why:
+        pytest.skip(why)
+    loaded = load_scope("demo-llama")
+    scope = loaded.scope
+    gates = scope.gates.model_copy(deep=True)
+    gates.features.sampling_samples = SAMPLES
+    # The plugin's own markers (tests/conftest.py), which its engine tests establish.
+    markers = scope.path_markers.model_copy(update={"optimized": list(demo_path_markers.optimized),
+                                                    "stock": list(demo_path_markers.stock)})
+    scope = scope.model_copy(update={"gates": gates, "path_markers": markers})
+    plan = build_plan(scope, tier="smoke")
+    return Demo(loaded=loaded, scope=scope, plan=plan, root=tmp_path_factory.mktemp("checks-e2e"), model=demo_model.path)
+
+
+def _engine(demo: Demo, engine_slot: Any, side: str, defect: str | None) -> Any:
+    g = demo.group
+    key = f"checks-{side}" + (f"-{defect}" if defect else "")
+    t0 = time.perf_counter()
+    eng = engine_slot.acquire(key, side=side, model=demo.model, args=[*g.args[side], "--served-model-name", "demo-llama"],
+                              env={**g.env[side], DEFECT_ENV: defect})
+    demo.timings[f"start {key}"] = round(time.perf_counter() - t0, 1)
+    return eng
+
+
+def _collect(demo: Demo, ctx: RunContext, checks: dict[str, Any], eng: Any, side: str, label: str) -> None:
+    for name, chk in checks.items():
+        t0 = time.perf_counter()
+        chk.collect(ctx, EngineSession(side=side, group=demo.group, lifetime=0, engine=eng))
+        demo.timings[f"{label} {name}"] = round(time.perf_counter() - t0, 1)
+        print(f"[checks-e2e] {label} {name}: {demo.timings[f'{label} {name}']} s", file=sys.stderr)
+
+
+@pytest.fixture(scope="module")
+def baseline(demo: Demo, engine_slot: Any) -> Collected:
+    eng = _engine(demo, engine_slot, "baseline", None)
+    ctx = demo.ctx("baseline")
+    checks = {"equivalence": EquivalenceCheck(requests_per_point=REQUESTS_PER_POINT), "features": FeaturesCheck(),
+              "coverage": CoverageCheck()}
+    _collect(demo, ctx, checks, eng, "baseline", "baseline")
+    return Collected(checks=checks, evidence=list(ctx.evidence))
+
+
+def _candidate(demo: Demo, baseline: Collected, engine_slot: Any, defect: str | None, names: list[str],
+               **scope_updates: Any) -> dict[str, CheckResult]:
+    label = f"candidate-{defect or 'clean'}"
+    ctx = demo.ctx(label, **scope_updates)
+    checks = {n: copy.deepcopy(baseline.checks[n]) for n in names}
+    ctx.evidence = [copy.deepcopy(e) for e in baseline.evidence if e.check in names]
+    eng = _engine(demo, engine_slot, "candidate", defect)
+    _collect(demo, ctx, checks, eng, "candidate", label)
+    results = {n: c.judge(ctx) for n, c in checks.items()}
+    demo.record(label, results)
+    return results
+
+
+def _show(results: dict[str, CheckResult]) -> str:
+    return "\n".join(f"{n}: {r.verdict.value}: {r.reason}\n  " + "\n  ".join(r.failures[:6]) for n, r in results.items())
+
+
+def test_clean_candidate_passes_all_three_checks(demo: Demo, baseline: Collected, engine_slot: Any) -> None:
+    res = _candidate(demo, baseline, engine_slot, None, ["equivalence", "features", "coverage"])
+    assert all(r.verdict is Verdict.PASS for r in res.values()), _show(res)
+    eq = res["equivalence"]
+    assert eq.summary["per_batch_verdict"] == {"1": "pass", "2": "pass", "3": "pass", "4": "pass", "8": "pass"}
+    assert all(r["candidate_batch_verified"] and r["baseline_batch_verified"] for r in eq.tables["equivalence_points"])
+    feats = res["features"].summary["per_feature"]
+    assert set(feats) == set(demo.scope.features) and all(d["verdict"] == "pass" for d in feats.values())
+    gof = [r for r in res["features"].tables["features"] if r.get("test") == "goodness_of_fit"]
+    assert gof and all(r["n_tested"] == SAMPLES for r in gof)
+    cov = res["coverage"]
+    assert not cov.summary["points_not_exercised"], cov.summary
+    covered = {r["point"] for r in cov.tables["coverage"] if r["verdict"] == "pass"}
+    assert covered == {p.id for p in demo.plan.points}
+    fb = {(r["situation"], r["side"]): r for r in cov.tables["fallback"]}
+    for s in ("prefill", "mixed_prefill_decode", "batch_above_range"):
+        assert fb[(s, "candidate")]["verdict"] == "pass" and fb[(s, "candidate")]["fallback_visible"], fb[(s, "candidate")]
+
+
+def test_numerics_batch_is_caught_by_equivalence_at_batch_3_only(demo: Demo, baseline: Collected, engine_slot: Any) -> None:
+    res = _candidate(demo, baseline, engine_slot, "numerics-batch", ["equivalence"])
+    eq = res["equivalence"]
+    assert eq.verdict is Verdict.FAIL, _show(res)
+    assert eq.summary["per_batch_verdict"] == {"1": "pass", "2": "pass", "3": "fail", "4": "pass", "8": "pass"}, _show(res)
+    msg = "\n".join(eq.failures)
+    assert "tp1-dcp1-none-b3-ctx32 (batch 3)" in msg
+    assert "first divergence at generated token" in msg and "baseline top-5" in msg
+
+
+def test_ignore_temperature_is_caught_by_the_sampling_test(demo: Demo, baseline: Collected, engine_slot: Any) -> None:
+    res = _candidate(demo, baseline, engine_slot, "ignore-temperature", ["features"], features=["temperature_sampling"])
+    f = res["features"]
+    assert f.verdict is Verdict.FAIL, _show(res)
+    assert f.summary["per_feature"]["temperature_sampling"]["verdict"] == "fail"
+    gof = [r for r in f.tables["features"] if r.get("test") == "goodness_of_fit"]
+    assert gof and gof[0]["p_value"] < demo.scope.gates.features.sampling_alpha and gof[0]["control_p_value"] >= 0.001
+    msg = next(m for m in f.failures if "temperature sampling" in m)
+    assert "-b8-ctx32 (batch 8)" in msg and "p=" in msg
+
+
+def test_broken_json_is_caught_by_structured_output(demo: Demo, baseline: Collected, engine_slot: Any) -> None:
+    res = _candidate(demo, baseline, engine_slot, "broken-json", ["features"], features=["structured_output"])
+    f = res["features"]
+    assert f.verdict is Verdict.FAIL, _show(res)
+    assert f.summary["per_feature"]["structured_output"]["verdict"] == "fail"
+    rows = [r for r in f.tables["features"] if r["feature"] == "structured_output"]
+    assert all(r["baseline_conforming"] == r["baseline_n"] for r in rows), "the baseline must conform"
+    assert any("schema" in m and "(batch " in m and "output" in m for m in f.failures)
+
+
+def test_silent_fallback_is_caught_by_coverage(demo: Demo, baseline: Collected, engine_slot: Any) -> None:
+    res = _candidate(demo, baseline, engine_slot, "silent-fallback", ["coverage"])
+    cov = res["coverage"]
+    assert cov.verdict is Verdict.FAIL, _show(res)
+    assert cov.summary["checks_on_standard_path"] == ["coverage"]
+    assert "used the standard path" in cov.reason
+    assert any(m.startswith("tp1-dcp1-none-b1-ctx32 [coverage]: used the standard path") for m in cov.failures)
