@@ -4,9 +4,13 @@
 kind           what one run sends                                               points it measures
 =============  ===============================================================  =====================
 pure_decode    waves of ``batch`` requests (next wave when all finished), each  every point of the
-               prompt exactly the point's context, ``output_len`` tokens        engine group
-context_sweep  the same, at the group's smallest batch size                     every context at the
-                                                                                 smallest batch
+               prompt exactly the point's context (a prefix shared by the       engine group
+               context's requests + 16 tokens unique to the request, so prefill
+               hits the prefix cache and decode dominates), ``output_len``
+               tokens
+context_sweep  waves of ``batch`` requests with prompts of exactly the point's  every context at the
+               context, unique per request (every request pays its full        smallest batch
+               prefill: TTFT at long context)
 mixed          ``requests_per_run`` requests arriving as a seeded Poisson       per batch size, its
                process (``arrival_rate``/s), at most ``batch`` in flight, so    shortest-context
                prefills land during other requests' decode; prompts of          point
@@ -20,11 +24,13 @@ trace_replay   the whole trace (sessions, tool pauses, shared prefixes,         
 Full-context points send ``max_model_len - output_len - 1`` prompt tokens (the
 longest prompt that still leaves room for the output). Every request is greedy
 with a fixed output length (``ignore_eos``). Content is deterministic per (workload,
-point, run, request), identical on both sides and distinct between runs, so
-runs of one lifetime do not reuse each other's KV cache.
+point, run, request) and identical on both sides; apart from pure_decode's shared
+prefix it is distinct between requests and runs, so runs of one lifetime do not
+reuse each other's KV cache.
 
 Before the runs of a point on each engine lifetime, one warm-up wave (``batch``
-requests, at most 16 output tokens) is sent and discarded.
+requests, at most 16 output tokens) is sent and discarded; for pure_decode one
+request goes first so the shared prefix is computed once.
 """
 
 from __future__ import annotations
@@ -48,6 +54,8 @@ if TYPE_CHECKING:  # pragma: no cover
 Mode = Literal["waves", "open", "trace"]
 
 WARMUP_TOKENS = 16
+UNIQUE_TAIL = 16
+"""pure_decode prompts: tokens at the end of each prompt that are unique to the request (the rest is shared)."""
 DEFAULT_WAVES = 4
 """Waves per run when ``requests_per_run`` is not given."""
 
@@ -235,11 +243,22 @@ def run_requests(item: WorkItem, run: int, inputs: RunInputs, *, warmup: bool = 
             room = inputs.max_model_len - out_len - 1
             if inputs.max_model_len and len(prompt) > room:
                 prompt = prompt[-room:]
+        elif item.kind == "pure_decode":
+            assert item.prompt_len is not None
+            prompt = shared_prefix_prompt(inputs.pool, f"{item.workload}|{item.prompt_len}", f"{tag}|{i}", item.prompt_len)
         else:
             assert item.prompt_len is not None
             prompt = inputs.pool.prompt(f"{tag}|{i}", item.prompt_len)
         reqs.append(GenRequest(id=f"{tag}|{i}", prompt=prompt, max_tokens=out_len))
     return reqs
+
+
+def shared_prefix_prompt(pool: TokenPool, shared_key: str, key: str, n: int) -> list[int]:
+    """``n`` tokens: BOS, a prefix shared by every request of this length (all batch sizes of one context),
+    then UNIQUE_TAIL tokens of the request."""
+    body = n - len(pool.bos[:n])
+    tail = min(UNIQUE_TAIL, body)
+    return pool.bos[:n] + pool.tokens(f"{shared_key}|shared", body - tail) + pool.tokens(key, tail)
 
 
 async def execute(client: PerfClient, item: WorkItem, run: int, inputs: RunInputs) -> tuple[list[RequestRecord], dict[str, Any]]:
@@ -278,5 +297,10 @@ async def warm_up(client: PerfClient, item: WorkItem, inputs: RunInputs) -> int:
         return n
     reqs = run_requests(item, 0, inputs, warmup=True)
     assert item.batch is not None
+    n = 0
+    if item.kind == "pure_decode" and item.batch > 1:
+        # one request first: it computes the shared prefix once, so the wave finds it in the prefix cache
+        await run_waves(client, reqs[:1], batch=1)
+        n += 1
     await run_waves(client, reqs, batch=item.batch)
-    return len(reqs)
+    return n + len(reqs)

@@ -27,6 +27,8 @@ from fasttrack.scope import load_scope
 
 DEFECT_ENV = "FASTTRACK_DEMO_DEFECT"
 SLOW_BATCH = 4
+E2E_REQUESTS_PER_RUN = 8
+"""CI budget: at most this many requests per run (one wave at batch 8), so three engine lifetimes fit ~6 minutes."""
 
 pytestmark = pytest.mark.e2e
 
@@ -35,9 +37,13 @@ TIMINGS: dict[str, float] = {}
 
 def _ctx(run_dir: Path) -> RunContext:
     loaded = load_scope("demo-llama")
-    plan = build_plan(loaded.scope, tier="smoke", scope_sha256=loaded.sha256)
+    scope = loaded.scope.model_copy(deep=True)
+    for w in scope.workloads:
+        if w.requests_per_run is None or w.requests_per_run > E2E_REQUESTS_PER_RUN:
+            w.requests_per_run = E2E_REQUESTS_PER_RUN
+    plan = build_plan(scope, tier="smoke", scope_sha256=loaded.sha256)
     run_dir.mkdir(parents=True, exist_ok=True)
-    ctx = RunContext(scope=loaded.scope, plan=plan, tier="smoke", run_dir=run_dir, log=lambda m: print(m, file=sys.stderr))
+    ctx = RunContext(scope=scope, plan=plan, tier="smoke", run_dir=run_dir, log=lambda m: print(m, file=sys.stderr))
     ctx.shared["loaded_scope"] = loaded
     return ctx
 
@@ -113,7 +119,8 @@ def test_clean_candidate_full_table(perf_results: dict[str, Any]) -> None:
         for side in ("baseline", "candidate"):
             mine = [x for x in runs if x["point"] == pid and x["side"] == side]
             assert mine and all(x["tpot_ms"] and x["itl_ms"] and x["ttft_ms"] and not x["failed"] for x in mine)
-            assert all(x["output_tokens"] == x["requests"] * 64 for x in mine), "fixed output lengths from usage"
+            out_len = next(w.output_len for w in ctx.scope.workloads if w.name == "decode")
+            assert all(x["output_tokens"] == x["requests"] * out_len for x in mine), "fixed output lengths from usage"
     assert res.summary["ignores_lifetime_variance"] is True
     assert "ignore lifetime variance" in res.reason
     claims = {c["id"]: c for c in res.tables["claims"]}

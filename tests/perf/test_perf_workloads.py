@@ -7,7 +7,7 @@ import pytest
 from scipy import stats
 
 from fasttrack.perf.tokens import TokenPool
-from fasttrack.perf.workloads import RunInputs, arrival_seed, plan_items, poisson_arrivals, run_requests
+from fasttrack.perf.workloads import UNIQUE_TAIL, RunInputs, arrival_seed, plan_items, poisson_arrivals, run_requests
 from fasttrack.plan import build_plan
 from fasttrack.scope import WorkloadSpec, load_scope
 
@@ -32,7 +32,7 @@ def test_pure_decode_covers_every_point_with_its_context(demo) -> None:
         assert it.batch == p.batch and it.mode == "waves"
         assert it.requests_per_run % it.batch == 0
         if p.full_context:
-            assert it.prompt_len == 1024 - 64 - 1
+            assert it.prompt_len == demo.envelope.context.max_model_len - 64 - 1
         else:
             assert it.prompt_len == p.context
 
@@ -83,17 +83,27 @@ def test_poisson_arrivals_are_seeded_and_poisson() -> None:
 def test_run_requests_exact_lengths_deterministic_and_distinct_runs(demo) -> None:
     _, items = _items(demo, "smoke", [WorkloadSpec(name="d", kind="pure_decode", output_len=32, requests_per_run=8)])
     pool = TokenPool(list(range(3, 500)), bos=[0])
-    inputs = RunInputs(pool=pool, max_model_len=1024)
+    inputs = RunInputs(pool=pool, max_model_len=demo.envelope.context.max_model_len)
     it = next(i for i in items if i.full_context and i.batch == 4)
     r0 = run_requests(it, 0, inputs)
     assert len(r0) == 8 and all(len(r.prompt) == it.prompt_len and r.prompt[0] == 0 for r in r0)
     assert all(r.max_tokens == 32 for r in r0)
     assert [r.prompt for r in r0] == [r.prompt for r in run_requests(it, 0, inputs)]
+    # pure decode: one prefix shared by every request of this context (all batch sizes), a unique tail each
+    tail = UNIQUE_TAIL
+    b8 = next(i for i in items if i.full_context and i.batch == 8)
+    shared = r0[0].prompt[:-tail]
+    assert all(r.prompt[:-tail] == shared for r in r0 + run_requests(b8, 0, inputs))
     r1 = run_requests(it, 1, inputs)
-    assert all(a.prompt[:6] != b.prompt[:6] for a, b in zip(r0, r1))
-    assert len({tuple(r.prompt[:6]) for r in r0}) == len(r0)
+    assert all(a.prompt[-tail:] != b.prompt[-tail:] for a, b in zip(r0, r1))
+    assert len({tuple(r.prompt[-tail:]) for r in r0}) == len(r0)
     warm = run_requests(it, 0, inputs, warmup=True)
     assert len(warm) == 4 and all(r.max_tokens == 16 for r in warm)
+    # the context sweep pays a full prefill per request: nothing shared
+    _, ctx_items = _items(demo, "smoke", [WorkloadSpec(name="c", kind="context_sweep", output_len=32, requests_per_run=2)])
+    c = next(i for i in ctx_items if i.full_context)
+    cr = run_requests(c, 0, inputs)
+    assert len(cr) == 2 and cr[0].prompt[1:6] != cr[1].prompt[1:6] and len(cr[0].prompt) == c.prompt_len
 
 
 def test_real_prompts_are_cycled_and_cut_to_fit(demo) -> None:
