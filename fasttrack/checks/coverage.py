@@ -126,26 +126,34 @@ class CoverageCheck(Check):
         self.lifetimes.add((group.id, session.side))
         prompts = load_prompt_set(prompt_set_path(ctx))
         eng = session.engine
+        fb = ctx.scope.fallback
+        situations = list(fb.stock_path_for) if fb else []
         batches = [b for b in group_batches(ctx, group) if short_point(ctx, group, b) is not None]
         async with eng.client() as client:
-            # 1. in-range decode probe, one window, evidence split by batch size
+            # 1. in-range decode probe at every batch size, one window, evidence split by batch size. Its requests
+            #    start with prefill steps, and one prefill-only request is added, so it is also the prefill probe.
             points = {short_point(ctx, group, b).id: b for b in batches}  # type: ignore[union-attr]
+            start = eng.log_offset()
             async with EvidenceWindow(ctx, eng, check=self.name, name=f"coverage-decode-{group.id}", points=points,
                                       side=session.side) as win:
                 for b in batches:
                     await _gather(client, [prompts[(b + j) % len(prompts)].prompt for j in range(b)], PROBE_TOKENS)
+                if "prefill" in situations:
+                    await _gather(client, [prompts[0].prompt], 1)
             if win.record:
                 self.windows.append(win.record)
-            # 2. out-of-scope situations
-            fb = ctx.scope.fallback
-            situations = list(fb.stock_path_for) if fb else []
+                if "prefill" in situations:
+                    probe = SituationProbe(situation="prefill", side=session.side, group=group.id)
+                    self.probes.append(self._read_probe(ctx, eng, probe, win.record, start, None))
+            # 2. the other out-of-scope situations, one window each (so each fallback line is attributable)
             for s in situations:
+                if s == "prefill":
+                    continue
                 if s not in SITUATION_KIND:
                     self.probes.append(SituationProbe(situation=s, side=session.side, group=group.id,
                                                       note="not probed: it needs a different deployment or request"))
                     continue
-                probe = await self._probe(ctx, session, client, s, prompts)
-                self.probes.append(probe)
+                self.probes.append(await self._probe(ctx, session, client, s, prompts))
         self.artifacts.append(write_artifact(
             ctx, self.name, f"{group.id}.{session.side}.json",
             {"windows": [w.model_dump(mode="json") for w in self.windows if w.side == session.side],
@@ -176,20 +184,28 @@ class CoverageCheck(Check):
         start = eng.log_offset()
         async with EvidenceWindow(ctx, eng, check=self.name, name=f"coverage-{situation}-{group.id}", points={},
                                   side=session.side) as win:
-            if situation == "prefill":
-                await _gather(client, [prompts[0].prompt], 1)
-            elif situation == "mixed_prefill_decode":
+            if situation == "mixed_prefill_decode":
                 await _mixed(client, eng, prompts)
             else:
                 assert env is not None
                 n = env.batch.max + 1
                 await _gather(client, [prompts[(j * 3) % len(prompts)].prompt for j in range(n)], ABOVE_RANGE_TOKENS)
-        rec = win.record
+        metric_delta = None
+        if metric_before is not None and fb and fb.metric:
+            metric_delta = (await scrape_metrics(eng)).total(fb.metric) - metric_before
+        return self._read_probe(ctx, eng, probe, win.record, start, metric_delta)
+
+    def _read_probe(self, ctx: RunContext, eng: Any, probe: SituationProbe, rec: WindowRecord | None, start: int,
+                    metric_delta: float | None) -> SituationProbe:
+        """Fill a probe from its window: steps of the situation's kind, their path, and the fallback lines."""
+        fb = ctx.scope.fallback
+        env = ctx.scope.envelope
         probe.window = rec
-        kind = SITUATION_KIND[situation]
+        probe.fallback_metric_delta = metric_delta
+        kind = SITUATION_KIND[probe.situation]
         if rec is not None and rec.available:
             steps = [s for s in rec.steps if s.get("kind") == kind]
-            if situation == "batch_above_range" and env is not None:
+            if probe.situation == "batch_above_range" and env is not None:
                 steps = [s for s in steps if int(s.get("batch", 0)) > env.batch.max]
             probe.steps = len(steps)
             probe.optimized_steps = sum(1 for s in steps if s.get("optimized_ops"))
@@ -204,8 +220,6 @@ class CoverageCheck(Check):
             probe.fallback_lines_window = [ln for ln in eng.read_log(start).splitlines() if rx.search(ln)][:5]
             if not probe.fallback_lines_window:
                 probe.fallback_lines_earlier = [ln for ln in eng.read_log(0, start).splitlines() if rx.search(ln)][-5:]
-        if metric_before is not None and fb and fb.metric:
-            probe.fallback_metric_delta = (await scrape_metrics(eng)).total(fb.metric) - metric_before
         return probe
 
     # ------------------------------------------------------------------ judge

@@ -67,7 +67,9 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 from pydantic import BaseModel, ConfigDict, Field
 
 from fasttrack.checks._common import (
+    BatchCheck,
     EvidenceWindow,
+    MetricsSampler,
     PromptBuilder,
     PromptItem,
     TokenizerClient,
@@ -218,12 +220,11 @@ class FeaturesCheck(Check):
             add("temperature_sampling", wave, lambda: env.sampling(wave))
             t0 = nearest_batch(short_batches, 3)
             add("temperature_sampling", t0, lambda: env.zero_temperature(t0))
-        if "structured_output" in feats:
-            for b in short_batches:
-                add("structured_output", b, lambda b=b: env.structured(b))
-        if "full_context" in feats:
-            for p in full_points(ctx, group):
-                add("full_context", p.batch, lambda p=p: env.full_context(p), point_id=p.id)
+        if "structured_output" in feats and short_batches:
+            add("structured_output", short_batches[0], lambda: env.structured(short_batches))
+        fulls = full_points(ctx, group)
+        if "full_context" in feats and fulls:
+            add("full_context", fulls[0].batch, lambda: env.full_context(fulls), point_id=fulls[0].id)
         if short_batches:
             if "seeded_sampling" in feats:
                 b = nearest_batch(short_batches, 4)
@@ -557,9 +558,11 @@ class FeaturesCheck(Check):
                 if summ.kl_mean is not None and summ.kl_mean > eq.max_kl:
                     problems.append(f"mean top-k KL {summ.kl_mean:.4f} > {eq.max_kl:g}")
             win = cand.windows.get(crun.get("window") or "")
-            bc = win.batch_check(crun["batch"]) if win else None
+            bc = BatchCheck.model_validate(crun["batch_check"]) if crun.get("batch_check") else None
             if bc is not None and not bc.verified:
                 problems.append(f"batch composition not verified: {bc.detail}")
+            if win is not None and win.available and not win.steps_at(crun["batch"])[0]:
+                problems.append(f"batch composition not verified: no decode step at batch {crun['batch']} in window {win.name}")
             v = Verdict.FAIL if problems else (Verdict.PASS if comps else Verdict.NOT_RUN)
             verdicts.append(v)
             rows.append({"feature": "full_context", "group": gid, "point": pid, "batch": crun["batch"],
@@ -776,10 +779,12 @@ class _Env:
         self.builder = PromptBuilder(self.tok, load_passages())
 
     @contextlib.asynccontextmanager
-    async def window(self, point_id: str, name: str) -> AsyncIterator[EvidenceWindow]:
-        """A profiler window attributed to ``point_id``; its record is kept under its name."""
+    async def window(self, point_id: str, name: str, *, points: dict[str, int | None] | None = None
+                     ) -> AsyncIterator[EvidenceWindow]:
+        """A profiler window attributed to ``point_id`` (or to ``points``, split by batch size); its record is kept
+        under its name."""
         win = EvidenceWindow(self.ctx, self.session.engine, check=self.check.name, name=f"features-{name}-{point_id}",
-                             points={point_id: None}, side=self.session.side)
+                             points=points or {point_id: None}, side=self.session.side)
         async with win:
             yield win
         if win.record is not None:
@@ -797,34 +802,38 @@ class _Env:
 
     # -- structured output
 
-    async def structured(self, batch: int) -> None:
+    async def structured(self, batches: list[int]) -> None:
+        """Every schema at every batch size (``b`` requests at once). The first schema's rounds at all batch sizes
+        run in one profiler window (evidence split by batch size); the other schemas are not profiled."""
         from jsonschema import Draft202012Validator
 
         cases = load_schema_cases()
         data = self.side.data.setdefault("structured_output", {"records": [], "points": []})
-        pid = self._point(batch)
-        data["points"].append(pid)
-        for ci, case in enumerate(cases):
+        pids = {b: self._point(b) for b in batches}
+        data["points"].extend(pids.values())
+
+        async def round_(case: Any, batch: int) -> None:
             prompts = [case.prompts[(i + batch) % len(case.prompts)] for i in range(batch)]
             rf = {"type": "json_schema", "json_schema": {"name": case.name, "schema": case.schema_, "strict": True}}
-            reqs = [self._structured_request(p, rf) for p in prompts]
-            if ci == 0:  # the first schema's round is the profiled slice of this point
-                async with self.window(pid, "structured_output"):
-                    res = await self._gather(reqs)
-            else:
-                res = await self._gather(reqs)
+            res = await self._gather([self._structured_request(p, rf) for p in prompts])
             validator = Draft202012Validator(case.schema_)
             for p, r in zip(prompts, res):
-                rec = {"point": pid, "batch": batch, "schema": case.name, "prompt": p}
+                rec = {"point": pids[batch], "batch": batch, "schema": case.name, "prompt": p}
                 if isinstance(r, BaseException):
                     rec.update(text="", finish_reason=None, completion_tokens=0, valid=False, why=f"request failed: {_err(r)}")
                 else:
-                    text = r.text
-                    rec.update(text=text, finish_reason=r.finish_reason,
+                    rec.update(text=r.text, finish_reason=r.finish_reason,
                                completion_tokens=len(r.token_ids or []) or (r.usage.completion_tokens if r.usage else 0))
-                    rec.update(_validate_json(text, validator, r.finish_reason))
+                    rec.update(_validate_json(r.text, validator, r.finish_reason))
                 rec["endpoint"] = "chat" if self.chat_ok else "completion"
                 data["records"].append(rec)
+
+        async with self.window(pids[batches[0]], "structured_output", points={pid: b for b, pid in pids.items()}):
+            for b in batches:
+                await round_(cases[0], b)
+        for case in cases[1:]:
+            for b in batches:
+                await round_(case, b)
 
     async def _structured_request(self, prompt: str, rf: dict[str, Any]) -> Any:
         """A chat request (how structured output is used in practice); completions when the model has no chat template."""
@@ -979,13 +988,22 @@ class _Env:
 
     # -- full context
 
-    async def full_context(self, point: Any) -> None:
+    async def full_context(self, points: list[Any]) -> None:
+        """At every full-context point, ``batch`` prompts of exactly ``context`` tokens, greedy to max_model_len;
+        all points in one profiler window (evidence split by batch size)."""
         eq = self.ctx.scope.gates.equivalence
         data = self.side.data.setdefault("full_context", {"runs": [], "points": []})
-        data["points"].append(point.id)
+        data["points"].extend(p.id for p in points)
+        name = f"features-full_context-{points[0].id}"
+        async with self.window(points[0].id, "full_context", points={p.id: p.batch for p in points}):
+            for point in points:
+                await self._full_round(point, eq, name)
+
+    async def _full_round(self, point: Any, eq: Any, window_name: str) -> None:
+        data = self.side.data["full_context"]
         ids_all = [await self.builder.exact(key=f"{point.id}/{j}", length=point.context) for j in range(point.batch)]
         max_tokens = (self.ctx.scope.envelope.context.max_model_len - point.context) if self.ctx.scope.envelope else eq.max_tokens
-        async with self.window(point.id, "full_context") as win:
+        async with MetricsSampler(self.session.engine) as sampler:
             res = await self._gather([
                 self.client.complete(ids, max_tokens=max_tokens, temperature=0.0, logprobs=eq.top_k, tokens_as_ids=True,
                                      ignore_eos=True)
@@ -1007,7 +1025,8 @@ class _Env:
                 "top": [[(t.token_id, t.logprob) for t in p.top if t.token_id is not None] for p in pos], "text": ch.text,
             })
         data["runs"].append({"point": point.id, "batch": point.batch, "context": point.context, "max_tokens": max_tokens,
-                             "records": recs, "window": win.record.name if win.record else None})
+                             "records": recs, "window": window_name,
+                             "batch_check": sampler.check(point.batch).model_dump()})
 
     # -- API behaviour
 

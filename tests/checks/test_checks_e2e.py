@@ -84,18 +84,20 @@ class Collected:
 
 @pytest.fixture(scope="module")
 def demo(demo_model: Any, demo_path_markers: Any, tmp_path_factory: pytest.TempPathFactory) -> Demo:
-    from conftest import candidate_skip_reason  # tests/conftest.py
+    import importlib.util
 
-    why = candidate_skip_reason(demo_model)
-    if why:
-        pytest.skip(why)
+    if importlib.util.find_spec("fasttrack_demo_plugin") is None:
+        pytest.skip("the demo plugin is not installed (pip install -e examples/demo_plugin)")
+    if demo_model.kind != "demo":
+        pytest.skip(f"the demo model is not available: {demo_model.note}")
     loaded = load_scope("demo-llama")
     scope = loaded.scope
     gates = scope.gates.model_copy(deep=True)
     gates.features.sampling_samples = SAMPLES
-    # The plugin's own markers (tests/conftest.py), which its engine tests establish.
+    # The plugin's optimized-path ops (tests/conftest.py, established by its engine tests) and its stock GEMMs
+    # (vLLM's oneDNN GEMM, or torch's linear where oneDNN is not usable on the CPU).
     markers = scope.path_markers.model_copy(update={"optimized": list(demo_path_markers.optimized),
-                                                    "stock": list(demo_path_markers.stock)})
+                                                    "stock": [r"^(_C::onednn_mm|aten::linear)$"]})
     scope = scope.model_copy(update={"gates": gates, "path_markers": markers})
     plan = build_plan(scope, tier="smoke")
     return Demo(loaded=loaded, scope=scope, plan=plan, root=tmp_path_factory.mktemp("checks-e2e"), model=demo_model.path)
