@@ -173,3 +173,23 @@ def test_max_num_seqs_parsing() -> None:
     assert _max_num_seqs(["--max-num-seqs", "16"]) == 16
     assert _max_num_seqs(["--max-num-seqs=4"]) == 4
     assert _max_num_seqs(["--seed", "0"]) is None
+
+
+def test_window_evidence_is_split_by_batch_size() -> None:
+    from fasttrack.checks._common import _point_evidence
+    from fasttrack.engine import MarkerSet, StepRecord, WindowEvidence
+
+    def step(kind: str, batch: int, opt: int) -> StepRecord:
+        return StepRecord(kind=kind, annotation="x", batch=batch, ops=10, optimized_ops=opt, stock_ops=0 if opt else 4,
+                          duration_us=100.0)
+
+    steps = [step("prefill", 0, 0)] + [step("decode", 3, 3)] * 5 + [step("decode", 8, 3)] * 7 + [step("decode", 9, 0)] * 2
+    ev = WindowEvidence(name="w", side="candidate", prefix="p", duration_s=1.0, markers=MarkerSet(optimized=["a"], stock=["b"]),
+                        steps=steps, decode_steps=14, optimized_decode_steps=12, decode_batch_sizes={3: 5, 8: 7, 9: 2},
+                        optimized_decode_batch_sizes={3: 5, 8: 7})
+    pe3 = _point_evidence(ev, check="coverage", point="b3", batch=3)
+    assert (pe3.decode_steps, pe3.optimized_decode_steps, pe3.optimized_ops) == (5, 5, 15)
+    pe9 = _point_evidence(ev, check="coverage", point="b9", batch=9)
+    assert (pe9.decode_steps, pe9.optimized_decode_steps, pe9.stock_ops) == (2, 0, 8)
+    whole = _point_evidence(ev, check="coverage", point="all", batch=None)
+    assert whole.decode_steps == 14 and in_range_fraction(whole, 1, 8) == (12, 12)
