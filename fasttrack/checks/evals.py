@@ -3,16 +3,20 @@
 For every eval of the scope, at every config point its ``points`` filter selects in
 this plan (one run per engine group and batch size), the check runs lm-eval against
 each side's server with ``num_concurrent`` = the point's batch size, so the engine
-decodes batches of that size:
+decodes batches of that size. In the first engine lifetime of each side:
 
 * baseline: the primary run and a repeated *reference* run (same samples, seeds and
-  settings), in its first engine lifetime;
-* candidate: the primary run, in its first engine lifetime.
+  settings), for every repeat of the eval;
+* candidate: the primary run, for every repeat;
+* both: an *evidence* run that repeats the first 2 x batch samples (at most
+  :data:`EVIDENCE_MAX_TOKENS` generated tokens each, same concurrency) inside a
+  profiler window (at most :data:`PROFILE_WINDOW_S` seconds). Its path evidence goes
+  to ``ctx.evidence`` (check ``evals``) for the coverage check. Graded runs are never
+  profiled: the profiler slows every step, which changes how requests are batched
+  together, and a path whose numerics depend on the batch size (split-K tuned per
+  batch) then produces different greedy outputs than it does unobserved.
 
-Each side's primary run of the first repeat is wrapped in a profiler window (bounded
-to :data:`PROFILE_WINDOW_S` seconds) whose path evidence goes to ``ctx.evidence``
-(check ``evals``) for the coverage check. Samples are chosen once and are identical
-on both sides (:mod:`fasttrack.evals.samples`).
+Samples are chosen once and are identical on both sides (:mod:`fasttrack.evals.samples`).
 
 The gate (:mod:`fasttrack.evals.compare`), at every eval point:
 
@@ -45,7 +49,11 @@ from fasttrack.evals.runner import LmEvalOutput, run_lm_eval
 from fasttrack.evals.samples import Selection, select_samples
 
 PROFILE_WINDOW_S = 30.0
-"""Longest profiler window around one eval run (traces of long runs grow without bound)."""
+"""Longest profiler window around an evidence run (traces of long runs grow without bound)."""
+EVIDENCE_SAMPLES_PER_BATCH = 2
+"""The evidence run repeats the first 2 x batch samples (enough to fill the batch and drain it)."""
+EVIDENCE_MAX_TOKENS = 64
+"""Generated tokens per request in the evidence run (enough decode steps to show the path taken)."""
 POINT_DIMENSIONS = ("tp", "dcp", "spec", "draft_length", "batch", "context")
 """Dimensions an eval's ``points`` filter may name (as in claims)."""
 
@@ -214,17 +222,16 @@ class EvalsCheck(Check):
                 except FasttrackError as exc:
                     self.state.unusable.setdefault(spec.name, exc.message)
                     continue
-                for repeat in range(spec.repeats):
-                    roles = ("primary", "reference") if session.side == "baseline" else ("primary",)
-                    for role in roles:
-                        profile = role == "primary" and repeat == 0
-                        try:
-                            self._run(ctx, session, spec, unit, selection, repeat=repeat, role=role, profile=profile)
-                        except FasttrackError as exc:
-                            msg = f"{spec.name} at {unit.point} on the {session.side} ({role}, repeat {repeat}): {exc.message}"
-                            self.state.errors.append(msg)
-                            ctx.log(f"evals: {msg}")
-                            engine.check_alive()
+                roles = ("primary", "reference") if session.side == "baseline" else ("primary",)
+                runs = [(repeat, role) for repeat in range(spec.repeats) for role in roles] + [(0, "evidence")]
+                for repeat, role in runs:
+                    try:
+                        self._run(ctx, session, spec, unit, selection, repeat=repeat, role=role)
+                    except FasttrackError as exc:
+                        msg = f"{spec.name} at {unit.point} on the {session.side} ({role}, repeat {repeat}): {exc.message}"
+                        self.state.errors.append(msg)
+                        ctx.log(f"evals: {msg}")
+                        engine.check_alive()
 
     def _selection(self, ctx: RunContext, spec: Any, engine: Any) -> Selection:
         if spec.name in self.state.selections:
@@ -253,28 +260,36 @@ class EvalsCheck(Check):
         return sel
 
     def _run(self, ctx: RunContext, session: EngineSession, spec: Any, unit: EvalUnit, selection: Selection, *,
-             repeat: int, role: str, profile: bool) -> None:
+             repeat: int, role: str) -> None:
+        """One lm-eval run. 'primary'/'reference' runs are graded and never profiled; the 'evidence' run
+        repeats the first samples (short generations, same concurrency) inside a profiler window."""
         engine = session.engine
-        seed = repeat
         assert selection.file is not None
+        samples = selection.samples
+        data_file = Path(selection.file)
+        max_tokens = spec.max_tokens
+        if role == "evidence":
+            samples = samples[: min(len(samples), EVIDENCE_SAMPLES_PER_BATCH * unit.batch)]
+            data_file = selection.write_subset(ctx.artifact_dir("evals") / spec.name, len(samples))
+            max_tokens = min(spec.max_tokens, EVIDENCE_MAX_TOKENS)
         kwargs = dict(
-            kind=spec.kind, base_url=engine.base_url, model=engine.model, data_file=Path(selection.file),
-            num_concurrent=unit.batch, seed=seed, max_tokens=spec.max_tokens, temperature=spec.temperature,
+            kind=spec.kind, base_url=engine.base_url, model=engine.model, data_file=data_file,
+            num_concurrent=unit.batch, seed=repeat, max_tokens=max_tokens, temperature=spec.temperature,
         )
         label = f"{spec.name} at {unit.point} (batch {unit.batch}) on the {session.side}, {role}, repeat {repeat}"
         ctx.log(f"evals: running {label}")
         evidence: dict[str, Any] | None = None
-        window = f"evals-{spec.name}-b{unit.batch}"
-        unavailable = None
-        if getattr(engine, "profiler_dir", None) is None:
-            unavailable = f"the {session.side} engine has no profiler (no --profiler-config), so no trace was taken"
-        elif ctx.scope.path_markers is None:
-            unavailable = "the scope declares no path_markers"
-        if profile and unavailable is None:
-            output, evidence = self._profiled(ctx, engine, window, unit, kwargs)
-        else:
-            output = run_lm_eval(**kwargs)
-            if profile:
+        if role == "evidence":
+            window = f"evals-{spec.name}-b{unit.batch}"
+            unavailable = None
+            if getattr(engine, "profiler_dir", None) is None:
+                unavailable = f"the {session.side} engine has no profiler (no --profiler-config), so no trace was taken"
+            elif ctx.scope.path_markers is None:
+                unavailable = "the scope declares no path_markers"
+            if unavailable is None:
+                output, evidence = self._profiled(ctx, engine, window, unit, kwargs)
+            else:
+                output = run_lm_eval(**kwargs)
                 # the coverage check reads 'unavailable' as "no path evidence could be taken", never as a pass
                 ctx.evidence.append(PathEvidence(
                     check=self.name, point=unit.point, side=session.side, window=window, optimized_ops=0, stock_ops=0,
@@ -282,7 +297,9 @@ class EvalsCheck(Check):
                 ))
                 evidence = {"window": window, "unavailable": unavailable}
                 self.state.notes.append(f"{spec.name} at {unit.point} on the {session.side}: {unavailable}")
-        by_doc = {s.doc_id: s for s in selection.samples}
+        else:
+            output = run_lm_eval(**kwargs)
+        by_doc = {s.doc_id: s for s in samples}
         if sorted(r["doc_id"] for r in output.samples) != sorted(by_doc):
             raise FasttrackError(
                 f"lm-eval returned {len(output.samples)} samples for {label}; {len(by_doc)} were selected"
@@ -291,7 +308,7 @@ class EvalsCheck(Check):
             SampleOutcome(sample_id=by_doc[r["doc_id"]].sample_id, repeat=repeat, output=r["output"], score=r["score"])
             for r in output.samples
         ]
-        rel = self._write_run_artifact(ctx, spec.name, unit, session.side, role, repeat, output, selection)
+        rel = self._write_run_artifact(ctx, spec.name, unit, session.side, role, repeat, output, selection, data_file)
         self.state.runs.append(
             RunRecord(
                 eval=spec.name, kind=spec.kind, point=unit.point, points=list(unit.points), group=unit.group,
@@ -348,7 +365,7 @@ class EvalsCheck(Check):
         return box["output"], detail
 
     def _write_run_artifact(self, ctx: RunContext, eval_name: str, unit: EvalUnit, side: str, role: str, repeat: int,
-                            output: LmEvalOutput, selection: Selection) -> str:
+                            output: LmEvalOutput, selection: Selection, data_file: Path) -> str:
         d = ctx.artifact_dir("evals") / eval_name / unit.point
         d.mkdir(parents=True, exist_ok=True)
         base = f"{side}-{role}-r{repeat}"
@@ -359,7 +376,7 @@ class EvalsCheck(Check):
                 f.write(json.dumps({"sample_id": s.sample_id, **r}, ensure_ascii=False, default=str) + "\n")
         meta = output.model_dump(mode="json", exclude={"samples"})
         meta.update(eval=eval_name, points=unit.points, batch=unit.batch, side=side, role=role, repeat=repeat,
-                    selection_file=selection.file, selection_sha256=selection.file_sha256)
+                    data_file=str(data_file), selection_file=selection.file, selection_sha256=selection.file_sha256)
         (d / f"{base}.run.json").write_text(json.dumps(meta, indent=2, default=str))
         return str((d / f"{base}.samples.jsonl").relative_to(ctx.run_dir))
 
@@ -458,7 +475,7 @@ class EvalsCheck(Check):
             })
             for o in r.outcomes:
                 meta = sample_meta.get((r.eval, o.sample_id))
-                b = base_out.get((r.eval, r.point, o.sample_id, o.repeat))
+                b = base_out.get((r.eval, r.point, o.sample_id, o.repeat)) if r.role != "evidence" else None
                 sample_rows.append({
                     "eval": r.eval, "point": r.point, "side": r.side, "role": r.role, "repeat": o.repeat,
                     "seed": r.output.settings.seed, "sample_id": o.sample_id, "score": o.score, "output": o.output,

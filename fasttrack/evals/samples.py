@@ -86,6 +86,15 @@ class Selection(BaseModel):
         self.file, self.file_sha256 = str(path), digest
         return path
 
+    def write_subset(self, directory: Path, n: int) -> Path:
+        """Write the first ``n`` selected rows as JSON Lines (for a short evidence run); returns the path."""
+        directory.mkdir(parents=True, exist_ok=True)
+        body = "".join(json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in self.rows[:n])
+        digest = hashlib.sha256(body.encode()).hexdigest()
+        path = directory / f"{self.eval}-first{n}-{digest[:12]}.jsonl"
+        path.write_text(body, encoding="utf-8")
+        return path
+
 
 def _sha(value: Any) -> str:
     text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)

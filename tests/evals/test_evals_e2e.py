@@ -109,7 +109,7 @@ def test_clean_candidate_passes_both_evals(evals_results: dict[str, Any]) -> Non
     # every sample was run on both sides (and the baseline's reference run), with outputs recorded
     samples = res.tables["eval_samples"]
     for name in ("aime25", "mrcr"):
-        rows = [s for s in samples if s["eval"] == name]
+        rows = [s for s in samples if s["eval"] == name and s["role"] != "evidence"]
         assert len(rows) == 3 * 6
         assert all(isinstance(s["output"], str) for s in rows)
     # MRCR is reported per context bin and needle count, AIME per problem
@@ -118,8 +118,15 @@ def test_clean_candidate_passes_both_evals(evals_results: dict[str, Any]) -> Non
     needles = {b["group"] for b in res.tables["eval_breakdown"] if b["dimension"] == "n_needles"}
     assert needles == {"2", "4", "8"}
     # seeds and generation settings recorded; lm-eval ran at the point's batch size
-    for run in res.tables["eval_runs"]:
+    runs = res.tables["eval_runs"]
+    assert sorted((r["eval"], r["side"], r["role"]) for r in runs) == sorted(
+        (e, s, role) for e in ("aime25", "mrcr")
+        for s, role in (("baseline", "primary"), ("baseline", "reference"), ("baseline", "evidence"),
+                        ("candidate", "primary"), ("candidate", "evidence")))
+    for run in runs:
         assert run["num_concurrent"] == 3 and run["seed"] == 0 and run["max_tokens"] == 32
+        # graded runs are not profiled; the evidence runs carry the profiler window
+        assert (run["profile_window"] is not None) == (run["role"] == "evidence"), run
     # raw per-sample artifacts exist
     for rel in res.artifacts:
         assert (ctx.run_dir / rel).is_file(), rel
