@@ -111,7 +111,7 @@ def test_request_error_carries_the_server_message(baseline_engine) -> None:
     baseline_engine.check_alive()  # a bad request does not hurt the engine
 
 
-def test_concurrent_requests_are_batched_and_profiled(baseline_engine, demo_path_markers) -> None:
+def test_concurrent_requests_are_batched_and_profiled(baseline_engine, demo_model, demo_path_markers) -> None:
     n = 6
 
     async def go():
@@ -139,6 +139,8 @@ def test_concurrent_requests_are_batched_and_profiled(baseline_engine, demo_path
     # the stock engine never runs the optimized path
     assert ev.optimized_ops == 0 and ev.optimized_decode_steps == 0
     assert ev.fallback_events == 0
+    if demo_model.kind == "demo":  # the stock markers are the demo target's
+        assert ev.stock_step_counts.get("decode") == ev.decode_steps, ev.stock_op_counts
     d = metrics_diff(before, after)
     assert d.delta("vllm:request_success_total") == n
     assert d.delta("vllm:generation_tokens_total") == n * 16

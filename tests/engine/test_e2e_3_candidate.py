@@ -62,9 +62,11 @@ def test_candidate_decode_window_runs_the_optimized_ops(candidate_engine, demo_p
     assert ev.optimized_decode_fraction == 1.0
     assert max(ev.decode_batch_sizes) == batch
     assert ev.kernels_per_decode_step and ev.kernels_per_decode_step > 0
-    # the prompts' prefill steps ran on the stock path
+    # fast decode steps run no stock op; the prompts' prefill steps ran on the stock path
+    assert ev.stock_step_counts.get("decode", 0) == 0, ev.stock_op_counts
     prefill_like = ev.step_counts.get("prefill", 0) + ev.step_counts.get("mixed", 0)
     assert prefill_like >= 1
+    assert ev.stock_step_counts.get("prefill", 0) + ev.stock_step_counts.get("mixed", 0) == prefill_like
     assert ev.optimized_step_counts.get("prefill", 0) == 0 and ev.optimized_step_counts.get("mixed", 0) == 0
     pe = ev.to_path_evidence(check="coverage", point=f"b{batch}")
     assert pe.side == "candidate" and pe.optimized_decode_steps == pe.decode_steps
@@ -76,6 +78,8 @@ def test_candidate_prefill_only_window_shows_stock_path_and_fallback(candidate_e
     assert ev.step_counts.get("prefill", 0) >= 1
     assert ev.decode_steps == 0
     assert ev.optimized_ops == 0, f"optimized ops in a prefill-only window: {ev.optimized_op_counts}"
+    assert ev.stock_ops > 0 and ev.stock_step_counts.get("prefill") == ev.step_counts["prefill"]
+    assert ev.stock_op_counts.get("fasttrack_demo::stock_decoder_layer", 0) > 0
     assert ev.fallback_events >= 1
     assert any("reason=prefill" in line for line in ev.fallback_lines), ev.fallback_lines
 
@@ -87,4 +91,7 @@ def test_candidate_out_of_range_batches_fall_back(candidate_engine, demo_path_ma
     assert big, f"no decode step above the batch range: {ev.decode_batch_sizes}"
     assert all(b <= MAX_BATCH for b in ev.optimized_decode_batch_sizes), ev.optimized_decode_batch_sizes
     assert ev.optimized_decode_steps < ev.decode_steps
+    for step in ev.steps:
+        if step.kind == "decode" and step.batch > MAX_BATCH:
+            assert step.optimized_ops == 0 and step.stock_ops > 0, step
     assert any("reason=batch_out_of_range" in line for line in ev.fallback_lines), ev.fallback_lines

@@ -35,5 +35,6 @@ def test_silent_fallback_decode_windows_have_no_optimized_ops(silent_fallback_en
     assert ev.decode_steps >= 14
     assert ev.optimized_ops == 0 and ev.optimized_decode_steps == 0
     assert ev.optimized_decode_fraction == 0.0
+    assert ev.stock_step_counts.get("decode") == ev.decode_steps  # every decode step ran the stock path
     # the defect claims the fast path and logs nothing for the decode steps it diverts
     assert not any("reason=batch_out_of_range" in line for line in ev.fallback_lines)
