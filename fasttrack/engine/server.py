@@ -437,6 +437,9 @@ class ManagedEngine(EngineHandle):
             raise EngineError(f"the {self.side} engine was already started (pid {self._proc.pid})")
         if self.exclusive:
             others = [e for e in live_engines() if e is not self]
+            for dead in [e for e in others if not e.running]:
+                dead._reap()  # crashed and never stopped: clean its group up, it does not count
+            others = [e for e in others if e.running]
             if others:
                 desc = ", ".join(f"{e.side} (pid {e.pid})" for e in others)
                 raise EngineError(

@@ -259,3 +259,13 @@ def test_engines_die_with_the_harness(fake_python: str, tmp_path: Path, how: str
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_a_crashed_engine_does_not_block_the_next_start(fake_python: str, tmp_path: Path) -> None:
+    first = _engine(fake_python, tmp_path, "ok").start()
+    os.kill(first.pid, signal.SIGKILL)
+    first._proc.wait()  # dead, but nobody called check_alive() or stop()
+    with _engine(fake_python, tmp_path, "ok", side="candidate").start() as second:
+        assert second.running
+    _assert_group_gone(first.pgid)
+    assert first not in live_engines()
