@@ -12,7 +12,7 @@ from fasttrack import bundle as B
 from fasttrack.bundle.integration import redact_env, write_run_bundle
 from fasttrack.checks.base import RunContext
 
-from conftest import make_results
+from bundle_testlib import make_results
 
 
 @pytest.fixture()

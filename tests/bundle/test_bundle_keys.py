@@ -15,7 +15,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fasttrack import bundle as B
 from fasttrack.bundle.keys import PASSPHRASE_ENV, keyid_of
 
-from conftest import build
+from bundle_testlib import build
 
 
 def test_generate_writes_private_pem_0600_and_openssh_pub(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from fasttrack import bundle as B
 from fasttrack.bundle.manifest import SCHEMA_FILE, _main, build_manifest, manifest_bytes, parse_shard, schema_text
 from fasttrack.checks.base import CHECK_ORDER, CheckResult, Verdict
 
-from conftest import make_provenance, make_results
+from bundle_testlib import make_provenance, make_results
 
 
 def _manifest(results, **kw):

@@ -9,7 +9,7 @@ import pytest
 from fasttrack import bundle as B
 from fasttrack.checks.base import CheckResult, Verdict
 
-from conftest import build, make_provenance, make_results
+from bundle_testlib import build, make_provenance, make_results
 
 FP = "f" * 64
 

@@ -12,7 +12,7 @@ import pytest
 
 from fasttrack import bundle as B
 
-from conftest import build
+from bundle_testlib import build
 
 
 def test_two_packs_are_byte_identical(signed_dir: Path, tmp_path: Path) -> None:

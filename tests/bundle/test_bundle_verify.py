@@ -17,7 +17,7 @@ from fasttrack.bundle.canonical import canonical_json
 from fasttrack.bundle.layout import ATTESTATION, MANIFEST
 from fasttrack.checks.base import Verdict
 
-from conftest import HEAD, build, make_results
+from bundle_testlib import HEAD, build, make_results
 
 
 def failed(res: B.VerifyResult) -> set[str]:

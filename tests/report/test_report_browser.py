@@ -17,7 +17,7 @@ from fasttrack.report.server import Dashboard, make_server
 from fasttrack.report.site import build_site
 from fasttrack.report.synthetic import PAYLOADS, payload_text
 
-from conftest import CHROMIUM_ARGS, SCREENSHOTS, chromium_or_skip
+from report_testlib import CHROMIUM_ARGS, SCREENSHOTS, chromium_or_skip
 
 pytestmark = pytest.mark.browser
 

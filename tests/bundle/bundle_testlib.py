@@ -1,0 +1,120 @@
+"""Shared builders for bundle tests: a small run folder, check results, keys."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fasttrack import bundle as B
+from fasttrack.bundle.manifest import EngineRecord, Hardware, Provenance
+from fasttrack.checks.base import CheckResult, Gate, Verdict
+
+CREATED = "2025-01-02T03:04:05+00:00"
+HEAD = "0123456789abcdef0123456789abcdef01234567"
+SCOPE_YAML = "name: demo-llama\ntitle: Demo\n"
+
+
+def make_results(*, perf: Verdict = Verdict.PASS) -> list[CheckResult]:
+    gate = Gate(statistic="max abs logit diff", threshold=1e-3, rule="max over prompts <= 1e-3")
+    return [
+        CheckResult(
+            check="kernels",
+            verdict=Verdict.PASS,
+            reason="all 3 shapes within tolerance",
+            gate=gate,
+            summary={"cases": 3, "worst": 2.5e-4, "nan_case": float("nan")},
+            tables={
+                "cases": [
+                    {"shape": [1, 64], "err": 1e-4, "passed": True},
+                    {"shape": [2, 64], "err": 2.5e-4, "passed": True, "note": "split-K"},
+                    {"shape": [4, 64], "err": 0, "passed": True, "extra": {"a": [1, 2]}},
+                ]
+            },
+        ),
+        CheckResult(check="equivalence", verdict=Verdict.PASS, reason="greedy tokens identical", gate=gate,
+                    tables={"prompts": [{"prompt": i, "match": True} for i in range(5)]}),
+        CheckResult(check="features", verdict=Verdict.PASS, reason="all features work"),
+        CheckResult(check="coverage", verdict=Verdict.PASS, reason="optimized path ran at every point"),
+        CheckResult(check="evals", verdict=Verdict.PASS, reason="accuracy within margin",
+                    artifacts=["artifacts/evals/samples.jsonl"],
+                    tables={"scores": [{"task": "aime", "side": s, "acc": 0.5} for s in ("baseline", "candidate")]}),
+        CheckResult(check="perf", verdict=perf, reason="speedup lower bound 1.2 >= 0.95" if perf is Verdict.PASS else "slower at batch 4",
+                    failures=[] if perf is Verdict.PASS else ["b4: lower bound 0.8 < 0.95"],
+                    tables={"points": [{"point": "b1", "speedup": 1.3}, {"point": "b4", "speedup": 1.2}]}),
+    ]
+
+
+def make_provenance() -> Provenance:
+    return Provenance(
+        fasttrack_version="0.1.0",
+        fasttrack_commit="abc1234",
+        vllm_version="0.32.0",
+        torch_version="2.13.0+cpu",
+        python_version="3.11.7",
+        platform="Linux x86_64",
+        hardware=Hardware(kind="cpu", cpu_model="Test CPU", cpu_count=2),
+        packages_sha256="0" * 64,
+        models={"demo-llama": "1" * 64},
+        seeds={"global": 0},
+        engines=[EngineRecord(side="baseline", group="g0", mode="owned", args=["--max-model-len", "2048"])],
+    )
+
+
+def make_run_dir(root: Path) -> Path:
+    run = root / "run"
+    (run / "artifacts" / "evals").mkdir(parents=True)
+    (run / "artifacts" / "evals" / "samples.jsonl").write_text('{"q": 1, "a": "x"}\n{"q": 2, "a": "y"}\n')
+    (run / "logs").mkdir()
+    (run / "logs" / "g0.baseline.0.log").write_text("INFO engine started\n" * 50)
+    return run
+
+
+def build(
+    out: Path,
+    *,
+    results: list[CheckResult] | None = None,
+    sign: list[B.SigningKey] = (),
+    shard: str = "1/1",
+    plan: dict | None = None,
+    scope_yaml: str = SCOPE_YAML,
+    provenance: Provenance | None = None,
+    head: str = HEAD,
+) -> Path:
+    run = make_run_dir(out.parent / f"{out.name}-src")
+    B.write_bundle(
+        out,
+        results=results if results is not None else make_results(),
+        scope=B.scope_info(scope_yaml, model="demo-llama", tier="smoke"),
+        plan=B.plan_info(plan or {"points": [{"id": "b1"}], "fingerprint": "f" * 64}, shard=shard),
+        provenance=provenance or make_provenance(),
+        pr=B.PRLink(repository="org/repo", number=7, head_sha=head, isolation="pass", isolation_reason="owned paths only"),
+        created=CREATED,
+        artifacts_from=run,
+        sign_keys=list(sign),
+    )
+    return out
+
+
+@pytest.fixture(scope="session")
+def keydir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("keys")
+    B.generate_keypair(d, name="contrib", comment="contrib@test")
+    B.generate_keypair(d, name="ci", comment="ci@test")
+    B.generate_keypair(d, name="mallory", comment="mallory@test")
+    return d
+
+
+@pytest.fixture(scope="session")
+def contrib(keydir: Path) -> B.SigningKey:
+    return B.load_private_key(keydir / "contrib")
+
+
+@pytest.fixture(scope="session")
+def mallory(keydir: Path) -> B.SigningKey:
+    return B.load_private_key(keydir / "mallory")
+
+
+@pytest.fixture()
+def signed_dir(tmp_path: Path, contrib: B.SigningKey) -> Path:
+    return build(tmp_path / "bundle", sign=[contrib])
