@@ -412,6 +412,35 @@ def verify_batch(
     return BatchCheck(target=target, verified=False, source="none", detail="no decode steps and no metrics samples were observed")
 
 
+def verify_streams(target: int, results: list[Any], *, min_overlap: float = 0.5) -> BatchCheck:
+    """Decide from streamed token timestamps whether ``target`` concurrent requests decoded as one batch.
+
+    vLLM's engine runs one step at a time and puts every running request in each
+    step (while its token budget allows), so requests whose decode phases overlap in
+    time were decoded in the same steps. Each request's decode span is
+    [first token, last token] on the client's clock; the check passes when all
+    ``target`` requests streamed and the common part of their spans is at least
+    ``min_overlap`` of the median span.
+    """
+    spans = []
+    for r in results:
+        times = getattr(getattr(r, "choice", None), "token_times", None) if not isinstance(r, BaseException) else None
+        if times:
+            spans.append((times[0], times[-1]))
+    if len(spans) < target:
+        return BatchCheck(target=target, verified=False, source="stream",
+                          detail=f"only {len(spans)} of {target} requests streamed tokens")
+    if target == 1:
+        return BatchCheck(target=1, verified=True, source="stream", detail="a single request")
+    common = min(e for _, e in spans) - max(s for s, _ in spans)
+    lengths = sorted(e - s for s, e in spans)
+    med = lengths[len(lengths) // 2] or 1e-9
+    frac = common / med
+    return BatchCheck(target=target, verified=frac >= min_overlap, source="stream",
+                      detail=(f"the {target} streams decoded together for {max(frac, 0.0):.0%} of their median decode span "
+                              f"({max(common, 0.0) * 1000:.0f} of {med * 1000:.0f} ms, client timestamps)"))
+
+
 # ====================================================================== path evidence windows
 
 

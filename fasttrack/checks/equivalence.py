@@ -7,10 +7,12 @@ are token ids built with the engine's tokenizer: a prompt longer than the point'
 context keeps its last tokens, a much shorter one is preceded by passage text, so
 prompt lengths vary within [context/2, context].
 
-Batch composition is verified from evidence, not assumed: each point runs inside a
-profiler window, and the window's decode steps per batch size must show the
-intended batch (without a profiler: ``vllm:num_requests_running`` sampled during the
-window).
+Batch composition is verified from evidence, not assumed. The first round of every
+point runs inside one profiler window per context, whose trace must show decode
+steps at the point's batch size (and, on the candidate, those steps must run the
+optimized path). Every round is streamed, and the token timestamps must show the
+requests decoding together: vLLM runs one engine step at a time and schedules every
+running request in each step, so overlapping decode phases mean one batch.
 
 Per request (``fasttrack.stats.compare_greedy``): exact token match, first divergence,
 vLLM's ``check_logprobs_close`` rule at the divergence (each side's token among the
@@ -37,7 +39,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from fasttrack.checks._common import (
     BatchCheck,
     EvidenceWindow,
-    MetricsSampler,
     PromptBuilder,
     PromptItem,
     TokenizerClient,
@@ -49,6 +50,7 @@ from fasttrack.checks._common import (
     prompt_set_path,
     run_async,
     used_standard_path,
+    verify_streams,
     write_artifact,
 )
 from fasttrack.errors import FasttrackError
@@ -199,19 +201,18 @@ class EquivalenceCheck(Check):
             async def run_round(point: Any, r: int) -> None:
                 run = side_runs.setdefault(point.id, PointRun(point=point.id, batch=point.batch, context=point.context))
                 row = plans[point.id][r]
-                async with MetricsSampler(session.engine) as sampler:
-                    results = await asyncio.gather(*(
-                        client.complete(ids, max_tokens=gate.max_tokens, temperature=0.0, logprobs=gate.top_k,
-                                        tokens_as_ids=True, ignore_eos=True)
-                        for _, ids in row
-                    ), return_exceptions=True)
+                results = await asyncio.gather(*(
+                    client.complete(ids, max_tokens=gate.max_tokens, temperature=0.0, logprobs=gate.top_k,
+                                    tokens_as_ids=True, ignore_eos=True, stream=True)
+                    for _, ids in row
+                ), return_exceptions=True)
                 for (item, ids), res in zip(row, results):
                     run.records.append(_record(point.id, point.batch, r, item, ids, res))
-                run.round_checks.append(sampler.check(point.batch))
+                run.round_checks.append(verify_streams(point.batch, list(results)))
 
             # Round 0 of every point at one context runs in one profiler window (path evidence, decode steps per
             # batch size); trace export costs seconds per window on small hosts, so later rounds are not profiled.
-            # Every round's batch composition is checked from vllm:num_requests_running samples.
+            # Every round is streamed, and its batch composition is checked from the token timestamps.
             for c in sorted({p.context for p in points}):
                 at_c = [p for p in points if p.context == c]
                 async with EvidenceWindow(ctx, session.engine, check=self.name, name=f"equivalence-{group.id}-ctx{c}",

@@ -200,6 +200,39 @@ def serve(mode: str = "") -> tuple[ThreadingHTTPServer, str]:
             self.end_headers()
             self.wfile.write(data)
 
+        def _stream(self, out: dict[str, Any], *, chat: bool) -> None:
+            """Server-sent events, one position per engine step (completions format; chat: content deltas)."""
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            n = max(len(c["token_ids"]) for c in out["choices"])
+            for pos in range(n):
+                state.wait_steps(1)
+                chunk_choices = []
+                for c in out["choices"]:
+                    if pos >= len(c["token_ids"]):
+                        continue
+                    t = c["token_ids"][pos]
+                    last = pos == len(c["token_ids"]) - 1
+                    ch: dict[str, Any] = {"index": c["index"], "token_ids": [t],
+                                          "finish_reason": c["finish_reason"] if last else None,
+                                          "stop_reason": c["stop_reason"] if last else None}
+                    piece = tok_text(t)
+                    if chat:
+                        ch["delta"] = {"content": piece}
+                    else:
+                        ch["text"] = piece
+                    if "logprobs" in c:
+                        lp = c["logprobs"]
+                        ch["logprobs"] = {"tokens": [lp["tokens"][pos]], "token_logprobs": [lp["token_logprobs"][pos]],
+                                          "top_logprobs": [lp["top_logprobs"][pos]]}
+                    chunk_choices.append(ch)
+                self.wfile.write(f"data: {json.dumps({'id': 'cmpl-fake', 'choices': chunk_choices})}\n\n".encode())
+                self.wfile.flush()
+            self.wfile.write(f"data: {json.dumps({'id': 'cmpl-fake', 'choices': [], 'usage': out['usage']})}\n\n".encode())
+            self.wfile.write(b"data: [DONE]\n\n")
+            self.wfile.flush()
+
         def do_GET(self) -> None:  # noqa: N802
             if self.path == "/health":
                 self._send(200, {})
@@ -231,6 +264,9 @@ def serve(mode: str = "") -> tuple[ThreadingHTTPServer, str]:
             else:
                 ids = _tokenize("".join(m["content"] for m in body["messages"]))
             out = _generate(state, body, ids)
+            if body.get("stream"):
+                self._stream(out, chat=self.path == "/v1/chat/completions")
+                return
             state.wait_steps(max(len(c["token_ids"]) for c in out["choices"]))
             if self.path == "/v1/chat/completions":
                 for c in out["choices"]:
