@@ -57,7 +57,7 @@ class RequestRecord:
     chunk_times: list[float] = field(default_factory=list)
     """perf_counter() at the arrival of each content chunk."""
     chunk_tokens: list[int] = field(default_factory=list)
-    """Tokens each content chunk carried (from ``token_ids`` when the server returned them, else 1)."""
+    """Tokens each content chunk carried when it was parsed (token ids requested), else 1 (counts use usage)."""
     t_done: float | None = None
     """perf_counter() when the response was complete (after ``[DONE]``)."""
     prompt_tokens: int | None = None

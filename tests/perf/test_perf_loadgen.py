@@ -13,6 +13,11 @@ from aiohttp import web
 from fasttrack.perf.loadgen import GenRequest, PerfClient, run_closed, run_loop, run_open, run_waves, timed
 
 
+def _dumps(obj: Any, *, spaced: bool = False) -> bytes:
+    # vLLM writes compact JSON (pydantic); "spaced" exercises the parsing path for other servers
+    return json.dumps(obj, separators=(", ", ": ") if spaced else (",", ":")).encode()
+
+
 class FakeServer:
     """Streams ``max_tokens`` chunks, ``gap`` seconds apart, then usage and [DONE]; records concurrency."""
 
@@ -22,6 +27,7 @@ class FakeServer:
         self.in_flight = 0
         self.max_in_flight = 0
         self.mode = "ok"
+        self.spaced = False
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
@@ -37,15 +43,16 @@ class FakeServer:
             if self.mode == "coalesce":
                 # two messages in one write, each carrying two token ids
                 msgs = [{"choices": [{"index": 0, "text": "ab", "token_ids": [5, 6]}]} for _ in range(n // 2)]
-                payload = b"".join(b"data: " + json.dumps(m).encode() + b"\n\n" for m in msgs)
+                payload = b"".join(b"data: " + _dumps(m, spaced=self.spaced) + b"\n\n" for m in msgs)
                 await resp.write(payload)
             else:
                 for k in range(n):
                     await asyncio.sleep(self.gap)
-                    ch: dict[str, Any] = {"index": 0, "text": "x"}
+                    ch: dict[str, Any] = {"index": 0, "text": "x", "finish_reason": None, "token_ids": None}
                     if body.get("return_token_ids"):
                         ch["token_ids"] = [100 + k]
-                    await resp.write(b"data: " + json.dumps({"choices": [ch]}).encode() + b"\n\n")
+                    msg = {"id": "cmpl-1", "object": "text_completion", "choices": [ch], "usage": None}
+                    await resp.write(b"data: " + _dumps(msg, spaced=self.spaced) + b"\n\n")
                     if self.mode == "midstream-error" and k == 1:
                         await resp.write(b'data: {"error": {"message": "engine dead"}}\n\n')
                         await resp.write(b"data: [DONE]\n\n")
@@ -53,7 +60,7 @@ class FakeServer:
             if self.mode != "no-usage":
                 usage = {"prompt_tokens": len(body["prompt"]), "completion_tokens": n, "total_tokens": n + 1,
                          "prompt_tokens_details": {"cached_tokens": 3}}
-                await resp.write(b"data: " + json.dumps({"choices": [], "usage": usage}).encode() + b"\n\n")
+                await resp.write(b"data: " + _dumps({"choices": [], "usage": usage}, spaced=self.spaced) + b"\n\n")
             await resp.write(b"data: [DONE]\n\n")
         finally:
             self.in_flight -= 1
@@ -75,8 +82,10 @@ async def _serve(fake: FakeServer, fn):
         await runner.cleanup()
 
 
-def test_stream_records_chunk_times_usage_and_payload() -> None:
+@pytest.mark.parametrize("spaced", [False, True])
+def test_stream_records_chunk_times_usage_and_payload(spaced: bool) -> None:
     fake = FakeServer(gap=0.01)
+    fake.spaced = spaced
     rec = run_loop(_serve(fake, lambda c: c.stream(GenRequest(id="a", prompt=[1, 2, 3], max_tokens=5))))
     assert rec.ok and rec.output_tokens == 5 and rec.prompt_tokens == 3 and rec.cached_tokens == 3
     assert len(rec.chunk_times) == 5 and rec.chunk_tokens == [1] * 5
@@ -93,16 +102,20 @@ def test_token_ids_and_coalesced_messages() -> None:
     assert rec.token_ids == [100, 101, 102, 103] and fake.bodies[0]["return_token_ids"] is True
     fake.mode = "coalesce"
     rec = run_loop(_serve(fake, lambda c: c.stream(GenRequest(id="b", prompt=[1], max_tokens=8))))
-    # four messages in one read: four content chunks with the same arrival time, two tokens each
-    assert rec.ok and len(rec.chunk_times) == 4 and len(set(rec.chunk_times)) == 1 and rec.chunk_tokens == [2] * 4
-    assert rec.output_tokens == 8
+    # four messages in one read: four content chunks with the same arrival time; tokens from usage
+    assert rec.ok and len(rec.chunk_times) == 4 and len(set(rec.chunk_times)) == 1 and rec.output_tokens == 8
+    assert rec.chunk_tokens == [1] * 4  # content chunks are not parsed unless token ids are wanted
+    rec = run_loop(_serve(fake, lambda c: c.stream(GenRequest(id="c", prompt=[1], max_tokens=8, want_ids=True))))
+    assert rec.chunk_tokens == [2] * 4 and rec.token_ids == [5, 6] * 4
 
 
 @pytest.mark.parametrize("mode, needle", [("http500", "HTTP 500: model exploded"), ("midstream-error", "engine dead"),
                                           ("no-usage", "no usage")])
-def test_failures_are_recorded_not_raised(mode: str, needle: str) -> None:
+@pytest.mark.parametrize("spaced", [False, True])
+def test_failures_are_recorded_not_raised(mode: str, needle: str, spaced: bool) -> None:
     fake = FakeServer()
     fake.mode = mode
+    fake.spaced = spaced
     rec = run_loop(_serve(fake, lambda c: c.stream(GenRequest(id="a", prompt=[1], max_tokens=4))))
     assert not rec.ok and needle in (rec.error or "")
 
