@@ -51,6 +51,7 @@ from fasttrack.checks._common import (
     load_prompt_set,
     prompt_set_path,
     run_async,
+    run_batched,
     short_point,
     write_artifact,
 )
@@ -62,7 +63,7 @@ MIXED_DECODE_TOKENS = 48
 """Tokens the decoding request of the mixed probe generates (it must still decode when the second one arrives)."""
 MIXED_PROMPT_REPEAT = 6
 """The mixed probe's second prompt: this many prompts of the set joined (a prefill of a few hundred tokens)."""
-ABOVE_RANGE_TOKENS = 12
+ABOVE_RANGE_TOKENS = 8
 
 SITUATION_KIND = {"prefill": "prefill", "mixed_prefill_decode": "mixed", "batch_above_range": "decode"}
 """Engine step kind each probed situation is judged on."""
@@ -137,7 +138,7 @@ class CoverageCheck(Check):
             async with EvidenceWindow(ctx, eng, check=self.name, name=f"coverage-decode-{group.id}", points=points,
                                       side=session.side) as win:
                 for b in batches:
-                    await _gather(client, [prompts[(b + j) % len(prompts)].prompt for j in range(b)], PROBE_TOKENS)
+                    await _batched(client, [prompts[(b + j) % len(prompts)].prompt for j in range(b)], PROBE_TOKENS)
                 if "prefill" in situations:
                     await _gather(client, [prompts[0].prompt], 1)
             if win.record:
@@ -189,7 +190,7 @@ class CoverageCheck(Check):
             else:
                 assert env is not None
                 n = env.batch.max + 1
-                await _gather(client, [prompts[(j * 3) % len(prompts)].prompt for j in range(n)], ABOVE_RANGE_TOKENS)
+                await _batched(client, [prompts[(j * 3) % len(prompts)].prompt for j in range(n)], ABOVE_RANGE_TOKENS)
         metric_delta = None
         if metric_before is not None and fb and fb.metric:
             metric_delta = (await scrape_metrics(eng)).total(fb.metric) - metric_before
@@ -420,6 +421,12 @@ async def _gather(client: Any, prompts: list[str], max_tokens: int) -> None:
     for r in res:
         if isinstance(r, EngineCrashed) or (isinstance(r, BaseException) and not isinstance(r, Exception)):
             raise r
+
+
+async def _batched(client: Any, prompts: list[str], max_tokens: int) -> None:
+    """One round of concurrent requests, repeated once if its timing shows they were not decoded together."""
+    await run_batched(lambda: [client.complete(p, max_tokens=max_tokens, temperature=0.0, ignore_eos=True) for p in prompts],
+                      client=client, target=len(prompts), attempts=2)
 
 
 async def _mixed(client: Any, eng: Any, prompts: list[Any]) -> None:

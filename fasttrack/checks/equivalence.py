@@ -7,12 +7,14 @@ are token ids built with the engine's tokenizer: a prompt longer than the point'
 context keeps its last tokens, a much shorter one is preceded by passage text, so
 prompt lengths vary within [context/2, context].
 
-Batch composition is verified from evidence, not assumed. The first round of every
-point runs inside one profiler window per context, whose trace must show decode
-steps at the point's batch size (and, on the candidate, those steps must run the
-optimized path). Every round is streamed, and the token timestamps must show the
-requests decoding together: vLLM runs one engine step at a time and schedules every
-running request in each step, so overlapping decode phases mean one batch.
+Batch composition is verified from evidence, not assumed. A short probe of every
+point (its first round's prompts, a few tokens each) runs inside one profiler
+window per context, whose trace must show decode steps at the point's batch size
+(and, on the candidate, those steps must run the optimized path). Every round's
+requests must finish together: they have the same ``max_tokens``, so requests
+decoded in the same engine steps finish in the same step and a late one finishes
+later. A round that was not batched is repeated, up to three times, and the
+attempts are recorded.
 
 Per request (``fasttrack.stats.compare_greedy``): exact token match, first divergence,
 vLLM's ``check_logprobs_close`` rule at the divergence (each side's token among the
@@ -50,12 +52,16 @@ from fasttrack.checks._common import (
     prompt_set_path,
     run_async,
     used_standard_path,
-    verify_streams,
+    run_batched,
     write_artifact,
 )
 from fasttrack.errors import FasttrackError
 from fasttrack.checks.base import Check, CheckResult, EngineSession, Gate, RunContext, Verdict, register
 from fasttrack.stats import GreedyComparison, compare_greedy, summarize_greedy
+
+
+PROBE_TOKENS = 6
+"""Tokens per request of the profiled path probe (a prefill and a few decode steps per point)."""
 
 
 class _Model(BaseModel):
@@ -107,9 +113,9 @@ class PointRun(_Model):
     context: int
     records: list[GreedyRecord] = Field(default_factory=list)
     window: WindowRecord | None = None
-    """The profiled window (round 0): path evidence and its batch composition."""
+    """The profiled path probe of this point (decode steps per batch size, optimized or stock)."""
     round_checks: list[BatchCheck] = Field(default_factory=list)
-    """Batch composition per round (round 0 from the trace, later rounds from metrics samples)."""
+    """Batch composition per round, from the requests' completion times."""
 
 
 class Explanation(_Model):
@@ -140,6 +146,8 @@ class EquivalenceCheck(Check):
     title = "Greedy output equivalence per batch size"
 
     explain_limit: ClassVar[int] = 3
+    max_attempts: ClassVar[int] = 3
+    """Tries per round until its requests decode as one batch."""
     """Divergences per point decoded to text for the failure message."""
 
     def __init__(self, *, requests_per_point: int = 8) -> None:
@@ -201,28 +209,34 @@ class EquivalenceCheck(Check):
             async def run_round(point: Any, r: int) -> None:
                 run = side_runs.setdefault(point.id, PointRun(point=point.id, batch=point.batch, context=point.context))
                 row = plans[point.id][r]
-                results = await asyncio.gather(*(
+                # A round whose timing shows the requests did not decode together is repeated (greedy outputs are
+                # deterministic, so this selects the batch composition, not the outputs); attempts are recorded.
+                results, bc = await run_batched(lambda: [
                     client.complete(ids, max_tokens=gate.max_tokens, temperature=0.0, logprobs=gate.top_k,
-                                    tokens_as_ids=True, ignore_eos=True, stream=True)
+                                    tokens_as_ids=True, ignore_eos=True)
                     for _, ids in row
-                ), return_exceptions=True)
+                ], client=client, target=len(row), attempts=self.max_attempts)
                 for (item, ids), res in zip(row, results):
                     run.records.append(_record(point.id, point.batch, r, item, ids, res))
-                run.round_checks.append(verify_streams(point.batch, list(results)))
+                run.round_checks.append(bc)
 
-            # Round 0 of every point at one context runs in one profiler window (path evidence, decode steps per
-            # batch size); trace export costs seconds per window on small hosts, so later rounds are not profiled.
-            # Every round is streamed, and its batch composition is checked from the token timestamps.
+            # Path evidence: a short probe per point (its first round's prompts, PROBE_TOKENS tokens), all points
+            # of one context in one profiler window, split by batch size. Trace export costs seconds per window
+            # and tens of ms per engine step on small hosts, so the measured rounds below are not profiled.
             for c in sorted({p.context for p in points}):
                 at_c = [p for p in points if p.context == c]
                 async with EvidenceWindow(ctx, session.engine, check=self.name, name=f"equivalence-{group.id}-ctx{c}",
                                           points={p.id: p.batch for p in at_c}, side=session.side) as win:
                     for point in at_c:
-                        await run_round(point, 0)
+                        await run_batched(lambda point=point: [
+                            client.complete(ids, max_tokens=PROBE_TOKENS, temperature=0.0, ignore_eos=True)
+                            for _, ids in plans[point.id][0]
+                        ], client=client, target=point.batch, attempts=2)
                 for point in at_c:
+                    side_runs.setdefault(point.id, PointRun(point=point.id, batch=point.batch, context=point.context))
                     side_runs[point.id].window = win.record
             for point in points:
-                for r in range(1, len(plans[point.id])):
+                for r in range(len(plans[point.id])):
                     await run_round(point, r)
             if session.side == "candidate":
                 await self._explain(ctx, group.id, session.engine)

@@ -2,10 +2,15 @@
 
 Each feature the scope lists (``scope.features``) is one sub-test; the candidate is
 judged against the baseline and against absolute thresholds
-(``gates.features``, and ``gates.equivalence`` where outputs are compared). Work
-is grouped by config point: every point's requests run inside one evidence window,
-so the coverage check can see which path each sub-test exercised, and a sub-test
-whose candidate never reached the optimized path fails with "used the standard path".
+(``gates.features``, and ``gates.equivalence`` where outputs are compared).
+
+Path evidence comes from two short profiler windows per engine lifetime (trace
+export costs seconds per window and tens of ms per step on small hosts): the
+short-context points (a structured-output round of a few tokens at every batch
+size, and two sampling requests at the sampling batch) and the full-context points
+(each point's prompts, a few tokens). Evidence is split by batch size and recorded
+for the coverage check; a sub-test whose points never reached the optimized path on
+the candidate fails with "used the standard path".
 
 Sub-tests
 ---------
@@ -85,7 +90,7 @@ from fasttrack.checks._common import (
     run_async,
     short_point,
     used_standard_path,
-    verify_streams,
+    run_batched,
     write_artifact,
 )
 from fasttrack.checks.base import Check, CheckResult, EngineSession, Gate, RunContext, Verdict, register
@@ -99,7 +104,7 @@ from fasttrack.stats import (
     wilson_interval,
 )
 
-JSON_MAX_TOKENS = 128
+JSON_MAX_TOKENS = 192
 """Token budget of one structured-output request (the shipped schemas need far fewer)."""
 SAMPLING_TOP_LOGPROBS = 20
 """Logprobs requested for the reference distribution (vLLM's default ``max_logprobs``)."""
@@ -107,8 +112,8 @@ SAMPLING_SELECTION_PROMPTS = 16
 """Prompts of the set considered when choosing the sampling prompt."""
 SAMPLING_WAVE = 8
 """Preferred choices per sampling request (``n``): one decode batch, snapped to a batch size of the plan."""
-PROFILED_WAVES = 4
-"""Sampling requests per temperature test that run inside the profiler window (path evidence of the sampled steps)."""
+PROBE_TOKENS = 6
+"""Tokens per request of the profiled path probes (a prefill and a few decode steps per point)."""
 MASK_SAMPLES = 120
 """Samples per mask test (top-k, top-p)."""
 MASK_TOP_K = 3
@@ -173,9 +178,14 @@ class FeaturesCheck(Check):
     name = "features"
     title = "Serving features (structured output, temperature sampling, full context, API behaviour)"
 
-    def __init__(self, *, wave: int = SAMPLING_WAVE, mask_samples: int = MASK_SAMPLES) -> None:
+    def __init__(self, *, wave: int = SAMPLING_WAVE, mask_samples: int = MASK_SAMPLES,
+                 batches: list[int] | None = None) -> None:
         self.wave_pref = wave
+        """Preferred choices per sampling request (snapped to a batch size of the plan)."""
         self.mask_samples = mask_samples
+        """Samples per top-k / top-p mask test."""
+        self.batches = batches
+        """Batch sizes structured output and full context run at (None: every batch size of the plan)."""
         self.sides: dict[tuple[str, str], SideData] = {}
         self.artifacts: list[str] = []
 
@@ -220,9 +230,10 @@ class FeaturesCheck(Check):
             add("temperature_sampling", wave, lambda w=wave: env.sampling(w))
             t0 = nearest_batch(short_batches, 3)
             add("temperature_sampling", t0, lambda b=t0: env.zero_temperature(b))
-        if "structured_output" in feats and short_batches:
-            add("structured_output", short_batches[0], lambda: env.structured(short_batches))
-        fulls = full_points(ctx, group)
+        so_batches = [b for b in short_batches if self.batches is None or b in self.batches]
+        if "structured_output" in feats and so_batches:
+            add("structured_output", so_batches[0], lambda: env.structured(so_batches))
+        fulls = [p for p in full_points(ctx, group) if self.batches is None or p.batch in self.batches]
         if "full_context" in feats and fulls:
             add("full_context", fulls[0].batch, lambda: env.full_context(fulls), point_id=fulls[0].id)
         if short_batches:
@@ -242,6 +253,15 @@ class FeaturesCheck(Check):
 
         async with session.engine.client() as client:
             env.client = client
+            # path evidence first: short probes in two profiler windows (short-context and full-context points)
+            probe_batches = [b for b in short_batches if self.batches is None or b in self.batches] or short_batches
+            if "structured_output" not in feats and "temperature_sampling" in feats:
+                probe_batches = [nearest_batch(short_batches, self.wave_pref)]
+            sampling_wave = nearest_batch(short_batches, self.wave_pref) if "temperature_sampling" in feats and short_batches else None
+            if probe_batches:
+                await env.probe_short(probe_batches, wave=sampling_wave, structured="structured_output" in feats)
+            if "full_context" in feats and fulls:
+                await env.probe_full(fulls)
             for feature, fn in tasks:
                 try:
                     await fn()
@@ -459,7 +479,6 @@ class FeaturesCheck(Check):
                     f" (baseline control p={control.p_value:.3f})" if control else "")
             verdicts.append(v)
             rows.append({"feature": "temperature_sampling", "group": gid, "point": pid, "test": "goodness_of_fit",
-                         "decode_share_profiled": _decode_share(cand, pid, cd.get("wave", 1)),
                          "temperature": t, "verdict": v.value, "p_value": test.p_value, "statistic": test.statistic,
                          "dof": test.dof, "n_samples": test.n_samples, "n_tested": test.n_tested,
                          "control_p_value": control.p_value if control else None,
@@ -555,7 +574,7 @@ class FeaturesCheck(Check):
                     problems.append(f"mean top-k KL {summ.kl_mean:.4f} > {eq.max_kl:g}")
             # Batch composition is recorded, not gated: long prompts prefill one after another (chunked prefill
             # admits one long prompt at a time), so short generations may finish before the last prefill ends.
-            win = cand.windows.get(crun.get("window") or "")
+            win = next((w for w in cand.windows.values() if pid in w.points), None)
             bc = BatchCheck.model_validate(crun["batch_check"]) if crun.get("batch_check") else None
             steps_at = win.steps_at(crun["batch"]) if win is not None and win.available else None
             v = Verdict.FAIL if problems else (Verdict.PASS if comps else Verdict.NOT_RUN)
@@ -725,18 +744,6 @@ class FeaturesCheck(Check):
                        reason=f"acceptance length candidate {al['c']} vs baseline {al['b']}", rows=rows, failures=failures)
 
 
-def _decode_share(sd: SideData, pid: str | None, wave: int) -> float | None:
-    """Share of the sampled positions of the profiled sampling waves that ran in decode-only steps.
-
-    The ``n`` choices of one request reach the engine one after another, so the first may prefill alone and
-    sample its 2nd token in a mixed step (stock path); the rest sample it in a decode step."""
-    w = sd.windows.get(f"features-temperature_sampling-{pid}")
-    if w is None or not w.available:
-        return None
-    decoded = sum(int(s.get("batch", 0)) for s in w.steps if s.get("kind") == "decode")
-    return round(decoded / (PROFILED_WAVES * wave), 3) if wave else None
-
-
 def _tops(d: dict[str, Any]) -> list[dict[int, float] | None]:
     out: list[dict[int, float] | None] = []
     for i, pos in enumerate(d["top"]):
@@ -799,6 +806,40 @@ class _Env:
         if win.record is not None:
             self.side.windows[win.record.name] = win.record
 
+    async def probe_short(self, batches: list[int], *, wave: int | None, structured: bool) -> None:
+        """Path evidence for the short-context points: at every batch size, a structured-output round (the smallest
+        schema; a plain greedy round when structured output is not tested) of PROBE_TOKENS tokens and, at the
+        sampling batch, two sampling requests (``n = wave``, 2 tokens); one profiler window, split by batch size."""
+        cases = load_schema_cases()
+        case = min(cases, key=lambda c: (len(json.dumps(c.schema_)), c.name))
+        rf = {"type": "json_schema", "json_schema": {"name": case.name, "schema": case.schema_, "strict": True}}
+        pids = {b: self._point(b) for b in batches}
+        async with self.window(pids[batches[0]], "probe", points={pid: b for b, pid in pids.items()}):
+            for b in batches:
+                if structured:
+                    prompts = [case.prompts[(i + b) % len(case.prompts)] for i in range(b)]
+                    await run_batched(lambda prompts=prompts: [self._structured_request(p, rf, max_tokens=PROBE_TOKENS)
+                                                               for p in prompts],
+                                      client=self.client, target=b, attempts=2)
+                else:
+                    prompts = [self.prompts[(i + b) % len(self.prompts)].prompt for i in range(b)]
+                    await run_batched(lambda prompts=prompts: [
+                        self.client.complete(p, max_tokens=PROBE_TOKENS, temperature=0.0, ignore_eos=True)
+                        for p in prompts], client=self.client, target=b, attempts=2)
+            if wave is not None:
+                for k in range(2):
+                    await self.client.complete(self.prompts[0].prompt, max_tokens=2, temperature=1.0, seed=k * wave,
+                                               n=wave, ignore_eos=True)
+
+    async def probe_full(self, points: list[Any]) -> None:
+        """Path evidence for the full-context points: each point's prompts, PROBE_TOKENS tokens; one window."""
+        async with self.window(points[0].id, "probe", points={p.id: p.batch for p in points}):
+            for p in points:
+                ids_all = await self.full_prompts(p)
+                await run_batched(lambda ids_all=ids_all: [
+                    self.client.complete(ids, max_tokens=PROBE_TOKENS, temperature=0.0, ignore_eos=True)
+                    for ids in ids_all], client=self.client, target=p.batch, attempts=2)
+
     def _point(self, batch: int) -> str:
         p = short_point(self.ctx, self.group, batch)
         assert p is not None
@@ -812,8 +853,7 @@ class _Env:
     # -- structured output
 
     async def structured(self, batches: list[int]) -> None:
-        """Every schema at every batch size (``b`` requests at once). The smallest schema's rounds at all batch sizes
-        run in one profiler window (evidence split by batch size); the other schemas are not profiled."""
+        """Every schema at every batch size (``b`` requests at once, greedy)."""
         from jsonschema import Draft202012Validator
 
         cases = load_schema_cases()
@@ -837,24 +877,17 @@ class _Env:
                 rec["endpoint"] = "chat" if self.chat_ok else "completion"
                 data["records"].append(rec)
 
-        # the profiled slice: the smallest schema (fewest tokens per answer) at every batch size
-        first = min(cases, key=lambda c: (len(json.dumps(c.schema_)), c.name))
-        async with self.window(pids[batches[0]], "structured_output", points={pid: b for b, pid in pids.items()}):
-            for b in batches:
-                await round_(first, b)
         for case in cases:
-            if case is first:
-                continue
             for b in batches:
                 await round_(case, b)
 
-    async def _structured_request(self, prompt: str, rf: dict[str, Any]) -> Any:
+    async def _structured_request(self, prompt: str, rf: dict[str, Any], *, max_tokens: int = JSON_MAX_TOKENS) -> Any:
         """A chat request (how structured output is used in practice); completions when the model has no chat template."""
         from fasttrack.engine import EngineRequestError
 
         if self.chat_ok is not False:
             try:
-                r = await self.client.chat([{"role": "user", "content": prompt}], max_tokens=JSON_MAX_TOKENS, temperature=0.0,
+                r = await self.client.chat([{"role": "user", "content": prompt}], max_tokens=max_tokens, temperature=0.0,
                                            response_format=rf)
                 self.chat_ok = True
                 return r
@@ -863,7 +896,7 @@ class _Env:
                     self.chat_ok = False
                 else:
                     raise
-        return await self.client.complete(prompt, max_tokens=JSON_MAX_TOKENS, temperature=0.0, response_format=rf)
+        return await self.client.complete(prompt, max_tokens=max_tokens, temperature=0.0, response_format=rf)
 
     # -- temperature sampling
 
@@ -901,17 +934,14 @@ class _Env:
         }
 
     async def _draw(self, prompt: str, first: int, *, need: int, wave: int, temperature: float, seed0: int,
-                    max_requests: int, profile_point: str | None = None, **mask: Any) -> tuple[list[int], int]:
+                    max_requests: int, **mask: Any) -> tuple[list[int], int]:
         """Sample the 2nd token (given the 1st equals ``first``) until ``need`` samples or ``max_requests``.
 
         Request ``k`` asks for ``wave`` choices with seeds ``seed0 + k*wave ...`` (vLLM gives child ``i`` the
-        seed ``seed + i``), so every sample has its own seed. With ``profile_point``, the first
-        ``PROFILED_WAVES`` requests run in a profiler window."""
+        seed ``seed + i``), so every sample has its own seed."""
         out: list[int] = []
         k = 0
-
-        async def one() -> None:
-            nonlocal k
+        while len(out) < need and k < max_requests:
             r = await self.client.complete(prompt, max_tokens=2, temperature=temperature, seed=seed0 + k * wave, n=wave,
                                            ignore_eos=True, **mask)
             k += 1
@@ -919,13 +949,6 @@ class _Env:
                 ids = _choice_ids(ch)
                 if len(ids) >= 2 and ids[0] == first:
                     out.append(int(ids[1]))
-
-        if profile_point is not None:
-            async with self.window(profile_point, "temperature_sampling"):
-                while k < min(PROFILED_WAVES, max_requests) and len(out) < need:
-                    await one()
-        while len(out) < need and k < max_requests:
-            await one()
         return out[:need], k
 
     async def sampling(self, wave: int) -> None:
@@ -959,7 +982,7 @@ class _Env:
             need = fg.sampling_samples
             max_req = math.ceil(need / (wave * max(p_first, 0.1)) * 1.5) + 2
             got, used = await self._draw(prompt, first, need=need, wave=wave, temperature=t, seed0=1_000_000 * (i + 1),
-                                         max_requests=max_req, profile_point=pid if i == 0 else None)
+                                         max_requests=max_req)
             data["samples"][f"{t:g}"] = got
             data["requests"][f"{t:g}"] = used
         # masks (at T=1 on the same decode position)
@@ -1002,25 +1025,25 @@ class _Env:
     # -- full context
 
     async def full_context(self, points: list[Any]) -> None:
-        """At every full-context point, ``batch`` prompts of exactly ``context`` tokens, greedy to max_model_len;
-        all points in one profiler window (evidence split by batch size)."""
+        """At every full-context point, ``batch`` prompts of exactly ``context`` tokens, greedy to max_model_len."""
         eq = self.ctx.scope.gates.equivalence
         data = self.side.data.setdefault("full_context", {"runs": [], "points": []})
         data["points"].extend(p.id for p in points)
-        name = f"features-full_context-{points[0].id}"
-        async with self.window(points[0].id, "full_context", points={p.id: p.batch for p in points}):
-            for point in points:
-                await self._full_round(point, eq, name)
+        for point in points:
+            await self._full_round(point, eq)
 
-    async def _full_round(self, point: Any, eq: Any, window_name: str) -> None:
+    async def full_prompts(self, point: Any) -> list[list[int]]:
+        return [await self.builder.exact(key=f"{point.id}/{j}", length=point.context) for j in range(point.batch)]
+
+    async def _full_round(self, point: Any, eq: Any) -> None:
         data = self.side.data["full_context"]
-        ids_all = [await self.builder.exact(key=f"{point.id}/{j}", length=point.context) for j in range(point.batch)]
+        ids_all = await self.full_prompts(point)
         max_tokens = (self.ctx.scope.envelope.context.max_model_len - point.context) if self.ctx.scope.envelope else eq.max_tokens
-        res = await self._gather([
+        res, bc = await run_batched(lambda: [
             self.client.complete(ids, max_tokens=max_tokens, temperature=0.0, logprobs=eq.top_k, tokens_as_ids=True,
-                                 ignore_eos=True, stream=True)
+                                 ignore_eos=True)
             for ids in ids_all
-        ])
+        ], client=self.client, target=point.batch, attempts=1)
         recs = []
         for ids, r in zip(ids_all, res):
             if isinstance(r, BaseException):
@@ -1037,8 +1060,8 @@ class _Env:
                 "top": [[(t.token_id, t.logprob) for t in p.top if t.token_id is not None] for p in pos], "text": ch.text,
             })
         data["runs"].append({"point": point.id, "batch": point.batch, "context": point.context, "max_tokens": max_tokens,
-                             "records": recs, "window": window_name,
-                             "batch_check": verify_streams(point.batch, res).model_dump()})
+                             "records": recs,
+                             "batch_check": bc.model_dump()})
 
     # -- API behaviour
 
