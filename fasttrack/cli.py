@@ -19,7 +19,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 console = Console()
-err_console = Console(stderr=True)
+err_console = Console(stderr=True, soft_wrap=True)
 
 #: Modules that add subcommands; each defines ``register(app: typer.Typer) -> None``.
 SUBCOMMAND_MODULES: list[str] = ["fasttrack.bundle.cli", "fasttrack.report.cli", "fasttrack.kernels.cli"]
