@@ -323,8 +323,13 @@ class CoverageCheck(Check):
             else:
                 reason = f"{len(failures)} coverage problem(s): " + failures[0].split(":")[0]
         else:
-            reason = ("path evidence is missing" + (f" ({unavailable} window(s) without a profiler)" if unavailable else "")
-                      + f"; {n_pass} of {n_in} (point, check) pairs verified")
+            missing = [f"{r['point']} [{r['check']}]: {r['detail']}" for r in rows if r["in_plan"] and r["verdict"] == "not_run"]
+            missing += [f"{r['situation']} on the {r['side']}: {r['detail']}" for r in fb_rows
+                        if r["verdict"] == "not_run" and r["side"] == "candidate"]
+            reason = (("path evidence is missing" + (f" ({unavailable} window(s) without a profiler)" if unavailable else "")
+                       if unavailable or not missing else "not everything could be judged")
+                      + f"; {n_pass} of {n_in} (point, check) pairs verified"
+                      + (f"; not judged: {'; '.join(missing[:3])}" if missing else ""))
         return CheckResult(
             check=self.name, verdict=verdict, reason=reason, required=self.required, gate=gate,
             summary={
