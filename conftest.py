@@ -1,0 +1,27 @@
+"""Repository-wide pytest configuration.
+
+``PENDING`` lists end-to-end test modules of capabilities whose issue is still open:
+they are marked ``pending`` and the default test command deselects them
+(``bash scripts/test.sh -m pending`` runs them). A module leaves this list when its
+capability is finished and its tests pass from a clean clone.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+PENDING: dict[str, str] = {
+    "tests/checks/test_checks_e2e.py": "correctness checks against real engines (equivalence, features, coverage)",
+    "tests/evals/test_evals_e2e.py": "MRCR/AIME25 paired evals against real engines",
+    "tests/perf/test_perf_e2e.py": "perf gate on the demo target (clean pass, slow-batch caught)",
+    "tests/e2e/test_e2e_validate.py::test_validate_smoke_writes_a_signed_bundle_that_verifies": "clean demo candidate passing the correctness checks through validate",
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        for prefix, why in PENDING.items():
+            if item.nodeid == prefix or item.nodeid.startswith(prefix + "::") or (
+                "::" in prefix and item.nodeid.startswith(prefix)
+            ):
+                item.add_marker(pytest.mark.pending(reason=why))
