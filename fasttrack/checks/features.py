@@ -391,7 +391,9 @@ class FeaturesCheck(Check):
             nb, nc = len(d["baseline"]), len(d["candidate"])
             kb = sum(r["valid"] for r in d["baseline"])
             kc = sum(r["valid"] for r in d["candidate"])
-            if nc == 0 or nb == 0:
+            if nc == 0:
+                continue  # the candidate did not run this batch size (only cells both sides ran are compared)
+            if nb == 0:
                 verdicts.append(Verdict.NOT_RUN)
                 continue
             ci_c = wilson_interval(kc, nc)

@@ -135,10 +135,12 @@ def baseline(demo: Demo, engine_slot: Any) -> Collected:
 
 
 def _candidate(demo: Demo, baseline: Collected, engine_slot: Any, defect: str | None, names: list[str],
-               **scope_updates: Any) -> dict[str, CheckResult]:
+               feature_batches: list[int] | None = None, **scope_updates: Any) -> dict[str, CheckResult]:
     label = f"candidate-{defect or 'clean'}"
     ctx = demo.ctx(label, **scope_updates)
     checks = {n: copy.deepcopy(baseline.checks[n]) for n in names}
+    if feature_batches is not None:
+        checks["features"].batches = feature_batches
     ctx.evidence = [copy.deepcopy(e) for e in baseline.evidence if e.check in names]
     eng = _engine(demo, engine_slot, "candidate", defect)
     _collect(demo, ctx, checks, eng, "candidate", label)
@@ -194,13 +196,16 @@ def test_ignore_temperature_is_caught_by_the_sampling_test(demo: Demo, baseline:
 
 
 def test_broken_json_is_caught_by_structured_output(demo: Demo, baseline: Collected, engine_slot: Any) -> None:
-    res = _candidate(demo, baseline, engine_slot, "broken-json", ["features"], features=["structured_output"])
+    # every request of a broken candidate runs to max_tokens, so one batch size (8) is enough here
+    res = _candidate(demo, baseline, engine_slot, "broken-json", ["features"], feature_batches=[8],
+                     features=["structured_output"])
     f = res["features"]
     assert f.verdict is Verdict.FAIL, _show(res)
     assert f.summary["per_feature"]["structured_output"]["verdict"] == "fail"
     rows = [r for r in f.tables["features"] if r["feature"] == "structured_output"]
-    assert all(r["baseline_conforming"] == r["baseline_n"] for r in rows), "the baseline must conform"
-    assert any("schema" in m and "(batch " in m and "output" in m for m in f.failures)
+    assert rows and all(r["baseline_conforming"] == r["baseline_n"] for r in rows), "the baseline must conform"
+    assert all(r["verdict"] == "fail" for r in rows)
+    assert any("-b8-ctx32 (batch 8), schema" in m and "output" in m for m in f.failures)
 
 
 def test_silent_fallback_is_caught_by_coverage(demo: Demo, baseline: Collected, engine_slot: Any) -> None:
