@@ -86,7 +86,7 @@ class Collected:
 
 
 @pytest.fixture(scope="module")
-def demo(demo_model: Any, demo_path_markers: Any, tmp_path_factory: pytest.TempPathFactory) -> Demo:
+def demo(demo_model: Any, tmp_path_factory: pytest.TempPathFactory) -> Demo:
     import importlib.util
 
     if importlib.util.find_spec("fasttrack_demo_plugin") is None:
@@ -97,11 +97,7 @@ def demo(demo_model: Any, demo_path_markers: Any, tmp_path_factory: pytest.TempP
     scope = loaded.scope
     gates = scope.gates.model_copy(deep=True)
     gates.features.sampling_samples = SAMPLES
-    # The plugin's optimized-path ops (tests/conftest.py, established by its engine tests) and its stock GEMMs
-    # (vLLM's oneDNN GEMM, or torch's linear where oneDNN is not usable on the CPU).
-    markers = scope.path_markers.model_copy(update={"optimized": list(demo_path_markers.optimized),
-                                                    "stock": [r"^(_C::onednn_mm|aten::linear)$"]})
-    scope = scope.model_copy(update={"gates": gates, "path_markers": markers})
+    scope = scope.model_copy(update={"gates": gates})
     plan = build_plan(scope, tier="smoke")
     return Demo(loaded=loaded, scope=scope, plan=plan, root=tmp_path_factory.mktemp("checks-e2e"), model=demo_model.path)
 
