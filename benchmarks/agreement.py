@@ -34,7 +34,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -43,30 +43,36 @@ from fasttrack.perf.loadgen import GenRequest, PerfClient, run_closed, run_loop,
 from fasttrack.perf.metrics import compute_run_metrics  # noqa: E402
 
 
-def vllm_args(url: str, model: str, tokenizer: str, ns: argparse.Namespace) -> argparse.Namespace:
+def vllm_args(url: str, model: str, tokenizer: str, ns: argparse.Namespace) -> Callable[[], argparse.Namespace]:
+    """A factory of fresh argument namespaces (vLLM's main mutates the one it gets)."""
     from vllm.benchmarks import serve
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-    parser = FlexibleArgumentParser()
-    serve.add_cli_args(parser)
-    return parser.parse_args([
+    argv = [
         "--backend", "openai", "--base-url", url, "--endpoint", "/v1/completions",
         "--model", model, "--tokenizer", tokenizer,
         "--dataset-name", "random", "--random-input-len", str(ns.input_len), "--random-output-len", str(ns.output_len),
         "--num-prompts", str(ns.num_prompts), "--max-concurrency", str(ns.concurrency), "--request-rate", "inf",
         "--ignore-eos", "--temperature", "0", "--seed", str(ns.seed), "--disable-tqdm",
         "--num-warmups", "0", "--ready-check-timeout-sec", "0", "--percentile-metrics", "ttft,tpot,itl,e2el",
-    ])
+    ]
+
+    def make() -> argparse.Namespace:
+        parser = FlexibleArgumentParser()
+        serve.add_cli_args(parser)
+        return parser.parse_args(argv)
+
+    return make
 
 
 class VllmClient:
     """Runs vLLM's benchmark client in-process and times its benchmark coroutine."""
 
-    def __init__(self, args: argparse.Namespace) -> None:
+    def __init__(self, make_args: Callable[[], argparse.Namespace]) -> None:
         from vllm.benchmarks import serve
 
         self.serve = serve
-        self.args = args
+        self.make_args = make_args
         self.prompts: list[Any] | None = None
         self.cpu_s = 0.0
         original = serve.benchmark
@@ -86,7 +92,7 @@ class VllmClient:
     def run(self) -> dict[str, Any]:
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
-            res = self.serve.main(self.args)
+            res = self.serve.main(self.make_args())
         return {"median_tpot_ms": float(res["median_tpot_ms"]), "output_throughput": float(res["output_throughput"]),
                 "tokens": int(res["total_output_tokens"]), "cpu_s": self.cpu_s, "completed": int(res["completed"])}
 
