@@ -32,7 +32,7 @@ is a false alarm when any point fails):
   (1 - confidence)/2 each): what the hierarchical bootstrap's calibration looks like
   with this host's lifetime-to-lifetime variance.
 
-Run (about 10 minutes with the defaults; one engine at a time on the machine)::
+Run (about 10 minutes with the defaults on the 2-core hosts; one engine at a time on the machine)::
 
     flock /tmp/ft-engine.lock python benchmarks/false_alarm.py --json /tmp/false_alarm.json
     python benchmarks/false_alarm.py --from-json /tmp/false_alarm.json     # re-analyse, no engines
@@ -246,12 +246,12 @@ def analyse(data: dict[str, Any], ns: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--lifetimes", type=int, default=8, help="engine lifetimes to measure (the main cost: ~1 min each)")
+    ap.add_argument("--lifetimes", type=int, default=6, help="engine lifetimes to measure (the main cost: ~2 min each here)")
     ap.add_argument("--runs", type=int, default=6, help="runs per point per lifetime (>= the scope's max_runs)")
     ap.add_argument("--batches", default="1,4")
     ap.add_argument("--context", type=int, default=32)
     ap.add_argument("--output-len", type=int, default=64)
-    ap.add_argument("--requests", type=int, default=16)
+    ap.add_argument("--requests", type=int, default=8)
     ap.add_argument("--margin", type=float, default=None, help="noise margin (default: the demo scope's)")
     ap.add_argument("--max-comparisons", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
