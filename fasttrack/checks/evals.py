@@ -62,7 +62,7 @@ GATE = Gate(
         "per eval and config point: (1) mean paired difference of task scores, candidate - baseline, and "
         "(2) mean paired difference of output agreement with the baseline (difflib ratio), candidate minus a "
         "repeated baseline run; each with its 95% percentile-bootstrap lower bound (samples resampled; "
-        "repeats of a sample resampled together)"
+        "repeats of a sample resampled together); graded runs are unprofiled, at the point's batch size"
     ),
     threshold="-margin (the eval's margin in the scope); floor on the candidate's mean score",
     rule=(
@@ -99,7 +99,7 @@ class RunRecord:
     batch: int
     side: str
     role: str
-    """'primary' or 'reference' (the repeated baseline run)."""
+    """'primary', 'reference' (the repeated baseline run, graded) or 'evidence' (profiled, not graded)."""
     repeat: int
     lifetime: int
     output: LmEvalOutput
