@@ -25,6 +25,12 @@ from fasttrack.engine.server import group_members
 FAKE = Path(__file__).with_name("fake_vllm_server.py")
 
 
+@pytest.fixture(autouse=True)
+def _no_session_engine(engine_slot) -> None:
+    """These tests start engines of their own: stop the session's shared engine first."""
+    engine_slot.release()
+
+
 @pytest.fixture
 def fake_python(tmp_path: Path) -> str:
     """An 'interpreter' that runs the stand-in server whatever module it is asked for."""
