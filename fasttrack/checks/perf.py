@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fasttrack.checks.base import Check, CheckResult, EngineSession, Gate, RunContext, Verdict, register
-from fasttrack.engine.errors import EngineError
+from fasttrack.engine.errors import EngineCrashed, EngineUnreachable
 from fasttrack.errors import FasttrackError
 from fasttrack.perf.analysis import ItemState, drift_row, judge_item, look, look_summary
 from fasttrack.perf.claims import MeasuredMetric, match_claims
@@ -56,6 +56,8 @@ class _State:
     notes: list[str] = field(default_factory=list)
     lifetimes: list[dict[str, Any]] = field(default_factory=list)
     """One record per engine lifetime measured: side, group, lifetime, seconds, runs, items skipped."""
+    errors: list[str] = field(default_factory=list)
+    """Harness-side failures that ended a lifetime's measurements early."""
 
 
 def gpus_from_args(args: list[str], default: int) -> int:
@@ -101,7 +103,7 @@ async def measure_item(
     while runs_here < limit:
         try:
             rm = await run_once(runs_here)
-        except EngineError:
+        except (EngineCrashed, EngineUnreachable):
             raise
         except Exception as exc:  # noqa: BLE001 - a harness-side failure is recorded, not raised
             s.errors.append(f"{side} lifetime {lifetime} run {runs_here}: {type(exc).__name__}: {exc}")
@@ -124,7 +126,7 @@ async def measure_drift(s: ItemState, *, gate: Any, run_once: Callable[[int], Aw
     for k in range(gate.min_runs):
         try:
             s.drift_runs.append(await run_once(k))
-        except EngineError:
+        except (EngineCrashed, EngineUnreachable):
             raise
         except Exception as exc:  # noqa: BLE001
             s.errors.append(f"drift lifetime run {k}: {type(exc).__name__}: {exc}")
@@ -221,7 +223,14 @@ class PerfCheck(Check):
 
     def collect(self, ctx: RunContext, session: EngineSession) -> None:
         self._prepare(ctx)
-        run_loop(self._collect(ctx, session))
+        try:
+            run_loop(self._collect(ctx, session))
+        except (EngineCrashed, EngineUnreachable):
+            raise  # the pipeline reports dead engines
+        except Exception as exc:  # noqa: BLE001 - recorded; points without data are reported as not measured
+            msg = f"{session.group.id} {session.side} lifetime {session.lifetime}: {type(exc).__name__}: {exc}"
+            self.state.errors.append(msg)
+            ctx.log(f"  perf: measurement stopped early: {msg}")
 
     async def _inputs(self, ctx: RunContext, engine: Any, items: list[ItemState]) -> RunInputs:
         pool: TokenPool = await pool_from_engine(engine)
@@ -367,7 +376,7 @@ class PerfCheck(Check):
             "drift_checked": len(drift), "drift_detected": [f"{d['point']} ({d['workload']})" for d in drifted],
             "equal_resources": not unequal, "unequal_resource_groups": unequal,
             "claims": {c.id: c.status for c in claims},
-            "lifetimes": st.lifetimes, "notes": st.notes,
+            "lifetimes": st.lifetimes, "notes": st.notes, "errors": st.errors,
             "p90_interactivity": METRICS["p90_interactivity"].description,
             "definitions": "docs/perf.md (metric definitions, trace format, statistics)",
         }
@@ -381,7 +390,8 @@ class PerfCheck(Check):
         tables = {"points": rows, "runs": runs, "looks": looks, "claims": claim_rows, "drift": drift,
                   "lifetimes": st.lifetimes}
         if n == 0 or n_pass + n_fail == 0:
-            return CheckResult(check=NAME, verdict=Verdict.NOT_RUN, reason="no point was measured on both sides",
+            why = "no point was measured on both sides" + (f" ({st.errors[0]})" if st.errors else "")
+            return CheckResult(check=NAME, verdict=Verdict.NOT_RUN, reason=why,
                                gate=gate_model, summary=summary, failures=failures, tables=tables)
         if n_fail:
             verdict = Verdict.FAIL
@@ -389,6 +399,8 @@ class PerfCheck(Check):
         elif n_not:
             verdict = Verdict.NOT_RUN
             reason = f"{n_not} of {n} point(s) could not be compared; the other {n_pass} passed"
+            if st.errors:
+                reason += f" ({st.errors[0]})"
         else:
             verdict = Verdict.PASS
             reason = (f"no regression beyond {m:.0%} at any of {n} point(s) ({gate.gated_metric}); "

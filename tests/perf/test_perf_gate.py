@@ -313,3 +313,23 @@ def test_trailing_baseline_lifetime_is_a_drift_check(tmp_path: Path) -> None:
     assert all(d["drifted"] and d["second_lifetimes"] == [1] and d["ratio"] > 1.3 for d in res.tables["drift"])
     assert "drift between baseline lifetimes" in res.reason
     assert sum(1 for r in res.tables["runs"] if r.get("drift_only")) == gate.min_runs * len(ctx.plan.points)
+
+
+def test_a_harness_failure_in_collect_is_recorded_not_raised(tmp_path: Path) -> None:
+    from fasttrack.checks.base import EngineSession
+
+    class NoTokenizer:
+        base_url = "http://127.0.0.1:9"
+        model = "m"
+        args: list[str] = []
+
+        def check_alive(self, **kw) -> None:
+            return None
+
+    ctx = _ctx("smoke", tmp_path)
+    chk = PerfCheck()
+    assert chk.skip_reason(ctx) is None
+    chk.collect(ctx, EngineSession(side="baseline", group=ctx.plan.groups[0], lifetime=0, engine=NoTokenizer()))
+    assert chk.state.errors and "baseline lifetime 0" in chk.state.errors[0]
+    res = chk.judge(ctx)
+    assert res.verdict is Verdict.NOT_RUN and "baseline lifetime 0" in res.reason
