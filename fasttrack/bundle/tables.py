@@ -169,7 +169,8 @@ def parquet_num_rows(source: Path | bytes) -> tuple[int, list[str]]:
     """Row count and column names from the Parquet footer (no data pages are read)."""
     try:
         f = pq.ParquetFile(pa.BufferReader(source) if isinstance(source, (bytes, bytearray)) else str(source))
-    except (pa.ArrowException, OSError) as exc:
-        raise BundleError(f"not a readable Parquet file: {exc}") from exc
-    return f.metadata.num_rows, list(f.schema_arrow.names)
+        return f.metadata.num_rows, list(f.schema_arrow.names)
+    except (pa.ArrowException, OSError, ValueError, UnicodeDecodeError) as exc:
+        # a corrupted footer can surface as any of these (e.g. undecodable column names)
+        raise BundleError(f"not a readable Parquet file: {type(exc).__name__}: {exc}") from exc
 

@@ -64,7 +64,7 @@ def test_flipping_one_byte_of_each_member_fails(signed_dir: Path, keydir: Path, 
         shutil.rmtree(work)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_random_byte_flips_in_tarball_fail(signed_dir: Path, keydir: Path, tmp_path_factory, data) -> None:
     d = tmp_path_factory.mktemp("flip")
@@ -117,7 +117,7 @@ def test_flips_in_gzip_trailer_and_tar_padding_fail(signed_dir: Path, keydir: Pa
     assert "archive" in failed(res) and "after the end" in res.item("archive").detail
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_random_byte_flips_in_members_fail(signed_dir: Path, keydir: Path, tmp_path_factory, data) -> None:
     files = files_of(signed_dir)
