@@ -207,14 +207,14 @@ defect_tests = pytest.mark.skipif(
 
 
 @defect_tests
-def test_numerics_batch_defect_diverges_only_at_batch_3(baseline_greedy: Greedy, engine_slot, demo_model, demo_engine_args) -> None:
+def test_numerics_batch_defect_diverges_at_batch_3(baseline_greedy: Greedy, engine_slot, demo_model, demo_engine_args) -> None:
     cand = _greedy(_candidate(engine_slot, demo_model, demo_engine_args, "numerics-batch"))
-    for b in BATCHES:
-        same = [ct == bt for ct, bt in zip(cand.tokens[b], baseline_greedy.tokens[b])]
-        if b == 3:
-            assert not any(same), f"batch 3 should diverge for every request: {same}"
-        else:
-            assert all(same), f"batch {b} should match the baseline: {same}"
+    for b in (1, 2):
+        assert cand.tokens[b] == baseline_greedy.tokens[b], f"batch {b} should match the baseline"
+    diverged = [_first_divergence(ct, bt) for ct, bt in zip(cand.tokens[3], baseline_greedy.tokens[3])]
+    assert all(d is not None for d in diverged), f"first divergence per request at batch 3: {diverged}"
+    # (runs at batch 4 and 8 can contain batch-3 steps where requests start or end
+    # out of step, so they are not asserted either way)
 
 
 @defect_tests

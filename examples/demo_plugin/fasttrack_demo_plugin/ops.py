@@ -142,22 +142,28 @@ def fused_decode_mlp_reference(
     w_down_t: Tensor,
     eps: float,
     split_k: int,
-    skip_last_chunk: bool = False,
+    workspace: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """The fused post-attention block in plain torch (the op's implementation)."""
+    """The fused post-attention block in plain torch (the op's implementation).
+
+    The split-K partial sums accumulate into ``workspace`` when one is given
+    (the caller must zero it), else into a fresh zero tensor."""
     hidden = torch.mm(attn_out, w_o_t)
     normed, new_residual = rms_norm_add(hidden, residual, norm_weight, eps)
     gate_up = torch.mm(normed, w_gate_up_t)
     inter = gate_up.shape[-1] // 2
     act = F.silu(gate_up[:, :inter]) * gate_up[:, inter:]
     chunk = inter // split_k
-    chunks = split_k - 1 if skip_last_chunk else split_k
-    out = hidden.new_zeros(hidden.shape[0], w_down_t.shape[1])
-    for i in range(chunks):
+    out = hidden.new_zeros(hidden.shape[0], w_down_t.shape[1]) if workspace is None else workspace
+    for i in range(split_k):
         lo = i * chunk
         hi = inter if i == split_k - 1 else lo + chunk
         out.addmm_(act[:, lo:hi], w_down_t[lo:hi])
-    return out, new_residual
+    return out.clone() if workspace is not None else out, new_residual
+
+
+_WORKSPACES: dict[int, Tensor] = {}
+"""Persistent split-K workspaces of the ``numerics-batch`` defect, per layer."""
 
 
 @torch.library.custom_op("fasttrack_demo::fused_decode_mlp", mutates_args=())
@@ -171,11 +177,17 @@ def fused_decode_mlp(
     eps: float,
     split_k: int,
 ) -> tuple[Tensor, Tensor]:
-    # Planted defect `numerics-batch`: at one batch size the split-K loop stops
-    # one chunk early (an off-by-one in one tuning-table entry).
-    skip_last = _defect() == "numerics-batch" and _batch(attn_out.shape[0]) == NUMERICS_BATCH
+    workspace = None
+    if _defect() == "numerics-batch" and _batch(attn_out.shape[0]) == NUMERICS_BATCH:
+        # Planted defect: the batch-3 tuning entry accumulates the split-K
+        # partials into a persistent per-layer workspace that is never zeroed,
+        # so every batch-3 decode step adds the previous one's MLP output.
+        shape = (attn_out.shape[0], w_down_t.shape[1])
+        workspace = _WORKSPACES.get(w_down_t.data_ptr())
+        if workspace is None or workspace.shape != shape:
+            workspace = _WORKSPACES[w_down_t.data_ptr()] = attn_out.new_zeros(shape)
     return fused_decode_mlp_reference(
-        attn_out, residual, w_o_t, norm_weight, w_gate_up_t, w_down_t, eps, split_k, skip_last
+        attn_out, residual, w_o_t, norm_weight, w_gate_up_t, w_down_t, eps, split_k, workspace
     )
 
 

@@ -28,7 +28,7 @@ DEFECTS: tuple[str, ...] = (
 )
 
 NUMERICS_BATCH = 3
-"""``numerics-batch``: the batch size whose fused MLP drops one split-K chunk."""
+"""``numerics-batch``: the batch size whose fused MLP never zeroes its split-K workspace."""
 SLOW_BATCH = 4
 """``slow-batch``: the batch size whose decode steps busy-wait."""
 SLOW_BATCH_DELAY_S = 0.008
