@@ -626,9 +626,10 @@ class EvidenceWindow:
     ``vllm:num_requests_running`` for the rest (``profile=False``, ``points={}``).
     On a clean exit it appends one :class:`PathEvidence` per attributed point to
     ``ctx.evidence`` and keeps a :class:`WindowRecord` in ``record``. ``points``
-    maps a point id to a batch size filter: ``None`` attributes every decode step
-    of the window to the point; a number attributes only decode steps of that
-    batch size (one window that probes several batch sizes).
+    maps a point id to its batch size: ``None`` attributes every decode step of the
+    window to the point; with numbers (one window that probes several batch sizes)
+    each point gets the decode steps with batch sizes above the next smaller probed
+    batch size, up to its own.
     """
 
     def __init__(
@@ -701,8 +702,11 @@ class EvidenceWindow:
                        for s in ev.steps],
                 running_samples=self._samples, seconds=round(seconds, 3),
             )
+            sizes = sorted({b for b in self.points.values() if b is not None})
             for pid, batch in self.points.items():
-                self.ctx.evidence.append(_point_evidence(ev, check=self.check, point=pid, batch=batch))
+                lo = max((b for b in sizes if batch is not None and b < batch), default=0)
+                self.ctx.evidence.append(_point_evidence(ev, check=self.check, point=pid,
+                                                         batches=None if batch is None else (lo + 1, batch)))
         else:
             reason = self._unavailable or "the profiler produced no evidence"
             self.record = WindowRecord(
@@ -717,19 +721,30 @@ class EvidenceWindow:
                 ))
 
 
-def _point_evidence(ev: "WindowEvidence", *, check: str, point: str, batch: int | None) -> PathEvidence:
+def _point_evidence(ev: "WindowEvidence", *, check: str, point: str, batches: tuple[int, int] | None) -> PathEvidence:
+    """The window's evidence for one point: every decode step, or (``batches=(lo, hi)``) the decode steps whose batch
+    size lies in [lo, hi]. A window that probes several batch sizes gives each point the steps from just above the
+    next smaller probed batch size up to its own, so the partial batches of a round that formed late (a request
+    that arrived a step after the others) still count for the round's point."""
     pe = ev.to_path_evidence(check=check, point=point)
-    if batch is None:
+    if batches is None:
         return pe
-    steps = [s for s in ev.steps if s.kind == "decode" and s.batch == batch]
+    lo, hi = batches
+    steps = [s for s in ev.steps if s.kind == "decode" and lo <= s.batch <= hi]
+    sizes: dict[str, int] = {}
+    opt: dict[str, int] = {}
+    for s in steps:
+        sizes[str(s.batch)] = sizes.get(str(s.batch), 0) + 1
+        if s.optimized_ops:
+            opt[str(s.batch)] = opt.get(str(s.batch), 0) + 1
     pe.decode_steps = len(steps)
     pe.optimized_decode_steps = sum(1 for s in steps if s.optimized_ops)
     pe.optimized_ops = sum(s.optimized_ops for s in steps)
     pe.stock_ops = sum(s.stock_ops for s in steps)
     pe.detail = dict(pe.detail)
-    pe.detail["decode_batch_sizes"] = {str(batch): len(steps)} if steps else {}
-    pe.detail["optimized_decode_batch_sizes"] = {str(batch): pe.optimized_decode_steps} if pe.optimized_decode_steps else {}
-    pe.detail["batch_filter"] = batch
+    pe.detail["decode_batch_sizes"] = dict(sorted(sizes.items(), key=lambda kv: int(kv[0])))
+    pe.detail["optimized_decode_batch_sizes"] = dict(sorted(opt.items(), key=lambda kv: int(kv[0])))
+    pe.detail["batch_filter"] = [lo, hi]
     return pe
 
 

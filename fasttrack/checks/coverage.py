@@ -263,8 +263,8 @@ class CoverageCheck(Check):
                 why = "no candidate path evidence" + (": " + sides["candidate"][0].detail["unavailable"]
                                                       if sides["candidate"] else "")
             elif n_dec == 0:
-                v = Verdict.NOT_RUN
-                why = "the candidate's windows contain no in-range decode step"
+                v = None  # this check did not exercise the point's decode path (e.g. its round formed a smaller batch)
+                why = "not exercised: the candidate's windows of this check contain no decode step for this point"
             else:
                 if frac is not None and frac < thr:
                     problems.append(
@@ -273,7 +273,7 @@ class CoverageCheck(Check):
                     problems.append(f"the baseline ran {base_opt} optimized-path op(s)")
                 v = Verdict.FAIL if problems else Verdict.PASS
                 why = "; ".join(problems)
-            if point in plan_points:
+            if point in plan_points and v is not None:
                 verdicts.append(v)
             if v is Verdict.FAIL:
                 c_ops = sum(e.optimized_ops for e in cand)
@@ -284,7 +284,8 @@ class CoverageCheck(Check):
                     f"path (threshold {thr:g}); optimized-marker ops {c_ops}, stock-marker ops {s_ops}, decode steps by "
                     f"batch size {sizes}; windows {sorted({e.window for e in cand})}")
             rows.append({
-                "point": point, "check": check, "in_plan": point in plan_points, "verdict": v.value,
+                "point": point, "check": check, "in_plan": point in plan_points,
+                "verdict": v.value if v is not None else "not_exercised",
                 "candidate_decode_steps": n_dec, "candidate_optimized_decode_steps": n_opt,
                 "candidate_optimized_fraction": frac, "threshold": thr,
                 "candidate_optimized_ops": sum(e.optimized_ops for e in cand),
@@ -305,7 +306,7 @@ class CoverageCheck(Check):
                                    f"{len({e.window for e in evs})} window(s) ran an optimized-path marker "
                                    f"({', '.join(ctx.scope.path_markers.optimized) if ctx.scope.path_markers else ''})")
                 verdicts.append(Verdict.FAIL)
-        exercised = {p for (p, _c) in cells}
+        exercised = {r["point"] for r in rows if r["verdict"] in ("pass", "fail")}
         not_exercised = sorted(plan_points - exercised)
         # out-of-scope situations
         fb_rows, fb_verdicts, fb_fail = self._judge_situations(ctx)

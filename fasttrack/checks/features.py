@@ -426,6 +426,7 @@ class FeaturesCheck(Check):
             for who in ("baseline", "candidate"):
                 for r in d[who]:
                     req_rows.append({"group": gid, "side": who, "point": pid, "batch": b, "schema": schema,
+                                     "batch_evidence": r.get("batch_evidence"),
                                      "prompt": r["prompt"], "valid": r["valid"], "why": r["why"], "text": r["text"],
                                      "finish_reason": r["finish_reason"], "completion_tokens": r["completion_tokens"]})
         v = fold_verdicts(verdicts)
@@ -870,10 +871,12 @@ class _Env:
         async def round_(case: Any, batch: int) -> None:
             prompts = [case.prompts[(i + batch) % len(case.prompts)] for i in range(batch)]
             rf = {"type": "json_schema", "json_schema": {"name": case.name, "schema": case.schema_, "strict": True}}
-            res = await self._gather([self._structured_request(p, rf) for p in prompts])
+            res, bc = await run_batched(lambda: [self._structured_request(p, rf) for p in prompts], client=self.client,
+                                        target=batch, attempts=1)
             validator = Draft202012Validator(case.schema_)
             for p, r in zip(prompts, res):
-                rec = {"point": pids[batch], "batch": batch, "schema": case.name, "prompt": p}
+                rec = {"point": pids[batch], "batch": batch, "schema": case.name, "prompt": p,
+                       "batch_verified": bc.verified, "batch_evidence": bc.detail}
                 if isinstance(r, BaseException):
                     rec.update(text="", finish_reason=None, completion_tokens=0, valid=False, why=f"request failed: {_err(r)}")
                 else:

@@ -187,9 +187,11 @@ def test_window_evidence_is_split_by_batch_size() -> None:
     ev = WindowEvidence(name="w", side="candidate", prefix="p", duration_s=1.0, markers=MarkerSet(optimized=["a"], stock=["b"]),
                         steps=steps, decode_steps=14, optimized_decode_steps=12, decode_batch_sizes={3: 5, 8: 7, 9: 2},
                         optimized_decode_batch_sizes={3: 5, 8: 7})
-    pe3 = _point_evidence(ev, check="coverage", point="b3", batch=3)
+    pe3 = _point_evidence(ev, check="coverage", point="b3", batches=(1, 3))
     assert (pe3.decode_steps, pe3.optimized_decode_steps, pe3.optimized_ops) == (5, 5, 15)
-    pe9 = _point_evidence(ev, check="coverage", point="b9", batch=9)
+    pe8 = _point_evidence(ev, check="coverage", point="b8", batches=(4, 8))
+    assert (pe8.decode_steps, pe8.optimized_decode_steps) == (7, 7)
+    pe9 = _point_evidence(ev, check="coverage", point="b9", batches=(9, 9))
     assert (pe9.decode_steps, pe9.optimized_decode_steps, pe9.stock_ops) == (2, 0, 8)
-    whole = _point_evidence(ev, check="coverage", point="all", batch=None)
+    whole = _point_evidence(ev, check="coverage", point="all", batches=None)
     assert whole.decode_steps == 14 and in_range_fraction(whole, 1, 8) == (12, 12)
