@@ -412,6 +412,10 @@ def verify_batch(
     return BatchCheck(target=target, verified=False, source="none", detail="no decode steps and no metrics samples were observed")
 
 
+PACER_LEAD_S = 0.01
+"""Seconds between sending the pacer request and the round (time for it to reach the engine)."""
+
+
 async def warm_connections(client: Any, n: int) -> None:
     """Open ``n`` keep-alive connections to the engine before a round of ``n`` concurrent requests.
 
@@ -450,17 +454,32 @@ def verify_completions(target: int, results: list[Any], *, max_spread: float = 0
 
 
 async def run_batched(make: Callable[[], list[Coroutine[Any, Any, Any]]], *, client: Any, target: int,
-                      attempts: int = 3) -> tuple[list[Any], BatchCheck]:
+                      attempts: int = 3, pacer: Callable[[], Coroutine[Any, Any, Any]] | None = None
+                      ) -> tuple[list[Any], BatchCheck]:
     """Send one round of ``target`` concurrent requests until its timing shows one batch (at most ``attempts``).
 
     ``make`` builds the round's request coroutines afresh for each attempt. Outputs are the
     same on every attempt (greedy), so repeating selects the batch composition, not the
-    outputs; the attempt count is recorded in the check's detail."""
+    outputs; the attempt count is recorded in the check's detail.
+
+    ``pacer`` (optional) builds a prefill-only request with a long, uncached prompt that is
+    sent just before the round: the round's requests then reach an engine that is busy with
+    that prefill, so the scheduler starts them all in the same step. Without it, the first
+    request to arrive at an idle engine is often prefilled alone and stays one step ahead,
+    so the round's last step runs with one request fewer."""
     from fasttrack.engine import EngineCrashed
 
     for attempt in range(1, attempts + 1):
-        await warm_connections(client, target)
+        await warm_connections(client, target + (1 if pacer else 0))
+        pace = asyncio.ensure_future(pacer()) if pacer is not None and target > 1 else None
+        if pace is not None:
+            await asyncio.sleep(PACER_LEAD_S)
         results = list(await asyncio.gather(*make(), return_exceptions=True))
+        if pace is not None:
+            try:
+                await pace
+            except Exception:  # noqa: BLE001 - the pacer's own outcome does not matter
+                pass
         for r in results:
             if isinstance(r, EngineCrashed) or (isinstance(r, BaseException) and not isinstance(r, Exception)):
                 raise r

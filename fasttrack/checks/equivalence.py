@@ -62,6 +62,8 @@ from fasttrack.stats import GreedyComparison, compare_greedy, summarize_greedy
 
 PROBE_TOKENS = 6
 """Tokens per request of the profiled path probe (a prefill and a few decode steps per point)."""
+PACER_TOKENS = 1024
+"""Prompt length of the prefill-only pacer request sent just before each round (see ``run_batched``)."""
 
 
 class _Model(BaseModel):
@@ -206,6 +208,16 @@ class EquivalenceCheck(Check):
                     rows.append(row)
                 plans[point.id] = rows
 
+            pacer_len = max(16, min(PACER_TOKENS, (max_len or PACER_TOKENS + 64) - 64))
+            pacer_count = 0
+
+            async def pacer() -> Any:
+                # a prefill-only request with a fresh (uncached) prompt, so the engine is busy when the round arrives
+                nonlocal pacer_count
+                pacer_count += 1
+                ids = await builder.exact(key=f"pacer-{session.side}-{pacer_count}", length=pacer_len)
+                return await client.complete(ids, max_tokens=1, temperature=0.0)
+
             async def run_round(point: Any, r: int) -> None:
                 run = side_runs.setdefault(point.id, PointRun(point=point.id, batch=point.batch, context=point.context))
                 row = plans[point.id][r]
@@ -215,7 +227,7 @@ class EquivalenceCheck(Check):
                     client.complete(ids, max_tokens=gate.max_tokens, temperature=0.0, logprobs=gate.top_k,
                                     tokens_as_ids=True, ignore_eos=True)
                     for _, ids in row
-                ], client=client, target=len(row), attempts=self.max_attempts)
+                ], client=client, target=len(row), attempts=self.max_attempts, pacer=pacer)
                 for (item, ids), res in zip(row, results):
                     run.records.append(_record(point.id, point.batch, r, item, ids, res))
                 run.round_checks.append(bc)
