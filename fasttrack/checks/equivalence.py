@@ -14,7 +14,11 @@ window per context, whose trace must show decode steps at the point's batch size
 requests must finish together: they have the same ``max_tokens``, so requests
 decoded in the same engine steps finish in the same step and a late one finishes
 later. A round that was not batched is repeated, up to three times, and the
-attempts are recorded.
+attempts are recorded. Each round is preceded by a prefill-only "pacer" request
+with a fresh long prompt, so the round's requests reach a busy engine and start in
+the same step; otherwise the first request is often prefilled alone, stays one
+token ahead, and the round's last step runs one request short (a defect at batch
+``b - 1`` would then show at batch ``b``).
 
 Per request (``fasttrack.stats.compare_greedy``): exact token match, first divergence,
 vLLM's ``check_logprobs_close`` rule at the divergence (each side's token among the
