@@ -1,7 +1,8 @@
 """Adapter from the demo decode backend's fused ops (``fasttrack_demo_plugin.ops``) to this
 suite's interface. The plugin's planted ``numerics-batch`` defect (``FASTTRACK_DEMO_DEFECT``)
 is applied here the way the plugin's op applies it: at the tuned batch size the split-K down
-projection drops its last chunk.
+projection accumulates into a persistent workspace that is never zeroed, so every call after
+the first at that shape adds the previous call's output.
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ DEVICE = "cpu"
 NAME = "fasttrack-demo-plugin ops"
 SUPPORTED_DTYPES = {"*": ("fp32", "bf16")}
 
+_WORKSPACES: dict[tuple, torch.Tensor] = {}
+"""The ``numerics-batch`` defect's never-zeroed workspaces, by shape and dtype."""
+
 
 def fused_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
     return rms_norm_add(x, residual, weight, eps)
@@ -27,5 +31,12 @@ def fused_decode_mlp(
     w_gate_up_t: torch.Tensor, w_down_t: torch.Tensor, eps: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     batch = attn_out.shape[0]
-    skip_last = os.environ.get(DEFECT_ENV) == "numerics-batch" and batch == NUMERICS_BATCH
-    return fused_decode_mlp_reference(attn_out, residual, w_o_t, norm_weight, w_gate_up_t, w_down_t, eps, split_k_for_batch(batch), skip_last)
+    workspace = None
+    if os.environ.get(DEFECT_ENV) == "numerics-batch" and batch == NUMERICS_BATCH:
+        key = (batch, w_down_t.shape[1], attn_out.dtype)
+        workspace = _WORKSPACES.get(key)
+        if workspace is None:
+            workspace = _WORKSPACES[key] = attn_out.new_zeros(batch, w_down_t.shape[1])
+    return fused_decode_mlp_reference(
+        attn_out, residual, w_o_t, norm_weight, w_gate_up_t, w_down_t, eps, split_k_for_batch(batch), workspace
+    )
