@@ -4,10 +4,16 @@ The bundle is verified first (signature, hashes). Its recorded scope text, tier 
 shard drive a fresh ``validate`` run of the chosen checks on this host; the new
 results are then compared with the recorded ones. Agreement per check:
 
-- the verdicts are equal, and
-- the check's own rule holds where it defines one (``Check.agrees(recorded, new)``,
-  e.g. a perf speedup inside the recorded interval); otherwise numeric summary
-  figures are listed with their relative difference for a reviewer to judge.
+- the verdicts are equal;
+- row by row, in every table both runs have, rows with the same key (config point,
+  workload, eval, ...) have the same verdict;
+- where a recorded row carries a confidence interval of its statistic (a perf
+  speedup's ``ci_low``/``ci_high``, an eval's difference interval), the new estimate
+  lies inside the recorded interval: the recorded tolerance of that figure;
+- the check's own rule holds where it defines one (``Check.agrees(recorded, new)``).
+
+Numeric summary figures are listed next to these with their relative difference, for a
+reviewer to judge.
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ class CheckAgreement(BaseModel):
     detail: str
     figures: dict[str, dict[str, Any]] = {}
     """Numeric summary figures: {name: {recorded, new, rel_diff}}."""
+    row_disagreements: list[str] = []
+    rows_compared: int = 0
 
 
 class ReproduceResult(BaseModel):
@@ -59,6 +67,67 @@ def _numeric(d: dict[str, Any], prefix: str = "") -> dict[str, float]:
         elif isinstance(v, dict) and len(out) < 200:
             out.update(_numeric(v, key + "."))
     return out
+
+
+_KEY_FIELDS = ("eval", "workload", "point", "batch", "feature", "test", "schema", "situation", "side", "metric")
+"""Fields that identify a result row across runs (whichever of them a table has)."""
+_INTERVALS = (("speedup", "ci_low", "ci_high"), ("score_difference", "score_ci_low", "score_ci_high"),
+              ("agreement_difference", "agreement_ci_low", "agreement_ci_high"))
+"""(estimate, lower bound, upper bound) column triples recorded next to a statistic."""
+
+
+def _row_key(row: dict[str, Any]) -> tuple | None:
+    key = tuple((k, str(row[k])) for k in _KEY_FIELDS if row.get(k) is not None)
+    return key or None
+
+
+def _verdict(row: dict[str, Any]) -> str | None:
+    """A row's own verdict: its ``verdict`` field, else its ``passed`` flag."""
+    if row.get("verdict") is not None:
+        return str(row["verdict"])
+    if isinstance(row.get("passed"), bool):
+        return "pass" if row["passed"] else "fail"
+    return None
+
+
+def _fmt_key(key: tuple) -> str:
+    return ", ".join(f"{k}={v}" for k, v in key)
+
+
+def compare_rows(recorded: dict[str, list[dict[str, Any]]], new: dict[str, list[dict[str, Any]]]) -> tuple[list[str], int]:
+    """Row-level disagreements between the recorded and the new tables of one check.
+
+    Returns (problems, rows compared). Rows are matched by their key fields; a row
+    only one side has is not a disagreement (the rerun may be a subset)."""
+    problems: list[str] = []
+    compared = 0
+    for table in sorted(set(recorded) & set(new)):
+        old_rows: dict[tuple, dict[str, Any]] = {}
+        for r in recorded[table]:
+            k = _row_key(r)
+            if k is not None and _verdict(r) is not None:
+                old_rows.setdefault(k, r)
+        for r in new[table]:
+            k = _row_key(r)
+            if k is None or k not in old_rows:
+                continue
+            old = old_rows[k]
+            compared += 1
+            if _verdict(old) != _verdict(r):
+                problems.append(f"{table} [{_fmt_key(k)}]: verdict {_verdict(old)} recorded, {_verdict(r)} now")
+                continue
+            for est, lo, hi in _INTERVALS:
+                a, b, x = old.get(lo), old.get(hi), r.get(est)
+                if all(isinstance(v, (int, float)) and not isinstance(v, bool) and v == v for v in (a, b, x)):
+                    if not a <= x <= b:
+                        problems.append(f"{table} [{_fmt_key(k)}]: {est} {x:.4g} now, outside the recorded interval "
+                                        f"[{a:.4g}, {b:.4g}]")
+    return problems, compared
+
+
+def _recorded_tables(view: Any, check: str) -> dict[str, list[dict[str, Any]]]:
+    entry = view.manifest.checks.get(check)
+    return {t: view.rows(check, t) for t in (entry.tables if entry else {})}
 
 
 def _scope_file(name: str, text: str, sha: str | None, tmp: Path) -> Path:
@@ -94,9 +163,10 @@ def reproduce(bundle: Path, *, checks: list[str], out: Path, keys: list[Path] | 
         )
     with open_bundle(bundle) as view:
         m = view.manifest
-    missing = [c for c in checks if c not in m.checks]
-    if missing:
-        raise FasttrackError(f"the bundle has no check(s) {missing}.", hint=f"It has: {', '.join(m.checks)}.")
+        missing = [c for c in checks if c not in m.checks]
+        if missing:
+            raise FasttrackError(f"the bundle has no check(s) {missing}.", hint=f"It has: {', '.join(m.checks)}.")
+        recorded_tables = {c: _recorded_tables(view, c) for c in checks}
     reg = registry()
     with tempfile.TemporaryDirectory(prefix="fasttrack-repro-") as tmpd:
         scope_path = _scope_file(m.scope.model, m.scope.yaml, getattr(m.scope, "sha256", None), Path(tmpd))
@@ -109,8 +179,14 @@ def reproduce(bundle: Path, *, checks: list[str], out: Path, keys: list[Path] | 
         rec = m.checks[name]
         res = new[name]
         same = rec.verdict.value == res.verdict.value
-        detail = "verdicts agree" if same else f"verdict {rec.verdict.value} recorded, {res.verdict.value} now"
-        ok = same
+        problems, compared = compare_rows(recorded_tables[name], res.tables)
+        ok = same and not problems
+        if not same:
+            detail = f"verdict {rec.verdict.value} recorded, {res.verdict.value} now"
+        elif problems:
+            detail = f"verdicts agree, but {len(problems)} of {compared} row(s) do not: " + "; ".join(problems[:3])
+        else:
+            detail = f"verdicts agree; {compared} row(s) agree within the recorded intervals"
         hook = getattr(reg.get(name), "agrees", None)
         if callable(hook) and same:
             try:
@@ -125,5 +201,6 @@ def reproduce(bundle: Path, *, checks: list[str], out: Path, keys: list[Path] | 
             den = abs(a[k]) if a[k] else 1.0
             figs[k] = {"recorded": a[k], "new": b[k], "rel_diff": round((b[k] - a[k]) / den, 4)}
         agreements.append(CheckAgreement(check=name, recorded_verdict=rec.verdict.value, new_verdict=res.verdict.value,
-                                         agrees=ok, detail=detail, figures=figs))
+                                         agrees=ok, detail=detail, figures=figs, row_disagreements=problems,
+                                         rows_compared=compared))
     return ReproduceResult(bundle=str(bundle), verified=ver.verified, run_dir=str(outcome.run_dir), agreements=agreements)
