@@ -144,3 +144,12 @@ def test_validate_smoke_writes_a_signed_bundle_that_verifies(tmp_path: Path, key
     # a different PR head is refused
     bad = _run("verify", str(run_dir / "bundle.tar.gz"), "--key", str(keys / "ci.pub"), "--pr-head", "0" * 40)
     assert bad.returncode != 0
+    # reproduce: the recorded settings rerun equivalence on fresh engines, and it agrees row by row
+    rep = _run("reproduce", str(run_dir / "bundle.tar.gz"), "--checks", "equivalence", "--key", str(keys / "ci.pub"),
+               "--out", str(tmp_path / "reproduce"), "--json")
+    assert "Traceback" not in rep.stderr, rep.stderr[-3000:]
+    info = json.loads(rep.stdout)
+    assert rep.returncode == 0 and info["all_agree"] is True and info["verified"] is True, rep.stdout[-3000:]
+    (agreement,) = info["agreements"]
+    assert agreement["check"] == "equivalence" and agreement["new_verdict"] == "pass"
+    assert agreement["rows_compared"] >= 5, agreement  # at least one row per batch size of the sweep
