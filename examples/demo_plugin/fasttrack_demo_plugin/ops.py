@@ -25,9 +25,11 @@ Optimized-path ops (path markers), each used only on fast decode steps:
   projection, with a shape-tuned split-K down projection at batches >= 3.
 - ``fasttrack_demo::fused_decode_logits``: the output layer on fast steps.
 
-The fused ops use the optimized path's own pre-transposed weight copies and plain
-torch arithmetic, so they are faithful to the stock path up to float32 rounding
-(see ``tests/demo`` for the tolerance).
+The fused ops use the optimized path's own pre-transposed weight copies, plain
+``torch.mm`` and vLLM's own CPU kernels for the norms, rotary embedding and
+activation (``_C::fused_add_rms_norm``, ``_C::rms_norm``, ``_C::rotary_embedding``,
+``_C::silu_and_mul``), so they are faithful to the stock path up to float32
+rounding (see ``tests/demo`` for the tolerance).
 """
 
 from __future__ import annotations
@@ -36,9 +38,10 @@ import time
 from typing import Any
 
 import torch
-import torch.nn.functional as F
+import vllm._custom_ops  # noqa: F401  (loads vLLM's CPU kernels: torch.ops._C)
 from torch import Tensor
-from vllm.model_executor.layers.rotary_embedding.base import RotaryEmbedding
+from torch.library import Library
+from vllm.utils.torch_utils import direct_register_custom_op
 
 from fasttrack_demo_plugin.settings import (
     NUMERICS_BATCH,
@@ -84,20 +87,21 @@ def split_k_for_batch(batch: int) -> int:
 def rms_norm_add(
     hidden: Tensor, residual: Tensor | None, weight: Tensor, eps: float
 ) -> tuple[Tensor, Tensor]:
-    """Residual add (if any) + RMSNorm, in float32 like vLLM's native op."""
-    x = hidden.to(torch.float32)
-    if residual is not None:
-        x = x + residual.to(torch.float32)
-    new_residual = x.to(hidden.dtype, copy=True)  # never an alias of an input
-    variance = x.pow(2).mean(dim=-1, keepdim=True)
-    normed = (x * torch.rsqrt(variance + eps)).to(weight.dtype) * weight
-    return normed.to(hidden.dtype), new_residual
+    """Residual add (if any) + RMSNorm with vLLM's CPU kernels (``_C::fused_add_rms_norm``,
+    ``_C::rms_norm``), on copies: the results never alias an input."""
+    x = hidden.contiguous().clone()
+    if residual is None:
+        out = torch.empty_like(x)
+        torch.ops._C.rms_norm(out, x, weight, eps)
+        return out, x
+    new_residual = residual.contiguous().clone()
+    torch.ops._C.fused_add_rms_norm(x, new_residual, weight, eps)  # x <- norm(x + r), r <- x + r
+    return x, new_residual
 
 
 # --- fused_decode_qkv_rope ---------------------------------------------------
 
 
-@torch.library.custom_op("fasttrack_demo::fused_decode_qkv_rope", mutates_args=())
 def fused_decode_qkv_rope(
     hidden: Tensor,
     residual: Tensor | None,
@@ -112,15 +116,13 @@ def fused_decode_qkv_rope(
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     normed, new_residual = rms_norm_add(hidden, residual, norm_weight, eps)
     qkv = torch.mm(normed, w_qkv_t)
-    q, k, v = qkv.split([q_size, kv_size, kv_size], dim=-1)
-    q, k = RotaryEmbedding.forward_static(
-        positions, q, k, head_size, head_size, cos_sin_cache.to(q.dtype), True
-    )
-    return q.contiguous(), k.contiguous(), v.contiguous(), new_residual
+    q, k, v = (t.clone(memory_format=torch.contiguous_format) for t in qkv.split([q_size, kv_size, kv_size], dim=-1))
+    # rotary embedding in place on the (fresh) q and k, with vLLM's CPU kernel
+    torch.ops._C.rotary_embedding(positions, q, k, head_size, cos_sin_cache.to(q.dtype), True)
+    return q, k, v, new_residual
 
 
-@fused_decode_qkv_rope.register_fake
-def _(hidden, residual, norm_weight, w_qkv_t, positions, cos_sin_cache, eps, head_size, q_size, kv_size):
+def _fused_decode_qkv_rope_fake(hidden, residual, norm_weight, w_qkv_t, positions, cos_sin_cache, eps, head_size, q_size, kv_size):
     n = hidden.shape[0]
     return (
         hidden.new_empty(n, q_size),
@@ -144,20 +146,24 @@ def fused_decode_mlp_reference(
     split_k: int,
     workspace: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """The fused post-attention block in plain torch (the op's implementation).
+    """The fused post-attention block (the op's implementation).
 
     The split-K partial sums accumulate into ``workspace`` when one is given
-    (the caller must zero it), else into a fresh zero tensor."""
+    (the caller must zero it), else into a fresh tensor holding the first chunk."""
     hidden = torch.mm(attn_out, w_o_t)
     normed, new_residual = rms_norm_add(hidden, residual, norm_weight, eps)
     gate_up = torch.mm(normed, w_gate_up_t)
     inter = gate_up.shape[-1] // 2
-    act = F.silu(gate_up[:, :inter]) * gate_up[:, inter:]
+    act = gate_up.new_empty(gate_up.shape[0], inter)
+    torch.ops._C.silu_and_mul(act, gate_up)
     chunk = inter // split_k
-    out = hidden.new_zeros(hidden.shape[0], w_down_t.shape[1]) if workspace is None else workspace
-    for i in range(split_k):
-        lo = i * chunk
-        hi = inter if i == split_k - 1 else lo + chunk
+    bounds = [(i * chunk, inter if i == split_k - 1 else (i + 1) * chunk) for i in range(split_k)]
+    if workspace is None:
+        lo, hi = bounds.pop(0)
+        out = torch.mm(act[:, lo:hi], w_down_t[lo:hi])
+    else:
+        out = workspace
+    for lo, hi in bounds:
         out.addmm_(act[:, lo:hi], w_down_t[lo:hi])
     return out.clone() if workspace is not None else out, new_residual
 
@@ -166,7 +172,6 @@ _WORKSPACES: dict[int, Tensor] = {}
 """Persistent split-K workspaces of the ``numerics-batch`` defect, per layer."""
 
 
-@torch.library.custom_op("fasttrack_demo::fused_decode_mlp", mutates_args=())
 def fused_decode_mlp(
     attn_out: Tensor,
     residual: Tensor,
@@ -191,15 +196,13 @@ def fused_decode_mlp(
     )
 
 
-@fused_decode_mlp.register_fake
-def _(attn_out, residual, w_o_t, norm_weight, w_gate_up_t, w_down_t, eps, split_k):
+def _fused_decode_mlp_fake(attn_out, residual, w_o_t, norm_weight, w_gate_up_t, w_down_t, eps, split_k):
     return residual.new_empty(residual.shape), torch.empty_like(residual)
 
 
 # --- fused_decode_logits -----------------------------------------------------
 
 
-@torch.library.custom_op("fasttrack_demo::fused_decode_logits", mutates_args=())
 def fused_decode_logits(hidden: Tensor, w_lm_t: Tensor) -> Tensor:
     logits = torch.mm(hidden, w_lm_t)
     defect = _defect()
@@ -218,15 +221,13 @@ def fused_decode_logits(hidden: Tensor, w_lm_t: Tensor) -> Tensor:
     return logits
 
 
-@fused_decode_logits.register_fake
-def _(hidden, w_lm_t):
+def _fused_decode_logits_fake(hidden, w_lm_t):
     return hidden.new_empty(hidden.shape[0], w_lm_t.shape[1])
 
 
 # --- dispatch_decoder_layer --------------------------------------------------
 
 
-@torch.library.custom_op("fasttrack_demo::dispatch_decoder_layer", mutates_args=())
 def dispatch_decoder_layer(
     positions: Tensor, hidden: Tensor, residual: Tensor | None, layer_name: str
 ) -> tuple[Tensor, Tensor]:
@@ -237,15 +238,13 @@ def dispatch_decoder_layer(
     return torch.ops.fasttrack_demo.stock_decoder_layer(positions, hidden, residual, layer_name)
 
 
-@dispatch_decoder_layer.register_fake
-def _(positions, hidden, residual, layer_name):
+def _dispatch_decoder_layer_fake(positions, hidden, residual, layer_name):
     return torch.empty_like(hidden), torch.empty_like(hidden)
 
 
 # --- stock_decoder_layer -----------------------------------------------------
 
 
-@torch.library.custom_op("fasttrack_demo::stock_decoder_layer", mutates_args=())
 def stock_decoder_layer(
     positions: Tensor, hidden: Tensor, residual: Tensor | None, layer_name: str
 ) -> tuple[Tensor, Tensor]:
@@ -257,8 +256,7 @@ def stock_decoder_layer(
     )
 
 
-@stock_decoder_layer.register_fake
-def _(positions, hidden, residual, layer_name):
+def _stock_decoder_layer_fake(positions, hidden, residual, layer_name):
     return torch.empty_like(hidden), torch.empty_like(hidden)
 
 
@@ -302,3 +300,20 @@ def _maybe_slow_step(dispatcher: Any, layer: Any) -> None:
     deadline = time.perf_counter() + SLOW_BATCH_DELAY_S
     while time.perf_counter() < deadline:
         pass
+
+
+# --- registration ------------------------------------------------------------
+
+_LIB = Library("fasttrack_demo", "FRAGMENT")
+"""The ``fasttrack_demo`` op namespace. Ops are registered the way vLLM registers its
+own (a schema and a CPU kernel on a ``Library``): ``torch.library.custom_op`` adds tens
+of microseconds of dispatch per call, which a decode step of this tiny model would feel."""
+
+for _op, _fake in (
+    (fused_decode_qkv_rope, _fused_decode_qkv_rope_fake),
+    (fused_decode_mlp, _fused_decode_mlp_fake),
+    (fused_decode_logits, _fused_decode_logits_fake),
+    (dispatch_decoder_layer, _dispatch_decoder_layer_fake),
+    (stock_decoder_layer, _stock_decoder_layer_fake),
+):
+    direct_register_custom_op(_op.__name__, _op, mutates_args=[], fake_impl=_fake, target_lib=_LIB, dispatch_key="CPU")
