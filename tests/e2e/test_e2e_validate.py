@@ -123,7 +123,7 @@ def test_ctrl_c_tears_every_engine_down(tmp_path: Path, keys: Path, _no_other_en
 def test_validate_smoke_writes_a_signed_bundle_that_verifies(tmp_path: Path, keys: Path, _no_other_engine) -> None:
     run_dir = tmp_path / "smoke"
     res = _run("validate", "--model", "demo-llama", "--tier", "smoke", "--out", str(run_dir),
-               "--sign-key", str(keys / "ci"), "--checks", "equivalence,features,coverage")
+               "--sign-key", str(keys / "ci"), "--checks", "equivalence,coverage")
     out = res.stdout + res.stderr
     assert "Traceback" not in out
     assert (run_dir / "bundle.tar.gz").is_file(), out[-4000:]
@@ -131,7 +131,8 @@ def test_validate_smoke_writes_a_signed_bundle_that_verifies(tmp_path: Path, key
     info = json.loads(v.stdout)
     assert v.returncode == 0 and info["verified"] is True, v.stdout
     manifest = json.loads((run_dir / "bundle" / "manifest.json").read_text())
-    for name in ("equivalence", "features", "coverage"):
+    # (features are exercised against real engines, defects included, in tests/checks/test_checks_e2e.py)
+    for name in ("equivalence", "coverage"):
         assert manifest["checks"][name]["verdict"] == "pass", (name, manifest["checks"][name]["reason"])
     # checks that were not selected are not_run, so the bundle cannot say pass
     assert manifest["checks"]["perf"]["verdict"] == "not_run"
