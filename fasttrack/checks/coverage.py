@@ -59,8 +59,9 @@ from fasttrack.checks.base import Check, CheckResult, EngineSession, Gate, PathE
 
 PROBE_TOKENS = 8
 """Decode tokens per request in the in-range probe (enough steps to see the path, few enough to be cheap)."""
-MIXED_DECODE_TOKENS = 48
-"""Tokens the decoding request of the mixed probe generates (it must still decode when the second one arrives)."""
+MIXED_DECODE_TOKENS = 256
+"""Tokens the decoding request of the mixed probe generates: it must still decode when the second one arrives,
+after a few /metrics scrapes (a fast decode path finishes 48 tokens before that on two cores)."""
 MIXED_PROMPT_REPEAT = 6
 """The mixed probe's second prompt: this many prompts of the set joined (a prefill of a few hundred tokens)."""
 ABOVE_RANGE_TOKENS = 8
