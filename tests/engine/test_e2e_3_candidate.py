@@ -53,7 +53,13 @@ def _decode_requests(n: int, max_tokens: int = 16) -> list[Request]:
 
 @pytest.mark.parametrize("batch", [1, 4])
 def test_candidate_decode_window_runs_the_optimized_ops(candidate_engine, demo_path_markers, batch: int) -> None:
-    ev = _window(candidate_engine, demo_path_markers, f"candidate-decode-b{batch}", _decode_requests(batch))
+    # The composition is verified, not assumed: on a busy host one request can finish before the
+    # others arrive, so the window is repeated (up to three times) until all decoded together.
+    for attempt in range(3):
+        ev = _window(candidate_engine, demo_path_markers, f"candidate-decode-b{batch}-{attempt}",
+                     _decode_requests(batch, max_tokens=32))
+        if max(ev.decode_batch_sizes) == batch:
+            break
     assert ev.decode_steps >= 14
     assert ev.optimized_ops > 0
     assert ev.optimized_decode_steps == ev.decode_steps, (
