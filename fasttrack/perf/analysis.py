@@ -210,6 +210,15 @@ def judge_item(
                          "statement": why})
         return ItemJudgement(rows, "not_run", None, False, None, nominal, mdes)
 
+    if not state.nested("baseline", gated) or not state.nested("candidate", gated):
+        why = (f"not measured: no usable {gated} samples on "
+               + " and ".join(sd for sd in ("baseline", "candidate") if not state.nested(sd, gated))
+               + f" ({runs_b} baseline and {runs_c} candidate runs; a run whose tokens all arrived in one chunk has none)")
+        for m in metrics:
+            rows.append({**base_row, "metric": f"{it.workload}/{m}", "metric_name": m, "verdict": "not_run" if m == gated else None,
+                         "statement": why})
+        return ItemJudgement(rows, "not_run", None, False, None, nominal, mdes)
+
     # the gated metric: decision from the looks (or one final look now)
     dec_gate: PointGate | None = None
     decision = state.decision
