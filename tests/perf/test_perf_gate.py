@@ -333,3 +333,20 @@ def test_a_harness_failure_in_collect_is_recorded_not_raised(tmp_path: Path) -> 
     assert chk.state.errors and "baseline lifetime 0" in chk.state.errors[0]
     res = chk.judge(ctx)
     assert res.verdict is Verdict.NOT_RUN and "baseline lifetime 0" in res.reason
+
+
+def test_a_side_without_usable_samples_is_not_measured_not_a_crash() -> None:
+    """Runs whose tokens all arrived in one chunk have no positive TPOT sample: no look is
+    taken on them, and the judge says the point was not measured (and why)."""
+    sched = LookSchedule.for_group(["baseline", "candidate"], min_runs=3, max_runs=6)
+    s = ItemState(item=_item())
+    rng = np.random.default_rng(0)
+    for k in range(3):
+        s.add(fake_run(s.item, "baseline", 0, k, tpot=2.0, rng=rng).model_copy(update={"tpot_ms": [0.0] * 24}))
+    assert _measure(s, sched, "candidate", 0, tpot=2.0, seed=2) == 6, "no decision without baseline samples"
+    assert not s.looks
+    j = judge_item(s, metrics=["median_tpot_ms", "output_throughput"], gated="median_tpot_ms", noise_margin=0.1,
+                   confidence=0.95, planned_looks=sched.planned_looks)
+    assert j.verdict == "not_run"
+    gated = next(r for r in j.rows if r["metric_name"] == "median_tpot_ms")
+    assert gated["verdict"] == "not_run" and "no usable median_tpot_ms samples on baseline" in gated["statement"]
