@@ -110,8 +110,8 @@ async def measure_item(
             break
         s.add(rm)
         runs_here += 1
-        if (looks_here and runs_here >= gate.min_runs and s.nested("baseline", gate.gated_metric)
-                and s.nested("candidate", gate.gated_metric)):
+        if (looks_here and runs_here >= gate.min_runs and s.has_samples("baseline", gate.gated_metric)
+                and s.has_samples("candidate", gate.gated_metric)):
             d = look(s, metric=gate.gated_metric, noise_margin=gate.noise_margin, confidence=gate.confidence,
                      look_no=len(s.looks) + 1, planned_looks=sched.planned_looks)
             s.looks.append(look_summary(d, s))

@@ -80,6 +80,11 @@ class ItemState:
                 out.append(runs)
         return out
 
+    def has_samples(self, side: str, metric: str) -> bool:
+        """Whether any run of ``side`` has samples of ``metric`` (what a look needs on both sides)."""
+        md = METRICS[metric]
+        return any(md.samples(r) is not None for runs in self.runs[side].values() for r in runs)
+
     def factor(self) -> float:
         """baseline GPUs / candidate GPUs (1 when equal or on CPU hosts)."""
         b, c = self.gpus.get("baseline", 0), self.gpus.get("candidate", 0)
@@ -203,17 +208,12 @@ def judge_item(
         "notes": list(it.notes) + list(state.errors),
     }
     fb, fc = state.failed_requests("baseline"), state.failed_requests("candidate")
-    if not runs_b or not runs_c:
+    empty = [sd for sd in ("baseline", "candidate") if not state.has_samples(sd, gated)]
+    if empty:
         why = f"not measured: {runs_b} baseline and {runs_c} candidate runs"
-        for m in metrics:
-            rows.append({**base_row, "metric": f"{it.workload}/{m}", "metric_name": m, "verdict": "not_run" if m == gated else None,
-                         "statement": why})
-        return ItemJudgement(rows, "not_run", None, False, None, nominal, mdes)
-
-    if not state.nested("baseline", gated) or not state.nested("candidate", gated):
-        why = (f"not measured: no usable {gated} samples on "
-               + " and ".join(sd for sd in ("baseline", "candidate") if not state.nested(sd, gated))
-               + f" ({runs_b} baseline and {runs_c} candidate runs; a run whose tokens all arrived in one chunk has none)")
+        if runs_b and runs_c:
+            why = (f"not measured: no usable {gated} samples on {' and '.join(empty)} ({runs_b} baseline and "
+                   f"{runs_c} candidate runs; a run whose tokens all arrived in one chunk has none)")
         for m in metrics:
             rows.append({**base_row, "metric": f"{it.workload}/{m}", "metric_name": m, "verdict": "not_run" if m == gated else None,
                          "statement": why})
