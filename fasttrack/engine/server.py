@@ -663,8 +663,11 @@ class ManagedEngine(EngineHandle):
 
     def _group_gone(self) -> bool:
         assert self._proc is not None
-        self._proc.poll()  # reap the leader so it does not linger as a zombie
-        return not group_members(self._proc.pid)
+        # The leader must be reaped, not merely shown as a zombie: a multi-threaded
+        # leader reads "Z" in /proc while its other threads are still exiting, and
+        # waitpid() reports it only once they have; until then its exit code is unknown.
+        leader_reaped = self._proc.poll() is not None
+        return leader_reaped and not group_members(self._proc.pid)
 
     def _wait_group_gone(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
