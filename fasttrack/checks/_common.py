@@ -427,7 +427,8 @@ async def warm_connections(client: Any, n: int) -> None:
     await asyncio.gather(*(http.get("/health") for _ in range(n)), return_exceptions=True)
 
 
-def verify_completions(target: int, results: list[Any], *, max_spread: float = 0.25) -> BatchCheck:
+def verify_completions(target: int, results: list[Any], *, max_spread: float = 0.25,
+                       since: float | None = None) -> BatchCheck:
     """Decide from request timings whether ``target`` concurrent requests ran as one decode batch.
 
     The requests of a round have the same ``max_tokens`` (and ``ignore_eos``). vLLM's
@@ -436,7 +437,9 @@ def verify_completions(target: int, results: list[Any], *, max_spread: float = 0
     the engine late (and decoded partly or wholly alone) finishes correspondingly
     later. The check passes when the spread of completion times is at most
     ``max_spread`` of the median request duration. (Completion times are robust where
-    streamed chunk times are not: a busy server coalesces stream chunks.)
+    streamed chunk times are not: a busy server coalesces stream chunks.) ``since``: when
+    the round was released from a scheduler hold (``time.perf_counter``); durations count
+    from then, so the hold does not dilute the spread.
     """
     done = [r for r in results if not isinstance(r, BaseException) and getattr(r, "t_end", None) is not None]
     if len(done) < target:
@@ -445,12 +448,25 @@ def verify_completions(target: int, results: list[Any], *, max_spread: float = 0
     if target == 1:
         return BatchCheck(target=1, verified=True, source="timing", detail="a single request")
     ends = [r.t_end for r in done]
-    durations = sorted(r.t_end - r.t_start for r in done)
+    durations = sorted(r.t_end - max(r.t_start, since if since is not None else r.t_start) for r in done)
     med = durations[len(durations) // 2] or 1e-9
     spread = (max(ends) - min(ends)) / med
     return BatchCheck(target=target, verified=spread <= max_spread, source="timing",
                       detail=(f"the {target} requests finished within {(max(ends) - min(ends)) * 1000:.0f} ms of each other "
                               f"({spread:.0%} of the median request time {med * 1000:.0f} ms; limit {max_spread:.0%})"))
+
+
+HOLD_S = 0.3
+"""Seconds the scheduler is held for a round (plus ``HOLD_PER_REQUEST_S`` per request; doubled on each retry)."""
+HOLD_PER_REQUEST_S = 0.05
+
+
+async def hold_scheduler(client: Any) -> bool:
+    """Freeze the engine's scheduler (see ``EngineClient.pause_scheduler``); ``False`` where it cannot be held."""
+    pause = getattr(client, "pause_scheduler", None)
+    if pause is None:
+        return False
+    return bool(await pause())
 
 
 async def run_batched(make: Callable[[], list[Coroutine[Any, Any, Any]]], *, client: Any, target: int,
@@ -462,28 +478,50 @@ async def run_batched(make: Callable[[], list[Coroutine[Any, Any, Any]]], *, cli
     same on every attempt (greedy), so repeating selects the batch composition, not the
     outputs; the attempt count is recorded in the check's detail.
 
-    ``pacer`` (optional) builds a prefill-only request with a long, uncached prompt that is
-    sent just before the round: the round's requests then reach an engine that is busy with
-    that prefill, so the scheduler starts them all in the same step. Without it, the first
-    request to arrive at an idle engine is often prefilled alone and stays one step ahead,
-    so the round's last step runs with one request fewer."""
+    Where the engine serves vLLM's ``/pause`` (engines fasttrack starts run in vLLM's
+    development mode), the scheduler is held while the round's requests arrive and then
+    released, so the engine starts them all in one step however slowly a busy API server
+    admits them. Otherwise ``pacer`` (optional) builds a prefill-only request with a long,
+    uncached prompt that is sent just before the round: the round's requests then reach an
+    engine that is busy with that prefill, so the scheduler starts them in the same step.
+    Without either, the first request to arrive at an idle engine is often prefilled alone
+    and stays one step ahead, so the round's last step runs with one request fewer. The
+    composition is verified from the requests' timing either way."""
     from fasttrack.engine import EngineCrashed
 
     for attempt in range(1, attempts + 1):
         await warm_connections(client, target + (1 if pacer else 0))
-        pace = asyncio.ensure_future(pacer()) if pacer is not None and target > 1 else None
-        if pace is not None:
-            await asyncio.sleep(PACER_LEAD_S)
-        results = list(await asyncio.gather(*make(), return_exceptions=True))
-        if pace is not None:
+        held = target > 1 and await hold_scheduler(client)
+        released_at: float | None = None
+        if held:
+            tasks = [asyncio.ensure_future(c) for c in make()]
             try:
-                await pace
-            except Exception:  # noqa: BLE001 - the pacer's own outcome does not matter
-                pass
+                await asyncio.sleep((HOLD_S + HOLD_PER_REQUEST_S * target) * 2 ** (attempt - 1))
+            finally:
+                released_at = time.perf_counter()
+                try:
+                    await client.resume_scheduler()
+                except BaseException:
+                    for t in tasks:
+                        t.cancel()
+                    raise
+            results = list(await asyncio.gather(*tasks, return_exceptions=True))
+        else:
+            pace = asyncio.ensure_future(pacer()) if pacer is not None and target > 1 else None
+            if pace is not None:
+                await asyncio.sleep(PACER_LEAD_S)
+            results = list(await asyncio.gather(*make(), return_exceptions=True))
+            if pace is not None:
+                try:
+                    await pace
+                except Exception:  # noqa: BLE001 - the pacer's own outcome does not matter
+                    pass
         for r in results:
             if isinstance(r, EngineCrashed) or (isinstance(r, BaseException) and not isinstance(r, Exception)):
                 raise r
-        bc = verify_completions(target, results)
+        bc = verify_completions(target, results, since=released_at)
+        if held:
+            bc.detail += " (scheduler held while the round arrived)"
         if bc.verified or attempt == attempts:
             break
     if attempt > 1:

@@ -43,10 +43,13 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from fasttrack.checks._common import (
+    HOLD_PER_REQUEST_S,
+    HOLD_S,
     EvidenceWindow,
     WindowRecord,
     fold_verdicts,
     group_batches,
+    hold_scheduler,
     in_range_fraction,
     load_prompt_set,
     prompt_set_path,
@@ -450,7 +453,15 @@ async def _mixed(client: Any, eng: Any, prompts: list[Any]) -> None:
             break
         await asyncio.sleep(0.01)
     long_prompt = " ".join(p.prompt for p in prompts[2:2 + MIXED_PROMPT_REPEAT])
-    second = client.complete(long_prompt, max_tokens=2, temperature=0.0, ignore_eos=True)
+    # Hold the scheduler (where the engine allows it) while the long prompt arrives, so the step
+    # after the release runs the first request's decode and the second one's prefill together.
+    held = not first.done() and await hold_scheduler(client)
+    second = asyncio.ensure_future(client.complete(long_prompt, max_tokens=2, temperature=0.0, ignore_eos=True))
+    if held:
+        try:
+            await asyncio.sleep(HOLD_S + HOLD_PER_REQUEST_S)
+        finally:
+            await client.resume_scheduler()
     res = await asyncio.gather(first, second, return_exceptions=True)
     for r in res:
         if isinstance(r, BaseException) and not isinstance(r, Exception):

@@ -317,6 +317,8 @@ class EngineClient:
             headers=headers,
             transport=transport,
         )
+        self._pause_supported: bool | None = None
+        """Whether the server serves ``/pause`` (unknown until first asked)."""
 
     async def __aenter__(self) -> "EngineClient":
         return self
@@ -479,6 +481,40 @@ class EngineClient:
         return list(await asyncio.gather(*(self.run(r) for r in requests), return_exceptions=return_exceptions))
 
     # -- transport
+
+    # -- scheduler hold (vLLM's development endpoints)
+
+    async def pause_scheduler(self) -> bool:
+        """Freeze the engine's scheduler: requests already running stay where they are and
+        new ones queue until :meth:`resume_scheduler` (vLLM's ``POST /pause?mode=keep``).
+
+        The endpoint is served only when the server runs with ``VLLM_SERVER_DEV_MODE=1``
+        (engines fasttrack starts do); returns ``False`` where it is not served, so callers
+        can fall back to sending requests unheld."""
+        if self._pause_supported is False:
+            return False
+        url = self.base_url + "/pause"
+        try:
+            r = await self._http.post("/pause", params={"mode": "keep"})
+        except httpx.TransportError as exc:
+            raise await self._transport_failed(exc, url) from exc
+        if r.status_code in (404, 405):
+            self._pause_supported = False
+            return False
+        if r.status_code != 200:
+            raise await self._http_failed(r.status_code, r.text, url)
+        self._pause_supported = True
+        return True
+
+    async def resume_scheduler(self) -> None:
+        """Release a :meth:`pause_scheduler` hold (``POST /resume``)."""
+        url = self.base_url + "/resume"
+        try:
+            r = await self._http.post("/resume")
+        except httpx.TransportError as exc:
+            raise await self._transport_failed(exc, url) from exc
+        if r.status_code != 200:
+            raise await self._http_failed(r.status_code, r.text, url)
 
     async def _transport_failed(self, exc: Exception, url: str) -> EngineRequestError:
         if self.engine is not None:

@@ -342,6 +342,14 @@ class EngineHandle(ABC):
         self.stop()
 
 
+HARNESS_ENV: dict[str, str] = {"VLLM_SERVER_DEV_MODE": "1"}
+"""Set for every engine the harness starts, on both sides (the scope's ``env`` may override
+or unset it). Development mode serves vLLM's ``/pause`` and ``/resume``, which the checks
+use to hold the scheduler while a round of requests arrives, so the round starts in one
+engine step (``fasttrack.checks._common.run_batched``); vLLM's own benchmark sweep sets it
+for its cache resets. It adds endpoints and changes nothing on the model's path."""
+
+
 class ManagedEngine(EngineHandle):
     """A vLLM server the harness starts and owns."""
 
@@ -481,6 +489,7 @@ class ManagedEngine(EngineHandle):
             *self.args,
         ]
         full_env = dict(os.environ)
+        full_env.update(HARNESS_ENV)
         for k in self.env_unset:
             full_env.pop(k, None)
         full_env.update(self.env_overrides)
@@ -491,7 +500,7 @@ class ManagedEngine(EngineHandle):
         with open(self.log_path, "ab") as log:
             header = (
                 f"# fasttrack: {self.side} engine\n# argv: {subprocess.list2cmdline(self.argv)}\n"
-                f"# env overrides: {self.env_overrides} unset: {self.env_unset}\n"
+                f"# env overrides: {self.env_overrides} unset: {self.env_unset} harness: {HARNESS_ENV}\n"
             )
             log.write(header.encode())
             log.flush()

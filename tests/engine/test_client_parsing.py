@@ -265,3 +265,32 @@ def test_gather_sends_all_requests_and_keeps_order() -> None:
     assert [r.text for r in results] == [f"seed={i}" for i in range(6)] + ["seed=99"]
     assert [r.endpoint for r in results] == ["completion"] * 6 + ["chat"]
     assert in_flight["max"] == 7
+
+
+# -- scheduler hold (vLLM's /pause?mode=keep and /resume)
+
+
+def test_pause_scheduler_asks_to_keep_running_requests_and_resume_releases() -> None:
+    seen: list[str] = []
+
+    def respond(request: httpx.Request, body: dict[str, Any]) -> httpx.Response:
+        seen.append(f"{request.url.path}?{request.url.query.decode()}")
+        return httpx.Response(200, json={"status": "ok"})
+
+    c, _ = _client(respond)
+    assert run(c.pause_scheduler()) is True
+    run(c.resume_scheduler())
+    assert seen == ["/pause?mode=keep", "/resume?"]
+
+
+def test_pause_scheduler_without_dev_endpoints_is_false_and_not_asked_again() -> None:
+    c, rec = _client(lambda request, body: httpx.Response(404, json={"detail": "Not Found"}))
+    assert run(c.pause_scheduler()) is False
+    assert run(c.pause_scheduler()) is False
+    assert len(rec.requests) == 1
+
+
+def test_pause_scheduler_server_error_raises() -> None:
+    c, _ = _client(lambda request, body: httpx.Response(400, json={"error": "Invalid pause mode"}))
+    with pytest.raises(EngineRequestError, match="Invalid pause mode"):
+        run(c.pause_scheduler())
