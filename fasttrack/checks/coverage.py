@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import time
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -190,7 +189,7 @@ class CoverageCheck(Check):
         async with EvidenceWindow(ctx, eng, check=self.name, name=f"coverage-{situation}-{group.id}", points={},
                                   side=session.side) as win:
             if situation == "mixed_prefill_decode":
-                await _mixed(client, eng, prompts)
+                await _mixed(client, prompts)
             else:
                 assert env is not None
                 n = env.batch.max + 1
@@ -439,19 +438,22 @@ async def _batched(client: Any, prompts: list[str], max_tokens: int) -> None:
                       client=client, target=len(prompts), attempts=2)
 
 
-async def _mixed(client: Any, eng: Any, prompts: list[Any]) -> None:
-    """One request decodes; a long prompt arrives meanwhile, so a step mixes prefill and decode."""
-    from fasttrack.engine import scrape_metrics
+async def _mixed(client: Any, prompts: list[Any]) -> None:
+    """One request decodes; a long prompt arrives meanwhile, so a step mixes prefill and decode.
+
+    The first request streams, so its decode is seen as it happens (a metrics scrape from a busy
+    API server can lag by longer than the whole request)."""
+    decoding = asyncio.Event()
+
+    def seen(n_chunks: int) -> None:
+        if n_chunks >= 2:
+            decoding.set()
 
     first = asyncio.create_task(client.complete(prompts[1].prompt, max_tokens=MIXED_DECODE_TOKENS, temperature=0.0,
-                                                ignore_eos=True))
-    before = (await scrape_metrics(eng)).total("vllm:generation_tokens_total")
-    deadline = time.monotonic() + 30.0
-    while time.monotonic() < deadline and not first.done():
-        now = (await scrape_metrics(eng)).total("vllm:generation_tokens_total")
-        if now - before >= 2:
-            break
-        await asyncio.sleep(0.01)
+                                                ignore_eos=True, stream=True, on_chunk=seen))
+    waiter = asyncio.ensure_future(decoding.wait())
+    await asyncio.wait([first, waiter], timeout=30.0, return_when=asyncio.FIRST_COMPLETED)
+    waiter.cancel()
     long_prompt = " ".join(p.prompt for p in prompts[2:2 + MIXED_PROMPT_REPEAT])
     # Hold the scheduler (where the engine allows it) while the long prompt arrives, so the step
     # after the release runs the first request's decode and the second one's prefill together.

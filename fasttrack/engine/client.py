@@ -20,7 +20,7 @@ import asyncio
 import json
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
@@ -399,10 +399,12 @@ class EngineClient:
         tokens_as_ids: bool = False,
         return_token_ids: bool = True,
         extra: dict[str, Any] | None = None,
+        on_chunk: Callable[[int], Any] | None = None,
     ) -> CompletionResult:
         """POST /v1/completions. ``logprobs=k`` asks for the top-k per position;
         ``tokens_as_ids`` makes the server render tokens as ``token_id:N`` so alternatives
-        are identified by id; ``extra`` is merged into the body verbatim."""
+        are identified by id; ``extra`` is merged into the body verbatim. ``on_chunk``
+        (streaming only) is called with the number of chunks received after each one."""
         payload = self._payload(
             "completion",
             stream=stream,
@@ -422,7 +424,7 @@ class EngineClient:
             extra=extra,
         )
         payload["prompt"] = prompt
-        return await self.send("completion", payload)
+        return await self.send("completion", payload, on_chunk=on_chunk)
 
     async def chat(
         self,
@@ -528,7 +530,9 @@ class EngineClient:
             await asyncio.to_thread(self.engine.check_alive, grace=2.0)
         return EngineRequestError(_error_message(body), status_code=status, body=body, url=url)
 
-    async def send(self, endpoint: Endpoint, payload: dict[str, Any]) -> CompletionResult:
+    async def send(
+        self, endpoint: Endpoint, payload: dict[str, Any], *, on_chunk: Callable[[int], Any] | None = None
+    ) -> CompletionResult:
         """POST a prepared body to the endpoint; streams when ``payload['stream']`` is true."""
         path = _PATHS[endpoint]
         url = self.base_url + path
@@ -545,7 +549,7 @@ class EngineClient:
                 if r.status_code != 200:
                     body = (await r.aread()).decode("utf-8", errors="replace")
                     raise await self._http_failed(r.status_code, body, url)
-                return await self._parse_stream(endpoint, payload, r, t_start, url)
+                return await self._parse_stream(endpoint, payload, r, t_start, url, on_chunk=on_chunk)
         except httpx.TransportError as exc:
             raise await self._transport_failed(exc, url) from exc
 
@@ -592,7 +596,8 @@ class EngineClient:
         )
 
     async def _parse_stream(
-        self, endpoint: Endpoint, payload: dict[str, Any], r: httpx.Response, t_start: float, url: str
+        self, endpoint: Endpoint, payload: dict[str, Any], r: httpx.Response, t_start: float, url: str,
+        *, on_chunk: Callable[[int], Any] | None = None,
     ) -> CompletionResult:
         by_index: dict[int, ChoiceResult] = {}
         texts: dict[int, list[str]] = {}
@@ -622,6 +627,8 @@ class EngineClient:
                     url=url,
                 )
             n_chunks += 1
+            if on_chunk is not None:
+                on_chunk(n_chunks)
             rid = rid or data.get("id")
             model = model or data.get("model")
             if data.get("usage"):

@@ -111,12 +111,15 @@ def test_streaming_completion_timestamps_ids_and_usage() -> None:
     def respond(req, body):
         return httpx.Response(200, content=chunks, headers={"content-type": "text/event-stream"})
 
+    counts: list[int] = []
+
     async def go():
         c, rec = _client(respond)
         async with c:
-            return await c.complete("x", stream=True, max_tokens=3, logprobs=2), rec
+            return await c.complete("x", stream=True, max_tokens=3, logprobs=2, on_chunk=counts.append), rec
 
     r, rec = run(go())
+    assert counts == [1, 2, 3, 4, 5]  # called after every data chunk, not for [DONE]
     assert rec.requests[0]["body"]["stream_options"] == {"include_usage": True}
     assert r.stream and r.text == "ABC" and r.token_ids == [5, 6, 7]
     assert r.prompt_token_ids == [1, 2]
