@@ -11,10 +11,8 @@ from __future__ import annotations
 import pytest
 
 PENDING: dict[str, str] = {
-    "tests/perf/test_perf_e2e.py": "perf gate on the demo target: a judge on an item without usable TPOT samples, "
-    "and lifetime noise at one lifetime per side, still to be made robust in CI",
-    "tests/e2e/test_e2e_validate.py::test_validate_smoke_writes_a_signed_bundle_that_verifies": "smoke validate "
-    "and reproduce: the batch-8 equivalence round's composition on a loaded two-core host, still to be shown stable",
+    "tests/perf/test_perf_e2e.py": "perf gate on the demo target: the demo fast path is slower than the stock path "
+    "at batches >= 3, so the slow-batch defect cannot yet fail at batch 4 and nowhere else",
 }
 
 
