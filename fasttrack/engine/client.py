@@ -482,8 +482,6 @@ class EngineClient:
         """Send all requests at once (so the engine batches them); results in request order."""
         return list(await asyncio.gather(*(self.run(r) for r in requests), return_exceptions=return_exceptions))
 
-    # -- transport
-
     # -- scheduler hold (vLLM's development endpoints)
 
     async def pause_scheduler(self) -> bool:
@@ -517,6 +515,8 @@ class EngineClient:
             raise await self._transport_failed(exc, url) from exc
         if r.status_code != 200:
             raise await self._http_failed(r.status_code, r.text, url)
+
+    # -- transport
 
     async def _transport_failed(self, exc: Exception, url: str) -> EngineRequestError:
         if self.engine is not None:
