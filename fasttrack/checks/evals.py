@@ -41,6 +41,7 @@ from typing import Any
 import httpx
 
 from fasttrack.checks.base import Check, CheckResult, EngineSession, Gate, PathEvidence, RunContext, Verdict, register
+from fasttrack.engine.client import KEEPALIVE_EXPIRY_S
 from fasttrack.errors import FasttrackError
 from fasttrack.evals.compare import Comparison, PairingError, SampleOutcome, breakdown, compare
 from fasttrack.evals.datasets import ResolvedDataset, resolve_dataset
@@ -575,7 +576,7 @@ class _TokenCounter:
         self.base_url = base_url
         self.model = model
         self.max_model_len: int | None = None
-        self._http = httpx.Client(timeout=120.0)
+        self._http = httpx.Client(timeout=120.0, limits=httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_S))
         self(([{"role": "user", "content": "x"}]))
 
     def __call__(self, messages: list[dict[str, str]]) -> int:

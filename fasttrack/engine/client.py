@@ -293,6 +293,13 @@ def _fill_ids_from_positions(choice: ChoiceResult) -> None:
 # the client
 
 
+KEEPALIVE_EXPIRY_S = 2.0
+"""Seconds an idle pooled connection is kept. Well below vLLM's server-side keep-alive
+timeout (``VLLM_HTTP_TIMEOUT_KEEP_ALIVE``, 5 s by default): with equal timeouts the
+server can close a connection at the moment the client reuses it, and the request
+then fails with "Server disconnected without sending a response"."""
+
+
 class EngineClient:
     """Async HTTP client for one engine (``base_url`` without ``/v1``)."""
 
@@ -313,7 +320,8 @@ class EngineClient:
         self._http = httpx.AsyncClient(
             base_url=self.base_url,
             timeout=httpx.Timeout(timeout, connect=10.0),
-            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
+            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections,
+                                keepalive_expiry=KEEPALIVE_EXPIRY_S),
             headers=headers,
             transport=transport,
         )
@@ -493,11 +501,8 @@ class EngineClient:
         can fall back to sending requests unheld."""
         if self._pause_supported is False:
             return False
+        r = await self._control("/pause", params={"mode": "keep"})
         url = self.base_url + "/pause"
-        try:
-            r = await self._http.post("/pause", params={"mode": "keep"})
-        except httpx.TransportError as exc:
-            raise await self._transport_failed(exc, url) from exc
         if r.status_code in (404, 405):
             self._pause_supported = False
             return False
@@ -508,13 +513,24 @@ class EngineClient:
 
     async def resume_scheduler(self) -> None:
         """Release a :meth:`pause_scheduler` hold (``POST /resume``)."""
-        url = self.base_url + "/resume"
-        try:
-            r = await self._http.post("/resume")
-        except httpx.TransportError as exc:
-            raise await self._transport_failed(exc, url) from exc
+        r = await self._control("/resume")
         if r.status_code != 200:
-            raise await self._http_failed(r.status_code, r.text, url)
+            raise await self._http_failed(r.status_code, r.text, self.base_url + "/resume")
+
+    async def _control(self, path: str, **kw: Any) -> httpx.Response:
+        """POST to an idempotent control endpoint, once more on a fresh connection when
+        the server closed a pooled one without answering (a keep-alive close that crossed
+        the request; nothing was done, so asking again is safe)."""
+        url = self.base_url + path
+        for attempt in (1, 2):
+            try:
+                return await self._http.post(path, **kw)
+            except httpx.RemoteProtocolError as exc:
+                if attempt == 2:
+                    raise await self._transport_failed(exc, url) from exc
+            except httpx.TransportError as exc:
+                raise await self._transport_failed(exc, url) from exc
+        raise AssertionError("unreachable")
 
     # -- transport
 

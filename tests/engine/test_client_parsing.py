@@ -297,3 +297,37 @@ def test_pause_scheduler_server_error_raises() -> None:
     c, _ = _client(lambda request, body: httpx.Response(400, json={"error": "Invalid pause mode"}))
     with pytest.raises(EngineRequestError, match="Invalid pause mode"):
         run(c.pause_scheduler())
+
+
+def test_control_request_is_asked_again_when_a_pooled_connection_was_closed_unanswered() -> None:
+    calls: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request.url.path)
+        if len(calls) == 1:
+            raise httpx.RemoteProtocolError("Server disconnected without sending a response.", request=request)
+        return httpx.Response(200, json={"status": "ok"})
+
+    c = EngineClient("http://engine", model="demo", transport=httpx.MockTransport(handler))
+    assert run(c.pause_scheduler()) is True
+    assert calls == ["/pause", "/pause"]
+
+
+def test_control_request_that_fails_twice_raises_with_the_cause() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise httpx.RemoteProtocolError("Server disconnected without sending a response.", request=request)
+
+    c = EngineClient("http://engine", model="demo", transport=httpx.MockTransport(handler))
+    with pytest.raises(EngineRequestError, match="Server disconnected"):
+        run(c.resume_scheduler())
+
+
+def test_idle_connections_expire_before_vllms_server_side_keep_alive_timeout() -> None:
+    from fasttrack.engine.client import KEEPALIVE_EXPIRY_S
+
+    vllm_default_keep_alive_s = 5  # VLLM_HTTP_TIMEOUT_KEEP_ALIVE
+    assert KEEPALIVE_EXPIRY_S <= vllm_default_keep_alive_s / 2
+    c = EngineClient("http://engine", model="demo")
+    pool = c._http._transport._pool  # httpx's default transport
+    assert pool._keepalive_expiry == KEEPALIVE_EXPIRY_S
+    run(c.aclose())
