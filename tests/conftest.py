@@ -53,7 +53,7 @@ CANDIDATE_ENGINE_ARGS: tuple[str, ...] = (
 #: candidate's stock steps, and oneDNN GEMMs on every stock step of either side
 #: (float32 on the CPU build).
 DEMO_OPTIMIZED_MARKERS: tuple[str, ...] = (r"^fasttrack_demo::fused_decode_",)
-DEMO_STOCK_MARKERS: tuple[str, ...] = (r"^fasttrack_demo::stock_decoder_layer$", r"^_C::onednn_mm$")
+DEMO_STOCK_MARKERS: tuple[str, ...] = (r"^fasttrack_demo::stock_decoder_layer$",)
 DEMO_FALLBACK_PATTERN = r"fasttrack-demo fallback reason="
 DEFECT_ENV = "FASTTRACK_DEMO_DEFECT"
 

@@ -25,7 +25,7 @@ import time
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Coroutine, Iterable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Coroutine, Iterable, Sequence, TypeVar
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
@@ -469,6 +469,23 @@ async def hold_scheduler(client: Any) -> bool:
     return bool(await pause())
 
 
+async def release_after(client: Any, seconds: float, tasks: Sequence[asyncio.Future[Any]]) -> float:
+    """Let held requests (``tasks``) arrive for ``seconds``, then release the scheduler
+    (also when interrupted); returns the release time (``time.perf_counter``). If the
+    release fails, the tasks are cancelled (they would wait on a frozen scheduler)."""
+    try:
+        await asyncio.sleep(seconds)
+    finally:
+        released_at = time.perf_counter()
+        try:
+            await client.resume_scheduler()
+        except BaseException:
+            for t in tasks:
+                t.cancel()
+            raise
+    return released_at
+
+
 async def run_batched(make: Callable[[], list[Coroutine[Any, Any, Any]]], *, client: Any, target: int,
                       attempts: int = 3, pacer: Callable[[], Coroutine[Any, Any, Any]] | None = None
                       ) -> tuple[list[Any], BatchCheck]:
@@ -495,16 +512,7 @@ async def run_batched(make: Callable[[], list[Coroutine[Any, Any, Any]]], *, cli
         released_at: float | None = None
         if held:
             tasks = [asyncio.ensure_future(c) for c in make()]
-            try:
-                await asyncio.sleep((HOLD_S + HOLD_PER_REQUEST_S * target) * 2 ** (attempt - 1))
-            finally:
-                released_at = time.perf_counter()
-                try:
-                    await client.resume_scheduler()
-                except BaseException:
-                    for t in tasks:
-                        t.cancel()
-                    raise
+            released_at = await release_after(client, (HOLD_S + HOLD_PER_REQUEST_S * target) * 2 ** (attempt - 1), tasks)
             results = list(await asyncio.gather(*tasks, return_exceptions=True))
         else:
             pace = asyncio.ensure_future(pacer()) if pacer is not None and target > 1 else None

@@ -52,6 +52,7 @@ from fasttrack.checks._common import (
     in_range_fraction,
     load_prompt_set,
     prompt_set_path,
+    release_after,
     run_async,
     run_batched,
     short_point,
@@ -460,10 +461,7 @@ async def _mixed(client: Any, prompts: list[Any]) -> None:
     held = not first.done() and await hold_scheduler(client)
     second = asyncio.ensure_future(client.complete(long_prompt, max_tokens=2, temperature=0.0, ignore_eos=True))
     if held:
-        try:
-            await asyncio.sleep(HOLD_S + HOLD_PER_REQUEST_S)
-        finally:
-            await client.resume_scheduler()
+        await release_after(client, HOLD_S + HOLD_PER_REQUEST_S, [first, second])
     res = await asyncio.gather(first, second, return_exceptions=True)
     for r in res:
         if isinstance(r, BaseException) and not isinstance(r, Exception):

@@ -8,6 +8,7 @@ op tests also need vLLM (the fused QKV op reuses vLLM's rotary embedding).
 from __future__ import annotations
 
 import logging
+from typing import Any
 from types import SimpleNamespace
 
 import pytest
@@ -248,6 +249,39 @@ def test_fused_mlp_matches_the_plain_formula_at_every_tuned_shape(ops, batch: in
     ref_out, ref_res = _mlp_reference(c)
     torch.testing.assert_close(res, ref_res, **TOL)
     torch.testing.assert_close(out, ref_out, **TOL)
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+def test_packed_weights_run_through_onednn_and_match_the_plain_formula(ops, batch: int) -> None:
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    c = _mlp_case(batch)
+    w_o_t, w_gate_up_t, w_down_t = (c[k].t().contiguous() for k in ("w_o", "w_gate_up", "w_down"))
+    split_k = ops.split_k_for_batch(batch)
+    args = (c["attn_out"], c["residual"], w_o_t, c["w_norm"], w_gate_up_t, w_down_t, 1e-5, split_k)
+
+    def run() -> tuple[Any, dict[str, int]]:
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            out = torch.ops.fasttrack_demo.fused_decode_mlp(*args)
+        return out, {e.key: e.count for e in prof.key_averages()}
+
+    (plain_out, _), plain_ops = run()
+    assert plain_ops.get("_C::onednn_mm", 0) == 0 and plain_ops.get("aten::mm", 0) >= 3, plain_ops
+    ops.prepack(w_o_t)
+    ops.prepack(w_gate_up_t)
+    ops.prepack(w_down_t, (1, *ops.SPLIT_K_COUNTS))
+    try:
+        (out, res), packed = run()
+    finally:
+        ops.unpack(w_o_t, w_gate_up_t, w_down_t)
+    # o, gate/up, and the down projection in split_k chunks, all through oneDNN handles
+    assert packed.get("_C::onednn_mm", 0) == 2 + split_k and packed.get("aten::mm", 0) == 0, packed
+    ref_out, ref_res = _mlp_reference(c)
+    torch.testing.assert_close(res, ref_res, **TOL)
+    torch.testing.assert_close(out, ref_out, **TOL)
+    torch.testing.assert_close(out, plain_out, **TOL)
+    assert not any(v.data_ptr() == w_down_t.data_ptr() for v, _ in ops._PACKED.values()), "unpack dropped the handles"
 
 
 def test_numerics_batch_defect_breaks_only_its_batch_size(ops, monkeypatch) -> None:

@@ -11,6 +11,7 @@ import asyncio
 
 import pytest
 
+from fasttrack.checks._common import HOLD_PER_REQUEST_S, HOLD_S, release_after
 from fasttrack.engine import ProfilerWindow, Request, WindowEvidence
 
 pytestmark = pytest.mark.e2e
@@ -25,7 +26,10 @@ def _fallback_log_interval() -> float:
     return float(dispatch.LOG_INTERVAL_S)
 
 
-def _window(engine, markers, name: str, requests: list[Request]) -> WindowEvidence:
+def _window(engine, markers, name: str, requests: list[Request], *, hold: bool = False) -> WindowEvidence:
+    """Profile one round of ``requests``. ``hold``: the scheduler is held while they arrive,
+    so they start in one engine step (a busy API server admits concurrent requests slowly)."""
+
     async def go():
         async with engine.client() as c:
             await c.complete("warm up", max_tokens=2, temperature=0.0)
@@ -35,7 +39,13 @@ def _window(engine, markers, name: str, requests: list[Request]) -> WindowEviden
             async with ProfilerWindow(
                 engine, name, markers=markers.marker_set(), fallback_pattern=markers.fallback_pattern
             ) as win:
-                results = await c.gather(requests)
+                if hold:
+                    assert await c.pause_scheduler(), "engines the harness starts serve /pause"
+                    tasks = [asyncio.ensure_future(c.run(r)) for r in requests]
+                    await release_after(c, HOLD_S + HOLD_PER_REQUEST_S * len(requests), tasks)
+                    results = await asyncio.gather(*tasks)
+                else:
+                    results = await c.gather(requests)
         assert all(r.usage is not None for r in results)
         return win.evidence
 
@@ -92,7 +102,7 @@ def test_candidate_prefill_only_window_shows_stock_path_and_fallback(candidate_e
 
 def test_candidate_out_of_range_batches_fall_back(candidate_engine, demo_path_markers) -> None:
     n = MAX_BATCH + 4
-    ev = _window(candidate_engine, demo_path_markers, "candidate-decode-b12", _decode_requests(n, max_tokens=24))
+    ev = _window(candidate_engine, demo_path_markers, "candidate-decode-b12", _decode_requests(n, max_tokens=24), hold=True)
     big = {b: k for b, k in ev.decode_batch_sizes.items() if b > MAX_BATCH}
     assert big, f"no decode step above the batch range: {ev.decode_batch_sizes}"
     assert all(b <= MAX_BATCH for b in ev.optimized_decode_batch_sizes), ev.optimized_decode_batch_sizes

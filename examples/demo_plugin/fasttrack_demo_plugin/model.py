@@ -53,11 +53,15 @@ class FastDecodeLlamaDecoderLayer(LlamaDecoderLayer):
 
     def capture_fast_weights(self) -> None:
         """Keep the optimized path's own pre-transposed weight copies (vLLM's CPU
-        linear layers drop ``.weight`` after packing it for their own kernels)."""
+        linear layers drop ``.weight`` after packing it for their own kernels) and
+        pack them into the optimized path's own oneDNN GEMM handles."""
         self.fast_w_qkv_t = _transposed(self.self_attn.qkv_proj.weight)
         self.fast_w_o_t = _transposed(self.self_attn.o_proj.weight)
         self.fast_w_gate_up_t = _transposed(self.mlp.gate_up_proj.weight)
         self.fast_w_down_t = _transposed(self.mlp.down_proj.weight)
+        for w in (self.fast_w_qkv_t, self.fast_w_o_t, self.fast_w_gate_up_t):
+            ops.prepack(w)
+        ops.prepack(self.fast_w_down_t, (1, *ops.SPLIT_K_COUNTS))
 
     def stock_forward(
         self,
@@ -131,6 +135,7 @@ class FasttrackDemoLlamaForCausalLM(LlamaForCausalLM):
                 if isinstance(layer, FastDecodeLlamaDecoderLayer):
                     layer.capture_fast_weights()
             self.fast_w_lm_t = _transposed(self.lm_head.weight[: self.config.vocab_size])
+            ops.prepack(self.fast_w_lm_t)
         return loaded
 
 

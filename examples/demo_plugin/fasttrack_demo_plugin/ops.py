@@ -12,9 +12,7 @@ Stock-path op of the candidate (a stock-path marker):
 
 - ``fasttrack_demo::stock_decoder_layer``: vLLM's unmodified
   ``LlamaDecoderLayer.forward`` for one layer, used on every step the optimized
-  path does not take. The stock GEMMs inside it (and everywhere in the baseline,
-  which never runs this plugin's ops) are ``_C::onednn_mm`` on the CPU build in
-  float32; fast steps run no ``_C::onednn_mm`` at all.
+  path does not take. (The baseline never runs this plugin's ops at all.)
 
 Optimized-path ops (path markers), each used only on fast decode steps:
 
@@ -25,9 +23,11 @@ Optimized-path ops (path markers), each used only on fast decode steps:
   projection, with a shape-tuned split-K down projection at batches >= 3.
 - ``fasttrack_demo::fused_decode_logits``: the output layer on fast steps.
 
-The fused ops use the optimized path's own pre-transposed weight copies, plain
-``torch.mm`` and vLLM's own CPU kernels for the rotary embedding, the activation and
-(in float32, the demo's dtype) the norms (``_C::rotary_embedding``,
+The fused ops run their GEMMs against the optimized path's own pre-transposed
+weight copies, packed into the optimized path's own oneDNN handles (``_C::onednn_mm``,
+the GEMM vLLM's stock CPU linear layers use; ``torch.mm`` where oneDNN cannot
+multiply the dtype), and use vLLM's own CPU kernels for the rotary embedding, the
+activation and (in float32, the demo's dtype) the norms (``_C::rotary_embedding``,
 ``_C::silu_and_mul``, ``_C::fused_add_rms_norm``, ``_C::rms_norm``), so they are
 faithful to the stock path up to float32 rounding (see ``tests/demo`` for the
 tolerance).
@@ -36,6 +36,7 @@ tolerance).
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -77,6 +78,63 @@ def _defect() -> str | None:
 def _batch(default: int) -> int:
     dispatcher = _STATE["dispatcher"]
     return dispatcher.current.batch if dispatcher is not None else default
+
+
+# --- GEMMs: oneDNN handles packed from the optimized path's own weights ---------
+
+_PACKED: dict[tuple[Any, ...], tuple[Tensor, Any]] = {}
+"""oneDNN GEMM handles by weight (data pointer, shape, strides, dtype), each with its
+weight (which keeps the pointer from being reused while the handle lives)."""
+
+
+def _weight_key(w: Tensor) -> tuple[Any, ...]:
+    return (w.data_ptr(), tuple(w.shape), tuple(w.stride()), w.dtype)
+
+
+def _k_chunks(k: int, split_k: int) -> list[tuple[int, int]]:
+    chunk = k // split_k
+    return [(i * chunk, k if i == split_k - 1 else (i + 1) * chunk) for i in range(split_k)]
+
+
+def prepack(w_t: Tensor, split_k: Sequence[int] = (1,)) -> None:
+    """Pack a ``(K, N)`` weight, and its K chunks for each split count in ``split_k``,
+    into oneDNN GEMM handles (vLLM's ``create_onednn_mm``, what the stock CPU linear
+    layers use); :func:`mm` then runs GEMMs against that weight through the handle.
+    Without oneDNN, for a dtype oneDNN cannot multiply here, or before packing,
+    :func:`mm` is ``torch.mm`` (as vLLM's stock CPU linear layers fall back to
+    ``torch.nn.functional.linear``)."""
+    if not getattr(vllm._custom_ops, "_supports_onednn", False):
+        return
+    views = [w_t] + [w_t[lo:hi] for n in split_k if n > 1 for lo, hi in _k_chunks(w_t.shape[0], n)]
+    for view in views:
+        key = _weight_key(view)
+        if key in _PACKED:
+            continue
+        try:
+            _PACKED[key] = (view, vllm._custom_ops.create_onednn_mm(view, 32))
+        except RuntimeError:
+            return  # oneDNN has no matmul for this dtype on this CPU (e.g. bf16 without AVX512-BF16)
+
+
+def unpack(*weights: Tensor) -> None:
+    """Drop the handles of these weights and of their chunk views."""
+    ptrs = {(w.data_ptr(), w.data_ptr() + w.numel() * w.element_size()) for w in weights}
+    for key in [k for k, (v, _) in _PACKED.items() if any(lo <= v.data_ptr() < hi for lo, hi in ptrs)]:
+        del _PACKED[key]
+
+
+def mm(x: Tensor, w_t: Tensor) -> Tensor:
+    """``x @ w_t`` through the weight's oneDNN handle if it was packed, else ``torch.mm``."""
+    entry = _PACKED.get(_weight_key(w_t))
+    if entry is None:
+        return torch.mm(x, w_t)
+    out = x.new_empty(x.shape[0], w_t.shape[1])
+    torch.ops._C.onednn_mm(out, x if x.is_contiguous() else x.contiguous(), None, entry[1].handler_tensor)
+    return out
+
+
+SPLIT_K_COUNTS = (4,)
+"""Split counts :func:`split_k_for_batch` uses besides 1 (what :func:`prepack` packs chunks for)."""
 
 
 def split_k_for_batch(batch: int) -> int:
@@ -128,7 +186,7 @@ def fused_decode_qkv_rope(
     kv_size: int,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     normed, new_residual = rms_norm_add(hidden, residual, norm_weight, eps)
-    qkv = torch.mm(normed, w_qkv_t)
+    qkv = mm(normed, w_qkv_t)
     q, k, v = (t.clone(memory_format=torch.contiguous_format) for t in qkv.split([q_size, kv_size, kv_size], dim=-1))
     # rotary embedding in place on the (fresh) q and k, with vLLM's CPU kernel
     torch.ops._C.rotary_embedding(positions, q, k, head_size, cos_sin_cache.to(q.dtype), True)
@@ -163,21 +221,20 @@ def fused_decode_mlp_reference(
 
     The split-K partial sums accumulate into ``workspace`` when one is given
     (the caller must zero it), else into a fresh tensor holding the first chunk."""
-    hidden = torch.mm(attn_out, w_o_t)
+    hidden = mm(attn_out, w_o_t)
     normed, new_residual = rms_norm_add(hidden, residual, norm_weight, eps)
-    gate_up = torch.mm(normed, w_gate_up_t)
+    gate_up = mm(normed, w_gate_up_t)
     inter = gate_up.shape[-1] // 2
     act = gate_up.new_empty(gate_up.shape[0], inter)
     torch.ops._C.silu_and_mul(act, gate_up)
-    chunk = inter // split_k
-    bounds = [(i * chunk, inter if i == split_k - 1 else (i + 1) * chunk) for i in range(split_k)]
+    bounds = _k_chunks(inter, split_k)
     if workspace is None:
         lo, hi = bounds.pop(0)
-        out = torch.mm(act[:, lo:hi], w_down_t[lo:hi])
+        out = mm(act[:, lo:hi], w_down_t[lo:hi])
     else:
         out = workspace
     for lo, hi in bounds:
-        out.addmm_(act[:, lo:hi], w_down_t[lo:hi])
+        out.add_(mm(act[:, lo:hi], w_down_t[lo:hi]))
     return out.clone() if workspace is not None else out, new_residual
 
 
@@ -217,7 +274,7 @@ def _fused_decode_mlp_fake(attn_out, residual, w_o_t, norm_weight, w_gate_up_t, 
 
 
 def fused_decode_logits(hidden: Tensor, w_lm_t: Tensor) -> Tensor:
-    logits = torch.mm(hidden, w_lm_t)
+    logits = mm(hidden, w_lm_t)
     defect = _defect()
     if defect == "ignore-temperature":
         # Planted defect: a stray logit scale, so sampling runs at

@@ -2,7 +2,9 @@
 suite's interface. The plugin's planted ``numerics-batch`` defect (``FASTTRACK_DEMO_DEFECT``)
 is applied here the way the plugin's op applies it: at the tuned batch size the split-K down
 projection accumulates into a persistent workspace that is never zeroed, so every call after
-the first at that shape adds the previous call's output.
+the first at that shape adds the previous call's output. The weights are packed into oneDNN
+GEMM handles for the call, as the plugin packs its own (so the GEMMs under test are the ones
+the engine runs; where oneDNN cannot multiply a dtype, both fall back to ``torch.mm``).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import os
 
 import torch
 
-from fasttrack_demo_plugin.ops import fused_decode_mlp_reference, rms_norm_add, split_k_for_batch
+from fasttrack_demo_plugin.ops import fused_decode_mlp_reference, prepack, rms_norm_add, split_k_for_batch, unpack
 from fasttrack_demo_plugin.settings import DEFECT_ENV, NUMERICS_BATCH
 
 DEVICE = "cpu"
@@ -37,6 +39,13 @@ def fused_decode_mlp(
         workspace = _WORKSPACES.get(key)
         if workspace is None:
             workspace = _WORKSPACES[key] = attn_out.new_zeros(batch, w_down_t.shape[1])
-    return fused_decode_mlp_reference(
-        attn_out, residual, w_o_t, norm_weight, w_gate_up_t, w_down_t, eps, split_k_for_batch(batch), workspace
-    )
+    split_k = split_k_for_batch(batch)
+    prepack(w_o_t)
+    prepack(w_gate_up_t)
+    prepack(w_down_t, (1, split_k))
+    try:
+        return fused_decode_mlp_reference(
+            attn_out, residual, w_o_t, norm_weight, w_gate_up_t, w_down_t, eps, split_k, workspace
+        )
+    finally:
+        unpack(w_o_t, w_gate_up_t, w_down_t)
