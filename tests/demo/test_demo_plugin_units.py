@@ -251,7 +251,7 @@ def test_fused_mlp_matches_the_plain_formula_at_every_tuned_shape(ops, batch: in
     torch.testing.assert_close(out, ref_out, **TOL)
 
 
-@pytest.mark.parametrize("batch", [1, 4])
+@pytest.mark.parametrize("batch", [1, 3])
 def test_packed_weights_run_through_onednn_and_match_the_plain_formula(ops, batch: int) -> None:
     import torch
     from torch.profiler import ProfilerActivity, profile
