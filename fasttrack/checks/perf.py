@@ -378,6 +378,7 @@ class PerfCheck(Check):
             "equal_resources": not unequal, "unequal_resource_groups": unequal,
             "claims": {c.id: c.status for c in claims},
             "lifetimes": st.lifetimes, "notes": st.notes, "errors": st.errors,
+            "burst_delivered_requests": sum(int(r.get("burst_delivered") or 0) for r in runs),
             "p90_interactivity": METRICS["p90_interactivity"].description,
             "definitions": "docs/perf.md (metric definitions, trace format, statistics)",
         }

@@ -28,6 +28,15 @@ is a streamed SSE message whose ``choices`` is not empty):
   *slow* tail: 90% of inter-token gaps were at least this fast (it is the 10th
   percentile of per-gap tokens/s, not the 90th).
 
+**Burst-delivered requests.** A request whose content reached the client in very few
+network reads (after its first chunk, fewer distinct arrival times than
+``BURST_READ_FRACTION`` of its remaining tokens, with at least ``BURST_MIN_TOKENS``
+of them) was not observed as it streamed: a stalled API server or client delivered
+it at once, and its TTFT, TPOT and ITL would read as the stall, or as zero. Those
+three are not taken from it (its tokens still count for throughput and its E2E
+latency stands); the run records how many requests that was
+(``burst_delivered``).
+
 Percentiles are numpy's linear interpolation (``np.percentile``), p50/p90/p99.
 Tokens are never counted by re-tokenising text: a request without server usage is
 counted as failed (``usage_missing``).
@@ -43,6 +52,9 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 PERCENTILES: tuple[int, ...] = (50, 90, 99)
+BURST_READ_FRACTION = 0.25
+BURST_MIN_TOKENS = 4
+"""A request with at least this many tokens after its first is checked for burst delivery."""
 
 Direction = Literal["lower_is_better", "higher_is_better"]
 
@@ -89,6 +101,15 @@ class RequestRecord:
         if not self.chunk_times or self.output_tokens is None or self.output_tokens <= 1:
             return None
         return (self.chunk_times[-1] - self.chunk_times[0]) / (self.output_tokens - 1)
+
+    @property
+    def burst_delivered(self) -> bool:
+        """The stream arrived in too few network reads to time its tokens (module docstring)."""
+        ts = self.chunk_times
+        if self.output_tokens is None or self.output_tokens - 1 < BURST_MIN_TOKENS or not ts:
+            return False
+        later_reads = len({t for t in ts if t != ts[0]})
+        return later_reads < BURST_READ_FRACTION * (self.output_tokens - 1)
 
     def itls(self) -> list[float]:
         ts = self.chunk_times
@@ -149,6 +170,8 @@ class RunMetrics(_Model):
     """client_cpu_s per streamed content chunk, in microseconds."""
     content_chunks: int
     """Content chunks streamed in the run."""
+    burst_delivered: int = 0
+    """Requests whose stream arrived at once (module docstring): no TTFT, TPOT or ITL from them."""
     warmup_requests: int = 0
     """Warm-up requests sent before the run and discarded."""
     extra: dict[str, Any] = Field(default_factory=dict)
@@ -210,11 +233,12 @@ def compute_run_metrics(
             errors.append(f"{r.id}: no content chunk arrived")
         else:
             errors.append(f"{r.id}: the server sent no usage (tokens are counted from usage only)")
-    ttft = [r.ttft * 1e3 for r in ok]  # type: ignore[operator]
+    timed = [r for r in ok if not r.burst_delivered]
+    ttft = [r.ttft * 1e3 for r in timed]  # type: ignore[operator]
     e2e = [r.e2e * 1e3 for r in ok]  # type: ignore[operator]
-    tpot = [t * 1e3 for r in ok if (t := r.tpot) is not None]
+    tpot = [t * 1e3 for r in timed if (t := r.tpot) is not None]
     itl: list[float] = []
-    for r in ok:
+    for r in timed:
         itl.extend(g * 1e3 for g in r.itls())
     out_tokens = sum(int(r.output_tokens or 0) for r in ok)
     prompt_tokens = sum(int(r.prompt_tokens or 0) for r in ok)
@@ -241,7 +265,8 @@ def compute_run_metrics(
         ttft_ms=ttft, tpot_ms=tpot, itl_ms=itl, e2e_ms=e2e, percentiles=ptiles,
         client_cpu_s=client_cpu_s,
         client_cpu_us_per_token=(client_cpu_s / chunks * 1e6) if chunks else None,
-        content_chunks=chunks, warmup_requests=warmup_requests, extra=dict(extra or {}),
+        content_chunks=chunks, burst_delivered=len(ok) - len(timed), warmup_requests=warmup_requests,
+        extra=dict(extra or {}),
     )
 
 

@@ -108,3 +108,25 @@ def test_metric_registry_samples_and_display() -> None:
     for md in METRICS.values():
         assert md.direction in ("lower_is_better", "higher_is_better")
         assert md.description and md.unit
+
+
+def test_burst_delivered_request_gives_no_timing_samples_but_counts_its_tokens() -> None:
+    steady = _rec("a", 0.0, 0.1, 0.01, 64)
+    # every chunk of this one arrived in one read at the end (a stalled API server or client)
+    burst = _rec("b", 0.0, 0.73, 0.0, 64)
+    # coalesced two tokens per read is still timed (vLLM's own client does the same)
+    paired = _rec("c", 0.0, 0.1, 0.0, 64)
+    paired.chunk_times = [0.1 + (k // 2) * 0.02 for k in range(64)]
+    m = _run([steady, burst, paired])
+    assert steady.burst_delivered is False and burst.burst_delivered is True and paired.burst_delivered is False
+    assert m.burst_delivered == 1 and m.failed == 0
+    assert len(m.tpot_ms) == 2 and min(m.tpot_ms) > 9.0, "no zero TPOT from the burst"
+    assert len(m.ttft_ms) == 2 and len(m.e2e_ms) == 3
+    assert all(x > 0 for x in m.itl_ms[:63])
+    assert m.output_tokens == 3 * 64
+
+
+def test_short_outputs_are_not_judged_for_bursts() -> None:
+    r = _rec("a", 0.0, 0.1, 0.0, 3)
+    assert r.burst_delivered is False
+    assert len(_run([r]).tpot_ms) == 1
