@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-PENDING: dict[str, str] = {
-    "tests/perf/test_perf_e2e.py": "perf gate on the demo target: the demo fast path is slower than the stock path "
-    "at batches >= 3, so the slow-batch defect cannot yet fail at batch 4 and nowhere else",
-}
+PENDING: dict[str, str] = {}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -10,7 +10,7 @@ set +e
 # Without an explicit -m, tests marked `pending` (unfinished capabilities) are deselected.
 marker=()
 [[ " $* " == *" -m "* ]] || marker=(-m "not pending")
-"$VENV/bin/python" -m pytest -p no:cacheprovider --timeout=1800 "${marker[@]}" "$@"
+"$VENV/bin/python" -m pytest -p no:cacheprovider --timeout=1800 --durations=15 "${marker[@]}" "$@"
 rc=$?
 set -e
 if [[ $rc == 5 ]]; then
