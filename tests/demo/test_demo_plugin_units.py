@@ -8,8 +8,8 @@ op tests also need vLLM (the fused QKV op reuses vLLM's rotary embedding).
 from __future__ import annotations
 
 import logging
-from typing import Any
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
