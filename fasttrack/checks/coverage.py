@@ -68,6 +68,9 @@ after a few /metrics scrapes (a fast decode path finishes 48 tokens before that 
 MIXED_PROMPT_REPEAT = 6
 """The mixed probe's second prompt: this many prompts of the set joined (a prefill of a few hundred tokens)."""
 ABOVE_RANGE_TOKENS = 8
+PROBE_ATTEMPTS = 3
+"""Windows a situation probe may take before it is judged on a window without the situation's step.
+Each retry doubles the decode length."""
 
 SITUATION_KIND = {"prefill": "prefill", "mixed_prefill_decode": "mixed", "batch_above_range": "decode"}
 """Engine step kind each probed situation is judged on."""
@@ -84,6 +87,10 @@ class SituationProbe(_Model):
     side: str
     group: str
     window: WindowRecord | None = None
+    attempts: int = 1
+    """Windows opened for this probe: a probe whose window shows no step of the situation's kind
+    (the engine did not form that step, e.g. a loaded machine finished the decode before the long
+    prompt arrived) is repeated, up to PROBE_ATTEMPTS, with a longer decode."""
     steps: int = 0
     """Engine steps of the situation's kind seen in the probe."""
     optimized_steps: int = 0
@@ -183,22 +190,34 @@ class CoverageCheck(Check):
             if cap is not None and cap < n:
                 probe.note = f"not probed: the engine serves at most {cap} sequences (--max-num-seqs), fewer than {n}"
                 return probe
-        metric_before = None
-        if fb and fb.metric:
-            metric_before = (await scrape_metrics(eng)).total(fb.metric)
-        start = eng.log_offset()
-        async with EvidenceWindow(ctx, eng, check=self.name, name=f"coverage-{situation}-{group.id}", points={},
-                                  side=session.side) as win:
-            if situation == "mixed_prefill_decode":
-                await _mixed(client, prompts)
-            else:
-                assert env is not None
-                n = env.batch.max + 1
-                await _batched(client, [prompts[(j * 3) % len(prompts)].prompt for j in range(n)], ABOVE_RANGE_TOKENS)
-        metric_delta = None
-        if metric_before is not None and fb and fb.metric:
-            metric_delta = (await scrape_metrics(eng)).total(fb.metric) - metric_before
-        return self._read_probe(ctx, eng, probe, win.record, start, metric_delta)
+        for attempt in range(1, PROBE_ATTEMPTS + 1):
+            probe = SituationProbe(situation=situation, side=session.side, group=group.id, attempts=attempt)
+            metric_before = None
+            if fb and fb.metric:
+                metric_before = (await scrape_metrics(eng)).total(fb.metric)
+            start = eng.log_offset()
+            suffix = "" if attempt == 1 else f"-attempt{attempt}"
+            async with EvidenceWindow(ctx, eng, check=self.name, name=f"coverage-{situation}-{group.id}{suffix}",
+                                      points={}, side=session.side) as win:
+                if situation == "mixed_prefill_decode":
+                    await _mixed(client, prompts, MIXED_DECODE_TOKENS * 2 ** (attempt - 1))
+                else:
+                    assert env is not None
+                    n = env.batch.max + 1
+                    await _batched(client, [prompts[(j * 3) % len(prompts)].prompt for j in range(n)],
+                                   ABOVE_RANGE_TOKENS * 2 ** (attempt - 1))
+            metric_delta = None
+            if metric_before is not None and fb and fb.metric:
+                metric_delta = (await scrape_metrics(eng)).total(fb.metric) - metric_before
+            probe = self._read_probe(ctx, eng, probe, win.record, start, metric_delta)
+            if attempt > 1:
+                probe.note = (probe.note + "; " if probe.note else "") + (
+                    f"attempt {attempt}: the earlier window(s) formed no step of this kind")
+            if probe.steps or win.record is None or not win.record.available:
+                return probe
+            ctx.log(f"coverage: {situation} on the {session.side}: attempt {attempt} formed no such step"
+                    + ("; trying again with a longer decode" if attempt < PROBE_ATTEMPTS else ""))
+        return probe
 
     def _read_probe(self, ctx: RunContext, eng: Any, probe: SituationProbe, rec: WindowRecord | None, start: int,
                     metric_delta: float | None) -> SituationProbe:
@@ -368,8 +387,8 @@ class CoverageCheck(Check):
                 notes.append(p.note or "no path evidence for this probe")
             elif p.steps == 0:
                 v = Verdict.NOT_RUN
-                notes.append(f"the probe did not produce a {SITUATION_KIND[p.situation]} step "
-                             f"(steps seen: {p.window.summary.get('step_counts')})")
+                notes.append(f"the probe did not produce a {SITUATION_KIND[p.situation]} step in {p.attempts} "
+                             f"attempt(s) (steps seen in the last: {p.window.summary.get('step_counts')})")
             else:
                 if p.optimized_steps:
                     problems.append(f"{p.optimized_steps} of {p.steps} {p.situation} steps ran optimized-path ops")
@@ -439,7 +458,7 @@ async def _batched(client: Any, prompts: list[str], max_tokens: int) -> None:
                       client=client, target=len(prompts), attempts=2)
 
 
-async def _mixed(client: Any, prompts: list[Any]) -> None:
+async def _mixed(client: Any, prompts: list[Any], decode_tokens: int = MIXED_DECODE_TOKENS) -> None:
     """One request decodes; a long prompt arrives meanwhile, so a step mixes prefill and decode.
 
     The first request streams, so its decode is seen as it happens (a metrics scrape from a busy
@@ -450,7 +469,7 @@ async def _mixed(client: Any, prompts: list[Any]) -> None:
         if n_chunks >= 2:
             decoding.set()
 
-    first = asyncio.create_task(client.complete(prompts[1].prompt, max_tokens=MIXED_DECODE_TOKENS, temperature=0.0,
+    first = asyncio.create_task(client.complete(prompts[1].prompt, max_tokens=decode_tokens, temperature=0.0,
                                                 ignore_eos=True, stream=True, on_chunk=seen))
     waiter = asyncio.ensure_future(decoding.wait())
     await asyncio.wait([first, waiter], timeout=30.0, return_when=asyncio.FIRST_COMPLETED)

@@ -195,3 +195,54 @@ def test_window_evidence_is_split_by_batch_size() -> None:
     assert (pe9.decode_steps, pe9.optimized_decode_steps, pe9.stock_ops) == (2, 0, 8)
     whole = _point_evidence(ev, check="coverage", point="all", batches=None)
     assert whole.decode_steps == 14 and in_range_fraction(whole, 1, 8) == (12, 12)
+
+
+def test_situation_probe_retries_with_a_longer_decode_until_the_step_forms(tmp_path: Path, monkeypatch) -> None:
+    """A loaded host can finish the decoding request before the long prompt arrives: no mixed step.
+    The probe opens a new window with a longer decode instead of judging the empty one."""
+    import asyncio
+    import types
+
+    from fasttrack.checks import coverage
+
+    ctx = demo_ctx(tmp_path)
+    decode_lengths: list[int] = []
+    windows_opened: list[str] = []
+    formed_on = {"attempt": 2}
+
+    async def fake_mixed(client, prompts, decode_tokens=coverage.MIXED_DECODE_TOKENS) -> None:
+        decode_lengths.append(decode_tokens)
+
+    class FakeWindow:
+        def __init__(self, ctx, eng, *, check, name, points, side, **kw) -> None:
+            self.name, self.side, self.record = name, side, None
+
+        async def __aenter__(self):
+            windows_opened.append(self.name)
+            return self
+
+        async def __aexit__(self, *exc) -> None:
+            steps = [{"kind": "prefill", "batch": 1, "optimized_ops": 0, "stock_ops": 1}]
+            steps += [{"kind": "decode", "batch": 1, "optimized_ops": 1, "stock_ops": 0}] * 3
+            if len(windows_opened) >= formed_on["attempt"]:
+                steps.append({"kind": "mixed", "batch": 2, "optimized_ops": 0, "stock_ops": 1})
+            self.record = WindowRecord(name=self.name, side=self.side, points=[], available=True, steps=steps,
+                                       summary={"fallback_lines": ["stock path: mixed batch"]})
+
+    monkeypatch.setattr(coverage, "_mixed", fake_mixed)
+    monkeypatch.setattr(coverage, "EvidenceWindow", FakeWindow)
+    eng = types.SimpleNamespace(log_offset=lambda: 0, log_path=None, read_log=lambda *a: "")
+    session = types.SimpleNamespace(engine=eng, group=ctx.plan.groups[0], side="candidate")
+    ctx.scope = ctx.scope.model_copy(update={"fallback": ctx.scope.fallback.model_copy(update={"metric": None})})
+
+    probe = asyncio.run(CoverageCheck()._probe(ctx, session, None, "mixed_prefill_decode", []))
+    assert probe.steps == 1 and probe.stock_steps == 1 and probe.attempts == 2
+    assert decode_lengths == [coverage.MIXED_DECODE_TOKENS, 2 * coverage.MIXED_DECODE_TOKENS]
+    assert windows_opened[1].endswith("-attempt2") and "attempt 2" in probe.note
+
+    # never formed: the probe gives up after PROBE_ATTEMPTS windows and is judged on the last (no step)
+    windows_opened.clear(), decode_lengths.clear()
+    formed_on["attempt"] = 99
+    probe = asyncio.run(CoverageCheck()._probe(ctx, session, None, "mixed_prefill_decode", []))
+    assert probe.steps == 0 and probe.attempts == coverage.PROBE_ATTEMPTS
+    assert len(windows_opened) == coverage.PROBE_ATTEMPTS
