@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
@@ -50,12 +51,23 @@ def resolve_model(scope: Scope, *, log=print) -> ResolvedModel:
     manifest = out / "fasttrack-model.json"
     builder = _load_builder(scope.model.local_builder)
     if manifest.is_file():
-        meta = json.loads(manifest.read_text())
-        # rebuild if files were changed by hand: the builder knows how to hash its output
+        try:
+            meta = json.loads(manifest.read_text())
+        except ValueError:
+            meta = {}
+        # rebuild if the builder or its inputs changed since the cached build (the files alone
+        # cannot tell: a stale model still matches its own hashes)
+        recipe = builder.recipe_sha256() if hasattr(builder, "recipe_sha256") else None
+        # and if files were changed by hand: the builder knows how to hash its output
         digest = builder.model_sha256(out)[0] if hasattr(builder, "model_sha256") else meta.get("sha256")
-        if digest == meta.get("sha256"):
+        if recipe is not None and meta.get("recipe_sha256") != recipe:
+            log(f"cached model in {out} was built from another recipe (the builder or its corpus changed); rebuilding")
+        elif digest == meta.get("sha256"):
             return ResolvedModel(model=str(out), sha256=digest)
-        log(f"cached model in {out} does not match its manifest; rebuilding")
+        else:
+            log(f"cached model in {out} does not match its manifest; rebuilding")
+    if out.exists():
+        shutil.rmtree(out)  # the builder hashes every file in its output directory: start empty
     log(f"building the {scope.name} model into {out}")
     meta = builder.build_model(out)
     return ResolvedModel(model=str(out), sha256=meta.get("sha256"), built=True)

@@ -219,12 +219,25 @@ def model_sha256(out_dir: Path) -> tuple[str, dict[str, str]]:
     return digest.hexdigest(), files
 
 
+def recipe_sha256(*, seed: int = 0, corpus_path: Path = CORPUS_PATH) -> str:
+    """Fingerprint of what a build depends on: this builder's source, the corpus and the seed.
+
+    Recorded in the manifest as ``recipe_sha256``; a cached model whose recipe differs
+    (the builder or the corpus changed since it was built) must be rebuilt, even when
+    its files still match their own hashes."""
+    digest = hashlib.sha256()
+    for part in (Path(__file__).resolve().read_bytes(), Path(corpus_path).read_bytes(), str(seed).encode()):
+        digest.update(hashlib.sha256(part).digest())
+    return digest.hexdigest()
+
+
 def build_model(out_dir: Path, *, seed: int = 0, corpus_path: Path = CORPUS_PATH) -> dict[str, Any]:
     """Build the demo model into ``out_dir`` and return its metadata.
 
     The metadata (also written to ``out_dir/fasttrack-model.json``) holds the
     architecture, sizes, the ``max_model_len`` to serve it with, the seed, the
-    per-file sha256 digests and ``sha256``, one digest over all files.
+    per-file sha256 digests, ``sha256``, one digest over all files, and
+    ``recipe_sha256`` (:func:`recipe_sha256`), what the build depended on.
     Existing files in ``out_dir`` with the same names are overwritten; other files
     are left alone but are included in the hash, so build into an empty directory.
     """
@@ -310,6 +323,7 @@ def build_model(out_dir: Path, *, seed: int = 0, corpus_path: Path = CORPUS_PATH
         "special_token_ids": special_ids,
         "suppressed_token_ids": suppressed_ids,
         "corpus_sha256": hashlib.sha256(corpus.encode("utf-8")).hexdigest(),
+        "recipe_sha256": recipe_sha256(seed=seed, corpus_path=corpus_path),
         "files": files,
         "sha256": digest,
     }
