@@ -82,12 +82,13 @@ def _items(ns: argparse.Namespace) -> tuple[Any, list[WorkItem], Any]:
 
 
 def collect(ns: argparse.Namespace) -> dict[str, Any]:
-    from fasttrack.engine import start_engine
+    from fasttrack.engine import per_request_metrics_args, start_engine
     from fasttrack.models import resolve_model
 
     loaded, items, group = _items(ns)
     model_dir = resolve_model(loaded.scope, log=lambda m: print(m, file=sys.stderr)).model
     args = [*group.args["baseline"], "--served-model-name", loaded.scope.model.served_name or "demo-llama"]
+    args += per_request_metrics_args(args)
     runs: list[dict[str, Any]] = []
     timing: list[dict[str, float]] = []
     t_all = time.perf_counter()
@@ -117,10 +118,14 @@ def collect(ns: argparse.Namespace) -> dict[str, Any]:
         finally:
             eng.stop()
         timing.append({"start_s": round(up, 1), "measure_s": round(took, 1)})
-        med = {it.point: statistics.median(statistics.median(r["tpot_ms"]) for r in runs
-                                           if r["lifetime"] == lt and r["point"] == it.point) for it in items}
-        print(f"lifetime {lt + 1}/{ns.lifetimes}: start {up:.0f} s, measure {took:.0f} s, median TPOT "
-              + ", ".join(f"b{it.batch} {med[it.point]:.3f} ms" for it in items), file=sys.stderr)
+        def med(it: WorkItem, field: str) -> float:
+            vals = [statistics.median(r[field]) for r in runs
+                    if r["lifetime"] == lt and r["point"] == it.point and r.get(field)]
+            return statistics.median(vals) if vals else float("nan")
+
+        print(f"lifetime {lt + 1}/{ns.lifetimes}: start {up:.0f} s, measure {took:.0f} s, median TPOT client / engine "
+              + ", ".join(f"b{it.batch} {med(it, 'tpot_ms'):.3f} / {med(it, 'engine_tpot_ms'):.3f} ms" for it in items),
+              file=sys.stderr)
     return {"args": {k: v for k, v in vars(ns).items() if k not in ("json", "from_json")}, "runs": runs,
             "timing": timing, "wall_s": round(time.perf_counter() - t_all, 1)}
 
@@ -163,6 +168,8 @@ def analyse(data: dict[str, Any], ns: argparse.Namespace) -> None:
     gate = load_scope("demo-llama").scope.gates.perf
     if ns.margin is not None:
         gate = gate.model_copy(update={"noise_margin": ns.margin})
+    if ns.metric is not None:
+        gate = gate.model_copy(update={"gated_metric": ns.metric})
     a = data["args"]
     runs_all = [RunMetrics.model_validate(r) for r in data["runs"]]
     points = sorted({r.point for r in runs_all}, key=lambda p: int(p.split("-b")[1].split("-")[0]))
@@ -253,6 +260,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--output-len", type=int, default=64)
     ap.add_argument("--requests", type=int, default=8)
     ap.add_argument("--margin", type=float, default=None, help="noise margin (default: the demo scope's)")
+    ap.add_argument("--metric", default=None,
+                    help="gated metric, e.g. median_tpot_ms or median_engine_tpot_ms (default: the demo scope's)")
     ap.add_argument("--max-comparisons", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path, help="write the raw runs here")

@@ -290,7 +290,7 @@ def _drive_engines(opts: ValidateOptions, ctx: RunContext, plan: Plan, checks: l
 @contextlib.contextmanager
 def _launch(ctx: RunContext, group: EngineGroup, side: str, lifetime: int, url: str | None, resolved, record: dict[str, Any]):
     """Start (or attach to) one side's engine; always torn down when the block exits."""
-    from fasttrack.engine import attach_engine, profiler_args, start_engine
+    from fasttrack.engine import attach_engine, per_request_metrics_args, profiler_args, start_engine
 
     if url:
         record.update(owned=False, base_url=url)
@@ -304,6 +304,7 @@ def _launch(ctx: RunContext, group: EngineGroup, side: str, lifetime: int, url: 
         if served and "--served-model-name" not in args:
             args += ["--served-model-name", served]
         args += profiler_args(prof_dir)
+        args += per_request_metrics_args(args)  # the engine core's own per-request timing (perf)
         record.update(owned=True, args=args, env=group.env[side])
 
         def on_progress(p) -> None:

@@ -166,7 +166,7 @@ class EngineSlot:
         ``process_env`` is set in this process while the engine starts (as if set
         where fasttrack runs); ``env`` is given to the engine as overrides.
         """
-        from fasttrack.engine import ManagedEngine, profiler_args
+        from fasttrack.engine import ManagedEngine, per_request_metrics_args, profiler_args
 
         signature = (
             side,
@@ -187,7 +187,7 @@ class EngineSlot:
         eng = ManagedEngine(
             side=side,
             model=model,
-            args=[*args, *profiler_args(self.profiler_dir(key))],
+            args=[*args, *profiler_args(self.profiler_dir(key)), *per_request_metrics_args(args)],
             env={"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **(env or {})},
             log_dir=self.root / "logs",
             log_name=key,

@@ -347,6 +347,15 @@ class PerfCheck(Check):
                               noise_margin=m, rehearsal=ctx.rehearsal)
         claim_rows = [c.model_dump(mode="json") for c in claims]
 
+        engine_timed = {side: sum(len(r.get("engine_tpot_ms") or []) for r in runs if r.get("side") == side)
+                        for side in ("baseline", "candidate")}
+        errors = list(st.errors)
+        if METRICS[gate.gated_metric].field == "engine_tpot_ms":
+            for side, k in engine_timed.items():
+                if k == 0 and any(r.get("side") == side for r in runs):
+                    errors.insert(0, f"the {side} engine reported no per-request timing, which "
+                                     f"{gate.gated_metric} needs: start it with --enable-per-request-metrics "
+                                     "(engines fasttrack starts get it)")
         n = len(verdicts)
         n_fail = sum(1 for v in verdicts.values() if v == "fail")
         n_not = sum(1 for v in verdicts.values() if v == "not_run")
@@ -377,8 +386,9 @@ class PerfCheck(Check):
             "drift_checked": len(drift), "drift_detected": [f"{d['point']} ({d['workload']})" for d in drifted],
             "equal_resources": not unequal, "unequal_resource_groups": unequal,
             "claims": {c.id: c.status for c in claims},
-            "lifetimes": st.lifetimes, "notes": st.notes, "errors": st.errors,
+            "lifetimes": st.lifetimes, "notes": st.notes, "errors": errors,
             "burst_delivered_requests": sum(int(r.get("burst_delivered") or 0) for r in runs),
+            "engine_timed_requests": engine_timed,
             "p90_interactivity": METRICS["p90_interactivity"].description,
             "definitions": "docs/perf.md (metric definitions, trace format, statistics)",
         }
@@ -392,7 +402,7 @@ class PerfCheck(Check):
         tables = {"points": rows, "runs": runs, "looks": looks, "claims": claim_rows, "drift": drift,
                   "lifetimes": st.lifetimes}
         if n == 0 or n_pass + n_fail == 0:
-            why = "no point was measured on both sides" + (f" ({st.errors[0]})" if st.errors else "")
+            why = "no point was measured on both sides" + (f" ({errors[0]})" if errors else "")
             return CheckResult(check=NAME, verdict=Verdict.NOT_RUN, reason=why,
                                gate=gate_model, summary=summary, failures=failures, tables=tables)
         if n_fail:
@@ -401,8 +411,8 @@ class PerfCheck(Check):
         elif n_not:
             verdict = Verdict.NOT_RUN
             reason = f"{n_not} of {n} point(s) could not be compared; the other {n_pass} passed"
-            if st.errors:
-                reason += f" ({st.errors[0]})"
+            if errors:
+                reason += f" ({errors[0]})"
         else:
             verdict = Verdict.PASS
             reason = (f"no regression beyond {m:.0%} at any of {n} point(s) ({gate.gated_metric}); "

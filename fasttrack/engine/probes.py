@@ -283,6 +283,37 @@ def profiler_args(
     return ["--profiler-config", json.dumps(cfg, sort_keys=True)]
 
 
+PER_REQUEST_METRICS_FLAG = "--enable-per-request-metrics"
+
+
+def vllm_supports_per_request_metrics() -> bool:
+    """Whether the installed vLLM's API server has ``--enable-per-request-metrics`` (per-request timing
+    from the engine core's timestamps in each response's ``metrics``). Read from vLLM's source, without
+    importing it."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("vllm")
+    except (ImportError, ValueError):
+        return False
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    root = Path(next(iter(spec.submodule_search_locations)))
+    for rel in ("entrypoints/launchers/cli_args.py", "entrypoints/openai/cli_args.py"):
+        f = root / rel
+        if f.is_file() and "enable_per_request_metrics" in f.read_text(encoding="utf-8", errors="replace"):
+            return True
+    return False
+
+
+def per_request_metrics_args(args: Sequence[str]) -> list[str]:
+    """``--enable-per-request-metrics`` when the installed vLLM has it and ``args`` neither set it nor
+    turn engine statistics off (``--disable-log-stats``, which the flag requires)."""
+    if any(a.split("=", 1)[0] in (PER_REQUEST_METRICS_FLAG, "--disable-log-stats") for a in args):
+        return []
+    return [PER_REQUEST_METRICS_FLAG] if vllm_supports_per_request_metrics() else []
+
+
 def profiler_dir_from_args(args: Sequence[str]) -> Path | None:
     """The torch profiler directory named in engine arguments (None when profiling is off)."""
     args = list(args)

@@ -10,7 +10,10 @@ are taken when a network read returns, before any parsing.
 
 Every request is greedy (``temperature 0``), has a fixed output length
 (``max_tokens`` with ``ignore_eos``) and asks for usage in the stream, so tokens are
-counted from the server's ``usage`` and never by re-tokenising text.
+counted from the server's ``usage`` and never by re-tokenising text. When the engine
+was started with ``--enable-per-request-metrics`` (the harness does this for the
+engines it owns), the usage message also carries the engine core's own timing of the
+request (``metrics``), which is kept beside the client's timestamps.
 
 Schedules (one *run* = one call; warm-up is the caller's job):
 
@@ -33,7 +36,7 @@ from typing import Any, TypeVar
 
 import aiohttp
 
-from fasttrack.perf.metrics import RequestRecord
+from fasttrack.perf.metrics import ENGINE_TIMING_KEYS, RequestRecord
 
 T = TypeVar("T")
 
@@ -156,6 +159,10 @@ class PerfClient:
                             details = usage.get("prompt_tokens_details") or {}
                             if isinstance(details, dict) and details.get("cached_tokens") is not None:
                                 rec.cached_tokens = int(details["cached_tokens"])
+                            timing = obj.get("metrics")
+                            if isinstance(timing, dict):
+                                rec.engine_timing = {k: float(v) for k, v in timing.items()
+                                                     if k in ENGINE_TIMING_KEYS and isinstance(v, (int, float))}
                         if not choices and obj.get("error"):
                             err = obj["error"]
                             rec.error = str(err.get("message") if isinstance(err, dict) else err)[:500]

@@ -37,6 +37,17 @@ three are not taken from it (its tokens still count for throughput and its E2E
 latency stands); the run records how many requests that was
 (``burst_delivered``).
 
+**Engine-timed TPOT** (``engine_tpot_ms``). An engine started with vLLM's
+``--enable-per-request-metrics`` reports, in each stream's final usage message, the
+request's timing from the engine core's own timestamps (``metrics``:
+``time_to_first_token_ms`` from scheduling, ``generation_time_ms`` from the first to
+the last output token, ``mean_itl_ms`` = that over ``output_tokens - 1``). Its
+``mean_itl_ms`` is TPOT as defined above, taken where the tokens were produced, so
+it does not depend on how the stream travelled through the API server and the
+client; burst-delivered requests keep it. The gate can use it
+(``median_engine_tpot_ms``); engines without the flag report none, and the metric
+then has no samples.
+
 Percentiles are numpy's linear interpolation (``np.percentile``), p50/p90/p99.
 Tokens are never counted by re-tokenising text: a request without server usage is
 counted as failed (``usage_missing``).
@@ -52,6 +63,9 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 PERCENTILES: tuple[int, ...] = (50, 90, 99)
+ENGINE_TIMING_KEYS = frozenset({"time_to_first_token_ms", "generation_time_ms", "queue_time_ms", "mean_itl_ms",
+                                "tokens_per_second"})
+"""Fields of vLLM's per-request ``metrics`` (``--enable-per-request-metrics``) that are kept."""
 BURST_READ_FRACTION = 0.25
 BURST_MIN_TOKENS = 4
 """A request with at least this many tokens after its first is checked for burst delivery."""
@@ -82,6 +96,8 @@ class RequestRecord:
     """Generated token ids (only when asked for: trace replay appends them to the session history)."""
     error: str | None = None
     """Why the request failed (HTTP status and message, transport error, missing usage)."""
+    engine_timing: dict[str, float] | None = None
+    """The engine core's timing of the request (``metrics`` of the usage message), when reported."""
 
     @property
     def ok(self) -> bool:
@@ -110,6 +126,14 @@ class RequestRecord:
             return False
         later_reads = len({t for t in ts if t != ts[0]})
         return later_reads < BURST_READ_FRACTION * (self.output_tokens - 1)
+
+    @property
+    def engine_tpot_ms(self) -> float | None:
+        """TPOT from the engine core's timestamps (``mean_itl_ms``); None when not reported."""
+        if self.output_tokens is None or self.output_tokens <= 1 or not self.engine_timing:
+            return None
+        v = self.engine_timing.get("mean_itl_ms")
+        return float(v) if v is not None and math.isfinite(v) and v > 0 else None
 
     def itls(self) -> list[float]:
         ts = self.chunk_times
@@ -162,8 +186,14 @@ class RunMetrics(_Model):
     """Per content-chunk gap, all requests (raw)."""
     e2e_ms: list[float]
     """Per request (raw)."""
+    engine_tpot_ms: list[float] = Field(default_factory=list)
+    """Per request with more than one output token, from the engine core's timestamps (raw; empty when the
+    engine does not report per-request metrics)."""
+    engine_ttft_ms: list[float] = Field(default_factory=list)
+    """Per request: the engine core's scheduling to first token (queue time excluded; raw)."""
     percentiles: dict[str, float | None]
-    """``<metric>_p50|p90|p99`` for ttft_ms, tpot_ms, itl_ms, e2e_ms and interactivity (tokens/s/user)."""
+    """``<metric>_p50|p90|p99`` for ttft_ms, tpot_ms, itl_ms, e2e_ms, engine_tpot_ms and interactivity
+    (tokens/s/user)."""
     client_cpu_s: float
     """CPU time of the load generator's process during the run (all its threads)."""
     client_cpu_us_per_token: float | None
@@ -237,6 +267,9 @@ def compute_run_metrics(
     ttft = [r.ttft * 1e3 for r in timed]  # type: ignore[operator]
     e2e = [r.e2e * 1e3 for r in ok]  # type: ignore[operator]
     tpot = [t * 1e3 for r in timed if (t := r.tpot) is not None]
+    engine_tpot = [t for r in ok if (t := r.engine_tpot_ms) is not None]
+    engine_ttft = [float(r.engine_timing["time_to_first_token_ms"]) for r in ok
+                   if r.engine_timing and r.engine_timing.get("time_to_first_token_ms") is not None]
     itl: list[float] = []
     for r in timed:
         itl.extend(g * 1e3 for g in r.itls())
@@ -248,7 +281,8 @@ def compute_run_metrics(
     decode_time = union_length([(r.chunk_times[0], r.chunk_times[-1]) for r in ok if len(r.chunk_times) > 1])
     chunks = sum(len(r.chunk_times) for r in records)
     ptiles: dict[str, float | None] = {}
-    for name, vals in (("ttft_ms", ttft), ("tpot_ms", tpot), ("itl_ms", itl), ("e2e_ms", e2e)):
+    for name, vals in (("ttft_ms", ttft), ("tpot_ms", tpot), ("itl_ms", itl), ("e2e_ms", e2e),
+                       ("engine_tpot_ms", engine_tpot)):
         for q in PERCENTILES:
             ptiles[f"{name}_p{q}"] = pct(vals, q)
     for q in PERCENTILES:
@@ -262,7 +296,8 @@ def compute_run_metrics(
         output_tokens=out_tokens, output_throughput=thr,
         decode_throughput=(decode_tokens / decode_time) if decode_time > 0 else None,
         per_gpu_throughput=(thr / gpus) if gpus > 0 else None, gpus=gpus,
-        ttft_ms=ttft, tpot_ms=tpot, itl_ms=itl, e2e_ms=e2e, percentiles=ptiles,
+        ttft_ms=ttft, tpot_ms=tpot, itl_ms=itl, e2e_ms=e2e, engine_tpot_ms=engine_tpot, engine_ttft_ms=engine_ttft,
+        percentiles=ptiles,
         client_cpu_s=client_cpu_s,
         client_cpu_us_per_token=(client_cpu_s / chunks * 1e6) if chunks else None,
         content_chunks=chunks, burst_delivered=len(ok) - len(timed), warmup_requests=warmup_requests,
@@ -307,6 +342,10 @@ METRICS: dict[str, MetricDef] = {
     "median_tpot_ms": MetricDef(
         "median_tpot_ms", "lower_is_better", "median", "tpot_ms", "ms",
         "median over requests of (e2e - ttft) / (output_tokens - 1)"),
+    "median_engine_tpot_ms": MetricDef(
+        "median_engine_tpot_ms", "lower_is_better", "median", "engine_tpot_ms", "ms",
+        "median over requests of TPOT from the engine core's timestamps (vLLM --enable-per-request-metrics: "
+        "first to last output token over output_tokens - 1); independent of stream delivery"),
     "median_itl_ms": MetricDef(
         "median_itl_ms", "lower_is_better", "median", "itl_ms", "ms",
         "median gap between consecutive content chunks"),

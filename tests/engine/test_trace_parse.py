@@ -199,3 +199,14 @@ def test_no_step_annotations_is_noted(tmp_path: Path) -> None:
     ev = evidence_from_traces([path], name="w", side="baseline", markers=MARKERS)
     assert ev.decode_steps == 0 and ev.kernels_per_decode_step is None
     assert any("no engine-step annotations" in n for n in ev.notes)
+
+
+def test_per_request_metrics_flag_is_added_once_and_only_where_it_can_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the installed vLLM (0.32) has the flag: its source names the option
+    assert probes.vllm_supports_per_request_metrics()
+    assert probes.per_request_metrics_args(["--dtype", "float32"]) == ["--enable-per-request-metrics"]
+    assert probes.per_request_metrics_args(["--enable-per-request-metrics"]) == []
+    # it needs engine statistics: never combined with --disable-log-stats
+    assert probes.per_request_metrics_args(["--disable-log-stats"]) == []
+    monkeypatch.setattr(probes, "vllm_supports_per_request_metrics", lambda: False)
+    assert probes.per_request_metrics_args([]) == []

@@ -20,14 +20,16 @@ from fasttrack.scope import PerfGate, load_scope
 
 
 def fake_run(item: WorkItem, side: str, lifetime: int, run: int, *, tpot: float, rng: np.random.Generator,
-             sd: float = 0.03, n: int = 24, failed: int = 0, gpus: int = 0) -> RunMetrics:
+             sd: float = 0.03, n: int = 24, failed: int = 0, gpus: int = 0, engine_timed: bool = True) -> RunMetrics:
     samples = list(tpot * np.exp(rng.normal(0, sd, n)))
+    engine = [x * 0.98 for x in samples] if engine_timed else []
     thr = 1000.0 / tpot * (item.batch or 1)
     return RunMetrics(
         workload=item.workload, point=item.point, side=side, lifetime=lifetime, run=run, requests=n + failed,
         failed=failed, errors=[f"r{k}: HTTP 500: boom" for k in range(failed)], duration_s=1.0, prompt_tokens=0,
         output_tokens=64 * n, output_throughput=thr, decode_throughput=thr, per_gpu_throughput=None, gpus=gpus,
-        ttft_ms=[10.0] * n, tpot_ms=samples, itl_ms=samples, e2e_ms=[100.0] * n, percentiles={}, client_cpu_s=0.01,
+        ttft_ms=[10.0] * n, tpot_ms=samples, itl_ms=samples, e2e_ms=[100.0] * n, engine_tpot_ms=engine,
+        percentiles={}, client_cpu_s=0.01,
         client_cpu_us_per_token=50.0, content_chunks=64 * n,
     )
 
@@ -183,7 +185,8 @@ def _ctx(tier: str, tmp: Path) -> RunContext:
     return ctx
 
 
-def _simulate(chk: PerfCheck, ctx: RunContext, *, slow_batch: int | None, lifetime_effect: float = 0.0) -> None:
+def _simulate(chk: PerfCheck, ctx: RunContext, *, slow_batch: int | None, lifetime_effect: float = 0.0,
+              engine_timed: tuple[str, ...] = ("baseline", "candidate")) -> None:
     """Drive the check's adaptive loop as the pipeline would, with synthetic runs instead of engines."""
     gate = ctx.scope.gates.perf
     rng = np.random.default_rng(0)
@@ -201,7 +204,7 @@ def _simulate(chk: PerfCheck, ctx: RunContext, *, slow_batch: int | None, lifeti
                 tpot = base * shift * (2.0 if side == "candidate" and s.item.batch == slow_batch else 1.0)
 
                 async def run_once(k: int, s=s, side=side, lt=lt, tpot=tpot) -> RunMetrics:
-                    return fake_run(s.item, side, lt, k, tpot=tpot, rng=rng)
+                    return fake_run(s.item, side, lt, k, tpot=tpot, rng=rng, engine_timed=side in engine_timed)
 
                 s.gpus[side] = 0
                 asyncio.run(measure_item(s, side=side, lifetime=lt, looks_here=sched.looks_allowed(side, lt),
@@ -228,6 +231,18 @@ def test_smoke_check_fails_exactly_the_slow_batch_and_reports_every_point(tmp_pa
     assert all(run["tpot_ms"] for run in res.tables["runs"])
     (claim,) = res.tables["claims"]
     assert claim["id"] == "demo-b1" and claim["status"] == "confirmed" and "-b1-ctx32" in claim["point"]
+
+
+def test_engine_timed_gate_without_engine_timing_is_not_run_and_says_why(tmp_path: Path) -> None:
+    ctx = _ctx("smoke", tmp_path)
+    assert ctx.scope.gates.perf.gated_metric == "median_engine_tpot_ms"
+    chk = PerfCheck()
+    assert chk.skip_reason(ctx) is None
+    _simulate(chk, ctx, slow_batch=None, engine_timed=("candidate",))  # e.g. an attached baseline without the flag
+    res = chk.judge(ctx)
+    assert res.verdict is Verdict.NOT_RUN
+    assert "baseline engine reported no per-request timing" in res.reason and "--enable-per-request-metrics" in res.reason
+    assert res.summary["engine_timed_requests"]["baseline"] == 0 and res.summary["engine_timed_requests"]["candidate"] > 0
 
 
 def test_clean_smoke_check_passes(tmp_path: Path) -> None:

@@ -60,7 +60,12 @@ class FakeServer:
             if self.mode != "no-usage":
                 usage = {"prompt_tokens": len(body["prompt"]), "completion_tokens": n, "total_tokens": n + 1,
                          "prompt_tokens_details": {"cached_tokens": 3}}
-                await resp.write(b"data: " + _dumps({"choices": [], "usage": usage}, spaced=self.spaced) + b"\n\n")
+                final: dict[str, Any] = {"choices": [], "usage": usage}
+                if self.mode == "engine-metrics":
+                    # vLLM --enable-per-request-metrics: the engine core's timing rides on the usage message
+                    final["metrics"] = {"time_to_first_token_ms": 1.5, "generation_time_ms": 8.0, "queue_time_ms": 0.2,
+                                        "mean_itl_ms": 8.0 / (n - 1), "tokens_per_second": 400.0, "unknown": "x"}
+                await resp.write(b"data: " + _dumps(final, spaced=self.spaced) + b"\n\n")
             await resp.write(b"data: [DONE]\n\n")
         finally:
             self.in_flight -= 1
@@ -94,6 +99,17 @@ def test_stream_records_chunk_times_usage_and_payload(spaced: bool) -> None:
     (body,) = fake.bodies
     assert body["ignore_eos"] is True and body["temperature"] == 0.0 and body["stream"] is True
     assert body["stream_options"] == {"include_usage": True} and "return_token_ids" not in body
+    assert rec.engine_timing is None and rec.engine_tpot_ms is None
+
+
+@pytest.mark.parametrize("spaced", [False, True])
+def test_engine_per_request_metrics_are_kept(spaced: bool) -> None:
+    fake = FakeServer(gap=0.001)
+    fake.spaced, fake.mode = spaced, "engine-metrics"
+    rec = run_loop(_serve(fake, lambda c: c.stream(GenRequest(id="a", prompt=[1, 2, 3], max_tokens=5))))
+    assert rec.ok and rec.engine_timing == {"time_to_first_token_ms": 1.5, "generation_time_ms": 8.0,
+                                            "queue_time_ms": 0.2, "mean_itl_ms": 2.0, "tokens_per_second": 400.0}
+    assert rec.engine_tpot_ms == 2.0
 
 
 def test_token_ids_and_coalesced_messages() -> None:

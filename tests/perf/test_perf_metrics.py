@@ -130,3 +130,22 @@ def test_short_outputs_are_not_judged_for_bursts() -> None:
     r = _rec("a", 0.0, 0.1, 0.0, 3)
     assert r.burst_delivered is False
     assert len(_run([r]).tpot_ms) == 1
+
+
+def test_engine_timed_tpot_survives_burst_delivery() -> None:
+    steady = _rec("a", 0.0, 0.1, 0.01, 64)
+    steady.engine_timing = {"mean_itl_ms": 9.5, "time_to_first_token_ms": 80.0}
+    burst = _rec("b", 0.0, 0.73, 0.0, 64)
+    burst.engine_timing = {"mean_itl_ms": 10.5, "time_to_first_token_ms": 90.0}
+    silent = _rec("c", 0.0, 0.1, 0.01, 64)  # an engine without per-request metrics
+    one = _rec("d", 0.0, 0.1, 0.0, 1)
+    one.engine_timing = {"time_to_first_token_ms": 70.0}  # one token: no TPOT
+    m = _run([steady, burst, silent, one])
+    assert m.burst_delivered == 1
+    assert m.engine_tpot_ms == [9.5, 10.5], "the burst-delivered request keeps its engine-side TPOT"
+    assert m.engine_ttft_ms == [80.0, 90.0, 70.0]
+    assert len(m.tpot_ms) == 2  # client-side: steady and silent only
+    assert m.percentiles["engine_tpot_ms_p50"] == pytest.approx(10.0)
+    d = METRICS["median_engine_tpot_ms"]
+    assert d.direction == "lower_is_better" and d.samples(m) == [9.5, 10.5]
+    assert METRICS["median_engine_tpot_ms"].samples(_run([silent])) is None, "no engine samples: none invented"
