@@ -159,6 +159,8 @@ def test_clean_candidate_full_table(perf_results: dict[str, Any]) -> None:
             assert all((x["tpot_ms"] and x["itl_ms"] and x["ttft_ms"]) or x["burst_delivered"] == x["requests"]
                        for x in mine), [(x["run"], x["burst_delivered"]) for x in mine]
             assert any(x["tpot_ms"] for x in mine), (pid, side, "no run with timing samples")
+            # the engine core's timing of every request (the gated metric), however the stream was delivered
+            assert all(len(x["engine_tpot_ms"]) == x["requests"] for x in mine), (pid, side, "engine-timed TPOT")
             out_len = next(w.output_len for w in ctx.scope.workloads if w.name == "decode")
             assert all(x["output_tokens"] == x["requests"] * out_len for x in mine), "fixed output lengths from usage"
     assert res.summary["ignores_lifetime_variance"] is True
