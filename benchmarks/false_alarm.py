@@ -58,7 +58,7 @@ sys.path.insert(0, str(ROOT))
 from fasttrack.checks.perf import measure_item  # noqa: E402
 from fasttrack.perf.analysis import ItemState, estimate  # noqa: E402
 from fasttrack.perf.loadgen import PerfClient, run_loop, timed  # noqa: E402
-from fasttrack.perf.metrics import RunMetrics, compute_run_metrics  # noqa: E402
+from fasttrack.perf.metrics import METRICS, RunMetrics, compute_run_metrics  # noqa: E402
 from fasttrack.perf.schedule import LookSchedule  # noqa: E402
 from fasttrack.perf.tokens import pool_from_engine  # noqa: E402
 from fasttrack.perf.workloads import RunInputs, WorkItem, execute, plan_items, warm_up  # noqa: E402
@@ -186,12 +186,23 @@ def analyse(data: dict[str, Any], ns: argparse.Namespace) -> None:
     print(f"\n{len(lifetimes)} engine lifetimes of the same stock configuration, {a['runs']} runs per point per lifetime "
           f"({a['requests']} requests x {a['output_len']} tokens, prompts of {a['context']} tokens); gate on {metric}, "
           f"noise margin {gate.noise_margin:g}, confidence {gate.confidence:g}, runs {gate.min_runs}..{gate.max_runs}")
+    field = METRICS[metric].field
+
+    def run_samples(r: RunMetrics) -> list[float]:
+        v = getattr(r, field)
+        return [float(x) for x in v if x > 0] if isinstance(v, list) else ([float(v)] if v else [])
+
     for p in points:
-        lv = [statistics.median(x for r in by[p][lt] for x in r.tpot_ms) for lt in lifetimes]
-        within = [statistics.pstdev([statistics.median(r.tpot_ms) for r in by[p][lt]]) /
-                  statistics.mean([statistics.median(r.tpot_ms) for r in by[p][lt]]) for lt in lifetimes]
-        print(f"  {p}: median TPOT per lifetime (ms) {', '.join(f'{v:.3f}' for v in lv)}; between-lifetime CV "
-              f"{statistics.pstdev(lv) / statistics.mean(lv):.1%}, mean within-lifetime run CV {statistics.mean(within):.1%}")
+        # runs without samples (e.g. every request burst-delivered, for client-side TPOT) are left out
+        lv = [statistics.median(x for r in by[p][lt] for x in run_samples(r)) for lt in lifetimes]
+        within = []
+        for lt in lifetimes:
+            meds = [statistics.median(xs) for r in by[p][lt] if (xs := run_samples(r))]
+            within.append(statistics.pstdev(meds) / statistics.mean(meds))
+        empty = sum(1 for lt in lifetimes for r in by[p][lt] if not run_samples(r))
+        print(f"  {p}: {field} median per lifetime {', '.join(f'{v:.3f}' for v in lv)}; between-lifetime CV "
+              f"{statistics.pstdev(lv) / statistics.mean(lv):.1%}, mean within-lifetime run CV {statistics.mean(within):.1%}"
+              + (f"; {empty} run(s) without samples" if empty else ""))
     rng = random.Random(ns.seed)
     designs = {
         "smoke (1 lifetime per side)": (["baseline", "candidate"],
