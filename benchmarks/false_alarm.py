@@ -189,8 +189,8 @@ def analyse(data: dict[str, Any], ns: argparse.Namespace) -> None:
     field = METRICS[metric].field
 
     def run_samples(r: RunMetrics) -> list[float]:
-        v = getattr(r, field)
-        return [float(x) for x in v if x > 0] if isinstance(v, list) else ([float(v)] if v else [])
+        v = METRICS[metric].samples(r)  # the gate's own samples: a list, one number per run, or None
+        return v if isinstance(v, list) else ([v] if v is not None else [])
 
     for p in points:
         # runs without samples (e.g. every request burst-delivered, for client-side TPOT) are left out

@@ -58,13 +58,13 @@ def resolve_model(scope: Scope, *, log=print) -> ResolvedModel:
         # rebuild if the builder or its inputs changed since the cached build (the files alone
         # cannot tell: a stale model still matches its own hashes)
         recipe = builder.recipe_sha256() if hasattr(builder, "recipe_sha256") else None
-        # and if files were changed by hand: the builder knows how to hash its output
-        digest = builder.model_sha256(out)[0] if hasattr(builder, "model_sha256") else meta.get("sha256")
         if recipe is not None and meta.get("recipe_sha256") != recipe:
             log(f"cached model in {out} was built from another recipe (the builder or its corpus changed); rebuilding")
-        elif digest == meta.get("sha256"):
-            return ResolvedModel(model=str(out), sha256=digest)
         else:
+            # and if files were changed by hand: the builder knows how to hash its output
+            digest = builder.model_sha256(out)[0] if hasattr(builder, "model_sha256") else meta.get("sha256")
+            if digest == meta.get("sha256"):
+                return ResolvedModel(model=str(out), sha256=digest)
             log(f"cached model in {out} does not match its manifest; rebuilding")
     if out.exists():
         shutil.rmtree(out)  # the builder hashes every file in its output directory: start empty
