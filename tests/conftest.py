@@ -49,11 +49,11 @@ CANDIDATE_ENGINE_ARGS: tuple[str, ...] = (
     json.dumps({"decode_backend": "latency_specialized"}),
 )
 #: Path markers and the fallback log line of the demo plugin (examples/README.md): the
-#: fused ops run only on the candidate's fast decode steps, `stock_decoder_layer` only on
-#: the candidate's stock steps. The baseline runs neither (GEMM names are no marker: both
+#: fused ops run only on the candidate's fast decode steps, `stock_step` only on the
+#: candidate's stock steps. The baseline runs neither (GEMM names are no marker: both
 #: paths multiply through oneDNN).
 DEMO_OPTIMIZED_MARKERS: tuple[str, ...] = (r"^fasttrack_demo::fused_decode_",)
-DEMO_STOCK_MARKERS: tuple[str, ...] = (r"^fasttrack_demo::stock_decoder_layer$",)
+DEMO_STOCK_MARKERS: tuple[str, ...] = (r"^fasttrack_demo::stock_step$",)
 DEMO_FALLBACK_PATTERN = r"fasttrack-demo fallback reason="
 DEFECT_ENV = "FASTTRACK_DEMO_DEFECT"
 

@@ -284,6 +284,92 @@ def test_packed_weights_run_through_onednn_and_match_the_plain_formula(ops, batc
     assert not any(v.data_ptr() == w_down_t.data_ptr() for v, _ in ops._PACKED.values()), "unpack dropped the handles"
 
 
+@pytest.fixture(scope="module")
+def native(ops):
+    """The native float32 kernels (built on first use; skip, saying why, where the host cannot build them)."""
+    if not ops.load_native():
+        pytest.skip(ops.native_status())
+    return ops
+
+
+def _rope_case(n: int):
+    import torch
+
+    g = torch.Generator().manual_seed(n)
+    hidden, heads, kv_heads, hd = 256, 4, 2, 64
+    inv = 1.0 / (10000 ** (torch.arange(0, hd, 2, dtype=torch.float32) / hd))
+    freqs = torch.outer(torch.arange(2048, dtype=torch.float32), inv)
+    return dict(
+        x=torch.randn(n, hidden, generator=g), res=torch.randn(n, hidden, generator=g),
+        w_norm=torch.rand(hidden, generator=g) + 0.5,
+        w_qkv_t=(torch.randn(heads * hd + 2 * kv_heads * hd, hidden, generator=g) * 0.05).t().contiguous(),
+        positions=torch.randint(0, 2048, (n,), generator=g), cache=torch.cat([freqs.cos(), freqs.sin()], dim=-1),
+        hd=hd, q_size=heads * hd, kv_size=kv_heads * hd,
+    )
+
+
+@pytest.mark.parametrize("batch", [1, 3, 8])
+@pytest.mark.parametrize("packed", [False, True], ids=["at-mm", "onednn"])
+def test_native_qkv_rope_matches_the_python_op(native, batch: int, packed: bool) -> None:
+    import torch
+
+    c = _rope_case(batch)
+    if packed:
+        native.prepack(c["w_qkv_t"])
+    try:
+        h = native.handle(c["w_qkv_t"])
+        assert packed or h is None
+        for res in (c["res"], None):
+            py = torch.ops.fasttrack_demo.fused_decode_qkv_rope(
+                c["x"], res, c["w_norm"], c["w_qkv_t"], c["positions"], c["cache"], 1e-5, c["hd"], c["q_size"], c["kv_size"])
+            nat = torch.ops.fasttrack_demo.fused_decode_qkv_rope_f32(
+                c["x"], res, c["w_norm"], c["w_qkv_t"], h, c["positions"], c["cache"], 1e-5, c["hd"], c["q_size"],
+                c["kv_size"])
+            for a, b in zip(py, nat, strict=True):
+                torch.testing.assert_close(b, a, **TOL)
+            assert nat[3].data_ptr() not in (c["x"].data_ptr(), c["res"].data_ptr())
+    finally:
+        native.unpack(c["w_qkv_t"])
+
+
+@pytest.mark.parametrize("batch", [1, 2, 3, 4, 8])
+def test_native_mlp_matches_the_plain_formula_at_every_tuned_shape(native, batch: int) -> None:
+    import torch
+
+    c = _mlp_case(batch)
+    w_o_t, w_gate_up_t, w_down_t = (c[k].t().contiguous() for k in ("w_o", "w_gate_up", "w_down"))
+    for w in (w_o_t, w_gate_up_t, w_down_t):
+        native.prepack(w)
+    try:
+        out, res = torch.ops.fasttrack_demo.fused_decode_mlp_f32(
+            c["attn_out"], c["residual"], w_o_t, native.handle(w_o_t), c["w_norm"], w_gate_up_t,
+            native.handle(w_gate_up_t), w_down_t, native.handle(w_down_t), 1e-5, native.split_k_for_batch(batch))
+    finally:
+        native.unpack(w_o_t, w_gate_up_t, w_down_t)
+    ref_out, ref_res = _mlp_reference(c)
+    torch.testing.assert_close(res, ref_res, **TOL)
+    torch.testing.assert_close(out, ref_out, **TOL)
+    py_out, _ = _run_mlp(c, native.split_k_for_batch(batch))
+    torch.testing.assert_close(out, py_out, **TOL)
+
+
+def test_native_kernels_reject_other_dtypes(native) -> None:
+    import torch
+
+    c = _rope_case(1)
+    with pytest.raises(RuntimeError, match="float32"):
+        torch.ops.fasttrack_demo.fused_decode_qkv_rope_f32(
+            c["x"].bfloat16(), None, c["w_norm"], c["w_qkv_t"], None, c["positions"], c["cache"], 1e-5, c["hd"],
+            c["q_size"], c["kv_size"])
+
+
+def test_native_kernels_can_be_turned_off(ops, monkeypatch) -> None:
+    monkeypatch.setitem(ops._NATIVE, "loaded", None)
+    monkeypatch.setenv("FASTTRACK_DEMO_NATIVE", "0")
+    assert ops.load_native() is False
+    assert "FASTTRACK_DEMO_NATIVE=0" in ops.native_status() and "Python ops" in ops.native_status()
+
+
 def test_numerics_batch_defect_breaks_only_its_batch_size(ops, monkeypatch) -> None:
     import torch
 

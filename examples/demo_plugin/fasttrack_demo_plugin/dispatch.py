@@ -1,9 +1,10 @@
 """Per-step dispatch of the demo decode backend.
 
 Once per forward step (in the model's eager outer ``forward``), ``plan_step``
-classifies the batch from vLLM's forward context and records a ``StepPlan``.
-The opaque ops inside the compiled model read that plan, so the branch is taken
-at run time on every step instead of being baked in by torch.compile.
+classifies the batch from vLLM's forward context and records a ``StepPlan``. The
+outer ``forward`` takes the branch right there (vLLM compiles only the inner model),
+so it is taken at run time on every step instead of being baked in by torch.compile;
+``fused_decode_logits`` and the planted defects read the same plan.
 
 The optimized path takes decode-only batches (every request has exactly one
 query token) of ``min_batch..max_batch`` requests. Everything else falls back to

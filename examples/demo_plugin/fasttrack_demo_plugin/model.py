@@ -5,14 +5,15 @@
   inherits ``forward`` and ``compute_logits`` unchanged; nothing of this plugin
   runs per step.
 - Backend on (``--additional-config '{"decode_backend": "latency_specialized"}'``):
-  decoder layers are ``FastDecodeLlamaDecoderLayer``, whose forward is the opaque
-  op ``fasttrack_demo::dispatch_decoder_layer``. The eager outer ``forward``
-  plans each step (see ``dispatch.py``). On fast steps (decode-only, batch in
-  range) each layer runs ``fasttrack_demo::fused_decode_qkv_rope``, vLLM's
-  attention kernel and ``fasttrack_demo::fused_decode_mlp``, and the output
-  layer runs ``fasttrack_demo::fused_decode_logits``; on every other step each
-  layer runs vLLM's stock ``LlamaDecoderLayer.forward`` and the output layer the
-  stock ``compute_logits``. Embedding, final norm and sampling are always stock.
+  the eager outer ``forward`` plans each step (see ``dispatch.py``). Fast steps
+  (decode-only, batch in range) bypass vLLM's compiled ``LlamaModel``: the outer
+  ``forward`` runs, per layer, ``fasttrack_demo::fused_decode_qkv_rope``, vLLM's
+  attention kernel and ``fasttrack_demo::fused_decode_mlp``, and the output layer
+  runs ``fasttrack_demo::fused_decode_logits`` (in float32 the two per-layer blocks
+  run as native kernels, ``..._f32``; see ``ops.py``). Every other step marks itself with
+  ``fasttrack_demo::stock_step`` and runs vLLM's compiled ``LlamaModel`` (stock
+  ``LlamaDecoderLayer`` s, unchanged) and the stock ``compute_logits``. Embedding,
+  final norm and sampling are always stock.
 
 Envelope (checked at startup; anything else is rejected with an error): tensor
 and pipeline parallel size 1, no quantization, no LoRA.
@@ -37,19 +38,17 @@ from fasttrack_demo_plugin.settings import (
 
 
 class FastDecodeLlamaDecoderLayer(LlamaDecoderLayer):
-    """Stock Llama decoder layer whose whole forward is dispatched per step
-    through the opaque op ``fasttrack_demo::dispatch_decoder_layer``."""
+    """vLLM's stock Llama decoder layer (its ``forward`` is inherited, and compiled with
+    the stock model) plus the optimized path's own weight copies for fast steps."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         prefix = kwargs.get("prefix", "")
-        self.layer_name = prefix
         self.layer_index = int(prefix.rsplit(".", 1)[-1]) if prefix else 0
         self.fast_w_qkv_t: torch.Tensor | None = None
         self.fast_w_o_t: torch.Tensor | None = None
         self.fast_w_gate_up_t: torch.Tensor | None = None
         self.fast_w_down_t: torch.Tensor | None = None
-        ops.register_layer(prefix, self)
 
     def capture_fast_weights(self) -> None:
         """Keep the optimized path's own pre-transposed weight copies (vLLM's CPU
@@ -62,25 +61,6 @@ class FastDecodeLlamaDecoderLayer(LlamaDecoderLayer):
         for w in (self.fast_w_qkv_t, self.fast_w_o_t, self.fast_w_gate_up_t):
             ops.prepack(w)
         ops.prepack(self.fast_w_down_t, (1, *ops.SPLIT_K_COUNTS))
-
-    def stock_forward(
-        self,
-        positions: torch.Tensor,
-        hidden_states: torch.Tensor,
-        residual: torch.Tensor | None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """vLLM's unmodified ``LlamaDecoderLayer.forward``."""
-        return LlamaDecoderLayer.forward(self, positions, hidden_states, residual)
-
-    def forward(
-        self,
-        positions: torch.Tensor,
-        hidden_states: torch.Tensor,
-        residual: torch.Tensor | None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        return torch.ops.fasttrack_demo.dispatch_decoder_layer(
-            positions, hidden_states, residual, self.layer_name
-        )
 
 
 class FasttrackDemoLlamaForCausalLM(LlamaForCausalLM):
@@ -105,6 +85,8 @@ class FasttrackDemoLlamaForCausalLM(LlamaForCausalLM):
                 settings.min_batch,
                 settings.max_batch,
             )
+            ops.load_native()
+            logger.info("fasttrack-demo %s", ops.native_status())
             logger.debug("fasttrack-demo planted defect: %s", settings.defect)
 
     def forward(
@@ -118,8 +100,23 @@ class FasttrackDemoLlamaForCausalLM(LlamaForCausalLM):
             attn_metadata = (
                 get_forward_context().attn_metadata if is_forward_context_available() else None
             )
-            self.dispatcher.plan_step(attn_metadata)
+            if self.dispatcher.plan_step(attn_metadata).fast:
+                return self._fast_forward(input_ids, positions, inputs_embeds)
+            torch.ops.fasttrack_demo.stock_step(positions)
         return super().forward(input_ids, positions, intermediate_tensors, inputs_embeds)
+
+    def _fast_forward(
+        self, input_ids: torch.Tensor | None, positions: torch.Tensor, inputs_embeds: torch.Tensor | None
+    ) -> torch.Tensor:
+        """A fast decode step, eagerly, layer by layer (the stock ``LlamaModel.forward``
+        with each layer's body replaced by the fused ops)."""
+        model = self.model
+        hidden = inputs_embeds if inputs_embeds is not None else model.embed_input_ids(input_ids)
+        residual = None
+        for layer in model.layers[model.start_layer : model.end_layer]:
+            hidden, residual = ops.fast_decoder_layer(layer, self.dispatcher, positions, hidden, residual)
+        hidden, _ = model.norm(hidden, residual)
+        return hidden
 
     def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor | None:
         dispatcher = self.dispatcher

@@ -1,20 +1,8 @@
 """Ops of the demo decode backend, registered with ``torch.library`` under the
 ``fasttrack_demo`` namespace so profiler traces name them.
 
-Branch op (shows in every candidate step, so it is *not* a path marker):
-
-- ``fasttrack_demo::dispatch_decoder_layer``: the opaque op the compiled model
-  calls for each decoder layer when the backend is enabled. On fast steps it
-  runs the fused ops below around vLLM's own attention kernel; on every other
-  step it runs ``fasttrack_demo::stock_decoder_layer``.
-
-Stock-path op of the candidate (a stock-path marker):
-
-- ``fasttrack_demo::stock_decoder_layer``: vLLM's unmodified
-  ``LlamaDecoderLayer.forward`` for one layer, used on every step the optimized
-  path does not take. (The baseline never runs this plugin's ops at all.)
-
-Optimized-path ops (path markers), each used only on fast decode steps:
+Optimized-path ops (path markers), each used only on fast decode steps, which the
+model's eager outer ``forward`` runs layer by layer (see ``model.py``):
 
 - ``fasttrack_demo::fused_decode_qkv_rope``: residual add + input RMSNorm + QKV
   projection + rotary embedding.
@@ -22,6 +10,22 @@ Optimized-path ops (path markers), each used only on fast decode steps:
   add + post-attention RMSNorm + gate/up projection + SiLU-and-mul + down
   projection, with a split-K down projection at batch 3 (its shape table).
 - ``fasttrack_demo::fused_decode_logits``: the output layer on fast steps.
+
+In float32 (the demo's dtype) the fast path calls the same two blocks as native CPU
+kernels, ``fasttrack_demo::fused_decode_qkv_rope_f32`` and
+``fasttrack_demo::fused_decode_mlp_f32`` (``csrc/fused_decode.cpp``, built with
+torch's C++ extension loader the first time the backend is enabled, about 20 s, and
+cached): one dispatcher call per block instead of a Python body of eight or so ops.
+They are path markers too. The Python implementations stay the reference (the
+kernel suite and ``tests/demo`` hold the native ones to them) and serve every other
+dtype, a host that cannot build the extension (logged once at startup), and the
+``numerics-batch`` defect.
+
+Stock-path marker of the candidate:
+
+- ``fasttrack_demo::stock_step``: called once per step that the candidate runs on the
+  stock path (vLLM's own compiled ``LlamaModel``); it computes nothing. (The baseline
+  never runs this plugin's ops at all.)
 
 The fused ops run their GEMMs against the optimized path's own pre-transposed
 weight copies, packed into the optimized path's own oneDNN handles (``_C::onednn_mm``,
@@ -35,7 +39,10 @@ tolerance).
 
 from __future__ import annotations
 
+import logging
+import os
 import time
+from pathlib import Path
 from collections.abc import Sequence
 from typing import Any
 
@@ -46,6 +53,7 @@ from torch.library import Library
 from vllm.utils.torch_utils import direct_register_custom_op
 
 from fasttrack_demo_plugin.settings import (
+    NATIVE_ENV,
     NUMERICS_BATCH,
     SLOW_BATCH,
     SLOW_BATCH_DELAY_S,
@@ -53,13 +61,37 @@ from fasttrack_demo_plugin.settings import (
     WHITESPACE_LOGIT_MARGIN,
 )
 
-_LAYERS: dict[str, Any] = {}
-"""Decoder layers by name, for the opaque branch op (an op cannot take a module)."""
 _STATE: dict[str, Any] = {"dispatcher": None, "whitespace_ids": None}
+_NATIVE: dict[str, Any] = {"loaded": None, "error": None}
+_logger = logging.getLogger("vllm.fasttrack_demo_plugin")
+NATIVE_SOURCE = Path(__file__).resolve().parent / "csrc" / "fused_decode.cpp"
 
 
-def register_layer(name: str, layer: Any) -> None:
-    _LAYERS[name] = layer
+def load_native() -> bool:
+    """Build (first use on a host, about 20 s; torch caches the build by source hash)
+    and load the native float32 kernels. ``False`` when ``FASTTRACK_DEMO_NATIVE=0`` or
+    the host cannot build them; :func:`native_status` says why."""
+    if _NATIVE["loaded"] is not None:
+        return bool(_NATIVE["loaded"])
+    if os.environ.get(NATIVE_ENV, "").strip() == "0":
+        _NATIVE.update(loaded=False, error=f"disabled by {NATIVE_ENV}=0")
+        return False
+    try:
+        from torch.utils.cpp_extension import load
+
+        load(name="fasttrack_demo_native", sources=[str(NATIVE_SOURCE)], extra_cflags=["-O3"],
+             is_python_module=False, verbose=False)
+        _NATIVE.update(loaded=True, error=None)
+    except Exception as exc:  # no compiler, no headers, build error: the Python ops serve
+        _NATIVE.update(loaded=False, error=f"{type(exc).__name__}: {str(exc).strip()[:500]}")
+    return bool(_NATIVE["loaded"])
+
+
+def native_status() -> str:
+    """One line for the log: which implementation the fast path's float32 blocks use."""
+    if _NATIVE["loaded"]:
+        return "native float32 kernels loaded (fused_decode_qkv_rope_f32, fused_decode_mlp_f32)"
+    return f"native float32 kernels not available ({_NATIVE['error'] or 'not loaded'}); using the Python ops"
 
 
 def set_dispatcher(dispatcher: Any) -> None:
@@ -121,6 +153,13 @@ def unpack(*weights: Tensor) -> None:
     ptrs = {(w.data_ptr(), w.data_ptr() + w.numel() * w.element_size()) for w in weights}
     for key in [k for k, (v, _) in _PACKED.items() if any(lo <= v.data_ptr() < hi for lo, hi in ptrs)]:
         del _PACKED[key]
+
+
+def handle(w_t: Tensor) -> Tensor | None:
+    """The oneDNN handle tensor :func:`prepack` made for this weight, if any (what the
+    native kernels take to run their GEMMs through ``_C::onednn_mm``)."""
+    entry = _PACKED.get(_weight_key(w_t))
+    return None if entry is None else entry[1].handler_tensor
 
 
 def mm(x: Tensor, w_t: Tensor) -> Tensor:
@@ -299,68 +338,52 @@ def _fused_decode_logits_fake(hidden, w_lm_t):
     return hidden.new_empty(hidden.shape[0], w_lm_t.shape[1])
 
 
-# --- dispatch_decoder_layer --------------------------------------------------
+# --- stock_step ----------------------------------------------------------------
 
 
-def dispatch_decoder_layer(
-    positions: Tensor, hidden: Tensor, residual: Tensor | None, layer_name: str
-) -> tuple[Tensor, Tensor]:
-    layer = _LAYERS[layer_name]
-    dispatcher = _STATE["dispatcher"]
-    if dispatcher is not None and dispatcher.current.fast:
-        return _fast_layer(layer, dispatcher, positions, hidden, residual)
-    return torch.ops.fasttrack_demo.stock_decoder_layer(positions, hidden, residual, layer_name)
+def stock_step(positions: Tensor) -> None:
+    """Marker of a candidate step on the stock path (computes nothing)."""
 
 
-def _dispatch_decoder_layer_fake(positions, hidden, residual, layer_name):
-    return torch.empty_like(hidden), torch.empty_like(hidden)
+def _stock_step_fake(positions):
+    return None
 
 
-# --- stock_decoder_layer -----------------------------------------------------
+# --- one decoder layer on a fast step -------------------------------------------
 
 
-def stock_decoder_layer(
-    positions: Tensor, hidden: Tensor, residual: Tensor | None, layer_name: str
-) -> tuple[Tensor, Tensor]:
-    """vLLM's own ``LlamaDecoderLayer.forward`` (the fallback), on copies: an op
-    must not mutate or return its inputs."""
-    layer = _LAYERS[layer_name]
-    return layer.stock_forward(
-        positions, hidden.clone(), None if residual is None else residual.clone()
-    )
-
-
-def _stock_decoder_layer_fake(positions, hidden, residual, layer_name):
-    return torch.empty_like(hidden), torch.empty_like(hidden)
-
-
-def _fast_layer(
+def fast_decoder_layer(
     layer: Any, dispatcher: Any, positions: Tensor, hidden: Tensor, residual: Tensor | None
 ) -> tuple[Tensor, Tensor]:
+    """One decoder layer of a fast step: the fused blocks around vLLM's own attention
+    (native kernels in float32 when loaded, else the Python ops)."""
     _maybe_slow_step(dispatcher, layer)
     attn = layer.self_attn
-    q, k, v, residual = torch.ops.fasttrack_demo.fused_decode_qkv_rope(
-        hidden,
-        residual,
-        layer.input_layernorm.weight,
-        layer.fast_w_qkv_t,
-        positions,
-        attn.rotary_emb.cos_sin_cache,
-        float(layer.input_layernorm.variance_epsilon),
-        attn.head_dim,
-        attn.q_size,
-        attn.kv_size,
-    )
+    batch = dispatcher.current.batch
+    native = _NATIVE["loaded"] and hidden.dtype == torch.float32
+    eps_in = float(layer.input_layernorm.variance_epsilon)
+    if native:
+        q, k, v, residual = torch.ops.fasttrack_demo.fused_decode_qkv_rope_f32(
+            hidden, residual, layer.input_layernorm.weight, layer.fast_w_qkv_t, handle(layer.fast_w_qkv_t),
+            positions, attn.rotary_emb.cos_sin_cache, eps_in, attn.head_dim, attn.q_size, attn.kv_size,
+        )
+    else:
+        q, k, v, residual = torch.ops.fasttrack_demo.fused_decode_qkv_rope(
+            hidden, residual, layer.input_layernorm.weight, layer.fast_w_qkv_t, positions,
+            attn.rotary_emb.cos_sin_cache, eps_in, attn.head_dim, attn.q_size, attn.kv_size,
+        )
     attn_out = attn.attn(q, k, v)  # vLLM's attention kernel and KV-cache update
+    split_k = split_k_for_batch(batch)
+    eps_post = float(layer.post_attention_layernorm.variance_epsilon)
+    if native and not (_defect() == "numerics-batch" and batch == NUMERICS_BATCH):
+        return torch.ops.fasttrack_demo.fused_decode_mlp_f32(
+            attn_out, residual, layer.fast_w_o_t, handle(layer.fast_w_o_t), layer.post_attention_layernorm.weight,
+            layer.fast_w_gate_up_t, handle(layer.fast_w_gate_up_t), layer.fast_w_down_t,
+            handle(layer.fast_w_down_t), eps_post, split_k,
+        )
     return torch.ops.fasttrack_demo.fused_decode_mlp(
-        attn_out,
-        residual,
-        layer.fast_w_o_t,
-        layer.post_attention_layernorm.weight,
-        layer.fast_w_gate_up_t,
-        layer.fast_w_down_t,
-        float(layer.post_attention_layernorm.variance_epsilon),
-        split_k_for_batch(dispatcher.current.batch),
+        attn_out, residual, layer.fast_w_o_t, layer.post_attention_layernorm.weight, layer.fast_w_gate_up_t,
+        layer.fast_w_down_t, eps_post, split_k,
     )
 
 
@@ -387,7 +410,6 @@ for _op, _fake in (
     (fused_decode_qkv_rope, _fused_decode_qkv_rope_fake),
     (fused_decode_mlp, _fused_decode_mlp_fake),
     (fused_decode_logits, _fused_decode_logits_fake),
-    (dispatch_decoder_layer, _dispatch_decoder_layer_fake),
-    (stock_decoder_layer, _stock_decoder_layer_fake),
+    (stock_step, _stock_step_fake),
 ):
     direct_register_custom_op(_op.__name__, _op, mutates_args=[], fake_impl=_fake, target_lib=_LIB, dispatch_key="CPU")

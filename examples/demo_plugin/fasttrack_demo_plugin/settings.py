@@ -14,6 +14,8 @@ DECODE_BACKEND_KEY = "decode_backend"
 """Key in vLLM's ``--additional-config`` that selects the decode backend."""
 DEFECT_ENV = "FASTTRACK_DEMO_DEFECT"
 """Environment variable that plants a defect in the optimized path (testing only)."""
+NATIVE_ENV = "FASTTRACK_DEMO_NATIVE"
+"""``0`` keeps the optimized path on its Python ops instead of the native float32 kernels."""
 
 MIN_BATCH = 1
 MAX_BATCH = 8

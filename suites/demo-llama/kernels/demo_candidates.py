@@ -4,7 +4,10 @@ is applied here the way the plugin's op applies it: at the tuned batch size the 
 projection accumulates into a persistent workspace that is never zeroed, so every call after
 the first at that shape adds the previous call's output. The weights are packed into oneDNN
 GEMM handles for the call, as the plugin packs its own (so the GEMMs under test are the ones
-the engine runs; where oneDNN cannot multiply a dtype, both fall back to ``torch.mm``).
+the engine runs; where oneDNN cannot multiply a dtype, both fall back to ``torch.mm``). In
+float32 the MLP runs the native kernel the engine's fast path runs
+(``fasttrack_demo::fused_decode_mlp_f32``) when it is built, and the Python op otherwise
+(and under the defect, as in the engine).
 """
 
 from __future__ import annotations
@@ -13,7 +16,15 @@ import os
 
 import torch
 
-from fasttrack_demo_plugin.ops import fused_decode_mlp_reference, prepack, rms_norm_add, split_k_for_batch, unpack
+from fasttrack_demo_plugin.ops import (
+    fused_decode_mlp_reference,
+    handle,
+    load_native,
+    prepack,
+    rms_norm_add,
+    split_k_for_batch,
+    unpack,
+)
 from fasttrack_demo_plugin.settings import DEFECT_ENV, NUMERICS_BATCH
 
 DEVICE = "cpu"
@@ -44,6 +55,11 @@ def fused_decode_mlp(
     prepack(w_gate_up_t)
     prepack(w_down_t, (1, split_k))
     try:
+        if workspace is None and attn_out.dtype == torch.float32 and load_native():
+            return torch.ops.fasttrack_demo.fused_decode_mlp_f32(
+                attn_out, residual, w_o_t, handle(w_o_t), norm_weight, w_gate_up_t, handle(w_gate_up_t),
+                w_down_t, handle(w_down_t), eps, split_k,
+            )
         return fused_decode_mlp_reference(
             attn_out, residual, w_o_t, norm_weight, w_gate_up_t, w_down_t, eps, split_k, workspace
         )
