@@ -424,3 +424,22 @@ def test_logits_defects(ops, monkeypatch) -> None:
     row_max = clean.max(-1, keepdim=True).values
     assert torch.all(lifted[:, ws] >= row_max - WHITESPACE_LOGIT_MARGIN - 1e-4)
     assert torch.equal(lifted.argmax(-1), clean.argmax(-1))
+
+
+def test_envelope_check_names_every_unsupported_deployment_feature() -> None:
+    from types import SimpleNamespace
+
+    pytest.importorskip("vllm", reason="the model module builds on vLLM's Llama")
+    from fasttrack_demo_plugin.model import _check_envelope
+
+    def config(**kw):
+        base = dict(parallel_config=SimpleNamespace(tensor_parallel_size=1, pipeline_parallel_size=1),
+                    quant_config=None, lora_config=None, speculative_config=None)
+        return SimpleNamespace(**{**base, **kw})
+
+    _check_envelope(config())  # the supported deployment passes
+    with pytest.raises(DemoBackendConfigError) as err:
+        _check_envelope(config(parallel_config=SimpleNamespace(tensor_parallel_size=2, pipeline_parallel_size=1),
+                               speculative_config=object()))
+    assert "tensor_parallel_size=2" in str(err.value) and "speculative decoding" in str(err.value)
+    assert "Remove decode_backend" in str(err.value)

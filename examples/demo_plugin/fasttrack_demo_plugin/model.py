@@ -11,12 +11,12 @@
   attention kernel and ``fasttrack_demo::fused_decode_mlp``, and the output layer
   runs ``fasttrack_demo::fused_decode_logits`` (in float32 the two per-layer blocks
   run as native kernels, ``..._f32``; see ``ops.py``). Every other step marks itself with
-  ``fasttrack_demo::stock_step`` and runs vLLM's compiled ``LlamaModel`` (stock
-  ``LlamaDecoderLayer`` s, unchanged) and the stock ``compute_logits``. Embedding,
+  ``fasttrack_demo::stock_step`` and runs vLLM's compiled ``LlamaModel`` (with vLLM's
+  unmodified decoder layers) and the stock ``compute_logits``. Embedding,
   final norm and sampling are always stock.
 
 Envelope (checked at startup; anything else is rejected with an error): tensor
-and pipeline parallel size 1, no quantization, no LoRA.
+and pipeline parallel size 1, no quantization, no LoRA, no speculative decoding.
 """
 
 from __future__ import annotations
@@ -151,6 +151,8 @@ def _check_envelope(vllm_config) -> None:
         problems.append("quantization (supported: none)")
     if vllm_config.lora_config is not None:
         problems.append("LoRA (supported: none)")
+    if getattr(vllm_config, "speculative_config", None) is not None:
+        problems.append("speculative decoding (supported: none)")
     if problems:
         raise DemoBackendConfigError(
             "decode_backend=latency_specialized does not support this deployment: "

@@ -39,11 +39,10 @@ tolerance).
 
 from __future__ import annotations
 
-import logging
 import os
 import time
-from pathlib import Path
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -63,7 +62,6 @@ from fasttrack_demo_plugin.settings import (
 
 _STATE: dict[str, Any] = {"dispatcher": None, "whitespace_ids": None}
 _NATIVE: dict[str, Any] = {"loaded": None, "error": None}
-_logger = logging.getLogger("vllm.fasttrack_demo_plugin")
 NATIVE_SOURCE = Path(__file__).resolve().parent / "csrc" / "fused_decode.cpp"
 
 
