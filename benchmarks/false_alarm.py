@@ -170,6 +170,8 @@ def analyse(data: dict[str, Any], ns: argparse.Namespace) -> None:
         gate = gate.model_copy(update={"noise_margin": ns.margin})
     if ns.metric is not None:
         gate = gate.model_copy(update={"gated_metric": ns.metric})
+    if ns.interval is not None:
+        gate = gate.model_copy(update={"interval": ns.interval})
     a = data["args"]
     runs_all = [RunMetrics.model_validate(r) for r in data["runs"]]
     points = sorted({r.point for r in runs_all}, key=lambda p: int(p.split("-b")[1].split("-")[0]))
@@ -185,7 +187,8 @@ def analyse(data: dict[str, Any], ns: argparse.Namespace) -> None:
     alpha1 = (1 - gate.confidence) / 2
     print(f"\n{len(lifetimes)} engine lifetimes of the same stock configuration, {a['runs']} runs per point per lifetime "
           f"({a['requests']} requests x {a['output_len']} tokens, prompts of {a['context']} tokens); gate on {metric}, "
-          f"noise margin {gate.noise_margin:g}, confidence {gate.confidence:g}, runs {gate.min_runs}..{gate.max_runs}")
+          f"noise margin {gate.noise_margin:g}, confidence {gate.confidence:g}, runs {gate.min_runs}..{gate.max_runs}, "
+          f"interval {gate.interval}")
     field = METRICS[metric].field
 
     def run_samples(r: RunMetrics) -> list[float]:
@@ -231,7 +234,7 @@ def analyse(data: dict[str, Any], ns: argparse.Namespace) -> None:
                     failed_any = True
                 pp["runs"].append(s.n_runs("baseline") + s.n_runs("candidate"))
                 fx = _fixed(items[p], by[p], b_lts, c_lts, gate.min_runs)
-                est = estimate(fx, metric, confidence=gate.confidence)
+                est = estimate(fx, metric, confidence=gate.confidence, interval=gate.interval)
                 assert est is not None
                 mde = mde_for_estimate(est, noise_margin=gate.noise_margin)
                 pp["pred"].append(mde.gate_fail_probability_at_parity)
@@ -273,6 +276,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--margin", type=float, default=None, help="noise margin (default: the demo scope's)")
     ap.add_argument("--metric", default=None,
                     help="gated metric, e.g. median_tpot_ms or median_engine_tpot_ms (default: the demo scope's)")
+    ap.add_argument("--interval", choices=["bootstrap", "lifetime_t"], default=None,
+                    help="the gate's interval (default: the demo scope's); lifetime_t applies from three lifetimes in all")
     ap.add_argument("--max-comparisons", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path, help="write the raw runs here")

@@ -113,7 +113,7 @@ async def measure_item(
         if (looks_here and runs_here >= gate.min_runs and s.has_samples("baseline", gate.gated_metric)
                 and s.has_samples("candidate", gate.gated_metric)):
             d = look(s, metric=gate.gated_metric, noise_margin=gate.noise_margin, confidence=gate.confidence,
-                     look_no=len(s.looks) + 1, planned_looks=sched.planned_looks)
+                     look_no=len(s.looks) + 1, planned_looks=sched.planned_looks, interval=gate.interval)
             s.looks.append(look_summary(d, s))
             s.decision, s.final = d.decision, d.final
             if d.final:
@@ -316,7 +316,7 @@ class PerfCheck(Check):
         for key, s in st.items.items():
             sched = st.schedules[s.item.group]
             j = judge_item(s, metrics=metrics, gated=gate.gated_metric, noise_margin=m, confidence=gate.confidence,
-                           planned_looks=sched.planned_looks)
+                           planned_looks=sched.planned_looks, interval=gate.interval)
             rows.extend(j.rows)
             verdicts[key] = j.verdict
             strictly[key] = j.strictly_better

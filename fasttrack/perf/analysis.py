@@ -29,9 +29,9 @@ from fasttrack.stats import (
     RatioEstimate,
     SequentialDecision,
     detect_drift,
-    hierarchical_ratio_bootstrap,
     mde_for_estimate,
     no_regression_gate,
+    ratio_interval,
     sequential_decision,
 )
 
@@ -98,13 +98,14 @@ def seed_for(key: str, metric: str) -> int:
 
 
 def look(state: ItemState, *, metric: str, noise_margin: float, confidence: float, look_no: int,
-         planned_looks: int) -> SequentialDecision:
+         planned_looks: int, interval: str = "bootstrap") -> SequentialDecision:
     """One sequential look at the gated metric (per-GPU when resources differ)."""
     md = METRICS[metric]
     dec = sequential_decision(
         state.nested("baseline", metric), state.nested("candidate", metric), metric=metric, direction=md.direction,
         noise_margin=noise_margin, look=look_no, planned_looks=planned_looks, statistic=md.statistic,
         confidence=confidence, n_boot=N_BOOT, seed=seed_for(state.item.key, metric), point=state.item.point,
+        interval=interval,
     )
     f = state.factor()
     if f != 1.0:
@@ -142,13 +143,13 @@ def look_summary(dec: SequentialDecision, state: ItemState) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------- judging
 
 
-def estimate(state: ItemState, metric: str, *, confidence: float) -> RatioEstimate | None:
+def estimate(state: ItemState, metric: str, *, confidence: float, interval: str = "bootstrap") -> RatioEstimate | None:
     md = METRICS[metric]
     b, c = state.nested("baseline", metric), state.nested("candidate", metric)
     if not b or not c:
         return None
-    return hierarchical_ratio_bootstrap(b, c, metric=metric, direction=md.direction, statistic=md.statistic,
-                                        confidence=confidence, n_boot=N_BOOT, seed=seed_for(state.item.key, metric))
+    return ratio_interval(b, c, interval=interval, metric=metric, direction=md.direction, statistic=md.statistic,
+                          confidence=confidence, n_boot=N_BOOT, seed=seed_for(state.item.key, metric))
 
 
 def _pct(x: float | None) -> str:
@@ -191,6 +192,7 @@ def judge_item(
     noise_margin: float,
     confidence: float,
     planned_looks: int,
+    interval: str = "bootstrap",
 ) -> ItemJudgement:
     """Rows (one per metric) and the gated verdict of one cell."""
     it = state.item
@@ -227,19 +229,19 @@ def judge_item(
         dec_conf = dec["per_look_confidence"]
     else:
         d = look(state, metric=gated, noise_margin=noise_margin, confidence=confidence, look_no=planned_looks,
-                 planned_looks=planned_looks)
+                 planned_looks=planned_looks, interval=interval)
         state.looks.append({**look_summary(d, state), "at_judge": True})
         decision, dec_conf = d.decision, d.per_look_confidence
     f = state.factor()
     for m in metrics:
         md: MetricDef = METRICS[m]
         conf = dec_conf if m == gated else confidence
-        est = estimate(state, m, confidence=conf)
+        est = estimate(state, m, confidence=conf, interval=interval)
         if est is None:
             rows.append({**base_row, "metric": f"{it.workload}/{m}", "metric_name": m, "verdict": "not_run" if m == gated else None,
                          "statement": f"no samples of {m} on one side"})
             continue
-        nominal[m] = est if conf == confidence else estimate(state, m, confidence=confidence)  # type: ignore[assignment]
+        nominal[m] = est if conf == confidence else estimate(state, m, confidence=confidence, interval=interval)  # type: ignore[assignment]
         mde = mde_for_estimate(est, power=POWER, noise_margin=noise_margin)
         mdes[m] = mde
         g = no_regression_gate(est, noise_margin=noise_margin, point=it.point)

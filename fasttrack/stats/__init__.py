@@ -8,7 +8,7 @@ Performance (perf check)
     :func:`hierarchical_ratio_bootstrap`, :func:`lifetime_t_ratio` -> :class:`RatioEstimate`
     :func:`minimum_detectable_effect`, :func:`mde_for_estimate` -> :class:`MinimumDetectableEffect`
     :func:`no_regression_gate` -> :class:`PointGate`; :func:`overall_gate` -> :class:`OverallGate`
-    :func:`sequential_decision` -> :class:`SequentialDecision`; :func:`planned_looks`
+    :func:`sequential_decision` -> :class:`SequentialDecision`; :func:`ratio_interval`; :func:`planned_looks`
     :func:`detect_drift` -> :class:`DriftCheck`
     :func:`normalize_per_gpu`, :func:`normalize_speedup_per_gpu` -> :class:`ResourceNormalization`
 Evaluations (evals check)
@@ -34,6 +34,7 @@ from fasttrack.stats.gate import (
     no_regression_gate,
     overall_gate,
     planned_looks,
+    ratio_interval,
     sequential_decision,
 )
 from fasttrack.stats.hierarchical import (
@@ -117,6 +118,7 @@ __all__ = [
     "paired_bootstrap_difference",
     "parse_statistic",
     "planned_looks",
+    "ratio_interval",
     "sequential_decision",
     "summarize_greedy",
     "topk_kl",

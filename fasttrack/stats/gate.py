@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from typing import Literal
 
 from fasttrack.stats._base import Direction, StatResult, StatsInputError, check_confidence
-from fasttrack.stats.hierarchical import RatioEstimate, SideSamples, hierarchical_ratio_bootstrap
+from fasttrack.stats.hierarchical import RatioEstimate, SideSamples, hierarchical_ratio_bootstrap, lifetime_t_ratio
 
 Decision = Literal["decided_pass", "decided_fail", "undecided"]
 
@@ -144,6 +144,39 @@ def overall_gate(points: Sequence[PointGate]) -> OverallGate:
     )
 
 
+def ratio_interval(
+    baseline: SideSamples,
+    candidate: SideSamples,
+    *,
+    interval: str,
+    metric: str,
+    direction: Direction,
+    statistic: str = "median",
+    confidence: float = 0.95,
+    n_boot: int = 4000,
+    seed: int = 0,
+) -> RatioEstimate:
+    """The speedup's interval by the scope's method: ``bootstrap`` (hierarchical) or
+    ``lifetime_t`` (t interval over per-lifetime values). ``lifetime_t`` needs three
+    lifetimes in total; with fewer, the hierarchical bootstrap is used and the
+    estimate's warnings say so."""
+    if interval not in ("bootstrap", "lifetime_t"):
+        raise StatsInputError(f"interval must be 'bootstrap' or 'lifetime_t', got {interval!r}.")
+    if interval == "lifetime_t":
+        try:
+            return lifetime_t_ratio(baseline, candidate, metric=metric, direction=direction, statistic=statistic,
+                                    confidence=confidence)
+        except StatsInputError as exc:
+            if "three engine lifetimes" not in str(exc):
+                raise
+            est = hierarchical_ratio_bootstrap(baseline, candidate, metric=metric, direction=direction,
+                                               statistic=statistic, confidence=confidence, n_boot=n_boot, seed=seed)
+            return est.model_copy(update={"warnings": [*est.warnings, f"interval 'lifetime_t' not computable "
+                                                       f"({exc}); the hierarchical bootstrap was used"]})
+    return hierarchical_ratio_bootstrap(baseline, candidate, metric=metric, direction=direction, statistic=statistic,
+                                        confidence=confidence, n_boot=n_boot, seed=seed)
+
+
 def planned_looks(*, min_runs: int, max_runs: int, step: int = 1) -> int:
     """Number of looks of adaptive repetition: after min_runs, then every ``step`` runs up to max_runs."""
     if min_runs < 1 or max_runs < min_runs or step < 1:
@@ -165,10 +198,12 @@ def sequential_decision(
     n_boot: int = 4000,
     seed: int = 0,
     point: str = "",
+    interval: str = "bootstrap",
 ) -> SequentialDecision:
     """One look of adaptive repetition (Bonferroni over the planned looks).
 
-    The interval is computed at ``1 - (1 - confidence) / planned_looks``. Then:
+    The interval (``interval``: see :func:`ratio_interval`) is computed at
+    ``1 - (1 - confidence) / planned_looks``. Then:
     ``decided_pass`` if its lower end >= 1 - noise_margin; ``decided_fail`` if its
     upper end < 1 - noise_margin (a regression beyond the margin is established), or
     if this is the last planned look and the point has not passed; otherwise
@@ -178,8 +213,8 @@ def sequential_decision(
     if planned_looks < 1 or not (1 <= look <= planned_looks):
         raise StatsInputError(f"look must be in 1..planned_looks (planned_looks >= 1), got look={look}, planned_looks={planned_looks}.")
     per_look = 1.0 - (1.0 - confidence) / planned_looks
-    est = hierarchical_ratio_bootstrap(
-        baseline, candidate, metric=metric, direction=direction, statistic=statistic,
+    est = ratio_interval(
+        baseline, candidate, interval=interval, metric=metric, direction=direction, statistic=statistic,
         confidence=per_look, n_boot=n_boot, seed=seed,
     )
     gate = no_regression_gate(est, noise_margin=noise_margin, point=point)

@@ -44,7 +44,7 @@ GATE = PerfGate(noise_margin=0.1, confidence=0.95, min_runs=3, max_runs=6)
 
 
 def _measure(state: ItemState, sched: LookSchedule, side: str, lifetime: int, *, tpot: float, seed: int,
-             sd: float = 0.03, failed: int = 0, gpus: int = 0) -> int:
+             sd: float = 0.03, failed: int = 0, gpus: int = 0, gate: PerfGate = GATE) -> int:
     rng = np.random.default_rng(seed)
 
     async def run_once(k: int) -> RunMetrics:
@@ -52,7 +52,7 @@ def _measure(state: ItemState, sched: LookSchedule, side: str, lifetime: int, *,
 
     state.gpus[side] = gpus
     return asyncio.run(measure_item(state, side=side, lifetime=lifetime, looks_here=sched.looks_allowed(side, lifetime),
-                                    sched=sched, gate=GATE, run_once=run_once))
+                                    sched=sched, gate=gate, run_once=run_once))
 
 
 # ---------------------------------------------------------------------------------- schedule
@@ -147,6 +147,38 @@ def test_judge_item_rows_carry_interval_mde_and_raw_values() -> None:
     assert tpot["ignores_lifetime_variance"] is True
     assert len(tpot["baseline_run_values"][0]) == 3 and tpot["runs"] == 6
     assert thr["speedup"] == pytest.approx(1.25, rel=0.05)
+
+
+def test_lifetime_t_interval_counts_lifetime_variance_and_falls_back_below_three_lifetimes() -> None:
+    gate_t = GATE.model_copy(update={"interval": "lifetime_t"})
+    sched = LookSchedule.for_group(["baseline", "candidate"] * 2, min_runs=3, max_runs=5)
+    rows = {}
+    for interval, gate in (("bootstrap", GATE), ("lifetime_t", gate_t)):
+        s = ItemState(item=_item())
+        # no change between the sides, a lifetime-to-lifetime shift of 20% on both
+        for lt, (tb, tc) in enumerate(((2.0, 2.4), (2.4, 2.0))):
+            _measure(s, sched, "baseline", lt, tpot=tb, seed=10 + lt, gate=gate)
+            _measure(s, sched, "candidate", lt, tpot=tc, seed=20 + lt, gate=gate)
+        assert s.looks, interval
+        j = judge_item(s, metrics=["median_tpot_ms"], gated="median_tpot_ms", noise_margin=0.1, confidence=0.95,
+                       planned_looks=sched.planned_looks, interval=interval)
+        rows[interval] = j.rows[0]
+    t, b = rows["lifetime_t"], rows["bootstrap"]
+    assert "t interval on log per-lifetime statistics" in t["method"] and "df = 2" in t["method"]
+    assert "t interval" not in b["method"]
+    assert t["ignores_lifetime_variance"] is False
+    # the t interval is wider than the bootstrap's with two lifetimes per side
+    assert (t["ci_high"] / t["ci_low"]) > (b["ci_high"] / b["ci_low"])
+    # one lifetime per side: lifetime_t cannot be computed; the bootstrap is used and the row says so
+    sched1 = LookSchedule.for_group(["baseline", "candidate"], min_runs=3, max_runs=6)
+    s = ItemState(item=_item())
+    _measure(s, sched1, "baseline", 0, tpot=2.0, seed=1, gate=gate_t)
+    _measure(s, sched1, "candidate", 0, tpot=2.0, seed=2, gate=gate_t)
+    j = judge_item(s, metrics=["median_tpot_ms"], gated="median_tpot_ms", noise_margin=0.1, confidence=0.95,
+                   planned_looks=sched1.planned_looks, interval="lifetime_t")
+    row = j.rows[0]
+    assert row["ignores_lifetime_variance"] is True and row["verdict"] == "pass"
+    assert any("lifetime_t' not computable" in w for w in row["warnings"]), row["warnings"]
 
 
 def test_unequal_gpus_are_compared_per_gpu() -> None:
