@@ -201,11 +201,15 @@ def stable_hash(text: str) -> int:
 
 
 def run_async(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a coroutine from the synchronous ``collect`` (which is called outside any event loop)."""
+    """Run a coroutine from the synchronous ``collect`` (which is called outside any event loop).
+    Ctrl-C during it raises ``KeyboardInterrupt`` even where a layer below swallowed the
+    cancellation (see :func:`fasttrack.perf.loadgen.run_loop`)."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(coro)
+        from fasttrack.perf.loadgen import run_loop
+
+        return run_loop(coro, use_uvloop=False)
     raise RuntimeError("run_async was called inside a running event loop; await the coroutine instead")
 
 

@@ -542,7 +542,7 @@ def _record(point: str, batch: int, rnd: int, item: PromptItem, ids: list[int], 
     if isinstance(res, BaseException):
         from fasttrack.engine import EngineCrashed
 
-        if isinstance(res, EngineCrashed):
+        if isinstance(res, EngineCrashed) or not isinstance(res, Exception):  # a crash, or Ctrl-C's cancellation
             raise res
         rec.error = getattr(res, "message", None) or f"{type(res).__name__}: {res}"
         return rec

@@ -247,19 +247,28 @@ async def run_open(
     return list(await asyncio.gather(*(one(r, a) for r, a in zip(requests, arrivals_s))))
 
 
-def run_loop(coro: Awaitable[T]) -> T:
-    """Run a coroutine on a fresh event loop (uvloop when installed), from synchronous code."""
+def run_loop(coro: Awaitable[T], *, use_uvloop: bool = True) -> T:
+    """Run a coroutine on a fresh event loop (uvloop when installed and ``use_uvloop``), from
+    synchronous code. Ctrl-C raises ``KeyboardInterrupt`` here even where the coroutine
+    swallowed the cancellation it causes."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
         pass
     else:
         raise RuntimeError("run_loop was called inside a running event loop; await the coroutine instead")
-    try:
-        import uvloop
+    factory: Callable[[], asyncio.AbstractEventLoop] | None = None
+    if use_uvloop:
+        try:
+            import uvloop
 
-        factory: Callable[[], asyncio.AbstractEventLoop] | None = uvloop.new_event_loop
-    except ImportError:  # pragma: no cover - uvloop ships with vLLM
-        factory = None
+            factory = uvloop.new_event_loop
+        except ImportError:  # pragma: no cover - uvloop ships with vLLM
+            pass
     with asyncio.Runner(loop_factory=factory) as runner:
-        return runner.run(coro)  # type: ignore[arg-type]
+        result = runner.run(coro)  # type: ignore[arg-type]
+        # Ctrl-C cancels the main task; if a layer below turned that cancellation into an
+        # ordinary result (a request recorded as failed), the run still has to stop here.
+        if getattr(runner, "_interrupt_count", 0):
+            raise KeyboardInterrupt
+        return result

@@ -185,3 +185,31 @@ def test_timed_measures_wall_and_cpu() -> None:
 
     out, tm = run_loop(timed(work))
     assert out == 7 and tm.t_end - tm.t_start >= 0.019 and tm.cpu_s >= 0
+
+
+@pytest.mark.parametrize("runner", ["run_loop", "run_async"])
+def test_ctrl_c_stops_run_loop_even_when_the_coroutine_swallows_the_cancellation(runner: str) -> None:
+    import asyncio
+    import os
+    import signal
+
+    from fasttrack.checks._common import run_async
+
+    run = run_loop if runner == "run_loop" else run_async
+
+    async def swallowing() -> str:
+        asyncio.get_running_loop().call_later(0.05, os.kill, os.getpid(), signal.SIGINT)
+        try:
+            await asyncio.sleep(5)
+        except asyncio.CancelledError:  # e.g. a request recorded as failed instead of re-raised
+            return "finished anyway"
+        return "not interrupted"
+
+    with pytest.raises(KeyboardInterrupt):
+        run(swallowing())
+
+    async def quiet() -> str:
+        await asyncio.sleep(0)
+        return "ok"
+
+    assert run(quiet()) == "ok"  # no interrupt: the result comes back
