@@ -62,10 +62,18 @@ def _wait_for(path: Path, needle: str, proc: subprocess.Popen, timeout: float) -
     raise AssertionError(f"timed out waiting for {needle!r}:\n{path.read_text(errors='replace')[-3000:]}")
 
 
+def _default_sigint() -> None:
+    """The child takes Ctrl-C as a user at a terminal would, even where this test session
+    inherited SIGINT ignored (a shell without job control ignores it in background jobs,
+    and an ignored SIGINT stays ignored across exec)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start_validate(run_dir: Path, log: Path, *args: str) -> subprocess.Popen:
     fh = log.open("w")
     return subprocess.Popen([*FT, "validate", "--model", "demo-llama", "--out", str(run_dir), *args],
-                            stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT, env=_env(), start_new_session=False)
+                            stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT, env=_env(), start_new_session=False,
+                            preexec_fn=_default_sigint)
 
 
 def test_engine_crash_leaves_a_partial_bundle_that_says_what_crashed(tmp_path: Path, keys: Path, _no_other_engine) -> None:
