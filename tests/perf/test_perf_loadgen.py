@@ -205,8 +205,13 @@ def test_ctrl_c_stops_run_loop_even_when_the_coroutine_swallows_the_cancellation
             return "finished anyway"
         return "not interrupted"
 
-    with pytest.raises(KeyboardInterrupt):
-        run(swallowing())
+    # Python's own Ctrl-C handler, even where this session inherited SIGINT ignored (a background job)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run(swallowing())
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
     async def quiet() -> str:
         await asyncio.sleep(0)
