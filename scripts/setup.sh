@@ -13,7 +13,27 @@ want_browser=0
 stamp_src="$(cat pyproject.toml examples/demo_plugin/pyproject.toml 2>/dev/null | sha256sum | cut -c1-16)"
 stamp="$VENV/.fasttrack-setup-$stamp_src"
 
+# Free space in MiB on the filesystem holding $1 (its nearest existing parent).
+free_mib() {
+  local d="$1"
+  while [[ ! -e "$d" ]]; do d="$(dirname "$d")"; done
+  df -Pm "$d" | awk 'NR==2 {print $4}'
+}
+
 if [[ ! -f "$stamp" ]]; then
+  # The install needs about 4.5 GB in the venv plus pip's unpacked wheels in the temp dir;
+  # say so up front instead of failing half-way with "No space left on device".
+  need_mib="${FASTTRACK_SETUP_MIN_FREE_MIB:-6144}"
+  tmp_dir="${TMPDIR:-/tmp}"
+  venv_free="$(free_mib "$VENV")"
+  tmp_free="$(free_mib "$tmp_dir")"
+  if (( venv_free < need_mib )) || (( tmp_free < need_mib / 2 )); then
+    echo "error: not enough free disk space to install fasttrack's environment:" >&2
+    echo "  $VENV: ${venv_free} MiB free (needs about ${need_mib} MiB)" >&2
+    echo "  $tmp_dir (pip's temp dir, TMPDIR): ${tmp_free} MiB free (needs about $((need_mib / 2)) MiB)" >&2
+    echo "Free some space, or point FASTTRACK_VENV / TMPDIR at a larger disk." >&2
+    exit 1
+  fi
   echo "==> creating $VENV with $($PY --version)"
   [[ -x "$VENV/bin/python" ]] || "$PY" -m venv "$VENV"
   "$VENV/bin/python" -m pip install -q --upgrade pip
