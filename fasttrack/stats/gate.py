@@ -29,7 +29,14 @@ from collections.abc import Sequence
 from typing import Literal
 
 from fasttrack.stats._base import Direction, StatResult, StatsInputError, check_confidence
-from fasttrack.stats.hierarchical import RatioEstimate, SideSamples, hierarchical_ratio_bootstrap, lifetime_t_ratio
+from fasttrack.stats.hierarchical import (
+    LIFETIME_T_MIN_LIFETIMES,
+    RatioEstimate,
+    SideSamples,
+    count_lifetimes,
+    hierarchical_ratio_bootstrap,
+    lifetime_t_ratio,
+)
 
 Decision = Literal["decided_pass", "decided_fail", "undecided"]
 
@@ -163,16 +170,16 @@ def ratio_interval(
     if interval not in ("bootstrap", "lifetime_t"):
         raise StatsInputError(f"interval must be 'bootstrap' or 'lifetime_t', got {interval!r}.")
     if interval == "lifetime_t":
-        try:
+        n_b = count_lifetimes(baseline, what=f"{metric} baseline")
+        n_c = count_lifetimes(candidate, what=f"{metric} candidate")
+        if n_b + n_c >= LIFETIME_T_MIN_LIFETIMES:
             return lifetime_t_ratio(baseline, candidate, metric=metric, direction=direction, statistic=statistic,
                                     confidence=confidence)
-        except StatsInputError as exc:
-            if "three engine lifetimes" not in str(exc):
-                raise
-            est = hierarchical_ratio_bootstrap(baseline, candidate, metric=metric, direction=direction,
-                                               statistic=statistic, confidence=confidence, n_boot=n_boot, seed=seed)
-            return est.model_copy(update={"warnings": [*est.warnings, f"interval 'lifetime_t' not computable "
-                                                       f"({exc}); the hierarchical bootstrap was used"]})
+        est = hierarchical_ratio_bootstrap(baseline, candidate, metric=metric, direction=direction,
+                                           statistic=statistic, confidence=confidence, n_boot=n_boot, seed=seed)
+        return est.model_copy(update={"warnings": [
+            *est.warnings, f"interval 'lifetime_t' needs at least {LIFETIME_T_MIN_LIFETIMES} engine lifetimes in "
+            f"total (got {n_b} baseline, {n_c} candidate); the hierarchical bootstrap was used"]})
     return hierarchical_ratio_bootstrap(baseline, candidate, metric=metric, direction=direction, statistic=statistic,
                                         confidence=confidence, n_boot=n_boot, seed=seed)
 

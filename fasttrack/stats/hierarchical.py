@@ -358,6 +358,15 @@ def hierarchical_ratio_bootstrap(
     )
 
 
+def count_lifetimes(data: SideSamples, *, what: str = "samples") -> int:
+    """Number of engine lifetimes in one side's samples (validated as the estimators do)."""
+    return len(_normalise_side(data, what=what))
+
+
+LIFETIME_T_MIN_LIFETIMES = 3
+"""The lifetime t interval needs this many lifetimes in both sides together (one degree of freedom)."""
+
+
 def lifetime_t_ratio(
     baseline: SideSamples,
     candidate: SideSamples,
@@ -392,7 +401,7 @@ def lifetime_t_ratio(
     b_side = _Side(_normalise_side(baseline, what=f"{metric} baseline"))
     c_side = _Side(_normalise_side(candidate, what=f"{metric} candidate"))
     df = b_side.n_lifetimes + c_side.n_lifetimes - 2
-    if df < 1:
+    if b_side.n_lifetimes + c_side.n_lifetimes < LIFETIME_T_MIN_LIFETIMES:
         raise StatsInputError(
             f"the lifetime t interval needs at least three engine lifetimes in total (got {b_side.n_lifetimes} baseline, "
             f"{c_side.n_lifetimes} candidate); use hierarchical_ratio_bootstrap, whose interval then ignores lifetime variance."

@@ -49,6 +49,7 @@ class FastDecodeLlamaDecoderLayer(LlamaDecoderLayer):
         self.fast_w_o_t: torch.Tensor | None = None
         self.fast_w_gate_up_t: torch.Tensor | None = None
         self.fast_w_down_t: torch.Tensor | None = None
+        self.fast_handles: dict[str, torch.Tensor | None] = {}
 
     def capture_fast_weights(self) -> None:
         """Keep the optimized path's own pre-transposed weight copies (vLLM's CPU
@@ -61,6 +62,9 @@ class FastDecodeLlamaDecoderLayer(LlamaDecoderLayer):
         for w in (self.fast_w_qkv_t, self.fast_w_o_t, self.fast_w_gate_up_t):
             ops.prepack(w)
         ops.prepack(self.fast_w_down_t, (1, *ops.SPLIT_K_COUNTS))
+        # looked up once here, not on every step (None where oneDNN could not pack: at::mm then)
+        self.fast_handles = {name: ops.handle(getattr(self, f"fast_w_{name}_t"))
+                             for name in ("qkv", "o", "gate_up", "down")}
 
 
 class FasttrackDemoLlamaForCausalLM(LlamaForCausalLM):

@@ -360,9 +360,10 @@ def fast_decoder_layer(
     batch = dispatcher.current.batch
     native = _NATIVE["loaded"] and hidden.dtype == torch.float32
     eps_in = float(layer.input_layernorm.variance_epsilon)
+    h = layer.fast_handles
     if native:
         q, k, v, residual = torch.ops.fasttrack_demo.fused_decode_qkv_rope_f32(
-            hidden, residual, layer.input_layernorm.weight, layer.fast_w_qkv_t, handle(layer.fast_w_qkv_t),
+            hidden, residual, layer.input_layernorm.weight, layer.fast_w_qkv_t, h["qkv"],
             positions, attn.rotary_emb.cos_sin_cache, eps_in, attn.head_dim, attn.q_size, attn.kv_size,
         )
     else:
@@ -375,9 +376,8 @@ def fast_decoder_layer(
     eps_post = float(layer.post_attention_layernorm.variance_epsilon)
     if native and not (_defect() == "numerics-batch" and batch == NUMERICS_BATCH):
         return torch.ops.fasttrack_demo.fused_decode_mlp_f32(
-            attn_out, residual, layer.fast_w_o_t, handle(layer.fast_w_o_t), layer.post_attention_layernorm.weight,
-            layer.fast_w_gate_up_t, handle(layer.fast_w_gate_up_t), layer.fast_w_down_t,
-            handle(layer.fast_w_down_t), eps_post, split_k,
+            attn_out, residual, layer.fast_w_o_t, h["o"], layer.post_attention_layernorm.weight,
+            layer.fast_w_gate_up_t, h["gate_up"], layer.fast_w_down_t, h["down"], eps_post, split_k,
         )
     return torch.ops.fasttrack_demo.fused_decode_mlp(
         attn_out, residual, layer.fast_w_o_t, layer.post_attention_layernorm.weight, layer.fast_w_gate_up_t,
