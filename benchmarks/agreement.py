@@ -12,7 +12,9 @@ from vLLM's run) with the same concurrency.
 The two clients alternate (vLLM, fasttrack, fasttrack, vLLM, ...) for ``--repeats``
 pairs so slow drift of the host cancels. Printed per client: median over runs of the
 median TPOT and of the output throughput; the paired ratios fasttrack / vLLM (geometric
-mean over pairs, with the range); and the client CPU time per streamed token (this
+mean over pairs with a 95% t interval on log ratios, pairs as the unit; the 2% target is
+"met" when the interval lies inside 0.98-1.02, "not met" when it lies outside, otherwise
+"inconclusive", with the pairs the observed spread would need); and the client CPU time per streamed token (this
 process's CPU time during the benchmark coroutine, divided by the output tokens; for
 vLLM the wrapper times its ``benchmark`` coroutine, which also computes and prints its
 summary).
@@ -124,6 +126,48 @@ def geo(xs: list[float]) -> float:
     return math.exp(sum(math.log(x) for x in xs) / len(xs))
 
 
+TOLERANCE = 0.02
+"""The agreement target: |ratio - 1| <= 2%."""
+
+
+def ratio_interval(ratios: list[float], confidence: float = 0.95) -> tuple[float, float, float]:
+    """Geometric mean of paired ratios with its t interval (on log ratios, pairs as the unit)."""
+    from scipy import stats
+
+    logs = [math.log(r) for r in ratios]
+    n = len(logs)
+    m = sum(logs) / n
+    if n < 2:
+        return math.exp(m), float("nan"), float("nan")
+    sd = statistics.stdev(logs)
+    half = float(stats.t.ppf(0.5 + confidence / 2, n - 1)) * sd / math.sqrt(n)
+    return math.exp(m), math.exp(m - half), math.exp(m + half)
+
+
+def agreement_verdict(lo: float, hi: float, tol: float = TOLERANCE) -> str:
+    """``met`` when the whole interval lies within 1 +- tol, ``not met`` when it lies wholly
+    outside, else ``inconclusive`` (the runs are too noisy to tell)."""
+    if math.isnan(lo) or math.isnan(hi):
+        return "inconclusive"
+    if lo >= 1 - tol and hi <= 1 + tol:
+        return "met"
+    if hi < 1 - tol or lo > 1 + tol:
+        return "not met"
+    return "inconclusive"
+
+
+def pairs_needed(ratios: list[float], tol: float = TOLERANCE, confidence: float = 0.95) -> int | None:
+    """Pairs at which the interval's half width (normal approximation, the observed
+    spread) would be tol / 2, so that a ratio within tol / 2 of 1 is shown to be within tol."""
+    from scipy import stats
+
+    if len(ratios) < 2:
+        return None
+    sd = statistics.stdev(math.log(r) for r in ratios)
+    z = float(stats.norm.ppf(0.5 + confidence / 2))
+    return max(2, math.ceil((z * sd / math.log(1 + tol / 2)) ** 2))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--url", help="attach to a running server instead of starting the demo model's stock engine")
@@ -195,14 +239,20 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'client':<12}{'median TPOT (ms)':>18}{'output tok/s':>15}{'client CPU us/token':>22}")
     for who, s in (("vLLM", v), ("fasttrack", f)):
         print(f"{who:<12}{s['median_tpot_ms']:>18.3f}{s['output_throughput']:>15.0f}{s['cpu_us_per_token']:>22.1f}")
-    print(f"ratio fasttrack/vLLM, median TPOT:      {geo(tpot_r):.4f} (geometric mean of {len(rows)} pairs; "
-          f"range {min(tpot_r):.3f}-{max(tpot_r):.3f})")
-    print(f"ratio fasttrack/vLLM, output throughput: {geo(thr_r):.4f} (range {min(thr_r):.3f}-{max(thr_r):.3f})")
-    within = abs(geo(tpot_r) - 1) <= 0.02 and abs(geo(thr_r) - 1) <= 0.02
-    print(f"target |ratio - 1| <= 2%: {'met' if within else 'not met'}")
+    verdicts = []
+    for name, rs in (("median TPOT", tpot_r), ("output throughput", thr_r)):
+        g, lo, hi = ratio_interval(rs)
+        verdicts.append(agreement_verdict(lo, hi))
+        need = pairs_needed(rs)
+        print(f"ratio fasttrack/vLLM, {name + ':':<19}{g:.4f}, 95% t interval over {len(rs)} pairs [{lo:.3f}, {hi:.3f}] "
+              f"(pair range {min(rs):.3f}-{max(rs):.3f}); {verdicts[-1]}"
+              + (f"; about {need} pairs would resolve 2% at this spread" if need else ""))
+    overall = "met" if all(v == "met" for v in verdicts) else "not met" if "not met" in verdicts else "inconclusive"
+    print(f"target |ratio - 1| <= {TOLERANCE:.0%} (both intervals inside): {overall}")
     if ns.json:
         ns.json.write_text(json.dumps({"args": vars(ns) | {"json": str(ns.json)}, "pairs": rows, "vllm": v,
-                                       "fasttrack": f, "tpot_ratio": geo(tpot_r), "throughput_ratio": geo(thr_r)},
+                                       "fasttrack": f, "tpot_ratio": ratio_interval(tpot_r), "throughput_ratio": ratio_interval(thr_r),
+                                       "target": overall},
                                       indent=1, default=str))
     return 0
 

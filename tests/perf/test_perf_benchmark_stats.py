@@ -1,0 +1,40 @@
+"""The agreement benchmark's statistics: its 2% target is decided from an interval, not a point."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import pytest
+
+_spec = importlib.util.spec_from_file_location(
+    "agreement_bench", Path(__file__).resolve().parents[2] / "benchmarks" / "agreement.py")
+agreement = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(agreement)
+
+
+def test_ratio_interval_is_a_t_interval_on_log_ratios() -> None:
+    g, lo, hi = agreement.ratio_interval([0.9, 1.0, 1.1])
+    logs = [math.log(x) for x in (0.9, 1.0, 1.1)]
+    m = sum(logs) / 3
+    sd = (sum((x - m) ** 2 for x in logs) / 2) ** 0.5
+    half = 4.302653 * sd / 3 ** 0.5  # t(0.975, df 2)
+    assert g == pytest.approx(math.exp(m)) and lo == pytest.approx(math.exp(m - half), rel=1e-5)
+    assert hi == pytest.approx(math.exp(m + half), rel=1e-5)
+    assert math.isnan(agreement.ratio_interval([1.0])[1])
+
+
+@pytest.mark.parametrize(("lo", "hi", "verdict"), [
+    (0.99, 1.01, "met"), (0.97, 1.01, "inconclusive"), (1.03, 1.10, "not met"), (0.80, 0.97, "not met"),
+    (0.7, 1.25, "inconclusive"), (float("nan"), float("nan"), "inconclusive"),
+])
+def test_agreement_verdict(lo: float, hi: float, verdict: str) -> None:
+    assert agreement.agreement_verdict(lo, hi) == verdict
+
+
+def test_pairs_needed_grows_with_the_spread() -> None:
+    tight = agreement.pairs_needed([0.99, 1.0, 1.01, 1.0])
+    loose = agreement.pairs_needed([0.8, 1.0, 1.2, 1.0])
+    assert tight is not None and loose is not None and loose > 50 * tight
+    assert agreement.pairs_needed([1.0]) is None
