@@ -11,10 +11,6 @@ from __future__ import annotations
 import pytest
 
 PENDING: dict[str, str] = {
-    "tests/perf/test_perf_e2e.py": "perf gate on the demo target: with one engine lifetime per side (smoke tier), "
-    "lifetime-to-lifetime noise on two cores is about the size of the 25% margin, so slow-batch still misses the "
-    "gate at some points besides its batch (the clean demo candidate now runs at about the stock path's speed, "
-    "engine-timed speedups 0.76-1.08)",
 }
 
 

@@ -1,8 +1,8 @@
 """End to end: the perf check against real demo engines on the smoke tier.
 
 One baseline engine lifetime and two candidate lifetimes (clean, and with the planted
-``slow-batch`` defect, which busy-waits in every decode step at batch 4) run the demo
-scope's smoke-tier perf workload (pure decode at every batch x context point). The
+``slow-batch`` defect, which busy-waits 40 ms in every decode step at batch 4) run the
+demo scope's smoke-tier perf workload (pure decode at every batch x context point). The
 baseline's runs are shared by both comparisons, as the pipeline would have measured
 them.
 
@@ -13,12 +13,12 @@ Expected:
   verdict itself is not asserted: the demo fast path's own speed relative to the stock
   path differs by batch size and by engine lifetime on these hosts (one lifetime per
   side is the smoke tier), and that is what the check is there to measure;
-* the ``slow-batch`` candidate fails at both batch-4 points with a clear regression (the
-  whole interval below the threshold), and batch 4 is where it is slowest;
-* judged against the clean candidate's lifetime (same code but the defect, so the fast
-  path's own speed cancels), it fails at both batch-4 points with a clear regression,
-  and those are its two slowest points. Other points can miss the gate by lifetime noise
-  (one lifetime per side); the test prints them.
+* the ``slow-batch`` candidate fails the gate at both batch-4 points and nowhere else,
+  with the estimate itself below the threshold there, both against
+  the stock path and judged against the clean candidate's lifetime (same code but the
+  defect, so the fast path's own speed cancels). The demo scope's noise margin (0.5) is
+  set by the lifetime-to-lifetime noise of these hosts (``benchmarks/false_alarm.py``);
+  the defect's slowdown (speedup 0.1-0.25) is far past it.
 """
 
 from __future__ import annotations
@@ -108,8 +108,14 @@ def perf_results(engine_slot: Any, demo_model: Any, tmp_path_factory: pytest.Tem
             if r.get("gated") and r.get("speedup") is not None:
                 print(f"  {r['point']:<26} speedup {r['speedup']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}] "
                       f"mde {r['mde']:.1%} gate-mde {r['gate_detectable_slowdown']:.1%} runs {r['runs']} "
-                      f"{r['verdict']}", file=sys.stderr)
+                      f"{r['verdict']}\n    run values baseline {_fmt(r['baseline_run_values'])} "
+                      f"candidate {_fmt(r['candidate_run_values'])}", file=sys.stderr)
     return out
+
+
+def _fmt(per_lifetime: Any) -> str:
+    """Run values per lifetime, e.g. ``[6.01 5.87 6.40]``."""
+    return " ".join("[" + " ".join(f"{v:.2f}" for v in lt) + "]" for lt in per_lifetime or [])
 
 
 def _rebased(clean: PerfCheck, defect: PerfCheck, ctx: RunContext, run_dir: Path) -> Any:
@@ -176,34 +182,27 @@ def test_clean_candidate_full_table(perf_results: dict[str, Any]) -> None:
     assert all(any(pid in f for f in res.failures) for pid in failing)
 
 
-def test_slow_batch_is_a_clear_regression_at_its_batch(perf_results: dict[str, Any]) -> None:
-    res, ctx = perf_results["defect"]
-    rows = _gated(res)
-    expected = {p.id for p in ctx.plan.points if p.batch == SLOW_BATCH}
-    assert res.verdict is Verdict.FAIL
-    for pid in expected:
-        assert rows[pid]["verdict"] == "fail" and rows[pid]["ci_high"] < rows[pid]["threshold"], \
-            ("a clear regression, not a noisy miss", pid, rows[pid]["ci_low"], rows[pid]["ci_high"])
-        assert any(pid in f for f in res.failures)
-    slowest = sorted(rows, key=lambda pid: rows[pid]["speedup"])[: len(expected)]
-    assert set(slowest) == expected, {pid: round(r["speedup"], 3) for pid, r in rows.items()}
-
-
-def test_slow_batch_against_the_clean_candidate_fails_only_at_its_batch(perf_results: dict[str, Any]) -> None:
-    res, ctx = perf_results["defect_vs_clean"]
+def _fails_exactly_at_the_slow_batch(res: Any, ctx: RunContext) -> None:
     rows = _gated(res)
     assert set(rows) == {p.id for p in ctx.plan.points}
+    figures = {pid: (round(r["speedup"], 3), round(r["ci_low"], 3), round(r["ci_high"], 3)) for pid, r in rows.items()}
     failing = {pid for pid, r in rows.items() if r["verdict"] == "fail"}
     expected = {p.id for p in ctx.plan.points if p.batch == SLOW_BATCH}
-    figures = {pid: (round(r["speedup"], 3), round(r["ci_low"], 3), round(r["ci_high"], 3)) for pid, r in rows.items()}
-    assert expected <= failing, figures
+    assert res.verdict is Verdict.FAIL
+    assert failing == expected, ("the gate fails at exactly the defect's batch", figures)
     for pid in expected:
-        assert rows[pid]["ci_high"] < rows[pid]["threshold"], ("a clear regression", pid, figures[pid])
-    # localisation: the defect's points are the slowest. Other points may still miss the gate, even by a
-    # whole interval, because two engine lifetimes of the same code differ by up to ~40% on these hosts and
-    # one lifetime per side ignores that (the smoke tier says so); the log lists them.
+        assert rows[pid]["speedup"] < rows[pid]["threshold"], ("the estimate itself is past the threshold", figures[pid])
+        assert any(pid in f for f in res.failures)
+    assert not any(pid in f for f in res.failures for pid in set(rows) - expected)
     slowest = sorted(rows, key=lambda pid: rows[pid]["speedup"])[: len(expected)]
     assert set(slowest) == expected, figures
-    if failing != expected:
-        print(f"perf e2e: lifetime-noise misses outside batch {SLOW_BATCH}: "
-              f"{ {pid: figures[pid] for pid in sorted(failing - expected)} }", file=sys.stderr)
+
+
+def test_slow_batch_fails_exactly_at_its_batch(perf_results: dict[str, Any]) -> None:
+    res, ctx = perf_results["defect"]
+    _fails_exactly_at_the_slow_batch(res, ctx)
+
+
+def test_slow_batch_against_the_clean_candidate_fails_exactly_at_its_batch(perf_results: dict[str, Any]) -> None:
+    res, ctx = perf_results["defect_vs_clean"]
+    _fails_exactly_at_the_slow_batch(res, ctx)
