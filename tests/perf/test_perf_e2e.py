@@ -164,11 +164,13 @@ def test_clean_candidate_full_table(perf_results: dict[str, Any]) -> None:
             # a run whose every request was burst-delivered has no timing samples, and says so
             assert all((x["tpot_ms"] and x["itl_ms"] and x["ttft_ms"]) or x["burst_delivered"] == x["requests"]
                        for x in mine), [(x["run"], x["burst_delivered"]) for x in mine]
-            assert any(x["tpot_ms"] for x in mine), (pid, side, "no run with timing samples")
             # the engine core's timing of every request (the gated metric), however the stream was delivered
             assert all(len(x["engine_tpot_ms"]) == x["requests"] for x in mine), (pid, side, "engine-timed TPOT")
             out_len = next(w.output_len for w in ctx.scope.workloads if w.name == "decode")
             assert all(x["output_tokens"] == x["requests"] * out_len for x in mine), "fixed output lengths from usage"
+    # client-side timing is there wherever the stream was not burst-delivered; under load on two cores every
+    # run of a point can be, so only the table as a whole must have client samples (the gate is engine-timed)
+    assert any(x["tpot_ms"] for x in runs), "no run with client-side timing samples at all"
     assert res.summary["ignores_lifetime_variance"] is True
     assert "ignore lifetime variance" in res.reason
     claims = {c["id"]: c for c in res.tables["claims"]}
