@@ -14,8 +14,8 @@ pairs so slow drift of the host cancels. Printed per client: median over runs of
 median TPOT and of the output throughput; the paired ratios fasttrack / vLLM (geometric
 mean over pairs with a 95% t interval on log ratios, pairs as the unit; the 2% target is
 "met" when the interval lies inside 0.98-1.02, "not met" when it lies outside, otherwise
-"inconclusive", with the pairs the observed spread would need); and the client CPU time per streamed token (this
-process's CPU time during the benchmark coroutine, divided by the output tokens; for
+"inconclusive", with the pairs the observed spread would need); and the client CPU time
+per streamed token (this process's CPU time during the benchmark coroutine, divided by the output tokens; for
 vLLM the wrapper times its ``benchmark`` coroutine, which also computes and prints its
 summary).
 
@@ -120,10 +120,6 @@ def fasttrack_run(url: str, model: str, prompts: list[Any], concurrency: int) ->
 
 def warm(url: str, model: str, prompts: list[Any], concurrency: int) -> None:
     fasttrack_run(url, model, prompts[: max(concurrency, 4)], concurrency)
-
-
-def geo(xs: list[float]) -> float:
-    return math.exp(sum(math.log(x) for x in xs) / len(xs))
 
 
 TOLERANCE = 0.02
@@ -239,9 +235,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'client':<12}{'median TPOT (ms)':>18}{'output tok/s':>15}{'client CPU us/token':>22}")
     for who, s in (("vLLM", v), ("fasttrack", f)):
         print(f"{who:<12}{s['median_tpot_ms']:>18.3f}{s['output_throughput']:>15.0f}{s['cpu_us_per_token']:>22.1f}")
-    verdicts = []
-    for name, rs in (("median TPOT", tpot_r), ("output throughput", thr_r)):
-        g, lo, hi = ratio_interval(rs)
+    verdicts, intervals = [], {}
+    for key, name, rs in (("tpot_ratio", "median TPOT", tpot_r), ("throughput_ratio", "output throughput", thr_r)):
+        g, lo, hi = intervals[key] = ratio_interval(rs)
         verdicts.append(agreement_verdict(lo, hi))
         need = pairs_needed(rs)
         print(f"ratio fasttrack/vLLM, {name + ':':<19}{g:.4f}, 95% t interval over {len(rs)} pairs [{lo:.3f}, {hi:.3f}] "
@@ -251,8 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"target |ratio - 1| <= {TOLERANCE:.0%} (both intervals inside): {overall}")
     if ns.json:
         ns.json.write_text(json.dumps({"args": vars(ns) | {"json": str(ns.json)}, "pairs": rows, "vllm": v,
-                                       "fasttrack": f, "tpot_ratio": ratio_interval(tpot_r), "throughput_ratio": ratio_interval(thr_r),
-                                       "target": overall},
+                                       "fasttrack": f, **intervals, "target": overall},
                                       indent=1, default=str))
     return 0
 
