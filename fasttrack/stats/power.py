@@ -18,7 +18,9 @@ of log(speedup):
 
 * ``gate_detectable_slowdown``: the slowdown at which the gate fails with
   probability ``power``: a true speedup ``s`` with
-  ``log s <= log(1 - m) + (z_{1 - alpha_one_sided} - z_{power}) * SE``;
+  ``log s <= log(1 - m) + (z_{1 - alpha_one_sided} - z_{power}) * SE``. It is 0
+  when the interval is so wide that even a candidate exactly as fast as the baseline
+  fails that often (then ``gate_fail_probability_at_parity`` >= ``power``);
 * ``gate_fail_probability_at_parity``: the probability that the gate fails a
   candidate that is exactly as fast as the baseline:
   ``Phi(z_{1 - alpha_one_sided} + log(1 - m) / SE)``. When this is large the gate
@@ -101,7 +103,9 @@ def minimum_detectable_effect(
         if not (0.0 <= noise_margin < 1.0):
             raise StatsInputError(f"noise_margin must be in [0, 1), got {noise_margin!r}.")
         log_thr = math.log1p(-noise_margin)
-        gate_slow = 1.0 - math.exp(log_thr + (za - zp) * se_log)
+        # Negative would mean a candidate must be faster than the baseline to pass with
+        # probability `power`: every slowdown, even none, fails that often, so 0.
+        gate_slow = max(0.0, 1.0 - math.exp(log_thr + (za - zp) * se_log))
         if se_log > 0:
             gate_fail = float(dist.cdf(za + log_thr / se_log))
         else:

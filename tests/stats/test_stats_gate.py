@@ -111,11 +111,26 @@ def test_mde_exact_numbers() -> None:
     assert m.mde_log == pytest.approx(0.2801585, abs=1e-6)
     assert m.detectable_slowdown == pytest.approx(1 - math.exp(-0.2801585), abs=1e-6)
     assert m.gate_fail_probability_at_parity == pytest.approx(sps.norm.cdf(za + math.log(0.95) / 0.1))
-    assert m.gate_detectable_slowdown == pytest.approx(1 - 0.95 * math.exp((za - zp) * 0.1))
+    assert m.gate_detectable_slowdown == 0.0  # 1 - 0.95 * exp((za - zp) * 0.1) < 0: parity fails too often
+    m30 = minimum_detectable_effect(se_log=0.1, alpha=0.05, sides=2, power=0.8, noise_margin=0.3)
+    assert m30.gate_detectable_slowdown == pytest.approx(1 - 0.7 * math.exp((za - zp) * 0.1))
     one = minimum_detectable_effect(se_log=0.1, alpha=0.05, sides=1)
     assert one.mde_log == pytest.approx((sps.norm.ppf(0.95) + zp) * 0.1)
     with pytest.raises(StatsInputError):
         minimum_detectable_effect(se_log=-1.0)
+
+
+def test_gate_detectable_slowdown_is_zero_when_parity_already_fails() -> None:
+    """A very wide interval (log-SE 0.8 against a 50% margin): even a candidate exactly as
+    fast as the baseline fails the gate more often than the stated power, so the slowdown
+    the gate detects is 0, never a negative number."""
+    wide = minimum_detectable_effect(se_log=0.8, alpha=0.05, sides=2, power=0.8, noise_margin=0.5)
+    za, zp = sps.norm.ppf(0.975), sps.norm.ppf(0.8)
+    assert 1 - 0.5 * math.exp((za - zp) * 0.8) < 0  # the unclamped formula
+    assert wide.gate_detectable_slowdown == 0.0
+    assert wide.gate_fail_probability_at_parity is not None and wide.gate_fail_probability_at_parity >= 0.8
+    narrow = minimum_detectable_effect(se_log=0.05, alpha=0.05, sides=2, power=0.8, noise_margin=0.5)
+    assert 0.45 < narrow.gate_detectable_slowdown < 0.5  # just under the margin
 
 
 def test_mde_has_the_stated_power_in_simulation() -> None:

@@ -33,11 +33,11 @@ NUMERICS_BATCH = 3
 """``numerics-batch``: the batch size whose fused MLP never zeroes its split-K workspace."""
 SLOW_BATCH = 4
 """``slow-batch``: the batch size whose decode steps busy-wait."""
-SLOW_BATCH_DELAY_S = 0.040
+SLOW_BATCH_DELAY_S = 0.060
 """``slow-batch``: busy-wait added to every decode step at ``SLOW_BATCH`` (a decode step of the
-demo model takes about 4-12 ms on two cores, so this is a 4-10x slowdown: speedup 0.1-0.25,
-far below the demo scope's gate threshold of 0.5, which is set by engine-lifetime noise on
-these hosts)."""
+demo model takes about 4-12 ms on two cores, so this is a 6-15x slowdown: speedup about
+0.07-0.16, far below the demo scope's gate threshold of 0.4, which is set by engine-lifetime
+noise on these hosts; even a candidate lifetime 2.5x faster than the baseline's stays below it)."""
 TEMPERATURE_LOGIT_SCALE = 2.0
 """``ignore-temperature``: decode logits are multiplied by this (sampling at T/2)."""
 WHITESPACE_LOGIT_MARGIN = 2.0
