@@ -64,7 +64,7 @@ from fasttrack.perf.tokens import pool_from_engine  # noqa: E402
 from fasttrack.perf.workloads import RunInputs, WorkItem, execute, plan_items, warm_up  # noqa: E402
 from fasttrack.stats import mde_for_estimate, wilson_interval  # noqa: E402
 
-MARGINS = (0.05, 0.10, 0.25)
+MARGINS = (0.05, 0.10, 0.25, 0.4, 0.5, 0.6)
 
 
 def _items(ns: argparse.Namespace) -> tuple[Any, list[WorkItem], Any]:
