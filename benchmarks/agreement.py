@@ -14,7 +14,9 @@ pairs so slow drift of the host cancels. Printed per client: median over runs of
 median TPOT and of the output throughput; the paired ratios fasttrack / vLLM (geometric
 mean over pairs with a 95% t interval on log ratios, pairs as the unit; the 2% target is
 "met" when the interval lies inside 0.98-1.02, "not met" when it lies outside, otherwise
-"inconclusive", with the pairs the observed spread would need); and the client CPU time
+"inconclusive", with the pairs the observed spread would need; a pair whose two median
+TPOTs differ more than 10x is a failed measurement, left out of the TPOT ratio and
+named); and the client CPU time
 per streamed token (this process's CPU time during the benchmark coroutine, divided by the output tokens; for
 vLLM the wrapper times its ``benchmark`` coroutine, which also computes and prints its
 summary).
@@ -140,6 +142,25 @@ def ratio_interval(ratios: list[float], confidence: float = 0.95) -> tuple[float
     return math.exp(m), math.exp(m - half), math.exp(m + half)
 
 
+DEGENERATE_FACTOR = 10.0
+"""A pair whose median TPOTs differ by more than this factor is a failed measurement, not a
+client difference: under load a stream can reach a client in one read, and a TPOT computed
+as (end-to-end latency - TTFT) / (tokens - 1) is then about 0."""
+
+
+def split_degenerate(pairs: list[tuple[float, float]], factor: float = DEGENERATE_FACTOR) -> tuple[list[int], list[int]]:
+    """Indices of usable and of degenerate pairs of (fasttrack, vLLM) median TPOTs.
+
+    A pair is degenerate when either value is not positive or one is more than ``factor``
+    times the other.
+    """
+    keep, drop = [], []
+    for i, (a, b) in enumerate(pairs):
+        ok = a > 0 and b > 0 and max(a, b) <= factor * min(a, b)
+        (keep if ok else drop).append(i)
+    return keep, drop
+
+
 def agreement_verdict(lo: float, hi: float, tol: float = TOLERANCE) -> str:
     """``met`` when the whole interval lies within 1 +- tol, ``not met`` when it lies wholly
     outside, else ``inconclusive`` (the runs are too noisy to tell)."""
@@ -228,13 +249,18 @@ def main(argv: list[str] | None = None) -> int:
                 "cpu_us_per_token": 1e6 * sum(x["cpu_s"] for x in xs) / sum(x["tokens"] for x in xs)}
 
     v, f = summary("vllm"), summary("fasttrack")
-    tpot_r = [r["fasttrack"]["median_tpot_ms"] / r["vllm"]["median_tpot_ms"] for r in rows]
+    keep, dropped = split_degenerate([(r["fasttrack"]["median_tpot_ms"], r["vllm"]["median_tpot_ms"]) for r in rows])
+    tpot_r = [rows[i]["fasttrack"]["median_tpot_ms"] / rows[i]["vllm"]["median_tpot_ms"] for i in keep]
     thr_r = [r["fasttrack"]["output_throughput"] / r["vllm"]["output_throughput"] for r in rows]
     print(f"\nworkload: random prompts of {ns.input_len} tokens, {ns.output_len} output tokens (ignore_eos, greedy), "
           f"{ns.num_prompts} requests at concurrency {ns.concurrency}; {ns.repeats} alternating pairs")
     print(f"{'client':<12}{'median TPOT (ms)':>18}{'output tok/s':>15}{'client CPU us/token':>22}")
     for who, s in (("vLLM", v), ("fasttrack", f)):
         print(f"{who:<12}{s['median_tpot_ms']:>18.3f}{s['output_throughput']:>15.0f}{s['cpu_us_per_token']:>22.1f}")
+    for i in dropped:
+        print(f"pair {i + 1} left out of the TPOT ratio: median TPOT fasttrack {rows[i]['fasttrack']['median_tpot_ms']:.3f} "
+              f"ms, vLLM {rows[i]['vllm']['median_tpot_ms']:.3f} ms differ more than {DEGENERATE_FACTOR:g}x (a stream "
+              "delivered in one read makes (latency - TTFT) / (tokens - 1) about 0); its throughputs are kept")
     verdicts, intervals = [], {}
     for key, name, rs in (("tpot_ratio", "median TPOT", tpot_r), ("throughput_ratio", "output throughput", thr_r)):
         g, lo, hi = intervals[key] = ratio_interval(rs)
@@ -247,7 +273,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"target |ratio - 1| <= {TOLERANCE:.0%} (both intervals inside): {overall}")
     if ns.json:
         ns.json.write_text(json.dumps({"args": vars(ns) | {"json": str(ns.json)}, "pairs": rows, "vllm": v,
-                                       "fasttrack": f, **intervals, "target": overall},
+                                       "fasttrack": f, **intervals, "tpot_pairs_left_out": [i + 1 for i in dropped],
+                                       "target": overall},
                                       indent=1, default=str))
     return 0
 

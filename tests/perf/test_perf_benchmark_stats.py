@@ -38,3 +38,12 @@ def test_pairs_needed_grows_with_the_spread() -> None:
     loose = agreement.pairs_needed([0.8, 1.0, 1.2, 1.0])
     assert tight is not None and loose is not None and loose > 50 * tight
     assert agreement.pairs_needed([1.0]) is None
+
+
+def test_agreement_leaves_out_degenerate_tpot_pairs() -> None:
+    """A vLLM-client TPOT of 0.007 ms against 6.1 ms (a stream delivered in one read) is a
+    failed measurement; ordinary disagreement, even 2x, is kept."""
+    pairs = [(6.43, 6.57), (6.13, 0.007), (4.0, 8.0), (5.0, 0.0), (1.0, 10.5)]
+    keep, drop = agreement.split_degenerate(pairs)
+    assert keep == [0, 2] and drop == [1, 3, 4]
+    assert agreement.split_degenerate([(1.0, 10.0)]) == ([0], [])
