@@ -3,6 +3,10 @@
 Engines are brought up one at a time: for each engine group, each side in the
 group's order (baseline, candidate, baseline, ...), the engine starts, every check
 that has work on it collects, and the engine stops before the next one starts.
+When a check measures both sides together (perf with ``gates.perf.interleave``),
+the k-th baseline and k-th candidate engines of a group are up together instead
+(:func:`engine_slots`): the other checks collect on each in turn, then the pairing
+check gets both (``collect_pair``).
 After the last engine, each check judges its evidence. An engine crash or Ctrl-C
 stops the run: every engine is torn down, the checks that could not finish are
 ``not_run`` with the reason, and a partial bundle with the logs is still written.
@@ -228,6 +232,25 @@ def _ordered(results: dict[str, CheckResult]) -> list[CheckResult]:
     return [results[n] for n in names]
 
 
+def engine_slots(order: list[str], *, paired: bool) -> list[list[tuple[str, int]]]:
+    """The launch slots of one engine group: each slot lists the engines up together, as (side, lifetime).
+
+    Not paired: one engine per slot, in the group's order. Paired: the k-th baseline and the k-th
+    candidate lifetime share a slot (baseline first); a lifetime without a partner (a trailing
+    drift-only baseline) has a slot of its own. Slots keep the order's sequence."""
+    seen: dict[str, int] = {}
+    tagged: list[tuple[str, int]] = []
+    for side in order:
+        tagged.append((side, seen.get(side, 0)))
+        seen[side] = seen.get(side, 0) + 1
+    if not paired:
+        return [[t] for t in tagged]
+    slots: dict[int, list[tuple[str, int]]] = {}
+    for side, lt in tagged:
+        slots.setdefault(lt, []).append((side, lt))
+    return [sorted(v, key=lambda t: SIDES.index(t[0])) for v in slots.values()]  # type: ignore[arg-type]
+
+
 def _drive_engines(opts: ValidateOptions, ctx: RunContext, plan: Plan, checks: list[Check], state: RunState,
                    *, progress: Callable[[str], None], log: Callable[[str], None]) -> None:
     from fasttrack.engine import EngineCrashed, EngineError
@@ -238,34 +261,69 @@ def _drive_engines(opts: ValidateOptions, ctx: RunContext, plan: Plan, checks: l
     if not all(attach.values()):
         resolved = resolve_model(ctx.scope, log=log)
         ctx.shared["model"] = resolved
+    pairing = [c for c in checks if c.paired(ctx)]
     total = sum(len(g.order) for g in plan.groups)
     n = 0
     for group in plan.groups:
-        lifetimes = {s: 0 for s in SIDES}
-        for side in group.order:
-            n += 1
-            lifetime = lifetimes[side]
-            lifetimes[side] += 1
-            wanted = [c for c in checks if c.wants(ctx, EngineSession(side=side, group=group, lifetime=lifetime, engine=None))]
-            if not wanted:
+        for slot in engine_slots(group.order, paired=bool(pairing)):
+            lifetime = slot[0][1]
+            wanted = {side: [c for c in checks if c.wants(ctx, EngineSession(side=side, group=group, lifetime=lt, engine=None))]
+                      for side, lt in slot}
+            pair_checks = [c for c in pairing if len(slot) == 2 and c.wants_pair(ctx, group, lifetime)]
+            labels = {}
+            for side, lt in slot:
+                n += 1
+                labels[side] = f"[{n}/{total}] {group.id} {side} (lifetime {lt + 1}/{group.lifetimes_per_side})"
+            up = [side for side, _ in slot if wanted[side] or pair_checks]
+            if not up:
                 continue
-            label = f"[{n}/{total}] {group.id} {side} (lifetime {lifetime + 1}/{group.lifetimes_per_side})"
-            progress(f"{label}: starting engine")
-            record: dict[str, Any] = {"side": side, "group": group.id, "lifetime": lifetime, "checks": [c.name for c in wanted]}
-            state.engines.append(record)
-            current = None
+            current: str | None = None
+            failing: str | None = None
+            records: dict[str, dict[str, Any]] = {}
             try:
-                with _launch(ctx, group, side, lifetime, attach[side], resolved, record) as engine:
-                    progress(f"{label}: engine up at {engine.base_url}")
-                    for chk in wanted:
+                with contextlib.ExitStack() as stack:
+                    engines: dict[str, Any] = {}
+                    for side in up:
+                        failing = side
+                        record: dict[str, Any] = {
+                            "side": side, "group": group.id, "lifetime": lifetime,
+                            "checks": [c.name for c in wanted[side]] + [c.name for c in pair_checks if c not in wanted[side]],
+                        }
+                        if len(up) > 1:
+                            record["up_with"] = [o for o in up if o != side]
+                        records[side] = record
+                        state.engines.append(record)
+                        progress(f"{labels[side]}: starting engine" + (" (up together with the other side)" if len(up) > 1 else ""))
+                        engines[side] = stack.enter_context(_launch(ctx, group, side, lifetime, attach[side], resolved,
+                                                                    record, exclusive=not engines))
+                        progress(f"{labels[side]}: engine up at {engines[side].base_url}")
+                    for side in up:
+                        failing = side
+                        for chk in wanted[side]:
+                            current = chk.name
+                            progress(f"{labels[side]}: {chk.name}")
+                            t0 = time.perf_counter()
+                            chk.collect(ctx, EngineSession(side=side, group=group, lifetime=lifetime, engine=engines[side]))
+                            records[side].setdefault("check_seconds", {})[chk.name] = round(time.perf_counter() - t0, 3)
+                            engines[side].check_alive()
+                    current = None
+                    for chk in pair_checks:
                         current = chk.name
-                        progress(f"{label}: {chk.name}")
+                        failing = None
+                        progress(f"[{n}/{total}] {group.id} baseline + candidate (lifetime {lifetime + 1}/"
+                                 f"{group.lifetimes_per_side}): {chk.name}, runs interleaved")
                         t0 = time.perf_counter()
-                        chk.collect(ctx, EngineSession(side=side, group=group, lifetime=lifetime, engine=engine))
-                        record.setdefault("check_seconds", {})[chk.name] = round(time.perf_counter() - t0, 3)
-                        engine.check_alive()
+                        chk.collect_pair(ctx, {side: EngineSession(side=side, group=group, lifetime=lifetime,
+                                                                   engine=engines[side]) for side in up})
+                        for side in up:
+                            records[side].setdefault("check_seconds", {})[chk.name] = round(time.perf_counter() - t0, 3)
+                        for side in up:
+                            failing = side
+                            engines[side].check_alive()
                     current = None
             except EngineError as exc:
+                side = getattr(exc, "side", None) or failing or up[0]
+                record = records.get(side) or records[up[0]]
                 if getattr(exc, "log_path", None) and "log" not in record:
                     try:
                         record["log"] = str(Path(exc.log_path).resolve().relative_to(ctx.run_dir.resolve()))
@@ -288,8 +346,11 @@ def _drive_engines(opts: ValidateOptions, ctx: RunContext, plan: Plan, checks: l
 
 
 @contextlib.contextmanager
-def _launch(ctx: RunContext, group: EngineGroup, side: str, lifetime: int, url: str | None, resolved, record: dict[str, Any]):
-    """Start (or attach to) one side's engine; always torn down when the block exits."""
+def _launch(ctx: RunContext, group: EngineGroup, side: str, lifetime: int, url: str | None, resolved, record: dict[str, Any],
+            *, exclusive: bool = True):
+    """Start (or attach to) one side's engine; always torn down when the block exits.
+
+    ``exclusive=False`` lets it start while the other side's engine is up (interleaved perf)."""
     from fasttrack.engine import attach_engine, per_request_metrics_args, profiler_args, start_engine
 
     if url:
@@ -312,7 +373,7 @@ def _launch(ctx: RunContext, group: EngineGroup, side: str, lifetime: int, url: 
 
         engine = start_engine(side=side, model=resolved.model, args=args, env=group.env[side], log_dir=log_dir,
                               log_name=log_name, startup_timeout=ctx.scope.engine.startup_timeout_s,
-                              progress=on_progress)
+                              progress=on_progress, exclusive=exclusive)
         if engine.log_path is not None:
             record["log"] = str(Path(engine.log_path).resolve().relative_to(ctx.run_dir.resolve()))
         record["startup_s"] = engine.startup_s

@@ -416,6 +416,16 @@ class PerfGate(_Model):
     """Confidence interval of the speedup: 'bootstrap' (hierarchical: lifetimes, then runs) or
     'lifetime_t' (t interval over per-lifetime values; holds its level with few lifetimes, wider).
     With one lifetime per side only 'bootstrap' applies, and its interval ignores lifetime variance."""
+    interleave: bool = False
+    """Keep the k-th baseline and the k-th candidate engine of a group up together and alternate each
+    point's runs between them (baseline, candidate, candidate, baseline, ...), so that a host that slows
+    down for minutes slows both sides alike instead of one side's whole lifetime; the speedup's
+    bootstrap then resamples those run pairs together. Needs hardware that holds both engines at once
+    (the other checks still use one engine at a time)."""
+    interleave_settle_s: float = Field(default=1.5, ge=0, le=60)
+    """Interleaved: pause between one side's run and the other's. A vLLM worker keeps polling its
+    input queue for about a second after its last step (``shm_broadcast.SpinCondition``,
+    ``busy_loop_s=1``), which would compete with the other engine's run for the same cores."""
 
     @model_validator(mode="after")
     def _runs(self) -> "PerfGate":

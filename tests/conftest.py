@@ -133,13 +133,15 @@ def _environ(**values: str | None) -> Iterator[None]:
 
 
 class EngineSlot:
-    """At most one live engine per test session."""
+    """One live engine per test session (plus, for interleaved perf, engines started next to it)."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
         self.key: str | None = None
         self.signature: tuple[Any, ...] | None = None
         self.engine: Any = None
+        self.extras: dict[str, Any] = {}
+        """Engines started next to the live one (``acquire_also``), by key."""
         self.starts: list[str] = []
 
     def profiler_dir(self, key: str) -> Path:
@@ -166,8 +168,6 @@ class EngineSlot:
         ``process_env`` is set in this process while the engine starts (as if set
         where fasttrack runs); ``env`` is given to the engine as overrides.
         """
-        from fasttrack.engine import ManagedEngine, per_request_metrics_args, profiler_args
-
         signature = (
             side,
             str(model),
@@ -184,6 +184,40 @@ class EngineSlot:
         ):
             return self.engine
         self.release()
+        eng = self._start(key, side=side, model=model, args=args, env=env, process_env=process_env)
+        self.key, self.engine, self.signature = key, eng, signature
+        return eng
+
+    def acquire_also(
+        self,
+        key: str,
+        *,
+        side: str,
+        model: Path,
+        args: tuple[str, ...] | list[str],
+        env: dict[str, str | None] | None = None,
+        process_env: dict[str, str | None] | None = None,
+    ) -> Any:
+        """Start a second engine next to the live one (interleaved perf); stopped by ``release``
+        (or ``release_also``). Always a fresh start."""
+        if self.engine is None or not self.engine.running:
+            raise RuntimeError("acquire_also needs a live engine from acquire()")
+        self.release_also(key)
+        eng = self._start(key, side=side, model=model, args=args, env=env, process_env=process_env, exclusive=False)
+        self.extras[key] = eng
+        return eng
+
+    def release_also(self, key: str) -> None:
+        """Stop the extra engine ``key``, if it runs."""
+        eng = self.extras.pop(key, None)
+        if eng is not None:
+            eng.stop()
+
+    def _start(self, key: str, *, side: str, model: Path, args: tuple[str, ...] | list[str],
+               env: dict[str, str | None] | None, process_env: dict[str, str | None] | None,
+               exclusive: bool = True) -> Any:
+        from fasttrack.engine import ManagedEngine, per_request_metrics_args, profiler_args
+
         eng = ManagedEngine(
             side=side,
             model=model,
@@ -193,15 +227,17 @@ class EngineSlot:
             log_name=key,
             startup_timeout=900.0,
             progress=lambda p: print(f"[{p.side}] starting, {p.elapsed_s:.0f} s: {p.last_log_line[:120]}", file=sys.stderr),
+            exclusive=exclusive,
         )
         with _environ(**(process_env or {})):
             eng.start()
-        self.key, self.engine, self.signature = key, eng, signature
         self.starts.append(key)
         return eng
 
     def release(self) -> None:
-        """Stop the live engine, if any."""
+        """Stop the live engine and any extra ones."""
+        for key in list(self.extras):
+            self.release_also(key)
         if self.engine is not None:
             self.engine.stop()
         self.key, self.engine, self.signature = None, None, None

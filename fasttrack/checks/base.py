@@ -1,12 +1,15 @@
 """The one interface every check implements, and the registry of checks.
 
 A check is one kind of evidence (kernels, equivalence, features, coverage, evals,
-perf). The pipeline never keeps two engines up at once, so a check that needs
-engines works in two phases:
+perf). A check that needs engines works in two phases:
 
 1. ``collect(ctx, session)`` is called once per engine lifetime (one side of one
    engine group, possibly several lifetimes per side). The check sends its
    requests to ``session.engine`` and keeps what it measured (on ``self``).
+   A check whose ``paired(ctx)`` is true (perf with ``gates.perf.interleave``)
+   is instead handed both sides' ``lifetime``-th engines at once, up together, in
+   ``collect_pair(ctx, {"baseline": ..., "candidate": ...})``; otherwise the
+   pipeline keeps one engine up at a time.
 2. ``judge(ctx)`` is called once after every engine has been stopped. It compares
    the sides and returns one :class:`CheckResult`: typed rows, a gate and a verdict.
 
@@ -154,6 +157,18 @@ class Check:
 
     def collect(self, ctx: RunContext, session: EngineSession) -> None:
         """Exercise one live engine; keep the measurements on ``self``."""
+        raise NotImplementedError
+
+    def paired(self, ctx: RunContext) -> bool:
+        """Whether this check measures both sides' engines together (``collect_pair``)."""
+        return False
+
+    def wants_pair(self, ctx: RunContext, group: "EngineGroup", lifetime: int) -> bool:
+        """Whether ``collect_pair`` has work on the ``lifetime``-th engines of ``group``."""
+        return False
+
+    def collect_pair(self, ctx: RunContext, sessions: dict[str, EngineSession]) -> None:
+        """Exercise both sides' engines, up together; ``sessions`` by side."""
         raise NotImplementedError
 
     def judge(self, ctx: RunContext) -> CheckResult:

@@ -1,6 +1,7 @@
 """Performance: every workload at every config point it covers, both sides, gated per point.
 
-For each engine lifetime the pipeline hands over, the check measures the tier's
+For each engine lifetime the pipeline hands over (or, interleaved, each pair of
+lifetimes: ``collect_pair``), the check measures the tier's
 workloads (``fasttrack.perf.workloads``) at the group's points with the lean load
 generator (``fasttrack.perf.loadgen``): one discarded warm-up wave per point, then
 runs. The engine lifetime is the unit of replication; runs within it are repeated
@@ -10,7 +11,9 @@ on later lifetimes; every row says how many runs it took.
 
 The gate (``fasttrack.perf.analysis``), per (workload, point): the hierarchical
 bootstrap interval of the speedup of ``gates.perf.gated_metric`` (lifetimes, then
-runs), Bonferroni-corrected over the planned looks; pass iff its lower end is at
+runs; with ``gates.perf.interleave`` the two sides' engines are up together, their
+runs alternate, and run pairs are resampled together), Bonferroni-corrected over the
+planned looks; pass iff its lower end is at
 least ``1 - noise_margin``. Overall: every point must pass (intersection-union);
 "strictly better" (lower end > 1 everywhere) is reported separately. Every row
 carries its minimum detectable effect at 80% power, raw per-run values, and the
@@ -23,12 +26,13 @@ Metric definitions: ``fasttrack.perf.metrics`` and docs/perf.md.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from fasttrack.checks.base import Check, CheckResult, EngineSession, Gate, RunContext, Verdict, register
+from fasttrack.checks.base import SIDES, Check, CheckResult, EngineSession, Gate, RunContext, Verdict, register
 from fasttrack.engine.errors import EngineCrashed, EngineUnreachable
 from fasttrack.errors import FasttrackError
 from fasttrack.perf.analysis import ItemState, drift_row, judge_item, look, look_summary
@@ -121,6 +125,59 @@ async def measure_item(
     return runs_here
 
 
+PAIR_ORDERS = (("baseline", "candidate"), ("candidate", "baseline"))
+"""Interleaved runs: pair k runs the sides in ``PAIR_ORDERS[k % 2]`` (B C, C B, B C, ...), so neither side
+always goes first and a steady drift of the host cancels over two pairs."""
+
+
+async def measure_pair(
+    s: ItemState,
+    *,
+    lifetime: int,
+    looks_here: bool,
+    sched: LookSchedule,
+    gate: Any,
+    run_once: dict[str, Callable[[int], Awaitable[RunMetrics]]],
+) -> dict[str, int]:
+    """Interleaved runs of one item on one pair of lifetimes (both engines up); returns runs per side.
+
+    Pair k is one run of each side, back to back (order alternating, ``PAIR_ORDERS``), with
+    ``gate.interleave_settle_s`` between consecutive runs (the engine that just ran settles
+    before the other one starts).
+    Without looks on this pair: ``min_runs`` pairs. With looks: ``min_runs`` pairs, then a
+    look after every pair until a look is final or ``max_runs`` pairs were taken. A
+    harness-side failure ends the item's runs on this pair (recorded); a pair left
+    incomplete makes the sides' layouts differ, and the interval then says it was not
+    paired.
+    """
+    s.interleaved = True
+    taken = {"baseline": 0, "candidate": 0}
+    limit = gate.max_runs if looks_here else gate.min_runs
+    settle = float(getattr(gate, "interleave_settle_s", 0.0) or 0.0)
+    for k in range(limit):
+        for i, side in enumerate(PAIR_ORDERS[k % 2]):
+            if settle and (k or i):
+                await asyncio.sleep(settle)
+            try:
+                rm = await run_once[side](k)
+            except (EngineCrashed, EngineUnreachable):
+                raise
+            except Exception as exc:  # noqa: BLE001 - a harness-side failure is recorded, not raised
+                s.errors.append(f"{side} lifetime {lifetime} run {k}: {type(exc).__name__}: {exc}")
+                return taken
+            s.add(rm)
+            taken[side] += 1
+        if (looks_here and k + 1 >= gate.min_runs and s.has_samples("baseline", gate.gated_metric)
+                and s.has_samples("candidate", gate.gated_metric)):
+            d = look(s, metric=gate.gated_metric, noise_margin=gate.noise_margin, confidence=gate.confidence,
+                     look_no=len(s.looks) + 1, planned_looks=sched.planned_looks, interval=gate.interval)
+            s.looks.append(look_summary(d, s))
+            s.decision, s.final = d.decision, d.final
+            if d.final:
+                break
+    return taken
+
+
 async def measure_drift(s: ItemState, *, gate: Any, run_once: Callable[[int], Awaitable[RunMetrics]]) -> int:
     """A drift-only lifetime: ``min_runs`` baseline runs kept apart from the gate's data."""
     n = 0
@@ -190,7 +247,8 @@ class PerfCheck(Check):
                                     f"the shipped set {path} was used")
         mml = self._max_model_len(ctx)
         for g in ctx.plan.groups:
-            st.schedules[g.id] = LookSchedule.for_group(g.order, min_runs=gate.min_runs, max_runs=gate.max_runs)
+            st.schedules[g.id] = LookSchedule.for_group(g.order, min_runs=gate.min_runs, max_runs=gate.max_runs,
+                                                        interleaved=gate.interleave)
             for it in plan_items(ctx.plan, g, self._workloads(ctx), max_model_len=mml):
                 st.items[it.key] = ItemState(item=it)
         for w in self._workloads(ctx):
@@ -214,11 +272,23 @@ class PerfCheck(Check):
             return "the plan has no config point for the selected workloads"
         return None
 
+    def paired(self, ctx: RunContext) -> bool:
+        return ctx.scope.gates.perf.interleave
+
     def wants(self, ctx: RunContext, session: EngineSession) -> bool:
         self._prepare(ctx)
         if self.state.schedules[session.group.id].is_drift_lifetime(session.side, session.lifetime):
             return True
-        return any(s.item.group == session.group.id and not s.final for s in self.state.items.values())
+        if self.paired(ctx):
+            return False  # measured on pairs of engines (collect_pair)
+        return self._undecided(session.group.id)
+
+    def wants_pair(self, ctx: RunContext, group: Any, lifetime: int) -> bool:
+        self._prepare(ctx)
+        return self.paired(ctx) and self._undecided(group.id)
+
+    def _undecided(self, group_id: str) -> bool:
+        return any(s.item.group == group_id and not s.final for s in self.state.items.values())
 
     # ------------------------------------------------------------------ collection
 
@@ -232,6 +302,84 @@ class PerfCheck(Check):
             msg = f"{session.group.id} {session.side} lifetime {session.lifetime}: {type(exc).__name__}: {exc}"
             self.state.errors.append(msg)
             ctx.log(f"  perf: measurement stopped early: {msg}")
+
+    def collect_pair(self, ctx: RunContext, sessions: dict[str, EngineSession]) -> None:
+        """Interleaved measurement on the ``lifetime``-th engines of both sides, both up."""
+        self._prepare(ctx)
+        try:
+            run_loop(self._collect_pair(ctx, sessions))
+        except (EngineCrashed, EngineUnreachable):
+            raise
+        except Exception as exc:  # noqa: BLE001 - recorded; points without data are reported as not measured
+            b = sessions["baseline"]
+            msg = f"{b.group.id} interleaved lifetime {b.lifetime}: {type(exc).__name__}: {exc}"
+            self.state.errors.append(msg)
+            ctx.log(f"  perf: measurement stopped early: {msg}")
+
+    async def _collect_pair(self, ctx: RunContext, sessions: dict[str, EngineSession]) -> None:
+        st = self.state
+        gate = ctx.scope.gates.perf
+        b_sess = sessions["baseline"]
+        group, lifetime = b_sess.group, b_sess.lifetime
+        if sessions["candidate"].lifetime != lifetime or sessions["candidate"].group.id != group.id:
+            raise ValueError("collect_pair needs the same group and lifetime index on both sides")
+        sched = st.schedules[group.id]
+        looks_here = sched.pair_looks_allowed(lifetime)
+        items = [s for s in st.items.values() if s.item.group == group.id]
+        todo = [s for s in items if not s.final]
+        engines = {side: sessions[side].engine for side in SIDES}
+        gpus = {side: (gpus_from_args(list(getattr(e, "args", []) or []), group.gpus) if group.gpus else 0)
+                for side, e in engines.items()}
+        t_life = time.perf_counter()
+        record: dict[str, Any] = {"group": group.id, "side": "interleaved", "lifetime": lifetime,
+                                  "looks_allowed": looks_here, "drift_only": False, "items": len(todo),
+                                  "skipped_decided": len(items) - len(todo), "runs": 0}
+        st.lifetimes.append(record)
+        inputs = {side: await self._inputs(ctx, e, todo) for side, e in engines.items()}
+        async with PerfClient(engines["baseline"].base_url, model=engines["baseline"].model) as cb, \
+                PerfClient(engines["candidate"].base_url, model=engines["candidate"].model) as cc:
+            clients = {"baseline": cb, "candidate": cc}
+            for s in todo:
+                it = s.item
+                s.gpus.update(gpus)
+                if it.mode == "trace":
+                    for side in SIDES:
+                        inputs[side].trace = st.traces[it.workload]
+                t_item = time.perf_counter()
+                n_warm: dict[str, int] = {}
+                try:
+                    for side in SIDES:
+                        n_warm[side] = await warm_up(clients[side], it, inputs[side])
+                except Exception as exc:  # noqa: BLE001 - a harness-side failure is recorded, not raised
+                    s.errors.append(f"interleaved lifetime {lifetime}: warm-up could not be sent: "
+                                    f"{type(exc).__name__}: {exc}")
+                    continue
+                run_once = {side: self._runner(clients[side], engines[side], it, inputs[side], side=side,
+                                               lifetime=lifetime, gpus=gpus[side], n_warm=n_warm[side])
+                            for side in SIDES}
+                taken = await measure_pair(s, lifetime=lifetime, looks_here=looks_here, sched=sched, gate=gate,
+                                           run_once=run_once)
+                record["runs"] += sum(taken.values())
+                ctx.log(f"  perf {it.key} interleaved lifetime {lifetime}: {taken['baseline']}+{taken['candidate']} "
+                        f"run(s) in {time.perf_counter() - t_item:.1f} s" + (f", {s.decision}" if s.looks else ""))
+        record["seconds"] = round(time.perf_counter() - t_life, 2)
+
+    @staticmethod
+    def _runner(client: Any, engine: Any, it: WorkItem, inputs: RunInputs, *, side: str, lifetime: int, gpus: int,
+                n_warm: int) -> Callable[[int], Awaitable[RunMetrics]]:
+        """One run of ``it`` on one engine, as RunMetrics (an engine that died raises EngineCrashed)."""
+        async def run_once(k: int) -> RunMetrics:
+            (recs, extra), tm = await timed(lambda: execute(client, it, k, inputs))
+            rm = compute_run_metrics(
+                recs, workload=it.workload, point=it.point, side=side, lifetime=lifetime, run=k,
+                t_start=tm.t_start, t_end=tm.t_end, gpus=gpus, client_cpu_s=tm.cpu_s,
+                warmup_requests=n_warm if k == 0 else 0, extra=extra, started_at=tm.wall_start,
+            )
+            if rm.failed:
+                engine.check_alive()  # an engine that died ends the run (EngineCrashed)
+            return rm
+
+        return run_once
 
     async def _inputs(self, ctx: RunContext, engine: Any, items: list[ItemState]) -> RunInputs:
         pool: TokenPool = await pool_from_engine(engine)
@@ -275,17 +423,8 @@ class PerfCheck(Check):
                     s.errors.append(f"{side} lifetime {lifetime}: warm-up could not be sent: {type(exc).__name__}: {exc}")
                     continue
 
-                async def run_once(k: int, it: WorkItem = it, n_warm: int = n_warm) -> RunMetrics:
-                    (recs, extra), tm = await timed(lambda: execute(client, it, k, inputs))
-                    rm = compute_run_metrics(
-                        recs, workload=it.workload, point=it.point, side=side, lifetime=lifetime, run=k,
-                        t_start=tm.t_start, t_end=tm.t_end, gpus=gpus, client_cpu_s=tm.cpu_s,
-                        warmup_requests=n_warm if k == 0 else 0, extra=extra,
-                    )
-                    if rm.failed:
-                        engine.check_alive()  # an engine that died ends the run (EngineCrashed)
-                    return rm
-
+                run_once = self._runner(client, engine, it, inputs, side=side, lifetime=lifetime, gpus=gpus,
+                                        n_warm=n_warm)
                 if drift_only:
                     runs_here = await measure_drift(s, gate=gate, run_once=run_once)
                 else:
@@ -374,7 +513,12 @@ class PerfCheck(Check):
             "variance (which is the larger part on noisy hosts); use a tier with lifetimes_per_side >= 2 for evidence"
             if one_lifetime else "intervals resample engine lifetimes (the unit of replication), then runs"
         )
+        interleaved = bool(gate.interleave)
+        if interleaved:
+            lifetime_note += ("; baseline and candidate runs were interleaved in time (both engines up, alternating "
+                              "runs, run pairs resampled together), so a host that slowed down slowed both sides alike")
         summary: dict[str, Any] = {
+            "interleaved": interleaved,
             "points": n, "passed": n_pass, "failed": n_fail, "not_measured": n_not,
             "strictly_better": bool(n and all(strictly.values())),
             "strictly_better_points": sum(1 for v in strictly.values() if v),
@@ -420,6 +564,8 @@ class PerfCheck(Check):
                          f"strictly better at {summary['strictly_better_points']} of {n}"))
         if one_lifetime:
             reason += "; one lifetime per side, so the intervals ignore lifetime variance"
+        if interleaved:
+            reason += "; runs interleaved in time"
         if drifted:
             reason += f"; drift between baseline lifetimes at {len(drifted)} point(s)"
         if unequal:

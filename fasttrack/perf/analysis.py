@@ -12,7 +12,9 @@ Layout of the evidence for one cell: side -> engine lifetime -> run -> samples
 * the minimum detectable effect at 80% power next to every verdict;
 * per-GPU normalisation when the sides used different GPU counts (the gate then
   judges the per-GPU speedup);
-* the drift check when the baseline has lifetimes before and after a candidate one.
+* the drift check when the baseline has lifetimes before and after a candidate one;
+* interleaved cells (``gates.perf.interleave``) resample run pairs together (paired
+  bootstrap), so a host slowdown that hit both runs of a pair cancels.
 """
 
 from __future__ import annotations
@@ -57,6 +59,9 @@ class ItemState:
     """Harness-side problems (a run that could not be sent)."""
     drift_runs: list[RunMetrics] = field(default_factory=list)
     """Baseline runs of a trailing drift-only lifetime (never used by the gate)."""
+    interleaved: bool = False
+    """Measured interleaved (``gates.perf.interleave``): run k of each side next to the other's run k,
+    lifetime i of both sides up together, so the bootstrap resamples those pairs together."""
 
     def add(self, run: RunMetrics) -> None:
         self.runs[run.side].setdefault(run.lifetime, []).append(run)
@@ -105,7 +110,7 @@ def look(state: ItemState, *, metric: str, noise_margin: float, confidence: floa
         state.nested("baseline", metric), state.nested("candidate", metric), metric=metric, direction=md.direction,
         noise_margin=noise_margin, look=look_no, planned_looks=planned_looks, statistic=md.statistic,
         confidence=confidence, n_boot=N_BOOT, seed=seed_for(state.item.key, metric), point=state.item.point,
-        interval=interval,
+        interval=interval, paired=state.interleaved,
     )
     f = state.factor()
     if f != 1.0:
@@ -149,7 +154,8 @@ def estimate(state: ItemState, metric: str, *, confidence: float, interval: str 
     if not b or not c:
         return None
     return ratio_interval(b, c, interval=interval, metric=metric, direction=md.direction, statistic=md.statistic,
-                          confidence=confidence, n_boot=N_BOOT, seed=seed_for(state.item.key, metric))
+                          confidence=confidence, n_boot=N_BOOT, seed=seed_for(state.item.key, metric),
+                          paired=state.interleaved)
 
 
 def _pct(x: float | None) -> str:
@@ -268,6 +274,7 @@ def judge_item(
             "detectable_speedup": mde.detectable_speedup, "gate_detectable_slowdown": mde.gate_detectable_slowdown,
             "gate_fail_probability_at_parity": mde.gate_fail_probability_at_parity, "se_log": est.log_speedup_se,
             "ignores_lifetime_variance": est.ignores_lifetime_variance,
+            "interleaved": state.interleaved, "paired": est.paired,
             "per_gpu": f != 1.0, "raw_speedup": est.speedup, "raw_ci_low": est.ci_low, "raw_ci_high": est.ci_high,
             "baseline_lifetime_values": [md.display(v) for v in est.baseline.lifetime_values],
             "candidate_lifetime_values": [md.display(v) for v in est.candidate.lifetime_values],

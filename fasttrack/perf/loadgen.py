@@ -62,6 +62,8 @@ class RunTiming:
     t_start: float
     t_end: float
     cpu_s: float
+    wall_start: float | None = None
+    """Unix time at the start (``time.time()``), to place runs of two engines in time."""
 
 
 class PerfClient:
@@ -192,10 +194,10 @@ def _error_message(body: str) -> str:
 
 async def timed(coro_fn: Callable[[], Awaitable[T]]) -> tuple[T, RunTiming]:
     """Run ``coro_fn()`` and measure its wall time and this process's CPU time."""
-    c0, t0 = time.process_time(), time.perf_counter()
+    w0, c0, t0 = time.time(), time.process_time(), time.perf_counter()
     out = await coro_fn()
     t1, c1 = time.perf_counter(), time.process_time()
-    return out, RunTiming(t_start=t0, t_end=t1, cpu_s=c1 - c0)
+    return out, RunTiming(t_start=t0, t_end=t1, cpu_s=c1 - c0, wall_start=w0)
 
 
 async def run_waves(client: PerfClient, requests: Sequence[GenRequest], *, batch: int) -> list[RequestRecord]:

@@ -164,6 +164,8 @@ class RunMetrics(_Model):
     """The first few failure messages."""
     duration_s: float
     """Wall time of the run: first send to last response."""
+    started_at: float | None = None
+    """Unix time at which the run started (orders the runs of interleaved engines)."""
     prompt_tokens: int
     """Sum of usage.prompt_tokens."""
     cached_prompt_tokens: int | None = None
@@ -251,6 +253,7 @@ def compute_run_metrics(
     client_cpu_s: float,
     warmup_requests: int = 0,
     extra: dict[str, Any] | None = None,
+    started_at: float | None = None,
 ) -> RunMetrics:
     """Apply the module's definitions to one run's request records."""
     ok = [r for r in records if r.ok]
@@ -291,7 +294,7 @@ def compute_run_metrics(
     thr = out_tokens / duration
     return RunMetrics(
         workload=workload, point=point, side=side, lifetime=lifetime, run=run,
-        requests=len(records), failed=len(bad), errors=errors, duration_s=duration,
+        requests=len(records), failed=len(bad), errors=errors, duration_s=duration, started_at=started_at,
         prompt_tokens=prompt_tokens, cached_prompt_tokens=sum(cached) if cached else None,
         output_tokens=out_tokens, output_throughput=thr,
         decode_throughput=(decode_tokens / decode_time) if decode_time > 0 else None,

@@ -17,6 +17,11 @@ lifetimes run ``min_runs`` runs per point. The number of looks is fixed before t
 first one: ``(lifetimes on which looks are allowed) x (max_runs - min_runs + 1)``;
 every look uses the Bonferroni-corrected interval at
 ``1 - (1 - confidence) / planned_looks`` (see :func:`fasttrack.stats.sequential_decision`).
+
+**Interleaved** (``gates.perf.interleave``): the k-th baseline and the k-th candidate
+lifetime are up together and each point's runs alternate between them, so looks
+happen only where a pair is complete (the later of the two positions), and the
+planned looks count those positions only.
 """
 
 from __future__ import annotations
@@ -40,12 +45,15 @@ class LookSchedule:
     """Launch order of sides (``EngineGroup.order``)."""
     min_runs: int
     max_runs: int
+    interleaved: bool = False
+    """The k-th lifetimes of the two sides are up together (pairs); looks only where a pair is complete."""
 
     @classmethod
-    def for_group(cls, order: Sequence[str], *, min_runs: int, max_runs: int) -> "LookSchedule":
+    def for_group(cls, order: Sequence[str], *, min_runs: int, max_runs: int,
+                  interleaved: bool = False) -> "LookSchedule":
         if min_runs < 1 or max_runs < min_runs:
             raise ValueError(f"need 1 <= min_runs <= max_runs, got {min_runs}, {max_runs}")
-        return cls(order=tuple(order), min_runs=min_runs, max_runs=max_runs)
+        return cls(order=tuple(order), min_runs=min_runs, max_runs=max_runs, interleaved=interleaved)
 
     @property
     def lifetimes_per_side(self) -> int:
@@ -84,9 +92,16 @@ class LookSchedule:
             if i == self.drift_position:
                 continue
             done = self.order[: i + 1]
+            if self.interleaved and done.count("baseline") != done.count("candidate"):
+                continue  # the pair is not complete yet: its runs are taken (and looked at) when it is
             if done.count("baseline") >= self.min_lifetimes and done.count("candidate") >= self.min_lifetimes:
                 out.append(i)
         return out
+
+    def pair_looks_allowed(self, lifetime: int) -> bool:
+        """Interleaved: whether looks are allowed on the pair of ``lifetime``-th engines of both sides."""
+        pos = [self.position(s, lifetime) for s in ("baseline", "candidate")]
+        return None not in pos and max(p for p in pos if p is not None) in self.look_positions()
 
     def looks_allowed(self, side: str, lifetime: int) -> bool:
         pos = self.position(side, lifetime)
@@ -108,5 +123,5 @@ class LookSchedule:
             "order": list(self.order), "min_runs": self.min_runs, "max_runs": self.max_runs,
             "min_lifetimes_before_a_look": self.min_lifetimes,
             "look_positions": self.look_positions(), "planned_looks": self.planned_looks,
-            "drift_position": self.drift_position,
+            "drift_position": self.drift_position, "interleaved": self.interleaved,
         }

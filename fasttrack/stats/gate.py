@@ -162,11 +162,12 @@ def ratio_interval(
     confidence: float = 0.95,
     n_boot: int = 4000,
     seed: int = 0,
+    paired: bool = False,
 ) -> RatioEstimate:
     """The speedup's interval by the scope's method: ``bootstrap`` (hierarchical) or
     ``lifetime_t`` (t interval over per-lifetime values). ``lifetime_t`` needs three
     lifetimes in total; with fewer, the hierarchical bootstrap is used and the
-    estimate's warnings say so."""
+    estimate's warnings say so. ``paired`` (interleaved runs) applies to the bootstrap."""
     if interval not in ("bootstrap", "lifetime_t"):
         raise StatsInputError(f"interval must be 'bootstrap' or 'lifetime_t', got {interval!r}.")
     if interval == "lifetime_t":
@@ -176,12 +177,12 @@ def ratio_interval(
             return lifetime_t_ratio(baseline, candidate, metric=metric, direction=direction, statistic=statistic,
                                     confidence=confidence)
         est = hierarchical_ratio_bootstrap(baseline, candidate, metric=metric, direction=direction,
-                                           statistic=statistic, confidence=confidence, n_boot=n_boot, seed=seed)
+                                           statistic=statistic, confidence=confidence, n_boot=n_boot, seed=seed, paired=paired)
         return est.model_copy(update={"warnings": [
             *est.warnings, f"interval 'lifetime_t' needs at least {LIFETIME_T_MIN_LIFETIMES} engine lifetimes in "
             f"total (got {n_b} baseline, {n_c} candidate); the hierarchical bootstrap was used"]})
     return hierarchical_ratio_bootstrap(baseline, candidate, metric=metric, direction=direction, statistic=statistic,
-                                        confidence=confidence, n_boot=n_boot, seed=seed)
+                                        confidence=confidence, n_boot=n_boot, seed=seed, paired=paired)
 
 
 def planned_looks(*, min_runs: int, max_runs: int, step: int = 1) -> int:
@@ -206,6 +207,7 @@ def sequential_decision(
     seed: int = 0,
     point: str = "",
     interval: str = "bootstrap",
+    paired: bool = False,
 ) -> SequentialDecision:
     """One look of adaptive repetition (Bonferroni over the planned looks).
 
@@ -222,7 +224,7 @@ def sequential_decision(
     per_look = 1.0 - (1.0 - confidence) / planned_looks
     est = ratio_interval(
         baseline, candidate, interval=interval, metric=metric, direction=direction, statistic=statistic,
-        confidence=per_look, n_boot=n_boot, seed=seed,
+        confidence=per_look, n_boot=n_boot, seed=seed, paired=paired,
     )
     gate = no_regression_gate(est, noise_margin=noise_margin, point=point)
     thr = gate.threshold

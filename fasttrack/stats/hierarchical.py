@@ -121,6 +121,8 @@ class RatioEstimate(StatResult):
     """Degrees of freedom of the lifetime t interval; None for the bootstrap."""
     ignores_lifetime_variance: bool
     """True when a side has a single engine lifetime: the interval covers run-to-run noise only."""
+    paired: bool = False
+    """True when the two sides' runs were resampled together (interleaved measurement)."""
     warnings: list[str]
     """Caveats about this estimate (few lifetimes, no replication...)."""
 
@@ -212,23 +214,50 @@ class _Side:
     def run_values(self, reducer: Callable[[np.ndarray], np.ndarray]) -> list[list[float]]:
         return [[float(reducer(r[None, :])[0]) for r in lt] for lt in self.lifetimes]
 
+    def chunk_size(self) -> int:
+        return max(1, _MAX_CHUNK_ELEMENTS // (self.n_lifetimes * self.max_runs * self.max_len))
+
+    def draw(self, rng: np.random.Generator, b: int) -> tuple[np.ndarray, np.ndarray]:
+        """``b`` replicates' draws: lifetimes (b, L), then runs within each drawn lifetime (b, L, R)."""
+        lt = rng.integers(0, self.n_lifetimes, size=(b, self.n_lifetimes))
+        n_runs = self.runs_per_lifetime[lt][..., None]  # (b, L, 1)
+        return lt, rng.integers(0, n_runs, size=(b, self.n_lifetimes, self.max_runs))
+
+    def gather(self, lt: np.ndarray, choice: np.ndarray, reducer: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+        """The statistic of each replicate drawn by :meth:`draw`."""
+        b = lt.shape[0]
+        n_runs = self.runs_per_lifetime[lt][..., None]
+        valid = np.arange(self.max_runs)[None, None, :] < n_runs
+        gid = self.run_offset[lt][..., None] + np.where(valid, choice, 0)
+        vals = self.matrix[gid]  # (b, L, R, S)
+        if self.padded:
+            vals = np.where(valid[..., None], vals, np.nan)
+        return reducer(vals.reshape(b, -1))
+
     def replicates(self, rng: np.random.Generator, n_boot: int, reducer: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
-        L, R, S = self.n_lifetimes, self.max_runs, self.max_len
         out = np.empty(n_boot)
-        chunk = max(1, _MAX_CHUNK_ELEMENTS // (L * R * S))
-        run_slots = np.arange(R)[None, None, :]
+        chunk = self.chunk_size()
         for start in range(0, n_boot, chunk):
             b = min(chunk, n_boot - start)
-            lt = rng.integers(0, L, size=(b, L))
-            n_runs = self.runs_per_lifetime[lt][..., None]  # (b, L, 1)
-            choice = rng.integers(0, n_runs, size=(b, L, R))
-            valid = run_slots < n_runs
-            gid = self.run_offset[lt][..., None] + np.where(valid, choice, 0)
-            vals = self.matrix[gid]  # (b, L, R, S)
-            if self.padded:
-                vals = np.where(valid[..., None], vals, np.nan)
-            out[start : start + b] = reducer(vals.reshape(b, -1))
+            out[start : start + b] = self.gather(*self.draw(rng, b), reducer)
         return out
+
+    def same_layout(self, other: "_Side") -> bool:
+        """Same number of lifetimes and of runs in each: the two sides' runs can be paired by position."""
+        return self.n_lifetimes == other.n_lifetimes and bool(np.array_equal(self.runs_per_lifetime, other.runs_per_lifetime))
+
+
+def paired_replicates(b_side: _Side, c_side: _Side, rng: np.random.Generator, n_boot: int,
+                      reducer: Callable[[np.ndarray], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Replicates of both sides from one set of draws: lifetime pair i and run pair k are drawn together."""
+    b_out, c_out = np.empty(n_boot), np.empty(n_boot)
+    chunk = min(b_side.chunk_size(), c_side.chunk_size())
+    for start in range(0, n_boot, chunk):
+        b = min(chunk, n_boot - start)
+        lt, choice = b_side.draw(rng, b)
+        b_out[start : start + b] = b_side.gather(lt, choice, reducer)
+        c_out[start : start + b] = c_side.gather(lt, choice, reducer)
+    return b_out, c_out
 
 
 def _side_summary(
@@ -288,6 +317,7 @@ def hierarchical_ratio_bootstrap(
     n_boot: int = 4000,
     seed: int = 0,
     include_raw: bool = True,
+    paired: bool = False,
 ) -> RatioEstimate:
     """Speedup of the candidate over the baseline with a hierarchical-bootstrap interval.
 
@@ -302,8 +332,15 @@ def hierarchical_ratio_bootstrap(
     raised so that at least ``MIN_TAIL_REPLICATES`` replicates lie beyond each end.
     ``log_speedup_se`` is the standard deviation of log(speedup) over the replicates.
 
+    ``paired``: the sides were measured interleaved (lifetime i of both sides up together,
+    run k of each side taken next to the other's run k), so the draws are shared: lifetime
+    pair i and run pair k are resampled together, and a slowdown of the host that hit both
+    runs of a pair cancels in the ratio. Needs the same layout on both sides (lifetimes and
+    runs per lifetime); otherwise the sides are resampled independently and the warnings
+    say so.
+
     Deterministic: replicates come from ``numpy.random.default_rng(seed)``, baseline
-    first, then candidate.
+    first, then candidate (paired: one set of draws).
     """
     confidence = check_confidence(confidence)
     if direction not in ("lower_is_better", "higher_is_better"):
@@ -315,8 +352,18 @@ def hierarchical_ratio_bootstrap(
     rng = make_rng(seed)
 
     b_obs, c_obs = b_side.observed(reducer), c_side.observed(reducer)
-    b_rep = b_side.replicates(rng, boots, reducer)
-    c_rep = c_side.replicates(rng, boots, reducer)
+    pair_note: list[str] = []
+    if paired and b_side.same_layout(c_side):
+        b_rep, c_rep = paired_replicates(b_side, c_side, rng, boots, reducer)
+    else:
+        if paired:
+            pair_note.append(
+                f"runs were interleaved but the sides' layouts differ (runs per lifetime {b_side.runs_per_lifetime.tolist()} "
+                f"vs {c_side.runs_per_lifetime.tolist()}), so the sides were resampled independently"
+            )
+            paired = False
+        b_rep = b_side.replicates(rng, boots, reducer)
+        c_rep = c_side.replicates(rng, boots, reducer)
     if direction == "lower_is_better":
         speedup, reps = b_obs / c_obs, b_rep / c_rep
     else:
@@ -330,7 +377,8 @@ def hierarchical_ratio_bootstrap(
     method = (
         "hierarchical bootstrap: engine lifetimes resampled with replacement, then runs within each drawn "
         "lifetime (samples of a run kept together); statistic on the pooled samples per side; sides resampled "
-        "independently; percentile interval"
+        + ("together (paired: interleaved runs, run k of one side next to run k of the other)" if paired else
+           "independently") + "; percentile interval"
     )
     if one:
         method += "; a side with one lifetime has only its runs resampled, so the interval ignores lifetime variance"
@@ -354,7 +402,8 @@ def hierarchical_ratio_bootstrap(
         n_boot=boots,
         seed=int(seed),
         ignores_lifetime_variance=one,
-        warnings=_warnings("baseline", b_side) + _warnings("candidate", c_side),
+        paired=paired,
+        warnings=_warnings("baseline", b_side) + _warnings("candidate", c_side) + pair_note,
     )
 
 

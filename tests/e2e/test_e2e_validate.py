@@ -108,12 +108,16 @@ def test_engine_crash_leaves_a_partial_bundle_that_says_what_crashed(tmp_path: P
 
 
 def test_ctrl_c_tears_every_engine_down(tmp_path: Path, keys: Path, _no_other_engine) -> None:
+    """The demo scope's perf check interleaves, so the baseline and the candidate engine are up
+    together: Ctrl-C then tears both down."""
     run_dir = tmp_path / "sigint"
     log = tmp_path / "sigint.log"
-    proc = _start_validate(run_dir, log, "--checks", "equivalence")
+    proc = _start_validate(run_dir, log, "--checks", "perf")
     try:
-        _wait_for(log, "engine up at", proc, timeout=600)
-        assert _engine_pids(run_dir)
+        _wait_for(log, "runs interleaved", proc, timeout=900)
+        text = log.read_text(errors="replace")
+        assert text.count("engine up at") == 2 and "up together with the other side" in text, text[-3000:]
+        assert len({p for p in _engine_pids(run_dir)}) >= 2
         proc.send_signal(signal.SIGINT)
         rc = proc.wait(timeout=180)
     finally:
@@ -126,6 +130,10 @@ def test_ctrl_c_tears_every_engine_down(tmp_path: Path, keys: Path, _no_other_en
     assert not _engine_pids(run_dir), "engine processes survived Ctrl-C"
     summary = json.loads((run_dir / "run-summary.json").read_text())
     assert summary["interrupted"] is True and summary["verdict"] == "incomplete"
+    engines = summary["engines"]
+    assert [(e["side"], e.get("up_with")) for e in engines] == [("baseline", ["candidate"]), ("candidate", ["baseline"])]
+    assert all(e.get("stop") for e in engines), "both engines were stopped and their stops recorded"
+    assert summary["checks"]["perf"]["verdict"] == "not_run" and "interrupted" in summary["checks"]["perf"]["reason"]
 
 
 def test_validate_smoke_writes_a_signed_bundle_that_verifies(tmp_path: Path, keys: Path, _no_other_engine) -> None:

@@ -40,7 +40,7 @@ def _item(point: str = "p-b1", batch: int = 1) -> WorkItem:
                     point_dims={"tp": 1, "batch": batch, "context": 32, "full_context": False})
 
 
-GATE = PerfGate(noise_margin=0.1, confidence=0.95, min_runs=3, max_runs=6)
+GATE = PerfGate(noise_margin=0.1, confidence=0.95, min_runs=3, max_runs=6, interleave_settle_s=0)
 
 
 def _measure(state: ItemState, sched: LookSchedule, side: str, lifetime: int, *, tpot: float, seed: int,
@@ -210,10 +210,14 @@ def test_candidate_request_failures_fail_the_point() -> None:
 # ---------------------------------------------------------------------------------- the check end to end (synthetic engines)
 
 
-def _ctx(tier: str, tmp: Path) -> RunContext:
+def _ctx(tier: str, tmp: Path, *, interleave: bool = False) -> RunContext:
+    """The demo scope's context; one engine at a time unless ``interleave`` (the demo scope interleaves)."""
     loaded = load_scope("demo-llama")
-    plan = build_plan(loaded.scope, tier=tier, scope_sha256=loaded.sha256)
-    ctx = RunContext(scope=loaded.scope, plan=plan, tier=tier, run_dir=tmp, log=lambda m: None)
+    scope = loaded.scope.model_copy(deep=True)
+    scope.gates.perf.interleave = interleave
+    scope.gates.perf.interleave_settle_s = 0.0
+    plan = build_plan(scope, tier=tier, scope_sha256=loaded.sha256)
+    ctx = RunContext(scope=scope, plan=plan, tier=tier, run_dir=tmp, log=lambda m: None)
     ctx.shared["loaded_scope"] = loaded
     return ctx
 
@@ -403,3 +407,168 @@ def test_a_side_without_usable_samples_is_not_measured_not_a_crash() -> None:
     assert j.verdict == "not_run"
     gated = next(r for r in j.rows if r["metric_name"] == "median_tpot_ms")
     assert gated["verdict"] == "not_run" and "no usable median_tpot_ms samples on baseline" in gated["statement"]
+
+
+# ---------------------------------------------------------------------------------- interleaved (both engines up)
+
+
+def test_interleaved_schedule_looks_only_where_a_pair_is_complete() -> None:
+    smoke = LookSchedule.for_group(["baseline", "candidate"], min_runs=3, max_runs=6, interleaved=True)
+    assert smoke.look_positions() == [1] and smoke.planned_looks == 4 and smoke.pair_looks_allowed(0)
+    full = LookSchedule.for_group(["baseline", "candidate"] * 3, min_runs=3, max_runs=8, interleaved=True)
+    # sequential: looks at 3, 4, 5; interleaved: only where pairs 2 and 3 are complete
+    assert full.look_positions() == [3, 5] and full.planned_looks == 12
+    assert not full.pair_looks_allowed(0) and full.pair_looks_allowed(1) and full.pair_looks_allowed(2)
+    assert not full.pair_looks_allowed(3)
+    drift = LookSchedule.for_group(["baseline", "candidate", "baseline"], min_runs=3, max_runs=6, interleaved=True)
+    assert drift.drift_position == 2 and drift.look_positions() == [1]
+    assert full.describe()["interleaved"] is True
+
+
+def _pair_runner(state: ItemState, calls: list[tuple[str, int]], *, tpot: dict[str, float], seed: int,
+                 host: list[float] | None = None, fail_at: tuple[str, int] | None = None):
+    rng = np.random.default_rng(seed)
+
+    def make(side: str):
+        async def run_once(k: int) -> RunMetrics:
+            calls.append((side, k))
+            if fail_at == (side, k):
+                raise RuntimeError("socket closed")
+            f = host[k] if host else 1.0
+            return fake_run(state.item, side, 0, k, tpot=tpot[side] * f, rng=rng)
+        return run_once
+
+    return {"baseline": make("baseline"), "candidate": make("candidate")}
+
+
+def test_measure_pair_alternates_the_sides_and_looks_after_each_pair() -> None:
+    from fasttrack.checks.perf import measure_pair
+
+    sched = LookSchedule.for_group(["baseline", "candidate"], min_runs=3, max_runs=6, interleaved=True)
+    s = ItemState(item=_item())
+    calls: list[tuple[str, int]] = []
+    taken = asyncio.run(measure_pair(s, lifetime=0, looks_here=True, sched=sched, gate=GATE,
+                                     run_once=_pair_runner(s, calls, tpot={"baseline": 2.0, "candidate": 2.0}, seed=1)))
+    assert calls == [("baseline", 0), ("candidate", 0), ("candidate", 1), ("baseline", 1), ("baseline", 2),
+                     ("candidate", 2)]
+    assert taken == {"baseline": 3, "candidate": 3} and s.interleaved
+    assert s.final and s.decision == "decided_pass" and len(s.looks) == 1
+    j = judge_item(s, metrics=["median_tpot_ms"], gated="median_tpot_ms", noise_margin=0.1, confidence=0.95,
+                   planned_looks=sched.planned_looks)
+    assert j.rows[0]["interleaved"] and j.rows[0]["paired"]
+
+
+def test_measure_pair_lets_the_engine_that_ran_settle_before_the_other_side_runs() -> None:
+    import time
+
+    from fasttrack.checks.perf import measure_pair
+
+    gate = PerfGate(noise_margin=0.1, confidence=0.95, min_runs=2, max_runs=2, interleave=True, interleave_settle_s=0.05)
+    sched = LookSchedule.for_group(["baseline", "candidate"], min_runs=2, max_runs=2, interleaved=True)
+    s = ItemState(item=_item())
+    stamps: list[tuple[str, float, float]] = []
+    runners = _pair_runner(s, [], tpot={"baseline": 2.0, "candidate": 2.0}, seed=1)
+
+    def timed_runner(side: str):
+        async def run_once(k: int) -> RunMetrics:
+            t0 = time.monotonic()
+            rm = await runners[side](k)
+            stamps.append((side, t0, time.monotonic()))
+            return rm
+        return run_once
+
+    asyncio.run(measure_pair(s, lifetime=0, looks_here=False, sched=sched, gate=gate,
+                             run_once={side: timed_runner(side) for side in ("baseline", "candidate")}))
+    assert [x[0] for x in stamps] == ["baseline", "candidate", "candidate", "baseline"]
+    gaps = [b[1] - a[2] for a, b in zip(stamps, stamps[1:])]
+    assert all(g >= 0.045 for g in gaps), gaps
+
+
+def test_measure_pair_without_looks_takes_min_runs_pairs_and_records_a_harness_error() -> None:
+    from fasttrack.checks.perf import measure_pair
+
+    sched = LookSchedule.for_group(["baseline", "candidate"] * 2, min_runs=3, max_runs=6, interleaved=True)
+    s = ItemState(item=_item())
+    calls: list[tuple[str, int]] = []
+    taken = asyncio.run(measure_pair(s, lifetime=0, looks_here=sched.pair_looks_allowed(0), sched=sched, gate=GATE,
+                                     run_once=_pair_runner(s, calls, tpot={"baseline": 2.0, "candidate": 2.0}, seed=2)))
+    assert taken == {"baseline": 3, "candidate": 3} and not s.looks
+    s2 = ItemState(item=_item())
+    calls2: list[tuple[str, int]] = []
+    taken2 = asyncio.run(measure_pair(s2, lifetime=0, looks_here=True, sched=sched, gate=GATE,
+                                      run_once=_pair_runner(s2, calls2, tpot={"baseline": 2.0, "candidate": 2.0},
+                                                            seed=2, fail_at=("baseline", 1))))
+    assert taken2 == {"baseline": 1, "candidate": 2}
+    assert s2.errors and "baseline lifetime 0 run 1: RuntimeError: socket closed" in s2.errors[0]
+
+
+def test_interleaved_gate_holds_through_host_slowdowns_that_fail_the_sequential_one() -> None:
+    """A host that runs 2.5x slower for a while: with one lifetime per side, measured one
+    after the other, the slow spell lands on the candidate's lifetime and fails an identical
+    candidate; interleaved, it lands on run pairs, and the paired interval cancels it."""
+    from fasttrack.checks.perf import measure_pair
+
+    gate = PerfGate(noise_margin=0.25, confidence=0.95, min_runs=3, max_runs=6, interleave=True,
+                    interleave_settle_s=0)
+    sched = LookSchedule.for_group(["baseline", "candidate"], min_runs=3, max_runs=6, interleaved=True)
+    host = [1.0, 2.5, 2.5, 1.0, 1.0, 2.5]
+    s = ItemState(item=_item())
+    asyncio.run(measure_pair(s, lifetime=0, looks_here=True, sched=sched, gate=gate,
+                             run_once=_pair_runner(s, [], tpot={"baseline": 2.0, "candidate": 2.0}, seed=3, host=host)))
+    j = judge_item(s, metrics=["median_tpot_ms"], gated="median_tpot_ms", noise_margin=0.25, confidence=0.95,
+                   planned_looks=sched.planned_looks)
+    assert j.verdict == "pass", j.rows[0]["statement"]
+    # the same code measured one lifetime after the other, the slow spell during the candidate's lifetime
+    seq = LookSchedule.for_group(["baseline", "candidate"], min_runs=3, max_runs=6)
+    s2 = ItemState(item=_item())
+    _measure(s2, seq, "baseline", 0, tpot=2.0, seed=4, gate=gate)
+    _measure(s2, seq, "candidate", 0, tpot=2.0 * 2.5, seed=5, gate=gate)
+    j2 = judge_item(s2, metrics=["median_tpot_ms"], gated="median_tpot_ms", noise_margin=0.25, confidence=0.95,
+                    planned_looks=seq.planned_looks)
+    assert j2.verdict == "fail"
+    # and a real regression at a point still fails interleaved, through the same slow spells
+    s3 = ItemState(item=_item())
+    asyncio.run(measure_pair(s3, lifetime=0, looks_here=True, sched=sched, gate=gate,
+                             run_once=_pair_runner(s3, [], tpot={"baseline": 2.0, "candidate": 8.0}, seed=6, host=host)))
+    j3 = judge_item(s3, metrics=["median_tpot_ms"], gated="median_tpot_ms", noise_margin=0.25, confidence=0.95,
+                    planned_looks=sched.planned_looks)
+    assert j3.verdict == "fail" and j3.rows[0]["ci_high"] < 0.5
+
+
+def test_an_interleaving_check_is_measured_on_pairs_and_fails_exactly_the_slow_batch(tmp_path: Path) -> None:
+    from fasttrack.checks.base import EngineSession
+    from fasttrack.checks.perf import measure_pair
+
+    ctx = _ctx("smoke", tmp_path, interleave=True)
+    chk = PerfCheck()
+    assert chk.skip_reason(ctx) is None and chk.paired(ctx)
+    group = ctx.plan.groups[0]
+    for side in ("baseline", "candidate"):
+        assert not chk.wants(ctx, EngineSession(side=side, group=group, lifetime=0, engine=None)), "pairs only"
+    assert chk.wants_pair(ctx, group, 0)
+    gate = ctx.scope.gates.perf
+    sched = chk.state.schedules[group.id]
+    assert sched.interleaved
+    host = [1.0, 2.5, 1.0, 2.5, 2.5, 1.0]
+    for i, s in enumerate(chk.state.items.values()):
+        base = 1.0 + 0.3 * (s.item.batch or 1)
+        tpot = {"baseline": base, "candidate": base * (SLOW_FACTOR if s.item.batch == 4 else 1.0)}
+        asyncio.run(measure_pair(s, lifetime=0, looks_here=sched.pair_looks_allowed(0), sched=sched, gate=gate,
+                                 run_once=_pair_runner(s, [], tpot=tpot, seed=10 + i, host=host[i % 2:] + host[:i % 2])))
+    assert not chk.wants_pair(ctx, group, 0), "every point decided"
+    res = chk.judge(ctx)
+    failing = {r["point"] for r in res.tables["points"] if r.get("verdict") == "fail"}
+    assert failing == {p.id for p in ctx.plan.points if p.batch == 4}
+    assert res.summary["interleaved"] is True and "interleaved in time" in res.reason
+    assert "slowed both sides alike" in res.summary["lifetime_note"]
+    assert all(r["paired"] for r in res.tables["points"] if r["gated"])
+
+
+def test_pipeline_engine_slots_pair_the_kth_lifetimes() -> None:
+    from fasttrack.pipeline import engine_slots
+
+    b, c = "baseline", "candidate"
+    assert engine_slots([b, c, b, c], paired=False) == [[(b, 0)], [(c, 0)], [(b, 1)], [(c, 1)]]
+    assert engine_slots([b, c, b, c], paired=True) == [[(b, 0), (c, 0)], [(b, 1), (c, 1)]]
+    assert engine_slots([b, c, b], paired=True) == [[(b, 0), (c, 0)], [(b, 1)]]
+    assert engine_slots([c, b], paired=True) == [[(b, 0), (c, 0)]]

@@ -203,3 +203,50 @@ def test_lifetime_t_coverage_with_two_lifetimes_per_side() -> None:
             hits_boot += bo.ci_low <= 1.0 <= bo.ci_high
     assert 0.90 <= hits_t / sims <= 0.99, hits_t / sims
     assert hits_boot / 100 < 0.90  # documents the bootstrap's undercoverage with two lifetimes
+
+
+# ---------------------------------------------------------------------------------- paired (interleaved) runs
+
+
+def _host_slowed_runs(seed: int, factors: list[float], *, ratio: float = 1.0, n: int = 16) -> tuple[list, list]:
+    """One lifetime per side; run pair k slowed by ``factors[k]`` on both sides (a host that slowed down)."""
+    rng = np.random.default_rng(seed)
+    base = [list(5.0 * f * np.exp(rng.normal(0, 0.03, n))) for f in factors]
+    cand = [list(5.0 * ratio * f * np.exp(rng.normal(0, 0.03, n))) for f in factors]
+    return [base], [cand]
+
+
+def test_paired_bootstrap_cancels_a_host_slowdown_shared_by_run_pairs() -> None:
+    factors = [1.0, 2.5, 1.0, 1.0, 2.5, 1.0]
+    b, c = _host_slowed_runs(3, factors)
+    kw = dict(metric="median_tpot_ms", direction="lower_is_better", confidence=0.99, n_boot=2000, seed=1)
+    unpaired = hierarchical_ratio_bootstrap(b, c, **kw)
+    paired = hierarchical_ratio_bootstrap(b, c, paired=True, **kw)
+    assert paired.paired and not unpaired.paired
+    assert "together (paired" in paired.method and "independently" in unpaired.method
+    # the same data: resampled independently, a draw can take the slow runs on one side only
+    assert unpaired.ci_low < 0.7 and unpaired.ci_high > 1.4
+    assert 0.9 < paired.ci_low <= paired.speedup <= paired.ci_high < 1.1
+    # a real 2x regression is still seen through the slowdowns
+    b2, c2 = _host_slowed_runs(4, factors, ratio=2.0)
+    reg = hierarchical_ratio_bootstrap(b2, c2, paired=True, **kw)
+    assert 0.45 < reg.ci_low <= reg.ci_high < 0.55
+
+
+def test_paired_bootstrap_with_unequal_layouts_resamples_independently_and_says_so() -> None:
+    b, c = _host_slowed_runs(5, [1.0, 1.0, 1.0, 1.0])
+    c = [c[0][:3]]  # a run of one side is missing
+    est = hierarchical_ratio_bootstrap(b, c, metric="m", direction="lower_is_better", paired=True, n_boot=500)
+    assert not est.paired and any("resampled independently" in w for w in est.warnings)
+
+
+def test_paired_bootstrap_is_deterministic_and_layout_checked_per_lifetime() -> None:
+    b, c = _host_slowed_runs(6, [1.0, 1.3, 1.0])
+    b2, c2 = _host_slowed_runs(7, [1.0, 1.0, 1.2])
+    both_b, both_c = b + b2, c + c2
+    kw = dict(metric="m", direction="lower_is_better", paired=True, n_boot=500, seed=9)
+    e1 = hierarchical_ratio_bootstrap(both_b, both_c, **kw)
+    e2 = hierarchical_ratio_bootstrap(both_b, both_c, **kw)
+    assert e1.paired and (e1.ci_low, e1.ci_high) == (e2.ci_low, e2.ci_high)
+    mixed = hierarchical_ratio_bootstrap(both_b, [both_c[0] + both_c[1][:1], both_c[1][1:]], **kw)
+    assert not mixed.paired, "same run count in total but not per lifetime: not paired"
