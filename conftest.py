@@ -10,13 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-PENDING: dict[str, str] = {
-    "tests/perf/test_perf_e2e.py": "perf gate on the demo target: slow-batch always fails at batch 4 (speedup "
-    "0.07-0.12), but with one engine lifetime per side a lifetime that runs 2-3x slower throughout (host noise on "
-    "shared two-core machines, e.g. 0.35 [0.28, 0.37] at b3 between two lifetimes of the same code) also fails "
-    "points the defect does not touch, beyond any sensible margin; it needs baseline and candidate runs "
-    "interleaved in time (docs/perf.md)",
-}
+PENDING: dict[str, str] = {}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
