@@ -32,10 +32,18 @@ is a false alarm when any point fails):
   (1 - confidence)/2 each): what the hierarchical bootstrap's calibration looks like
   with this host's lifetime-to-lifetime variance.
 
+``--interleaved N`` measures the interleaved design instead (``gates.perf.interleave``):
+N pairs of engines of the same stock configuration, the two engines of a pair up
+together, each point's runs alternating between them (B C, C B, ...) with the scope's
+settle pause, exactly as the check takes them. Each pair is one comparison, in both
+orientations (so 2N comparisons, two by two dependent), replayed through the check's
+``measure_pair`` with the paired bootstrap; the margins table uses ``min_runs`` pairs.
+
 Run (about 10 minutes with the defaults on the 2-core hosts; one engine at a time on the machine)::
 
     flock /tmp/ft-engine.lock python benchmarks/false_alarm.py --json /tmp/false_alarm.json
     python benchmarks/false_alarm.py --from-json /tmp/false_alarm.json     # re-analyse, no engines
+    flock /tmp/ft-engine.lock python benchmarks/false_alarm.py --interleaved 4 --json /tmp/fa-pairs.json
 """
 
 from __future__ import annotations
@@ -55,7 +63,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from fasttrack.checks.perf import measure_item  # noqa: E402
+from fasttrack.checks.perf import PAIR_ORDERS, measure_item, measure_pair  # noqa: E402
 from fasttrack.perf.analysis import ItemState, estimate  # noqa: E402
 from fasttrack.perf.loadgen import PerfClient, run_loop, timed  # noqa: E402
 from fasttrack.perf.metrics import METRICS, RunMetrics, compute_run_metrics  # noqa: E402
@@ -130,6 +138,160 @@ def collect(ns: argparse.Namespace) -> dict[str, Any]:
             "timing": timing, "wall_s": round(time.perf_counter() - t_all, 1)}
 
 
+def collect_interleaved(ns: argparse.Namespace) -> dict[str, Any]:
+    """``ns.interleaved`` pairs of stock engines, both up, runs alternating as the check takes them."""
+    from fasttrack.engine import per_request_metrics_args, start_engine
+    from fasttrack.models import resolve_model
+
+    loaded, items, group = _items(ns)
+    settle = loaded.scope.gates.perf.interleave_settle_s
+    model_dir = resolve_model(loaded.scope, log=lambda m: print(m, file=sys.stderr)).model
+    args = [*group.args["baseline"], "--served-model-name", loaded.scope.model.served_name or "demo-llama"]
+    args += per_request_metrics_args(args)
+    runs: list[dict[str, Any]] = []
+    timing: list[dict[str, float]] = []
+    t_all = time.perf_counter()
+    for lt in range(ns.interleaved):
+        t0 = time.perf_counter()
+        engines: dict[str, Any] = {}
+        try:
+            for side in ("baseline", "candidate"):
+                engines[side] = start_engine(side=side, model=model_dir, args=args, env=group.env["baseline"],
+                                             log_dir=Path("/tmp") / "fasttrack-false-alarm-logs", exclusive=not engines)
+            up = time.perf_counter() - t0
+
+            async def measure() -> None:
+                mml = loaded.scope.envelope.context.max_model_len
+                inputs = {sd: RunInputs(pool=await pool_from_engine(e), max_model_len=mml) for sd, e in engines.items()}
+                async with PerfClient(engines["baseline"].base_url, model=engines["baseline"].model) as cb, \
+                        PerfClient(engines["candidate"].base_url, model=engines["candidate"].model) as cc:
+                    clients = {"baseline": cb, "candidate": cc}
+                    for it in items:
+                        for sd in ("baseline", "candidate"):
+                            await warm_up(clients[sd], it, inputs[sd])
+                        for k in range(ns.runs):
+                            for i, sd in enumerate(PAIR_ORDERS[k % 2]):
+                                if settle and (k or i):
+                                    await asyncio.sleep(settle)
+                                (recs, extra), tm = await timed(lambda: execute(clients[sd], it, k, inputs[sd]))
+                                rm = compute_run_metrics(recs, workload=it.workload, point=it.point, side=sd,
+                                                         lifetime=lt, run=k, t_start=tm.t_start, t_end=tm.t_end, gpus=0,
+                                                         client_cpu_s=tm.cpu_s, extra=extra, started_at=tm.wall_start)
+                                if rm.failed:
+                                    raise SystemExit(f"requests failed: {rm.errors}")
+                                runs.append(rm.model_dump(mode="json"))
+
+            t1 = time.perf_counter()
+            run_loop(measure())
+            took = time.perf_counter() - t1
+        finally:
+            for e in engines.values():
+                e.stop()
+        timing.append({"start_s": round(up, 1), "measure_s": round(took, 1)})
+
+        def med(it: WorkItem, sd: str) -> float:
+            vals = [statistics.median(r["engine_tpot_ms"]) for r in runs
+                    if r["lifetime"] == lt and r["point"] == it.point and r["side"] == sd and r.get("engine_tpot_ms")]
+            return statistics.median(vals) if vals else float("nan")
+
+        print(f"pair {lt + 1}/{ns.interleaved}: start {up:.0f} s, measure {took:.0f} s, median engine TPOT A / B "
+              + ", ".join(f"b{it.batch} {med(it, 'baseline'):.3f} / {med(it, 'candidate'):.3f} ms" for it in items),
+              file=sys.stderr)
+    return {"args": {k: v for k, v in vars(ns).items() if k not in ("json", "from_json")}, "design": "interleaved",
+            "runs": runs, "timing": timing, "wall_s": round(time.perf_counter() - t_all, 1)}
+
+
+def _pair_state(item: WorkItem, runs: list[RunMetrics], flip: bool, sched: LookSchedule, gate: Any) -> ItemState:
+    """Feed one pair's stored interleaved runs to the check's ``measure_pair`` (sides swapped when ``flip``)."""
+    s = ItemState(item=item)
+    by_side = {sd: sorted((r for r in runs if r.side == sd), key=lambda r: r.run) for sd in ("baseline", "candidate")}
+    if flip:
+        by_side = {"baseline": by_side["candidate"], "candidate": by_side["baseline"]}
+
+    def make(sd: str):
+        async def run_once(j: int) -> RunMetrics:
+            if j >= len(by_side[sd]):
+                raise IndexError(f"only {len(by_side[sd])} stored runs per side; use --runs >= max_runs")
+            return by_side[sd][j].model_copy(update={"side": sd, "lifetime": 0})
+        return run_once
+
+    no_settle = gate.model_copy(update={"interleave_settle_s": 0.0})
+    asyncio.run(measure_pair(s, lifetime=0, looks_here=sched.pair_looks_allowed(0), sched=sched, gate=no_settle,
+                             run_once={sd: make(sd) for sd in ("baseline", "candidate")}))
+    return s
+
+
+def analyse_interleaved(data: dict[str, Any], gate: Any) -> None:
+    a = data["args"]
+    runs_all = [RunMetrics.model_validate(r) for r in data["runs"]]
+    points = sorted({r.point for r in runs_all}, key=lambda p: int(p.split("-b")[1].split("-")[0]))
+    pairs = sorted({r.lifetime for r in runs_all})
+    metric = gate.gated_metric
+    md = METRICS[metric]
+    print(f"\n{len(pairs)} pairs of engines of the same stock configuration, up together, {a['runs']} interleaved run "
+          f"pairs per point ({a['requests']} requests x {a['output_len']} tokens, prompts of {a['context']} tokens); gate "
+          f"on {metric}, noise margin {gate.noise_margin:g}, confidence {gate.confidence:g}, runs "
+          f"{gate.min_runs}..{gate.max_runs}, paired bootstrap")
+    sched = LookSchedule.for_group(["baseline", "candidate"], min_runs=gate.min_runs, max_runs=gate.max_runs,
+                                   interleaved=True)
+    print(f"  {'point':<26}{'pair':>5}{'A median':>10}{'B median':>10}{'A/B':>7}   runs A / B (ms)")
+    for p in points:
+        for lt in pairs:
+            mine = {sd: sorted((r for r in runs_all if r.point == p and r.lifetime == lt and r.side == sd),
+                               key=lambda r: r.run) for sd in ("baseline", "candidate")}
+            vals = {sd: [statistics.median(v) for r in rs if (v := md.samples(r))] for sd, rs in mine.items()}
+            ma, mb = statistics.median(vals["baseline"]), statistics.median(vals["candidate"])
+            print(f"  {p:<26}{lt + 1:>5}{ma:>10.3f}{mb:>10.3f}{ma / mb:>7.2f}   "
+                  f"{' '.join(f'{v:.2f}' for v in vals['baseline'])} / {' '.join(f'{v:.2f}' for v in vals['candidate'])}")
+    comps = [(lt, flip) for lt in pairs for flip in (False, True)]
+    n = len(comps)
+    any_fail = 0
+    per_point = {p: {"fail": 0, "runs": [], "margins": {m: 0 for m in MARGINS}, "low": 0, "high": 0, "pred": []}
+                 for p in points}
+    for lt, flip in comps:
+        failed_any = False
+        for p in points:
+            mine = [r for r in runs_all if r.point == p and r.lifetime == lt]
+            item = WorkItem(key=f"decode@{p}", workload="decode", kind="pure_decode", point=p, group="g",
+                            batch=int(p.split("-b")[1].split("-")[0]), context=a["context"], full_context=False,
+                            prompt_len=a["context"], output_len=a["output_len"], requests_per_run=a["requests"],
+                            mode="waves")
+            s = _pair_state(item, mine, flip, sched, gate)
+            pp = per_point[p]
+            if s.decision != "decided_pass":
+                pp["fail"] += 1
+                failed_any = True
+            pp["runs"].append(s.n_runs("baseline") + s.n_runs("candidate"))
+            fx = ItemState(item=item, interleaved=True)
+            for sd, other in (("baseline", "candidate"), ("candidate", "baseline")):
+                src = other if flip else sd
+                for r in sorted((r for r in mine if r.side == src), key=lambda r: r.run)[:gate.min_runs]:
+                    fx.add(r.model_copy(update={"side": sd, "lifetime": 0}))
+            est = estimate(fx, metric, confidence=gate.confidence, interval=gate.interval)
+            assert est is not None
+            pp["pred"].append(mde_for_estimate(est, noise_margin=gate.noise_margin).gate_fail_probability_at_parity)
+            for m in MARGINS:
+                pp["margins"][m] += est.ci_low < 1 - m
+            pp["low"] += est.ci_high < 1.0
+            pp["high"] += est.ci_low > 1.0
+        any_fail += failed_any
+    alpha1 = (1 - gate.confidence) / 2
+    print(f"\ninterleaved (1 pair of lifetimes, both orientations): {n} pseudo-comparisons")
+    print(f"  {'point':<26}{'false regr.':>12}{'95% Wilson':>18}{'predicted':>11}{'runs':>6}"
+          + "".join(f"{'m=' + format(m, 'g'):>9}" for m in MARGINS) + f"{'hi<1':>7}{'lo>1':>7}")
+    for p in points:
+        pp = per_point[p]
+        w = wilson_interval(pp["fail"], n, confidence=0.95)
+        print(f"  {p:<26}{pp['fail'] / n:>12.1%}{f'[{w.ci_low:.1%}, {w.ci_high:.1%}]':>18}"
+              f"{statistics.mean(pp['pred']):>11.1%}{statistics.mean(pp['runs']):>6.1f}"
+              + "".join(f"{pp['margins'][m] / n:>9.1%}" for m in MARGINS)
+              + f"{pp['low'] / n:>7.1%}{pp['high'] / n:>7.1%}")
+    w = wilson_interval(any_fail, n, confidence=0.95)
+    print(f"  overall (any point fails): {any_fail / n:.1%} [{w.ci_low:.1%}, {w.ci_high:.1%}]; the two orientations of "
+          f"a pair are not independent, so the Wilson intervals are optimistic; hi<1 / lo>1 = the nominal paired "
+          f"interval excludes parity (each nominally {alpha1:.1%})")
+
+
 def _state(item: WorkItem, runs: dict[int, list[RunMetrics]], b_lts: list[int], c_lts: list[int],
            sched: LookSchedule, gate: Any) -> ItemState:
     """Feed stored runs to the check's adaptive loop, lifetime by lifetime in the schedule's order."""
@@ -172,6 +334,9 @@ def analyse(data: dict[str, Any], ns: argparse.Namespace) -> None:
         gate = gate.model_copy(update={"gated_metric": ns.metric})
     if ns.interval is not None:
         gate = gate.model_copy(update={"interval": ns.interval})
+    if data.get("design") == "interleaved":
+        analyse_interleaved(data, gate)
+        return
     a = data["args"]
     runs_all = [RunMetrics.model_validate(r) for r in data["runs"]]
     points = sorted({r.point for r in runs_all}, key=lambda p: int(p.split("-b")[1].split("-")[0]))
@@ -278,6 +443,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="gated metric, e.g. median_tpot_ms or median_engine_tpot_ms (default: the demo scope's)")
     ap.add_argument("--interval", choices=["bootstrap", "lifetime_t"], default=None,
                     help="the gate's interval (default: the demo scope's); lifetime_t applies from three lifetimes in all")
+    ap.add_argument("--interleaved", type=int, default=0, metavar="N",
+                    help="measure N pairs of engines up together, runs interleaved (the interleaved design) instead")
     ap.add_argument("--max-comparisons", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path, help="write the raw runs here")
@@ -286,10 +453,11 @@ def main(argv: list[str] | None = None) -> int:
     if ns.from_json:
         data = json.loads(ns.from_json.read_text())
     else:
-        data = collect(ns)
+        data = collect_interleaved(ns) if ns.interleaved else collect(ns)
         if ns.json:
             ns.json.write_text(json.dumps(data))
-        print(f"measured {ns.lifetimes} lifetimes in {data['wall_s']:.0f} s", file=sys.stderr)
+        what = f"{ns.interleaved} pairs of engines" if ns.interleaved else f"{ns.lifetimes} lifetimes"
+        print(f"measured {what} in {data['wall_s']:.0f} s", file=sys.stderr)
     analyse(data, ns)
     return 0
 

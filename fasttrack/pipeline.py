@@ -274,75 +274,76 @@ def _drive_engines(opts: ValidateOptions, ctx: RunContext, plan: Plan, checks: l
             for side, lt in slot:
                 n += 1
                 labels[side] = f"[{n}/{total}] {group.id} {side} (lifetime {lt + 1}/{group.lifetimes_per_side})"
-            up = [side for side, _ in slot if wanted[side] or pair_checks]
-            if not up:
-                continue
-            current: str | None = None
-            failing: str | None = None
-            records: dict[str, dict[str, Any]] = {}
-            try:
-                with contextlib.ExitStack() as stack:
-                    engines: dict[str, Any] = {}
-                    for side in up:
-                        failing = side
-                        record: dict[str, Any] = {
-                            "side": side, "group": group.id, "lifetime": lifetime,
-                            "checks": [c.name for c in wanted[side]] + [c.name for c in pair_checks if c not in wanted[side]],
-                        }
-                        if len(up) > 1:
-                            record["up_with"] = [o for o in up if o != side]
-                        records[side] = record
-                        state.engines.append(record)
-                        progress(f"{labels[side]}: starting engine" + (" (up together with the other side)" if len(up) > 1 else ""))
-                        engines[side] = stack.enter_context(_launch(ctx, group, side, lifetime, attach[side], resolved,
-                                                                    record, exclusive=not engines))
-                        progress(f"{labels[side]}: engine up at {engines[side].base_url}")
-                    for side in up:
-                        failing = side
-                        for chk in wanted[side]:
-                            current = chk.name
-                            progress(f"{labels[side]}: {chk.name}")
-                            t0 = time.perf_counter()
-                            chk.collect(ctx, EngineSession(side=side, group=group, lifetime=lifetime, engine=engines[side]))
-                            records[side].setdefault("check_seconds", {})[chk.name] = round(time.perf_counter() - t0, 3)
-                            engines[side].check_alive()
-                    current = None
-                    for chk in pair_checks:
-                        current = chk.name
-                        failing = None
-                        progress(f"[{n}/{total}] {group.id} baseline + candidate (lifetime {lifetime + 1}/"
-                                 f"{group.lifetimes_per_side}): {chk.name}, runs interleaved")
-                        t0 = time.perf_counter()
-                        chk.collect_pair(ctx, {side: EngineSession(side=side, group=group, lifetime=lifetime,
-                                                                   engine=engines[side]) for side in up})
-                        for side in up:
-                            records[side].setdefault("check_seconds", {})[chk.name] = round(time.perf_counter() - t0, 3)
+            sides_up = [side for side, _ in slot if wanted[side] or pair_checks]
+            # both engines together only for a pairing check; otherwise one at a time, as always
+            launches = [sides_up] if pair_checks else [[side] for side in sides_up]
+            for up in launches:
+                current: str | None = None
+                failing: str | None = None
+                records: dict[str, dict[str, Any]] = {}
+                try:
+                    with contextlib.ExitStack() as stack:
+                        engines: dict[str, Any] = {}
                         for side in up:
                             failing = side
-                            engines[side].check_alive()
-                    current = None
-            except EngineError as exc:
-                side = getattr(exc, "side", None) or failing or up[0]
-                record = records.get(side) or records[up[0]]
-                if getattr(exc, "log_path", None) and "log" not in record:
-                    try:
-                        record["log"] = str(Path(exc.log_path).resolve().relative_to(ctx.run_dir.resolve()))
-                    except ValueError:
-                        record["log"] = str(exc.log_path)
-                is_crash = isinstance(exc, EngineCrashed)
-                what = "crashed" if is_crash else "failed"
-                where = f"{group.id}/{side} lifetime {lifetime + 1}" + (f" during {current}" if current else " at start")
-                state.crash = {"group": group.id, "side": side, "lifetime": lifetime, "check": current,
-                               "error": type(exc).__name__, "message": exc.message.splitlines()[0],
-                               "exit_code": getattr(exc, "exit_code", None), "log": record.get("log")}
-                log(f"engine {what} ({where}): {exc.message.splitlines()[0]}")
-                reason = f"engine {what} in {where}: {exc.message.splitlines()[0]} (log: {record.get('log')})"
-                for chk in checks:
-                    state.results.setdefault(chk.name, CheckResult(
-                        check=chk.name, verdict=Verdict.NOT_RUN, required=chk.required, reason=reason,
-                        summary={"engine_failure": state.crash},
-                    ))
-                return
+                            record: dict[str, Any] = {
+                                "side": side, "group": group.id, "lifetime": lifetime,
+                                "checks": [c.name for c in wanted[side]] + [c.name for c in pair_checks if c not in wanted[side]],
+                            }
+                            if len(up) > 1:
+                                record["up_with"] = [o for o in up if o != side]
+                            records[side] = record
+                            state.engines.append(record)
+                            progress(f"{labels[side]}: starting engine" + (" (up together with the other side)" if len(up) > 1 else ""))
+                            engines[side] = stack.enter_context(_launch(ctx, group, side, lifetime, attach[side], resolved,
+                                                                        record, exclusive=not engines))
+                            progress(f"{labels[side]}: engine up at {engines[side].base_url}")
+                        for side in up:
+                            failing = side
+                            for chk in wanted[side]:
+                                current = chk.name
+                                progress(f"{labels[side]}: {chk.name}")
+                                t0 = time.perf_counter()
+                                chk.collect(ctx, EngineSession(side=side, group=group, lifetime=lifetime, engine=engines[side]))
+                                records[side].setdefault("check_seconds", {})[chk.name] = round(time.perf_counter() - t0, 3)
+                                engines[side].check_alive()
+                        current = None
+                        for chk in (pair_checks if len(up) > 1 else []):
+                            current = chk.name
+                            failing = None
+                            progress(f"[{n}/{total}] {group.id} baseline + candidate (lifetime {lifetime + 1}/"
+                                     f"{group.lifetimes_per_side}): {chk.name}, runs interleaved")
+                            t0 = time.perf_counter()
+                            chk.collect_pair(ctx, {side: EngineSession(side=side, group=group, lifetime=lifetime,
+                                                                       engine=engines[side]) for side in up})
+                            for side in up:
+                                records[side].setdefault("check_seconds", {})[chk.name] = round(time.perf_counter() - t0, 3)
+                            for side in up:
+                                failing = side
+                                engines[side].check_alive()
+                        current = None
+                except EngineError as exc:
+                    side = getattr(exc, "side", None) or failing or up[0]
+                    record = records.get(side) or records[up[0]]
+                    if getattr(exc, "log_path", None) and "log" not in record:
+                        try:
+                            record["log"] = str(Path(exc.log_path).resolve().relative_to(ctx.run_dir.resolve()))
+                        except ValueError:
+                            record["log"] = str(exc.log_path)
+                    is_crash = isinstance(exc, EngineCrashed)
+                    what = "crashed" if is_crash else "failed"
+                    where = f"{group.id}/{side} lifetime {lifetime + 1}" + (f" during {current}" if current else " at start")
+                    state.crash = {"group": group.id, "side": side, "lifetime": lifetime, "check": current,
+                                   "error": type(exc).__name__, "message": exc.message.splitlines()[0],
+                                   "exit_code": getattr(exc, "exit_code", None), "log": record.get("log")}
+                    log(f"engine {what} ({where}): {exc.message.splitlines()[0]}")
+                    reason = f"engine {what} in {where}: {exc.message.splitlines()[0]} (log: {record.get('log')})"
+                    for chk in checks:
+                        state.results.setdefault(chk.name, CheckResult(
+                            check=chk.name, verdict=Verdict.NOT_RUN, required=chk.required, reason=reason,
+                            summary={"engine_failure": state.crash},
+                        ))
+                    return
 
 
 @contextlib.contextmanager

@@ -47,3 +47,42 @@ def test_agreement_leaves_out_degenerate_tpot_pairs() -> None:
     keep, drop = agreement.split_degenerate(pairs)
     assert keep == [0, 2] and drop == [1, 3, 4]
     assert agreement.split_degenerate([(1.0, 10.0)]) == ([0], [])
+
+
+_fa_spec = importlib.util.spec_from_file_location(
+    "false_alarm_bench", Path(__file__).resolve().parents[2] / "benchmarks" / "false_alarm.py")
+false_alarm = importlib.util.module_from_spec(_fa_spec)
+_fa_spec.loader.exec_module(false_alarm)
+
+
+def _interleaved_data(host: list[float], *, b_factor: float = 1.0, pairs: int = 2, runs: int = 6) -> dict:
+    """Stored interleaved runs of identical engines; run pair k slowed by ``host[k]`` on both sides."""
+    import numpy as np
+
+    from tests.perf.test_perf_gate import _item, fake_run
+
+    rng = np.random.default_rng(0)
+    out = []
+    for lt in range(pairs):
+        for batch in (1, 4):
+            item = _item(point=f"tp1-dcp1-none-b{batch}-ctx32", batch=batch)
+            for k in range(runs):
+                for side in ("baseline", "candidate"):
+                    f = host[k] * (b_factor if side == "candidate" else 1.0)
+                    out.append(fake_run(item, side, lt, k, tpot=5.0 * f, rng=rng).model_dump(mode="json"))
+    return {"design": "interleaved", "runs": out,
+            "args": {"runs": runs, "requests": 24, "output_len": 64, "context": 32}}
+
+
+def test_false_alarm_interleaved_replay_counts_identical_engines_as_passing(capsys: pytest.CaptureFixture[str]) -> None:
+    from fasttrack.scope import load_scope
+
+    gate = load_scope("demo-llama").scope.gates.perf.model_copy(update={"noise_margin": 0.1, "interleave_settle_s": 0.0})
+    false_alarm.analyse_interleaved(_interleaved_data([1.0, 2.5, 1.0, 2.5, 1.0, 1.0]), gate)
+    out = capsys.readouterr().out
+    assert "4 pseudo-comparisons" in out and "paired bootstrap" in out
+    assert "overall (any point fails): 0.0%" in out, out
+    # a candidate 3x slower is what the gate is for: every comparison in the slow orientation fails
+    false_alarm.analyse_interleaved(_interleaved_data([1.0, 2.5, 1.0, 2.5, 1.0, 1.0], b_factor=3.0), gate)
+    out = capsys.readouterr().out
+    assert "overall (any point fails): 50.0%" in out, out
