@@ -114,15 +114,20 @@ async def measure_item(
             break
         s.add(rm)
         runs_here += 1
-        if (looks_here and runs_here >= gate.min_runs and s.has_samples("baseline", gate.gated_metric)
-                and s.has_samples("candidate", gate.gated_metric)):
-            d = look(s, metric=gate.gated_metric, noise_margin=gate.noise_margin, confidence=gate.confidence,
-                     look_no=len(s.looks) + 1, planned_looks=sched.planned_looks, interval=gate.interval)
-            s.looks.append(look_summary(d, s))
-            s.decision, s.final = d.decision, d.final
-            if d.final:
-                break
+        if looks_here and runs_here >= gate.min_runs and take_look(s, gate=gate, sched=sched):
+            break
     return runs_here
+
+
+def take_look(s: ItemState, *, gate: Any, sched: LookSchedule) -> bool:
+    """One sequential look at the gated metric, once both sides have samples of it; True when it is final."""
+    if not (s.has_samples("baseline", gate.gated_metric) and s.has_samples("candidate", gate.gated_metric)):
+        return False
+    d = look(s, metric=gate.gated_metric, noise_margin=gate.noise_margin, confidence=gate.confidence,
+             look_no=len(s.looks) + 1, planned_looks=sched.planned_looks, interval=gate.interval)
+    s.looks.append(look_summary(d, s))
+    s.decision, s.final = d.decision, d.final
+    return d.final
 
 
 PAIR_ORDERS = (("baseline", "candidate"), ("candidate", "baseline"))
@@ -167,14 +172,8 @@ async def measure_pair(
                 return taken
             s.add(rm)
             taken[side] += 1
-        if (looks_here and k + 1 >= gate.min_runs and s.has_samples("baseline", gate.gated_metric)
-                and s.has_samples("candidate", gate.gated_metric)):
-            d = look(s, metric=gate.gated_metric, noise_margin=gate.noise_margin, confidence=gate.confidence,
-                     look_no=len(s.looks) + 1, planned_looks=sched.planned_looks, interval=gate.interval)
-            s.looks.append(look_summary(d, s))
-            s.decision, s.final = d.decision, d.final
-            if d.final:
-                break
+        if looks_here and k + 1 >= gate.min_runs and take_look(s, gate=gate, sched=sched):
+            break
     return taken
 
 
