@@ -89,14 +89,32 @@ def _items(ns: argparse.Namespace) -> tuple[Any, list[WorkItem], Any]:
     return loaded, items, plan.groups[0]
 
 
-def collect(ns: argparse.Namespace) -> dict[str, Any]:
-    from fasttrack.engine import per_request_metrics_args, start_engine
+def _engine_setup(ns: argparse.Namespace) -> tuple[Any, list[WorkItem], Any, Any, list[str]]:
+    """(loaded scope, work items, engine group, model folder, stock engine arguments)."""
+    from fasttrack.engine import per_request_metrics_args
     from fasttrack.models import resolve_model
 
     loaded, items, group = _items(ns)
     model_dir = resolve_model(loaded.scope, log=lambda m: print(m, file=sys.stderr)).model
     args = [*group.args["baseline"], "--served-model-name", loaded.scope.model.served_name or "demo-llama"]
-    args += per_request_metrics_args(args)
+    return loaded, items, group, model_dir, args + per_request_metrics_args(args)
+
+
+async def _one_run(client: Any, it: WorkItem, k: int, inputs: RunInputs, *, side: str, lifetime: int) -> dict[str, Any]:
+    """One run of ``it``, measured as the check measures it (stored as JSON); failed requests end the benchmark."""
+    (recs, extra), tm = await timed(lambda: execute(client, it, k, inputs))
+    rm = compute_run_metrics(recs, workload=it.workload, point=it.point, side=side, lifetime=lifetime,  # type: ignore[arg-type]
+                             run=k, t_start=tm.t_start, t_end=tm.t_end, gpus=0, client_cpu_s=tm.cpu_s, extra=extra,
+                             started_at=tm.wall_start)
+    if rm.failed:
+        raise SystemExit(f"requests failed: {rm.errors}")
+    return rm.model_dump(mode="json")
+
+
+def collect(ns: argparse.Namespace) -> dict[str, Any]:
+    from fasttrack.engine import start_engine
+
+    loaded, items, group, model_dir, args = _engine_setup(ns)
     runs: list[dict[str, Any]] = []
     timing: list[dict[str, float]] = []
     t_all = time.perf_counter()
@@ -112,13 +130,7 @@ def collect(ns: argparse.Namespace) -> dict[str, Any]:
                     for it in items:
                         await warm_up(client, it, inputs)
                         for k in range(ns.runs):
-                            (recs, extra), tm = await timed(lambda: execute(client, it, k, inputs))
-                            rm = compute_run_metrics(recs, workload=it.workload, point=it.point, side="baseline",
-                                                     lifetime=lt, run=k, t_start=tm.t_start, t_end=tm.t_end, gpus=0,
-                                                     client_cpu_s=tm.cpu_s, extra=extra)
-                            if rm.failed:
-                                raise SystemExit(f"requests failed: {rm.errors}")
-                            runs.append(rm.model_dump(mode="json"))
+                            runs.append(await _one_run(client, it, k, inputs, side="baseline", lifetime=lt))
 
             t1 = time.perf_counter()
             run_loop(measure())
@@ -140,14 +152,10 @@ def collect(ns: argparse.Namespace) -> dict[str, Any]:
 
 def collect_interleaved(ns: argparse.Namespace) -> dict[str, Any]:
     """``ns.interleaved`` pairs of stock engines, both up, runs alternating as the check takes them."""
-    from fasttrack.engine import per_request_metrics_args, start_engine
-    from fasttrack.models import resolve_model
+    from fasttrack.engine import start_engine
 
-    loaded, items, group = _items(ns)
+    loaded, items, group, model_dir, args = _engine_setup(ns)
     settle = loaded.scope.gates.perf.interleave_settle_s
-    model_dir = resolve_model(loaded.scope, log=lambda m: print(m, file=sys.stderr)).model
-    args = [*group.args["baseline"], "--served-model-name", loaded.scope.model.served_name or "demo-llama"]
-    args += per_request_metrics_args(args)
     runs: list[dict[str, Any]] = []
     timing: list[dict[str, float]] = []
     t_all = time.perf_counter()
@@ -173,13 +181,7 @@ def collect_interleaved(ns: argparse.Namespace) -> dict[str, Any]:
                             for i, sd in enumerate(PAIR_ORDERS[k % 2]):
                                 if settle and (k or i):
                                     await asyncio.sleep(settle)
-                                (recs, extra), tm = await timed(lambda: execute(clients[sd], it, k, inputs[sd]))
-                                rm = compute_run_metrics(recs, workload=it.workload, point=it.point, side=sd,
-                                                         lifetime=lt, run=k, t_start=tm.t_start, t_end=tm.t_end, gpus=0,
-                                                         client_cpu_s=tm.cpu_s, extra=extra, started_at=tm.wall_start)
-                                if rm.failed:
-                                    raise SystemExit(f"requests failed: {rm.errors}")
-                                runs.append(rm.model_dump(mode="json"))
+                                runs.append(await _one_run(clients[sd], it, k, inputs[sd], side=sd, lifetime=lt))
 
             t1 = time.perf_counter()
             run_loop(measure())
@@ -221,6 +223,40 @@ def _pair_state(item: WorkItem, runs: list[RunMetrics], flip: bool, sched: LookS
     return s
 
 
+def _new_tally(points: list[str]) -> dict[str, dict[str, Any]]:
+    return {p: {"fail": 0, "pred": [], "runs": [], "margins": {m: 0 for m in MARGINS}, "low": 0, "high": 0}
+            for p in points}
+
+
+def _tally(pp: dict[str, Any], s: ItemState, est: Any, gate: Any) -> bool:
+    """Count one comparison at one point: the adaptive gate's decision (``s``) and the fixed
+    design's estimate (``est``); True when the gate failed the identical candidate."""
+    failed = s.decision != "decided_pass"
+    pp["fail"] += failed
+    pp["runs"].append(s.n_runs("baseline") + s.n_runs("candidate"))
+    pp["pred"].append(mde_for_estimate(est, noise_margin=gate.noise_margin).gate_fail_probability_at_parity)
+    for m in MARGINS:
+        pp["margins"][m] += est.ci_low < 1 - m
+    pp["low"] += est.ci_high < 1.0
+    pp["high"] += est.ci_low > 1.0
+    return failed
+
+
+def _print_rates(per_point: dict[str, dict[str, Any]], points: list[str], n: int, *, nominal: float | None) -> None:
+    """The per-point table: false-regression rate, Wilson interval, prediction, (nominal level), runs, margins."""
+    print(f"  {'point':<26}{'false regr.':>12}{'95% Wilson':>18}{'predicted':>11}"
+          + (f"{'nominal':>9}" if nominal is not None else "") + f"{'runs':>6}"
+          + "".join(f"{'m=' + format(m, 'g'):>9}" for m in MARGINS) + f"{'hi<1':>7}{'lo>1':>7}")
+    for p in points:
+        pp = per_point[p]
+        w = wilson_interval(pp["fail"], n, confidence=0.95)
+        print(f"  {p:<26}{pp['fail'] / n:>12.1%}{f'[{w.ci_low:.1%}, {w.ci_high:.1%}]':>18}"
+              f"{statistics.mean(pp['pred']):>11.1%}" + (f"{nominal:>9.1%}" if nominal is not None else "")
+              + f"{statistics.mean(pp['runs']):>6.1f}"
+              + "".join(f"{pp['margins'][m] / n:>9.1%}" for m in MARGINS)
+              + f"{pp['low'] / n:>7.1%}{pp['high'] / n:>7.1%}")
+
+
 def analyse_interleaved(data: dict[str, Any], gate: Any) -> None:
     a = data["args"]
     runs_all = [RunMetrics.model_validate(r) for r in data["runs"]]
@@ -246,8 +282,7 @@ def analyse_interleaved(data: dict[str, Any], gate: Any) -> None:
     comps = [(lt, flip) for lt in pairs for flip in (False, True)]
     n = len(comps)
     any_fail = 0
-    per_point = {p: {"fail": 0, "runs": [], "margins": {m: 0 for m in MARGINS}, "low": 0, "high": 0, "pred": []}
-                 for p in points}
+    per_point = _new_tally(points)
     for lt, flip in comps:
         failed_any = False
         for p in points:
@@ -257,11 +292,6 @@ def analyse_interleaved(data: dict[str, Any], gate: Any) -> None:
                             prompt_len=a["context"], output_len=a["output_len"], requests_per_run=a["requests"],
                             mode="waves")
             s = _pair_state(item, mine, flip, sched, gate)
-            pp = per_point[p]
-            if s.decision != "decided_pass":
-                pp["fail"] += 1
-                failed_any = True
-            pp["runs"].append(s.n_runs("baseline") + s.n_runs("candidate"))
             fx = ItemState(item=item, interleaved=True)
             for sd, other in (("baseline", "candidate"), ("candidate", "baseline")):
                 src = other if flip else sd
@@ -269,23 +299,11 @@ def analyse_interleaved(data: dict[str, Any], gate: Any) -> None:
                     fx.add(r.model_copy(update={"side": sd, "lifetime": 0}))
             est = estimate(fx, metric, confidence=gate.confidence, interval=gate.interval)
             assert est is not None
-            pp["pred"].append(mde_for_estimate(est, noise_margin=gate.noise_margin).gate_fail_probability_at_parity)
-            for m in MARGINS:
-                pp["margins"][m] += est.ci_low < 1 - m
-            pp["low"] += est.ci_high < 1.0
-            pp["high"] += est.ci_low > 1.0
+            failed_any |= _tally(per_point[p], s, est, gate)
         any_fail += failed_any
     alpha1 = (1 - gate.confidence) / 2
     print(f"\ninterleaved (1 pair of lifetimes, both orientations): {n} pseudo-comparisons")
-    print(f"  {'point':<26}{'false regr.':>12}{'95% Wilson':>18}{'predicted':>11}{'runs':>6}"
-          + "".join(f"{'m=' + format(m, 'g'):>9}" for m in MARGINS) + f"{'hi<1':>7}{'lo>1':>7}")
-    for p in points:
-        pp = per_point[p]
-        w = wilson_interval(pp["fail"], n, confidence=0.95)
-        print(f"  {p:<26}{pp['fail'] / n:>12.1%}{f'[{w.ci_low:.1%}, {w.ci_high:.1%}]':>18}"
-              f"{statistics.mean(pp['pred']):>11.1%}{statistics.mean(pp['runs']):>6.1f}"
-              + "".join(f"{pp['margins'][m] / n:>9.1%}" for m in MARGINS)
-              + f"{pp['low'] / n:>7.1%}{pp['high'] / n:>7.1%}")
+    _print_rates(per_point, points, n, nominal=None)
     w = wilson_interval(any_fail, n, confidence=0.95)
     print(f"  overall (any point fails): {any_fail / n:.1%} [{w.ci_low:.1%}, {w.ci_high:.1%}]; the two orientations of "
           f"a pair are not independent, so the Wilson intervals are optimistic; hi<1 / lo>1 = the nominal paired "
@@ -387,38 +405,19 @@ def analyse(data: dict[str, Any], ns: argparse.Namespace) -> None:
         sched = LookSchedule.for_group(order, min_runs=gate.min_runs, max_runs=gate.max_runs)
         t0 = time.perf_counter()
         any_fail = 0
-        per_point: dict[str, dict[str, Any]] = {p: {"fail": 0, "pred": [], "runs": [], "margins": {m: 0 for m in MARGINS},
-                                                     "low": 0, "high": 0} for p in points}
+        per_point = _new_tally(points)
         for b_lts, c_lts in comps:
             failed_any = False
             for p in points:
                 s = _state(items[p], by[p], b_lts, c_lts, sched, gate)
-                pp = per_point[p]
-                if s.decision != "decided_pass":
-                    pp["fail"] += 1
-                    failed_any = True
-                pp["runs"].append(s.n_runs("baseline") + s.n_runs("candidate"))
                 fx = _fixed(items[p], by[p], b_lts, c_lts, gate.min_runs)
                 est = estimate(fx, metric, confidence=gate.confidence, interval=gate.interval)
                 assert est is not None
-                mde = mde_for_estimate(est, noise_margin=gate.noise_margin)
-                pp["pred"].append(mde.gate_fail_probability_at_parity)
-                for m in MARGINS:
-                    pp["margins"][m] += est.ci_low < 1 - m
-                pp["low"] += est.ci_high < 1.0
-                pp["high"] += est.ci_low > 1.0
+                failed_any |= _tally(per_point[p], s, est, gate)
             any_fail += failed_any
         n = len(comps)
         print(f"\n{name}: {n} pseudo-comparisons ({time.perf_counter() - t0:.0f} s to analyse)")
-        print(f"  {'point':<26}{'false regr.':>12}{'95% Wilson':>18}{'predicted':>11}{'nominal':>9}{'runs':>6}"
-              + "".join(f"{'m=' + format(m, 'g'):>9}" for m in MARGINS) + f"{'hi<1':>7}{'lo>1':>7}")
-        for p in points:
-            pp = per_point[p]
-            w = wilson_interval(pp["fail"], n, confidence=0.95)
-            print(f"  {p:<26}{pp['fail'] / n:>12.1%}{f'[{w.ci_low:.1%}, {w.ci_high:.1%}]':>18}"
-                  f"{statistics.mean(pp['pred']):>11.1%}{alpha1:>9.1%}{statistics.mean(pp['runs']):>6.1f}"
-                  + "".join(f"{pp['margins'][m] / n:>9.1%}" for m in MARGINS)
-                  + f"{pp['low'] / n:>7.1%}{pp['high'] / n:>7.1%}")
+        _print_rates(per_point, points, n, nominal=alpha1)
         w = wilson_interval(any_fail, n, confidence=0.95)
         print(f"  overall (any point fails): {any_fail / n:.1%} [{w.ci_low:.1%}, {w.ci_high:.1%}] over {len(points)} points "
               f"(intersection-union: up to {len(points)} x the per-point rate)")
