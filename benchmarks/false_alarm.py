@@ -63,7 +63,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from fasttrack.checks.perf import PAIR_ORDERS, measure_item, measure_pair  # noqa: E402
+from fasttrack.checks.perf import measure_item, measure_pair  # noqa: E402
 from fasttrack.perf.analysis import ItemState, estimate  # noqa: E402
 from fasttrack.perf.loadgen import PerfClient, run_loop, timed  # noqa: E402
 from fasttrack.perf.metrics import METRICS, RunMetrics, compute_run_metrics  # noqa: E402
@@ -100,15 +100,16 @@ def _engine_setup(ns: argparse.Namespace) -> tuple[Any, list[WorkItem], Any, Any
     return loaded, items, group, model_dir, args + per_request_metrics_args(args)
 
 
-async def _one_run(client: Any, it: WorkItem, k: int, inputs: RunInputs, *, side: str, lifetime: int) -> dict[str, Any]:
-    """One run of ``it``, measured as the check measures it (stored as JSON); failed requests end the benchmark."""
+async def _one_run(client: Any, it: WorkItem, k: int, inputs: RunInputs, *, side: str, lifetime: int) -> RunMetrics:
+    """One run of ``it``, measured as the check measures it; failed requests end the benchmark (SystemExit,
+    which ``measure_pair`` does not catch)."""
     (recs, extra), tm = await timed(lambda: execute(client, it, k, inputs))
     rm = compute_run_metrics(recs, workload=it.workload, point=it.point, side=side, lifetime=lifetime,  # type: ignore[arg-type]
                              run=k, t_start=tm.t_start, t_end=tm.t_end, gpus=0, client_cpu_s=tm.cpu_s, extra=extra,
                              started_at=tm.wall_start)
     if rm.failed:
         raise SystemExit(f"requests failed: {rm.errors}")
-    return rm.model_dump(mode="json")
+    return rm
 
 
 def collect(ns: argparse.Namespace) -> dict[str, Any]:
@@ -130,7 +131,8 @@ def collect(ns: argparse.Namespace) -> dict[str, Any]:
                     for it in items:
                         await warm_up(client, it, inputs)
                         for k in range(ns.runs):
-                            runs.append(await _one_run(client, it, k, inputs, side="baseline", lifetime=lt))
+                            runs.append((await _one_run(client, it, k, inputs, side="baseline", lifetime=lt))
+                                        .model_dump(mode="json"))
 
             t1 = time.perf_counter()
             run_loop(measure())
@@ -155,7 +157,9 @@ def collect_interleaved(ns: argparse.Namespace) -> dict[str, Any]:
     from fasttrack.engine import start_engine
 
     loaded, items, group, model_dir, args = _engine_setup(ns)
-    settle = loaded.scope.gates.perf.interleave_settle_s
+    # the check's own interleaving (order, settle pause), with a fixed number of run pairs and no looks
+    fixed = loaded.scope.gates.perf.model_copy(update={"min_runs": ns.runs, "max_runs": ns.runs})
+    sched = LookSchedule.for_group(["baseline", "candidate"], min_runs=ns.runs, max_runs=ns.runs, interleaved=True)
     runs: list[dict[str, Any]] = []
     timing: list[dict[str, float]] = []
     t_all = time.perf_counter()
@@ -177,11 +181,15 @@ def collect_interleaved(ns: argparse.Namespace) -> dict[str, Any]:
                     for it in items:
                         for sd in ("baseline", "candidate"):
                             await warm_up(clients[sd], it, inputs[sd])
-                        for k in range(ns.runs):
-                            for i, sd in enumerate(PAIR_ORDERS[k % 2]):
-                                if settle and (k or i):
-                                    await asyncio.sleep(settle)
-                                runs.append(await _one_run(clients[sd], it, k, inputs[sd], side=sd, lifetime=lt))
+                        def runner(sd: str, it: WorkItem = it):
+                            async def run_once(k: int) -> RunMetrics:
+                                rm = await _one_run(clients[sd], it, k, inputs[sd], side=sd, lifetime=lt)
+                                runs.append(rm.model_dump(mode="json"))
+                                return rm
+                            return run_once
+
+                        await measure_pair(ItemState(item=it), lifetime=lt, looks_here=False, sched=sched, gate=fixed,
+                                           run_once={sd: runner(sd) for sd in ("baseline", "candidate")})
 
             t1 = time.perf_counter()
             run_loop(measure())

@@ -308,7 +308,7 @@ def _drive_engines(opts: ValidateOptions, ctx: RunContext, plan: Plan, checks: l
                                 records[side].setdefault("check_seconds", {})[chk.name] = round(time.perf_counter() - t0, 3)
                                 engines[side].check_alive()
                         current = None
-                        for chk in (pair_checks if len(up) > 1 else []):
+                        for chk in pair_checks:  # non-empty only when both sides are up together
                             current = chk.name
                             failing = None
                             progress(f"[{n}/{total}] {group.id} baseline + candidate (lifetime {lifetime + 1}/"

@@ -87,6 +87,11 @@ def gpus_from_args(args: list[str], default: int) -> int:
     return tp * pp * dp
 
 
+def _engine_gpus(engine: Any, group: Any) -> int:
+    """GPUs one engine of ``group`` uses (0 on CPU hosts)."""
+    return gpus_from_args(list(getattr(engine, "args", []) or []), group.gpus) if group.gpus else 0
+
+
 async def measure_item(
     s: ItemState,
     *,
@@ -158,7 +163,7 @@ async def measure_pair(
     s.interleaved = True
     taken = {"baseline": 0, "candidate": 0}
     limit = gate.max_runs if looks_here else gate.min_runs
-    settle = float(getattr(gate, "interleave_settle_s", 0.0) or 0.0)
+    settle = gate.interleave_settle_s
     for k in range(limit):
         for i, side in enumerate(PAIR_ORDERS[k % 2]):
             if settle and (k or i):
@@ -327,8 +332,7 @@ class PerfCheck(Check):
         items = [s for s in st.items.values() if s.item.group == group.id]
         todo = [s for s in items if not s.final]
         engines = {side: sessions[side].engine for side in SIDES}
-        gpus = {side: (gpus_from_args(list(getattr(e, "args", []) or []), group.gpus) if group.gpus else 0)
-                for side, e in engines.items()}
+        gpus = {side: _engine_gpus(e, group) for side, e in engines.items()}
         t_life = time.perf_counter()
         record: dict[str, Any] = {"group": group.id, "side": "interleaved", "lifetime": lifetime,
                                   "looks_allowed": looks_here, "drift_only": False, "items": len(todo),
@@ -402,7 +406,7 @@ class PerfCheck(Check):
         drift_only = sched.is_drift_lifetime(side, lifetime)
         items = [s for s in st.items.values() if s.item.group == group.id]
         todo = items if drift_only else [s for s in items if not s.final]
-        gpus = gpus_from_args(list(getattr(engine, "args", []) or []), group.gpus) if group.gpus else 0
+        gpus = _engine_gpus(engine, group)
         t_life = time.perf_counter()
         record: dict[str, Any] = {"group": group.id, "side": side, "lifetime": lifetime, "looks_allowed": looks_here,
                                   "drift_only": drift_only,
