@@ -16,7 +16,9 @@ PENDING: dict[str, str] = {}
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         for prefix, why in PENDING.items():
-            if item.nodeid == prefix or item.nodeid.startswith(prefix + "::") or (
-                "::" in prefix and item.nodeid.startswith(prefix)
+            if (
+                item.nodeid == prefix
+                or item.nodeid.startswith(prefix + "::")
+                or ("::" in prefix and item.nodeid.startswith(prefix))
             ):
                 item.add_marker(pytest.mark.pending(reason=why))

@@ -53,12 +53,40 @@ def vllm_args(url: str, model: str, tokenizer: str, ns: argparse.Namespace) -> C
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
     argv = [
-        "--backend", "openai", "--base-url", url, "--endpoint", "/v1/completions",
-        "--model", model, "--tokenizer", tokenizer,
-        "--dataset-name", "random", "--random-input-len", str(ns.input_len), "--random-output-len", str(ns.output_len),
-        "--num-prompts", str(ns.num_prompts), "--max-concurrency", str(ns.concurrency), "--request-rate", "inf",
-        "--ignore-eos", "--temperature", "0", "--seed", str(ns.seed), "--disable-tqdm",
-        "--num-warmups", "0", "--ready-check-timeout-sec", "0", "--percentile-metrics", "ttft,tpot,itl,e2el",
+        "--backend",
+        "openai",
+        "--base-url",
+        url,
+        "--endpoint",
+        "/v1/completions",
+        "--model",
+        model,
+        "--tokenizer",
+        tokenizer,
+        "--dataset-name",
+        "random",
+        "--random-input-len",
+        str(ns.input_len),
+        "--random-output-len",
+        str(ns.output_len),
+        "--num-prompts",
+        str(ns.num_prompts),
+        "--max-concurrency",
+        str(ns.concurrency),
+        "--request-rate",
+        "inf",
+        "--ignore-eos",
+        "--temperature",
+        "0",
+        "--seed",
+        str(ns.seed),
+        "--disable-tqdm",
+        "--num-warmups",
+        "0",
+        "--ready-check-timeout-sec",
+        "0",
+        "--percentile-metrics",
+        "ttft,tpot,itl,e2el",
     ]
 
     def make() -> argparse.Namespace:
@@ -97,27 +125,49 @@ class VllmClient:
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
             res = self.serve.main(self.make_args())
-        return {"median_tpot_ms": float(res["median_tpot_ms"]), "output_throughput": float(res["output_throughput"]),
-                "tokens": int(res["total_output_tokens"]), "cpu_s": self.cpu_s, "completed": int(res["completed"])}
+        return {
+            "median_tpot_ms": float(res["median_tpot_ms"]),
+            "output_throughput": float(res["output_throughput"]),
+            "tokens": int(res["total_output_tokens"]),
+            "cpu_s": self.cpu_s,
+            "completed": int(res["completed"]),
+        }
 
     def close(self) -> None:
         self.serve.benchmark = self._original
 
 
 def fasttrack_run(url: str, model: str, prompts: list[Any], concurrency: int) -> dict[str, Any]:
-    reqs = [GenRequest(id=str(i), prompt=p.prompt, max_tokens=int(p.expected_output_len)) for i, p in enumerate(prompts)]
+    reqs = [
+        GenRequest(id=str(i), prompt=p.prompt, max_tokens=int(p.expected_output_len)) for i, p in enumerate(prompts)
+    ]
 
     async def go() -> Any:
         async with PerfClient(url, model=model) as client:
             return await timed(lambda: run_closed(client, reqs, concurrency=concurrency))
 
     recs, tm = run_loop(go())
-    m = compute_run_metrics(recs, workload="agreement", point="agreement", side="baseline", lifetime=0, run=0,
-                            t_start=tm.t_start, t_end=tm.t_end, gpus=0, client_cpu_s=tm.cpu_s)
+    m = compute_run_metrics(
+        recs,
+        workload="agreement",
+        point="agreement",
+        side="baseline",
+        lifetime=0,
+        run=0,
+        t_start=tm.t_start,
+        t_end=tm.t_end,
+        gpus=0,
+        client_cpu_s=tm.cpu_s,
+    )
     if m.failed:
         raise SystemExit(f"fasttrack client: {m.failed} requests failed: {m.errors}")
-    return {"median_tpot_ms": statistics.median(m.tpot_ms), "output_throughput": m.output_throughput,
-            "tokens": m.output_tokens, "cpu_s": tm.cpu_s, "completed": m.requests - m.failed}
+    return {
+        "median_tpot_ms": statistics.median(m.tpot_ms),
+        "output_throughput": m.output_throughput,
+        "tokens": m.output_tokens,
+        "cpu_s": tm.cpu_s,
+        "completed": m.requests - m.failed,
+    }
 
 
 def warm(url: str, model: str, prompts: list[Any], concurrency: int) -> None:
@@ -148,7 +198,9 @@ client difference: under load a stream can reach a client in one read, and a TPO
 as (end-to-end latency - TTFT) / (tokens - 1) is then about 0."""
 
 
-def split_degenerate(pairs: list[tuple[float, float]], factor: float = DEGENERATE_FACTOR) -> tuple[list[int], list[int]]:
+def split_degenerate(
+    pairs: list[tuple[float, float]], factor: float = DEGENERATE_FACTOR
+) -> tuple[list[int], list[int]]:
     """Indices of usable and of degenerate pairs of (fasttrack, vLLM) median TPOTs.
 
     A pair is degenerate when either value is not positive or one is more than ``factor``
@@ -212,8 +264,13 @@ def main(argv: list[str] | None = None) -> int:
         group = build_plan(loaded.scope, tier="smoke").groups[0]
         args = [*group.args["baseline"], "--served-model-name", ns.model]
         t0 = time.perf_counter()
-        engine = start_engine(side="baseline", model=model_dir, args=args, env=group.env["baseline"],
-                              log_dir=Path("/tmp") / "fasttrack-agreement-logs")
+        engine = start_engine(
+            side="baseline",
+            model=model_dir,
+            args=args,
+            env=group.env["baseline"],
+            log_dir=Path("/tmp") / "fasttrack-agreement-logs",
+        )
         print(f"engine up in {time.perf_counter() - t0:.0f} s at {engine.base_url}", file=sys.stderr)
         url, tokenizer = engine.base_url, tokenizer or model_dir
     if tokenizer is None:
@@ -232,10 +289,12 @@ def main(argv: list[str] | None = None) -> int:
                 for who in order:
                     pair[who] = vc.run() if who == "vllm" else fasttrack_run(url, ns.model, vc.prompts, ns.concurrency)
                 rows.append(pair)
-                print(f"pair {k + 1}/{ns.repeats}: TPOT vLLM {pair['vllm']['median_tpot_ms']:.3f} ms, fasttrack "
-                      f"{pair['fasttrack']['median_tpot_ms']:.3f} ms; throughput vLLM "
-                      f"{pair['vllm']['output_throughput']:.0f}, fasttrack {pair['fasttrack']['output_throughput']:.0f} tok/s",
-                      file=sys.stderr)
+                print(
+                    f"pair {k + 1}/{ns.repeats}: TPOT vLLM {pair['vllm']['median_tpot_ms']:.3f} ms, fasttrack "
+                    f"{pair['fasttrack']['median_tpot_ms']:.3f} ms; throughput vLLM "
+                    f"{pair['vllm']['output_throughput']:.0f}, fasttrack {pair['fasttrack']['output_throughput']:.0f} tok/s",
+                    file=sys.stderr,
+                )
         finally:
             vc.close()
     finally:
@@ -244,39 +303,58 @@ def main(argv: list[str] | None = None) -> int:
 
     def summary(who: str) -> dict[str, float]:
         xs = [r[who] for r in rows]
-        return {"median_tpot_ms": statistics.median(x["median_tpot_ms"] for x in xs),
-                "output_throughput": statistics.median(x["output_throughput"] for x in xs),
-                "cpu_us_per_token": 1e6 * sum(x["cpu_s"] for x in xs) / sum(x["tokens"] for x in xs)}
+        return {
+            "median_tpot_ms": statistics.median(x["median_tpot_ms"] for x in xs),
+            "output_throughput": statistics.median(x["output_throughput"] for x in xs),
+            "cpu_us_per_token": 1e6 * sum(x["cpu_s"] for x in xs) / sum(x["tokens"] for x in xs),
+        }
 
     v, f = summary("vllm"), summary("fasttrack")
     tpots = [(r["fasttrack"]["median_tpot_ms"], r["vllm"]["median_tpot_ms"]) for r in rows]
     keep, dropped = split_degenerate(tpots)
     tpot_r = [tpots[i][0] / tpots[i][1] for i in keep]
     thr_r = [r["fasttrack"]["output_throughput"] / r["vllm"]["output_throughput"] for r in rows]
-    print(f"\nworkload: random prompts of {ns.input_len} tokens, {ns.output_len} output tokens (ignore_eos, greedy), "
-          f"{ns.num_prompts} requests at concurrency {ns.concurrency}; {ns.repeats} alternating pairs")
+    print(
+        f"\nworkload: random prompts of {ns.input_len} tokens, {ns.output_len} output tokens (ignore_eos, greedy), "
+        f"{ns.num_prompts} requests at concurrency {ns.concurrency}; {ns.repeats} alternating pairs"
+    )
     print(f"{'client':<12}{'median TPOT (ms)':>18}{'output tok/s':>15}{'client CPU us/token':>22}")
     for who, s in (("vLLM", v), ("fasttrack", f)):
         print(f"{who:<12}{s['median_tpot_ms']:>18.3f}{s['output_throughput']:>15.0f}{s['cpu_us_per_token']:>22.1f}")
     for i in dropped:
-        print(f"pair {i + 1} left out of the TPOT ratio: median TPOT fasttrack {tpots[i][0]:.3f} "
-              f"ms, vLLM {tpots[i][1]:.3f} ms differ more than {DEGENERATE_FACTOR:g}x (a stream "
-              "delivered in one read makes (latency - TTFT) / (tokens - 1) about 0); its throughputs are kept")
+        print(
+            f"pair {i + 1} left out of the TPOT ratio: median TPOT fasttrack {tpots[i][0]:.3f} "
+            f"ms, vLLM {tpots[i][1]:.3f} ms differ more than {DEGENERATE_FACTOR:g}x (a stream "
+            "delivered in one read makes (latency - TTFT) / (tokens - 1) about 0); its throughputs are kept"
+        )
     verdicts, intervals = [], {}
     for key, name, rs in (("tpot_ratio", "median TPOT", tpot_r), ("throughput_ratio", "output throughput", thr_r)):
         g, lo, hi = intervals[key] = ratio_interval(rs)
         verdicts.append(agreement_verdict(lo, hi))
         need = pairs_needed(rs)
-        print(f"ratio fasttrack/vLLM, {name + ':':<19}{g:.4f}, 95% t interval over {len(rs)} pairs [{lo:.3f}, {hi:.3f}] "
-              f"(pair range {min(rs):.3f}-{max(rs):.3f}); {verdicts[-1]}"
-              + (f"; about {need} pairs would resolve 2% at this spread" if need else ""))
+        print(
+            f"ratio fasttrack/vLLM, {name + ':':<19}{g:.4f}, 95% t interval over {len(rs)} pairs [{lo:.3f}, {hi:.3f}] "
+            f"(pair range {min(rs):.3f}-{max(rs):.3f}); {verdicts[-1]}"
+            + (f"; about {need} pairs would resolve 2% at this spread" if need else "")
+        )
     overall = "met" if all(v == "met" for v in verdicts) else "not met" if "not met" in verdicts else "inconclusive"
     print(f"target |ratio - 1| <= {TOLERANCE:.0%} (both intervals inside): {overall}")
     if ns.json:
-        ns.json.write_text(json.dumps({"args": vars(ns) | {"json": str(ns.json)}, "pairs": rows, "vllm": v,
-                                       "fasttrack": f, **intervals, "tpot_pairs_left_out": [i + 1 for i in dropped],
-                                       "target": overall},
-                                      indent=1, default=str))
+        ns.json.write_text(
+            json.dumps(
+                {
+                    "args": vars(ns) | {"json": str(ns.json)},
+                    "pairs": rows,
+                    "vllm": v,
+                    "fasttrack": f,
+                    **intervals,
+                    "tpot_pairs_left_out": [i + 1 for i in dropped],
+                    "target": overall,
+                },
+                indent=1,
+                default=str,
+            )
+        )
     return 0
 
 

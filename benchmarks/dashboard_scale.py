@@ -46,9 +46,15 @@ def plan_specs(n: int, seed: int = 0) -> list[tuple[str, Spec, str, bool]]:
         fail = tuple(rng.sample(CHECKS, rng.choice((1, 1, 2)))) if r < 0.2 else ()
         not_run = tuple(c for c in rng.sample(CHECKS, 1) if c not in fail) if 0.2 <= r < 0.3 else ()
         spec = Spec(
-            model=model, seed=i, pr_number=60000 + pr, head_sha=head, fail=fail, not_run=not_run,
+            model=model,
+            seed=i,
+            pr_number=60000 + pr,
+            head_sha=head,
+            fail=fail,
+            not_run=not_run,
             isolation=rng.choices(("pass", "fail", "review"), (0.93, 0.04, 0.03))[0],
-            rehearsal=rng.random() < 0.05, speedup=rng.uniform(0.98, 1.5),
+            rehearsal=rng.random() < 0.05,
+            speedup=rng.uniform(0.98, 1.5),
             created=f"2026-{1 + i % 12:02d}-{1 + i % 28:02d}T{i % 24:02d}:{i % 60:02d}:00+00:00",
         )
         signer = rng.choices(("trusted", "none", "other", "tampered"), (0.88, 0.05, 0.05, 0.02))[0]
@@ -114,8 +120,10 @@ def main(argv: list[str] | None = None) -> int:
         pub = [keys / "trusted" / "ci.pub"]
 
         cold = build_site(bundles, site, keys=pub, jobs=args.jobs)
-        print(f"cold build:          {cold.seconds:7.2f} s  ({cold.read} bundles read, {len(cold.errors)} errors, "
-              f"{cold.seconds / max(cold.read, 1) * 1000:.1f} ms per bundle with {args.jobs} worker(s))")
+        print(
+            f"cold build:          {cold.seconds:7.2f} s  ({cold.read} bundles read, {len(cold.errors)} errors, "
+            f"{cold.seconds / max(cold.read, 1) * 1000:.1f} ms per bundle with {args.jobs} worker(s))"
+        )
         warm = build_site(bundles, site, keys=pub, jobs=args.jobs)
         print(f"incremental rebuild: {warm.seconds:7.2f} s  ({warm.read} read, {warm.reused} unchanged)")
         # a few bundles arrive, one changes, one goes away
@@ -126,8 +134,10 @@ def main(argv: list[str] | None = None) -> int:
         for name, spec, signer, tar in plan_specs(10, seed=99):
             _make((f"zz-new-{name}", spec, signer, tar, str(bundles)))
         delta = build_site(bundles, site, keys=pub, jobs=args.jobs)
-        print(f"rebuild after +10/~1/-1: {delta.seconds:5.2f} s  ({delta.read} read, {delta.reused} unchanged, "
-              f"{delta.removed} removed; {delta.bundles} bundles)")
+        print(
+            f"rebuild after +10/~1/-1: {delta.seconds:5.2f} s  ({delta.read} read, {delta.reused} unchanged, "
+            f"{delta.removed} removed; {delta.bundles} bundles)"
+        )
         size = sum(p.stat().st_size for p in site.rglob("*") if p.is_file())
         print(f"site: {site} ({size / 1e6:.1f} MB; index.html {(site / 'index.html').stat().st_size / 1e6:.2f} MB)")
     finally:

@@ -52,7 +52,6 @@ import argparse
 import asyncio
 import itertools
 import json
-import math
 import random
 import statistics
 import sys
@@ -104,9 +103,20 @@ async def _one_run(client: Any, it: WorkItem, k: int, inputs: RunInputs, *, side
     """One run of ``it``, measured as the check measures it; failed requests end the benchmark (SystemExit,
     which ``measure_pair`` does not catch)."""
     (recs, extra), tm = await timed(lambda: execute(client, it, k, inputs))
-    rm = compute_run_metrics(recs, workload=it.workload, point=it.point, side=side, lifetime=lifetime,  # type: ignore[arg-type]
-                             run=k, t_start=tm.t_start, t_end=tm.t_end, gpus=0, client_cpu_s=tm.cpu_s, extra=extra,
-                             started_at=tm.wall_start)
+    rm = compute_run_metrics(
+        recs,
+        workload=it.workload,
+        point=it.point,
+        side=side,
+        lifetime=lifetime,  # type: ignore[arg-type]
+        run=k,
+        t_start=tm.t_start,
+        t_end=tm.t_end,
+        gpus=0,
+        client_cpu_s=tm.cpu_s,
+        extra=extra,
+        started_at=tm.wall_start,
+    )
     if rm.failed:
         raise SystemExit(f"requests failed: {rm.errors}")
     return rm
@@ -121,18 +131,29 @@ def collect(ns: argparse.Namespace) -> dict[str, Any]:
     t_all = time.perf_counter()
     for lt in range(ns.lifetimes):
         t0 = time.perf_counter()
-        eng = start_engine(side="baseline", model=model_dir, args=args, env=group.env["baseline"],
-                           log_dir=Path("/tmp") / "fasttrack-false-alarm-logs")
+        eng = start_engine(
+            side="baseline",
+            model=model_dir,
+            args=args,
+            env=group.env["baseline"],
+            log_dir=Path("/tmp") / "fasttrack-false-alarm-logs",
+        )
         up = time.perf_counter() - t0
         try:
+
             async def measure() -> None:
-                inputs = RunInputs(pool=await pool_from_engine(eng), max_model_len=loaded.scope.envelope.context.max_model_len)
+                inputs = RunInputs(
+                    pool=await pool_from_engine(eng), max_model_len=loaded.scope.envelope.context.max_model_len
+                )
                 async with PerfClient(eng.base_url, model=eng.model) as client:
                     for it in items:
                         await warm_up(client, it, inputs)
                         for k in range(ns.runs):
-                            runs.append((await _one_run(client, it, k, inputs, side="baseline", lifetime=lt))
-                                        .model_dump(mode="json"))
+                            runs.append(
+                                (await _one_run(client, it, k, inputs, side="baseline", lifetime=lt)).model_dump(
+                                    mode="json"
+                                )
+                            )
 
             t1 = time.perf_counter()
             run_loop(measure())
@@ -140,16 +161,26 @@ def collect(ns: argparse.Namespace) -> dict[str, Any]:
         finally:
             eng.stop()
         timing.append({"start_s": round(up, 1), "measure_s": round(took, 1)})
+
         def med(it: WorkItem, field: str) -> float:
-            vals = [statistics.median(r[field]) for r in runs
-                    if r["lifetime"] == lt and r["point"] == it.point and r.get(field)]
+            vals = [
+                statistics.median(r[field])
+                for r in runs
+                if r["lifetime"] == lt and r["point"] == it.point and r.get(field)
+            ]
             return statistics.median(vals) if vals else float("nan")
 
-        print(f"lifetime {lt + 1}/{ns.lifetimes}: start {up:.0f} s, measure {took:.0f} s, median TPOT client / engine "
-              + ", ".join(f"b{it.batch} {med(it, 'tpot_ms'):.3f} / {med(it, 'engine_tpot_ms'):.3f} ms" for it in items),
-              file=sys.stderr)
-    return {"args": {k: v for k, v in vars(ns).items() if k not in ("json", "from_json")}, "runs": runs,
-            "timing": timing, "wall_s": round(time.perf_counter() - t_all, 1)}
+        print(
+            f"lifetime {lt + 1}/{ns.lifetimes}: start {up:.0f} s, measure {took:.0f} s, median TPOT client / engine "
+            + ", ".join(f"b{it.batch} {med(it, 'tpot_ms'):.3f} / {med(it, 'engine_tpot_ms'):.3f} ms" for it in items),
+            file=sys.stderr,
+        )
+    return {
+        "args": {k: v for k, v in vars(ns).items() if k not in ("json", "from_json")},
+        "runs": runs,
+        "timing": timing,
+        "wall_s": round(time.perf_counter() - t_all, 1),
+    }
 
 
 def collect_interleaved(ns: argparse.Namespace) -> dict[str, Any]:
@@ -168,28 +199,44 @@ def collect_interleaved(ns: argparse.Namespace) -> dict[str, Any]:
         engines: dict[str, Any] = {}
         try:
             for side in ("baseline", "candidate"):
-                engines[side] = start_engine(side=side, model=model_dir, args=args, env=group.env["baseline"],
-                                             log_dir=Path("/tmp") / "fasttrack-false-alarm-logs", exclusive=not engines)
+                engines[side] = start_engine(
+                    side=side,
+                    model=model_dir,
+                    args=args,
+                    env=group.env["baseline"],
+                    log_dir=Path("/tmp") / "fasttrack-false-alarm-logs",
+                    exclusive=not engines,
+                )
             up = time.perf_counter() - t0
 
             async def measure() -> None:
                 mml = loaded.scope.envelope.context.max_model_len
                 inputs = {sd: RunInputs(pool=await pool_from_engine(e), max_model_len=mml) for sd, e in engines.items()}
-                async with PerfClient(engines["baseline"].base_url, model=engines["baseline"].model) as cb, \
-                        PerfClient(engines["candidate"].base_url, model=engines["candidate"].model) as cc:
+                async with (
+                    PerfClient(engines["baseline"].base_url, model=engines["baseline"].model) as cb,
+                    PerfClient(engines["candidate"].base_url, model=engines["candidate"].model) as cc,
+                ):
                     clients = {"baseline": cb, "candidate": cc}
                     for it in items:
                         for sd in ("baseline", "candidate"):
                             await warm_up(clients[sd], it, inputs[sd])
+
                         def runner(sd: str, it: WorkItem = it):
                             async def run_once(k: int) -> RunMetrics:
                                 rm = await _one_run(clients[sd], it, k, inputs[sd], side=sd, lifetime=lt)
                                 runs.append(rm.model_dump(mode="json"))
                                 return rm
+
                             return run_once
 
-                        await measure_pair(ItemState(item=it), lifetime=lt, looks_here=False, sched=sched, gate=fixed,
-                                           run_once={sd: runner(sd) for sd in ("baseline", "candidate")})
+                        await measure_pair(
+                            ItemState(item=it),
+                            lifetime=lt,
+                            looks_here=False,
+                            sched=sched,
+                            gate=fixed,
+                            run_once={sd: runner(sd) for sd in ("baseline", "candidate")},
+                        )
 
             t1 = time.perf_counter()
             run_loop(measure())
@@ -200,15 +247,25 @@ def collect_interleaved(ns: argparse.Namespace) -> dict[str, Any]:
         timing.append({"start_s": round(up, 1), "measure_s": round(took, 1)})
 
         def med(it: WorkItem, sd: str) -> float:
-            vals = [statistics.median(r["engine_tpot_ms"]) for r in runs
-                    if r["lifetime"] == lt and r["point"] == it.point and r["side"] == sd and r.get("engine_tpot_ms")]
+            vals = [
+                statistics.median(r["engine_tpot_ms"])
+                for r in runs
+                if r["lifetime"] == lt and r["point"] == it.point and r["side"] == sd and r.get("engine_tpot_ms")
+            ]
             return statistics.median(vals) if vals else float("nan")
 
-        print(f"pair {lt + 1}/{ns.interleaved}: start {up:.0f} s, measure {took:.0f} s, median engine TPOT A / B "
-              + ", ".join(f"b{it.batch} {med(it, 'baseline'):.3f} / {med(it, 'candidate'):.3f} ms" for it in items),
-              file=sys.stderr)
-    return {"args": {k: v for k, v in vars(ns).items() if k not in ("json", "from_json")}, "design": "interleaved",
-            "runs": runs, "timing": timing, "wall_s": round(time.perf_counter() - t_all, 1)}
+        print(
+            f"pair {lt + 1}/{ns.interleaved}: start {up:.0f} s, measure {took:.0f} s, median engine TPOT A / B "
+            + ", ".join(f"b{it.batch} {med(it, 'baseline'):.3f} / {med(it, 'candidate'):.3f} ms" for it in items),
+            file=sys.stderr,
+        )
+    return {
+        "args": {k: v for k, v in vars(ns).items() if k not in ("json", "from_json")},
+        "design": "interleaved",
+        "runs": runs,
+        "timing": timing,
+        "wall_s": round(time.perf_counter() - t_all, 1),
+    }
 
 
 def _pair_state(item: WorkItem, runs: list[RunMetrics], flip: bool, sched: LookSchedule, gate: Any) -> ItemState:
@@ -223,17 +280,27 @@ def _pair_state(item: WorkItem, runs: list[RunMetrics], flip: bool, sched: LookS
             if j >= len(by_side[sd]):
                 raise IndexError(f"only {len(by_side[sd])} stored runs per side; use --runs >= max_runs")
             return by_side[sd][j].model_copy(update={"side": sd, "lifetime": 0})
+
         return run_once
 
     no_settle = gate.model_copy(update={"interleave_settle_s": 0.0})
-    asyncio.run(measure_pair(s, lifetime=0, looks_here=sched.pair_looks_allowed(0), sched=sched, gate=no_settle,
-                             run_once={sd: make(sd) for sd in ("baseline", "candidate")}))
+    asyncio.run(
+        measure_pair(
+            s,
+            lifetime=0,
+            looks_here=sched.pair_looks_allowed(0),
+            sched=sched,
+            gate=no_settle,
+            run_once={sd: make(sd) for sd in ("baseline", "candidate")},
+        )
+    )
     return s
 
 
 def _new_tally(points: list[str]) -> dict[str, dict[str, Any]]:
-    return {p: {"fail": 0, "pred": [], "runs": [], "margins": {m: 0 for m in MARGINS}, "low": 0, "high": 0}
-            for p in points}
+    return {
+        p: {"fail": 0, "pred": [], "runs": [], "margins": {m: 0 for m in MARGINS}, "low": 0, "high": 0} for p in points
+    }
 
 
 def _tally(pp: dict[str, Any], s: ItemState, est: Any, gate: Any) -> bool:
@@ -252,17 +319,24 @@ def _tally(pp: dict[str, Any], s: ItemState, est: Any, gate: Any) -> bool:
 
 def _print_rates(per_point: dict[str, dict[str, Any]], points: list[str], n: int, *, nominal: float | None) -> None:
     """The per-point table: false-regression rate, Wilson interval, prediction, (nominal level), runs, margins."""
-    print(f"  {'point':<26}{'false regr.':>12}{'95% Wilson':>18}{'predicted':>11}"
-          + (f"{'nominal':>9}" if nominal is not None else "") + f"{'runs':>6}"
-          + "".join(f"{'m=' + format(m, 'g'):>9}" for m in MARGINS) + f"{'hi<1':>7}{'lo>1':>7}")
+    print(
+        f"  {'point':<26}{'false regr.':>12}{'95% Wilson':>18}{'predicted':>11}"
+        + (f"{'nominal':>9}" if nominal is not None else "")
+        + f"{'runs':>6}"
+        + "".join(f"{'m=' + format(m, 'g'):>9}" for m in MARGINS)
+        + f"{'hi<1':>7}{'lo>1':>7}"
+    )
     for p in points:
         pp = per_point[p]
         w = wilson_interval(pp["fail"], n, confidence=0.95)
-        print(f"  {p:<26}{pp['fail'] / n:>12.1%}{f'[{w.ci_low:.1%}, {w.ci_high:.1%}]':>18}"
-              f"{statistics.mean(pp['pred']):>11.1%}" + (f"{nominal:>9.1%}" if nominal is not None else "")
-              + f"{statistics.mean(pp['runs']):>6.1f}"
-              + "".join(f"{pp['margins'][m] / n:>9.1%}" for m in MARGINS)
-              + f"{pp['low'] / n:>7.1%}{pp['high'] / n:>7.1%}")
+        print(
+            f"  {p:<26}{pp['fail'] / n:>12.1%}{f'[{w.ci_low:.1%}, {w.ci_high:.1%}]':>18}"
+            f"{statistics.mean(pp['pred']):>11.1%}"
+            + (f"{nominal:>9.1%}" if nominal is not None else "")
+            + f"{statistics.mean(pp['runs']):>6.1f}"
+            + "".join(f"{pp['margins'][m] / n:>9.1%}" for m in MARGINS)
+            + f"{pp['low'] / n:>7.1%}{pp['high'] / n:>7.1%}"
+        )
 
 
 def analyse_interleaved(data: dict[str, Any], gate: Any) -> None:
@@ -272,21 +346,30 @@ def analyse_interleaved(data: dict[str, Any], gate: Any) -> None:
     pairs = sorted({r.lifetime for r in runs_all})
     metric = gate.gated_metric
     md = METRICS[metric]
-    print(f"\n{len(pairs)} pairs of engines of the same stock configuration, up together, {a['runs']} interleaved run "
-          f"pairs per point ({a['requests']} requests x {a['output_len']} tokens, prompts of {a['context']} tokens); gate "
-          f"on {metric}, noise margin {gate.noise_margin:g}, confidence {gate.confidence:g}, runs "
-          f"{gate.min_runs}..{gate.max_runs}, paired bootstrap")
-    sched = LookSchedule.for_group(["baseline", "candidate"], min_runs=gate.min_runs, max_runs=gate.max_runs,
-                                   interleaved=True)
+    print(
+        f"\n{len(pairs)} pairs of engines of the same stock configuration, up together, {a['runs']} interleaved run "
+        f"pairs per point ({a['requests']} requests x {a['output_len']} tokens, prompts of {a['context']} tokens); gate "
+        f"on {metric}, noise margin {gate.noise_margin:g}, confidence {gate.confidence:g}, runs "
+        f"{gate.min_runs}..{gate.max_runs}, paired bootstrap"
+    )
+    sched = LookSchedule.for_group(
+        ["baseline", "candidate"], min_runs=gate.min_runs, max_runs=gate.max_runs, interleaved=True
+    )
     print(f"  {'point':<26}{'pair':>5}{'A median':>10}{'B median':>10}{'A/B':>7}   runs A / B (ms)")
     for p in points:
         for lt in pairs:
-            mine = {sd: sorted((r for r in runs_all if r.point == p and r.lifetime == lt and r.side == sd),
-                               key=lambda r: r.run) for sd in ("baseline", "candidate")}
+            mine = {
+                sd: sorted(
+                    (r for r in runs_all if r.point == p and r.lifetime == lt and r.side == sd), key=lambda r: r.run
+                )
+                for sd in ("baseline", "candidate")
+            }
             vals = {sd: [statistics.median(v) for r in rs if (v := md.samples(r))] for sd, rs in mine.items()}
             ma, mb = statistics.median(vals["baseline"]), statistics.median(vals["candidate"])
-            print(f"  {p:<26}{lt + 1:>5}{ma:>10.3f}{mb:>10.3f}{ma / mb:>7.2f}   "
-                  f"{' '.join(f'{v:.2f}' for v in vals['baseline'])} / {' '.join(f'{v:.2f}' for v in vals['candidate'])}")
+            print(
+                f"  {p:<26}{lt + 1:>5}{ma:>10.3f}{mb:>10.3f}{ma / mb:>7.2f}   "
+                f"{' '.join(f'{v:.2f}' for v in vals['baseline'])} / {' '.join(f'{v:.2f}' for v in vals['candidate'])}"
+            )
     comps = [(lt, flip) for lt in pairs for flip in (False, True)]
     n = len(comps)
     any_fail = 0
@@ -295,15 +378,25 @@ def analyse_interleaved(data: dict[str, Any], gate: Any) -> None:
         failed_any = False
         for p in points:
             mine = [r for r in runs_all if r.point == p and r.lifetime == lt]
-            item = WorkItem(key=f"decode@{p}", workload="decode", kind="pure_decode", point=p, group="g",
-                            batch=int(p.split("-b")[1].split("-")[0]), context=a["context"], full_context=False,
-                            prompt_len=a["context"], output_len=a["output_len"], requests_per_run=a["requests"],
-                            mode="waves")
+            item = WorkItem(
+                key=f"decode@{p}",
+                workload="decode",
+                kind="pure_decode",
+                point=p,
+                group="g",
+                batch=int(p.split("-b")[1].split("-")[0]),
+                context=a["context"],
+                full_context=False,
+                prompt_len=a["context"],
+                output_len=a["output_len"],
+                requests_per_run=a["requests"],
+                mode="waves",
+            )
             s = _pair_state(item, mine, flip, sched, gate)
             fx = ItemState(item=item, interleaved=True)
             for sd, other in (("baseline", "candidate"), ("candidate", "baseline")):
                 src = other if flip else sd
-                for r in sorted((r for r in mine if r.side == src), key=lambda r: r.run)[:gate.min_runs]:
+                for r in sorted((r for r in mine if r.side == src), key=lambda r: r.run)[: gate.min_runs]:
                     fx.add(r.model_copy(update={"side": sd, "lifetime": 0}))
             est = estimate(fx, metric, confidence=gate.confidence, interval=gate.interval)
             assert est is not None
@@ -313,13 +406,21 @@ def analyse_interleaved(data: dict[str, Any], gate: Any) -> None:
     print(f"\ninterleaved (1 pair of lifetimes, both orientations): {n} pseudo-comparisons")
     _print_rates(per_point, points, n, nominal=None)
     w = wilson_interval(any_fail, n, confidence=0.95)
-    print(f"  overall (any point fails): {any_fail / n:.1%} [{w.ci_low:.1%}, {w.ci_high:.1%}]; the two orientations of "
-          f"a pair are not independent, so the Wilson intervals are optimistic; hi<1 / lo>1 = the nominal paired "
-          f"interval excludes parity (each nominally {alpha1:.1%})")
+    print(
+        f"  overall (any point fails): {any_fail / n:.1%} [{w.ci_low:.1%}, {w.ci_high:.1%}]; the two orientations of "
+        f"a pair are not independent, so the Wilson intervals are optimistic; hi<1 / lo>1 = the nominal paired "
+        f"interval excludes parity (each nominally {alpha1:.1%})"
+    )
 
 
-def _state(item: WorkItem, runs: dict[int, list[RunMetrics]], b_lts: list[int], c_lts: list[int],
-           sched: LookSchedule, gate: Any) -> ItemState:
+def _state(
+    item: WorkItem,
+    runs: dict[int, list[RunMetrics]],
+    b_lts: list[int],
+    c_lts: list[int],
+    sched: LookSchedule,
+    gate: Any,
+) -> ItemState:
     """Feed stored runs to the check's adaptive loop, lifetime by lifetime in the schedule's order."""
     s = ItemState(item=item)
     order = {"baseline": list(b_lts), "candidate": list(c_lts)}
@@ -336,12 +437,23 @@ def _state(item: WorkItem, runs: dict[int, list[RunMetrics]], b_lts: list[int], 
                 raise IndexError(f"only {len(source)} stored runs per lifetime; use --runs >= max_runs")
             return source[j].model_copy(update={"side": side, "lifetime": k})
 
-        asyncio.run(measure_item(s, side=side, lifetime=k, looks_here=sched.looks_allowed(side, k), sched=sched,
-                                 gate=gate, run_once=run_once))
+        asyncio.run(
+            measure_item(
+                s,
+                side=side,
+                lifetime=k,
+                looks_here=sched.looks_allowed(side, k),
+                sched=sched,
+                gate=gate,
+                run_once=run_once,
+            )
+        )
     return s
 
 
-def _fixed(item: WorkItem, runs: dict[int, list[RunMetrics]], b_lts: list[int], c_lts: list[int], n_runs: int) -> ItemState:
+def _fixed(
+    item: WorkItem, runs: dict[int, list[RunMetrics]], b_lts: list[int], c_lts: list[int], n_runs: int
+) -> ItemState:
     s = ItemState(item=item)
     for side, lts in (("baseline", b_lts), ("candidate", c_lts)):
         for k, lt in enumerate(lts):
@@ -370,16 +482,31 @@ def analyse(data: dict[str, Any], ns: argparse.Namespace) -> None:
     by: dict[str, dict[int, list[RunMetrics]]] = {p: {lt: [] for lt in lifetimes} for p in points}
     for r in runs_all:
         by[r.point][r.lifetime].append(r)
-    items = {p: WorkItem(key=f"decode@{p}", workload="decode", kind="pure_decode", point=p, group="g",
-                         batch=int(p.split("-b")[1].split("-")[0]), context=a["context"], full_context=False,
-                         prompt_len=a["context"], output_len=a["output_len"], requests_per_run=a["requests"], mode="waves")
-             for p in points}
+    items = {
+        p: WorkItem(
+            key=f"decode@{p}",
+            workload="decode",
+            kind="pure_decode",
+            point=p,
+            group="g",
+            batch=int(p.split("-b")[1].split("-")[0]),
+            context=a["context"],
+            full_context=False,
+            prompt_len=a["context"],
+            output_len=a["output_len"],
+            requests_per_run=a["requests"],
+            mode="waves",
+        )
+        for p in points
+    }
     metric = gate.gated_metric
     alpha1 = (1 - gate.confidence) / 2
-    print(f"\n{len(lifetimes)} engine lifetimes of the same stock configuration, {a['runs']} runs per point per lifetime "
-          f"({a['requests']} requests x {a['output_len']} tokens, prompts of {a['context']} tokens); gate on {metric}, "
-          f"noise margin {gate.noise_margin:g}, confidence {gate.confidence:g}, runs {gate.min_runs}..{gate.max_runs}, "
-          f"interval {gate.interval}")
+    print(
+        f"\n{len(lifetimes)} engine lifetimes of the same stock configuration, {a['runs']} runs per point per lifetime "
+        f"({a['requests']} requests x {a['output_len']} tokens, prompts of {a['context']} tokens); gate on {metric}, "
+        f"noise margin {gate.noise_margin:g}, confidence {gate.confidence:g}, runs {gate.min_runs}..{gate.max_runs}, "
+        f"interval {gate.interval}"
+    )
     field = METRICS[metric].field
 
     def run_samples(r: RunMetrics) -> list[float]:
@@ -394,16 +521,23 @@ def analyse(data: dict[str, Any], ns: argparse.Namespace) -> None:
             meds = [statistics.median(xs) for r in by[p][lt] if (xs := run_samples(r))]
             within.append(statistics.pstdev(meds) / statistics.mean(meds))
         empty = sum(1 for lt in lifetimes for r in by[p][lt] if not run_samples(r))
-        print(f"  {p}: {field} median per lifetime {', '.join(f'{v:.3f}' for v in lv)}; between-lifetime CV "
-              f"{statistics.pstdev(lv) / statistics.mean(lv):.1%}, mean within-lifetime run CV {statistics.mean(within):.1%}"
-              + (f"; {empty} run(s) without samples" if empty else ""))
+        print(
+            f"  {p}: {field} median per lifetime {', '.join(f'{v:.3f}' for v in lv)}; between-lifetime CV "
+            f"{statistics.pstdev(lv) / statistics.mean(lv):.1%}, mean within-lifetime run CV {statistics.mean(within):.1%}"
+            + (f"; {empty} run(s) without samples" if empty else "")
+        )
     rng = random.Random(ns.seed)
     designs = {
-        "smoke (1 lifetime per side)": (["baseline", "candidate"],
-                                        [([b], [c]) for b, c in itertools.permutations(lifetimes, 2)]),
+        "smoke (1 lifetime per side)": (
+            ["baseline", "candidate"],
+            [([b], [c]) for b, c in itertools.permutations(lifetimes, 2)],
+        ),
     }
-    pairs2 = [(list(bs), list(cs)) for bs in itertools.combinations(lifetimes, 2)
-              for cs in itertools.combinations([x for x in lifetimes if x not in bs], 2)]
+    pairs2 = [
+        (list(bs), list(cs))
+        for bs in itertools.combinations(lifetimes, 2)
+        for cs in itertools.combinations([x for x in lifetimes if x not in bs], 2)
+    ]
     pairs2 = [([b[0], b[1]] if k % 2 == 0 else [b[1], b[0]], c) for k, (b, c) in enumerate(pairs2)]
     if len(pairs2) > ns.max_comparisons:
         pairs2 = rng.sample(pairs2, ns.max_comparisons)
@@ -427,31 +561,49 @@ def analyse(data: dict[str, Any], ns: argparse.Namespace) -> None:
         print(f"\n{name}: {n} pseudo-comparisons ({time.perf_counter() - t0:.0f} s to analyse)")
         _print_rates(per_point, points, n, nominal=alpha1)
         w = wilson_interval(any_fail, n, confidence=0.95)
-        print(f"  overall (any point fails): {any_fail / n:.1%} [{w.ci_low:.1%}, {w.ci_high:.1%}] over {len(points)} points "
-              f"(intersection-union: up to {len(points)} x the per-point rate)")
-    print("\ncolumns: false regr. = the identical candidate failed the check's adaptive gate at the scope's margin; "
-          "predicted = normal-model gate failure probability at parity from the bootstrap SE; nominal = one-sided level "
-          "of the gate, (1 - confidence)/2, which bounds false passes at the margin, not false regressions; runs = runs "
-          "used per comparison (both sides); m=... = lower bound < 1 - m (fixed design, nominal confidence); hi<1 and "
-          "lo>1 = the nominal interval excludes parity from above or below (each nominally "
-          f"{alpha1:.1%})")
+        print(
+            f"  overall (any point fails): {any_fail / n:.1%} [{w.ci_low:.1%}, {w.ci_high:.1%}] over {len(points)} points "
+            f"(intersection-union: up to {len(points)} x the per-point rate)"
+        )
+    print(
+        "\ncolumns: false regr. = the identical candidate failed the check's adaptive gate at the scope's margin; "
+        "predicted = normal-model gate failure probability at parity from the bootstrap SE; nominal = one-sided level "
+        "of the gate, (1 - confidence)/2, which bounds false passes at the margin, not false regressions; runs = runs "
+        "used per comparison (both sides); m=... = lower bound < 1 - m (fixed design, nominal confidence); hi<1 and "
+        "lo>1 = the nominal interval excludes parity from above or below (each nominally "
+        f"{alpha1:.1%})"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--lifetimes", type=int, default=6, help="engine lifetimes to measure (the main cost: ~2 min each here)")
+    ap.add_argument(
+        "--lifetimes", type=int, default=6, help="engine lifetimes to measure (the main cost: ~2 min each here)"
+    )
     ap.add_argument("--runs", type=int, default=6, help="runs per point per lifetime (>= the scope's max_runs)")
     ap.add_argument("--batches", default="1,4")
     ap.add_argument("--context", type=int, default=32)
     ap.add_argument("--output-len", type=int, default=64)
     ap.add_argument("--requests", type=int, default=8)
     ap.add_argument("--margin", type=float, default=None, help="noise margin (default: the demo scope's)")
-    ap.add_argument("--metric", default=None,
-                    help="gated metric, e.g. median_tpot_ms or median_engine_tpot_ms (default: the demo scope's)")
-    ap.add_argument("--interval", choices=["bootstrap", "lifetime_t"], default=None,
-                    help="the gate's interval (default: the demo scope's); lifetime_t applies from three lifetimes in all")
-    ap.add_argument("--interleaved", type=int, default=0, metavar="N",
-                    help="measure N pairs of engines up together, runs interleaved (the interleaved design) instead")
+    ap.add_argument(
+        "--metric",
+        default=None,
+        help="gated metric, e.g. median_tpot_ms or median_engine_tpot_ms (default: the demo scope's)",
+    )
+    ap.add_argument(
+        "--interval",
+        choices=["bootstrap", "lifetime_t"],
+        default=None,
+        help="the gate's interval (default: the demo scope's); lifetime_t applies from three lifetimes in all",
+    )
+    ap.add_argument(
+        "--interleaved",
+        type=int,
+        default=0,
+        metavar="N",
+        help="measure N pairs of engines up together, runs interleaved (the interleaved design) instead",
+    )
     ap.add_argument("--max-comparisons", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path, help="write the raw runs here")

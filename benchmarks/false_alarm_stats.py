@@ -98,7 +98,9 @@ def _sigma(cv: float) -> float:
     return math.sqrt(math.log1p(cv * cv))
 
 
-def simulate_side(rng: np.random.Generator, mu: float, lifetimes: int, runs: int, cv_l: float, cv_r: float) -> list[list[float]]:
+def simulate_side(
+    rng: np.random.Generator, mu: float, lifetimes: int, runs: int, cv_l: float, cv_r: float
+) -> list[list[float]]:
     """Per-run summaries: mu * U_lifetime * V_run, log-normal with the given CVs."""
     u = rng.lognormal(0.0, _sigma(cv_l), size=lifetimes)
     v = rng.lognormal(0.0, _sigma(cv_r), size=(lifetimes, runs))
@@ -117,17 +119,53 @@ def _rate(k: int, n: int) -> tuple[float, tuple[float, float]]:
     return k / n, (w.ci_low, w.ci_high)
 
 
-def estimate(method: str, b: list[list[float]], c: list[list[float]], *, statistic: str, confidence: float,
-             n_boot: int, seed: int) -> RatioEstimate:
+def estimate(
+    method: str,
+    b: list[list[float]],
+    c: list[list[float]],
+    *,
+    statistic: str,
+    confidence: float,
+    n_boot: int,
+    seed: int,
+) -> RatioEstimate:
     if method == "lifetime_t":
-        return lifetime_t_ratio(b, c, metric="median_tpot_ms", direction="lower_is_better", statistic=statistic,
-                                confidence=confidence, include_raw=False)
-    return hierarchical_ratio_bootstrap(b, c, metric="median_tpot_ms", direction="lower_is_better", statistic=statistic,
-                                        confidence=confidence, n_boot=n_boot, seed=seed, include_raw=False)
+        return lifetime_t_ratio(
+            b,
+            c,
+            metric="median_tpot_ms",
+            direction="lower_is_better",
+            statistic=statistic,
+            confidence=confidence,
+            include_raw=False,
+        )
+    return hierarchical_ratio_bootstrap(
+        b,
+        c,
+        metric="median_tpot_ms",
+        direction="lower_is_better",
+        statistic=statistic,
+        confidence=confidence,
+        n_boot=n_boot,
+        seed=seed,
+        include_raw=False,
+    )
 
 
-def run_cell(*, lifetimes: int, method: str, runs: int, cv_run: float, sims: int, boundary_sims: int, margin: float,
-             statistic: str, confidence: float, n_boot: int, seed: int) -> Cell:
+def run_cell(
+    *,
+    lifetimes: int,
+    method: str,
+    runs: int,
+    cv_run: float,
+    sims: int,
+    boundary_sims: int,
+    margin: float,
+    statistic: str,
+    confidence: float,
+    n_boot: int,
+    seed: int,
+) -> Cell:
     rng = np.random.default_rng([seed, lifetimes, runs, int(cv_run * 1000)])
     lows, ses, slows, preds = [], [], [], []
     for k in range(sims):
@@ -153,16 +191,37 @@ def run_cell(*, lifetimes: int, method: str, runs: int, cv_run: float, sims: int
     fr, fr_ci = _rate(fails, sims)
     fp, fp_ci = _rate(*fp_main)
     return Cell(
-        lifetimes=lifetimes, method=method, runs=runs, cv_run=cv_run, sims=sims, margin=margin,
-        false_regression=fr, false_regression_ci=fr_ci, predicted_false_regression=float(np.mean(preds)),
-        false_pass_at_margin=fp, false_pass_ci=fp_ci, est_se_log=float(np.median(ses)),
-        true_se_log=true_se(lifetimes, runs, CV_LIFETIME, cv_run), median_detectable_slowdown=float(np.median(slows)),
+        lifetimes=lifetimes,
+        method=method,
+        runs=runs,
+        cv_run=cv_run,
+        sims=sims,
+        margin=margin,
+        false_regression=fr,
+        false_regression_ci=fr_ci,
+        predicted_false_regression=float(np.mean(preds)),
+        false_pass_at_margin=fp,
+        false_pass_ci=fp_ci,
+        est_se_log=float(np.median(ses)),
+        true_se_log=true_se(lifetimes, runs, CV_LIFETIME, cv_run),
+        median_detectable_slowdown=float(np.median(slows)),
         false_regression_by_margin=fr_by_margin,
     )
 
 
-def run_sequential(*, lifetimes: int, min_runs: int, max_runs: int, cv_run: float, sims: int, margin: float,
-                   statistic: str, confidence: float, n_boot: int, seed: int) -> SequentialCell:
+def run_sequential(
+    *,
+    lifetimes: int,
+    min_runs: int,
+    max_runs: int,
+    cv_run: float,
+    sims: int,
+    margin: float,
+    statistic: str,
+    confidence: float,
+    n_boot: int,
+    seed: int,
+) -> SequentialCell:
     rng = np.random.default_rng([seed, 7, lifetimes, int(cv_run * 1000)])
     looks = planned_looks(min_runs=min_runs, max_runs=max_runs)
 
@@ -171,9 +230,19 @@ def run_sequential(*, lifetimes: int, min_runs: int, max_runs: int, cv_run: floa
         c = np.array(simulate_side(rng, 1.0 / truth_speedup, lifetimes, max_runs, CV_LIFETIME, cv_run))
         for look in range(1, looks + 1):
             r = min_runs + look - 1
-            d = sequential_decision(b[:, :r].tolist(), c[:, :r].tolist(), metric="median_tpot_ms",
-                                    direction="lower_is_better", noise_margin=margin, look=look, planned_looks=looks,
-                                    statistic=statistic, confidence=confidence, n_boot=n_boot, seed=k * 100 + look)
+            d = sequential_decision(
+                b[:, :r].tolist(),
+                c[:, :r].tolist(),
+                metric="median_tpot_ms",
+                direction="lower_is_better",
+                noise_margin=margin,
+                look=look,
+                planned_looks=looks,
+                statistic=statistic,
+                confidence=confidence,
+                n_boot=n_boot,
+                seed=k * 100 + look,
+            )
             if d.final:
                 return d.decision, r
         raise AssertionError("the last look is always final")
@@ -181,7 +250,13 @@ def run_sequential(*, lifetimes: int, min_runs: int, max_runs: int, cv_run: floa
     parity = [procedure(1.0, k) for k in range(sims)]
     boundary = [procedure(1.0 - margin, 10**6 + k) for k in range(sims)]
     return SequentialCell(
-        lifetimes=lifetimes, min_runs=min_runs, max_runs=max_runs, looks=looks, cv_run=cv_run, sims=sims, margin=margin,
+        lifetimes=lifetimes,
+        min_runs=min_runs,
+        max_runs=max_runs,
+        looks=looks,
+        cv_run=cv_run,
+        sims=sims,
+        margin=margin,
         false_regression=sum(d == "decided_fail" for d, _ in parity) / sims,
         false_pass_at_margin=sum(d == "decided_pass" for d, _ in boundary) / sims,
         mean_runs_at_parity=float(np.mean([r for _, r in parity])),
@@ -210,53 +285,102 @@ def main(argv: list[str] | None = None) -> int:
 
     alpha1 = (1.0 - a.confidence) / 2.0
     t0 = time.time()
-    print(f"noise model: between-lifetime CV {CV_LIFETIME:.0%}, within-lifetime run CV {', '.join(f'{c:.0%}' for c in CV_RUNS)}")
-    print(f"gate: lower end of the {a.confidence:.0%} interval of the speedup (hierarchical bootstrap, or t on lifetimes) "
-          f">= 1 - margin "
-          f"(one-sided nominal level {alpha1:.1%}); statistic '{a.statistic}' of per-run summaries; n_boot {a.n_boot}")
+    print(
+        f"noise model: between-lifetime CV {CV_LIFETIME:.0%}, within-lifetime run CV {', '.join(f'{c:.0%}' for c in CV_RUNS)}"
+    )
+    print(
+        f"gate: lower end of the {a.confidence:.0%} interval of the speedup (hierarchical bootstrap, or t on lifetimes) "
+        f">= 1 - margin "
+        f"(one-sided nominal level {alpha1:.1%}); statistic '{a.statistic}' of per-run summaries; n_boot {a.n_boot}"
+    )
     print()
     cells: list[Cell] = []
     for lifetimes, method in DESIGNS:
         for cv in CV_RUNS:
-            cells.append(run_cell(lifetimes=lifetimes, method=method, runs=a.runs, cv_run=cv, sims=a.sims, boundary_sims=a.boundary_sims,
-                                  margin=a.margin, statistic=a.statistic, confidence=a.confidence, n_boot=a.n_boot,
-                                  seed=a.seed))
-    hdr = (f"{'lifetimes/side':>14} {'interval':>10} {'runs':>4} {'run CV':>6} | {'false regression @ margin ' + format(a.margin, 'g'):>34} "
-           f"{'predicted':>9} | {'false pass @ 1-margin':>24} | {'est SE':>7} {'true SE':>7} {'MDE@80%':>8}")
+            cells.append(
+                run_cell(
+                    lifetimes=lifetimes,
+                    method=method,
+                    runs=a.runs,
+                    cv_run=cv,
+                    sims=a.sims,
+                    boundary_sims=a.boundary_sims,
+                    margin=a.margin,
+                    statistic=a.statistic,
+                    confidence=a.confidence,
+                    n_boot=a.n_boot,
+                    seed=a.seed,
+                )
+            )
+    hdr = (
+        f"{'lifetimes/side':>14} {'interval':>10} {'runs':>4} {'run CV':>6} | {'false regression @ margin ' + format(a.margin, 'g'):>34} "
+        f"{'predicted':>9} | {'false pass @ 1-margin':>24} | {'est SE':>7} {'true SE':>7} {'MDE@80%':>8}"
+    )
     print(hdr)
     print("-" * len(hdr))
     for c in cells:
-        print(f"{c.lifetimes:>14} {c.method:>10} {c.runs:>4} {c.cv_run:>6.0%} | {c.false_regression:>8.1%} "
-              f"[{c.false_regression_ci[0]:.1%}, {c.false_regression_ci[1]:.1%}] (nominal {alpha1:.1%}) "
-              f"{c.predicted_false_regression:>9.1%} | {c.false_pass_at_margin:>7.1%} [{c.false_pass_ci[0]:.1%}, "
-              f"{c.false_pass_ci[1]:.1%}] | {c.est_se_log:>7.3f} {c.true_se_log:>7.3f} {c.median_detectable_slowdown:>8.1%}")
+        print(
+            f"{c.lifetimes:>14} {c.method:>10} {c.runs:>4} {c.cv_run:>6.0%} | {c.false_regression:>8.1%} "
+            f"[{c.false_regression_ci[0]:.1%}, {c.false_regression_ci[1]:.1%}] (nominal {alpha1:.1%}) "
+            f"{c.predicted_false_regression:>9.1%} | {c.false_pass_at_margin:>7.1%} [{c.false_pass_ci[0]:.1%}, "
+            f"{c.false_pass_ci[1]:.1%}] | {c.est_se_log:>7.3f} {c.true_se_log:>7.3f} {c.median_detectable_slowdown:>8.1%}"
+        )
     print()
     print("false-regression rate (identical candidate fails) by noise margin:")
-    print(f"{'lifetimes/side':>14} {'interval':>10} {'run CV':>6} | " + " ".join(f"{'m=' + format(m, 'g'):>7}" for m in MARGINS))
+    print(
+        f"{'lifetimes/side':>14} {'interval':>10} {'run CV':>6} | "
+        + " ".join(f"{'m=' + format(m, 'g'):>7}" for m in MARGINS)
+    )
     for c in cells:
-        print(f"{c.lifetimes:>14} {c.method:>10} {c.cv_run:>6.0%} | "
-              + " ".join(f"{c.false_regression_by_margin[f'{m:g}']:>7.1%}" for m in MARGINS))
+        print(
+            f"{c.lifetimes:>14} {c.method:>10} {c.cv_run:>6.0%} | "
+            + " ".join(f"{c.false_regression_by_margin[f'{m:g}']:>7.1%}" for m in MARGINS)
+        )
 
     seq: list[SequentialCell] = []
     if a.sequential:
         print()
-        print(f"adaptive repetition: runs per lifetime {a.min_runs}..{a.max_runs}, Bonferroni over "
-              f"{planned_looks(min_runs=a.min_runs, max_runs=a.max_runs)} looks, margin {a.margin:g}")
-        print(f"{'lifetimes/side':>14} {'run CV':>6} | {'false regression':>16} {'false pass':>10} {'mean runs @ parity':>18}")
+        print(
+            f"adaptive repetition: runs per lifetime {a.min_runs}..{a.max_runs}, Bonferroni over "
+            f"{planned_looks(min_runs=a.min_runs, max_runs=a.max_runs)} looks, margin {a.margin:g}"
+        )
+        print(
+            f"{'lifetimes/side':>14} {'run CV':>6} | {'false regression':>16} {'false pass':>10} {'mean runs @ parity':>18}"
+        )
         for lifetimes in (1, 2):
             for cv in CV_RUNS:
-                s = run_sequential(lifetimes=lifetimes, min_runs=a.min_runs, max_runs=a.max_runs, cv_run=cv, sims=a.seq_sims,
-                                   margin=a.margin, statistic=a.statistic, confidence=a.confidence, n_boot=a.n_boot,
-                                   seed=a.seed)
+                s = run_sequential(
+                    lifetimes=lifetimes,
+                    min_runs=a.min_runs,
+                    max_runs=a.max_runs,
+                    cv_run=cv,
+                    sims=a.seq_sims,
+                    margin=a.margin,
+                    statistic=a.statistic,
+                    confidence=a.confidence,
+                    n_boot=a.n_boot,
+                    seed=a.seed,
+                )
                 seq.append(s)
-                print(f"{s.lifetimes:>14} {s.cv_run:>6.0%} | {s.false_regression:>16.1%} {s.false_pass_at_margin:>10.1%} "
-                      f"{s.mean_runs_at_parity:>18.2f}")
+                print(
+                    f"{s.lifetimes:>14} {s.cv_run:>6.0%} | {s.false_regression:>16.1%} {s.false_pass_at_margin:>10.1%} "
+                    f"{s.mean_runs_at_parity:>18.2f}"
+                )
     print()
     print(f"({time.time() - t0:.0f} s; {a.sims} sims per cell at parity, {a.boundary_sims} at the margin)")
     if a.json:
-        a.json.write_text(json.dumps({"args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()},
-                                      "cv_lifetime": CV_LIFETIME, "cells": [asdict(c) for c in cells],
-                                      "sequential": [asdict(s) for s in seq]}, indent=2), encoding="utf-8")
+        a.json.write_text(
+            json.dumps(
+                {
+                    "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()},
+                    "cv_lifetime": CV_LIFETIME,
+                    "cells": [asdict(c) for c in cells],
+                    "sequential": [asdict(s) for s in seq],
+                },
+                indent=2,
+            ),
+            encoding="utf-8",
+        )
     return 0
 
 

@@ -66,24 +66,42 @@ def build_run(root: Path, total_mb: int) -> Path:
 
 def build_bundle(root: Path, total_mb: int, key: B.SigningKey) -> Path:
     run = build_run(root, total_mb)
-    rows = [{"point": f"b{b}", "lifetime": l, "tpot_ms": 3.5 + b / 100 + l / 10, "side": s}
-            for b in (1, 2, 4, 8, 16, 32, 64) for l in range(5) for s in ("baseline", "candidate")]
+    rows = [
+        {"point": f"b{b}", "lifetime": l, "tpot_ms": 3.5 + b / 100 + l / 10, "side": s}
+        for b in (1, 2, 4, 8, 16, 32, 64)
+        for l in range(5)
+        for s in ("baseline", "candidate")
+    ]
     results = [
-        CheckResult(check=c, verdict=Verdict.PASS, reason="ok",
-                    gate=Gate(statistic="s", threshold=1.0, rule="r"),
-                    tables={"rows": rows * 200}, artifacts=[])
+        CheckResult(
+            check=c,
+            verdict=Verdict.PASS,
+            reason="ok",
+            gate=Gate(statistic="s", threshold=1.0, rule="r"),
+            tables={"rows": rows * 200},
+            artifacts=[],
+        )
         for c in ("kernels", "equivalence", "features", "coverage", "evals", "perf")
     ]
     prov = Provenance(
-        fasttrack_version="0.1.0", python_version=sys.version.split()[0], platform=sys.platform,
-        hardware=Hardware(kind="cpu", cpu_model="bench"), packages_sha256="0" * 64,
+        fasttrack_version="0.1.0",
+        python_version=sys.version.split()[0],
+        platform=sys.platform,
+        hardware=Hardware(kind="cpu", cpu_model="bench"),
+        packages_sha256="0" * 64,
         engines=[EngineRecord(side="baseline", group="g0", mode="owned", args=["--dtype", "bfloat16"])],
     )
     out = root / "bundle"
     B.write_bundle(
-        out, results=results, scope=B.scope_info("name: bench\n", model="bench", tier="smoke"),
-        plan=B.plan_info({"points": []}), provenance=prov, pr=B.PRLink(head_sha="a" * 40),
-        created="2025-01-01T00:00:00+00:00", artifacts_from=run, sign_keys=[key],
+        out,
+        results=results,
+        scope=B.scope_info("name: bench\n", model="bench", tier="smoke"),
+        plan=B.plan_info({"points": []}),
+        provenance=prov,
+        pr=B.PRLink(head_sha="a" * 40),
+        created="2025-01-01T00:00:00+00:00",
+        artifacts_from=run,
+        sign_keys=[key],
     )
     return out
 
@@ -128,8 +146,12 @@ def main(argv: list[str] | None = None) -> int:
             t_ver.append(timed(lambda: B.verify_bundle(bundle, keys=[pub])))
         ms, mv = statistics.median(t_sha), statistics.median(t_ver)
         ratio = ms / mv
-        print(f"sha256 only:        median {ms:.3f} s  ({total / ms / 1e6:.0f} MB/s)  runs {[round(x, 3) for x in t_sha]}")
-        print(f"verify (directory): median {mv:.3f} s  ({total / mv / 1e6:.0f} MB/s)  runs {[round(x, 3) for x in t_ver]}")
+        print(
+            f"sha256 only:        median {ms:.3f} s  ({total / ms / 1e6:.0f} MB/s)  runs {[round(x, 3) for x in t_sha]}"
+        )
+        print(
+            f"verify (directory): median {mv:.3f} s  ({total / mv / 1e6:.0f} MB/s)  runs {[round(x, 3) for x in t_ver]}"
+        )
         print(f"ratio verify/sha256 throughput: {ratio:.3f} (target >= {args.target})")
         ok = ratio >= args.target
 

@@ -103,10 +103,18 @@ def plan_cmd(
     for g in plan.groups:
         pts = plan.group_points(g)
         table.add_row(
-            g.id, str(g.gpus), str(len(pts)),
+            g.id,
+            str(g.gpus),
+            str(len(pts)),
             ",".join(str(b) for b in sorted({p.batch for p in pts})),
-            ",".join(sorted({("full" if p.full_context else str(p.context)) for p in pts}, key=lambda x: (x == "full", len(x), x))),
-            str(g.lifetimes_per_side), " ".join(a for a in g.args["candidate"] if a not in g.args["baseline"]),
+            ",".join(
+                sorted(
+                    {("full" if p.full_context else str(p.context)) for p in pts},
+                    key=lambda x: (x == "full", len(x), x),
+                )
+            ),
+            str(g.lifetimes_per_side),
+            " ".join(a for a in g.args["candidate"] if a not in g.args["baseline"]),
         )
     console.print(table)
     e = plan.estimate
@@ -153,8 +161,12 @@ def isolation_cmd(
             table.add_column(col)
         style = {"owned": "green", "shared": "bold red", "elsewhere": "yellow"}
         for c in res.changed:
-            table.add_row(c.path + (f" (from {c.old_path})" if c.old_path else ""), c.status,
-                          f"[{style[c.classification]}]{c.classification}[/]", c.component or c.matched or "")
+            table.add_row(
+                c.path + (f" (from {c.old_path})" if c.old_path else ""),
+                c.status,
+                f"[{style[c.classification]}]{c.classification}[/]",
+                c.component or c.matched or "",
+            )
         console.print(table)
         color = {"pass": "green", "fail": "red", "review": "yellow"}[res.verdict]
         console.print(f"[bold {color}]{res.verdict.upper()}[/]: {res.message}", highlight=False)
@@ -196,10 +208,19 @@ def validate_cmd(
     out: str = typer.Option("runs/latest", "--out", "-o", help="Run folder (the bundle is written here)."),
     checks: str = typer.Option(None, "--checks", help="Comma-separated subset of checks to run."),
     allow_hardware_mismatch: bool = typer.Option(
-        False, "--allow-hardware-mismatch", help="Run on a host that does not match the scope: a rehearsal, not evidence."),
-    baseline_url: str = typer.Option(None, "--baseline-url", help="Use an already running baseline engine (not owned)."),
-    candidate_url: str = typer.Option(None, "--candidate-url", help="Use an already running candidate engine (not owned)."),
-    sign_key: list[str] = typer.Option(None, "--sign-key", help="Ed25519 private key (PEM or OpenSSH) to sign the bundle; repeatable."),
+        False,
+        "--allow-hardware-mismatch",
+        help="Run on a host that does not match the scope: a rehearsal, not evidence.",
+    ),
+    baseline_url: str = typer.Option(
+        None, "--baseline-url", help="Use an already running baseline engine (not owned)."
+    ),
+    candidate_url: str = typer.Option(
+        None, "--candidate-url", help="Use an already running candidate engine (not owned)."
+    ),
+    sign_key: list[str] = typer.Option(
+        None, "--sign-key", help="Ed25519 private key (PEM or OpenSSH) to sign the bundle; repeatable."
+    ),
     repo: str = typer.Option(None, "--repo", help="Git repository of the change, for the isolation check and PR link."),
     base: str = typer.Option(None, "--base", help="Base ref of the change."),
     head: str = typer.Option(None, "--head", help="Head ref of the change (the PR head that was tested)."),
@@ -220,17 +241,30 @@ def validate_cmd(
     if pr:
         m = re.fullmatch(r"([\w.-]+/[\w.-]+)#(\d+)", pr.strip())
         if not m:
-            raise FasttrackError(f"--pr {pr!r} is not of the form OWNER/REPO#NUMBER.", hint="e.g. --pr vllm-project/vllm#61868")
+            raise FasttrackError(
+                f"--pr {pr!r} is not of the form OWNER/REPO#NUMBER.", hint="e.g. --pr vllm-project/vllm#61868"
+            )
         pr_repo, pr_num = m.group(1), int(m.group(2))
     opts = ValidateOptions(
-        model=model, tier=tier, shard=shard, out=Path(out),
+        model=model,
+        tier=tier,
+        shard=shard,
+        out=Path(out),
         checks=[c.strip() for c in checks.split(",") if c.strip()] if checks else None,
-        allow_hardware_mismatch=allow_hardware_mismatch, baseline_url=baseline_url, candidate_url=candidate_url,
-        sign_keys=[Path(k) for k in (sign_key or [])], repo=Path(repo) if repo else None, base=base, head=head,
-        pr_repository=pr_repo, pr_number=pr_num, force=force,
+        allow_hardware_mismatch=allow_hardware_mismatch,
+        baseline_url=baseline_url,
+        candidate_url=candidate_url,
+        sign_keys=[Path(k) for k in (sign_key or [])],
+        repo=Path(repo) if repo else None,
+        base=base,
+        head=head,
+        pr_repository=pr_repo,
+        pr_number=pr_num,
+        force=force,
     )
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err_console,
-                  transient=True) as prog:
+    with Progress(
+        SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err_console, transient=True
+    ) as prog:
         task = prog.add_task("preparing", total=None)
 
         def progress(msg: str) -> None:
@@ -246,7 +280,10 @@ def validate_cmd(
         table.add_row(r.check, f"[{color[r.verdict.value]}]{r.verdict.value}[/]", r.reason)
     console.print(table)
     vcolor = {"pass": "green", "fail": "red", "incomplete": "yellow"}[outcome.verdict]
-    console.print(f"verdict: [bold {vcolor}]{outcome.verdict.upper()}[/]" + (" (rehearsal: not valid evidence)" if outcome.rehearsal else ""))
+    console.print(
+        f"verdict: [bold {vcolor}]{outcome.verdict.upper()}[/]"
+        + (" (rehearsal: not valid evidence)" if outcome.rehearsal else "")
+    )
     console.print(f"run folder: {outcome.run_dir}" + (f"\nbundle: {outcome.bundle}" if outcome.bundle else ""))
     raise typer.Exit(0 if outcome.verdict == "pass" else 1)
 
@@ -261,7 +298,9 @@ def reproduce_cmd(
     out: str = typer.Option("runs/reproduce", "--out", "-o", help="Run folder for the rerun."),
     key: list[str] = typer.Option(None, "--key", help="Trusted public key (repeatable)."),
     trust: str = typer.Option(None, "--trust", help="Folder of trusted public keys."),
-    allow_unverified: bool = typer.Option(False, "--allow-unverified", help="Rerun even if the bundle does not verify."),
+    allow_unverified: bool = typer.Option(
+        False, "--allow-unverified", help="Rerun even if the bundle does not verify."
+    ),
     force: bool = typer.Option(False, "--force", help="Replace a non-empty --out folder."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
@@ -272,9 +311,16 @@ def reproduce_cmd(
 
     from fasttrack.reproduce import reproduce
 
-    res = reproduce(Path(bundle), checks=[c.strip() for c in checks.split(",") if c.strip()], out=Path(out),
-                    keys=[Path(k) for k in (key or [])], trust=Path(trust) if trust else None,
-                    allow_unverified=allow_unverified, force=force, log=lambda m: err_console.print(m, highlight=False))
+    res = reproduce(
+        Path(bundle),
+        checks=[c.strip() for c in checks.split(",") if c.strip()],
+        out=Path(out),
+        keys=[Path(k) for k in (key or [])],
+        trust=Path(trust) if trust else None,
+        allow_unverified=allow_unverified,
+        force=force,
+        log=lambda m: err_console.print(m, highlight=False),
+    )
     if as_json:
         _print_json(res.model_dump(mode="json") | {"all_agree": res.all_agree})
     else:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import platform
 import shutil
 import subprocess
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from fasttrack.scope import HardwareSpec
@@ -65,19 +66,34 @@ def detect_host() -> HostInfo:
     if smi:
         try:
             out = subprocess.run(
-                [smi, "--query-gpu=index,name,compute_cap,memory.total,driver_version", "--format=csv,noheader,nounits"],
-                capture_output=True, text=True, timeout=20, check=False,
+                [
+                    smi,
+                    "--query-gpu=index,name,compute_cap,memory.total,driver_version",
+                    "--format=csv,noheader,nounits",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=20,
+                check=False,
             ).stdout
             for line in out.strip().splitlines():
                 f = [x.strip() for x in line.split(",")]
                 if len(f) >= 5:
-                    gpus.append(GPU(index=int(f[0]), name=f[1], compute_capability=f[2] or None,
-                                    memory_mib=int(float(f[3])) if f[3].replace(".", "").isdigit() else None))
+                    gpus.append(
+                        GPU(
+                            index=int(f[0]),
+                            name=f[1],
+                            compute_capability=f[2] or None,
+                            memory_mib=int(float(f[3])) if f[3].replace(".", "").isdigit() else None,
+                        )
+                    )
                     driver = f[4]
             source = "nvidia-smi"
         except (OSError, subprocess.SubprocessError, ValueError):
             source = "nvidia-smi (failed)"
-    return HostInfo(cpu_model=cpu_model(), cpu_count=os.cpu_count() or 1, gpus=gpus, driver_version=driver, source=source)
+    return HostInfo(
+        cpu_model=cpu_model(), cpu_count=os.cpu_count() or 1, gpus=gpus, driver_version=driver, source=source
+    )
 
 
 def describe_requirement(hw: HardwareSpec) -> str:
@@ -115,9 +131,17 @@ def match_hardware(hw: HardwareSpec, host: HostInfo) -> HardwareMatch:
             problems.append("no GPU found")
         else:
             if hw.gpu_counts and len(host.gpus) < min(hw.gpu_counts):
-                problems.append(f"{len(host.gpus)} GPU(s) found, the scope needs {' or '.join(map(str, hw.gpu_counts))}")
+                problems.append(
+                    f"{len(host.gpus)} GPU(s) found, the scope needs {' or '.join(map(str, hw.gpu_counts))}"
+                )
             if hw.sm_arch and not (host.sm_archs & set(hw.sm_arch)):
                 problems.append(f"GPU architecture {sorted(host.sm_archs) or 'unknown'} is not {'/'.join(hw.sm_arch)}")
-            if hw.gpu_models and not any(m.lower() in g.name.lower() for g in host.gpus for m in hw.gpu_models) and not hw.sm_arch:
+            if (
+                hw.gpu_models
+                and not any(m.lower() in g.name.lower() for g in host.gpus for m in hw.gpu_models)
+                and not hw.sm_arch
+            ):
                 problems.append(f"GPU model is not one of {hw.gpu_models}")
-    return HardwareMatch(ok=not problems, required=describe_requirement(hw), found=describe_host(host), problems=problems)
+    return HardwareMatch(
+        ok=not problems, required=describe_requirement(hw), found=describe_host(host), problems=problems
+    )

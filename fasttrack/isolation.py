@@ -112,13 +112,17 @@ def _git(repo: Path, *args: str, binary: bool = False) -> str | bytes:
 
 
 def _resolve(repo: Path, ref: str, which: str) -> str:
-    res = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
-                         capture_output=True, text=True, check=False)
+    res = subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if res.returncode != 0 or not res.stdout.strip():
         raise IsolationError(
             f"{which} ref {ref!r} is not a commit in {repo}.",
             hint="Pass a branch, tag or SHA that exists there (fetch the PR's refs first, e.g. "
-                 "'git fetch origin pull/N/head:pr-N').",
+            "'git fetch origin pull/N/head:pr-N').",
         )
     return res.stdout.strip()
 
@@ -152,8 +156,16 @@ def check_isolation(repo: Path | str, base: str, head: str, spec: IsolationSpec)
             # both ends of a rename count: moving a shared file out of its place touches it
             for p, old_p in ((new, old), (old, None)):
                 cls, comp, g = classify(p, spec)
-                changed.append(ChangedPath(path=p, status=letter if old_p else "D" if letter == "R" else letter,
-                                           old_path=old_p, classification=cls, component=comp, matched=g))
+                changed.append(
+                    ChangedPath(
+                        path=p,
+                        status=letter if old_p else "D" if letter == "R" else letter,
+                        old_path=old_p,
+                        classification=cls,
+                        component=comp,
+                        matched=g,
+                    )
+                )
             if letter == "C":
                 changed.pop()  # the source of a copy is unchanged
         else:
@@ -173,10 +185,22 @@ def check_isolation(repo: Path | str, base: str, head: str, spec: IsolationSpec)
         names = ", ".join(f"{c.path} ({c.component.replace('_', ' ')})" for c in shared if c.component)
         verdict, msg = "fail", f"touches shared components, needs core-maintainer review: {names}"
     elif elsewhere:
-        verdict, msg = "review", f"{len(elsewhere)} changed path(s) outside the owned paths, reported for review: " + ", ".join(
-            c.path for c in elsewhere)
+        verdict, msg = (
+            "review",
+            f"{len(elsewhere)} changed path(s) outside the owned paths, reported for review: "
+            + ", ".join(c.path for c in elsewhere),
+        )
     else:
         verdict, msg = "pass", f"all {len(changed)} changed path(s) are owned by the optimization"
-    return IsolationResult(verdict=verdict, message=msg, repo=str(repo.resolve()), base_ref=base, head_ref=head,
-                           base_sha=base_sha, head_sha=head_sha, merge_base_sha=merge_base, diff_sha256=digest,
-                           changed=changed)
+    return IsolationResult(
+        verdict=verdict,
+        message=msg,
+        repo=str(repo.resolve()),
+        base_ref=base,
+        head_ref=head,
+        base_sha=base_sha,
+        head_sha=head_sha,
+        merge_base_sha=merge_base,
+        diff_sha256=digest,
+        changed=changed,
+    )

@@ -38,6 +38,7 @@ from fasttrack.errors import FasttrackError, HardwareMismatch, ScopeError
 from fasttrack.hardware import HostInfo, detect_host, match_hardware
 from fasttrack.isolation import IsolationResult, check_isolation
 from fasttrack.plan import EngineGroup, Plan, build_plan
+from fasttrack.results import bundle_verdict, ordered_checks
 from fasttrack.scope import LoadedScope, load_scope
 
 
@@ -106,7 +107,7 @@ def prepare(opts: ValidateOptions, *, log: Callable[[str], None]) -> tuple[Loade
             f"this host does not match scope {scope.name!r}: it requires {match.required}, and this host has "
             f"{match.found} ({'; '.join(match.problems)}).",
             hint=f"Run it on matching hardware. To see what the run involves: fasttrack plan --model {scope.name} "
-                 f"--tier {opts.tier}. To rehearse anyway (not valid evidence): add --allow-hardware-mismatch.",
+            f"--tier {opts.tier}. To rehearse anyway (not valid evidence): add --allow-hardware-mismatch.",
         )
     log(f"rehearsal: hardware mismatch: {reason}. Results will be marked as a rehearsal, not valid evidence.")
     return loaded, host, True, reason
@@ -143,8 +144,9 @@ def _prepare_run_dir(out: Path, force: bool) -> Path:
     return out
 
 
-def run_validate(opts: ValidateOptions, *, log: Callable[[str], None] = print,
-                 progress: Callable[[str], None] | None = None) -> ValidateOutcome:
+def run_validate(
+    opts: ValidateOptions, *, log: Callable[[str], None] = print, progress: Callable[[str], None] | None = None
+) -> ValidateOutcome:
     progress = progress or log
     loaded, host, rehearsal, rehearsal_reason = prepare(opts, log=log)
     scope = loaded.scope
@@ -152,7 +154,9 @@ def run_validate(opts: ValidateOptions, *, log: Callable[[str], None] = print,
     isolation: IsolationResult | None = None
     if opts.repo is not None:
         if not (opts.base and opts.head):
-            raise FasttrackError("--repo needs --base and --head.", hint="e.g. --repo ../vllm --base main --head pr-123")
+            raise FasttrackError(
+                "--repo needs --base and --head.", hint="e.g. --repo ../vllm --base main --head pr-123"
+            )
         isolation = check_isolation(opts.repo, opts.base, opts.head, scope.isolation)  # type: ignore[arg-type]
         log(f"isolation: {isolation.verdict}: {isolation.message}")
     if opts.sign_keys:
@@ -162,8 +166,15 @@ def run_validate(opts: ValidateOptions, *, log: Callable[[str], None] = print,
     run_dir = _prepare_run_dir(Path(opts.out), opts.force)
     (run_dir / "logs").mkdir(exist_ok=True)
     checks, skipped = select_checks(plan, opts.checks)
-    ctx = RunContext(scope=scope, plan=plan, tier=opts.tier, run_dir=run_dir, rehearsal=rehearsal,
-                     selected_checks=tuple(c.name for c in checks), log=log)
+    ctx = RunContext(
+        scope=scope,
+        plan=plan,
+        tier=opts.tier,
+        run_dir=run_dir,
+        rehearsal=rehearsal,
+        selected_checks=tuple(c.name for c in checks),
+        log=log,
+    )
     ctx.shared["loaded_scope"] = loaded
     ctx.shared["host"] = host
     state = RunState()
@@ -195,17 +206,30 @@ def run_validate(opts: ValidateOptions, *, log: Callable[[str], None] = print,
         state.interrupted = True
         log("interrupted: engines were stopped; writing a partial bundle")
         for chk in active:
-            state.results.setdefault(chk.name, CheckResult.not_run(chk.name, "the run was interrupted (Ctrl-C) before this check finished", required=chk.required))
+            state.results.setdefault(
+                chk.name,
+                CheckResult.not_run(
+                    chk.name, "the run was interrupted (Ctrl-C) before this check finished", required=chk.required
+                ),
+            )
     finally:
         state.finished = time.time()
 
     results = _ordered(state.results)
     verdict = overall_verdict(results)
-    bundle_path = _write_outputs(opts, ctx, loaded, plan, host, rehearsal, rehearsal_reason, isolation, results, state, log=log)
+    bundle_path = _write_outputs(
+        opts, ctx, loaded, plan, host, rehearsal, rehearsal_reason, isolation, results, state, log=log
+    )
     if state.interrupted:
         raise KeyboardInterrupt
-    return ValidateOutcome(run_dir=run_dir, verdict="incomplete" if verdict is Verdict.NOT_RUN else verdict.value,
-                           results=results, bundle=bundle_path, rehearsal=rehearsal, state=state)
+    return ValidateOutcome(
+        run_dir=run_dir,
+        verdict=bundle_verdict(verdict),
+        results=results,
+        bundle=bundle_path,
+        rehearsal=rehearsal,
+        state=state,
+    )
 
 
 def _guard(chk: Check, fn: Callable[[], CheckResult]) -> CheckResult:
@@ -218,18 +242,20 @@ def _guard(chk: Check, fn: Callable[[], CheckResult]) -> CheckResult:
         raise
     except Exception as exc:  # noqa: BLE001
         tb = traceback.format_exc(limit=8)
-        return CheckResult(check=chk.name, verdict=Verdict.NOT_RUN, required=chk.required,
-                           reason=f"the check raised {type(exc).__name__}: {exc}", summary={"traceback": tb})
+        return CheckResult(
+            check=chk.name,
+            verdict=Verdict.NOT_RUN,
+            required=chk.required,
+            reason=f"the check raised {type(exc).__name__}: {exc}",
+            summary={"traceback": tb},
+        )
     if res.check != chk.name:
         res = res.model_copy(update={"check": chk.name})
     return res
 
 
 def _ordered(results: dict[str, CheckResult]) -> list[CheckResult]:
-    from fasttrack.checks.base import CHECK_ORDER
-
-    names = [n for n in CHECK_ORDER if n in results] + sorted(n for n in results if n not in CHECK_ORDER)
-    return [results[n] for n in names]
+    return [results[n] for n in ordered_checks(results)]
 
 
 def engine_slots(order: list[str], *, paired: bool) -> list[list[tuple[str, int]]]:
@@ -251,8 +277,16 @@ def engine_slots(order: list[str], *, paired: bool) -> list[list[tuple[str, int]
     return [sorted(v, key=lambda t: SIDES.index(t[0])) for v in slots.values()]  # type: ignore[arg-type]
 
 
-def _drive_engines(opts: ValidateOptions, ctx: RunContext, plan: Plan, checks: list[Check], state: RunState,
-                   *, progress: Callable[[str], None], log: Callable[[str], None]) -> None:
+def _drive_engines(
+    opts: ValidateOptions,
+    ctx: RunContext,
+    plan: Plan,
+    checks: list[Check],
+    state: RunState,
+    *,
+    progress: Callable[[str], None],
+    log: Callable[[str], None],
+) -> None:
     from fasttrack.engine import EngineCrashed, EngineError
     from fasttrack.models import resolve_model
 
@@ -267,8 +301,12 @@ def _drive_engines(opts: ValidateOptions, ctx: RunContext, plan: Plan, checks: l
     for group in plan.groups:
         for slot in engine_slots(group.order, paired=bool(pairing)):
             lifetime = slot[0][1]
-            wanted = {side: [c for c in checks if c.wants(ctx, EngineSession(side=side, group=group, lifetime=lt, engine=None))]
-                      for side, lt in slot}
+            wanted = {
+                side: [
+                    c for c in checks if c.wants(ctx, EngineSession(side=side, group=group, lifetime=lt, engine=None))
+                ]
+                for side, lt in slot
+            }
             pair_checks = [c for c in pairing if len(slot) == 2 and c.wants_pair(ctx, group, lifetime)]
             labels = {}
             for side, lt in slot:
@@ -287,16 +325,25 @@ def _drive_engines(opts: ValidateOptions, ctx: RunContext, plan: Plan, checks: l
                         for side in up:
                             failing = side
                             record: dict[str, Any] = {
-                                "side": side, "group": group.id, "lifetime": lifetime,
-                                "checks": [c.name for c in wanted[side]] + [c.name for c in pair_checks if c not in wanted[side]],
+                                "side": side,
+                                "group": group.id,
+                                "lifetime": lifetime,
+                                "checks": [c.name for c in wanted[side]]
+                                + [c.name for c in pair_checks if c not in wanted[side]],
                             }
                             if len(up) > 1:
                                 record["up_with"] = [o for o in up if o != side]
                             records[side] = record
                             state.engines.append(record)
-                            progress(f"{labels[side]}: starting engine" + (" (up together with the other side)" if len(up) > 1 else ""))
-                            engines[side] = stack.enter_context(_launch(ctx, group, side, lifetime, attach[side], resolved,
-                                                                        record, exclusive=not engines))
+                            progress(
+                                f"{labels[side]}: starting engine"
+                                + (" (up together with the other side)" if len(up) > 1 else "")
+                            )
+                            engines[side] = stack.enter_context(
+                                _launch(
+                                    ctx, group, side, lifetime, attach[side], resolved, record, exclusive=not engines
+                                )
+                            )
                             progress(f"{labels[side]}: engine up at {engines[side].base_url}")
                         for side in up:
                             failing = side
@@ -304,20 +351,33 @@ def _drive_engines(opts: ValidateOptions, ctx: RunContext, plan: Plan, checks: l
                                 current = chk.name
                                 progress(f"{labels[side]}: {chk.name}")
                                 t0 = time.perf_counter()
-                                chk.collect(ctx, EngineSession(side=side, group=group, lifetime=lifetime, engine=engines[side]))
-                                records[side].setdefault("check_seconds", {})[chk.name] = round(time.perf_counter() - t0, 3)
+                                chk.collect(
+                                    ctx, EngineSession(side=side, group=group, lifetime=lifetime, engine=engines[side])
+                                )
+                                records[side].setdefault("check_seconds", {})[chk.name] = round(
+                                    time.perf_counter() - t0, 3
+                                )
                                 engines[side].check_alive()
                         current = None
                         for chk in pair_checks:  # non-empty only when both sides are up together
                             current = chk.name
                             failing = None
-                            progress(f"[{n}/{total}] {group.id} baseline + candidate (lifetime {lifetime + 1}/"
-                                     f"{group.lifetimes_per_side}): {chk.name}, runs interleaved")
+                            progress(
+                                f"[{n}/{total}] {group.id} baseline + candidate (lifetime {lifetime + 1}/"
+                                f"{group.lifetimes_per_side}): {chk.name}, runs interleaved"
+                            )
                             t0 = time.perf_counter()
-                            chk.collect_pair(ctx, {side: EngineSession(side=side, group=group, lifetime=lifetime,
-                                                                       engine=engines[side]) for side in up})
+                            chk.collect_pair(
+                                ctx,
+                                {
+                                    side: EngineSession(side=side, group=group, lifetime=lifetime, engine=engines[side])
+                                    for side in up
+                                },
+                            )
                             for side in up:
-                                records[side].setdefault("check_seconds", {})[chk.name] = round(time.perf_counter() - t0, 3)
+                                records[side].setdefault("check_seconds", {})[chk.name] = round(
+                                    time.perf_counter() - t0, 3
+                                )
                             for side in up:
                                 failing = side
                                 engines[side].check_alive()
@@ -332,23 +392,47 @@ def _drive_engines(opts: ValidateOptions, ctx: RunContext, plan: Plan, checks: l
                             record["log"] = str(exc.log_path)
                     is_crash = isinstance(exc, EngineCrashed)
                     what = "crashed" if is_crash else "failed"
-                    where = f"{group.id}/{side} lifetime {lifetime + 1}" + (f" during {current}" if current else " at start")
-                    state.crash = {"group": group.id, "side": side, "lifetime": lifetime, "check": current,
-                                   "error": type(exc).__name__, "message": exc.message.splitlines()[0],
-                                   "exit_code": getattr(exc, "exit_code", None), "log": record.get("log")}
+                    where = f"{group.id}/{side} lifetime {lifetime + 1}" + (
+                        f" during {current}" if current else " at start"
+                    )
+                    state.crash = {
+                        "group": group.id,
+                        "side": side,
+                        "lifetime": lifetime,
+                        "check": current,
+                        "error": type(exc).__name__,
+                        "message": exc.message.splitlines()[0],
+                        "exit_code": getattr(exc, "exit_code", None),
+                        "log": record.get("log"),
+                    }
                     log(f"engine {what} ({where}): {exc.message.splitlines()[0]}")
                     reason = f"engine {what} in {where}: {exc.message.splitlines()[0]} (log: {record.get('log')})"
                     for chk in checks:
-                        state.results.setdefault(chk.name, CheckResult(
-                            check=chk.name, verdict=Verdict.NOT_RUN, required=chk.required, reason=reason,
-                            summary={"engine_failure": state.crash},
-                        ))
+                        state.results.setdefault(
+                            chk.name,
+                            CheckResult(
+                                check=chk.name,
+                                verdict=Verdict.NOT_RUN,
+                                required=chk.required,
+                                reason=reason,
+                                summary={"engine_failure": state.crash},
+                            ),
+                        )
                     return
 
 
 @contextlib.contextmanager
-def _launch(ctx: RunContext, group: EngineGroup, side: str, lifetime: int, url: str | None, resolved, record: dict[str, Any],
-            *, exclusive: bool = True):
+def _launch(
+    ctx: RunContext,
+    group: EngineGroup,
+    side: str,
+    lifetime: int,
+    url: str | None,
+    resolved,
+    record: dict[str, Any],
+    *,
+    exclusive: bool = True,
+):
     """Start (or attach to) one side's engine; always torn down when the block exits.
 
     ``exclusive=False`` lets it start while the other side's engine is up (interleaved perf)."""
@@ -372,9 +456,17 @@ def _launch(ctx: RunContext, group: EngineGroup, side: str, lifetime: int, url: 
         def on_progress(p) -> None:
             ctx.log(f"  {side} engine starting ({p.elapsed_s:.0f} s): {p.last_log_line[-120:]}")
 
-        engine = start_engine(side=side, model=resolved.model, args=args, env=group.env[side], log_dir=log_dir,
-                              log_name=log_name, startup_timeout=ctx.scope.engine.startup_timeout_s,
-                              progress=on_progress, exclusive=exclusive)
+        engine = start_engine(
+            side=side,
+            model=resolved.model,
+            args=args,
+            env=group.env[side],
+            log_dir=log_dir,
+            log_name=log_name,
+            startup_timeout=ctx.scope.engine.startup_timeout_s,
+            progress=on_progress,
+            exclusive=exclusive,
+        )
         if engine.log_path is not None:
             record["log"] = str(Path(engine.log_path).resolve().relative_to(ctx.run_dir.resolve()))
         record["startup_s"] = engine.startup_s
@@ -400,7 +492,7 @@ def _write_outputs(opts, ctx, loaded, plan, host, rehearsal, rehearsal_reason, i
         "shard": plan.shard,
         "rehearsal": rehearsal,
         "rehearsal_reason": rehearsal_reason,
-        "verdict": {"not_run": "incomplete"}.get(overall_verdict(results).value, overall_verdict(results).value),
+        "verdict": bundle_verdict(overall_verdict(results)),
         "checks": {r.check: {"verdict": r.verdict.value, "reason": r.reason} for r in results},
         "engines": state.engines,
         "crash": state.crash,
@@ -411,9 +503,19 @@ def _write_outputs(opts, ctx, loaded, plan, host, rehearsal, rehearsal_reason, i
         from fasttrack.bundle.integration import write_run_bundle
     except ImportError:
         return None
-    tarball = write_run_bundle(opts=opts, ctx=ctx, loaded=loaded, plan=plan, host=host, rehearsal=rehearsal,
-                               rehearsal_reason=rehearsal_reason, isolation=isolation, results=results, state=state,
-                               log=log)
+    tarball = write_run_bundle(
+        opts=opts,
+        ctx=ctx,
+        loaded=loaded,
+        plan=plan,
+        host=host,
+        rehearsal=rehearsal,
+        rehearsal_reason=rehearsal_reason,
+        isolation=isolation,
+        results=results,
+        state=state,
+        log=log,
+    )
     _write_report(opts, ctx, isolation, log=log)
     return tarball
 
@@ -428,9 +530,13 @@ def _write_report(opts: ValidateOptions, ctx: RunContext, isolation: IsolationRe
         return
     keys = [k.public for k in load_sign_keys(opts.sign_keys)] if opts.sign_keys else []
     try:
-        render_report(bundle_dir, ctx.run_dir / "report.html", keys=keys,
-                      pr_head=isolation.head_sha if isolation else None,
-                      comment_path=ctx.run_dir / "pr-comment.md")
+        render_report(
+            bundle_dir,
+            ctx.run_dir / "report.html",
+            keys=keys,
+            pr_head=isolation.head_sha if isolation else None,
+            comment_path=ctx.run_dir / "pr-comment.md",
+        )
         log(f"report: {ctx.run_dir / 'report.html'}  PR comment: {ctx.run_dir / 'pr-comment.md'}")
     except FasttrackError as exc:
         log(f"report not written: {exc.message}")

@@ -15,7 +15,7 @@ import json
 import re
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
 from fasttrack.errors import PlanError
 from fasttrack.scope import TIER_ORDER, Envelope, Estimates, Scope, _expand_spec_names
@@ -111,7 +111,9 @@ def parse_shard(spec: str | None) -> tuple[int, int]:
         return 1, 1
     m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", spec)
     if not m:
-        raise PlanError(f"shard {spec!r} is not of the form i/n.", hint="Use e.g. --shard 1/3 (shards are numbered from 1).")
+        raise PlanError(
+            f"shard {spec!r} is not of the form i/n.", hint="Use e.g. --shard 1/3 (shards are numbered from 1)."
+        )
     i, n = int(m.group(1)), int(m.group(2))
     if n < 1 or not 1 <= i <= n:
         raise PlanError(
@@ -135,7 +137,9 @@ def _format_args(template: list[str], values: dict[str, Any]) -> list[str]:
     return out
 
 
-def _side_args(scope: Scope, side: str, tp: int, dcp: int, spec_method: str, draft: int | None, max_len: int) -> list[str]:
+def _side_args(
+    scope: Scope, side: str, tp: int, dcp: int, spec_method: str, draft: int | None, max_len: int
+) -> list[str]:
     eng = scope.engine
     args = list(eng.common_args)
     pa = eng.point_args
@@ -193,32 +197,56 @@ def build_plan(scope: Scope, *, tier: str = "smoke", shard: str | None = None, s
                         pid = f"{gid}-b{b}-ctx{'full' if full else _ctx_label(ctx)}"
                         gpoints.append(
                             ConfigPoint(
-                                id=pid, group=gid, tp=tp, dcp=dcp, spec=name, draft_length=draft,
+                                id=pid,
+                                group=gid,
+                                tp=tp,
+                                dcp=dcp,
+                                spec=name,
+                                draft_length=draft,
                                 acceptance_length=sp.synthetic_acceptance_length if draft else None,
-                                batch=b, context=ctx, full_context=full,
+                                batch=b,
+                                context=ctx,
+                                full_context=full,
                             )
                         )
                 lifetimes = t.lifetimes_per_side
                 order = [s for _ in range(lifetimes) for s in SIDES]
                 groups.append(
                     EngineGroup(
-                        id=gid, tp=tp, dcp=dcp, spec=name, draft_length=draft, gpus=tp if on_gpu else 0,
+                        id=gid,
+                        tp=tp,
+                        dcp=dcp,
+                        spec=name,
+                        draft_length=draft,
+                        gpus=tp if on_gpu else 0,
                         points=[p.id for p in gpoints],
                         args={s: _side_args(scope, s, tp, dcp, sp.method, draft, max_len) for s in SIDES},
                         env={s: {**scope.engine.env, **getattr(scope.engine, s).env} for s in SIDES},
-                        lifetimes_per_side=lifetimes, order=order,
+                        lifetimes_per_side=lifetimes,
+                        order=order,
                     )
                 )
                 points.extend(gpoints)
 
     # Order: fewest GPUs first, then by id — a stable order that keeps similar launches adjacent.
     groups.sort(key=lambda g: (g.gpus, g.dcp, g.spec, g.draft_length or 0, g.id))
-    fp = hashlib.sha256(json.dumps({"scope": scope_sha256 or scope.name, "tier": tier,
-                                    "points": [p.id for p in points]}, sort_keys=True).encode()).hexdigest()
+    fp = hashlib.sha256(
+        json.dumps(
+            {"scope": scope_sha256 or scope.name, "tier": tier, "points": [p.id for p in points]}, sort_keys=True
+        ).encode()
+    ).hexdigest()
     groups, points = _shard(groups, points, i, n, scope.estimates)
     return Plan(
-        scope=scope.name, scope_sha256=scope_sha256, tier=tier, shard=f"{i}/{n}", points=points, groups=groups,
-        estimate=estimate(groups, scope.estimates), checks=t.checks, workloads=t.workloads, fingerprint=fp,
+        scope=scope.name,
+        scope_sha256=scope_sha256,
+        tier=tier,
+        shard=f"{i}/{n}",
+        points=points,
+        groups=groups,
+        estimate=estimate(groups, scope.estimates),
+        checks=t.checks,
+        workloads=t.workloads,
+        fingerprint=fp,
     )
 
 
@@ -227,7 +255,9 @@ def _group_cost(g: EngineGroup, est: Estimates) -> float:
     return max(g.gpus, 1) * 2 * g.lifetimes_per_side * (est.engine_start_s + len(g.points) * per_point)
 
 
-def _shard(groups: list[EngineGroup], points: list[ConfigPoint], i: int, n: int, est: Estimates) -> tuple[list[EngineGroup], list[ConfigPoint]]:
+def _shard(
+    groups: list[EngineGroup], points: list[ConfigPoint], i: int, n: int, est: Estimates
+) -> tuple[list[EngineGroup], list[ConfigPoint]]:
     """Deterministic sharding: whole engine groups where possible (split only when there
     are fewer groups than shards), assigned longest-first to the least-loaded shard."""
     if n == 1:
@@ -241,7 +271,7 @@ def _shard(groups: list[EngineGroup], points: list[ConfigPoint], i: int, n: int,
         half = len(big.points) // 2
         a = big.model_copy(update={"points": big.points[:half]})
         b = big.model_copy(update={"points": big.points[half:]})
-        units[k:k + 1] = [a, b]
+        units[k : k + 1] = [a, b]
     loads = [0.0] * n
     assign: list[list[EngineGroup]] = [[] for _ in range(n)]
     for u in sorted(units, key=lambda g: (-_group_cost(g, est), g.id, g.points[0] if g.points else "")):
@@ -261,5 +291,10 @@ def estimate(groups: list[EngineGroup], est: Estimates) -> PlanEstimate:
     per_point = est.requests_per_point * est.tokens_per_request / est.decode_tokens_per_s
     wall = sum(2 * g.lifetimes_per_side * (est.engine_start_s + len(g.points) * per_point) for g in groups)
     gpu = sum(_group_cost(g, est) for g in groups)
-    return PlanEstimate(engine_starts=starts, requests=requests, gpu_hours=round(gpu / 3600, 3),
-                        wall_hours=round(wall / 3600, 3), assumptions=est)
+    return PlanEstimate(
+        engine_starts=starts,
+        requests=requests,
+        gpu_hours=round(gpu / 3600, 3),
+        wall_hours=round(wall / 3600, 3),
+        assumptions=est,
+    )

@@ -71,8 +71,11 @@ def _numeric(d: dict[str, Any], prefix: str = "") -> dict[str, float]:
 
 _KEY_FIELDS = ("eval", "workload", "point", "batch", "feature", "test", "schema", "situation", "side", "metric")
 """Fields that identify a result row across runs (whichever of them a table has)."""
-_INTERVALS = (("speedup", "ci_low", "ci_high"), ("score_difference", "score_ci_low", "score_ci_high"),
-              ("agreement_difference", "agreement_ci_low", "agreement_ci_high"))
+_INTERVALS = (
+    ("speedup", "ci_low", "ci_high"),
+    ("score_difference", "score_ci_low", "score_ci_high"),
+    ("agreement_difference", "agreement_ci_low", "agreement_ci_high"),
+)
 """(estimate, lower bound, upper bound) column triples recorded next to a statistic."""
 
 
@@ -94,7 +97,9 @@ def _fmt_key(key: tuple) -> str:
     return ", ".join(f"{k}={v}" for k, v in key)
 
 
-def compare_rows(recorded: dict[str, list[dict[str, Any]]], new: dict[str, list[dict[str, Any]]]) -> tuple[list[str], int]:
+def compare_rows(
+    recorded: dict[str, list[dict[str, Any]]], new: dict[str, list[dict[str, Any]]]
+) -> tuple[list[str], int]:
     """Row-level disagreements between the recorded and the new tables of one check.
 
     Returns (problems, rows compared). Rows are matched by their key fields; a row
@@ -120,8 +125,10 @@ def compare_rows(recorded: dict[str, list[dict[str, Any]]], new: dict[str, list[
                 a, b, x = old.get(lo), old.get(hi), r.get(est)
                 if all(isinstance(v, (int, float)) and not isinstance(v, bool) and v == v for v in (a, b, x)):
                     if not a <= x <= b:
-                        problems.append(f"{table} [{_fmt_key(k)}]: {est} {x:.4g} now, outside the recorded interval "
-                                        f"[{a:.4g}, {b:.4g}]")
+                        problems.append(
+                            f"{table} [{_fmt_key(k)}]: {est} {x:.4g} now, outside the recorded interval "
+                            f"[{a:.4g}, {b:.4g}]"
+                        )
     return problems, compared
 
 
@@ -146,8 +153,17 @@ def _scope_file(name: str, text: str, sha: str | None, tmp: Path) -> Path:
     return p
 
 
-def reproduce(bundle: Path, *, checks: list[str], out: Path, keys: list[Path] | None = None, trust: Path | None = None,
-              allow_unverified: bool = False, force: bool = False, log=print) -> ReproduceResult:
+def reproduce(
+    bundle: Path,
+    *,
+    checks: list[str],
+    out: Path,
+    keys: list[Path] | None = None,
+    trust: Path | None = None,
+    allow_unverified: bool = False,
+    force: bool = False,
+    log=print,
+) -> ReproduceResult:
     from fasttrack.bundle import open_bundle, verify_bundle
     from fasttrack.checks.base import registry
     from fasttrack.pipeline import ValidateOptions, run_validate
@@ -170,8 +186,15 @@ def reproduce(bundle: Path, *, checks: list[str], out: Path, keys: list[Path] | 
     reg = registry()
     with tempfile.TemporaryDirectory(prefix="fasttrack-repro-") as tmpd:
         scope_path = _scope_file(m.scope.model, m.scope.yaml, getattr(m.scope, "sha256", None), Path(tmpd))
-        opts = ValidateOptions(model=str(scope_path), tier=m.scope.tier, shard=m.plan.shard, out=out, checks=checks,
-                               allow_hardware_mismatch=True, force=force)
+        opts = ValidateOptions(
+            model=str(scope_path),
+            tier=m.scope.tier,
+            shard=m.plan.shard,
+            out=out,
+            checks=checks,
+            allow_hardware_mismatch=True,
+            force=force,
+        )
         outcome = run_validate(opts, log=log)
     new = {r.check: r for r in outcome.results}
     agreements = []
@@ -200,7 +223,18 @@ def reproduce(bundle: Path, *, checks: list[str], out: Path, keys: list[Path] | 
         for k in sorted(set(a) & set(b))[:50]:
             den = abs(a[k]) if a[k] else 1.0
             figs[k] = {"recorded": a[k], "new": b[k], "rel_diff": round((b[k] - a[k]) / den, 4)}
-        agreements.append(CheckAgreement(check=name, recorded_verdict=rec.verdict.value, new_verdict=res.verdict.value,
-                                         agrees=ok, detail=detail, figures=figs, row_disagreements=problems,
-                                         rows_compared=compared))
-    return ReproduceResult(bundle=str(bundle), verified=ver.verified, run_dir=str(outcome.run_dir), agreements=agreements)
+        agreements.append(
+            CheckAgreement(
+                check=name,
+                recorded_verdict=rec.verdict.value,
+                new_verdict=res.verdict.value,
+                agrees=ok,
+                detail=detail,
+                figures=figs,
+                row_disagreements=problems,
+                rows_compared=compared,
+            )
+        )
+    return ReproduceResult(
+        bundle=str(bundle), verified=ver.verified, run_dir=str(outcome.run_dir), agreements=agreements
+    )

@@ -28,7 +28,9 @@ SUITES_DIR = ROOT / "suites"
 TierName = Literal["smoke", "standard", "full"]
 TIER_ORDER: tuple[TierName, ...] = ("smoke", "standard", "full")
 
-FallbackSituation = Literal["prefill", "mixed_prefill_decode", "batch_above_range", "out_of_envelope_request", "unsupported_deployment"]
+FallbackSituation = Literal[
+    "prefill", "mixed_prefill_decode", "batch_above_range", "out_of_envelope_request", "unsupported_deployment"
+]
 SharedComponent = Literal["input_preparation", "sampling", "kv_cache_management"]
 Feature = Literal[
     "structured_output",
@@ -359,7 +361,14 @@ class Claim(_Model):
     """Short identifier."""
     text: str
     """The claim as published."""
-    metric: Literal["output_throughput", "speedup_output_throughput", "speedup_tpot", "interactivity_p90", "kernels_per_layer", "latency_per_layer_us"]
+    metric: Literal[
+        "output_throughput",
+        "speedup_output_throughput",
+        "speedup_tpot",
+        "interactivity_p90",
+        "kernels_per_layer",
+        "latency_per_layer_us",
+    ]
     candidate: float | None = None
     """Claimed candidate value (absolute)."""
     baseline: float | None = None
@@ -403,13 +412,21 @@ class PerfGate(_Model):
     noise_margin: float = Field(default=0.05, ge=0, lt=1)
     """A point passes when the lower confidence bound of its speedup is >= 1 - noise_margin."""
     confidence: float = Field(default=0.95, gt=0.5, lt=1)
-    metrics: list[Literal["median_tpot_ms", "median_engine_tpot_ms", "median_itl_ms", "output_throughput",
-                          "median_ttft_ms", "p90_interactivity"]] = Field(
-        default_factory=lambda: ["median_tpot_ms", "output_throughput"]
-    )
+    metrics: list[
+        Literal[
+            "median_tpot_ms",
+            "median_engine_tpot_ms",
+            "median_itl_ms",
+            "output_throughput",
+            "median_ttft_ms",
+            "p90_interactivity",
+        ]
+    ] = Field(default_factory=lambda: ["median_tpot_ms", "output_throughput"])
     min_runs: int = Field(default=3, ge=1)
     max_runs: int = Field(default=8, ge=1)
-    gated_metric: Literal["median_tpot_ms", "median_engine_tpot_ms", "median_itl_ms", "output_throughput"] = "median_tpot_ms"
+    gated_metric: Literal["median_tpot_ms", "median_engine_tpot_ms", "median_itl_ms", "output_throughput"] = (
+        "median_tpot_ms"
+    )
     """The metric whose interval decides each point. ``median_engine_tpot_ms`` needs engines that report
     per-request metrics (the harness starts its own with ``--enable-per-request-metrics``)."""
     interval: Literal["bootstrap", "lifetime_t"] = "bootstrap"
@@ -566,9 +583,13 @@ class Scope(_Model):
                 base, _, dl = s.partition(":")
                 sp = env.spec_by_name(base)
                 if sp is None:
-                    raise ValueError(f"tier {tname!r}: speculative config {base!r} is not in the envelope ({sorted(spec_names)})")
+                    raise ValueError(
+                        f"tier {tname!r}: speculative config {base!r} is not in the envelope ({sorted(spec_names)})"
+                    )
                 if dl and (not dl.isdigit() or int(dl) not in sp.draft_lengths):
-                    raise ValueError(f"tier {tname!r}: draft length {dl!r} is not one of {sp.name}'s {sp.draft_lengths}")
+                    raise ValueError(
+                        f"tier {tname!r}: draft length {dl!r} is not one of {sp.name}'s {sp.draft_lengths}"
+                    )
             sel["speculative"] = set(_expand_spec_names(specs, env))
             sel["checks"] = set(t.checks) if t.checks is not None else {"*"}
             sel["workloads"] = set(t.workloads) if t.workloads is not None else {"*"}

@@ -37,11 +37,16 @@ DEMO_BUILDER = ROOT / "examples" / "demo_model" / "build.py"
 #: float32: with `auto` vLLM would downcast the float32 checkpoint to bfloat16 (emulated on
 #: AVX2-only CPUs); the demo's numeric tolerances are for float32 (examples/README.md).
 COMMON_ENGINE_ARGS: tuple[str, ...] = (
-    "--dtype", "float32",
-    "--max-model-len", "2048",
-    "--gpu-memory-utilization", "0.2",
-    "--max-num-seqs", "16",
-    "--seed", "0",
+    "--dtype",
+    "float32",
+    "--max-model-len",
+    "2048",
+    "--gpu-memory-utilization",
+    "0.2",
+    "--max-num-seqs",
+    "16",
+    "--seed",
+    "0",
 )
 #: What turns the demo model's optimized decode path on.
 CANDIDATE_ENGINE_ARGS: tuple[str, ...] = (
@@ -213,9 +218,17 @@ class EngineSlot:
         if eng is not None:
             eng.stop()
 
-    def _start(self, key: str, *, side: str, model: Path, args: tuple[str, ...] | list[str],
-               env: dict[str, str | None] | None, process_env: dict[str, str | None] | None,
-               exclusive: bool = True) -> Any:
+    def _start(
+        self,
+        key: str,
+        *,
+        side: str,
+        model: Path,
+        args: tuple[str, ...] | list[str],
+        env: dict[str, str | None] | None,
+        process_env: dict[str, str | None] | None,
+        exclusive: bool = True,
+    ) -> Any:
         from fasttrack.engine import ManagedEngine, per_request_metrics_args, profiler_args
 
         eng = ManagedEngine(
@@ -226,7 +239,9 @@ class EngineSlot:
             log_dir=self.root / "logs",
             log_name=key,
             startup_timeout=900.0,
-            progress=lambda p: print(f"[{p.side}] starting, {p.elapsed_s:.0f} s: {p.last_log_line[:120]}", file=sys.stderr),
+            progress=lambda p: print(
+                f"[{p.side}] starting, {p.elapsed_s:.0f} s: {p.last_log_line[:120]}", file=sys.stderr
+            ),
             exclusive=exclusive,
         )
         with _environ(**(process_env or {})):

@@ -66,7 +66,45 @@ _EXPORTS: dict[str, str] = {
     "write_bundle": "writer",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "BundleError",
+    "BundleView",
+    "CheckEntry",
+    "EngineRecord",
+    "Hardware",
+    "KeyFileError",
+    "Limits",
+    "Manifest",
+    "MergeError",
+    "PRLink",
+    "PlanInfo",
+    "Provenance",
+    "PublicKey",
+    "SCHEMA_VERSION",
+    "ScopeInfo",
+    "SigningKey",
+    "UnsafeArchiveError",
+    "VerifyResult",
+    "build_manifest",
+    "collect_provenance",
+    "extract_bundle",
+    "generate_keypair",
+    "hash_tree",
+    "json_schema",
+    "load_manifest",
+    "load_private_key",
+    "load_public_keys",
+    "load_trust_dir",
+    "merge_bundles",
+    "open_bundle",
+    "pack_bundle",
+    "plan_info",
+    "recompute_verdict",
+    "scope_info",
+    "sign_bundle",
+    "verify_bundle",
+    "write_bundle",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -74,7 +74,9 @@ class Envelope(BaseModel):
         if not isinstance(st, dict) or st.get("_type") != STATEMENT_TYPE:
             raise BundleError(f"{ATTESTATION}: payload is not an in-toto Statement v1 (_type must be {STATEMENT_TYPE})")
         if st.get("predicateType") != PREDICATE_TYPE:
-            raise BundleError(f"{ATTESTATION}: predicateType is {st.get('predicateType')!r}, expected {PREDICATE_TYPE!r}")
+            raise BundleError(
+                f"{ATTESTATION}: predicateType is {st.get('predicateType')!r}, expected {PREDICATE_TYPE!r}"
+            )
         subj = st.get("subject")
         if not isinstance(subj, list) or not all(
             isinstance(s, dict)
@@ -148,9 +150,7 @@ def bundle_files(root: Path) -> dict[str, Path]:
 def subjects_of_dir(root: Path) -> dict[str, str]:
     """``{name: sha256}`` of every bundle file except the attestation."""
     buf = bytearray(HASH_BUFFER)
-    return {
-        name: sha256_file(p, buffer=buf)[0] for name, p in bundle_files(root).items() if name != ATTESTATION
-    }
+    return {name: sha256_file(p, buffer=buf)[0] for name, p in bundle_files(root).items() if name != ATTESTATION}
 
 
 def read_envelope(data: bytes) -> Envelope:

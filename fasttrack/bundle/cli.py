@@ -51,7 +51,9 @@ def sign_cmd(
 
     sk = load_private_key(key)
     env = sign_bundle(bundle, sk, replace=replace)
-    console.print(f"signed {bundle} with key {sk.keyid} ({len(env.signatures)} signature(s) on the bundle)", highlight=False)
+    console.print(
+        f"signed {bundle} with key {sk.keyid} ({len(env.signatures)} signature(s) on the bundle)", highlight=False
+    )
 
 
 def verify_cmd(
@@ -74,9 +76,7 @@ def verify_cmd(
     if not key and trust is None:
         env_trust = os.environ.get(TRUST_ENV)
         if not env_trust:
-            raise BundleError(
-                "no trusted key given: pass --key PUB (repeatable) or --trust DIR, or set $" + TRUST_ENV
-            )
+            raise BundleError("no trusted key given: pass --key PUB (repeatable) or --trust DIR, or set $" + TRUST_ENV)
         trust = Path(env_trust)
     res = verify_bundle(bundle, keys=key, trust_dir=trust, pr_head=pr_head, min_signatures=min_signatures)
     ok = res.verified and (not require_pass or res.verdict == "pass")
@@ -105,7 +105,9 @@ def merge_cmd(
     shards: list[Path] = typer.Argument(..., help="Shard bundles (directories or .tar.gz) of one plan."),
     out: Path = typer.Option(..., "-o", "--out", help="Merged bundle: a directory, or a file ending in .tar.gz."),
     sign_key: list[Path] = typer.Option([], "--sign-key", help="Private key to sign the merged bundle (repeatable)."),
-    key: list[Path] = typer.Option([], "--key", "-k", help="Require every shard to be signed by this key (repeatable)."),
+    key: list[Path] = typer.Option(
+        [], "--key", "-k", help="Require every shard to be signed by this key (repeatable)."
+    ),
     trust: Optional[Path] = typer.Option(None, "--trust", help="Require every shard to be signed by a key in DIR."),
 ) -> None:
     """Combine the shard bundles of one plan into one bundle and sign it."""
@@ -114,9 +116,7 @@ def merge_cmd(
     sks = [load_private_key(k) for k in sign_key]
     m = merge_bundles(shards, out, sign_keys=sks, keys=key, trust_dir=trust)
     signed = f", signed by {len(sks)} key(s)" if sks else ", unsigned (sign it with `fasttrack sign`)"
-    console.print(
-        f"merged {len(shards)} shard(s) into {out}: verdict [bold]{m.verdict}[/]{signed}", highlight=False
-    )
+    console.print(f"merged {len(shards)} shard(s) into {out}: verdict [bold]{m.verdict}[/]{signed}", highlight=False)
 
 
 def register(app: typer.Typer) -> None:
@@ -125,4 +125,3 @@ def register(app: typer.Typer) -> None:
     app.command("sign")(sign_cmd)
     app.command("verify")(verify_cmd)
     app.command("merge")(merge_cmd)
-

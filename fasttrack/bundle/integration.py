@@ -19,7 +19,7 @@ from fasttrack.bundle.pack import pack_bundle
 from fasttrack.bundle.provenance import collect_provenance
 from fasttrack.bundle.verify import verify_bundle
 from fasttrack.bundle.writer import write_bundle
-from fasttrack.checks.base import CheckResult
+from fasttrack.results import CheckResult
 
 BUNDLE_DIR = "bundle"
 BUNDLE_TARBALL = "bundle.tar.gz"
@@ -167,5 +167,7 @@ def write_run_bundle(
             raise BundleError(f"the bundle just written does not verify ({bad}); this is a bug in fasttrack")
         log(f"bundle: {tarball} (verdict {manifest.verdict}, signed by {', '.join(k.keyid[:16] for k in keys)})")
     else:
-        log(f"bundle: {tarball} (verdict {manifest.verdict}, unsigned: sign it with `fasttrack sign {tarball} --key KEY`)")
+        log(
+            f"bundle: {tarball} (verdict {manifest.verdict}, unsigned: sign it with `fasttrack sign {tarball} --key KEY`)"
+        )
     return tarball

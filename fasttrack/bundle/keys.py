@@ -80,7 +80,9 @@ def _type_name(key: object) -> str:
     return type(key).__name__.removeprefix("_").replace("PrivateKey", "").replace("PublicKey", "") or "unknown"
 
 
-def generate_keypair(out_dir: str | os.PathLike[str], *, name: str = "fasttrack", comment: str | None = None) -> tuple[Path, Path]:
+def generate_keypair(
+    out_dir: str | os.PathLike[str], *, name: str = "fasttrack", comment: str | None = None
+) -> tuple[Path, Path]:
     """Write ``DIR/NAME`` (PEM PKCS8 private key, mode 0600) and ``DIR/NAME.pub`` (OpenSSH).
 
     Refuses to overwrite existing files. Returns both paths.

@@ -28,14 +28,23 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from fasttrack.bundle.canonical import canonical_json, sha256_bytes, sha256_json
 from fasttrack.bundle.errors import BundleError
 from fasttrack.bundle.layout import NAME_RE
-from fasttrack.checks.base import CHECK_ORDER, CheckResult, Gate, Side, Verdict, overall_verdict
+from fasttrack.results import (
+    CHECK_ORDER,
+    BundleVerdict,
+    CheckResult,
+    Gate,
+    Side,
+    Verdict,
+    bundle_verdict,
+    ordered_checks,
+    overall_verdict,
+)
 
 #: The manifest format this module writes and reads.
 SCHEMA_VERSION = "fasttrack.bundle/v1"
 #: Where the generated JSON Schema is checked in (relative to the repository root).
 SCHEMA_FILE = Path("schemas") / "bundle-manifest.schema.json"
 
-BundleVerdict = Literal["pass", "fail", "incomplete"]
 
 _SHA256_RE = r"^[0-9a-f]{64}$"
 _GIT_SHA_RE = r"^[0-9a-f]{7,64}$"
@@ -307,11 +316,6 @@ def parse_shard(shard: str) -> tuple[int, int]:
     return i, n
 
 
-def bundle_verdict(verdict: Verdict) -> BundleVerdict:
-    """Map the overall check verdict to the bundle's vocabulary (``not_run`` -> ``incomplete``)."""
-    return "incomplete" if verdict is Verdict.NOT_RUN else verdict.value  # type: ignore[return-value]
-
-
 def recompute_verdict(checks: Mapping[str, CheckEntry]) -> BundleVerdict:
     """The bundle verdict implied by the check entries (same rule as at write time)."""
     results = [
@@ -400,12 +404,10 @@ def build_manifest(
     for name in expected_checks:
         if name not in by_name:
             by_name[name] = CheckResult.not_run(name, "no result was produced for this check in this run")
-    ordered = [n for n in CHECK_ORDER if n in by_name] + sorted(n for n in by_name if n not in CHECK_ORDER)
+    ordered = ordered_checks(by_name)
     tables = tables or {}
     artifacts = artifacts or {}
-    entries = {
-        n: check_entry(by_name[n], tables=tables.get(n), artifacts=artifacts.get(n)) for n in ordered
-    }
+    entries = {n: check_entry(by_name[n], tables=tables.get(n), artifacts=artifacts.get(n)) for n in ordered}
     verdict = bundle_verdict(overall_verdict([by_name[n] for n in ordered]))
     try:
         return Manifest(

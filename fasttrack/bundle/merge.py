@@ -30,7 +30,7 @@ from fasttrack.bundle.keys import PublicKey, SigningKey
 from fasttrack.bundle.layout import ARTIFACTS_DIR, LOGS_DIR, MANIFEST
 from fasttrack.bundle.manifest import Manifest, PlanInfo, ShardRef, load_manifest, parse_shard
 from fasttrack.bundle.tables import read_rows
-from fasttrack.checks.base import CHECK_ORDER, CheckResult, Verdict
+from fasttrack.results import CheckResult, Verdict, ordered_checks
 
 #: Provenance fields that may differ between shards.
 _PER_SHARD_PROVENANCE = {"engines"}
@@ -54,7 +54,11 @@ def _open_shard(path: Path, stack: ExitStack) -> Path:
 
 
 def _check_integrity(
-    path: Path, root: Path, *, keys: Sequence[str | os.PathLike[str] | PublicKey], trust_dir: str | os.PathLike[str] | None
+    path: Path,
+    root: Path,
+    *,
+    keys: Sequence[str | os.PathLike[str] | PublicKey],
+    trust_dir: str | os.PathLike[str] | None,
 ) -> None:
     from fasttrack.bundle.verify import verify_bundle
 
@@ -62,9 +66,7 @@ def _check_integrity(
     res = verify_bundle(root, keys=keys, trust_dir=trust_dir)
     bad = [it for it in res.items if it.ok is False and (need_sig or it.name != "signature")]
     if bad:
-        raise MergeError(
-            f"shard bundle {path} does not verify: " + "; ".join(f"{it.name}: {it.detail}" for it in bad)
-        )
+        raise MergeError(f"shard bundle {path} does not verify: " + "; ".join(f"{it.name}: {it.detail}" for it in bad))
 
 
 def _compare(manifests: list[tuple[Path, Manifest]]) -> None:
@@ -89,10 +91,13 @@ def _compare(manifests: list[tuple[Path, Manifest]]) -> None:
         f = facts(m)
         for k, v in ref_facts.items():
             if f.get(k) != v:
-                problems.append(f"{k}: {ref_path} ({ref.plan.shard}) has {_short(v)}, {path} ({m.plan.shard}) has {_short(f.get(k))}")
+                problems.append(
+                    f"{k}: {ref_path} ({ref.plan.shard}) has {_short(v)}, {path} ({m.plan.shard}) has {_short(f.get(k))}"
+                )
     if problems:
         raise MergeError(
-            "the shard bundles are not of one plan run and cannot be merged: " + "; ".join(problems[:10])
+            "the shard bundles are not of one plan run and cannot be merged: "
+            + "; ".join(problems[:10])
             + (f"; and {len(problems) - 10} more" if len(problems) > 10 else "")
         )
 
@@ -148,7 +153,9 @@ def _merge_check(name: str, per_shard: list[tuple[str, Any]]) -> tuple[Verdict, 
         return (
             Verdict.NOT_RUN,
             "did not run in "
-            + "; ".join(f"shard {s}: {e.reason if e is not None else 'absent from that shard bundle'}" for s, e in missing_req),
+            + "; ".join(
+                f"shard {s}: {e.reason if e is not None else 'absent from that shard bundle'}" for s, e in missing_req
+            ),
             required,
         )
     if passed:
@@ -217,22 +224,19 @@ def merge_bundles(
                 if (root / top).is_dir():
                     shutil.copytree(root / top, staging / top / sub)
 
-        names = [c for c in CHECK_ORDER if any(c in m.checks for _, _, m in ordered)]
-        names += sorted({c for _, _, m in ordered for c in m.checks} - set(names))
+        names = ordered_checks(c for _, _, m in ordered for c in m.checks)
         results = []
         for name in names:
             per = [(m.plan.shard, m.checks.get(name)) for _, _, m in ordered]
             verdict, reason, required = _merge_check(name, per)
             gate = next((e.gate for _, e in per if e is not None and e.gate is not None), None)
             tables: dict[str, list[dict[str, Any]]] = {}
-            for (_, root, m), (label, e) in zip(ordered, per):
+            for (_, root, m), (label, e) in zip(ordered, per, strict=False):
                 if e is None:
                     continue
                 for tname, ref in e.tables.items():
                     rows = read_rows(root / ref.path)
-                    tables.setdefault(tname, []).extend(
-                        r if "shard" in r else {"shard": label, **r} for r in rows
-                    )
+                    tables.setdefault(tname, []).extend(r if "shard" in r else {"shard": label, **r} for r in rows)
             artifacts = []
             for label, e in per:
                 if e is None:

@@ -74,9 +74,7 @@ def git_commit(repo: Path) -> str | None:
 
 def packages_digest() -> tuple[str, int]:
     """sha256 of the sorted ``name==version`` lines of every installed distribution, and their count."""
-    lines = sorted(
-        {f"{(d.metadata['Name'] or '?').lower()}=={d.version}" for d in md.distributions() if d.metadata}
-    )
+    lines = sorted({f"{(d.metadata['Name'] or '?').lower()}=={d.version}" for d in md.distributions() if d.metadata})
     return hashlib.sha256("\n".join(lines).encode()).hexdigest(), len(lines)
 
 

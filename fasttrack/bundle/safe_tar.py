@@ -99,7 +99,9 @@ def check_member(member: tarfile.TarInfo, *, archive: str, limits: Limits = DEFA
     if ".." in parts:
         raise UnsafeArchiveError(f"{label} contains '..' (path traversal)")
     if member.issym() or member.islnk():
-        raise UnsafeArchiveError(f"{label} is a {'symbolic' if member.issym() else 'hard'} link to {member.linkname!r}; bundles hold regular files only")
+        raise UnsafeArchiveError(
+            f"{label} is a {'symbolic' if member.issym() else 'hard'} link to {member.linkname!r}; bundles hold regular files only"
+        )
     if member.ischr() or member.isblk():
         raise UnsafeArchiveError(f"{label} is a device file")
     if member.isfifo():
@@ -265,7 +267,9 @@ def _drain(reader: _CappedReader, label: str) -> None:
         if chunk.strip(b"\0"):
             raise UnsafeArchiveError(f"{label}: there is data after the end of the tar archive")
         if seen > _MAX_TRAILER:
-            raise UnsafeArchiveError(f"{label}: more than {_MAX_TRAILER} bytes of padding after the end of the tar archive")
+            raise UnsafeArchiveError(
+                f"{label}: more than {_MAX_TRAILER} bytes of padding after the end of the tar archive"
+            )
 
 
 def extract_bundle(
@@ -288,7 +292,9 @@ def extract_bundle(
             shutil.rmtree(root, ignore_errors=True)
         else:
             for child in list(root.iterdir()):
-                shutil.rmtree(child, ignore_errors=True) if child.is_dir() and not child.is_symlink() else child.unlink()
+                shutil.rmtree(
+                    child, ignore_errors=True
+                ) if child.is_dir() and not child.is_symlink() else child.unlink()
         raise
 
 
@@ -308,8 +314,10 @@ def _extract(archive: str | os.PathLike[str], root: Path, limits: Limits) -> lis
             target.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
             fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
         except OSError as exc:
-            raise UnsafeArchiveError(f"{archive}: member {m.name!r} cannot be created ({exc.strerror}); "
-                                     "a file and a directory of the same name?") from None
+            raise UnsafeArchiveError(
+                f"{archive}: member {m.name!r} cannot be created ({exc.strerror}); "
+                "a file and a directory of the same name?"
+            ) from None
         written = 0
         with os.fdopen(fd, "wb") as out:
             assert m.stream is not None

@@ -101,7 +101,9 @@ def rows_to_arrow(rows: Sequence[Mapping[str, Any]]) -> pa.Table:
         if isinstance(row, BaseModel):
             row = row.model_dump(mode="json")
         if not isinstance(row, Mapping):
-            raise BundleError(f"result row {i} is a {type(row).__name__}, not a dict; rows must be mappings of column to value")
+            raise BundleError(
+                f"result row {i} is a {type(row).__name__}, not a dict; rows must be mappings of column to value"
+            )
         for key in row:
             if not isinstance(key, str):
                 raise BundleError(f"result row {i} has a non-string column name {key!r}")
@@ -173,4 +175,3 @@ def parquet_num_rows(source: Path | bytes) -> tuple[int, list[str]]:
     except (pa.ArrowException, OSError, ValueError, UnicodeDecodeError) as exc:
         # a corrupted footer can surface as any of these (e.g. undecodable column names)
         raise BundleError(f"not a readable Parquet file: {type(exc).__name__}: {exc}") from exc
-

@@ -11,9 +11,8 @@ Each property is one named item of the result:
 - ``files``: no subject is missing and no file is outside the subjects.
 - ``schema``: ``manifest.json`` validates against the JSON Schema and the models.
 - ``predicate``: the signed summary equals the one derived from the manifest.
-- ``verdicts``: the bundle verdict recomputed from the check entries (and, for checks
-  that define ``verdict_from_rows``, each check verdict recomputed from its rows) equals
-  the recorded one.
+- ``verdicts``: the bundle verdict recomputed from the check entries equals the
+  recorded one, and no check fails without a reason.
 - ``tables``: every check table exists where recorded, with the recorded rows and
   columns; no table or listed artifact is missing; no stray table.
 - ``pr_head``: the tested head commit equals ``--pr-head`` (skipped when not given).
@@ -38,8 +37,8 @@ from fasttrack.bundle.keys import PublicKey, load_public_keys, load_trust_dir
 from fasttrack.bundle.layout import ATTESTATION, MANIFEST, RESULTS_DIR, table_path
 from fasttrack.bundle.manifest import Manifest, json_schema, load_manifest, recompute_verdict
 from fasttrack.bundle.safe_tar import DEFAULT_LIMITS, Limits, iter_members
-from fasttrack.bundle.tables import parquet_num_rows, read_rows
-from fasttrack.checks.base import Verdict
+from fasttrack.bundle.tables import parquet_num_rows
+from fasttrack.results import Verdict
 
 ITEMS: tuple[str, ...] = (
     "archive",
@@ -180,9 +179,7 @@ def _schema_problems(data: bytes) -> tuple[Manifest | None, list[str]]:
     except (ValueError, UnicodeDecodeError) as exc:
         return None, [f"{MANIFEST} is not valid JSON: {exc}"]
     errors = sorted(_schema_validator().iter_errors(obj), key=lambda e: list(map(str, e.absolute_path)))
-    problems = [
-        f"{'/'.join(map(str, e.absolute_path)) or '(root)'}: {e.message[:300]}" for e in errors[:10]
-    ]
+    problems = [f"{'/'.join(map(str, e.absolute_path)) or '(root)'}: {e.message[:300]}" for e in errors[:10]]
     if problems:
         return None, problems
     try:
@@ -204,39 +201,7 @@ def _verdict_problems(manifest: Manifest, contents: _Contents) -> tuple[list[str
     for name, e in manifest.checks.items():
         if e.verdict is Verdict.FAIL and not e.reason.strip():
             problems.append(f"check {name!r} failed without a reason")
-    row_checked = _row_verdicts(manifest, contents, problems)
-    if row_checked:
-        notes.append(f"recomputed from rows: {', '.join(row_checked)}")
     return problems, notes
-
-
-def _row_verdicts(manifest: Manifest, contents: _Contents, problems: list[str]) -> list[str]:
-    """Recompute check verdicts from their rows for checks that define ``verdict_from_rows``."""
-    from fasttrack import checks as checks_pkg
-
-    if not checks_pkg.CHECK_MODULES:
-        return []
-    try:
-        from fasttrack.checks.base import registry
-
-        reg = registry()
-    except Exception:  # a broken check module must not break verification of other properties
-        return []
-    done = []
-    for name, entry in manifest.checks.items():
-        fn = getattr(reg.get(name), "verdict_from_rows", None)
-        if fn is None or entry.verdict is Verdict.NOT_RUN:
-            continue
-        try:
-            rows = {t: read_rows(contents.kept[ref.path]) for t, ref in entry.tables.items()}
-            v = Verdict(fn(rows, entry.gate))
-        except Exception as exc:  # noqa: BLE001 - reported, not raised
-            problems.append(f"check {name!r}: cannot recompute its verdict from its rows: {exc}")
-            continue
-        if v is not entry.verdict:
-            problems.append(f"check {name!r} says {entry.verdict.value!r} but its rows give {v.value!r}")
-        done.append(name)
-    return done
 
 
 def _table_problems(manifest: Manifest, contents: _Contents) -> list[str]:
@@ -286,7 +251,9 @@ def _pr_problem(manifest: Manifest, pr_head: str) -> tuple[bool, str]:
     return False, f"the bundle tested head {have}, expected {want}"
 
 
-def resolve_keys(keys: Iterable[str | os.PathLike[str] | PublicKey] = (), trust_dir: str | os.PathLike[str] | None = None) -> list[PublicKey]:
+def resolve_keys(
+    keys: Iterable[str | os.PathLike[str] | PublicKey] = (), trust_dir: str | os.PathLike[str] | None = None
+) -> list[PublicKey]:
     """Public keys from key files, already-loaded keys and/or a trust directory."""
     out: list[PublicKey] = []
     for k in keys:
@@ -383,7 +350,9 @@ def verify_bundle(
             sigs = check_signatures(env, trusted)
             valid = [s for s in sigs if s["status"] == "valid"]
             invalid = [s for s in sigs if s["status"] == "invalid"]
-            desc = "; ".join(f"{s['keyid'][:16]} {s['status']}" + (f" by {s['signer']}" if s["signer"] else "") for s in sigs)
+            desc = "; ".join(
+                f"{s['keyid'][:16]} {s['status']}" + (f" by {s['signer']}" if s["signer"] else "") for s in sigs
+            )
             if invalid:
                 put("signature", False, f"a signature with a trusted key id does not verify: {desc}")
             elif len(valid) < min_signatures:
@@ -430,14 +399,18 @@ def verify_bundle(
             put(
                 "predicate",
                 not diff,
-                f"signed summary differs from the manifest in: {', '.join(diff)}" if diff else "signed summary matches the manifest",
+                f"signed summary differs from the manifest in: {', '.join(diff)}"
+                if diff
+                else "signed summary matches the manifest",
             )
         vp, notes = _verdict_problems(manifest, contents)
         per_check = ", ".join(f"{n}={e.verdict.value}" for n, e in manifest.checks.items())
         put(
             "verdicts",
             not vp,
-            "; ".join(vp) if vp else f"{manifest.verdict} follows from {per_check}" + (f" ({'; '.join(notes)})" if notes else ""),
+            "; ".join(vp)
+            if vp
+            else f"{manifest.verdict} follows from {per_check}" + (f" ({'; '.join(notes)})" if notes else ""),
         )
         tp = _table_problems(manifest, contents)
         ntables = sum(len(e.tables) for e in manifest.checks.values())

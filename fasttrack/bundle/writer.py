@@ -33,7 +33,7 @@ from fasttrack.bundle.manifest import (
     manifest_bytes,
 )
 from fasttrack.bundle.tables import parquet_bytes
-from fasttrack.checks.base import CHECK_ORDER, CheckResult
+from fasttrack.results import CHECK_ORDER, CheckResult
 
 
 def _rel(path: str | os.PathLike[str], *, what: str) -> PurePosixPath:
@@ -145,7 +145,9 @@ def write_bundle(
 
     for r in results:
         if not NAME_RE.match(r.check):
-            raise BundleError(f"check name {r.check!r} cannot be used in a bundle path; it must match {NAME_RE.pattern}")
+            raise BundleError(
+                f"check name {r.check!r} cannot be used in a bundle path; it must match {NAME_RE.pattern}"
+            )
         tables[r.check] = {}
         for tname, rows in r.tables.items():
             if not NAME_RE.match(tname):

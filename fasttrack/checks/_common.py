@@ -98,8 +98,10 @@ def _rel(p: Path) -> str:
 
 def _read_jsonl(path: Path, what: str) -> list[dict[str, Any]]:
     if not path.is_file():
-        raise InputSetError(f"the {what} file {_rel(path)} does not exist.",
-                            hint="Restore it from the repository (suites/common) or point the scope at your own file.")
+        raise InputSetError(
+            f"the {what} file {_rel(path)} does not exist.",
+            hint="Restore it from the repository (suites/common) or point the scope at your own file.",
+        )
     rows: list[dict[str, Any]] = []
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
@@ -238,7 +240,9 @@ class TokenizerClient:
         return r.json()
 
     async def tokenize(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
-        data = await self._post("/tokenize", {"model": self.model, "prompt": text, "add_special_tokens": add_special_tokens})
+        data = await self._post(
+            "/tokenize", {"model": self.model, "prompt": text, "add_special_tokens": add_special_tokens}
+        )
         return [int(t) for t in data["tokens"]]
 
     async def detokenize(self, ids: Iterable[int]) -> str:
@@ -255,7 +259,7 @@ class TokenizerClient:
         probe = "The quick brown fox."
         full = await self.tokenize(probe, add_special_tokens=True)
         plain = await self.tokenize(probe, add_special_tokens=False)
-        if len(full) >= len(plain) and full[len(full) - len(plain):] == plain:
+        if len(full) >= len(plain) and full[len(full) - len(plain) :] == plain:
             return full[: len(full) - len(plain)]
         return []
 
@@ -317,7 +321,7 @@ class PromptBuilder:
         pre = await self.prefix()
         body = await self.plain(tail) if tail else []
         if len(pre) + len(body) > length:
-            return (pre + body[-max(1, length - len(pre)):])[-length:]
+            return (pre + body[-max(1, length - len(pre)) :])[-length:]
         return await self._pad(tail or "", body, pre, length, key)
 
     async def _pad(self, text: str, body: list[int], pre: list[int], target: int, key: str) -> list[int]:
@@ -403,17 +407,27 @@ def verify_batch(
         ok = at >= 1 and at / total >= min_fraction and above == 0
         hist = ", ".join(f"{v}x batch {k}" for k, v in sorted(sizes.items()))
         return BatchCheck(
-            target=target, verified=ok, source="profiler", steps_at_target=at, decode_steps=total, above_target=above,
+            target=target,
+            verified=ok,
+            source="profiler",
+            steps_at_target=at,
+            decode_steps=total,
+            above_target=above,
             detail=f"{at} of {total} decode steps ran at batch {target} ({hist})",
         )
     if running_samples:
         mx = max(running_samples)
         ok = int(round(mx)) == target
         return BatchCheck(
-            target=target, verified=ok, source="metrics", max_running=mx,
+            target=target,
+            verified=ok,
+            source="metrics",
+            max_running=mx,
             detail=f"vllm:num_requests_running peaked at {mx:g} over {len(running_samples)} samples",
         )
-    return BatchCheck(target=target, verified=False, source="none", detail="no decode steps and no metrics samples were observed")
+    return BatchCheck(
+        target=target, verified=False, source="none", detail="no decode steps and no metrics samples were observed"
+    )
 
 
 PACER_LEAD_S = 0.01
@@ -431,8 +445,9 @@ async def warm_connections(client: Any, n: int) -> None:
     await asyncio.gather(*(http.get("/health") for _ in range(n)), return_exceptions=True)
 
 
-def verify_completions(target: int, results: list[Any], *, max_spread: float = 0.25,
-                       since: float | None = None) -> BatchCheck:
+def verify_completions(
+    target: int, results: list[Any], *, max_spread: float = 0.25, since: float | None = None
+) -> BatchCheck:
     """Decide from request timings whether ``target`` concurrent requests ran as one decode batch.
 
     The requests of a round have the same ``max_tokens`` (and ``ignore_eos``). vLLM's
@@ -447,17 +462,24 @@ def verify_completions(target: int, results: list[Any], *, max_spread: float = 0
     """
     done = [r for r in results if not isinstance(r, BaseException) and getattr(r, "t_end", None) is not None]
     if len(done) < target:
-        return BatchCheck(target=target, verified=False, source="timing",
-                          detail=f"only {len(done)} of {target} requests completed")
+        return BatchCheck(
+            target=target, verified=False, source="timing", detail=f"only {len(done)} of {target} requests completed"
+        )
     if target == 1:
         return BatchCheck(target=1, verified=True, source="timing", detail="a single request")
     ends = [r.t_end for r in done]
     durations = sorted(r.t_end - max(r.t_start, since if since is not None else r.t_start) for r in done)
     med = durations[len(durations) // 2] or 1e-9
     spread = (max(ends) - min(ends)) / med
-    return BatchCheck(target=target, verified=spread <= max_spread, source="timing",
-                      detail=(f"the {target} requests finished within {(max(ends) - min(ends)) * 1000:.0f} ms of each other "
-                              f"({spread:.0%} of the median request time {med * 1000:.0f} ms; limit {max_spread:.0%})"))
+    return BatchCheck(
+        target=target,
+        verified=spread <= max_spread,
+        source="timing",
+        detail=(
+            f"the {target} requests finished within {(max(ends) - min(ends)) * 1000:.0f} ms of each other "
+            f"({spread:.0%} of the median request time {med * 1000:.0f} ms; limit {max_spread:.0%})"
+        ),
+    )
 
 
 HOLD_S = 0.3
@@ -490,9 +512,14 @@ async def release_after(client: Any, seconds: float, tasks: Sequence[asyncio.Fut
     return released_at
 
 
-async def run_batched(make: Callable[[], list[Coroutine[Any, Any, Any]]], *, client: Any, target: int,
-                      attempts: int = 3, pacer: Callable[[], Coroutine[Any, Any, Any]] | None = None
-                      ) -> tuple[list[Any], BatchCheck]:
+async def run_batched(
+    make: Callable[[], list[Coroutine[Any, Any, Any]]],
+    *,
+    client: Any,
+    target: int,
+    attempts: int = 3,
+    pacer: Callable[[], Coroutine[Any, Any, Any]] | None = None,
+) -> tuple[list[Any], BatchCheck]:
     """Send one round of ``target`` concurrent requests until its timing shows one batch (at most ``attempts``).
 
     ``make`` builds the round's request coroutines afresh for each attempt. Outputs are the
@@ -516,7 +543,9 @@ async def run_batched(make: Callable[[], list[Coroutine[Any, Any, Any]]], *, cli
         released_at: float | None = None
         if held:
             tasks = [asyncio.ensure_future(c) for c in make()]
-            released_at = await release_after(client, (HOLD_S + HOLD_PER_REQUEST_S * target) * 2 ** (attempt - 1), tasks)
+            released_at = await release_after(
+                client, (HOLD_S + HOLD_PER_REQUEST_S * target) * 2 ** (attempt - 1), tasks
+            )
             results = list(await asyncio.gather(*tasks, return_exceptions=True))
         else:
             pace = asyncio.ensure_future(pacer()) if pacer is not None and target > 1 else None
@@ -635,8 +664,9 @@ class WindowRecord(_Model):
         return self.decode_batch_sizes.get(batch, 0), int(opt.get(str(batch), 0))
 
     def batch_check(self, target: int) -> BatchCheck:
-        return verify_batch(target, decode_batch_sizes=self.decode_batch_sizes or None,
-                            running_samples=self.running_samples or None)
+        return verify_batch(
+            target, decode_batch_sizes=self.decode_batch_sizes or None, running_samples=self.running_samples or None
+        )
 
 
 async def _sample_running(engine: "EngineHandle", out: list[float], stop: asyncio.Event, interval: float) -> None:
@@ -744,8 +774,13 @@ class EvidenceWindow:
         elif markers is None:
             self._unavailable = "the scope declares no path_markers"
         if self._unavailable is None:
-            self._pw = ProfilerWindow(self.engine, self.name, markers=markers, fallback_pattern=fallback_regex(self.ctx),
-                                      scrape_metrics=self.scrape_metrics)
+            self._pw = ProfilerWindow(
+                self.engine,
+                self.name,
+                markers=markers,
+                fallback_pattern=fallback_regex(self.ctx),
+                scrape_metrics=self.scrape_metrics,
+            )
             await self._pw.__aenter__()
         if self._unavailable is not None or self.sample_metrics:
             self._sampler = MetricsSampler(self.engine, interval=self.sample_interval)
@@ -766,28 +801,50 @@ class EvidenceWindow:
             ev = self._pw.evidence
             self.evidence = ev
             self.record = WindowRecord(
-                name=self.name, side=self.side, points=list(self.points), available=True, summary=window_summary(ev),
-                steps=[{"kind": s.kind, "batch": s.batch, "optimized_ops": s.optimized_ops, "stock_ops": s.stock_ops}
-                       for s in ev.steps],
-                running_samples=self._samples, seconds=round(seconds, 3),
+                name=self.name,
+                side=self.side,
+                points=list(self.points),
+                available=True,
+                summary=window_summary(ev),
+                steps=[
+                    {"kind": s.kind, "batch": s.batch, "optimized_ops": s.optimized_ops, "stock_ops": s.stock_ops}
+                    for s in ev.steps
+                ],
+                running_samples=self._samples,
+                seconds=round(seconds, 3),
             )
             sizes = sorted({b for b in self.points.values() if b is not None})
             for pid, batch in self.points.items():
                 lo = max((b for b in sizes if batch is not None and b < batch), default=0)
-                self.ctx.evidence.append(_point_evidence(ev, check=self.check, point=pid,
-                                                         batches=None if batch is None else (lo + 1, batch)))
+                self.ctx.evidence.append(
+                    _point_evidence(ev, check=self.check, point=pid, batches=None if batch is None else (lo + 1, batch))
+                )
         else:
             reason = self._unavailable or "the profiler produced no evidence"
             self.record = WindowRecord(
-                name=self.name, side=self.side, points=list(self.points), available=False, unavailable_reason=reason,
-                summary={"max_running": max(self._samples) if self._samples else None}, running_samples=self._samples,
+                name=self.name,
+                side=self.side,
+                points=list(self.points),
+                available=False,
+                unavailable_reason=reason,
+                summary={"max_running": max(self._samples) if self._samples else None},
+                running_samples=self._samples,
                 seconds=round(seconds, 3),
             )
             for pid in self.points:
-                self.ctx.evidence.append(PathEvidence(
-                    check=self.check, point=pid, side=self.side, window=self.name, optimized_ops=0, stock_ops=0,
-                    decode_steps=0, optimized_decode_steps=0, detail={"unavailable": reason},
-                ))
+                self.ctx.evidence.append(
+                    PathEvidence(
+                        check=self.check,
+                        point=pid,
+                        side=self.side,
+                        window=self.name,
+                        optimized_ops=0,
+                        stock_ops=0,
+                        decode_steps=0,
+                        optimized_decode_steps=0,
+                        detail={"unavailable": reason},
+                    )
+                )
 
 
 def _point_evidence(ev: "WindowEvidence", *, check: str, point: str, batches: tuple[int, int] | None) -> PathEvidence:
@@ -831,8 +888,10 @@ def used_standard_path(windows: Iterable[WindowRecord]) -> str | None:
     decode = sum(w.decode_steps for w in ws)
     opt = sum(w.optimized_decode_steps for w in ws)
     if opt == 0:
-        return (f"used the standard path: none of the candidate's {decode} decode steps in {len(ws)} profiler "
-                f"window(s) ran an optimized-path marker")
+        return (
+            f"used the standard path: none of the candidate's {decode} decode steps in {len(ws)} profiler "
+            f"window(s) ran an optimized-path marker"
+        )
     return None
 
 

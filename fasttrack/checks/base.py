@@ -22,87 +22,24 @@ module name to ``fasttrack.checks.CHECK_MODULES``.
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from fasttrack.results import (  # noqa: F401  (re-exported for check modules)
+    CHECK_ORDER,
+    SIDES,
+    CheckResult,
+    Gate,
+    PathEvidence,
+    Side,
+    Verdict,
+    overall_verdict,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from fasttrack.plan import EngineGroup, Plan
     from fasttrack.scope import Scope
-
-Side = Literal["baseline", "candidate"]
-SIDES: tuple[Side, Side] = ("baseline", "candidate")
-
-#: The canonical order checks are run and reported in.
-CHECK_ORDER: tuple[str, ...] = ("kernels", "equivalence", "features", "coverage", "evals", "perf")
-
-
-class Verdict(str, enum.Enum):
-    """Outcome of one check (or of the whole bundle)."""
-
-    PASS = "pass"
-    FAIL = "fail"
-    NOT_RUN = "not_run"
-
-
-class Gate(BaseModel):
-    """The pass rule of a check, with its statistic and threshold."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    statistic: str
-    """What is computed, e.g. 'hierarchical bootstrap 95% lower bound of speedup'."""
-    threshold: float | str | None = None
-    """The number (or symbolic bound) the statistic is compared against."""
-    rule: str
-    """The rule in words, e.g. 'lower bound >= 1 - noise_margin (0.95) at every point'."""
-
-
-class CheckResult(BaseModel):
-    """What one check contributes to the bundle."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    check: str
-    """Check name (one of CHECK_ORDER, or a plugin's name)."""
-    verdict: Verdict
-    reason: str
-    """One sentence: why it failed / did not run, or what passed."""
-    required: bool = True
-    """Whether the bundle verdict depends on this check."""
-    gate: Gate | None = None
-    summary: dict[str, Any] = Field(default_factory=dict)
-    """Headline figures (JSON-serialisable)."""
-    failures: list[str] = Field(default_factory=list)
-    """One message per failed item, naming the config point and the evidence."""
-    tables: dict[str, list[dict[str, Any]]] = Field(default_factory=dict)
-    """Result rows per table name; each table is written to Parquet in the bundle."""
-    artifacts: list[str] = Field(default_factory=list)
-    """Raw artifacts, as paths relative to the run directory."""
-
-    @classmethod
-    def not_run(cls, check: str, reason: str, *, required: bool = True) -> "CheckResult":
-        return cls(check=check, verdict=Verdict.NOT_RUN, reason=reason, required=required)
-
-
-@dataclass
-class PathEvidence:
-    """Which path ran while one check exercised one config point on one side."""
-
-    check: str
-    point: str
-    side: Side
-    window: str
-    """Name of the profiler window (or metrics interval) this evidence comes from."""
-    optimized_ops: int
-    stock_ops: int
-    decode_steps: int
-    optimized_decode_steps: int
-    fallback_events: int = 0
-    detail: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -202,20 +139,3 @@ def registry() -> dict[str, type[Check]]:
     ordered = {n: _REGISTRY[n] for n in CHECK_ORDER if n in _REGISTRY}
     ordered.update({n: c for n, c in sorted(_REGISTRY.items()) if n not in ordered})
     return ordered
-
-
-def overall_verdict(results: list[CheckResult]) -> Verdict:
-    """The bundle's verdict, derived only from the check results.
-
-    ``pass`` needs every required check to pass; any required ``fail`` makes it
-    ``fail``; otherwise a required check that did not run makes it ``not_run``
-    (the bundle calls that ``incomplete``).
-    """
-    required = [r for r in results if r.required]
-    if not required:
-        return Verdict.NOT_RUN
-    if any(r.verdict is Verdict.FAIL for r in required):
-        return Verdict.FAIL
-    if any(r.verdict is Verdict.NOT_RUN for r in required):
-        return Verdict.NOT_RUN
-    return Verdict.PASS

@@ -146,8 +146,9 @@ class CoverageCheck(Check):
             #    start with prefill steps, and one prefill-only request is added, so it is also the prefill probe.
             points = {short_point(ctx, group, b).id: b for b in batches}  # type: ignore[union-attr]
             start = eng.log_offset()
-            async with EvidenceWindow(ctx, eng, check=self.name, name=f"coverage-decode-{group.id}", points=points,
-                                      side=session.side) as win:
+            async with EvidenceWindow(
+                ctx, eng, check=self.name, name=f"coverage-decode-{group.id}", points=points, side=session.side
+            ) as win:
                 for b in batches:
                     await _batched(client, [prompts[(b + j) % len(prompts)].prompt for j in range(b)], PROBE_TOKENS)
                 if "prefill" in situations:
@@ -162,18 +163,33 @@ class CoverageCheck(Check):
                 if s == "prefill":
                     continue
                 if s not in SITUATION_KIND:
-                    self.probes.append(SituationProbe(situation=s, side=session.side, group=group.id,
-                                                      note="not probed: it needs a different deployment or request"))
+                    self.probes.append(
+                        SituationProbe(
+                            situation=s,
+                            side=session.side,
+                            group=group.id,
+                            note="not probed: it needs a different deployment or request",
+                        )
+                    )
                     continue
                 self.probes.append(await self._probe(ctx, session, client, s, prompts))
-        self.artifacts.append(write_artifact(
-            ctx, self.name, f"{group.id}.{session.side}.json",
-            {"windows": [w.model_dump(mode="json") for w in self.windows if w.side == session.side],
-             "probes": [p.model_dump(mode="json") for p in self.probes if p.side == session.side and p.group == group.id]},
-        ))
+        self.artifacts.append(
+            write_artifact(
+                ctx,
+                self.name,
+                f"{group.id}.{session.side}.json",
+                {
+                    "windows": [w.model_dump(mode="json") for w in self.windows if w.side == session.side],
+                    "probes": [
+                        p.model_dump(mode="json") for p in self.probes if p.side == session.side and p.group == group.id
+                    ],
+                },
+            )
+        )
 
-    async def _probe(self, ctx: RunContext, session: EngineSession, client: Any, situation: str,
-                     prompts: list[Any]) -> SituationProbe:
+    async def _probe(
+        self, ctx: RunContext, session: EngineSession, client: Any, situation: str, prompts: list[Any]
+    ) -> SituationProbe:
         from fasttrack.engine import scrape_metrics
 
         eng = session.engine
@@ -197,30 +213,44 @@ class CoverageCheck(Check):
                 metric_before = (await scrape_metrics(eng)).total(fb.metric)
             start = eng.log_offset()
             suffix = "" if attempt == 1 else f"-attempt{attempt}"
-            async with EvidenceWindow(ctx, eng, check=self.name, name=f"coverage-{situation}-{group.id}{suffix}",
-                                      points={}, side=session.side) as win:
+            async with EvidenceWindow(
+                ctx, eng, check=self.name, name=f"coverage-{situation}-{group.id}{suffix}", points={}, side=session.side
+            ) as win:
                 if situation == "mixed_prefill_decode":
                     await _mixed(client, prompts, MIXED_DECODE_TOKENS * 2 ** (attempt - 1))
                 else:
                     assert env is not None
                     n = env.batch.max + 1
-                    await _batched(client, [prompts[(j * 3) % len(prompts)].prompt for j in range(n)],
-                                   ABOVE_RANGE_TOKENS * 2 ** (attempt - 1))
+                    await _batched(
+                        client,
+                        [prompts[(j * 3) % len(prompts)].prompt for j in range(n)],
+                        ABOVE_RANGE_TOKENS * 2 ** (attempt - 1),
+                    )
             metric_delta = None
             if metric_before is not None and fb and fb.metric:
                 metric_delta = (await scrape_metrics(eng)).total(fb.metric) - metric_before
             probe = self._read_probe(ctx, eng, probe, win.record, start, metric_delta)
             if attempt > 1:
                 probe.note = (probe.note + "; " if probe.note else "") + (
-                    f"attempt {attempt}: the earlier window(s) formed no step of this kind")
+                    f"attempt {attempt}: the earlier window(s) formed no step of this kind"
+                )
             if probe.steps or win.record is None or not win.record.available:
                 return probe
-            ctx.log(f"coverage: {situation} on the {session.side}: attempt {attempt} formed no such step"
-                    + ("; trying again with a longer decode" if attempt < PROBE_ATTEMPTS else ""))
+            ctx.log(
+                f"coverage: {situation} on the {session.side}: attempt {attempt} formed no such step"
+                + ("; trying again with a longer decode" if attempt < PROBE_ATTEMPTS else "")
+            )
         return probe
 
-    def _read_probe(self, ctx: RunContext, eng: Any, probe: SituationProbe, rec: WindowRecord | None, start: int,
-                    metric_delta: float | None) -> SituationProbe:
+    def _read_probe(
+        self,
+        ctx: RunContext,
+        eng: Any,
+        probe: SituationProbe,
+        rec: WindowRecord | None,
+        start: int,
+        metric_delta: float | None,
+    ) -> SituationProbe:
         """Fill a probe from its window: steps of the situation's kind, their path, and the fallback lines."""
         fb = ctx.scope.fallback
         env = ctx.scope.envelope
@@ -255,13 +285,17 @@ class CoverageCheck(Check):
         gate = Gate(
             statistic="per (config point, check): fraction of the candidate's in-range decode steps that ran an optimized-path marker",
             threshold=thr,
-            rule=(f"fraction >= {thr:g} at every exercised in-scope point; no optimized op on the baseline; every "
-                  "out-of-scope situation on the candidate runs no optimized op, shows the stock markers (when "
-                  "observable) and a visible fallback (log line or metric); no check used only the standard path"),
+            rule=(
+                f"fraction >= {thr:g} at every exercised in-scope point; no optimized op on the baseline; every "
+                "out-of-scope situation on the candidate runs no optimized op, shows the stock markers (when "
+                "observable) and a visible fallback (log line or metric); no check used only the standard path"
+            ),
         )
         evidence = [e for e in ctx.evidence]
         if not evidence and not self.probes:
-            return CheckResult.not_run(self.name, "no check recorded path evidence (no engine ran)", required=self.required)
+            return CheckResult.not_run(
+                self.name, "no check recorded path evidence (no engine ran)", required=self.required
+            )
         plan_points = {p.id for p in ctx.plan.points}
         failures: list[str] = []
         verdicts: list[Verdict] = []
@@ -283,15 +317,19 @@ class CoverageCheck(Check):
             problems = []
             if not cand:
                 v = Verdict.NOT_RUN
-                why = "no candidate path evidence" + (": " + sides["candidate"][0].detail["unavailable"]
-                                                      if sides["candidate"] else "")
+                why = "no candidate path evidence" + (
+                    ": " + sides["candidate"][0].detail["unavailable"] if sides["candidate"] else ""
+                )
             elif n_dec == 0:
                 v = None  # this check did not exercise the point's decode path (e.g. its round formed a smaller batch)
                 why = "not exercised: the candidate's windows of this check contain no decode step for this point"
             else:
                 if frac is not None and frac < thr:
                     problems.append(
-                        "used the standard path" if n_opt == 0 else f"only {n_opt} of {n_dec} decode steps on the optimized path")
+                        "used the standard path"
+                        if n_opt == 0
+                        else f"only {n_opt} of {n_dec} decode steps on the optimized path"
+                    )
                 if base_opt:
                     problems.append(f"the baseline ran {base_opt} optimized-path op(s)")
                 v = Verdict.FAIL if problems else Verdict.PASS
@@ -305,29 +343,40 @@ class CoverageCheck(Check):
                 failures.append(
                     f"{point} [{check}]: {why}: the candidate ran {n_opt} of {n_dec} in-range decode steps on the optimized "
                     f"path (threshold {thr:g}); optimized-marker ops {c_ops}, stock-marker ops {s_ops}, decode steps by "
-                    f"batch size {sizes}; windows {sorted({e.window for e in cand})}")
-            rows.append({
-                "point": point, "check": check, "in_plan": point in plan_points,
-                "verdict": v.value if v is not None else "not_exercised",
-                "candidate_decode_steps": n_dec, "candidate_optimized_decode_steps": n_opt,
-                "candidate_optimized_fraction": frac, "threshold": thr,
-                "candidate_optimized_ops": sum(e.optimized_ops for e in cand),
-                "candidate_stock_ops": sum(e.stock_ops for e in cand),
-                "candidate_fallback_events": sum(e.fallback_events for e in cand),
-                "baseline_decode_steps": sum(e.decode_steps for e in base),
-                "baseline_optimized_ops": base_opt, "baseline_stock_ops": sum(e.stock_ops for e in base),
-                "windows": ",".join(sorted({e.window for e in sides["candidate"] + sides["baseline"]})),
-                "detail": why,
-            })
+                    f"batch size {sizes}; windows {sorted({e.window for e in cand})}"
+                )
+            rows.append(
+                {
+                    "point": point,
+                    "check": check,
+                    "in_plan": point in plan_points,
+                    "verdict": v.value if v is not None else "not_exercised",
+                    "candidate_decode_steps": n_dec,
+                    "candidate_optimized_decode_steps": n_opt,
+                    "candidate_optimized_fraction": frac,
+                    "threshold": thr,
+                    "candidate_optimized_ops": sum(e.optimized_ops for e in cand),
+                    "candidate_stock_ops": sum(e.stock_ops for e in cand),
+                    "candidate_fallback_events": sum(e.fallback_events for e in cand),
+                    "baseline_decode_steps": sum(e.decode_steps for e in base),
+                    "baseline_optimized_ops": base_opt,
+                    "baseline_stock_ops": sum(e.stock_ops for e in base),
+                    "windows": ",".join(sorted({e.window for e in sides["candidate"] + sides["baseline"]})),
+                    "detail": why,
+                }
+            )
         # checks that never reached the optimized path
         standard_checks = []
         for check, evs in sorted(per_check_cand.items()):
             dec = sum(e.decode_steps for e in evs)
             if evs and dec and sum(e.optimized_decode_steps for e in evs) == 0:
                 standard_checks.append(check)
-                failures.insert(0, f"check {check} used the standard path: none of its candidate's {dec} decode steps in "
-                                   f"{len({e.window for e in evs})} window(s) ran an optimized-path marker "
-                                   f"({', '.join(ctx.scope.path_markers.optimized) if ctx.scope.path_markers else ''})")
+                failures.insert(
+                    0,
+                    f"check {check} used the standard path: none of its candidate's {dec} decode steps in "
+                    f"{len({e.window for e in evs})} window(s) ran an optimized-path marker "
+                    f"({', '.join(ctx.scope.path_markers.optimized) if ctx.scope.path_markers else ''})",
+                )
                 verdicts.append(Verdict.FAIL)
         exercised = {r["point"] for r in rows if r["verdict"] in ("pass", "fail")}
         not_exercised = sorted(plan_points - exercised)
@@ -339,26 +388,49 @@ class CoverageCheck(Check):
         n_in = sum(1 for r in rows if r["in_plan"])
         n_pass = sum(1 for r in rows if r["in_plan"] and r["verdict"] == "pass")
         if verdict is Verdict.PASS:
-            reason = (f"optimized path at all {n_pass} exercised (point, check) pairs, visible stock fallback in "
-                      f"{sum(v is Verdict.PASS for v in fb_verdicts)} out-of-scope situation(s)")
+            reason = (
+                f"optimized path at all {n_pass} exercised (point, check) pairs, visible stock fallback in "
+                f"{sum(v is Verdict.PASS for v in fb_verdicts)} out-of-scope situation(s)"
+            )
         elif verdict is Verdict.FAIL:
             if standard_checks:
                 reason = f"check(s) {', '.join(standard_checks)} used the standard path"
             else:
                 reason = f"{len(failures)} coverage problem(s): " + failures[0].split(":")[0]
         else:
-            missing = [f"{r['point']} [{r['check']}]: {r['detail']}" for r in rows if r["in_plan"] and r["verdict"] == "not_run"]
-            missing += [f"{r['situation']} on the {r['side']}: {r['detail']}" for r in fb_rows
-                        if r["verdict"] == "not_run" and r["side"] == "candidate"]
-            reason = (("path evidence is missing" + (f" ({unavailable} window(s) without a profiler)" if unavailable else "")
-                       if unavailable or not missing else "not everything could be judged")
-                      + f"; {n_pass} of {n_in} (point, check) pairs verified"
-                      + (f"; not judged: {'; '.join(missing[:3])}" if missing else ""))
+            missing = [
+                f"{r['point']} [{r['check']}]: {r['detail']}"
+                for r in rows
+                if r["in_plan"] and r["verdict"] == "not_run"
+            ]
+            missing += [
+                f"{r['situation']} on the {r['side']}: {r['detail']}"
+                for r in fb_rows
+                if r["verdict"] == "not_run" and r["side"] == "candidate"
+            ]
+            reason = (
+                (
+                    "path evidence is missing"
+                    + (f" ({unavailable} window(s) without a profiler)" if unavailable else "")
+                    if unavailable or not missing
+                    else "not everything could be judged"
+                )
+                + f"; {n_pass} of {n_in} (point, check) pairs verified"
+                + (f"; not judged: {'; '.join(missing[:3])}" if missing else "")
+            )
         return CheckResult(
-            check=self.name, verdict=verdict, reason=reason, required=self.required, gate=gate,
+            check=self.name,
+            verdict=verdict,
+            reason=reason,
+            required=self.required,
+            gate=gate,
             summary={
-                "threshold": thr, "pairs": n_in, "pairs_passing": n_pass, "checks_on_standard_path": standard_checks,
-                "points_not_exercised": not_exercised, "windows_without_profiler": unavailable,
+                "threshold": thr,
+                "pairs": n_in,
+                "pairs_passing": n_pass,
+                "checks_on_standard_path": standard_checks,
+                "points_not_exercised": not_exercised,
+                "windows_without_profiler": unavailable,
                 "stock_markers_observable": {f"{g}/{s}": v for (g, s), v in sorted(self.stock_seen.items())},
             },
             failures=failures,
@@ -387,41 +459,66 @@ class CoverageCheck(Check):
                 notes.append(p.note or "no path evidence for this probe")
             elif p.steps == 0:
                 v = Verdict.NOT_RUN
-                notes.append(f"the probe did not produce a {SITUATION_KIND[p.situation]} step in {p.attempts} "
-                             f"attempt(s) (steps seen in the last: {p.window.summary.get('step_counts')})")
+                notes.append(
+                    f"the probe did not produce a {SITUATION_KIND[p.situation]} step in {p.attempts} "
+                    f"attempt(s) (steps seen in the last: {p.window.summary.get('step_counts')})"
+                )
             else:
                 if p.optimized_steps:
                     problems.append(f"{p.optimized_steps} of {p.steps} {p.situation} steps ran optimized-path ops")
                 if p.side == "candidate":
                     if self._stock_observable(ctx, p.group, p.side):
                         if p.stock_steps < p.steps:
-                            problems.append(f"only {p.stock_steps} of {p.steps} {p.situation} steps show the stock markers")
+                            problems.append(
+                                f"only {p.stock_steps} of {p.steps} {p.situation} steps show the stock markers"
+                            )
                     else:
-                        notes.append("the stock markers matched no op in any window of this engine; the stock path is "
-                                     "inferred from the absence of optimized ops")
+                        notes.append(
+                            "the stock markers matched no op in any window of this engine; the stock path is "
+                            "inferred from the absence of optimized ops"
+                        )
                     if fb is not None and fb.visible:
-                        visible = bool(p.fallback_lines_window or p.fallback_lines_earlier or (p.fallback_metric_delta or 0) > 0)
+                        visible = bool(
+                            p.fallback_lines_window or p.fallback_lines_earlier or (p.fallback_metric_delta or 0) > 0
+                        )
                         if not visible:
-                            problems.append("the fallback is not visible: no log line matches "
-                                            f"{fb.log_regex!r}" + (f" and {fb.metric} did not increase" if fb.metric else ""))
+                            problems.append(
+                                "the fallback is not visible: no log line matches "
+                                f"{fb.log_regex!r}" + (f" and {fb.metric} did not increase" if fb.metric else "")
+                            )
                         elif not p.fallback_lines_window and p.fallback_lines_earlier:
-                            notes.append("the fallback line was logged earlier in this engine's life (rate-limited logger)")
+                            notes.append(
+                                "the fallback line was logged earlier in this engine's life (rate-limited logger)"
+                            )
                 v = Verdict.FAIL if problems else Verdict.PASS
             if p.side == "candidate" or v is Verdict.FAIL:
                 verdicts.append(v)
             if v is Verdict.FAIL:
                 lines = (p.fallback_lines_window or p.fallback_lines_earlier)[:1]
-                failures.append(f"{p.group}:{p.situation} [{p.side}]: " + "; ".join(problems) +
-                                f" (steps {p.window.summary.get('step_counts') if p.window else {}}"
-                                + (f"; fallback line {lines[0][-160:]!r}" if lines else "") + ")")
-            rows.append({
-                "group": p.group, "situation": p.situation, "side": p.side, "verdict": v.value, "steps": p.steps,
-                "optimized_steps": p.optimized_steps, "stock_steps": p.stock_steps,
-                "fallback_visible": bool(p.fallback_lines_window or p.fallback_lines_earlier or (p.fallback_metric_delta or 0) > 0),
-                "fallback_line": (p.fallback_lines_window or p.fallback_lines_earlier or [""])[0][-200:],
-                "fallback_metric_delta": p.fallback_metric_delta,
-                "detail": "; ".join(problems + notes),
-            })
+                failures.append(
+                    f"{p.group}:{p.situation} [{p.side}]: "
+                    + "; ".join(problems)
+                    + f" (steps {p.window.summary.get('step_counts') if p.window else {}}"
+                    + (f"; fallback line {lines[0][-160:]!r}" if lines else "")
+                    + ")"
+                )
+            rows.append(
+                {
+                    "group": p.group,
+                    "situation": p.situation,
+                    "side": p.side,
+                    "verdict": v.value,
+                    "steps": p.steps,
+                    "optimized_steps": p.optimized_steps,
+                    "stock_steps": p.stock_steps,
+                    "fallback_visible": bool(
+                        p.fallback_lines_window or p.fallback_lines_earlier or (p.fallback_metric_delta or 0) > 0
+                    ),
+                    "fallback_line": (p.fallback_lines_window or p.fallback_lines_earlier or [""])[0][-200:],
+                    "fallback_metric_delta": p.fallback_metric_delta,
+                    "detail": "; ".join(problems + notes),
+                }
+            )
         return rows, verdicts, failures
 
 
@@ -445,8 +542,10 @@ def _max_num_seqs(args: list[str]) -> int | None:
 async def _gather(client: Any, prompts: list[str], max_tokens: int) -> None:
     from fasttrack.engine import EngineCrashed
 
-    res = await asyncio.gather(*(client.complete(p, max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
-                                 for p in prompts), return_exceptions=True)
+    res = await asyncio.gather(
+        *(client.complete(p, max_tokens=max_tokens, temperature=0.0, ignore_eos=True) for p in prompts),
+        return_exceptions=True,
+    )
     for r in res:
         if isinstance(r, EngineCrashed) or (isinstance(r, BaseException) and not isinstance(r, Exception)):
             raise r
@@ -454,8 +553,12 @@ async def _gather(client: Any, prompts: list[str], max_tokens: int) -> None:
 
 async def _batched(client: Any, prompts: list[str], max_tokens: int) -> None:
     """One round of concurrent requests, repeated once if its timing shows they were not decoded together."""
-    await run_batched(lambda: [client.complete(p, max_tokens=max_tokens, temperature=0.0, ignore_eos=True) for p in prompts],
-                      client=client, target=len(prompts), attempts=2)
+    await run_batched(
+        lambda: [client.complete(p, max_tokens=max_tokens, temperature=0.0, ignore_eos=True) for p in prompts],
+        client=client,
+        target=len(prompts),
+        attempts=2,
+    )
 
 
 async def _mixed(client: Any, prompts: list[Any], decode_tokens: int = MIXED_DECODE_TOKENS) -> None:
@@ -469,12 +572,15 @@ async def _mixed(client: Any, prompts: list[Any], decode_tokens: int = MIXED_DEC
         if n_chunks >= 2:
             decoding.set()
 
-    first = asyncio.create_task(client.complete(prompts[1].prompt, max_tokens=decode_tokens, temperature=0.0,
-                                                ignore_eos=True, stream=True, on_chunk=seen))
+    first = asyncio.create_task(
+        client.complete(
+            prompts[1].prompt, max_tokens=decode_tokens, temperature=0.0, ignore_eos=True, stream=True, on_chunk=seen
+        )
+    )
     waiter = asyncio.ensure_future(decoding.wait())
     await asyncio.wait([first, waiter], timeout=30.0, return_when=asyncio.FIRST_COMPLETED)
     waiter.cancel()
-    long_prompt = " ".join(p.prompt for p in prompts[2:2 + MIXED_PROMPT_REPEAT])
+    long_prompt = " ".join(p.prompt for p in prompts[2 : 2 + MIXED_PROMPT_REPEAT])
     # Hold the scheduler (where the engine allows it) while the long prompt arrives, so the step
     # after the release runs the first request's decode and the second one's prefill together.
     held = not first.done() and await hold_scheduler(client)

@@ -55,14 +55,13 @@ from fasttrack.checks._common import (
     load_prompt_set,
     prompt_set_path,
     run_async,
-    used_standard_path,
     run_batched,
+    used_standard_path,
     write_artifact,
 )
-from fasttrack.errors import FasttrackError
 from fasttrack.checks.base import Check, CheckResult, EngineSession, Gate, RunContext, Verdict, register
+from fasttrack.errors import FasttrackError
 from fasttrack.stats import GreedyComparison, compare_greedy, summarize_greedy
-
 
 PROBE_TOKENS = 6
 """Tokens per request of the profiled path probe (a prefill and a few decode steps per point)."""
@@ -171,7 +170,9 @@ class EquivalenceCheck(Check):
 
     def skip_reason(self, ctx: RunContext) -> str | None:
         if not any(not p.full_context for p in ctx.plan.points):
-            return "the plan has no config point with a non-full context (full contexts are checked by the features check)"
+            return (
+                "the plan has no config point with a non-full context (full contexts are checked by the features check)"
+            )
         return None
 
     def wants(self, ctx: RunContext, session: EngineSession) -> bool:
@@ -227,12 +228,24 @@ class EquivalenceCheck(Check):
                 row = plans[point.id][r]
                 # A round whose timing shows the requests did not decode together is repeated (greedy outputs are
                 # deterministic, so this selects the batch composition, not the outputs); attempts are recorded.
-                results, bc = await run_batched(lambda: [
-                    client.complete(ids, max_tokens=gate.max_tokens, temperature=0.0, logprobs=gate.top_k,
-                                    tokens_as_ids=True, ignore_eos=True)
-                    for _, ids in row
-                ], client=client, target=len(row), attempts=self.max_attempts, pacer=pacer)
-                for (item, ids), res in zip(row, results):
+                results, bc = await run_batched(
+                    lambda: [
+                        client.complete(
+                            ids,
+                            max_tokens=gate.max_tokens,
+                            temperature=0.0,
+                            logprobs=gate.top_k,
+                            tokens_as_ids=True,
+                            ignore_eos=True,
+                        )
+                        for _, ids in row
+                    ],
+                    client=client,
+                    target=len(row),
+                    attempts=self.max_attempts,
+                    pacer=pacer,
+                )
+                for (item, ids), res in zip(row, results, strict=False):
                     run.records.append(_record(point.id, point.batch, r, item, ids, res))
                 run.round_checks.append(bc)
 
@@ -241,13 +254,24 @@ class EquivalenceCheck(Check):
             # and tens of ms per engine step on small hosts, so the measured rounds below are not profiled.
             for c in sorted({p.context for p in points}):
                 at_c = [p for p in points if p.context == c]
-                async with EvidenceWindow(ctx, session.engine, check=self.name, name=f"equivalence-{group.id}-ctx{c}",
-                                          points={p.id: p.batch for p in at_c}, side=session.side) as win:
+                async with EvidenceWindow(
+                    ctx,
+                    session.engine,
+                    check=self.name,
+                    name=f"equivalence-{group.id}-ctx{c}",
+                    points={p.id: p.batch for p in at_c},
+                    side=session.side,
+                ) as win:
                     for point in at_c:
-                        await run_batched(lambda point=point: [
-                            client.complete(ids, max_tokens=PROBE_TOKENS, temperature=0.0, ignore_eos=True)
-                            for _, ids in plans[point.id][0]
-                        ], client=client, target=point.batch, attempts=2)
+                        await run_batched(
+                            lambda point=point: [
+                                client.complete(ids, max_tokens=PROBE_TOKENS, temperature=0.0, ignore_eos=True)
+                                for _, ids in plans[point.id][0]
+                            ],
+                            client=client,
+                            target=point.batch,
+                            attempts=2,
+                        )
                 for point in at_c:
                     side_runs.setdefault(point.id, PointRun(point=point.id, batch=point.batch, context=point.context))
                     side_runs[point.id].window = win.record
@@ -256,10 +280,14 @@ class EquivalenceCheck(Check):
                     await run_round(point, r)
             if session.side == "candidate":
                 await self._explain(ctx, group.id, session.engine)
-        self.artifacts.append(write_artifact(
-            ctx, self.name, f"{group.id}.{session.side}.json",
-            {pid: r.model_dump(mode="json") for pid, r in side_runs.items()},
-        ))
+        self.artifacts.append(
+            write_artifact(
+                ctx,
+                self.name,
+                f"{group.id}.{session.side}.json",
+                {pid: r.model_dump(mode="json") for pid, r in side_runs.items()},
+            )
+        )
 
     async def _explain(self, ctx: RunContext, group_id: str, engine: Any) -> None:
         """Decode the text around the first divergences (needs the baseline's run of this group)."""
@@ -274,7 +302,7 @@ class EquivalenceCheck(Check):
             if brun is None:
                 continue
             n = 0
-            for br, cr in zip(brun.records, crun.records):
+            for br, cr in zip(brun.records, crun.records, strict=False):
                 if n >= self.explain_limit or br.error or cr.error:
                     continue
                 comp = _compare(br, cr, top_k)
@@ -287,20 +315,23 @@ class EquivalenceCheck(Check):
                 btop = sorted(bt.items(), key=lambda kv: -kv[1])[:top_k]
                 ctop = sorted(ct.items(), key=lambda kv: -kv[1])[:top_k]
                 texts = await asyncio.gather(
-                    tok.detokenize(br.token_ids[max(0, p - 12):p]),
-                    tok.detokenize(br.token_ids[p:p + 8]),
-                    tok.detokenize(cr.token_ids[p:p + 8]),
-                    tok.detokenize(br.token_ids[p:p + 1]),
-                    tok.detokenize(cr.token_ids[p:p + 1]),
+                    tok.detokenize(br.token_ids[max(0, p - 12) : p]),
+                    tok.detokenize(br.token_ids[p : p + 8]),
+                    tok.detokenize(cr.token_ids[p : p + 8]),
+                    tok.detokenize(br.token_ids[p : p + 1]),
+                    tok.detokenize(cr.token_ids[p : p + 1]),
                     *(tok.detokenize([t]) for t, _ in btop),
                     *(tok.detokenize([t]) for t, _ in ctop),
                 )
                 k1 = 5 + len(btop)
                 self.explanations[(group_id, pid, br.round, br.prompt_id)] = Explanation(
-                    before=texts[0], baseline_next=texts[1], candidate_next=texts[2], baseline_token=texts[3],
+                    before=texts[0],
+                    baseline_next=texts[1],
+                    candidate_next=texts[2],
+                    baseline_token=texts[3],
                     candidate_token=texts[4],
-                    baseline_top=[(s, lp) for s, (_, lp) in zip(texts[5:k1], btop)],
-                    candidate_top=[(s, lp) for s, (_, lp) in zip(texts[k1:], ctop)],
+                    baseline_top=[(s, lp) for s, (_, lp) in zip(texts[5:k1], btop, strict=False)],
+                    candidate_top=[(s, lp) for s, (_, lp) in zip(texts[k1:], ctop, strict=False)],
                 )
 
     # ------------------------------------------------------------------ judge
@@ -308,11 +339,15 @@ class EquivalenceCheck(Check):
     def judge(self, ctx: RunContext) -> CheckResult:
         gate = ctx.scope.gates.equivalence
         g = Gate(
-            statistic=(f"per config point: fraction of requests satisfying vLLM's check_logprobs_close rule (top-{gate.top_k}); "
-                       "max |Δ logprob| of the chosen token on matching prefixes; mean top-k KL(baseline || candidate)"),
+            statistic=(
+                f"per config point: fraction of requests satisfying vLLM's check_logprobs_close rule (top-{gate.top_k}); "
+                "max |Δ logprob| of the chosen token on matching prefixes; mean top-k KL(baseline || candidate)"
+            ),
             threshold=f"close >= {gate.min_close_fraction:g}; max |Δ logprob| <= {gate.max_abs_logprob_diff:g}; KL <= {gate.max_kl:g}",
-            rule=("every point: close fraction, logprob drift and KL within the thresholds, batch composition verified "
-                  "on both sides from the profiler trace (or metrics), and the candidate's window ran the optimized path"),
+            rule=(
+                "every point: close fraction, logprob drift and KL within the thresholds, batch composition verified "
+                "on both sides from the profiler trace (or metrics), and the candidate's window ran the optimized path"
+            ),
         )
         groups = sorted({gid for gid, _ in self.runs})
         if not groups:
@@ -342,8 +377,17 @@ class EquivalenceCheck(Check):
                 try:
                     v, row, req_rows, fails = self._judge_point(ctx, gid, brun, crun)
                 except FasttrackError as exc:
-                    v, row, req_rows = Verdict.NOT_RUN, {"group": gid, "point": pid, "batch": crun.batch,
-                                                         "verdict": "not_run", "problems": exc.message}, []
+                    v, row, req_rows = (
+                        Verdict.NOT_RUN,
+                        {
+                            "group": gid,
+                            "point": pid,
+                            "batch": crun.batch,
+                            "verdict": "not_run",
+                            "problems": exc.message,
+                        },
+                        [],
+                    )
                     fails = [f"{pid}: the outputs could not be compared: {exc.message}"]
                 verdicts.append(v)
                 per_batch.setdefault(crun.batch, []).append(v)
@@ -364,7 +408,11 @@ class EquivalenceCheck(Check):
         else:
             reason = "some config points could not be judged: " + "; ".join(failures[:2])
         return CheckResult(
-            check=self.name, verdict=verdict, reason=reason, required=self.required, gate=g,
+            check=self.name,
+            verdict=verdict,
+            reason=reason,
+            required=self.required,
+            gate=g,
             summary={
                 "per_batch_verdict": batch_verdicts,
                 "points": len(point_rows),
@@ -379,8 +427,9 @@ class EquivalenceCheck(Check):
             artifacts=list(self.artifacts),
         )
 
-    def _judge_point(self, ctx: RunContext, gid: str, brun: PointRun, crun: PointRun
-                     ) -> tuple[Verdict, dict[str, Any], list[dict[str, Any]], list[str]]:
+    def _judge_point(
+        self, ctx: RunContext, gid: str, brun: PointRun, crun: PointRun
+    ) -> tuple[Verdict, dict[str, Any], list[dict[str, Any]], list[str]]:
         gate = ctx.scope.gates.equivalence
         pid, b = crun.point, crun.batch
         failures: list[str] = []
@@ -388,7 +437,7 @@ class EquivalenceCheck(Check):
         req_rows: list[dict[str, Any]] = []
         errors: list[str] = []
         mismatched_prompts = 0
-        for br, cr in zip(brun.records, crun.records):
+        for br, cr in zip(brun.records, crun.records, strict=False):
             if br.prompt_id != cr.prompt_id or br.round != cr.round:
                 errors.append(f"request order differs between sides ({br.prompt_id} vs {cr.prompt_id})")
                 continue
@@ -400,23 +449,39 @@ class EquivalenceCheck(Check):
                 continue
             comp = _compare(br, cr, gate.top_k)
             comps.append(comp)
-            req_rows.append({
-                "group": gid, "point": pid, "batch": b, "round": br.round, "prompt_id": br.prompt_id,
-                "prompt_tokens": len(br.prompt_ids), "prompt_sha": _prompt_sha(br.prompt_ids),
-                "exact_match": comp.exact_match, "first_divergence": comp.first_divergence, "close": comp.close,
-                "close_reason": comp.close_reason, "n_prefix_compared": comp.n_prefix_compared,
-                "max_abs_logprob_diff": comp.max_abs_logprob_diff, "mean_abs_logprob_diff": comp.mean_abs_logprob_diff,
-                "kl_mean": comp.kl_mean, "kl_max": comp.kl_max,
-                "baseline_tokens": len(br.token_ids), "candidate_tokens": len(cr.token_ids),
-                "baseline_text": br.text, "candidate_text": cr.text,
-            })
+            req_rows.append(
+                {
+                    "group": gid,
+                    "point": pid,
+                    "batch": b,
+                    "round": br.round,
+                    "prompt_id": br.prompt_id,
+                    "prompt_tokens": len(br.prompt_ids),
+                    "prompt_sha": _prompt_sha(br.prompt_ids),
+                    "exact_match": comp.exact_match,
+                    "first_divergence": comp.first_divergence,
+                    "close": comp.close,
+                    "close_reason": comp.close_reason,
+                    "n_prefix_compared": comp.n_prefix_compared,
+                    "max_abs_logprob_diff": comp.max_abs_logprob_diff,
+                    "mean_abs_logprob_diff": comp.mean_abs_logprob_diff,
+                    "kl_mean": comp.kl_mean,
+                    "kl_max": comp.kl_max,
+                    "baseline_tokens": len(br.token_ids),
+                    "candidate_tokens": len(cr.token_ids),
+                    "baseline_text": br.text,
+                    "candidate_text": cr.text,
+                }
+            )
         bcheck_b = _rounds_check(brun)
         bcheck_c = _rounds_check(crun)
         summary = summarize_greedy(comps) if comps else None
         problems: list[str] = []
         verdict = Verdict.PASS
         if mismatched_prompts:
-            problems.append(f"{mismatched_prompts} prompt(s) were different token ids on the two sides (different tokenizers?)")
+            problems.append(
+                f"{mismatched_prompts} prompt(s) were different token ids on the two sides (different tokenizers?)"
+            )
         if errors:
             problems.extend(errors[:3])
         if summary is None:
@@ -425,9 +490,12 @@ class EquivalenceCheck(Check):
             if summary.close_fraction < gate.min_close_fraction:
                 problems.append(
                     f"{summary.n_requests - summary.n_close} of {summary.n_requests} requests break vLLM's check_logprobs_close "
-                    f"rule (close fraction {summary.close_fraction:.2f} < {gate.min_close_fraction:g})")
+                    f"rule (close fraction {summary.close_fraction:.2f} < {gate.min_close_fraction:g})"
+                )
             if summary.max_abs_logprob_diff is not None and summary.max_abs_logprob_diff > gate.max_abs_logprob_diff:
-                problems.append(f"max |Δ logprob| on matching prefixes {summary.max_abs_logprob_diff:.4f} > {gate.max_abs_logprob_diff:g}")
+                problems.append(
+                    f"max |Δ logprob| on matching prefixes {summary.max_abs_logprob_diff:.4f} > {gate.max_abs_logprob_diff:g}"
+                )
             if summary.kl_mean is not None and summary.kl_mean > gate.max_kl:
                 problems.append(f"mean top-{gate.top_k} KL {summary.kl_mean:.4f} > {gate.max_kl:g}")
         for who, bc in (("baseline", bcheck_b), ("candidate", bcheck_c)):
@@ -436,8 +504,10 @@ class EquivalenceCheck(Check):
         if crun.window and crun.window.available:
             n_at, opt_at = crun.window.steps_at(b)
             if n_at and opt_at == 0:
-                problems.append(f"used the standard path: none of the candidate's {n_at} decode steps at batch {b} ran an "
-                                "optimized-path marker")
+                problems.append(
+                    f"used the standard path: none of the candidate's {n_at} decode steps at batch {b} ran an "
+                    "optimized-path marker"
+                )
         if problems:
             verdict = Verdict.FAIL
         if verdict is Verdict.FAIL:
@@ -445,13 +515,19 @@ class EquivalenceCheck(Check):
             evidence = self._evidence_lines(gid, pid, brun, crun, comps, gate.top_k)
             failures.append(msg + ("\n" + "\n".join(evidence) if evidence else ""))
         row = {
-            "group": gid, "point": pid, "batch": b, "context": crun.context, "verdict": verdict.value,
+            "group": gid,
+            "point": pid,
+            "batch": b,
+            "context": crun.context,
+            "verdict": verdict.value,
             "requests": len(brun.records),
-            "n_exact": summary.n_exact if summary else 0, "n_close": summary.n_close if summary else 0,
+            "n_exact": summary.n_exact if summary else 0,
+            "n_close": summary.n_close if summary else 0,
             "close_fraction": summary.close_fraction if summary else None,
             "max_abs_logprob_diff": summary.max_abs_logprob_diff if summary else None,
             "mean_abs_logprob_diff": summary.mean_abs_logprob_diff if summary else None,
-            "kl_mean": summary.kl_mean if summary else None, "kl_max": summary.kl_max if summary else None,
+            "kl_mean": summary.kl_mean if summary else None,
+            "kl_max": summary.kl_max if summary else None,
             "baseline_batch_verified": bcheck_b.verified if bcheck_b else None,
             "baseline_batch_evidence": bcheck_b.detail if bcheck_b else None,
             "candidate_batch_verified": bcheck_c.verified if bcheck_c else None,
@@ -463,19 +539,22 @@ class EquivalenceCheck(Check):
         }
         return verdict, row, req_rows, failures
 
-    def _evidence_lines(self, gid: str, pid: str, brun: PointRun, crun: PointRun,
-                        comps: list[GreedyComparison], top_k: int) -> list[str]:
+    def _evidence_lines(
+        self, gid: str, pid: str, brun: PointRun, crun: PointRun, comps: list[GreedyComparison], top_k: int
+    ) -> list[str]:
         lines: list[str] = []
-        pairs = [(br, cr) for br, cr in zip(brun.records, crun.records) if not (br.error or cr.error)]
+        pairs = [(br, cr) for br, cr in zip(brun.records, crun.records, strict=False) if not (br.error or cr.error)]
         shown = 0
-        for (br, cr), comp in zip(pairs, comps):
+        for (br, cr), comp in zip(pairs, comps, strict=False):
             if comp.exact_match or shown >= self.explain_limit:
                 continue
             shown += 1
             p = comp.first_divergence
             ex = self.explanations.get((gid, pid, br.round, br.prompt_id))
-            head = (f"  prompt {br.prompt_id} ({len(br.prompt_ids)} tokens, ends {clip(br.prompt_text[-50:], 52)}): "
-                    f"first divergence at generated token {p}; {comp.close_reason}")
+            head = (
+                f"  prompt {br.prompt_id} ({len(br.prompt_ids)} tokens, ends {clip(br.prompt_text[-50:], 52)}): "
+                f"first divergence at generated token {p}; {comp.close_reason}"
+            )
             if comp.max_abs_logprob_diff is not None:
                 head += f"; max |Δ logprob| before it {comp.max_abs_logprob_diff:.4f}"
             lines.append(head)
@@ -483,23 +562,35 @@ class EquivalenceCheck(Check):
                 blp = br.logprobs[p] if p < len(br.logprobs) else None
                 clp = cr.logprobs[p] if p < len(cr.logprobs) else None
                 if ex is not None:
-                    lines.append(f"    ...{clip(ex.before, 50)} | baseline {clip(ex.baseline_next, 40)} "
-                                 f"(token {clip(ex.baseline_token, 16)}, logprob {_f(blp)}) | candidate {clip(ex.candidate_next, 40)} "
-                                 f"(token {clip(ex.candidate_token, 16)}, logprob {_f(clp)})")
-                    lines.append("    baseline top-%d: %s; candidate top-%d: %s" % (
-                        top_k, ", ".join(f"{s!r} {lp:.3f}" for s, lp in ex.baseline_top),
-                        top_k, ", ".join(f"{s!r} {lp:.3f}" for s, lp in ex.candidate_top)))
+                    lines.append(
+                        f"    ...{clip(ex.before, 50)} | baseline {clip(ex.baseline_next, 40)} "
+                        f"(token {clip(ex.baseline_token, 16)}, logprob {_f(blp)}) | candidate {clip(ex.candidate_next, 40)} "
+                        f"(token {clip(ex.candidate_token, 16)}, logprob {_f(clp)})"
+                    )
+                    lines.append(
+                        "    baseline top-%d: %s; candidate top-%d: %s"
+                        % (
+                            top_k,
+                            ", ".join(f"{s!r} {lp:.3f}" for s, lp in ex.baseline_top),
+                            top_k,
+                            ", ".join(f"{s!r} {lp:.3f}" for s, lp in ex.candidate_top),
+                        )
+                    )
                 else:
-                    lines.append(f"    baseline token id {br.token_ids[p]} (logprob {_f(blp)}) vs candidate token id "
-                                 f"{cr.token_ids[p]} (logprob {_f(clp)}); baseline text {clip(br.text, 60)}, "
-                                 f"candidate text {clip(cr.text, 60)}")
+                    lines.append(
+                        f"    baseline token id {br.token_ids[p]} (logprob {_f(blp)}) vs candidate token id "
+                        f"{cr.token_ids[p]} (logprob {_f(clp)}); baseline text {clip(br.text, 60)}, "
+                        f"candidate text {clip(cr.text, 60)}"
+                    )
         if not lines:
-            worst = max(comps, key=lambda c: (c.max_abs_logprob_diff or 0.0), default=None)
+            worst = max(comps, key=lambda c: c.max_abs_logprob_diff or 0.0, default=None)
             if worst is not None and worst.max_abs_logprob_diff is not None:
                 i = comps.index(worst)
                 br = pairs[i][0]
-                lines.append(f"  largest drift: prompt {br.prompt_id}, max |Δ logprob| {worst.max_abs_logprob_diff:.4f}, "
-                             f"KL mean {_f(worst.kl_mean)} over {worst.n_prefix_compared} identical tokens")
+                lines.append(
+                    f"  largest drift: prompt {br.prompt_id}, max |Δ logprob| {worst.max_abs_logprob_diff:.4f}, "
+                    f"KL mean {_f(worst.kl_mean)} over {worst.n_prefix_compared} identical tokens"
+                )
         return lines
 
 
@@ -510,10 +601,19 @@ def _rounds_check(run: PointRun) -> BatchCheck | None:
     if run.window is not None and run.window.available:
         n_at, _ = run.window.steps_at(run.batch)
         sizes = ", ".join(f"{v}x batch {k}" for k, v in sorted(run.window.decode_batch_sizes.items()))
-        checks.append(("trace", BatchCheck(
-            target=run.batch, verified=n_at >= 1, source="profiler", steps_at_target=n_at,
-            decode_steps=run.window.decode_steps,
-            detail=f"{n_at} decode steps at batch {run.batch} in window {run.window.name} ({sizes})")))
+        checks.append(
+            (
+                "trace",
+                BatchCheck(
+                    target=run.batch,
+                    verified=n_at >= 1,
+                    source="profiler",
+                    steps_at_target=n_at,
+                    decode_steps=run.window.decode_steps,
+                    detail=f"{n_at} decode steps at batch {run.batch} in window {run.window.name} ({sizes})",
+                ),
+            )
+        )
     elif not checks and run.window is not None:
         checks.append(("window", run.window.batch_check(run.batch)))
     if not checks:
@@ -523,10 +623,15 @@ def _rounds_check(run: PointRun) -> BatchCheck | None:
     detail = "; ".join(f"{lab}: {c.detail}" for lab, c in shown)
     if not bad and len(checks) > len(shown):
         detail += f"; {len(checks) - len(shown)} more check(s) verified"
-    return BatchCheck(target=run.batch, verified=not bad, source="+".join(sorted({c.source for _, c in checks})),
-                      steps_at_target=sum(c.steps_at_target for _, c in checks),
-                      decode_steps=sum(c.decode_steps for _, c in checks),
-                      above_target=sum(c.above_target for _, c in checks), detail=detail)
+    return BatchCheck(
+        target=run.batch,
+        verified=not bad,
+        source="+".join(sorted({c.source for _, c in checks})),
+        steps_at_target=sum(c.steps_at_target for _, c in checks),
+        decode_steps=sum(c.decode_steps for _, c in checks),
+        above_target=sum(c.above_target for _, c in checks),
+        detail=detail,
+    )
 
 
 def _f(x: float | None) -> str:

@@ -143,7 +143,9 @@ def matching_units(ctx: RunContext, spec: Any) -> list[EvalUnit]:
     for group in ctx.plan.groups:
         for p in ctx.plan.group_points(group):
             if all(str(_point_value(p, d)) in {str(v) for v in vals} for d, vals in spec.points.items()):
-                u = units.setdefault((group.id, p.batch), EvalUnit(eval=spec.name, group=group.id, batch=p.batch, points=[]))
+                u = units.setdefault(
+                    (group.id, p.batch), EvalUnit(eval=spec.name, group=group.id, batch=p.batch, points=[])
+                )
                 u.points.append(p.id)
     return list(units.values())
 
@@ -178,8 +180,12 @@ class EvalsCheck(Check):
         for spec in ctx.scope.evals:
             try:
                 ds = resolve_dataset(
-                    name=spec.name, kind=spec.kind, data=spec.data, hub_dataset=spec.hub_dataset,
-                    resolve_path=resolve_path, override=overrides.get(spec.name),
+                    name=spec.name,
+                    kind=spec.kind,
+                    data=spec.data,
+                    hub_dataset=spec.hub_dataset,
+                    resolve_path=resolve_path,
+                    override=overrides.get(spec.name),
                 )
             except FasttrackError as exc:
                 self.state.missing[spec.name] = exc.message
@@ -247,7 +253,10 @@ class EvalsCheck(Check):
             if max_len is None and ctx.scope.envelope is not None:
                 max_len = ctx.scope.envelope.context.max_model_len
             sel = select_samples(
-                ds, limit=limit, count_tokens=counter, max_prompt_tokens=(max_len - spec.max_tokens) if max_len else None,
+                ds,
+                limit=limit,
+                count_tokens=counter,
+                max_prompt_tokens=(max_len - spec.max_tokens) if max_len else None,
                 prefer_long="context" in spec.points,
             )
         else:
@@ -260,8 +269,17 @@ class EvalsCheck(Check):
         )
         return sel
 
-    def _run(self, ctx: RunContext, session: EngineSession, spec: Any, unit: EvalUnit, selection: Selection, *,
-             repeat: int, role: str) -> None:
+    def _run(
+        self,
+        ctx: RunContext,
+        session: EngineSession,
+        spec: Any,
+        unit: EvalUnit,
+        selection: Selection,
+        *,
+        repeat: int,
+        role: str,
+    ) -> None:
         """One lm-eval run. 'primary'/'reference' runs are graded and never profiled; the 'evidence' run
         repeats the first samples (short generations, same concurrency) inside a profiler window."""
         engine = session.engine
@@ -274,8 +292,14 @@ class EvalsCheck(Check):
             data_file = selection.write_subset(ctx.artifact_dir("evals") / spec.name, len(samples))
             max_tokens = min(spec.max_tokens, EVIDENCE_MAX_TOKENS)
         kwargs = dict(
-            kind=spec.kind, base_url=engine.base_url, model=engine.model, data_file=data_file,
-            num_concurrent=unit.batch, seed=repeat, max_tokens=max_tokens, temperature=spec.temperature,
+            kind=spec.kind,
+            base_url=engine.base_url,
+            model=engine.model,
+            data_file=data_file,
+            num_concurrent=unit.batch,
+            seed=repeat,
+            max_tokens=max_tokens,
+            temperature=spec.temperature,
         )
         label = f"{spec.name} at {unit.point} (batch {unit.batch}) on the {session.side}, {role}, repeat {repeat}"
         ctx.log(f"evals: running {label}")
@@ -292,10 +316,19 @@ class EvalsCheck(Check):
             else:
                 output = run_lm_eval(**kwargs)
                 # the coverage check reads 'unavailable' as "no path evidence could be taken", never as a pass
-                ctx.evidence.append(PathEvidence(
-                    check=self.name, point=unit.point, side=session.side, window=window, optimized_ops=0, stock_ops=0,
-                    decode_steps=0, optimized_decode_steps=0, detail={"unavailable": unavailable, "points": unit.points},
-                ))
+                ctx.evidence.append(
+                    PathEvidence(
+                        check=self.name,
+                        point=unit.point,
+                        side=session.side,
+                        window=window,
+                        optimized_ops=0,
+                        stock_ops=0,
+                        decode_steps=0,
+                        optimized_decode_steps=0,
+                        detail={"unavailable": unavailable, "points": unit.points},
+                    )
+                )
                 evidence = {"window": window, "unavailable": unavailable}
                 self.state.notes.append(f"{spec.name} at {unit.point} on the {session.side}: {unavailable}")
         else:
@@ -312,17 +345,29 @@ class EvalsCheck(Check):
         rel = self._write_run_artifact(ctx, spec.name, unit, session.side, role, repeat, output, selection, data_file)
         self.state.runs.append(
             RunRecord(
-                eval=spec.name, kind=spec.kind, point=unit.point, points=list(unit.points), group=unit.group,
-                batch=unit.batch, side=session.side, role=role, repeat=repeat, lifetime=session.lifetime, output=output,
-                outcomes=outcomes, artifact=rel, evidence=evidence,
+                eval=spec.name,
+                kind=spec.kind,
+                point=unit.point,
+                points=list(unit.points),
+                group=unit.group,
+                batch=unit.batch,
+                side=session.side,
+                role=role,
+                repeat=repeat,
+                lifetime=session.lifetime,
+                output=output,
+                outcomes=outcomes,
+                artifact=rel,
+                evidence=evidence,
                 engine={"base_url": engine.base_url, "model": engine.model, "owned": getattr(engine, "owned", None)},
             )
         )
         mean = sum(o.score for o in outcomes) / len(outcomes)
         ctx.log(f"evals: {label}: mean score {mean:.3f} over {len(outcomes)} samples in {output.wall_s:.1f} s")
 
-    def _profiled(self, ctx: RunContext, engine: Any, window: str, unit: EvalUnit,
-                  kwargs: dict[str, Any]) -> tuple[LmEvalOutput, dict[str, Any]]:
+    def _profiled(
+        self, ctx: RunContext, engine: Any, window: str, unit: EvalUnit, kwargs: dict[str, Any]
+    ) -> tuple[LmEvalOutput, dict[str, Any]]:
         """Run lm-eval in a worker thread inside a profiler window of at most PROFILE_WINDOW_S."""
         from fasttrack.engine import MarkerSet, profile_window
 
@@ -338,7 +383,8 @@ class EvalsCheck(Check):
 
         worker = threading.Thread(target=work, name=f"lm-eval-{window}", daemon=True)
         with profile_window(
-            engine, window,
+            engine,
+            window,
             markers=MarkerSet(optimized=list(markers.optimized), stock=list(markers.stock)) if markers else None,
             fallback_pattern=fallback,
         ) as win:
@@ -357,16 +403,29 @@ class EvalsCheck(Check):
             pe.detail["eval_window_bounded_at_s"] = PROFILE_WINDOW_S if bounded else None
             ctx.evidence.append(pe)
             detail.update(
-                decode_steps=ev.decode_steps, optimized_decode_steps=ev.optimized_decode_steps,
-                optimized_ops=ev.optimized_ops, stock_ops=ev.stock_ops, fallback_events=ev.fallback_events,
+                decode_steps=ev.decode_steps,
+                optimized_decode_steps=ev.optimized_decode_steps,
+                optimized_ops=ev.optimized_ops,
+                stock_ops=ev.stock_ops,
+                fallback_events=ev.fallback_events,
                 decode_batch_sizes={str(k): v for k, v in ev.decode_batch_sizes.items()},
                 optimized_decode_batch_sizes={str(k): v for k, v in ev.optimized_decode_batch_sizes.items()},
                 notes=list(ev.notes),
             )
         return box["output"], detail
 
-    def _write_run_artifact(self, ctx: RunContext, eval_name: str, unit: EvalUnit, side: str, role: str, repeat: int,
-                            output: LmEvalOutput, selection: Selection, data_file: Path) -> str:
+    def _write_run_artifact(
+        self,
+        ctx: RunContext,
+        eval_name: str,
+        unit: EvalUnit,
+        side: str,
+        role: str,
+        repeat: int,
+        output: LmEvalOutput,
+        selection: Selection,
+        data_file: Path,
+    ) -> str:
         d = ctx.artifact_dir("evals") / eval_name / unit.point
         d.mkdir(parents=True, exist_ok=True)
         base = f"{side}-{role}-r{repeat}"
@@ -376,8 +435,17 @@ class EvalsCheck(Check):
                 s = by_doc[r["doc_id"]]
                 f.write(json.dumps({"sample_id": s.sample_id, **r}, ensure_ascii=False, default=str) + "\n")
         meta = output.model_dump(mode="json", exclude={"samples"})
-        meta.update(eval=eval_name, points=unit.points, batch=unit.batch, side=side, role=role, repeat=repeat,
-                    data_file=str(data_file), selection_file=selection.file, selection_sha256=selection.file_sha256)
+        meta.update(
+            eval=eval_name,
+            points=unit.points,
+            batch=unit.batch,
+            side=side,
+            role=role,
+            repeat=repeat,
+            data_file=str(data_file),
+            selection_file=selection.file,
+            selection_sha256=selection.file_sha256,
+        )
         (d / f"{base}.run.json").write_text(json.dumps(meta, indent=2, default=str))
         return str((d / f"{base}.samples.jsonl").relative_to(ctx.run_dir))
 
@@ -387,7 +455,9 @@ class EvalsCheck(Check):
         self._prepare(ctx)
         st = self.state
         failures: list[str] = []
-        not_run: list[str] = [f"dataset: {m}" for m in st.missing.values()] + list(st.unusable.values()) + list(st.errors)
+        not_run: list[str] = (
+            [f"dataset: {m}" for m in st.missing.values()] + list(st.unusable.values()) + list(st.errors)
+        )
         comparisons: list[tuple[Any, EvalUnit, Comparison]] = []
         for spec in ctx.scope.evals:
             for unit in st.units.get(spec.name, []):
@@ -395,8 +465,11 @@ class EvalsCheck(Check):
                     continue
                 runs = [r for r in st.runs if r.eval == spec.name and r.group == unit.group and r.batch == unit.batch]
                 got = {(r.side, r.role, r.repeat) for r in runs}
-                need = {(s, role, k) for k in range(spec.repeats)
-                        for s, role in (("baseline", "primary"), ("baseline", "reference"), ("candidate", "primary"))}
+                need = {
+                    (s, role, k)
+                    for k in range(spec.repeats)
+                    for s, role in (("baseline", "primary"), ("baseline", "reference"), ("candidate", "primary"))
+                }
                 missing = sorted(need - got)
                 if missing:
                     if not any(spec.name in e and unit.point in e for e in st.errors):
@@ -411,9 +484,14 @@ class EvalsCheck(Check):
 
                 try:
                     cmp = compare(
-                        eval_name=spec.name, point=unit.point, baseline=outcomes("baseline", "primary"),
-                        candidate=outcomes("candidate", "primary"), reference=outcomes("baseline", "reference"),
-                        margin=spec.margin, floor=spec.floor, binary=spec.kind == "aime25",
+                        eval_name=spec.name,
+                        point=unit.point,
+                        baseline=outcomes("baseline", "primary"),
+                        candidate=outcomes("candidate", "primary"),
+                        reference=outcomes("baseline", "reference"),
+                        margin=spec.margin,
+                        floor=spec.floor,
+                        binary=spec.kind == "aime25",
                     )
                 except PairingError as exc:
                     not_run.append(str(exc))
@@ -435,79 +513,128 @@ class EvalsCheck(Check):
             reason = "no eval was compared"
         else:
             verdict = Verdict.PASS
-            reason = (
-                f"{len(comparisons)} eval point(s) passed: "
-                + "; ".join(
-                    f"{s.name} at {u.point}: score {c.task_gate.difference.candidate_mean:.3f} vs "
-                    f"{c.task_gate.difference.baseline_mean:.3f}, agreement {c.agreement_mean:.3f} "
-                    f"(baseline self {c.reference_agreement_mean:.3f})"
-                    for s, u, c in comparisons
-                )
+            reason = f"{len(comparisons)} eval point(s) passed: " + "; ".join(
+                f"{s.name} at {u.point}: score {c.task_gate.difference.candidate_mean:.3f} vs "
+                f"{c.task_gate.difference.baseline_mean:.3f}, agreement {c.agreement_mean:.3f} "
+                f"(baseline self {c.reference_agreement_mean:.3f})"
+                for s, u, c in comparisons
             )
         summary["not_run"] = not_run
         return CheckResult(
-            check=self.name, verdict=verdict, reason=reason, required=self.required, gate=GATE, summary=summary,
-            failures=failures, tables=tables, artifacts=artifacts,
+            check=self.name,
+            verdict=verdict,
+            reason=reason,
+            required=self.required,
+            gate=GATE,
+            summary=summary,
+            failures=failures,
+            tables=tables,
+            artifacts=artifacts,
         )
 
     def _tables(self, comparisons: list[tuple[Any, EvalUnit, Comparison]]) -> dict[str, list[dict[str, Any]]]:
         st = self.state
-        sample_meta = {
-            (name, s.sample_id): s for name, sel in st.selections.items() for s in sel.samples
-        }
+        sample_meta = {(name, s.sample_id): s for name, sel in st.selections.items() for s in sel.samples}
         base_out = {
             (r.eval, r.point, o.sample_id, o.repeat): o.output
-            for r in st.runs if r.side == "baseline" and r.role == "primary" for o in r.outcomes
+            for r in st.runs
+            if r.side == "baseline" and r.role == "primary"
+            for o in r.outcomes
         }
         runs_rows, sample_rows = [], []
         for r in st.runs:
             mean = sum(o.score for o in r.outcomes) / len(r.outcomes)
             ev = r.evidence or {}
-            runs_rows.append({
-                "eval": r.eval, "kind": r.kind, "point": r.point, "points": ",".join(r.points), "batch": r.batch,
-                "side": r.side, "role": r.role, "repeat": r.repeat, "seed": r.output.settings.seed,
-                "lifetime": r.lifetime, "samples": len(r.outcomes), "mean_score": mean,
-                "max_tokens": r.output.settings.max_tokens, "temperature": r.output.settings.temperature,
-                "num_concurrent": r.output.settings.num_concurrent, "lm_model": r.output.lm_model,
-                "task_source": r.output.task_source, "lm_eval_version": r.output.lm_eval_version,
-                "wall_s": r.output.wall_s, "profile_window": ev.get("window"),
-                "decode_steps": ev.get("decode_steps"), "optimized_decode_steps": ev.get("optimized_decode_steps"),
-                "artifact": r.artifact,
-            })
+            runs_rows.append(
+                {
+                    "eval": r.eval,
+                    "kind": r.kind,
+                    "point": r.point,
+                    "points": ",".join(r.points),
+                    "batch": r.batch,
+                    "side": r.side,
+                    "role": r.role,
+                    "repeat": r.repeat,
+                    "seed": r.output.settings.seed,
+                    "lifetime": r.lifetime,
+                    "samples": len(r.outcomes),
+                    "mean_score": mean,
+                    "max_tokens": r.output.settings.max_tokens,
+                    "temperature": r.output.settings.temperature,
+                    "num_concurrent": r.output.settings.num_concurrent,
+                    "lm_model": r.output.lm_model,
+                    "task_source": r.output.task_source,
+                    "lm_eval_version": r.output.lm_eval_version,
+                    "wall_s": r.output.wall_s,
+                    "profile_window": ev.get("window"),
+                    "decode_steps": ev.get("decode_steps"),
+                    "optimized_decode_steps": ev.get("optimized_decode_steps"),
+                    "artifact": r.artifact,
+                }
+            )
             for o in r.outcomes:
                 meta = sample_meta.get((r.eval, o.sample_id))
                 b = base_out.get((r.eval, r.point, o.sample_id, o.repeat)) if r.role != "evidence" else None
-                sample_rows.append({
-                    "eval": r.eval, "point": r.point, "side": r.side, "role": r.role, "repeat": o.repeat,
-                    "seed": r.output.settings.seed, "sample_id": o.sample_id, "score": o.score, "output": o.output,
-                    "agreement_with_baseline": similarity(o.output, b) if b is not None else None,
-                    "prompt_sha256": meta.prompt_sha256 if meta else None,
-                    "prompt_tokens": meta.n_tokens if meta else None, "context_bin": meta.bin if meta else None,
-                    "n_needles": meta.n_needles if meta else None,
-                })
+                sample_rows.append(
+                    {
+                        "eval": r.eval,
+                        "point": r.point,
+                        "side": r.side,
+                        "role": r.role,
+                        "repeat": o.repeat,
+                        "seed": r.output.settings.seed,
+                        "sample_id": o.sample_id,
+                        "score": o.score,
+                        "output": o.output,
+                        "agreement_with_baseline": similarity(o.output, b) if b is not None else None,
+                        "prompt_sha256": meta.prompt_sha256 if meta else None,
+                        "prompt_tokens": meta.n_tokens if meta else None,
+                        "context_bin": meta.bin if meta else None,
+                        "n_needles": meta.n_needles if meta else None,
+                    }
+                )
         cmp_rows, breakdown_rows, review_rows = [], [], []
         for spec, unit, c in comparisons:
             t, a = c.task_gate.difference, c.agreement_gate.difference if c.agreement_gate else None
-            cmp_rows.append({
-                "eval": spec.name, "kind": spec.kind, "point": unit.point, "batch": unit.batch, "pairs": c.n_pairs,
-                "samples": c.n_samples, "repeats": c.repeats, "margin": c.margin, "floor": c.floor,
-                "baseline_score": t.baseline_mean, "candidate_score": t.candidate_mean, "score_difference": t.difference,
-                "score_ci_low": t.ci_low, "score_ci_high": t.ci_high, "score_method": t.method,
-                "newcombe_ci_low": c.task_newcombe.ci_low if c.task_newcombe else None,
-                "newcombe_ci_high": c.task_newcombe.ci_high if c.task_newcombe else None,
-                "task_pass": c.task_gate.passed,
-                "agreement": c.agreement_mean, "reference_agreement": c.reference_agreement_mean,
-                "agreement_difference": a.difference if a else None, "agreement_ci_low": a.ci_low if a else None,
-                "agreement_ci_high": a.ci_high if a else None, "exact_match_rate": c.exact_match_rate,
-                "reference_exact_match_rate": c.reference_exact_match_rate,
-                "agreement_pass": c.agreement_gate.passed if c.agreement_gate else None, "passed": c.passed,
-            })
+            cmp_rows.append(
+                {
+                    "eval": spec.name,
+                    "kind": spec.kind,
+                    "point": unit.point,
+                    "batch": unit.batch,
+                    "pairs": c.n_pairs,
+                    "samples": c.n_samples,
+                    "repeats": c.repeats,
+                    "margin": c.margin,
+                    "floor": c.floor,
+                    "baseline_score": t.baseline_mean,
+                    "candidate_score": t.candidate_mean,
+                    "score_difference": t.difference,
+                    "score_ci_low": t.ci_low,
+                    "score_ci_high": t.ci_high,
+                    "score_method": t.method,
+                    "newcombe_ci_low": c.task_newcombe.ci_low if c.task_newcombe else None,
+                    "newcombe_ci_high": c.task_newcombe.ci_high if c.task_newcombe else None,
+                    "task_pass": c.task_gate.passed,
+                    "agreement": c.agreement_mean,
+                    "reference_agreement": c.reference_agreement_mean,
+                    "agreement_difference": a.difference if a else None,
+                    "agreement_ci_low": a.ci_low if a else None,
+                    "agreement_ci_high": a.ci_high if a else None,
+                    "exact_match_rate": c.exact_match_rate,
+                    "reference_exact_match_rate": c.reference_exact_match_rate,
+                    "agreement_pass": c.agreement_gate.passed if c.agreement_gate else None,
+                    "passed": c.passed,
+                }
+            )
             sel = st.selections.get(spec.name)
             metas = {s.sample_id: s for s in sel.samples} if sel else {}
             dims: list[tuple[str, dict[str, str]]]
             if spec.kind == "mrcr":
-                dims = [("bin", {k: m.bin or "?" for k, m in metas.items()}),
-                        ("n_needles", {k: str(m.n_needles) for k, m in metas.items()})]
+                dims = [
+                    ("bin", {k: m.bin or "?" for k, m in metas.items()}),
+                    ("n_needles", {k: str(m.n_needles) for k, m in metas.items()}),
+                ]
             else:
                 dims = [("problem", {k: k for k in metas})]
             for dim, groups in dims:
@@ -518,8 +645,11 @@ class EvalsCheck(Check):
             for d in c.disagreeing_outputs:
                 review_rows.append({"eval": spec.name, "point": unit.point, "kind": "output", **_review_row(d)})
         return {
-            "eval_runs": runs_rows, "eval_samples": sample_rows, "eval_comparisons": cmp_rows,
-            "eval_breakdown": breakdown_rows, "eval_review": review_rows,
+            "eval_runs": runs_rows,
+            "eval_samples": sample_rows,
+            "eval_comparisons": cmp_rows,
+            "eval_breakdown": breakdown_rows,
+            "eval_review": review_rows,
         }
 
     def _summary(self, ctx: RunContext, comparisons: list[tuple[Any, EvalUnit, Comparison]]) -> dict[str, Any]:
@@ -535,37 +665,63 @@ class EvalsCheck(Check):
                 "dataset_missing": st.missing.get(spec.name),
                 "selection": sel.model_dump(mode="json", exclude={"samples"}) if sel else None,
                 "points": [u.points for u in st.units.get(spec.name, [])],
-                "repeats": spec.repeats, "seeds": list(range(spec.repeats)), "generation": settings,
-                "margin": spec.margin, "floor": spec.floor,
+                "repeats": spec.repeats,
+                "seeds": list(range(spec.repeats)),
+                "generation": settings,
+                "margin": spec.margin,
+                "floor": spec.floor,
                 "comparisons": {
                     u.point: {
-                        "passed": c.passed, "pairs": c.n_pairs,
-                        "task": c.task_gate.model_dump(mode="json", exclude={"difference"}) | {
+                        "passed": c.passed,
+                        "pairs": c.n_pairs,
+                        "task": c.task_gate.model_dump(mode="json", exclude={"difference"})
+                        | {
                             "baseline_mean": c.task_gate.difference.baseline_mean,
                             "candidate_mean": c.task_gate.difference.candidate_mean,
                             "difference": c.task_gate.difference.difference,
                             "ci": [c.task_gate.difference.ci_low, c.task_gate.difference.ci_high],
                         },
                         "newcombe": c.task_newcombe.model_dump(mode="json") if c.task_newcombe else None,
-                        "agreement": (c.agreement_gate.model_dump(mode="json", exclude={"difference"}) | {
-                            "candidate_mean": c.agreement_gate.difference.candidate_mean,
-                            "reference_mean": c.agreement_gate.difference.baseline_mean,
-                            "difference": c.agreement_gate.difference.difference,
-                            "ci": [c.agreement_gate.difference.ci_low, c.agreement_gate.difference.ci_high],
-                        }) if c.agreement_gate else None,
+                        "agreement": (
+                            c.agreement_gate.model_dump(mode="json", exclude={"difference"})
+                            | {
+                                "candidate_mean": c.agreement_gate.difference.candidate_mean,
+                                "reference_mean": c.agreement_gate.difference.baseline_mean,
+                                "difference": c.agreement_gate.difference.difference,
+                                "ci": [c.agreement_gate.difference.ci_low, c.agreement_gate.difference.ci_high],
+                            }
+                        )
+                        if c.agreement_gate
+                        else None,
                         "exact_match_rate": c.exact_match_rate,
                         "reference_exact_match_rate": c.reference_exact_match_rate,
                     }
-                    for s, u, c in comparisons if s.name == spec.name
+                    for s, u, c in comparisons
+                    if s.name == spec.name
                 },
             }
-        return {"evals": evals, "notes": list(st.notes), "run_errors": list(st.errors),
-                "profile_window_limit_s": PROFILE_WINDOW_S}
+        return {
+            "evals": evals,
+            "notes": list(st.notes),
+            "run_errors": list(st.errors),
+            "profile_window_limit_s": PROFILE_WINDOW_S,
+        }
 
 
 def _review_row(d: dict[str, Any]) -> dict[str, Any]:
-    keys = ("sample_id", "repeat", "baseline", "candidate", "difference", "agreement", "reference_agreement",
-            "baseline_score", "candidate_score", "baseline_output", "candidate_output")
+    keys = (
+        "sample_id",
+        "repeat",
+        "baseline",
+        "candidate",
+        "difference",
+        "agreement",
+        "reference_agreement",
+        "baseline_score",
+        "candidate_score",
+        "baseline_output",
+        "candidate_output",
+    )
     return {k: d.get(k) for k in keys}
 
 
@@ -581,8 +737,10 @@ class _TokenCounter:
 
     def __call__(self, messages: list[dict[str, str]]) -> int:
         try:
-            r = self._http.post(self.base_url + "/tokenize",
-                                json={"model": self.model, "messages": messages, "add_generation_prompt": True})
+            r = self._http.post(
+                self.base_url + "/tokenize",
+                json={"model": self.model, "messages": messages, "add_generation_prompt": True},
+            )
         except httpx.HTTPError as exc:
             raise FasttrackError(f"could not count MRCR prompt tokens at {self.base_url}/tokenize: {exc}") from exc
         if r.status_code != 200:

@@ -56,18 +56,47 @@ def _flat(row: dict[str, Any], suite: str) -> dict[str, Any]:
     return out
 
 
-def run_suite(spec: SuiteSpec, *, tier: str, out_dir: Path, log: Callable[[str], None] = print, defects: Sequence[str] = (), timeout_s: float = 7200.0) -> dict[str, Any]:
+def run_suite(
+    spec: SuiteSpec,
+    *,
+    tier: str,
+    out_dir: Path,
+    log: Callable[[str], None] = print,
+    defects: Sequence[str] = (),
+    timeout_s: float = 7200.0,
+) -> dict[str, Any]:
     """Run one suite (or decide it cannot run) and return its rows document with ``summary``."""
     rows_path = out_dir / f"{spec.name.replace('/', '_')}.rows.json"
     if spec.requires_gpu and not cuda_available():
         doc = {"suite": spec.name, "error": NO_CUDA}
-        doc["summary"] = {"suite": spec.name, "verdict": NOT_RUN, "reason": f"suite {spec.name}: not run: {NO_CUDA}", "failures": [], "counts": {}, "per_kernel": [], "speed_of_light": []}
+        doc["summary"] = {
+            "suite": spec.name,
+            "verdict": NOT_RUN,
+            "reason": f"suite {spec.name}: not run: {NO_CUDA}",
+            "failures": [],
+            "counts": {},
+            "per_kernel": [],
+            "speed_of_light": [],
+        }
         return doc
     if not spec.path.is_dir():
         doc = {"suite": spec.name, "error": f"suite directory {spec.path} does not exist"}
         doc["summary"] = summarize(doc)
         return doc
-    cmd = [sys.executable, "-m", "fasttrack.kernels.run", "--suite", str(spec.path), "--out", str(rows_path), "--tier", tier, "--name", spec.name, "--quiet"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "fasttrack.kernels.run",
+        "--suite",
+        str(spec.path),
+        "--out",
+        str(rows_path),
+        "--tier",
+        tier,
+        "--name",
+        spec.name,
+        "--quiet",
+    ]
     if spec.candidate:
         cmd += ["--candidate", spec.candidate]
     if spec.tolerances:
@@ -89,7 +118,11 @@ def run_suite(spec: SuiteSpec, *, tier: str, out_dir: Path, log: Callable[[str],
         doc = json.loads(rows_path.read_text(encoding="utf-8"))
         doc["summary"] = summarize(doc)
     else:
-        why = f"the runner timed out after {timeout_s:.0f} s" if rc is None else f"the runner exited with {rc} without writing rows: {tail.strip().splitlines()[-1] if tail.strip() else 'no output'}"
+        why = (
+            f"the runner timed out after {timeout_s:.0f} s"
+            if rc is None
+            else f"the runner exited with {rc} without writing rows: {tail.strip().splitlines()[-1] if tail.strip() else 'no output'}"
+        )
         doc = {"suite": spec.name, "error": why, "runner_tail": tail}
         doc["summary"] = summarize(doc)
     doc["rows_path"] = str(rows_path)
@@ -119,15 +152,29 @@ def judge(docs: Sequence[dict[str, Any]], *, run_dir: Path | None = None) -> Che
     for d in docs:
         p = d.get("rows_path")
         if p and Path(p).is_file():
-            artifacts.append(str(Path(p).relative_to(run_dir)) if run_dir and Path(p).is_relative_to(run_dir) else str(p))
+            artifacts.append(
+                str(Path(p).relative_to(run_dir)) if run_dir and Path(p).is_relative_to(run_dir) else str(p)
+            )
     peaks = next((d.get("peaks") for d in docs if d.get("peaks")), None)
     summary = {
-        "suites": [{"suite": s["suite"], "verdict": s["verdict"], "reason": s["reason"], **(s.get("counts") or {})} for s in summaries],
+        "suites": [
+            {"suite": s["suite"], "verdict": s["verdict"], "reason": s["reason"], **(s.get("counts") or {})}
+            for s in summaries
+        ],
         "per_kernel": [{"suite": s["suite"], **k} for s in summaries for k in s.get("per_kernel", [])],
         "speed_of_light": [{"suite": s["suite"], **k} for s in summaries for k in s.get("speed_of_light", [])],
         "device_peaks": {k: v for k, v in (peaks or {}).items() if not k.endswith("_samples")} or None,
     }
-    return CheckResult(check="kernels", verdict=verdict, reason=reason or "no kernel suite", gate=GATE, summary=summary, failures=failures, tables=tables, artifacts=artifacts)
+    return CheckResult(
+        check="kernels",
+        verdict=verdict,
+        reason=reason or "no kernel suite",
+        gate=GATE,
+        summary=summary,
+        failures=failures,
+        tables=tables,
+        artifacts=artifacts,
+    )
 
 
 def _scope_base_dir(ctx: RunContext) -> Path:

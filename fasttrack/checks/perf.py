@@ -66,6 +66,7 @@ class _State:
 
 def gpus_from_args(args: list[str], default: int) -> int:
     """GPUs one engine uses: tensor x pipeline x data parallel sizes from its arguments (``default`` without them)."""
+
     def last(*names: str) -> int | None:
         val = None
         for i, a in enumerate(args):
@@ -128,8 +129,15 @@ def take_look(s: ItemState, *, gate: Any, sched: LookSchedule) -> bool:
     """One sequential look at the gated metric, once both sides have samples of it; True when it is final."""
     if not (s.has_samples("baseline", gate.gated_metric) and s.has_samples("candidate", gate.gated_metric)):
         return False
-    d = look(s, metric=gate.gated_metric, noise_margin=gate.noise_margin, confidence=gate.confidence,
-             look_no=len(s.looks) + 1, planned_looks=sched.planned_looks, interval=gate.interval)
+    d = look(
+        s,
+        metric=gate.gated_metric,
+        noise_margin=gate.noise_margin,
+        confidence=gate.confidence,
+        look_no=len(s.looks) + 1,
+        planned_looks=sched.planned_looks,
+        interval=gate.interval,
+    )
     s.looks.append(look_summary(d, s))
     s.decision, s.final = d.decision, d.final
     return d.final
@@ -227,8 +235,10 @@ class PerfCheck(Check):
         for w in self._workloads(ctx):
             if w.kind == "trace_replay":
                 if not w.trace:
-                    raise TraceError(f"workload {w.name!r} is a trace_replay without a 'trace' file.",
-                                     hint="Set workloads[].trace to a JSONL trace relative to the scope file (docs/perf.md).")
+                    raise TraceError(
+                        f"workload {w.name!r} is a trace_replay without a 'trace' file.",
+                        hint="Set workloads[].trace to a JSONL trace relative to the scope file (docs/perf.md).",
+                    )
                 path = loaded.resolve(w.trace) if loaded is not None else None
                 if path is None:
                     raise TraceError(f"workload {w.name!r}: cannot resolve the trace path without the loaded scope.")
@@ -237,8 +247,10 @@ class PerfCheck(Check):
                     tr = tr.head(w.requests_per_run)
                 st.traces[w.name] = tr
             elif w.kind == "mixed" and not w.arrival_rate:
-                raise FasttrackError(f"workload {w.name!r} is 'mixed' but has no arrival_rate.",
-                                     hint="Give arrival_rate (requests/s of the seeded Poisson arrivals).")
+                raise FasttrackError(
+                    f"workload {w.name!r} is 'mixed' but has no arrival_rate.",
+                    hint="Give arrival_rate (requests/s of the seeded Poisson arrivals).",
+                )
         if any(w.kind == "prompts" for w in self._workloads(ctx)):
             from fasttrack.checks._common import load_prompt_set, prompt_set_path
 
@@ -247,18 +259,22 @@ class PerfCheck(Check):
             st.prompt_set = str(path)
             for w in self._workloads(ctx):
                 if w.kind == "prompts" and w.prompts and loaded is not None and not loaded.resolve(w.prompts).is_file():
-                    st.notes.append(f"workload {w.name!r}: prompt set {w.prompts} does not exist; "
-                                    f"the shipped set {path} was used")
+                    st.notes.append(
+                        f"workload {w.name!r}: prompt set {w.prompts} does not exist; the shipped set {path} was used"
+                    )
         mml = self._max_model_len(ctx)
         for g in ctx.plan.groups:
-            st.schedules[g.id] = LookSchedule.for_group(g.order, min_runs=gate.min_runs, max_runs=gate.max_runs,
-                                                        interleaved=gate.interleave)
+            st.schedules[g.id] = LookSchedule.for_group(
+                g.order, min_runs=gate.min_runs, max_runs=gate.max_runs, interleaved=gate.interleave
+            )
             for it in plan_items(ctx.plan, g, self._workloads(ctx), max_model_len=mml):
                 st.items[it.key] = ItemState(item=it)
         for w in self._workloads(ctx):
             if w.kind in ("pure_decode", "context_sweep") and w.input_len is not None:
-                st.notes.append(f"workload {w.name!r}: input_len {w.input_len} is not used by {w.kind} "
-                                "(prompts are each point's context)")
+                st.notes.append(
+                    f"workload {w.name!r}: input_len {w.input_len} is not used by {w.kind} "
+                    "(prompts are each point's context)"
+                )
         if gate.gated_metric not in gate.metrics:
             st.notes.append(f"gated_metric {gate.gated_metric} is reported although not listed in gates.perf.metrics")
 
@@ -334,13 +350,22 @@ class PerfCheck(Check):
         engines = {side: sessions[side].engine for side in SIDES}
         gpus = {side: _engine_gpus(e, group) for side, e in engines.items()}
         t_life = time.perf_counter()
-        record: dict[str, Any] = {"group": group.id, "side": "interleaved", "lifetime": lifetime,
-                                  "looks_allowed": looks_here, "drift_only": False, "items": len(todo),
-                                  "skipped_decided": len(items) - len(todo), "runs": 0}
+        record: dict[str, Any] = {
+            "group": group.id,
+            "side": "interleaved",
+            "lifetime": lifetime,
+            "looks_allowed": looks_here,
+            "drift_only": False,
+            "items": len(todo),
+            "skipped_decided": len(items) - len(todo),
+            "runs": 0,
+        }
         st.lifetimes.append(record)
         inputs = {side: await self._inputs(ctx, e, todo) for side, e in engines.items()}
-        async with PerfClient(engines["baseline"].base_url, model=engines["baseline"].model) as cb, \
-                PerfClient(engines["candidate"].base_url, model=engines["candidate"].model) as cc:
+        async with (
+            PerfClient(engines["baseline"].base_url, model=engines["baseline"].model) as cb,
+            PerfClient(engines["candidate"].base_url, model=engines["candidate"].model) as cc,
+        ):
             clients = {"baseline": cb, "candidate": cc}
             for s in todo:
                 it = s.item
@@ -354,29 +379,55 @@ class PerfCheck(Check):
                     for side in SIDES:
                         n_warm[side] = await warm_up(clients[side], it, inputs[side])
                 except Exception as exc:  # noqa: BLE001 - a harness-side failure is recorded, not raised
-                    s.errors.append(f"interleaved lifetime {lifetime}: warm-up could not be sent: "
-                                    f"{type(exc).__name__}: {exc}")
+                    s.errors.append(
+                        f"interleaved lifetime {lifetime}: warm-up could not be sent: {type(exc).__name__}: {exc}"
+                    )
                     continue
-                run_once = {side: self._runner(clients[side], engines[side], it, inputs[side], side=side,
-                                               lifetime=lifetime, gpus=gpus[side], n_warm=n_warm[side])
-                            for side in SIDES}
-                taken = await measure_pair(s, lifetime=lifetime, looks_here=looks_here, sched=sched, gate=gate,
-                                           run_once=run_once)
+                run_once = {
+                    side: self._runner(
+                        clients[side],
+                        engines[side],
+                        it,
+                        inputs[side],
+                        side=side,
+                        lifetime=lifetime,
+                        gpus=gpus[side],
+                        n_warm=n_warm[side],
+                    )
+                    for side in SIDES
+                }
+                taken = await measure_pair(
+                    s, lifetime=lifetime, looks_here=looks_here, sched=sched, gate=gate, run_once=run_once
+                )
                 record["runs"] += sum(taken.values())
-                ctx.log(f"  perf {it.key} interleaved lifetime {lifetime}: {taken['baseline']}+{taken['candidate']} "
-                        f"run(s) in {time.perf_counter() - t_item:.1f} s" + (f", {s.decision}" if s.looks else ""))
+                ctx.log(
+                    f"  perf {it.key} interleaved lifetime {lifetime}: {taken['baseline']}+{taken['candidate']} "
+                    f"run(s) in {time.perf_counter() - t_item:.1f} s" + (f", {s.decision}" if s.looks else "")
+                )
         record["seconds"] = round(time.perf_counter() - t_life, 2)
 
     @staticmethod
-    def _runner(client: Any, engine: Any, it: WorkItem, inputs: RunInputs, *, side: str, lifetime: int, gpus: int,
-                n_warm: int) -> Callable[[int], Awaitable[RunMetrics]]:
+    def _runner(
+        client: Any, engine: Any, it: WorkItem, inputs: RunInputs, *, side: str, lifetime: int, gpus: int, n_warm: int
+    ) -> Callable[[int], Awaitable[RunMetrics]]:
         """One run of ``it`` on one engine, as RunMetrics (an engine that died raises EngineCrashed)."""
+
         async def run_once(k: int) -> RunMetrics:
             (recs, extra), tm = await timed(lambda: execute(client, it, k, inputs))
             rm = compute_run_metrics(
-                recs, workload=it.workload, point=it.point, side=side, lifetime=lifetime, run=k,
-                t_start=tm.t_start, t_end=tm.t_end, gpus=gpus, client_cpu_s=tm.cpu_s,
-                warmup_requests=n_warm if k == 0 else 0, extra=extra, started_at=tm.wall_start,
+                recs,
+                workload=it.workload,
+                point=it.point,
+                side=side,
+                lifetime=lifetime,
+                run=k,
+                t_start=tm.t_start,
+                t_end=tm.t_end,
+                gpus=gpus,
+                client_cpu_s=tm.cpu_s,
+                warmup_requests=n_warm if k == 0 else 0,
+                extra=extra,
+                started_at=tm.wall_start,
             )
             if rm.failed:
                 engine.check_alive()  # an engine that died ends the run (EngineCrashed)
@@ -408,9 +459,16 @@ class PerfCheck(Check):
         todo = items if drift_only else [s for s in items if not s.final]
         gpus = _engine_gpus(engine, group)
         t_life = time.perf_counter()
-        record: dict[str, Any] = {"group": group.id, "side": side, "lifetime": lifetime, "looks_allowed": looks_here,
-                                  "drift_only": drift_only,
-                                  "items": len(todo), "skipped_decided": len(items) - len(todo), "runs": 0}
+        record: dict[str, Any] = {
+            "group": group.id,
+            "side": side,
+            "lifetime": lifetime,
+            "looks_allowed": looks_here,
+            "drift_only": drift_only,
+            "items": len(todo),
+            "skipped_decided": len(items) - len(todo),
+            "runs": 0,
+        }
         st.lifetimes.append(record)
         inputs = await self._inputs(ctx, engine, todo)
         async with PerfClient(engine.base_url, model=engine.model) as client:
@@ -423,19 +481,31 @@ class PerfCheck(Check):
                 try:
                     n_warm = await warm_up(client, it, inputs)
                 except Exception as exc:  # noqa: BLE001 - a harness-side failure is recorded, not raised
-                    s.errors.append(f"{side} lifetime {lifetime}: warm-up could not be sent: {type(exc).__name__}: {exc}")
+                    s.errors.append(
+                        f"{side} lifetime {lifetime}: warm-up could not be sent: {type(exc).__name__}: {exc}"
+                    )
                     continue
 
-                run_once = self._runner(client, engine, it, inputs, side=side, lifetime=lifetime, gpus=gpus,
-                                        n_warm=n_warm)
+                run_once = self._runner(
+                    client, engine, it, inputs, side=side, lifetime=lifetime, gpus=gpus, n_warm=n_warm
+                )
                 if drift_only:
                     runs_here = await measure_drift(s, gate=gate, run_once=run_once)
                 else:
-                    runs_here = await measure_item(s, side=side, lifetime=lifetime, looks_here=looks_here,
-                                                   sched=sched, gate=gate, run_once=run_once)
+                    runs_here = await measure_item(
+                        s,
+                        side=side,
+                        lifetime=lifetime,
+                        looks_here=looks_here,
+                        sched=sched,
+                        gate=gate,
+                        run_once=run_once,
+                    )
                 record["runs"] += runs_here
-                ctx.log(f"  perf {it.key} {side} lifetime {lifetime}: {runs_here} run(s) in "
-                        f"{time.perf_counter() - t_item:.1f} s" + (f", {s.decision}" if s.looks else ""))
+                ctx.log(
+                    f"  perf {it.key} {side} lifetime {lifetime}: {runs_here} run(s) in "
+                    f"{time.perf_counter() - t_item:.1f} s" + (f", {s.decision}" if s.looks else "")
+                )
         record["seconds"] = round(time.perf_counter() - t_life, 2)
 
     # ------------------------------------------------------------------ judging
@@ -457,8 +527,15 @@ class PerfCheck(Check):
         one_lifetime = False
         for key, s in st.items.items():
             sched = st.schedules[s.item.group]
-            j = judge_item(s, metrics=metrics, gated=gate.gated_metric, noise_margin=m, confidence=gate.confidence,
-                           planned_looks=sched.planned_looks, interval=gate.interval)
+            j = judge_item(
+                s,
+                metrics=metrics,
+                gated=gate.gated_metric,
+                noise_margin=m,
+                confidence=gate.confidence,
+                planned_looks=sched.planned_looks,
+                interval=gate.interval,
+            )
             rows.extend(j.rows)
             verdicts[key] = j.verdict
             strictly[key] = j.strictly_better
@@ -472,32 +549,53 @@ class PerfCheck(Check):
             for r in j.rows:
                 if r.get("speedup") is not None:
                     one_lifetime = one_lifetime or bool(r.get("ignores_lifetime_variance"))
-                    measured.append(MeasuredMetric(
-                        workload=s.item.workload, kind=s.item.kind, point=s.item.point, point_dims=s.item.point_dims,
-                        metric=r["metric_name"], speedup=r["speedup"], ci_low=r["nominal_ci_low"],
-                        ci_high=r["nominal_ci_high"], confidence=r["nominal_confidence"], baseline_value=r["baseline"],
-                        candidate_value=r["candidate"], detectable_slowdown=r.get("detectable_slowdown"),
-                        normalized=bool(r.get("per_gpu")),
-                    ))
+                    measured.append(
+                        MeasuredMetric(
+                            workload=s.item.workload,
+                            kind=s.item.kind,
+                            point=s.item.point,
+                            point_dims=s.item.point_dims,
+                            metric=r["metric_name"],
+                            speedup=r["speedup"],
+                            ci_low=r["nominal_ci_low"],
+                            ci_high=r["nominal_ci_high"],
+                            confidence=r["nominal_confidence"],
+                            baseline_value=r["baseline"],
+                            candidate_value=r["candidate"],
+                            detectable_slowdown=r.get("detectable_slowdown"),
+                            normalized=bool(r.get("per_gpu")),
+                        )
+                    )
             dr = drift_row(s, metric=gate.gated_metric, confidence=gate.confidence, tolerance=m)
             if dr is not None:
                 drift.append(dr)
 
         kinds = {w.name: w.kind for w in ctx.scope.workloads}
         run_workloads = {s.item.workload for s in st.items.values() if s.n_runs("baseline") or s.n_runs("candidate")}
-        claims = match_claims(ctx.scope.claims, measured, workload_kinds=kinds, workloads_run=run_workloads,
-                              noise_margin=m, rehearsal=ctx.rehearsal)
+        claims = match_claims(
+            ctx.scope.claims,
+            measured,
+            workload_kinds=kinds,
+            workloads_run=run_workloads,
+            noise_margin=m,
+            rehearsal=ctx.rehearsal,
+        )
         claim_rows = [c.model_dump(mode="json") for c in claims]
 
-        engine_timed = {side: sum(len(r.get("engine_tpot_ms") or []) for r in runs if r.get("side") == side)
-                        for side in ("baseline", "candidate")}
+        engine_timed = {
+            side: sum(len(r.get("engine_tpot_ms") or []) for r in runs if r.get("side") == side)
+            for side in ("baseline", "candidate")
+        }
         errors = list(st.errors)
         if METRICS[gate.gated_metric].field == "engine_tpot_ms":
             for side, k in engine_timed.items():
                 if k == 0 and any(r.get("side") == side for r in runs):
-                    errors.insert(0, f"the {side} engine reported no per-request timing, which "
-                                     f"{gate.gated_metric} needs: start it with --enable-per-request-metrics "
-                                     "(engines fasttrack starts get it)")
+                    errors.insert(
+                        0,
+                        f"the {side} engine reported no per-request timing, which "
+                        f"{gate.gated_metric} needs: start it with --enable-per-request-metrics "
+                        "(engines fasttrack starts get it)",
+                    )
         n = len(verdicts)
         n_fail = sum(1 for v in verdicts.values() if v == "fail")
         n_not = sum(1 for v in verdicts.values() if v == "not_run")
@@ -506,52 +604,89 @@ class PerfCheck(Check):
         unequal = sorted({s.item.group for s in st.items.values() if s.factor() != 1.0})
         runs_per_point = {k: s.n_runs("baseline") + s.n_runs("candidate") for k, s in st.items.items()}
         gated_rows = [r for r in rows if r.get("gated") and r.get("speedup") is not None]
-        mde_worst = max((r["gate_detectable_slowdown"] for r in gated_rows if r.get("gate_detectable_slowdown") is not None),
-                        default=None)
-        conf_note = (f"{gate.confidence:.0%} nominal, Bonferroni-corrected to "
-                     f"{min((sc.per_look_confidence(gate.confidence) for sc in st.schedules.values()), default=gate.confidence):.4g} "
-                     f"per look")
+        mde_worst = max(
+            (r["gate_detectable_slowdown"] for r in gated_rows if r.get("gate_detectable_slowdown") is not None),
+            default=None,
+        )
+        conf_note = (
+            f"{gate.confidence:.0%} nominal, Bonferroni-corrected to "
+            f"{min((sc.per_look_confidence(gate.confidence) for sc in st.schedules.values()), default=gate.confidence):.4g} "
+            f"per look"
+        )
         lifetime_note = (
             "one engine lifetime per side: the intervals cover run-to-run noise only and ignore lifetime-to-lifetime "
             "variance (which is the larger part on noisy hosts); use a tier with lifetimes_per_side >= 2 for evidence"
-            if one_lifetime else "intervals resample engine lifetimes (the unit of replication), then runs"
+            if one_lifetime
+            else "intervals resample engine lifetimes (the unit of replication), then runs"
         )
         interleaved = bool(gate.interleave)
         if interleaved:
-            lifetime_note += ("; baseline and candidate runs were interleaved in time (both engines up, alternating "
-                              "runs, run pairs resampled together), so a host that slowed down slowed both sides alike")
+            lifetime_note += (
+                "; baseline and candidate runs were interleaved in time (both engines up, alternating "
+                "runs, run pairs resampled together), so a host that slowed down slowed both sides alike"
+            )
         summary: dict[str, Any] = {
             "interleaved": interleaved,
-            "points": n, "passed": n_pass, "failed": n_fail, "not_measured": n_not,
+            "points": n,
+            "passed": n_pass,
+            "failed": n_fail,
+            "not_measured": n_not,
             "strictly_better": bool(n and all(strictly.values())),
             "strictly_better_points": sum(1 for v in strictly.values() if v),
-            "gated_metric": gate.gated_metric, "metrics": metrics, "noise_margin": m, "confidence": conf_note,
-            "ignores_lifetime_variance": one_lifetime, "lifetime_note": lifetime_note,
+            "gated_metric": gate.gated_metric,
+            "metrics": metrics,
+            "noise_margin": m,
+            "confidence": conf_note,
+            "ignores_lifetime_variance": one_lifetime,
+            "lifetime_note": lifetime_note,
             "largest_gate_detectable_slowdown": mde_worst,
-            "runs_per_point": runs_per_point, "min_runs": gate.min_runs, "max_runs": gate.max_runs,
+            "runs_per_point": runs_per_point,
+            "min_runs": gate.min_runs,
+            "max_runs": gate.max_runs,
             "schedules": {g: sc.describe() for g, sc in st.schedules.items()},
-            "drift_checked": len(drift), "drift_detected": [f"{d['point']} ({d['workload']})" for d in drifted],
-            "equal_resources": not unequal, "unequal_resource_groups": unequal,
+            "drift_checked": len(drift),
+            "drift_detected": [f"{d['point']} ({d['workload']})" for d in drifted],
+            "equal_resources": not unequal,
+            "unequal_resource_groups": unequal,
             "claims": {c.id: c.status for c in claims},
-            "lifetimes": st.lifetimes, "notes": st.notes, "errors": errors,
+            "lifetimes": st.lifetimes,
+            "notes": st.notes,
+            "errors": errors,
             "burst_delivered_requests": sum(int(r.get("burst_delivered") or 0) for r in runs),
             "engine_timed_requests": engine_timed,
             "p90_interactivity": METRICS["p90_interactivity"].description,
             "definitions": "docs/perf.md (metric definitions, trace format, statistics)",
         }
         gate_model = Gate(
-            statistic=(f"per (workload, point): hierarchical-bootstrap lower confidence bound of the speedup of "
-                       f"{gate.gated_metric} (engine lifetimes, then runs; {conf_note})"),
+            statistic=(
+                f"per (workload, point): hierarchical-bootstrap lower confidence bound of the speedup of "
+                f"{gate.gated_metric} (engine lifetimes, then runs; {conf_note})"
+            ),
             threshold=1.0 - m,
-            rule=(f"pass iff the lower bound >= 1 - noise_margin = {1.0 - m:g} at every point (intersection-union); "
-                  "strictly better iff the lower bound > 1 at every point (reported, not required)"),
+            rule=(
+                f"pass iff the lower bound >= 1 - noise_margin = {1.0 - m:g} at every point (intersection-union); "
+                "strictly better iff the lower bound > 1 at every point (reported, not required)"
+            ),
         )
-        tables = {"points": rows, "runs": runs, "looks": looks, "claims": claim_rows, "drift": drift,
-                  "lifetimes": st.lifetimes}
+        tables = {
+            "points": rows,
+            "runs": runs,
+            "looks": looks,
+            "claims": claim_rows,
+            "drift": drift,
+            "lifetimes": st.lifetimes,
+        }
         if n == 0 or n_pass + n_fail == 0:
             why = "no point was measured on both sides" + (f" ({errors[0]})" if errors else "")
-            return CheckResult(check=NAME, verdict=Verdict.NOT_RUN, reason=why,
-                               gate=gate_model, summary=summary, failures=failures, tables=tables)
+            return CheckResult(
+                check=NAME,
+                verdict=Verdict.NOT_RUN,
+                reason=why,
+                gate=gate_model,
+                summary=summary,
+                failures=failures,
+                tables=tables,
+            )
         if n_fail:
             verdict = Verdict.FAIL
             reason = f"{n_fail} of {n} point(s) failed the no-regression gate ({gate.gated_metric}, margin {m:g})"
@@ -562,9 +697,11 @@ class PerfCheck(Check):
                 reason += f" ({errors[0]})"
         else:
             verdict = Verdict.PASS
-            reason = (f"no regression beyond {m:.0%} at any of {n} point(s) ({gate.gated_metric}); "
-                      + ("strictly better everywhere" if summary["strictly_better"] else
-                         f"strictly better at {summary['strictly_better_points']} of {n}"))
+            reason = f"no regression beyond {m:.0%} at any of {n} point(s) ({gate.gated_metric}); " + (
+                "strictly better everywhere"
+                if summary["strictly_better"]
+                else f"strictly better at {summary['strictly_better_points']} of {n}"
+            )
         if one_lifetime:
             reason += "; one lifetime per side, so the intervals ignore lifetime variance"
         if interleaved:
@@ -573,8 +710,15 @@ class PerfCheck(Check):
             reason += f"; drift between baseline lifetimes at {len(drifted)} point(s)"
         if unequal:
             reason += "; unequal GPU counts, compared per GPU"
-        return CheckResult(check=NAME, verdict=verdict, reason=reason, gate=gate_model, summary=summary,
-                           failures=failures, tables=tables)
+        return CheckResult(
+            check=NAME,
+            verdict=verdict,
+            reason=reason,
+            gate=gate_model,
+            summary=summary,
+            failures=failures,
+            tables=tables,
+        )
 
 
 __all__ = ["PerfCheck", "gpus_from_args"]

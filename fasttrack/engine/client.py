@@ -178,7 +178,7 @@ class CompletionResult(BaseModel):
     def inter_token_s(self, index: int = 0) -> list[float]:
         """Gaps between consecutive token arrivals of one choice (seconds)."""
         ts = self.choices[index].token_times if index < len(self.choices) else []
-        return [b - a for a, b in zip(ts, ts[1:])]
+        return [b - a for a, b in zip(ts, ts[1:], strict=False)]
 
 
 # --------------------------------------------------------------------------------------
@@ -238,12 +238,20 @@ def _chat_logprobs(lp: dict[str, Any]) -> list[LogprobPosition]:
     for item in lp.get("content") or []:
         tok = str(item.get("token", ""))
         top = [
-            TopLogprob(token=str(t.get("token", "")), token_id=_parse_token_id(str(t.get("token", ""))), logprob=float(t["logprob"]))
+            TopLogprob(
+                token=str(t.get("token", "")),
+                token_id=_parse_token_id(str(t.get("token", ""))),
+                logprob=float(t["logprob"]),
+            )
             for t in (item.get("top_logprobs") or [])
         ]
         top.sort(key=lambda t: -t.logprob)
         val = item.get("logprob")
-        out.append(LogprobPosition(token=tok, token_id=_parse_token_id(tok), logprob=None if val is None else float(val), top=top))
+        out.append(
+            LogprobPosition(
+                token=tok, token_id=_parse_token_id(tok), logprob=None if val is None else float(val), top=top
+            )
+        )
     return out
 
 
@@ -282,7 +290,7 @@ def _fill_ids_from_positions(choice: ChoiceResult) -> None:
     if choice.logprobs is None:
         return
     if choice.token_ids is not None and len(choice.token_ids) == len(choice.logprobs):
-        for pos, tid in zip(choice.logprobs, choice.token_ids):
+        for pos, tid in zip(choice.logprobs, choice.token_ids, strict=False):
             if pos.token_id is None:
                 pos.token_id = tid
     elif choice.token_ids is None and choice.logprobs and all(p.token_id is not None for p in choice.logprobs):
@@ -320,8 +328,11 @@ class EngineClient:
         self._http = httpx.AsyncClient(
             base_url=self.base_url,
             timeout=httpx.Timeout(timeout, connect=10.0),
-            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections,
-                                keepalive_expiry=KEEPALIVE_EXPIRY_S),
+            limits=httpx.Limits(
+                max_connections=max_connections,
+                max_keepalive_connections=max_connections,
+                keepalive_expiry=KEEPALIVE_EXPIRY_S,
+            ),
             headers=headers,
             transport=transport,
         )
@@ -612,8 +623,14 @@ class EngineClient:
         )
 
     async def _parse_stream(
-        self, endpoint: Endpoint, payload: dict[str, Any], r: httpx.Response, t_start: float, url: str,
-        *, on_chunk: Callable[[int], Any] | None = None,
+        self,
+        endpoint: Endpoint,
+        payload: dict[str, Any],
+        r: httpx.Response,
+        t_start: float,
+        url: str,
+        *,
+        on_chunk: Callable[[int], Any] | None = None,
     ) -> CompletionResult:
         by_index: dict[int, ChoiceResult] = {}
         texts: dict[int, list[str]] = {}
@@ -632,7 +649,9 @@ class EngineClient:
             try:
                 data = json.loads(data_s)
             except ValueError as exc:
-                raise EngineRequestError(f"malformed stream chunk: {data_s[:300]!r}", status_code=r.status_code, url=url) from exc
+                raise EngineRequestError(
+                    f"malformed stream chunk: {data_s[:300]!r}", status_code=r.status_code, url=url
+                ) from exc
             if "error" in data and not data.get("choices"):
                 err = data["error"] if isinstance(data["error"], dict) else {"message": data["error"]}
                 code = err.get("code")
@@ -679,7 +698,9 @@ class EngineClient:
                     c.token_ids = (c.token_ids or []) + list(ids)
                 if positions:
                     c.logprobs = (c.logprobs or []) + positions
-                n_tokens = len(ids) if ids is not None else (len(positions) if positions else (1 if piece or rpiece else 0))
+                n_tokens = (
+                    len(ids) if ids is not None else (len(positions) if positions else (1 if piece or rpiece else 0))
+                )
                 if n_tokens:
                     c.chunk_times.append(now)
                     c.token_times.extend([now] * n_tokens)

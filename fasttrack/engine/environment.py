@@ -12,7 +12,6 @@ import contextlib
 import json
 import os
 import signal
-import platform
 import subprocess
 import sys
 from typing import Literal
@@ -273,4 +272,3 @@ def endpoint_environment(
             "torch version and devices are unknown to it; only GET /version and /v1/models were read"
         ],
     )
-

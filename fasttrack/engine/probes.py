@@ -39,8 +39,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from fasttrack.engine.errors import EngineRequestError, ProfilerError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from fasttrack.checks.base import PathEvidence
     from fasttrack.engine.server import EngineHandle
+    from fasttrack.results import PathEvidence
 
 
 # ======================================================================================
@@ -426,9 +426,7 @@ OP_CATEGORIES = frozenset({"cpu_op", "kernel", "user_annotation", "gpu_user_anno
 _LAUNCH_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver", "xpu_runtime"})
 
 #: vLLM's per-step annotation (simple and detailed forms).
-STEP_RE = re.compile(
-    r"^execute_(?:\d+_)?context_(\d+)\((?:sq)?(\d+)[^)]*\)_generation_(\d+)\((?:sq)?(\d+)[^)]*\)$"
-)
+STEP_RE = re.compile(r"^execute_(?:\d+_)?context_(\d+)\((?:sq)?(\d+)[^)]*\)_generation_(\d+)\((?:sq)?(\d+)[^)]*\)$")
 
 
 @dataclass(frozen=True)
@@ -678,7 +676,9 @@ def scan_log(text: str, pattern: str | re.Pattern[str]) -> list[str]:
     return [line for line in text.splitlines() if rx.search(line)]
 
 
-def scan_log_file(path: str | Path, pattern: str | re.Pattern[str], *, start: int = 0, end: int | None = None) -> list[str]:
+def scan_log_file(
+    path: str | Path, pattern: str | re.Pattern[str], *, start: int = 0, end: int | None = None
+) -> list[str]:
     """Matching lines of a log file between two byte offsets."""
     with open(path, "rb") as f:
         f.seek(start)
@@ -763,7 +763,7 @@ class WindowEvidence(BaseModel):
 
     def to_path_evidence(self, *, check: str, point: str) -> "PathEvidence":
         """The row the coverage check judges."""
-        from fasttrack.checks.base import PathEvidence
+        from fasttrack.results import PathEvidence
 
         return PathEvidence(
             check=check,
@@ -993,7 +993,12 @@ class ProfilerWindow:
         files = self._wait_files()
         analyses = [analyze_trace(p, self.markers) for p in files]
         ev = combine_analyses(
-            analyses, name=self.name, side=self.engine.side, prefix=self.prefix, duration_s=duration, markers=self.markers
+            analyses,
+            name=self.name,
+            side=self.engine.side,
+            prefix=self.prefix,
+            duration_s=duration,
+            markers=self.markers,
         )
         if not files:
             ev.notes.append(f"no trace file with prefix {self.prefix} appeared in {self.engine.profiler_dir}")
@@ -1049,7 +1054,12 @@ def profile_window(engine: "EngineHandle", name: str, **kwargs: Any) -> Profiler
 
 
 def evidence_from_traces(
-    paths: Iterable[str | Path], *, name: str, side: str, markers: MarkerSet, log_text: str | None = None,
+    paths: Iterable[str | Path],
+    *,
+    name: str,
+    side: str,
+    markers: MarkerSet,
+    log_text: str | None = None,
     fallback_pattern: str | None = None,
 ) -> WindowEvidence:
     """Evidence from trace files already on disk (e.g. re-analysing a bundle's raw traces)."""

@@ -162,9 +162,14 @@ def compare(
         r = r_idx[k] if r_idx is not None else None
         pairs.append(
             PairRow(
-                sample_id=k[0], repeat=k[1], baseline_score=b.score, candidate_score=c.score,
-                reference_score=r.score if r else None, agreement=similarity(c.output, b.output),
-                reference_agreement=similarity(r.output, b.output) if r else None, exact_match=c.output == b.output,
+                sample_id=k[0],
+                repeat=k[1],
+                baseline_score=b.score,
+                candidate_score=c.score,
+                reference_score=r.score if r else None,
+                agreement=similarity(c.output, b.output),
+                reference_agreement=similarity(r.output, b.output) if r else None,
+                exact_match=c.output == b.output,
             )
         )
     repeats = len({p.repeat for p in pairs})
@@ -217,21 +222,39 @@ def compare(
         k = (p.sample_id, p.repeat)
         dis_out.append(
             {
-                "sample_id": p.sample_id, "repeat": p.repeat, "agreement": round(p.agreement, 4),
-                "reference_agreement": p.reference_agreement, "baseline_score": p.baseline_score,
-                "candidate_score": p.candidate_score, "baseline_output": b_idx[k].output[:TEXT_PREVIEW],
+                "sample_id": p.sample_id,
+                "repeat": p.repeat,
+                "agreement": round(p.agreement, 4),
+                "reference_agreement": p.reference_agreement,
+                "baseline_score": p.baseline_score,
+                "candidate_score": p.candidate_score,
+                "baseline_output": b_idx[k].output[:TEXT_PREVIEW],
                 "candidate_output": c_idx[k].output[:TEXT_PREVIEW],
             }
         )
         if len(dis_out) >= MAX_REVIEW:
             break
     return Comparison(
-        eval=eval_name, point=point, n_pairs=len(pairs), n_samples=samples, repeats=repeats, margin=margin, floor=floor,
-        binary=binary, task_gate=task_gate, task_newcombe=newcombe, agreement_gate=agreement_gate,
-        agreement_mean=sum(p.agreement for p in pairs) / len(pairs), reference_agreement_mean=ref_mean,
-        exact_match_rate=sum(1 for p in pairs if p.exact_match) / len(pairs), reference_exact_match_rate=ref_exact,
-        passed=task_gate.passed and (agreement_gate is not None and agreement_gate.passed), failures=failures,
-        pairs=pairs, discordant_scores=disc, disagreeing_outputs=dis_out,
+        eval=eval_name,
+        point=point,
+        n_pairs=len(pairs),
+        n_samples=samples,
+        repeats=repeats,
+        margin=margin,
+        floor=floor,
+        binary=binary,
+        task_gate=task_gate,
+        task_newcombe=newcombe,
+        agreement_gate=agreement_gate,
+        agreement_mean=sum(p.agreement for p in pairs) / len(pairs),
+        reference_agreement_mean=ref_mean,
+        exact_match_rate=sum(1 for p in pairs if p.exact_match) / len(pairs),
+        reference_exact_match_rate=ref_exact,
+        passed=task_gate.passed and (agreement_gate is not None and agreement_gate.passed),
+        failures=failures,
+        pairs=pairs,
+        discordant_scores=disc,
+        disagreeing_outputs=dis_out,
     )
 
 

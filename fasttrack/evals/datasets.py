@@ -269,8 +269,16 @@ def resolve_dataset(
         rows = hub_loader(hub_id, kind)
         validate_rows(rows, kind, f"hub dataset {hub_id!r}")
         return ResolvedDataset(
-            eval=name, kind=kind, source="hub", location=hub_id, given_by="hub", format="hub",
-            sha256=rows_sha256(rows), n_rows=len(rows), columns=_columns(rows), rows=rows,
+            eval=name,
+            kind=kind,
+            source="hub",
+            location=hub_id,
+            given_by="hub",
+            format="hub",
+            sha256=rows_sha256(rows),
+            n_rows=len(rows),
+            columns=_columns(rows),
+            rows=rows,
         )
     offline = hub_offline_reason()
     hub_note = f"the hub is unreachable ({offline})" if offline else f"the hub dataset {hub_id!r} is unreachable"
@@ -290,9 +298,17 @@ def resolve_dataset(
 def _local(name: str, kind: EvalKind, path: Path, given_by: Literal["command_line", "scope"]) -> ResolvedDataset:
     files, rows = load_local(path, kind)
     return ResolvedDataset(
-        eval=name, kind=kind, source="local", location=str(path), given_by=given_by, files=[str(f) for f in files],
-        format=FORMATS[files[0].suffix.lower()], sha256=_sha256_files(files), n_rows=len(rows),
-        columns=_columns(rows), rows=rows,
+        eval=name,
+        kind=kind,
+        source="local",
+        location=str(path),
+        given_by=given_by,
+        files=[str(f) for f in files],
+        format=FORMATS[files[0].suffix.lower()],
+        sha256=_sha256_files(files),
+        n_rows=len(rows),
+        columns=_columns(rows),
+        rows=rows,
     )
 
 

@@ -192,7 +192,10 @@ def run_lm_eval(
         "timeout": int(timeout_s),
     }
     settings = GenerationSettings(
-        max_tokens=max_tokens, temperature=temperature, seed=seed, num_concurrent=num_concurrent,
+        max_tokens=max_tokens,
+        temperature=temperature,
+        seed=seed,
+        num_concurrent=num_concurrent,
         until=list(cfg["generation_kwargs"].get("until") or []),
     )
     t0 = time.perf_counter()
@@ -230,7 +233,9 @@ def run_lm_eval(
         raw = resps[0][0] if resps and resps[0] else ""
         filtered = s.get("filtered_resps") or [raw]
         if metric not in s:
-            raise EvalRunError(f"lm-eval's sample log for {task_name!r} has no {metric!r} score (doc {s.get('doc_id')})")
+            raise EvalRunError(
+                f"lm-eval's sample log for {task_name!r} has no {metric!r} score (doc {s.get('doc_id')})"
+            )
         args = s.get("arguments") or {}
         prompt = _prompt_of(args)
         samples.append(
@@ -246,9 +251,16 @@ def run_lm_eval(
     samples.sort(key=lambda r: r["doc_id"])
     agg = results.get("results", {}).get(task_name, {})
     return LmEvalOutput(
-        task=task_name, lm_model=LM_MODEL[kind], model_args=model_args, settings=settings, task_config=printable,
-        task_source=source, lm_eval_version=_lm_eval_version(), wall_s=round(wall, 3),
-        aggregate={k: v for k, v in agg.items() if isinstance(v, (int, float, str)) or v is None}, samples=samples,
+        task=task_name,
+        lm_model=LM_MODEL[kind],
+        model_args=model_args,
+        settings=settings,
+        task_config=printable,
+        task_source=source,
+        lm_eval_version=_lm_eval_version(),
+        wall_s=round(wall, 3),
+        aggregate={k: v for k, v in agg.items() if isinstance(v, (int, float, str)) or v is None},
+        samples=samples,
     )
 
 

@@ -137,6 +137,7 @@ def _select_mrcr(
 ) -> Selection:
     indexed = list(enumerate(ds.rows))
     if prefer_long:
+
         def n_chars(item: tuple[int, dict[str, Any]]) -> int:
             r = item[1]
             if r.get("n_chars") is not None:
@@ -167,8 +168,13 @@ def _select_mrcr(
             continue
         samples.append(
             EvalSample(
-                sample_id=f"mrcr-{index:05d}", index=index, doc_id=len(samples), prompt_sha256=_sha(row["prompt"]),
-                n_tokens=n, bin=context_bin(n), n_needles=int(row["n_needles"]),
+                sample_id=f"mrcr-{index:05d}",
+                index=index,
+                doc_id=len(samples),
+                prompt_sha256=_sha(row["prompt"]),
+                n_tokens=n,
+                bin=context_bin(n),
+                n_needles=int(row["n_needles"]),
             )
         )
         rows.append(row)
@@ -178,5 +184,13 @@ def _select_mrcr(
             f"than {max_prompt_tokens} tokens (max_model_len minus the eval's max_tokens).",
             hint="Raise the engine's max_model_len, lower the eval's max_tokens, or use a dataset with shorter prompts.",
         )
-    return Selection(eval=ds.eval, kind="mrcr", samples=samples, rows=rows, limit=limit,
-                     max_prompt_tokens=max_prompt_tokens, skipped_too_long=skipped, order=how)
+    return Selection(
+        eval=ds.eval,
+        kind="mrcr",
+        samples=samples,
+        rows=rows,
+        limit=limit,
+        max_prompt_tokens=max_prompt_tokens,
+        skipped_too_long=skipped,
+        order=how,
+    )

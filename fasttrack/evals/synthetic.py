@@ -75,7 +75,7 @@ def _aime_divisors(r: HashRng) -> tuple[str, int]:
     p = [2, 3, 5, 7, 11]
     exps = [r.between(0, 4) for _ in p]
     n = 1
-    for b, k in zip(p, exps):
+    for b, k in zip(p, exps, strict=False):
         n *= b**k
     count = 1
     for k in exps:
@@ -96,7 +96,10 @@ def _aime_arith(r: HashRng) -> tuple[str, int]:
 def _aime_lattice(r: HashRng) -> tuple[str, int]:
     n = r.between(5, 20)
     count = sum(1 for x in range(-n, n + 1) for y in range(-n, n + 1) if x * x + y * y <= n * n)
-    return f"How many ordered pairs of integers $(x, y)$ satisfy $x^2 + y^2 \\le {n * n}$? Give the answer modulo $1000$.", count % 1000
+    return (
+        f"How many ordered pairs of integers $(x, y)$ satisfy $x^2 + y^2 \\le {n * n}$? Give the answer modulo $1000$.",
+        count % 1000,
+    )
 
 
 def _aime_digits(r: HashRng) -> tuple[str, int]:
@@ -121,7 +124,18 @@ def aime_problems(n: int, *, seed: int = 0) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------- MRCR
 
 _FORMS = ("poem", "short story", "riddle", "blog post", "letter", "song")
-_TOPICS = ("lanterns", "rivers", "tapirs", "old maps", "winter roads", "bridges", "gardens", "clocks", "harbors", "owls")
+_TOPICS = (
+    "lanterns",
+    "rivers",
+    "tapirs",
+    "old maps",
+    "winter roads",
+    "bridges",
+    "gardens",
+    "clocks",
+    "harbors",
+    "owls",
+)
 _ADJ = ("quiet", "bright", "old", "small", "golden", "cold", "gentle", "distant", "silver", "patient", "wild", "late")
 _NOUN = ("light", "water", "stone", "road", "evening", "field", "door", "voice", "morning", "window", "river", "hill")
 _VERB = ("waits", "turns", "remembers", "carries", "answers", "follows", "keeps", "finds", "calls", "holds")

@@ -46,7 +46,9 @@ def load(spec: str, *, base_dir: Path | None = None) -> ModuleType:
             mod_spec.loader.exec_module(module)
         except Exception as exc:
             del sys.modules[name]
-            raise CandidateImportError(f"importing candidate file {str(path)!r} failed: {type(exc).__name__}: {exc}") from exc
+            raise CandidateImportError(
+                f"importing candidate file {str(path)!r} failed: {type(exc).__name__}: {exc}"
+            ) from exc
         return module
     if base_dir is not None and str(base_dir) not in sys.path:
         sys.path.insert(0, str(base_dir))

@@ -139,16 +139,22 @@ def input_scale(dist: str, dtype: torch.dtype | str) -> float:
     return {"large": LARGE[name], "outliers": OUTLIER[name]}.get(dist, 1.0)
 
 
-def positive(shape: Sequence[int], *, dtype: torch.dtype | str, seed: int, low: float, high: float, device: str | torch.device = "cpu") -> torch.Tensor:
+def positive(
+    shape: Sequence[int],
+    *,
+    dtype: torch.dtype | str,
+    seed: int,
+    low: float,
+    high: float,
+    device: str | torch.device = "cpu",
+) -> torch.Tensor:
     """Uniform values in [low, high) (gates, decay rates, scales), rounded to ``dtype``."""
     g = torch.Generator().manual_seed(seed)
     x = low + (high - low) * torch.rand(tuple(shape), generator=g, dtype=torch.float64)
     return round_to(x, to_dtype(dtype)).to(device)
 
 
-def matrix(
-    batches: Iterable[int], dtypes: Iterable[str], dists: Iterable[str]
-) -> list[tuple[int, str, str]]:
+def matrix(batches: Iterable[int], dtypes: Iterable[str], dists: Iterable[str]) -> list[tuple[int, str, str]]:
     """The cross product, as a list of (batch, dtype, dist)."""
     return [(b, d, v) for b in batches for d in dtypes for v in dists]
 

@@ -100,12 +100,14 @@ class Hooks:
         poison_(*bufs)
         torch.cuda.synchronize(self.device)
         self.before_producer()
-        for b, t in zip(bufs, tensors):
+        for b, t in zip(bufs, tensors, strict=False):
             b.copy_(t)
         return bufs
 
 
-def _side_busy_work(rng: random.Random, max_cycles: int, device: torch.device, scratch: torch.Tensor) -> torch.cuda.Stream:
+def _side_busy_work(
+    rng: random.Random, max_cycles: int, device: torch.device, scratch: torch.Tensor
+) -> torch.cuda.Stream:
     side = torch.cuda.Stream(device=device)
     with torch.cuda.stream(side):
         torch.cuda._sleep(rng.randint(0, max_cycles))
@@ -151,7 +153,7 @@ def perturbed_trials(
         base_nan = [m.detach().cpu().bool() for m in expected_nan]
     else:
         base_nan = [torch.isnan(b.to(torch.float64)).cpu() for b in baseline]
-    baseline_stale = sum(int((torch.isnan(b.to(torch.float64)).cpu() & ~bn).sum()) for b, bn in zip(baseline, base_nan))
+    baseline_stale = sum(int((torch.isnan(b.to(torch.float64)).cpu() & ~bn).sum()) for b, bn in zip(baseline, base_nan, strict=False))
     records: list[dict[str, Any]] = []
     failed = 0
     for i in range(trials):
@@ -159,8 +161,8 @@ def perturbed_trials(
         _side_busy_work(rng, max_cycles, dev, scratch)
         outs = one(hooks)
         torch.cuda.synchronize(dev)
-        cmp = [bitwise_runs([b, o], budget_ulp=budget_ulp) for b, o in zip(baseline, outs)]
-        stale = sum(int((torch.isnan(o.to(torch.float64)).cpu() & ~bn).sum()) for o, bn in zip(outs, base_nan))
+        cmp = [bitwise_runs([b, o], budget_ulp=budget_ulp) for b, o in zip(baseline, outs, strict=False)]
+        stale = sum(int((torch.isnan(o.to(torch.float64)).cpu() & ~bn).sum()) for o, bn in zip(outs, base_nan, strict=False))
         ok = all(c["verdict"] == "pass" for c in cmp) and stale == 0
         failed += 0 if ok else 1
         records.append(

@@ -157,7 +157,9 @@ def kernel_candidate(request: pytest.FixtureRequest) -> ModuleType:
         try:
             spec = request.getfixturevalue("default_candidate")
         except pytest.FixtureLookupError:
-            pytest.fail("no candidate: set FASTTRACK_KERNEL_CANDIDATE or define a 'default_candidate' fixture in the suite's conftest")
+            pytest.fail(
+                "no candidate: set FASTTRACK_KERNEL_CANDIDATE or define a 'default_candidate' fixture in the suite's conftest"
+            )
     base_dir = Path(str(request.config.rootpath))
     try:
         base_dir = Path(request.getfixturevalue("suite_dir"))
@@ -256,9 +258,22 @@ class Recorder:
             atol_scale = float(pair[2]) if len(pair) > 2 else 1.0
             tol = self.tolerance(kernel, dtype, name)
             if atol_scale != 1.0:
-                tol = replace(tol, atol=tol.atol * atol_scale, source=f"{tol.source}; atol x {atol_scale:g} (input scale)")
+                tol = replace(
+                    tol, atol=tol.atol * atol_scale, source=f"{tol.source}; atol x {atol_scale:g} (input scale)"
+                )
             m = compare(actual, expected, tol=tol)
-            row = self._base(kernel, shape, dtype, dist=dist, output=name, out_dtype=dtype_name(actual.dtype), seed=seed, device=str(device or actual.device), atol_scale=atol_scale, **m)
+            row = self._base(
+                kernel,
+                shape,
+                dtype,
+                dist=dist,
+                output=name,
+                out_dtype=dtype_name(actual.dtype),
+                seed=seed,
+                device=str(device or actual.device),
+                atol_scale=atol_scale,
+                **m,
+            )
             rows.append(row)
             _STATE["cases"].append(row)
         return rows
@@ -278,7 +293,7 @@ class Recorder:
         budget = self.tolerance(kernel, dtype).ulp
         results = repeated_runs(fn, runs=runs, budget_ulp=budget)
         rows = []
-        for name, res in zip(names, results):
+        for name, res in zip(names, results, strict=False):
             row = self._base(kernel, shape, dtype, output=name, device=str(device), **res)
             rows.append(row)
             _STATE["determinism"].append(row)
@@ -300,7 +315,9 @@ class Recorder:
     ) -> dict[str, Any]:
         """Timing perturbation with NaN-poisoned buffers; a failed trial means a race."""
         budget = self.tolerance(kernel, dtype).ulp
-        res = perturbed_trials(run, poison=poison, trials=trials, seed=seed, device=device, budget_ulp=budget, expected_nan=expected_nan)
+        res = perturbed_trials(
+            run, poison=poison, trials=trials, seed=seed, device=device, budget_ulp=budget, expected_nan=expected_nan
+        )
         row = self._base(kernel, shape, dtype, kind=kind, defects=sorted(env.defects()), device=str(device), **res)
         _STATE["perturbation"].append(row)
         return row
@@ -332,7 +349,25 @@ class Recorder:
         if bad:
             lines = []
             for r in bad[:8]:
-                keys = ("kernel", "output", "shape", "dtype", "dist", "max_abs_err", "max_rel_err", "max_ulp", "mismatches", "nan_mismatch", "inf_mismatch", "atol", "rtol", "first_bad", "differing_runs", "failed_trials", "stale_nan_trials")
+                keys = (
+                    "kernel",
+                    "output",
+                    "shape",
+                    "dtype",
+                    "dist",
+                    "max_abs_err",
+                    "max_rel_err",
+                    "max_ulp",
+                    "mismatches",
+                    "nan_mismatch",
+                    "inf_mismatch",
+                    "atol",
+                    "rtol",
+                    "first_bad",
+                    "differing_runs",
+                    "failed_trials",
+                    "stale_nan_trials",
+                )
                 lines.append(", ".join(f"{k}={r[k]}" for k in keys if k in r and r[k] is not None))
             raise AssertionError(f"{len(bad)} {what} row(s) failed:\n  " + "\n  ".join(lines))
 

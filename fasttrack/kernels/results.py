@@ -22,7 +22,18 @@ _DROP = {"log_tail", "tests", "command"}
 
 
 def _worst(cases: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    agg: dict[tuple, dict[str, Any]] = defaultdict(lambda: {"cases": 0, "failed": 0, "max_abs_err": 0.0, "max_rel_err": 0.0, "max_ulp": 0, "nan_mismatch": 0, "inf_mismatch": 0, "expected_nonfinite": 0})
+    agg: dict[tuple, dict[str, Any]] = defaultdict(
+        lambda: {
+            "cases": 0,
+            "failed": 0,
+            "max_abs_err": 0.0,
+            "max_rel_err": 0.0,
+            "max_ulp": 0,
+            "nan_mismatch": 0,
+            "inf_mismatch": 0,
+            "expected_nonfinite": 0,
+        }
+    )
     for r in cases:
         key = (r.get("kernel"), r.get("output"), r.get("dtype"), r.get("dist"))
         a = agg[key]

@@ -72,7 +72,12 @@ def suite_env(
     e[env.TIER] = tier
     e[env.SEED] = str(seed)
     e[env.DEFECT] = ",".join(defects)
-    for var, val in ((env.CANDIDATE, candidate), (env.TOLERANCES, json.dumps(tolerances) if tolerances else ""), (env.DIMS, json.dumps(dims) if dims else ""), (env.DTYPES, ",".join(dtypes))):
+    for var, val in (
+        (env.CANDIDATE, candidate),
+        (env.TOLERANCES, json.dumps(tolerances) if tolerances else ""),
+        (env.DIMS, json.dumps(dims) if dims else ""),
+        (env.DTYPES, ",".join(dtypes)),
+    ):
         if val:
             e[var] = val
         else:
@@ -82,20 +87,37 @@ def suite_env(
 
 def pytest_args(suite_dir: Path, ini: Path, marker: str, select: str | None) -> list[str]:
     args = [
-        sys.executable, "-m", "pytest", str(suite_dir),
-        "-p", "fasttrack.kernels.plugin", "-p", "no:cacheprovider",
-        "-c", str(ini), "--rootdir", str(suite_dir),
-        "-m", marker, "-q", "--tb=short", "-rs",
+        sys.executable,
+        "-m",
+        "pytest",
+        str(suite_dir),
+        "-p",
+        "fasttrack.kernels.plugin",
+        "-p",
+        "no:cacheprovider",
+        "-c",
+        str(ini),
+        "--rootdir",
+        str(suite_dir),
+        "-m",
+        marker,
+        "-q",
+        "--tb=short",
+        "-rs",
     ]
     if select:
         args += ["-k", select]
     return args
 
 
-def _stream(cmd: list[str], *, env_vars: dict[str, str], cwd: Path, timeout_s: float, quiet: bool) -> tuple[int | None, str]:
+def _stream(
+    cmd: list[str], *, env_vars: dict[str, str], cwd: Path, timeout_s: float, quiet: bool
+) -> tuple[int | None, str]:
     """Run ``cmd``, echo its output (unless quiet), return (exit code or None on timeout, output)."""
     lines: list[str] = []
-    proc = subprocess.Popen(cmd, cwd=cwd, env=env_vars, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+    proc = subprocess.Popen(
+        cmd, cwd=cwd, env=env_vars, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+    )
     timed_out = threading.Event()
 
     def _kill() -> None:
@@ -166,14 +188,33 @@ def run_suite(
         ini = tmpd / "pytest.ini"
         ini.write_text("[pytest]\n", encoding="utf-8")
         rows_path = tmpd / "rows.json"
-        e = suite_env(suite_name=name, rows_path=rows_path, candidate=candidate, defects=defects, tier=tier, tolerances=tolerances, dims=dims or {}, dtypes=dtypes, seed=seed)
+        e = suite_env(
+            suite_name=name,
+            rows_path=rows_path,
+            candidate=candidate,
+            defects=defects,
+            tier=tier,
+            tolerances=tolerances,
+            dims=dims or {},
+            dtypes=dtypes,
+            seed=seed,
+        )
         cmd = pytest_args(suite_dir, ini, "not sanitize", select)
         rc, output = _stream(cmd, env_vars=e, cwd=suite_dir, timeout_s=timeout_s, quiet=quiet)
         if rows_path.is_file():
             doc: dict[str, Any] = json.loads(rows_path.read_text(encoding="utf-8"))
         else:
             why = "timed out" if rc is None else f"exit code {rc}"
-            doc = {"schema": ROWS_SCHEMA, "suite": name, "error": f"pytest wrote no rows ({why}); see log_tail", "cases": [], "determinism": [], "perturbation": [], "speed_of_light": [], "tests": []}
+            doc = {
+                "schema": ROWS_SCHEMA,
+                "suite": name,
+                "error": f"pytest wrote no rows ({why}); see log_tail",
+                "cases": [],
+                "determinism": [],
+                "perturbation": [],
+                "speed_of_light": [],
+                "tests": [],
+            }
         doc["suite"] = name
         doc["runner"] = {
             "command": " ".join(cmd),
@@ -191,7 +232,9 @@ def run_suite(
     return doc
 
 
-def _sanitizers(suite_dir: Path, ini: Path, e: dict[str, str], sanitize: str, timeout_s: float, tmpd: Path, doc: dict[str, Any]) -> list[dict[str, Any]]:
+def _sanitizers(
+    suite_dir: Path, ini: Path, e: dict[str, str], sanitize: str, timeout_s: float, tmpd: Path, doc: dict[str, Any]
+) -> list[dict[str, Any]]:
     if sanitize == "off":
         return sanitizer.not_run_rows("switched off (--sanitize off)")
     tools = sanitizer.TOOLS if sanitize == "auto" else tuple(t.strip() for t in sanitize.split(",") if t.strip())
@@ -219,20 +262,31 @@ def _sanitizers(suite_dir: Path, ini: Path, e: dict[str, str], sanitize: str, ti
             row["cases_failed"] = sum(1 for r in sub.get("cases", []) if r.get("verdict") != PASS)
             row["tests"] = [{k: t.get(k) for k in ("test", "outcome", "reason")} for t in sub.get("tests", [])]
         rows.append(row)
-        print(f"[fasttrack] compute-sanitizer {tool}: {row['status']}, errors={row.get('errors')}, {row.get('wall_s')} s", flush=True)
+        print(
+            f"[fasttrack] compute-sanitizer {tool}: {row['status']}, errors={row.get('errors')}, {row.get('wall_s')} s",
+            flush=True,
+        )
     return rows
 
 
 def format_summary(doc: dict[str, Any]) -> str:
     s = doc["summary"]
     lines = [f"suite {s['suite']}: {s['verdict'].upper()} - {s['reason']}"]
-    lines.append(f"{'kernel/output':40} {'dtype':6} {'cases':>5} {'fail':>4} {'max_abs':>10} {'max_rel':>10} {'max_ulp':>8}")
+    lines.append(
+        f"{'kernel/output':40} {'dtype':6} {'cases':>5} {'fail':>4} {'max_abs':>10} {'max_rel':>10} {'max_ulp':>8}"
+    )
     for k in s["per_kernel"]:
-        lines.append(f"{k['kernel'] + '/' + k['output']:40} {k['dtype']:6} {k['cases']:5d} {k['failed']:4d} {k['max_abs_err']:10.3g} {k['max_rel_err']:10.3g} {k['max_ulp']:8d}")
+        lines.append(
+            f"{k['kernel'] + '/' + k['output']:40} {k['dtype']:6} {k['cases']:5d} {k['failed']:4d} {k['max_abs_err']:10.3g} {k['max_rel_err']:10.3g} {k['max_ulp']:8d}"
+        )
     for r in doc.get("determinism", []):
-        lines.append(f"determinism {r['kernel']}/{r['output']} [{r['shape']}]: {'bitwise' if r['bitwise_equal'] else str(r['max_ulp']) + ' ULP'} over {r['runs']} runs -> {r['verdict']}")
+        lines.append(
+            f"determinism {r['kernel']}/{r['output']} [{r['shape']}]: {'bitwise' if r['bitwise_equal'] else str(r['max_ulp']) + ' ULP'} over {r['runs']} runs -> {r['verdict']}"
+        )
     for r in doc.get("perturbation", []):
-        lines.append(f"perturbation {r['kernel']} [{r['shape']}]: {r['failed_trials']}/{r['trials']} trials differ, {r['stale_nan_trials']} stale-NaN -> {r['verdict']}")
+        lines.append(
+            f"perturbation {r['kernel']} [{r['shape']}]: {r['failed_trials']}/{r['trials']} trials differ, {r['stale_nan_trials']} stale-NaN -> {r['verdict']}"
+        )
     for r in doc.get("sanitizer", []):
         lines.append(f"sanitizer {r['tool']}: {r['status']} ({r.get('reason')})")
     for r in doc.get("speed_of_light", []):
@@ -246,16 +300,27 @@ def format_summary(doc: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m fasttrack.kernels.run", description="Run a kernel suite and write its rows as JSON.")
+    p = argparse.ArgumentParser(
+        prog="python -m fasttrack.kernels.run", description="Run a kernel suite and write its rows as JSON."
+    )
     p.add_argument("--suite", required=True, type=Path, help="suite directory (holds test_*.py and conftest.py)")
     p.add_argument("--out", required=True, type=Path, help="rows JSON to write")
     p.add_argument("--candidate", help="candidate module: dotted name or .py path (default: the suite's)")
-    p.add_argument("--defect", action="append", default=[], help=f"plant a defect in the shipped candidates ({', '.join(sorted(KNOWN_DEFECTS))})")
+    p.add_argument(
+        "--defect",
+        action="append",
+        default=[],
+        help=f"plant a defect in the shipped candidates ({', '.join(sorted(KNOWN_DEFECTS))})",
+    )
     p.add_argument("--tier", default="standard", choices=env.TIERS)
     p.add_argument("--tolerances", help="JSON {kernel: {dtype: {atol, rtol, ulp}}} or @file")
     p.add_argument("--dims", help="JSON {name: int} overriding the suite's model dimensions, or @file")
     p.add_argument("--dtypes", default="", help="comma-separated dtypes (fp32, fp16, bf16, fp8); default: the suite's")
-    p.add_argument("--sanitize", default="auto", help="auto (all tools where available), off, or a comma-separated subset of memcheck,racecheck,synccheck")
+    p.add_argument(
+        "--sanitize",
+        default="auto",
+        help="auto (all tools where available), off, or a comma-separated subset of memcheck,racecheck,synccheck",
+    )
     p.add_argument("-k", dest="select", help="pytest -k expression selecting tests")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--name", help="suite name recorded in the rows (default: <model>/<dir>)")
@@ -265,10 +330,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     a = p.parse_args(argv)
     try:
         doc = run_suite(
-            a.suite, a.out, candidate=a.candidate, defects=[d for x in a.defect for d in x.split(",") if d], tier=a.tier,
-            tolerances=_json_arg(a.tolerances, "--tolerances"), dims=_json_arg(a.dims, "--dims"),
-            dtypes=[d for d in a.dtypes.split(",") if d], sanitize=a.sanitize, select=a.select, seed=a.seed,
-            suite_name=a.name, timeout_s=a.timeout, sanitizer_timeout_s=a.sanitizer_timeout, quiet=a.quiet,
+            a.suite,
+            a.out,
+            candidate=a.candidate,
+            defects=[d for x in a.defect for d in x.split(",") if d],
+            tier=a.tier,
+            tolerances=_json_arg(a.tolerances, "--tolerances"),
+            dims=_json_arg(a.dims, "--dims"),
+            dtypes=[d for d in a.dtypes.split(",") if d],
+            sanitize=a.sanitize,
+            select=a.select,
+            seed=a.seed,
+            suite_name=a.name,
+            timeout_s=a.timeout,
+            sanitizer_timeout_s=a.sanitizer_timeout,
+            quiet=a.quiet,
         )
     except (UsageError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -31,7 +31,11 @@ def find() -> str | None:
     exe = shutil.which("compute-sanitizer")
     if exe:
         return exe
-    for pattern in ("/usr/local/cuda/bin/compute-sanitizer", "/usr/local/cuda*/bin/compute-sanitizer", "/opt/nvidia/*/compute-sanitizer/compute-sanitizer"):
+    for pattern in (
+        "/usr/local/cuda/bin/compute-sanitizer",
+        "/usr/local/cuda*/bin/compute-sanitizer",
+        "/opt/nvidia/*/compute-sanitizer/compute-sanitizer",
+    ):
         hits = sorted(glob.glob(pattern))
         if hits:
             return hits[-1]
@@ -97,9 +101,17 @@ def run_tool(
     if timed_out:
         row.update(status="not_run", verdict="not_run", reason=f"timed out after {timeout_s:.0f} s")
     elif parsed["errors"] is None:
-        row.update(status="not_run", verdict="not_run", reason="the sanitizer printed no summary (it may not support this device)")
+        row.update(
+            status="not_run",
+            verdict="not_run",
+            reason="the sanitizer printed no summary (it may not support this device)",
+        )
     else:
-        row.update(status="ran", verdict="pass" if parsed["errors"] == 0 else "fail", reason=f"{parsed['errors']} error(s) reported")
+        row.update(
+            status="ran",
+            verdict="pass" if parsed["errors"] == 0 else "fail",
+            reason=f"{parsed['errors']} error(s) reported",
+        )
     return row
 
 

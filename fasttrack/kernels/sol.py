@@ -36,7 +36,9 @@ def _event_median_ms(fn: Callable[[], Any], *, warmup: int = 3, reps: int = 10) 
     return statistics.median(samples), samples
 
 
-def measure_peaks(device: torch.device | str = "cuda", *, copy_bytes: int = 2 << 30, matmul_n: int = 8192) -> dict[str, Any]:
+def measure_peaks(
+    device: torch.device | str = "cuda", *, copy_bytes: int = 2 << 30, matmul_n: int = 8192
+) -> dict[str, Any]:
     """Measure (once per process and device) the copy bandwidth and the bf16 matmul rate."""
     dev = torch.device(device)
     key = str(dev)
@@ -111,7 +113,11 @@ def time_ms(fn: Callable[[], Any], *, reps: int = 50, warmup: int = 5) -> tuple[
         if i >= warmup:
             samples.append(start.elapsed_time(end))
     del flush
-    return statistics.median(samples), samples, f"{method}, L2 flushed ({FLUSH_BYTES >> 20} MB zeroed) before each of {reps} repetitions, CUDA events, median"
+    return (
+        statistics.median(samples),
+        samples,
+        f"{method}, L2 flushed ({FLUSH_BYTES >> 20} MB zeroed) before each of {reps} repetitions, CUDA events, median",
+    )
 
 
 def bench(

@@ -68,10 +68,21 @@ def summarize(doc: Mapping[str, Any]) -> dict[str, Any]:
         "tests_failed": sum(1 for t in tests if t.get("outcome") == "failed"),
         "tests_skipped": sum(skipped.values()),
     }
-    base = {"suite": suite, "counts": counts, "skipped": dict(skipped), "per_kernel": per_kernel(cases), "speed_of_light": sol_summary(sol)}
+    base = {
+        "suite": suite,
+        "counts": counts,
+        "skipped": dict(skipped),
+        "per_kernel": per_kernel(cases),
+        "speed_of_light": sol_summary(sol),
+    }
 
     if doc.get("candidate_error"):
-        return {**base, "verdict": NOT_RUN, "reason": f"suite {suite}: the candidate could not be imported: {doc['candidate_error']}", "failures": []}
+        return {
+            **base,
+            "verdict": NOT_RUN,
+            "reason": f"suite {suite}: the candidate could not be imported: {doc['candidate_error']}",
+            "failures": [],
+        }
 
     failures = [case_failure(r) for r in cases if r.get("verdict") != PASS]
     for r in det:
@@ -97,7 +108,12 @@ def summarize(doc: Mapping[str, Any]) -> dict[str, Any]:
             err = (t.get("error") or "").strip().splitlines()
             failures.append(f"test {t.get('test')} failed ({t.get('when')}): {err[-1] if err else 'no message'}")
     if failures:
-        return {**base, "verdict": FAIL, "reason": f"suite {suite}: {len(failures)} failure(s); first: {failures[0]}", "failures": failures}
+        return {
+            **base,
+            "verdict": FAIL,
+            "reason": f"suite {suite}: {len(failures)} failure(s); first: {failures[0]}",
+            "failures": failures,
+        }
     if doc.get("error"):
         return {**base, "verdict": NOT_RUN, "reason": f"suite {suite}: {doc['error']}", "failures": []}
     if not cases and not det and not pert:
@@ -105,7 +121,9 @@ def summarize(doc: Mapping[str, Any]) -> dict[str, Any]:
         return {**base, "verdict": NOT_RUN, "reason": f"suite {suite}: not run: {why}", "failures": []}
     bits = [f"{counts['cases']} numerics cases within tolerance"]
     if det:
-        bits.append(f"{counts['determinism_bitwise']} of {len(det)} determinism checks bitwise equal, all within budget")
+        bits.append(
+            f"{counts['determinism_bitwise']} of {len(det)} determinism checks bitwise equal, all within budget"
+        )
     if pert:
         bits.append(f"no race in {counts['perturbation_trials']} perturbed trials")
     ran_tools = [r["tool"] for r in san if r.get("status") == "ran"]
@@ -121,7 +139,9 @@ def summarize(doc: Mapping[str, Any]) -> dict[str, Any]:
 
 def per_kernel(cases: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Worst errors per (kernel, output, dtype) over all cases."""
-    agg: dict[tuple[str, str, str], dict[str, Any]] = defaultdict(lambda: {"cases": 0, "failed": 0, "max_abs_err": 0.0, "max_rel_err": 0.0, "max_ulp": 0})
+    agg: dict[tuple[str, str, str], dict[str, Any]] = defaultdict(
+        lambda: {"cases": 0, "failed": 0, "max_abs_err": 0.0, "max_rel_err": 0.0, "max_ulp": 0}
+    )
     for r in cases:
         key = (str(r.get("kernel")), str(r.get("output")), str(r.get("dtype")))
         a = agg[key]
@@ -134,9 +154,23 @@ def per_kernel(cases: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
                     a[f] = v
         a.setdefault("atol", r.get("atol"))
         a.setdefault("rtol", r.get("rtol"))
-    return [{"kernel": k, "output": o, "dtype": d, **v, "errors_over": "normal and outliers cases"} for (k, o, d), v in sorted(agg.items())]
+    return [
+        {"kernel": k, "output": o, "dtype": d, **v, "errors_over": "normal and outliers cases"}
+        for (k, o, d), v in sorted(agg.items())
+    ]
 
 
 def sol_summary(rows: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    keys = ("kernel", "shape", "dtype", "time_us", "achieved_gbs", "pct_peak_bandwidth", "achieved_tflops", "pct_peak_flops", "bound", "floor_us")
+    keys = (
+        "kernel",
+        "shape",
+        "dtype",
+        "time_us",
+        "achieved_gbs",
+        "pct_peak_bandwidth",
+        "achieved_tflops",
+        "pct_peak_flops",
+        "bound",
+        "floor_us",
+    )
     return [{k: r.get(k) for k in keys} for r in rows]

@@ -96,8 +96,12 @@ DTYPE_DEFAULTS: dict[str, Tolerance] = {
     "fp32": Tolerance(atol=1e-5, rtol=1.3e-6, source="torch.testing default (fp32)"),
     "fp16": Tolerance(atol=1e-5, rtol=1e-3, source="torch.testing default (fp16)"),
     "bf16": Tolerance(atol=1e-5, rtol=1.6e-2, source="torch.testing default (bf16)"),
-    "fp8e4m3": Tolerance(atol=2.0**-9, rtol=2.0**-3, source="fp8 e4m3 upcast: 1 ULP (2^-3) relative, min subnormal absolute"),
-    "fp8e5m2": Tolerance(atol=2.0**-16, rtol=2.0**-2, source="fp8 e5m2 upcast: 1 ULP (2^-2) relative, min subnormal absolute"),
+    "fp8e4m3": Tolerance(
+        atol=2.0**-9, rtol=2.0**-3, source="fp8 e4m3 upcast: 1 ULP (2^-3) relative, min subnormal absolute"
+    ),
+    "fp8e5m2": Tolerance(
+        atol=2.0**-16, rtol=2.0**-2, source="fp8 e5m2 upcast: 1 ULP (2^-2) relative, min subnormal absolute"
+    ),
 }
 
 #: vLLM's kernel tests compare reductions (layernorm, attention) more loosely than PyTorch's

@@ -79,7 +79,7 @@ class ItemState:
         """lifetime -> run -> samples of ``metric`` (runs without samples dropped, empty lifetimes dropped)."""
         md = METRICS[metric]
         out = []
-        for lt in (sorted(self.runs[side]) if lifetimes is None else lifetimes):
+        for lt in sorted(self.runs[side]) if lifetimes is None else lifetimes:
             runs = [s for r in self.runs[side].get(lt, []) if (s := md.samples(r)) is not None]
             if runs:
                 out.append(runs)
@@ -102,15 +102,33 @@ def seed_for(key: str, metric: str) -> int:
     return zlib.crc32(f"{key}|{metric}".encode("utf-8")) % (2**31 - 1)
 
 
-def look(state: ItemState, *, metric: str, noise_margin: float, confidence: float, look_no: int,
-         planned_looks: int, interval: str = "bootstrap") -> SequentialDecision:
+def look(
+    state: ItemState,
+    *,
+    metric: str,
+    noise_margin: float,
+    confidence: float,
+    look_no: int,
+    planned_looks: int,
+    interval: str = "bootstrap",
+) -> SequentialDecision:
     """One sequential look at the gated metric (per-GPU when resources differ)."""
     md = METRICS[metric]
     dec = sequential_decision(
-        state.nested("baseline", metric), state.nested("candidate", metric), metric=metric, direction=md.direction,
-        noise_margin=noise_margin, look=look_no, planned_looks=planned_looks, statistic=md.statistic,
-        confidence=confidence, n_boot=N_BOOT, seed=seed_for(state.item.key, metric), point=state.item.point,
-        interval=interval, paired=state.interleaved,
+        state.nested("baseline", metric),
+        state.nested("candidate", metric),
+        metric=metric,
+        direction=md.direction,
+        noise_margin=noise_margin,
+        look=look_no,
+        planned_looks=planned_looks,
+        statistic=md.statistic,
+        confidence=confidence,
+        n_boot=N_BOOT,
+        seed=seed_for(state.item.key, metric),
+        point=state.item.point,
+        interval=interval,
+        paired=state.interleaved,
     )
     f = state.factor()
     if f != 1.0:
@@ -129,19 +147,35 @@ def _rescale_decision(dec: SequentialDecision, f: float, *, look_no: int, planne
         d, why = "decided_fail", f"last planned look and the per-GPU lower bound {lo:.4g} is below {thr:.4g}"
     else:
         d, why = "undecided", f"per-GPU interval [{lo:.4g}, {hi:.4g}] straddles {thr:.4g}"
-    gate = g.model_copy(update={"speedup": g.speedup * f, "ci_low": lo, "ci_high": hi, "passed": lo >= thr,
-                                "strictly_better": lo > 1.0,
-                                "method": g.method + f"; speedup and interval multiplied by baseline/candidate GPUs = {f:g}"})
+    gate = g.model_copy(
+        update={
+            "speedup": g.speedup * f,
+            "ci_low": lo,
+            "ci_high": hi,
+            "passed": lo >= thr,
+            "strictly_better": lo > 1.0,
+            "method": g.method + f"; speedup and interval multiplied by baseline/candidate GPUs = {f:g}",
+        }
+    )
     return dec.model_copy(update={"decision": d, "final": d != "undecided", "reason": why, "gate": gate})
 
 
 def look_summary(dec: SequentialDecision, state: ItemState) -> dict[str, Any]:
     return {
-        "key": state.item.key, "workload": state.item.workload, "point": state.item.point, "look": dec.look,
-        "planned_looks": dec.planned_looks, "decision": dec.decision, "per_look_confidence": dec.per_look_confidence,
-        "speedup": dec.gate.speedup, "ci_low": dec.gate.ci_low, "ci_high": dec.gate.ci_high,
-        "threshold": dec.gate.threshold, "runs_baseline": state.n_runs("baseline"),
-        "runs_candidate": state.n_runs("candidate"), "reason": dec.reason,
+        "key": state.item.key,
+        "workload": state.item.workload,
+        "point": state.item.point,
+        "look": dec.look,
+        "planned_looks": dec.planned_looks,
+        "decision": dec.decision,
+        "per_look_confidence": dec.per_look_confidence,
+        "speedup": dec.gate.speedup,
+        "ci_low": dec.gate.ci_low,
+        "ci_high": dec.gate.ci_high,
+        "threshold": dec.gate.threshold,
+        "runs_baseline": state.n_runs("baseline"),
+        "runs_candidate": state.n_runs("candidate"),
+        "reason": dec.reason,
     }
 
 
@@ -153,17 +187,33 @@ def estimate(state: ItemState, metric: str, *, confidence: float, interval: str 
     b, c = state.nested("baseline", metric), state.nested("candidate", metric)
     if not b or not c:
         return None
-    return ratio_interval(b, c, interval=interval, metric=metric, direction=md.direction, statistic=md.statistic,
-                          confidence=confidence, n_boot=N_BOOT, seed=seed_for(state.item.key, metric),
-                          paired=state.interleaved)
+    return ratio_interval(
+        b,
+        c,
+        interval=interval,
+        metric=metric,
+        direction=md.direction,
+        statistic=md.statistic,
+        confidence=confidence,
+        n_boot=N_BOOT,
+        seed=seed_for(state.item.key, metric),
+        paired=state.interleaved,
+    )
 
 
 def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.0%}"
 
 
-def statement(passed: bool | None, *, lower: float, threshold: float, slowdown: float | None,
-              gate_slowdown: float | None, ignores_lifetime_variance: bool) -> str:
+def statement(
+    passed: bool | None,
+    *,
+    lower: float,
+    threshold: float,
+    slowdown: float | None,
+    gate_slowdown: float | None,
+    ignores_lifetime_variance: bool,
+) -> str:
     """The verdict in words with its minimum detectable effect."""
     if passed is None:
         head = "reported, not gated"
@@ -171,8 +221,10 @@ def statement(passed: bool | None, *, lower: float, threshold: float, slowdown: 
         head = f"no regression detected (lower bound {lower:.3f} >= {threshold:.3f})"
     else:
         head = f"no-regression not shown (lower bound {lower:.3f} < {threshold:.3f})"
-    s = (f"{head}, and a slowdown of {_pct(slowdown)} or more would have been detected (80% power); "
-         f"the gate fails a slowdown of {_pct(gate_slowdown)} or more with 80% probability")
+    s = (
+        f"{head}, and a slowdown of {_pct(slowdown)} or more would have been detected (80% power); "
+        f"the gate fails a slowdown of {_pct(gate_slowdown)} or more with 80% probability"
+    )
     if ignores_lifetime_variance:
         s += "; one engine lifetime per side: the interval ignores lifetime-to-lifetime variance"
     return s
@@ -207,12 +259,24 @@ def judge_item(
     mdes: dict[str, Any] = {}
     runs_b, runs_c = state.n_runs("baseline"), state.n_runs("candidate")
     base_row = {
-        "workload": it.workload, "kind": it.kind, "point": it.point, "group": it.group, "batch": it.batch,
-        "context": it.context, "full_context": it.full_context, "prompt_len": it.prompt_len, "output_len": it.output_len,
-        "requests_per_run": it.requests_per_run, "runs_baseline": runs_b, "runs_candidate": runs_c,
-        "runs": runs_b + runs_c, "lifetimes_baseline": len(state.lifetimes("baseline")),
-        "lifetimes_candidate": len(state.lifetimes("candidate")), "looks": len(state.looks),
-        "gpus_baseline": state.gpus.get("baseline"), "gpus_candidate": state.gpus.get("candidate"),
+        "workload": it.workload,
+        "kind": it.kind,
+        "point": it.point,
+        "group": it.group,
+        "batch": it.batch,
+        "context": it.context,
+        "full_context": it.full_context,
+        "prompt_len": it.prompt_len,
+        "output_len": it.output_len,
+        "requests_per_run": it.requests_per_run,
+        "runs_baseline": runs_b,
+        "runs_candidate": runs_c,
+        "runs": runs_b + runs_c,
+        "lifetimes_baseline": len(state.lifetimes("baseline")),
+        "lifetimes_candidate": len(state.lifetimes("candidate")),
+        "looks": len(state.looks),
+        "gpus_baseline": state.gpus.get("baseline"),
+        "gpus_candidate": state.gpus.get("candidate"),
         "notes": list(it.notes) + list(state.errors),
     }
     fb, fc = state.failed_requests("baseline"), state.failed_requests("candidate")
@@ -220,11 +284,20 @@ def judge_item(
     if empty:
         why = f"not measured: {runs_b} baseline and {runs_c} candidate runs"
         if runs_b and runs_c:
-            why = (f"not measured: no usable {gated} samples on {' and '.join(empty)} ({runs_b} baseline and "
-                   f"{runs_c} candidate runs; a run whose tokens all arrived in one chunk has none)")
+            why = (
+                f"not measured: no usable {gated} samples on {' and '.join(empty)} ({runs_b} baseline and "
+                f"{runs_c} candidate runs; a run whose tokens all arrived in one chunk has none)"
+            )
         for m in metrics:
-            rows.append({**base_row, "metric": f"{it.workload}/{m}", "metric_name": m, "verdict": "not_run" if m == gated else None,
-                         "statement": why})
+            rows.append(
+                {
+                    **base_row,
+                    "metric": f"{it.workload}/{m}",
+                    "metric_name": m,
+                    "verdict": "not_run" if m == gated else None,
+                    "statement": why,
+                }
+            )
         return ItemJudgement(rows, "not_run", None, False, None, nominal, mdes)
 
     # the gated metric: decision from the looks (or one final look now)
@@ -234,8 +307,15 @@ def judge_item(
         dec = state.looks[-1]
         dec_conf = dec["per_look_confidence"]
     else:
-        d = look(state, metric=gated, noise_margin=noise_margin, confidence=confidence, look_no=planned_looks,
-                 planned_looks=planned_looks, interval=interval)
+        d = look(
+            state,
+            metric=gated,
+            noise_margin=noise_margin,
+            confidence=confidence,
+            look_no=planned_looks,
+            planned_looks=planned_looks,
+            interval=interval,
+        )
         state.looks.append({**look_summary(d, state), "at_judge": True})
         decision, dec_conf = d.decision, d.per_look_confidence
     f = state.factor()
@@ -244,8 +324,15 @@ def judge_item(
         conf = dec_conf if m == gated else confidence
         est = estimate(state, m, confidence=conf, interval=interval)
         if est is None:
-            rows.append({**base_row, "metric": f"{it.workload}/{m}", "metric_name": m, "verdict": "not_run" if m == gated else None,
-                         "statement": f"no samples of {m} on one side"})
+            rows.append(
+                {
+                    **base_row,
+                    "metric": f"{it.workload}/{m}",
+                    "metric_name": m,
+                    "verdict": "not_run" if m == gated else None,
+                    "statement": f"no samples of {m} on one side",
+                }
+            )
             continue
         nominal[m] = est if conf == confidence else estimate(state, m, confidence=confidence, interval=interval)  # type: ignore[assignment]
         mde = mde_for_estimate(est, power=POWER, noise_margin=noise_margin)
@@ -261,31 +348,60 @@ def judge_item(
         else:
             verdict = None
         nom = nominal[m]
-        rows.append({
-            **base_row,
-            "metric": f"{it.workload}/{m}", "metric_name": m, "direction": md.direction, "unit": md.unit,
-            "statistic": md.statistic,
-            "baseline": md.display(est.baseline.value), "candidate": md.display(est.candidate.value),
-            "speedup": sp, "ci_low": lo, "ci_high": hi, "confidence": conf,
-            "nominal_confidence": confidence, "nominal_ci_low": nom.ci_low * f, "nominal_ci_high": nom.ci_high * f,
-            "threshold": g.threshold, "noise_margin": noise_margin,
-            "verdict": verdict, "gated": m == gated, "strictly_better": lo > 1.0,
-            "mde": mde.detectable_slowdown, "detectable_slowdown": mde.detectable_slowdown,
-            "detectable_speedup": mde.detectable_speedup, "gate_detectable_slowdown": mde.gate_detectable_slowdown,
-            "gate_fail_probability_at_parity": mde.gate_fail_probability_at_parity, "se_log": est.log_speedup_se,
-            "ignores_lifetime_variance": est.ignores_lifetime_variance,
-            "interleaved": state.interleaved, "paired": est.paired,
-            "per_gpu": f != 1.0, "raw_speedup": est.speedup, "raw_ci_low": est.ci_low, "raw_ci_high": est.ci_high,
-            "baseline_lifetime_values": [md.display(v) for v in est.baseline.lifetime_values],
-            "candidate_lifetime_values": [md.display(v) for v in est.candidate.lifetime_values],
-            "baseline_run_values": [[md.display(v) for v in lt] for lt in est.baseline.run_values],
-            "candidate_run_values": [[md.display(v) for v in lt] for lt in est.candidate.run_values],
-            "n_boot": est.n_boot, "seed": est.seed, "method": est.method, "warnings": est.warnings,
-            "decision": decision if m == gated else None,
-            "statement": statement(None if verdict is None else verdict == "pass", lower=lo, threshold=g.threshold,
-                                   slowdown=mde.detectable_slowdown, gate_slowdown=mde.gate_detectable_slowdown,
-                                   ignores_lifetime_variance=est.ignores_lifetime_variance),
-        })
+        rows.append(
+            {
+                **base_row,
+                "metric": f"{it.workload}/{m}",
+                "metric_name": m,
+                "direction": md.direction,
+                "unit": md.unit,
+                "statistic": md.statistic,
+                "baseline": md.display(est.baseline.value),
+                "candidate": md.display(est.candidate.value),
+                "speedup": sp,
+                "ci_low": lo,
+                "ci_high": hi,
+                "confidence": conf,
+                "nominal_confidence": confidence,
+                "nominal_ci_low": nom.ci_low * f,
+                "nominal_ci_high": nom.ci_high * f,
+                "threshold": g.threshold,
+                "noise_margin": noise_margin,
+                "verdict": verdict,
+                "gated": m == gated,
+                "strictly_better": lo > 1.0,
+                "mde": mde.detectable_slowdown,
+                "detectable_slowdown": mde.detectable_slowdown,
+                "detectable_speedup": mde.detectable_speedup,
+                "gate_detectable_slowdown": mde.gate_detectable_slowdown,
+                "gate_fail_probability_at_parity": mde.gate_fail_probability_at_parity,
+                "se_log": est.log_speedup_se,
+                "ignores_lifetime_variance": est.ignores_lifetime_variance,
+                "interleaved": state.interleaved,
+                "paired": est.paired,
+                "per_gpu": f != 1.0,
+                "raw_speedup": est.speedup,
+                "raw_ci_low": est.ci_low,
+                "raw_ci_high": est.ci_high,
+                "baseline_lifetime_values": [md.display(v) for v in est.baseline.lifetime_values],
+                "candidate_lifetime_values": [md.display(v) for v in est.candidate.lifetime_values],
+                "baseline_run_values": [[md.display(v) for v in lt] for lt in est.baseline.run_values],
+                "candidate_run_values": [[md.display(v) for v in lt] for lt in est.candidate.run_values],
+                "n_boot": est.n_boot,
+                "seed": est.seed,
+                "method": est.method,
+                "warnings": est.warnings,
+                "decision": decision if m == gated else None,
+                "statement": statement(
+                    None if verdict is None else verdict == "pass",
+                    lower=lo,
+                    threshold=g.threshold,
+                    slowdown=mde.detectable_slowdown,
+                    gate_slowdown=mde.gate_detectable_slowdown,
+                    ignores_lifetime_variance=est.ignores_lifetime_variance,
+                ),
+            }
+        )
     grow = next((r for r in rows if r.get("metric_name") == gated), None)
     if grow is None or grow.get("verdict") is None or grow.get("verdict") == "not_run":
         return ItemJudgement(rows, "not_run", None, False, None, nominal, mdes)
@@ -293,8 +409,10 @@ def judge_item(
     failure = None
     if fc:
         verdict = "fail"
-        failure = f"{it.point} ({it.workload}): the candidate failed {fc} request(s): " + "; ".join(
-            e for lt in state.runs["candidate"].values() for r in lt for e in r.errors)[:400]
+        failure = (
+            f"{it.point} ({it.workload}): the candidate failed {fc} request(s): "
+            + "; ".join(e for lt in state.runs["candidate"].values() for r in lt for e in r.errors)[:400]
+        )
     elif fb:
         verdict = "not_run"
         failure = f"{it.point} ({it.workload}): the baseline failed {fb} request(s), so the point was not compared"
@@ -331,13 +449,31 @@ def drift_row(state: ItemState, *, metric: str, confidence: float, tolerance: fl
         return None
     if not first or not second:
         return None
-    d = detect_drift(first, second, metric=metric, statistic=md.statistic, confidence=confidence, tolerance=tolerance,
-                     n_boot=N_BOOT, seed=seed_for(state.item.key, "drift"))
+    d = detect_drift(
+        first,
+        second,
+        metric=metric,
+        statistic=md.statistic,
+        confidence=confidence,
+        tolerance=tolerance,
+        n_boot=N_BOOT,
+        seed=seed_for(state.item.key, "drift"),
+    )
     return {
-        "workload": state.item.workload, "point": state.item.point, "metric": metric,
-        "first_lifetimes": first_lts, "second_lifetimes": second_lts,
-        "first_value": md.display(d.first_value), "second_value": md.display(d.second_value), "ratio": d.ratio,
-        "ci_low": d.ci_low, "ci_high": d.ci_high, "confidence": d.confidence, "tolerance": d.tolerance,
-        "drifted": d.drifted, "mannwhitney_p": d.mannwhitney_p,
-        "ignores_lifetime_variance": d.ignores_lifetime_variance, "method": d.method,
+        "workload": state.item.workload,
+        "point": state.item.point,
+        "metric": metric,
+        "first_lifetimes": first_lts,
+        "second_lifetimes": second_lts,
+        "first_value": md.display(d.first_value),
+        "second_value": md.display(d.second_value),
+        "ratio": d.ratio,
+        "ci_low": d.ci_low,
+        "ci_high": d.ci_high,
+        "confidence": d.confidence,
+        "tolerance": d.tolerance,
+        "drifted": d.drifted,
+        "mannwhitney_p": d.mannwhitney_p,
+        "ignores_lifetime_variance": d.ignores_lifetime_variance,
+        "method": d.method,
     }

@@ -136,13 +136,28 @@ def match_claims(
     """Match every claim (``fasttrack.scope.Claim``) to the measurements; see the module docstring."""
     out = []
     for c in claims:
-        out.append(_one(c, measured, workload_kinds=workload_kinds, workloads_run=workloads_run,
-                        noise_margin=noise_margin, rehearsal=rehearsal))
+        out.append(
+            _one(
+                c,
+                measured,
+                workload_kinds=workload_kinds,
+                workloads_run=workloads_run,
+                noise_margin=noise_margin,
+                rehearsal=rehearsal,
+            )
+        )
     return out
 
 
-def _one(c: Any, measured: Sequence[MeasuredMetric], *, workload_kinds: dict[str, str], workloads_run: set[str],
-         noise_margin: float, rehearsal: bool) -> ClaimResult:
+def _one(
+    c: Any,
+    measured: Sequence[MeasuredMetric],
+    *,
+    workload_kinds: dict[str, str],
+    workloads_run: set[str],
+    noise_margin: float,
+    rehearsal: bool,
+) -> ClaimResult:
     mmetric, how = CLAIM_METRICS.get(c.metric, (None, "unknown"))
     per_gpu = None
     bg, cg = getattr(c, "baseline_gpus", None), getattr(c, "candidate_gpus", None)
@@ -151,18 +166,28 @@ def _one(c: Any, measured: Sequence[MeasuredMetric], *, workload_kinds: dict[str
     else:
         claimed_speedup = c.speedup
     if not c.like_for_like and claimed_speedup and isinstance(bg, int) and isinstance(cg, int):
-        per_gpu = normalize_speedup_per_gpu(claimed_speedup, baseline_gpus=bg, candidate_gpus=cg,
-                                            metric=c.metric).normalized_speedup
-    base = dict(id=c.id, text=c.text, metric=c.metric, like_for_like=c.like_for_like, claimed_per_gpu_speedup=per_gpu,
-                claimed_baseline=c.baseline)
+        per_gpu = normalize_speedup_per_gpu(
+            claimed_speedup, baseline_gpus=bg, candidate_gpus=cg, metric=c.metric
+        ).normalized_speedup
+    base = dict(
+        id=c.id,
+        text=c.text,
+        metric=c.metric,
+        like_for_like=c.like_for_like,
+        claimed_per_gpu_speedup=per_gpu,
+        claimed_baseline=c.baseline,
+    )
     flag = "" if c.like_for_like else " The published comparison is not like-for-like (different resources per side)."
 
     def not_measured(why: str, claimed: float | None) -> ClaimResult:
         return ClaimResult(status="not_measured", reason=why + flag, claimed=claimed, measured=None, **base)
 
     if mmetric is None:
-        return not_measured(f"{c.metric} comes from profiler traces (kernel counts and times per layer), "
-                            "not from the serving metrics the perf check measures", c.candidate)
+        return not_measured(
+            f"{c.metric} comes from profiler traces (kernel counts and times per layer), "
+            "not from the serving metrics the perf check measures",
+            c.candidate,
+        )
     if c.workload is not None and c.workload not in workload_kinds:
         return not_measured(f"the claim names workload {c.workload!r}, which the scope does not declare", c.speedup)
     if c.workload is not None and c.workload not in workloads_run:
@@ -174,9 +199,12 @@ def _one(c: Any, measured: Sequence[MeasuredMetric], *, workload_kinds: dict[str
         cands = pure or cands
     if not cands:
         dims = ", ".join(f"{k}={v}" for k, v in c.point.items())
-        return not_measured(f"no measured point matches {dims} for {mmetric}"
-                            + (f" in workload {c.workload!r}" if c.workload else "")
-                            + " (the point is not in this plan's tier/shard, or was not measured)", c.speedup or c.candidate)
+        return not_measured(
+            f"no measured point matches {dims} for {mmetric}"
+            + (f" in workload {c.workload!r}" if c.workload else "")
+            + " (the point is not in this plan's tier/shard, or was not measured)",
+            c.speedup or c.candidate,
+        )
     cands.sort(key=lambda m: (bool(m.point_dims.get("full_context")), m.point_dims.get("context") or 0, m.point))
     m = cands[0]
     others = [x.point for x in cands[1:]]
@@ -185,25 +213,52 @@ def _one(c: Any, measured: Sequence[MeasuredMetric], *, workload_kinds: dict[str
     absolute = how == "absolute" and not rehearsal and c.candidate is not None
     if not absolute:
         if claimed_speedup is None:
-            why = ("absolute claims hold on the claim's hardware only and this run is a rehearsal on other hardware"
-                   if rehearsal else "the claim states neither a speedup nor a candidate value")
+            why = (
+                "absolute claims hold on the claim's hardware only and this run is a rehearsal on other hardware"
+                if rehearsal
+                else "the claim states neither a speedup nor a candidate value"
+            )
             return not_measured(why, c.candidate)
         ok = m.ci_high >= claimed_speedup * tol
-        why = (f"measured speedup {m.speedup:.3f} [{m.ci_low:.3f}, {m.ci_high:.3f}] ({m.confidence:.0%}) at {m.point}"
-               f"{' per GPU' if m.normalized else ''}; "
-               + (f"the upper end reaches {claimed_speedup:.3g} x (1 - {noise_margin:g})" if ok else
-                  f"the upper end is below {claimed_speedup:.3g} x (1 - {noise_margin:g}) = {claimed_speedup * tol:.3g}"))
+        why = (
+            f"measured speedup {m.speedup:.3f} [{m.ci_low:.3f}, {m.ci_high:.3f}] ({m.confidence:.0%}) at {m.point}"
+            f"{' per GPU' if m.normalized else ''}; "
+            + (
+                f"the upper end reaches {claimed_speedup:.3g} x (1 - {noise_margin:g})"
+                if ok
+                else f"the upper end is below {claimed_speedup:.3g} x (1 - {noise_margin:g}) = {claimed_speedup * tol:.3g}"
+            )
+        )
         if how == "absolute":
             why += " (absolute numbers are not comparable on this host, so the claimed ratio is compared)"
-        return ClaimResult(status="confirmed" if ok else "not_confirmed", reason=why + flag, claimed=claimed_speedup,
-                           measured=m.speedup, ci_low=m.ci_low, ci_high=m.ci_high, confidence=m.confidence,
-                           measured_baseline=None, **base, **common)
+        return ClaimResult(
+            status="confirmed" if ok else "not_confirmed",
+            reason=why + flag,
+            claimed=claimed_speedup,
+            measured=m.speedup,
+            ci_low=m.ci_low,
+            ci_high=m.ci_high,
+            confidence=m.confidence,
+            measured_baseline=None,
+            **base,
+            **common,
+        )
     assert c.candidate is not None
     v = m.candidate_value
     if v is None:
         return not_measured(f"{mmetric} has no candidate value at {m.point}", c.candidate)
     ok = v >= c.candidate * tol
-    why = (f"measured candidate {mmetric} {_fmt(v)} (baseline {_fmt(m.baseline_value)}) at {m.point}; "
-           + ("it reaches" if ok else "it is below") + f" the claimed {c.candidate:g} x (1 - {noise_margin:g})")
-    return ClaimResult(status="confirmed" if ok else "not_confirmed", reason=why + flag, claimed=c.candidate, measured=v,
-                       measured_baseline=m.baseline_value, **base, **common)
+    why = (
+        f"measured candidate {mmetric} {_fmt(v)} (baseline {_fmt(m.baseline_value)}) at {m.point}; "
+        + ("it reaches" if ok else "it is below")
+        + f" the claimed {c.candidate:g} x (1 - {noise_margin:g})"
+    )
+    return ClaimResult(
+        status="confirmed" if ok else "not_confirmed",
+        reason=why + flag,
+        claimed=c.candidate,
+        measured=v,
+        measured_baseline=m.baseline_value,
+        **base,
+        **common,
+    )

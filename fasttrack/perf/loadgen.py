@@ -78,8 +78,9 @@ class PerfClient:
 
     async def __aenter__(self) -> "PerfClient":
         conn = aiohttp.TCPConnector(limit=self._max_connections, ttl_dns_cache=300, force_close=False)
-        self._session = aiohttp.ClientSession(connector=conn, timeout=self._timeout, auto_decompress=False,
-                                              read_bufsize=1 << 16)
+        self._session = aiohttp.ClientSession(
+            connector=conn, timeout=self._timeout, auto_decompress=False, read_bufsize=1 << 16
+        )
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -130,14 +131,18 @@ class PerfClient:
                         if cut < 0:
                             break
                         msg = buf[:cut]
-                        buf = buf[cut + 2:]
+                        buf = buf[cut + 2 :]
                         if not msg.startswith(b"data:"):
                             continue
                         payload = msg[5:].strip()
                         if payload == b"[DONE]":
                             continue
-                        if fast and b'"choices":[{' in payload and b'"error"' not in payload \
-                                and b'"usage":{' not in payload:
+                        if (
+                            fast
+                            and b'"choices":[{' in payload
+                            and b'"error"' not in payload
+                            and b'"usage":{' not in payload
+                        ):
                             # a content chunk: its arrival time is all we need (tokens come from usage)
                             times.append(now)
                             ntok.append(1)
@@ -163,8 +168,11 @@ class PerfClient:
                                 rec.cached_tokens = int(details["cached_tokens"])
                             timing = obj.get("metrics")
                             if isinstance(timing, dict):
-                                rec.engine_timing = {k: float(v) for k, v in timing.items()
-                                                     if k in ENGINE_TIMING_KEYS and isinstance(v, (int, float))}
+                                rec.engine_timing = {
+                                    k: float(v)
+                                    for k, v in timing.items()
+                                    if k in ENGINE_TIMING_KEYS and isinstance(v, (int, float))
+                                }
                         if not choices and obj.get("error"):
                             err = obj["error"]
                             rec.error = str(err.get("message") if isinstance(err, dict) else err)[:500]
@@ -206,7 +214,7 @@ async def run_waves(client: PerfClient, requests: Sequence[GenRequest], *, batch
         raise ValueError("batch must be >= 1")
     out: list[RequestRecord] = []
     for i in range(0, len(requests), batch):
-        wave = requests[i:i + batch]
+        wave = requests[i : i + batch]
         out.extend(await asyncio.gather(*(client.stream(r) for r in wave)))
     return out
 
@@ -246,7 +254,7 @@ async def run_open(
         async with sem:
             return await client.stream(r)
 
-    return list(await asyncio.gather(*(one(r, a) for r, a in zip(requests, arrivals_s))))
+    return list(await asyncio.gather(*(one(r, a) for r, a in zip(requests, arrivals_s, strict=False))))
 
 
 def run_loop(coro: Awaitable[T], *, use_uvloop: bool = True) -> T:

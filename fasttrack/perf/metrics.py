@@ -63,8 +63,9 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 PERCENTILES: tuple[int, ...] = (50, 90, 99)
-ENGINE_TIMING_KEYS = frozenset({"time_to_first_token_ms", "generation_time_ms", "queue_time_ms", "mean_itl_ms",
-                                "tokens_per_second"})
+ENGINE_TIMING_KEYS = frozenset(
+    {"time_to_first_token_ms", "generation_time_ms", "queue_time_ms", "mean_itl_ms", "tokens_per_second"}
+)
 """Fields of vLLM's per-request ``metrics`` (``--enable-per-request-metrics``) that are kept."""
 BURST_READ_FRACTION = 0.25
 BURST_MIN_TOKENS = 4
@@ -137,7 +138,7 @@ class RequestRecord:
 
     def itls(self) -> list[float]:
         ts = self.chunk_times
-        return [b - a for a, b in zip(ts, ts[1:])]
+        return [b - a for a, b in zip(ts, ts[1:], strict=False)]
 
 
 class _Model(BaseModel):
@@ -271,8 +272,11 @@ def compute_run_metrics(
     e2e = [r.e2e * 1e3 for r in ok]  # type: ignore[operator]
     tpot = [t * 1e3 for r in timed if (t := r.tpot) is not None]
     engine_tpot = [t for r in ok if (t := r.engine_tpot_ms) is not None]
-    engine_ttft = [float(r.engine_timing["time_to_first_token_ms"]) for r in ok
-                   if r.engine_timing and r.engine_timing.get("time_to_first_token_ms") is not None]
+    engine_ttft = [
+        float(r.engine_timing["time_to_first_token_ms"])
+        for r in ok
+        if r.engine_timing and r.engine_timing.get("time_to_first_token_ms") is not None
+    ]
     itl: list[float] = []
     for r in timed:
         itl.extend(g * 1e3 for g in r.itls())
@@ -284,8 +288,13 @@ def compute_run_metrics(
     decode_time = union_length([(r.chunk_times[0], r.chunk_times[-1]) for r in ok if len(r.chunk_times) > 1])
     chunks = sum(len(r.chunk_times) for r in records)
     ptiles: dict[str, float | None] = {}
-    for name, vals in (("ttft_ms", ttft), ("tpot_ms", tpot), ("itl_ms", itl), ("e2e_ms", e2e),
-                       ("engine_tpot_ms", engine_tpot)):
+    for name, vals in (
+        ("ttft_ms", ttft),
+        ("tpot_ms", tpot),
+        ("itl_ms", itl),
+        ("e2e_ms", e2e),
+        ("engine_tpot_ms", engine_tpot),
+    ):
         for q in PERCENTILES:
             ptiles[f"{name}_p{q}"] = pct(vals, q)
     for q in PERCENTILES:
@@ -293,17 +302,35 @@ def compute_run_metrics(
         ptiles[f"interactivity_p{q}"] = (1000.0 / v) if v else None
     thr = out_tokens / duration
     return RunMetrics(
-        workload=workload, point=point, side=side, lifetime=lifetime, run=run,
-        requests=len(records), failed=len(bad), errors=errors, duration_s=duration, started_at=started_at,
-        prompt_tokens=prompt_tokens, cached_prompt_tokens=sum(cached) if cached else None,
-        output_tokens=out_tokens, output_throughput=thr,
+        workload=workload,
+        point=point,
+        side=side,
+        lifetime=lifetime,
+        run=run,
+        requests=len(records),
+        failed=len(bad),
+        errors=errors,
+        duration_s=duration,
+        started_at=started_at,
+        prompt_tokens=prompt_tokens,
+        cached_prompt_tokens=sum(cached) if cached else None,
+        output_tokens=out_tokens,
+        output_throughput=thr,
         decode_throughput=(decode_tokens / decode_time) if decode_time > 0 else None,
-        per_gpu_throughput=(thr / gpus) if gpus > 0 else None, gpus=gpus,
-        ttft_ms=ttft, tpot_ms=tpot, itl_ms=itl, e2e_ms=e2e, engine_tpot_ms=engine_tpot, engine_ttft_ms=engine_ttft,
+        per_gpu_throughput=(thr / gpus) if gpus > 0 else None,
+        gpus=gpus,
+        ttft_ms=ttft,
+        tpot_ms=tpot,
+        itl_ms=itl,
+        e2e_ms=e2e,
+        engine_tpot_ms=engine_tpot,
+        engine_ttft_ms=engine_ttft,
         percentiles=ptiles,
         client_cpu_s=client_cpu_s,
         client_cpu_us_per_token=(client_cpu_s / chunks * 1e6) if chunks else None,
-        content_chunks=chunks, burst_delivered=len(ok) - len(timed), warmup_requests=warmup_requests,
+        content_chunks=chunks,
+        burst_delivered=len(ok) - len(timed),
+        warmup_requests=warmup_requests,
         extra=dict(extra or {}),
     )
 
@@ -343,23 +370,45 @@ class MetricDef:
 
 METRICS: dict[str, MetricDef] = {
     "median_tpot_ms": MetricDef(
-        "median_tpot_ms", "lower_is_better", "median", "tpot_ms", "ms",
-        "median over requests of (e2e - ttft) / (output_tokens - 1)"),
+        "median_tpot_ms",
+        "lower_is_better",
+        "median",
+        "tpot_ms",
+        "ms",
+        "median over requests of (e2e - ttft) / (output_tokens - 1)",
+    ),
     "median_engine_tpot_ms": MetricDef(
-        "median_engine_tpot_ms", "lower_is_better", "median", "engine_tpot_ms", "ms",
+        "median_engine_tpot_ms",
+        "lower_is_better",
+        "median",
+        "engine_tpot_ms",
+        "ms",
         "median over requests of TPOT from the engine core's timestamps (vLLM --enable-per-request-metrics: "
-        "first to last output token over output_tokens - 1); independent of stream delivery"),
+        "first to last output token over output_tokens - 1); independent of stream delivery",
+    ),
     "median_itl_ms": MetricDef(
-        "median_itl_ms", "lower_is_better", "median", "itl_ms", "ms",
-        "median gap between consecutive content chunks"),
+        "median_itl_ms", "lower_is_better", "median", "itl_ms", "ms", "median gap between consecutive content chunks"
+    ),
     "median_ttft_ms": MetricDef(
-        "median_ttft_ms", "lower_is_better", "median", "ttft_ms", "ms", "median time to first token"),
+        "median_ttft_ms", "lower_is_better", "median", "ttft_ms", "ms", "median time to first token"
+    ),
     "output_throughput": MetricDef(
-        "output_throughput", "higher_is_better", "mean", "output_throughput", "tokens/s",
-        "mean over runs of the run's completion tokens / wall time (whole engine)"),
+        "output_throughput",
+        "higher_is_better",
+        "mean",
+        "output_throughput",
+        "tokens/s",
+        "mean over runs of the run's completion tokens / wall time (whole engine)",
+    ),
     "p90_interactivity": MetricDef(
-        "p90_interactivity", "lower_is_better", "p90", "itl_ms", "tokens/s/user",
+        "p90_interactivity",
+        "lower_is_better",
+        "p90",
+        "itl_ms",
+        "tokens/s/user",
         "1000 / p90 ITL: the slow tail, 90% of inter-token gaps were at least this fast; the speedup of "
-        "p90 ITL equals the speedup of p90 interactivity", display_inverse=True),
+        "p90 ITL equals the speedup of p90 interactivity",
+        display_inverse=True,
+    ),
 }
 """Metrics the perf gate can compare (``gates.perf.metrics`` / ``gated_metric``)."""

@@ -29,7 +29,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-
 DRIFT_NOTE = (
     "An order with one extra baseline lifetime at the end (baseline, candidate, ..., baseline) makes that last "
     "lifetime a drift check: it measures every point again (min_runs runs, no looks) and its runs are compared "
@@ -49,8 +48,9 @@ class LookSchedule:
     """The k-th lifetimes of the two sides are up together (pairs); looks only where a pair is complete."""
 
     @classmethod
-    def for_group(cls, order: Sequence[str], *, min_runs: int, max_runs: int,
-                  interleaved: bool = False) -> "LookSchedule":
+    def for_group(
+        cls, order: Sequence[str], *, min_runs: int, max_runs: int, interleaved: bool = False
+    ) -> "LookSchedule":
         if min_runs < 1 or max_runs < min_runs:
             raise ValueError(f"need 1 <= min_runs <= max_runs, got {min_runs}, {max_runs}")
         return cls(order=tuple(order), min_runs=min_runs, max_runs=max_runs, interleaved=interleaved)
@@ -62,7 +62,11 @@ class LookSchedule:
     @property
     def drift_position(self) -> int | None:
         """Position of a trailing extra baseline lifetime (a drift-only lifetime), if the order has one."""
-        if self.order and self.order[-1] == "baseline" and self.order.count("baseline") == self.order.count("candidate") + 1:
+        if (
+            self.order
+            and self.order[-1] == "baseline"
+            and self.order.count("baseline") == self.order.count("candidate") + 1
+        ):
             return len(self.order) - 1
         return None
 
@@ -120,8 +124,12 @@ class LookSchedule:
 
     def describe(self) -> dict[str, object]:
         return {
-            "order": list(self.order), "min_runs": self.min_runs, "max_runs": self.max_runs,
+            "order": list(self.order),
+            "min_runs": self.min_runs,
+            "max_runs": self.max_runs,
             "min_lifetimes_before_a_look": self.min_lifetimes,
-            "look_positions": self.look_positions(), "planned_looks": self.planned_looks,
-            "drift_position": self.drift_position, "interleaved": self.interleaved,
+            "look_positions": self.look_positions(),
+            "planned_looks": self.planned_looks,
+            "drift_position": self.drift_position,
+            "interleaved": self.interleaved,
         }

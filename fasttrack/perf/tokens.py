@@ -41,14 +41,14 @@ class TokenPool:
             return []
         d = _digest(key)
         size = len(self.ids)
-        salt = [self.ids[int.from_bytes(d[4 * k:4 * k + 4], "big") % size] for k in range(SALT_TOKENS)]
+        salt = [self.ids[int.from_bytes(d[4 * k : 4 * k + 4], "big") % size] for k in range(SALT_TOKENS)]
         if n <= SALT_TOKENS:
             return salt[:n]
         need = n - SALT_TOKENS
         start = int.from_bytes(d[16:24], "big") % size
         out = list(salt)
         while need > 0:
-            take = self.ids[start:start + need]
+            take = self.ids[start : start + need]
             out.extend(take)
             need -= len(take)
             start = 0

@@ -186,8 +186,13 @@ def _is_mooncake(obj: dict[str, Any]) -> bool:
     return "input_length" in obj and "output_length" in obj and "id" not in obj
 
 
-def import_mooncake(rows: Iterable[dict[str, Any]], *, block_size: int = MOONCAKE_BLOCK_SIZE,
-                    time_unit_s: float = 1e-3, source: str | None = None) -> Trace:
+def import_mooncake(
+    rows: Iterable[dict[str, Any]],
+    *,
+    block_size: int = MOONCAKE_BLOCK_SIZE,
+    time_unit_s: float = 1e-3,
+    source: str | None = None,
+) -> Trace:
     """Mooncake-style rows (timestamp, input_length, output_length, hash_ids) -> a trace.
 
     Each row becomes a single-turn session; ``timestamp`` (milliseconds by default,
@@ -201,18 +206,21 @@ def import_mooncake(rows: Iterable[dict[str, Any]], *, block_size: int = MOONCAK
     reqs = []
     for i, r in enumerate(rows):
         try:
-            reqs.append(TraceRequest(
-                id=f"r{i}",
-                arrival_s=(float(r.get("timestamp", 0) or 0) - t0) * time_unit_s,
-                input_tokens=int(r["input_length"]),
-                output_tokens=int(r["output_length"]),
-                hash_ids=[int(h) for h in (r.get("hash_ids") or [])] or None,
-            ))
+            reqs.append(
+                TraceRequest(
+                    id=f"r{i}",
+                    arrival_s=(float(r.get("timestamp", 0) or 0) - t0) * time_unit_s,
+                    input_tokens=int(r["input_length"]),
+                    output_tokens=int(r["output_length"]),
+                    hash_ids=[int(h) for h in (r.get("hash_ids") or [])] or None,
+                )
+            )
         except (KeyError, TypeError, ValueError, ValidationError) as exc:
             raise TraceError(f"Mooncake row {i + 1} is malformed: {_short(exc)}") from None
     reqs.sort(key=lambda q: q.arrival_s)
-    header = TraceHeader(fasttrack_trace=TRACE_VERSION, name="mooncake import", block_size=block_size,
-                         source=source or "mooncake")
+    header = TraceHeader(
+        fasttrack_trace=TRACE_VERSION, name="mooncake import", block_size=block_size, source=source or "mooncake"
+    )
     return Trace(header=header, requests=reqs)
 
 
@@ -249,14 +257,18 @@ def parse_trace(text: str, *, source: str = "<trace>") -> Trace:
     except ValidationError as exc:
         raise TraceError(f"{source}:1: the header is malformed: {_short(exc)}") from None
     if header.fasttrack_trace != TRACE_VERSION:
-        raise TraceError(f"{source}: trace format version {header.fasttrack_trace} is not supported (this is version {TRACE_VERSION}).")
+        raise TraceError(
+            f"{source}: trace format version {header.fasttrack_trace} is not supported (this is version {TRACE_VERSION})."
+        )
     reqs = []
     for n, obj in objs:
         try:
             reqs.append(TraceRequest.model_validate(obj))
         except ValidationError as exc:
-            raise TraceError(f"{source}:{n}: {_short(exc)}",
-                             hint="Each request line needs id, input_tokens and output_tokens (docs/perf.md, trace format).") from None
+            raise TraceError(
+                f"{source}:{n}: {_short(exc)}",
+                hint="Each request line needs id, input_tokens and output_tokens (docs/perf.md, trace format).",
+            ) from None
     try:
         return Trace(header=header, requests=reqs)
     except ValidationError as exc:
@@ -265,8 +277,10 @@ def parse_trace(text: str, *, source: str = "<trace>") -> Trace:
 
 def load_trace(path: Path) -> Trace:
     if not path.is_file():
-        raise TraceError(f"the trace file {path} does not exist.",
-                         hint="Point the workload's 'trace' at a JSONL file relative to the scope file (docs/perf.md).")
+        raise TraceError(
+            f"the trace file {path} does not exist.",
+            hint="Point the workload's 'trace' at a JSONL file relative to the scope file (docs/perf.md).",
+        )
     return parse_trace(path.read_text(encoding="utf-8"), source=str(path))
 
 
@@ -274,8 +288,13 @@ def dump_trace(trace: Trace) -> str:
     """The trace as JSONL text (header first)."""
     lines = [json.dumps(trace.header.model_dump(exclude_none=True), sort_keys=True)]
     for r in trace.requests:
-        lines.append(json.dumps(r.model_dump(exclude_none=True, exclude_defaults=True) | {"id": r.id,
-                                "input_tokens": r.input_tokens, "output_tokens": r.output_tokens}, sort_keys=True))
+        lines.append(
+            json.dumps(
+                r.model_dump(exclude_none=True, exclude_defaults=True)
+                | {"id": r.id, "input_tokens": r.input_tokens, "output_tokens": r.output_tokens},
+                sort_keys=True,
+            )
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -313,7 +332,7 @@ def build_prompt(
             ids.extend(pool.tokens(f"{tag}|block|{h}", block_size))
         if len(ids) < req.input_tokens:
             ids.extend(pool.tokens(f"{tag}|tail|{req.id}", req.input_tokens - len(ids)))
-        ids = ids[:req.input_tokens]
+        ids = ids[: req.input_tokens]
     else:
         base = list(history) if history is not None else list(pool.bos)
         if history is None and req.prefix is not None:
@@ -327,7 +346,7 @@ def build_prompt(
         else:
             # keep the start (shared prefix, reusable KV) and the newest tokens
             head = max_prompt // 2
-            ids = ids[:head] + ids[len(ids) - (max_prompt - head):]
+            ids = ids[:head] + ids[len(ids) - (max_prompt - head) :]
     return ids
 
 
@@ -376,10 +395,18 @@ async def replay(
             if hist is None and r.fork:
                 hist = list(history_after.get(r.fork, []))
             max_prompt = max(1, max_model_len - r.output_tokens - 1)
-            prompt = build_prompt(r, pool=pool, tag=tag, history=hist, block_size=trace.header.block_size,
-                                  max_prompt=max_prompt, stats=stats)
-            rec = await client.stream(GenRequest(id=r.id, prompt=prompt, max_tokens=r.output_tokens,
-                                                 want_ids=r.hash_ids is None))
+            prompt = build_prompt(
+                r,
+                pool=pool,
+                tag=tag,
+                history=hist,
+                block_size=trace.header.block_size,
+                max_prompt=max_prompt,
+                stats=stats,
+            )
+            rec = await client.stream(
+                GenRequest(id=r.id, prompt=prompt, max_tokens=r.output_tokens, want_ids=r.hash_ids is None)
+            )
             records[r.id] = rec
             if not rec.ok:
                 failed.add(r.id)

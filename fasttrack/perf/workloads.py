@@ -47,7 +47,7 @@ from fasttrack.perf.metrics import RequestRecord
 from fasttrack.perf.tokens import TokenPool
 
 if TYPE_CHECKING:  # pragma: no cover
-    from fasttrack.perf.trace import Trace, ReplayStats
+    from fasttrack.perf.trace import ReplayStats, Trace
     from fasttrack.plan import ConfigPoint, EngineGroup, Plan
     from fasttrack.scope import WorkloadSpec
 
@@ -88,17 +88,32 @@ class WorkItem:
 
     def describe(self) -> dict[str, Any]:
         return {
-            "workload": self.workload, "kind": self.kind, "point": self.point, "group": self.group,
-            "batch": self.batch, "context": self.context, "full_context": self.full_context,
-            "prompt_len": self.prompt_len, "output_len": self.output_len,
-            "requests_per_run": self.requests_per_run, "mode": self.mode, "arrival_rate": self.arrival_rate,
+            "workload": self.workload,
+            "kind": self.kind,
+            "point": self.point,
+            "group": self.group,
+            "batch": self.batch,
+            "context": self.context,
+            "full_context": self.full_context,
+            "prompt_len": self.prompt_len,
+            "output_len": self.output_len,
+            "requests_per_run": self.requests_per_run,
+            "mode": self.mode,
+            "arrival_rate": self.arrival_rate,
         }
 
 
 def _dims(p: "ConfigPoint") -> dict[str, Any]:
-    return {"tp": p.tp, "dcp": p.dcp, "spec": p.spec, "draft_length": p.draft_length,
-            "acceptance_length": p.acceptance_length, "batch": p.batch, "context": p.context,
-            "full_context": p.full_context}
+    return {
+        "tp": p.tp,
+        "dcp": p.dcp,
+        "spec": p.spec,
+        "draft_length": p.draft_length,
+        "acceptance_length": p.acceptance_length,
+        "batch": p.batch,
+        "context": p.context,
+        "full_context": p.full_context,
+    }
 
 
 def _prompt_len(p: "ConfigPoint", output_len: int, max_model_len: int) -> tuple[int, list[str]]:
@@ -108,8 +123,10 @@ def _prompt_len(p: "ConfigPoint", output_len: int, max_model_len: int) -> tuple[
     if p.full_context:
         return room, []
     if p.context > room:
-        return room, [f"context {p.context} + output {output_len} exceeds max_model_len {max_model_len}: "
-                      f"prompts cut to {room} tokens"]
+        return room, [
+            f"context {p.context} + output {output_len} exceeds max_model_len {max_model_len}: "
+            f"prompts cut to {room} tokens"
+        ]
     return p.context, []
 
 
@@ -141,7 +158,9 @@ def plan_items(
     for w in workloads:
         base_notes = []
         if w.kind in ("pure_decode", "context_sweep") and w.input_len is not None:
-            base_notes.append(f"input_len {w.input_len} is not used by {w.kind}: the prompt length is each point's context")
+            base_notes.append(
+                f"input_len {w.input_len} is not used by {w.kind}: the prompt length is each point's context"
+            )
         if w.kind == "pure_decode":
             sel = pts
         elif w.kind == "context_sweep":
@@ -149,14 +168,34 @@ def plan_items(
         elif w.kind in ("mixed", "prompts"):
             sel = [short(b) for b in batches]
         elif w.kind == "trace_replay":
-            items.append(WorkItem(
-                key=f"{w.name}@{group.id}-trace", workload=w.name, kind=w.kind, point=f"{group.id}-trace",
-                group=group.id, batch=None, context=None, full_context=False, prompt_len=None, output_len=None,
-                requests_per_run=w.requests_per_run or 0, mode="trace",
-                point_dims={"tp": group.tp, "dcp": group.dcp, "spec": group.spec, "draft_length": group.draft_length},
-                notes=base_notes + (["output_len is not used by trace_replay: each request has its own"]
-                                    if "output_len" in w.model_fields_set else []),
-            ))
+            items.append(
+                WorkItem(
+                    key=f"{w.name}@{group.id}-trace",
+                    workload=w.name,
+                    kind=w.kind,
+                    point=f"{group.id}-trace",
+                    group=group.id,
+                    batch=None,
+                    context=None,
+                    full_context=False,
+                    prompt_len=None,
+                    output_len=None,
+                    requests_per_run=w.requests_per_run or 0,
+                    mode="trace",
+                    point_dims={
+                        "tp": group.tp,
+                        "dcp": group.dcp,
+                        "spec": group.spec,
+                        "draft_length": group.draft_length,
+                    },
+                    notes=base_notes
+                    + (
+                        ["output_len is not used by trace_replay: each request has its own"]
+                        if "output_len" in w.model_fields_set
+                        else []
+                    ),
+                )
+            )
             continue
         else:  # pragma: no cover - the scope's Literal forbids it
             continue
@@ -179,12 +218,25 @@ def plan_items(
                 n_req, n3 = _waves_requests(w, p.batch)
                 notes += n3
                 mode = "waves"
-            items.append(WorkItem(
-                key=f"{w.name}@{p.id}", workload=w.name, kind=w.kind, point=p.id, group=group.id, batch=p.batch,
-                context=p.context, full_context=p.full_context, prompt_len=plen, output_len=w.output_len,
-                requests_per_run=n_req, mode=mode, arrival_rate=w.arrival_rate if w.kind == "mixed" else None,
-                point_dims=_dims(p), notes=notes,
-            ))
+            items.append(
+                WorkItem(
+                    key=f"{w.name}@{p.id}",
+                    workload=w.name,
+                    kind=w.kind,
+                    point=p.id,
+                    group=group.id,
+                    batch=p.batch,
+                    context=p.context,
+                    full_context=p.full_context,
+                    prompt_len=plen,
+                    output_len=w.output_len,
+                    requests_per_run=n_req,
+                    mode=mode,
+                    arrival_rate=w.arrival_rate if w.kind == "mixed" else None,
+                    point_dims=_dims(p),
+                    notes=notes,
+                )
+            )
     return items
 
 
@@ -245,7 +297,9 @@ def run_requests(item: WorkItem, run: int, inputs: RunInputs, *, warmup: bool = 
                 prompt = prompt[-room:]
         elif item.kind == "pure_decode":
             assert item.prompt_len is not None
-            prompt = shared_prefix_prompt(inputs.pool, f"{item.workload}|{item.prompt_len}", f"{tag}|{i}", item.prompt_len)
+            prompt = shared_prefix_prompt(
+                inputs.pool, f"{item.workload}|{item.prompt_len}", f"{tag}|{i}", item.prompt_len
+            )
         else:
             assert item.prompt_len is not None
             prompt = inputs.pool.prompt(f"{tag}|{i}", item.prompt_len)
@@ -261,15 +315,18 @@ def shared_prefix_prompt(pool: TokenPool, shared_key: str, key: str, n: int) -> 
     return pool.bos[:n] + pool.tokens(f"{shared_key}|shared", body - tail) + pool.tokens(key, tail)
 
 
-async def execute(client: PerfClient, item: WorkItem, run: int, inputs: RunInputs) -> tuple[list[RequestRecord], dict[str, Any]]:
+async def execute(
+    client: PerfClient, item: WorkItem, run: int, inputs: RunInputs
+) -> tuple[list[RequestRecord], dict[str, Any]]:
     """Send one run of ``item``; returns the records and workload facts for the run's ``extra``."""
     if item.mode == "trace":
         from fasttrack.perf.trace import replay
 
         assert inputs.trace is not None
         tr = inputs.trace
-        recs, st = await replay(client, tr, pool=inputs.pool, tag=f"{item.key}|run{run}",
-                                max_model_len=inputs.max_model_len)
+        recs, st = await replay(
+            client, tr, pool=inputs.pool, tag=f"{item.key}|run{run}", max_model_len=inputs.max_model_len
+        )
         return recs, _replay_extra(st)
     reqs = run_requests(item, run, inputs)
     if item.mode == "waves":
@@ -283,16 +340,25 @@ async def execute(client: PerfClient, item: WorkItem, run: int, inputs: RunInput
 
 
 def _replay_extra(st: "ReplayStats") -> dict[str, Any]:
-    return {"clipped_requests": st.clipped, "clipped_tokens": st.clipped_tokens,
-            "failed_dependencies": st.failed_dependencies}
+    return {
+        "clipped_requests": st.clipped,
+        "clipped_tokens": st.clipped_tokens,
+        "failed_dependencies": st.failed_dependencies,
+    }
 
 
 async def warm_up(client: PerfClient, item: WorkItem, inputs: RunInputs) -> int:
     """One discarded wave before an item's runs; returns the number of warm-up requests."""
     if item.mode == "trace":
         n = min(4, len(inputs.trace.requests)) if inputs.trace else 1
-        reqs = [GenRequest(id=f"{item.key}|warmup|{i}", prompt=inputs.pool.prompt(f"{item.key}|warmup|{i}", 32),
-                           max_tokens=WARMUP_TOKENS) for i in range(n)]
+        reqs = [
+            GenRequest(
+                id=f"{item.key}|warmup|{i}",
+                prompt=inputs.pool.prompt(f"{item.key}|warmup|{i}", 32),
+                max_tokens=WARMUP_TOKENS,
+            )
+            for i in range(n)
+        ]
         await run_waves(client, reqs, batch=n)
         return n
     reqs = run_requests(item, 0, inputs, warmup=True)

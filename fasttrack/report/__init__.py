@@ -24,7 +24,14 @@ _EXPORTS = {
     "serve": "server",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "build_report_data",
+    "build_site",
+    "render_comment",
+    "render_report",
+    "report_html",
+    "serve",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -67,7 +67,9 @@ def compare(a: BundleRecord, b: BundleRecord) -> PairResult:
         status = "not_comparable"
     else:
         status = "disagree" if diffs else "agree"
-    return PairResult(a=a.id, b=b.id, status=status, differences=diffs, compared_checks=nchecks, compared_points=npoints)
+    return PairResult(
+        a=a.id, b=b.id, status=status, differences=diffs, compared_checks=nchecks, compared_points=npoints
+    )
 
 
 def _f(v: float | None) -> str:

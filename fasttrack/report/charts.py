@@ -114,15 +114,25 @@ def speedup_chart(
         lab = str(xv) if x == "batch" else _ctx(xv)
         axes.add(text(px(i), mt + ph + 17, lab, anchor="middle", cls="tick"))
     axes.add(text(ml + pw / 2, H - 8, xname, anchor="middle", cls="axis-title"))
-    axes.add(text(14, mt + ph / 2, "speedup (\u00d7, >1 = candidate better)", anchor="middle", cls="axis-title",
-                  transform=f"rotate(-90 14 {num(mt + ph / 2)})"))
+    axes.add(
+        text(
+            14,
+            mt + ph / 2,
+            "speedup (\u00d7, >1 = candidate better)",
+            anchor="middle",
+            cls="axis-title",
+            transform=f"rotate(-90 14 {num(mt + ph / 2)})",
+        )
+    )
     root.add(axes)
     ref = El("g", {"class": "refs"})
     ref.add(line(ml, py(1.0), ml + pw, py(1.0), cls="parity", dash="4 3"))
     ref.add(text(ml + pw - 4, py(1.0) - 4, "parity 1.0", anchor="end", cls="ref-label"))
     if threshold is not None and lo <= threshold <= hi:
         ref.add(line(ml, py(threshold), ml + pw, py(threshold), cls="threshold", dash="6 3"))
-        ref.add(text(ml + 4, py(threshold) + 12, f"gate {threshold:g}", anchor="start", cls="ref-label threshold-label"))
+        ref.add(
+            text(ml + 4, py(threshold) + 12, f"gate {threshold:g}", anchor="start", cls="ref-label threshold-label")
+        )
     root.add(ref)
 
     n = len(labels)
@@ -136,7 +146,7 @@ def speedup_chart(
         pts = [(px(xs.index(xval(r))) + dx, py(r.speedup)) for r in rs]  # type: ignore[arg-type]
         if len(pts) > 1:
             g.add(polyline(pts, cls="series-line"))
-        for r, (cx, cy) in zip(rs, pts):
+        for r, (cx, cy) in zip(rs, pts, strict=False):
             mark = El("g", {"class": "mark" + (" failed" if r.verdict == "fail" else "")})
             tip = (
                 f"{r.point}: speedup {fmt.speedup(r.speedup)}"
@@ -171,8 +181,13 @@ def _ctx(v: int | None) -> str:
     return f"{v // 1024}k" if v >= 1024 and v % 1024 == 0 else str(v)
 
 
-def bins_chart(bins: Sequence[tuple[str, float | None, float | None]], *, title: str, ymax: float | None = None,
-               xlabel: str = "bin") -> Markup | None:
+def bins_chart(
+    bins: Sequence[tuple[str, float | None, float | None]],
+    *,
+    title: str,
+    ymax: float | None = None,
+    xlabel: str = "bin",
+) -> Markup | None:
     """Grouped bars, baseline against candidate, one group per bin: ``(bin, baseline, candidate)``."""
     bins = [b for b in bins if b[1] is not None or b[2] is not None][:40]
     if not bins:
@@ -191,7 +206,10 @@ def bins_chart(bins: Sequence[tuple[str, float | None, float | None]], *, title:
     root = svg(W, H, label=f"{title}: baseline and candidate score per bin")
     g = El("g", {"class": "grid"})
     for t in ticks:
-        g.add(line(ml, py(t), ml + pw, py(t), cls="gridline"), text(ml - 6, py(t) + 4, _tick_label(t), anchor="end", cls="tick"))
+        g.add(
+            line(ml, py(t), ml + pw, py(t), cls="gridline"),
+            text(ml - 6, py(t) + 4, _tick_label(t), anchor="end", cls="tick"),
+        )
     root.add(g)
     root.add(line(ml, mt + ph, ml + pw, mt + ph, cls="axis"))
     slot = pw / len(bins)
@@ -204,20 +222,34 @@ def bins_chart(bins: Sequence[tuple[str, float | None, float | None]], *, title:
             if v is None:
                 continue
             x0 = cx - bw + j * bw
-            grp.add(El("rect", {"x": num(x0), "y": num(py(max(v, 0.0))), "width": num(bw - 1),
-                                "height": num(max(0.0, ph - (py(max(v, 0.0)) - mt))), "class": cls}))
+            grp.add(
+                El(
+                    "rect",
+                    {
+                        "x": num(x0),
+                        "y": num(py(max(v, 0.0))),
+                        "width": num(bw - 1),
+                        "height": num(max(0.0, ph - (py(max(v, 0.0)) - mt))),
+                        "class": cls,
+                    },
+                )
+            )
         grp.add(text(cx, mt + ph + 16, fmt.one_line(name, 14), anchor="middle", cls="tick"))
         root.add(grp)
     lx = W - mr + 16
-    root.add(El("rect", {"x": num(lx), "y": num(mt + 2), "width": "12", "height": "12", "class": "bar-baseline"}),
-             text(lx + 18, mt + 12, "baseline", cls="legend-label"),
-             El("rect", {"x": num(lx), "y": num(mt + 22), "width": "12", "height": "12", "class": "bar-candidate"}),
-             text(lx + 18, mt + 32, "candidate", cls="legend-label"))
+    root.add(
+        El("rect", {"x": num(lx), "y": num(mt + 2), "width": "12", "height": "12", "class": "bar-baseline"}),
+        text(lx + 18, mt + 12, "baseline", cls="legend-label"),
+        El("rect", {"x": num(lx), "y": num(mt + 22), "width": "12", "height": "12", "class": "bar-candidate"}),
+        text(lx + 18, mt + 32, "candidate", cls="legend-label"),
+    )
     root.add(text(ml + pw / 2, H - 8, fmt.one_line(xlabel, 40), anchor="middle", cls="axis-title"))
     return root.markup()
 
 
-def items_chart(items: Sequence[tuple[str, float | None, float | None]], *, title: str, limit: int = 120) -> Markup | None:
+def items_chart(
+    items: Sequence[tuple[str, float | None, float | None]], *, title: str, limit: int = 120
+) -> Markup | None:
     """A strip of items (problems/samples): two cells each, baseline above candidate, shaded by
     score in [0, 1]; items where the sides differ are outlined."""
     items = list(items)[:limit]
@@ -232,8 +264,10 @@ def items_chart(items: Sequence[tuple[str, float | None, float | None]], *, titl
     root = svg(W, H, label=f"{title}: score per item, baseline (top) and candidate (bottom)")
     for r in range(rows):
         y0 = mt + r * (2 * cell + 18)
-        root.add(text(ml - 6, y0 + cell - 3, "baseline", anchor="end", cls="tick"),
-                 text(ml - 6, y0 + 2 * cell - 1, "candidate", anchor="end", cls="tick"))
+        root.add(
+            text(ml - 6, y0 + cell - 3, "baseline", anchor="end", cls="tick"),
+            text(ml - 6, y0 + 2 * cell - 1, "candidate", anchor="end", cls="tick"),
+        )
     for i, (name, b, c) in enumerate(items):
         r, k = divmod(i, per_row)
         x0 = ml + k * (cell + 2)
@@ -243,11 +277,32 @@ def items_chart(items: Sequence[tuple[str, float | None, float | None]], *, titl
         grp.add(El("title", None, f"{name}: baseline {fmt.number(b)}, candidate {fmt.number(c)}"))
         for j, v in enumerate((b, c)):
             level = "na" if v is None else str(min(4, max(0, int(round(max(0.0, min(1.0, v)) * 4)))))
-            grp.add(El("rect", {"x": num(x0), "y": num(y0 + j * cell), "width": num(cell - 1), "height": num(cell - 1),
-                                "class": f"score score-{level}"}))
+            grp.add(
+                El(
+                    "rect",
+                    {
+                        "x": num(x0),
+                        "y": num(y0 + j * cell),
+                        "width": num(cell - 1),
+                        "height": num(cell - 1),
+                        "class": f"score score-{level}",
+                    },
+                )
+            )
         if differs:
-            grp.add(El("rect", {"x": num(x0 - 1), "y": num(y0 - 1), "width": num(cell + 1), "height": num(2 * cell + 1),
-                                "class": "discordant-box", "fill": "none"}))
+            grp.add(
+                El(
+                    "rect",
+                    {
+                        "x": num(x0 - 1),
+                        "y": num(y0 - 1),
+                        "width": num(cell + 1),
+                        "height": num(2 * cell + 1),
+                        "class": "discordant-box",
+                        "fill": "none",
+                    },
+                )
+            )
         root.add(grp)
     root.add(text(ml, H - 6, "shade: score 0 (light) to 1 (dark); outlined: the sides differ", cls="legend-label"))
     return root.markup()

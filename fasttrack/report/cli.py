@@ -29,20 +29,41 @@ def report_cmd(
     out: Path = typer.Option(..., "-o", "--out", help="The HTML report to write."),
     comment: Optional[Path] = typer.Option(None, "--comment", help="Also write the PR comment (GitHub Markdown) here."),
     key: list[Path] = typer.Option([], "--key", "-k", help="Trusted public key file (repeatable)."),
-    trust: Optional[Path] = typer.Option(None, "--trust", help=f"Directory of trusted *.pub keys (default: ${TRUST_ENV} when no --key)."),
-    pr_head: Optional[str] = typer.Option(None, "--pr-head", help="The PR's current head commit, to check the bundle against."),
-    report_url: Optional[str] = typer.Option(None, "--report-url", help="Where the report will be published (linked from the comment)."),
-    require_verified: bool = typer.Option(False, "--require-verified", help="Exit 1 when the bundle does not verify (the report is still written)."),
+    trust: Optional[Path] = typer.Option(
+        None, "--trust", help=f"Directory of trusted *.pub keys (default: ${TRUST_ENV} when no --key)."
+    ),
+    pr_head: Optional[str] = typer.Option(
+        None, "--pr-head", help="The PR's current head commit, to check the bundle against."
+    ),
+    report_url: Optional[str] = typer.Option(
+        None, "--report-url", help="Where the report will be published (linked from the comment)."
+    ),
+    require_verified: bool = typer.Option(
+        False, "--require-verified", help="Exit 1 when the bundle does not verify (the report is still written)."
+    ),
 ) -> None:
     """Verify a bundle and render its report (one self-contained HTML file) and PR comment."""
     from fasttrack.report.report import render_report
 
     if not bundle.exists():
-        raise FasttrackError(f"{bundle} does not exist", hint="Give a bundle directory or a .tar.gz written by fasttrack validate.")
-    data = render_report(bundle, out, keys=key, trust_dir=_trust(key, trust), pr_head=pr_head, comment_path=comment,
-                         report_url=report_url)
+        raise FasttrackError(
+            f"{bundle} does not exist", hint="Give a bundle directory or a .tar.gz written by fasttrack validate."
+        )
+    data = render_report(
+        bundle,
+        out,
+        keys=key,
+        trust_dir=_trust(key, trust),
+        pr_head=pr_head,
+        comment_path=comment,
+        report_url=report_url,
+    )
     v = "[green]verified[/]" if data.verification.verified else "[bold red]NOT verified[/]"
-    console.print(f"wrote {out}" + (f" and {comment}" if comment else "") + f": verdict [bold]{data.verdict}[/], {v}", highlight=False, soft_wrap=True)
+    console.print(
+        f"wrote {out}" + (f" and {comment}" if comment else "") + f": verdict [bold]{data.verdict}[/], {v}",
+        highlight=False,
+        soft_wrap=True,
+    )
     if not data.verification.verified:
         err_console.print(data.verification.headline, highlight=False, markup=False, soft_wrap=True)
         if require_verified:
@@ -51,13 +72,21 @@ def report_cmd(
 
 @dashboard_app.command("build")
 def dashboard_build(
-    bundles: Path = typer.Option(..., "--bundles", help="Folder of bundles (directories or .tar.gz, searched recursively)."),
+    bundles: Path = typer.Option(
+        ..., "--bundles", help="Folder of bundles (directories or .tar.gz, searched recursively)."
+    ),
     out: Path = typer.Option(..., "-o", "--out", help="The site folder to write (index.html, reports/, index.json)."),
     key: list[Path] = typer.Option([], "--key", "-k", help="Trusted public key file (repeatable)."),
-    trust: Optional[Path] = typer.Option(None, "--trust", help=f"Directory of trusted *.pub keys (default: ${TRUST_ENV} when no --key)."),
+    trust: Optional[Path] = typer.Option(
+        None, "--trust", help=f"Directory of trusted *.pub keys (default: ${TRUST_ENV} when no --key)."
+    ),
     cache: Optional[Path] = typer.Option(None, "--cache", help="SQLite index file (default: SITE/index.sqlite)."),
-    artifacts: str = typer.Option("copy", "--artifacts", help="copy: publish verified bundle files with the site; none: link nothing."),
-    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1, help="Bundles processed in parallel (default: CPU count, at most 8)."),
+    artifacts: str = typer.Option(
+        "copy", "--artifacts", help="copy: publish verified bundle files with the site; none: link nothing."
+    ),
+    jobs: Optional[int] = typer.Option(
+        None, "--jobs", "-j", min=1, help="Bundles processed in parallel (default: CPU count, at most 8)."
+    ),
     force: bool = typer.Option(False, "--force", help="Re-read every bundle, ignoring the index."),
 ) -> None:
     """Build (or update) the static dashboard: only new or changed bundles are re-read."""
@@ -65,11 +94,22 @@ def dashboard_build(
 
     if artifacts not in ("copy", "none"):
         raise FasttrackError(f"--artifacts {artifacts!r} must be 'copy' or 'none'")
-    stats = build_site(bundles, out, keys=key, trust_dir=_trust(key, trust), cache=cache, artifacts=artifacts,  # type: ignore[arg-type]
-                       jobs=jobs, force=force)
+    stats = build_site(
+        bundles,
+        out,
+        keys=key,
+        trust_dir=_trust(key, trust),
+        cache=cache,
+        artifacts=artifacts,  # type: ignore[arg-type]
+        jobs=jobs,
+        force=force,
+    )
     console.print(
         f"{stats.bundles} bundles in {out}/index.html: {stats.read} read, {stats.reused} unchanged, "
-        f"{stats.removed} removed in {stats.seconds:.1f} s", highlight=False, soft_wrap=True)
+        f"{stats.removed} removed in {stats.seconds:.1f} s",
+        highlight=False,
+        soft_wrap=True,
+    )
     for e in stats.errors[:20]:
         err_console.print(f"[yellow]skipped[/] {e}", highlight=False, soft_wrap=True)
 
@@ -78,17 +118,28 @@ def dashboard_build(
 def dashboard_serve(
     bundles: Path = typer.Option(..., "--bundles", help="Folder of bundles (directories or .tar.gz)."),
     port: int = typer.Option(8765, "--port", min=0, max=65535, help="Port on 127.0.0.1 (0: any free port)."),
-    out: Optional[Path] = typer.Option(None, "-o", "--out", help="Site folder (default: a cache folder per bundles folder)."),
+    out: Optional[Path] = typer.Option(
+        None, "-o", "--out", help="Site folder (default: a cache folder per bundles folder)."
+    ),
     key: list[Path] = typer.Option([], "--key", "-k", help="Trusted public key file (repeatable)."),
-    trust: Optional[Path] = typer.Option(None, "--trust", help=f"Directory of trusted *.pub keys (default: ${TRUST_ENV} when no --key)."),
+    trust: Optional[Path] = typer.Option(
+        None, "--trust", help=f"Directory of trusted *.pub keys (default: ${TRUST_ENV} when no --key)."
+    ),
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1, help="Bundles processed in parallel."),
 ) -> None:
     """Serve the dashboard on 127.0.0.1, rebuilding it when bundles change."""
     from fasttrack.report.server import serve
 
     t = _trust(key, trust)
-    serve(bundles, site=out, port=port, keys=[str(k) for k in key], trust_dir=str(t) if t else None, jobs=jobs,
-          log=lambda m: console.print(m, highlight=False, markup=False, soft_wrap=True))
+    serve(
+        bundles,
+        site=out,
+        port=port,
+        keys=[str(k) for k in key],
+        trust_dir=str(t) if t else None,
+        jobs=jobs,
+        log=lambda m: console.print(m, highlight=False, markup=False, soft_wrap=True),
+    )
 
 
 def register(app: typer.Typer) -> None:

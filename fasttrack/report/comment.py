@@ -29,7 +29,9 @@ DEFAULT_LIMIT = 60_000
 
 _MD_ESCAPE = set("\\`*_{}[]()#+!|~^$")
 _HTML = {"<": "&lt;", ">": "&gt;", "&": "&amp;", '"': "&quot;"}
-_URL_OK = re.compile(r"^https?://[A-Za-z0-9.-]+(:[0-9]+)?(/[A-Za-z0-9._~%!$&'()*+,;=:@/-]*)?(\?[A-Za-z0-9._~%!$&'()*+,;=:@/?-]*)?(#[A-Za-z0-9._~%!$&'()*+,;=:@/?-]*)?$")
+_URL_OK = re.compile(
+    r"^https?://[A-Za-z0-9.-]+(:[0-9]+)?(/[A-Za-z0-9._~%!$&'()*+,;=:@/-]*)?(\?[A-Za-z0-9._~%!$&'()*+,;=:@/?-]*)?(#[A-Za-z0-9._~%!$&'()*+,;=:@/?-]*)?$"
+)
 
 
 def md(s: Any, limit: int = 300) -> Markup:
@@ -54,8 +56,10 @@ def md(s: Any, limit: int = 300) -> Markup:
 def check_url(url: str) -> str:
     """A report URL given on the command line: http(s) only."""
     if not _URL_OK.match(url):
-        raise FasttrackError(f"--report-url {url[:200]!r} is not a plain http(s) URL",
-                             hint="e.g. --report-url https://ci.example.org/runs/123/report.html")
+        raise FasttrackError(
+            f"--report-url {url[:200]!r} is not a plain http(s) URL",
+            hint="e.g. --report-url https://ci.example.org/runs/123/report.html",
+        )
     return url
 
 
@@ -82,15 +86,29 @@ def _render(r: ReportData, *, report_ref: str, report_url: str | None, cap: int)
     deltas = largest_deltas(r, min(cap, 10))
     gaps = r.coverage.gaps if r.coverage else []
     fails = [(c.name, f) for c in r.checks if c.verdict == "fail" for f in c.failures]
-    return environment().get_template("pr_comment.md.j2").render(
-        r=r, failed=failed, others=others, deltas=deltas, n_deltas=len(r.perf.all_rows) if r.perf else 0,
-        gaps=gaps[:cap], gaps_total=len(gaps), fails=fails[:cap], fails_total=len(fails),
-        report_ref=report_ref, report_url=report_url, md=md,
+    return (
+        environment()
+        .get_template("pr_comment.md.j2")
+        .render(
+            r=r,
+            failed=failed,
+            others=others,
+            deltas=deltas,
+            n_deltas=len(r.perf.all_rows) if r.perf else 0,
+            gaps=gaps[:cap],
+            gaps_total=len(gaps),
+            fails=fails[:cap],
+            fails_total=len(fails),
+            report_ref=report_ref,
+            report_url=report_url,
+            md=md,
+        )
     )
 
 
-def render_comment(r: ReportData, *, report_ref: str = "report.html", report_url: str | None = None,
-                   limit: int = DEFAULT_LIMIT) -> str:
+def render_comment(
+    r: ReportData, *, report_ref: str = "report.html", report_url: str | None = None, limit: int = DEFAULT_LIMIT
+) -> str:
     """The comment text; always at most ``limit`` characters (and never above GitHub's limit)."""
     limit = min(limit, GITHUB_LIMIT)
     if report_url is not None:

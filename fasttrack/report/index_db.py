@@ -81,8 +81,10 @@ class Index:
         return row[0] if row else None
 
     def set_meta(self, key: str, value: str) -> None:
-        self.db.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                        (key, value))
+        self.db.execute(
+            "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            (key, value),
+        )
 
     def clear(self) -> None:
         with self.db:
@@ -115,8 +117,17 @@ class Index:
             "verified = excluded.verified, verdict = excluded.verdict, model = excluded.model, "
             "repository = excluded.repository, pr_number = excluded.pr_number, head_sha = excluded.head_sha, "
             "created = excluded.created",
-            (rec.id, rec.model_dump_json(), int(rec.verified), rec.verdict, rec.model, rec.repository, rec.pr_number,
-             rec.head_sha, rec.created),
+            (
+                rec.id,
+                rec.model_dump_json(),
+                int(rec.verified),
+                rec.verdict,
+                rec.model,
+                rec.repository,
+                rec.pr_number,
+                rec.head_sha,
+                rec.created,
+            ),
         )
         self.db.execute("DELETE FROM perf WHERE bundle_id = ?", (rec.id,))
         self.db.executemany(
@@ -136,15 +147,20 @@ class Index:
         """The bundle whose id starts with ``short_id`` (hex only)."""
         if not short_id or any(c not in "0123456789abcdef" for c in short_id):
             return None
-        row = self.db.execute("SELECT record FROM bundles WHERE id >= ? AND id < ? LIMIT 1",
-                              (short_id, short_id + "g")).fetchone()
+        row = self.db.execute(
+            "SELECT record FROM bundles WHERE id >= ? AND id < ? LIMIT 1", (short_id, short_id + "g")
+        ).fetchone()
         return BundleRecord.model_validate_json(row[0]) if row else None
 
     def records(self) -> list[BundleRecord]:
-        return [BundleRecord.model_validate_json(r) for (r,) in self.db.execute("SELECT record FROM bundles ORDER BY id")]
+        return [
+            BundleRecord.model_validate_json(r) for (r,) in self.db.execute("SELECT record FROM bundles ORDER BY id")
+        ]
 
     def source_of(self, bundle_id: str) -> str | None:
-        row = self.db.execute("SELECT path FROM sources WHERE bundle_id = ? ORDER BY path LIMIT 1", (bundle_id,)).fetchone()
+        row = self.db.execute(
+            "SELECT path FROM sources WHERE bundle_id = ? ORDER BY path LIMIT 1", (bundle_id,)
+        ).fetchone()
         return row[0] if row else None
 
     def orphans(self) -> list[str]:

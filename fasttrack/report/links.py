@@ -66,8 +66,14 @@ class LinkPolicy:
     are listed but not linked.
     """
 
-    def __init__(self, *, base: str | None, members: Iterable[str] = (), reason: str = "",
-                 rename: Callable[[str], str] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        base: str | None,
+        members: Iterable[str] = (),
+        reason: str = "",
+        rename: Callable[[str], str] | None = None,
+    ) -> None:
         if base is not None and not _BASE_OK.match(base):
             raise ValueError(f"link base {base!r} is not a plain relative path")
         self.base = base

@@ -18,7 +18,6 @@ from fasttrack.bundle.errors import BundleError
 from fasttrack.bundle.layout import ATTESTATION
 from fasttrack.bundle.manifest import CheckEntry, Manifest
 from fasttrack.bundle.verify import VerifyResult, verify_bundle
-from fasttrack.checks.base import CHECK_ORDER
 from fasttrack.report import fields as F
 from fasttrack.report import fmt
 from fasttrack.report.charts import bins_chart, items_chart, speedup_chart
@@ -47,6 +46,7 @@ from fasttrack.report.views import (
     Tri,
     VerifyView,
 )
+from fasttrack.results import ordered_checks
 
 CHECK_TITLES = {
     "kernels": "Kernels",
@@ -101,12 +101,16 @@ def default_links(bundle: Path, out_html: Path) -> Links:
 
 
 def verify_view(vr: VerifyResult, *, trusted_keys: int) -> VerifyView:
-    items = [Tri(name=it.name, label=_ITEM_LABELS.get(it.name, it.name), ok=it.ok, detail=fmt.one_line(it.detail, 1200))
-             for it in vr.items]
+    items = [
+        Tri(name=it.name, label=_ITEM_LABELS.get(it.name, it.name), ok=it.ok, detail=fmt.one_line(it.detail, 1200))
+        for it in vr.items
+    ]
     by = {t.name: t for t in items}
     sig, hashes, files, head = by["signature"], by["hashes"], by["files"], by["pr_head"]
     hashes_combined = Tri(
-        name="hashes", label="Hashes", ok=(hashes.ok is True and files.ok is True) if hashes.ok is not None else None,
+        name="hashes",
+        label="Hashes",
+        ok=(hashes.ok is True and files.ok is True) if hashes.ok is not None else None,
         detail=hashes.detail if files.ok is not False else f"{hashes.detail}; {files.detail}",
     )
     if vr.verified:
@@ -118,20 +122,44 @@ def verify_view(vr: VerifyResult, *, trusted_keys: int) -> VerifyView:
         headline = "NOT VERIFIED: " + "; ".join(f"{t.label.lower()}: {t.detail}" for t in bad[:4])
         if len(bad) > 4:
             headline += f"; and {len(bad) - 4} more"
-    signers = [SignerView(keyid=str(s.get("keyid", "")), status=str(s.get("status", "")), signer=fmt.one_line(s.get("signer") or "", 120))
-               for s in vr.signatures]
-    return VerifyView(verified=vr.verified, headline=fmt.one_line(headline, 1500), signature=sig, hashes=hashes_combined,
-                      pr_head=head, items=items, signers=signers, trusted_keys=trusted_keys)
+    signers = [
+        SignerView(
+            keyid=str(s.get("keyid", "")),
+            status=str(s.get("status", "")),
+            signer=fmt.one_line(s.get("signer") or "", 120),
+        )
+        for s in vr.signatures
+    ]
+    return VerifyView(
+        verified=vr.verified,
+        headline=fmt.one_line(headline, 1500),
+        signature=sig,
+        hashes=hashes_combined,
+        pr_head=head,
+        items=items,
+        signers=signers,
+        trusted_keys=trusted_keys,
+    )
 
 
 # --------------------------------------------------------------------------- tables
 
 
-def _table_view(check: str, name: str, t: LoadedTable, *, links: LinkPolicy, rows_shown: int = TABLE_ROWS_SHOWN) -> TableView:
+def _table_view(
+    check: str, name: str, t: LoadedTable, *, links: LinkPolicy, rows_shown: int = TABLE_ROWS_SHOWN
+) -> TableView:
     cols = t.columns[:MAX_COLUMNS_SHOWN]
     rows = [[fmt.value(r.get(c)) for c in cols] for r in t.rows[:rows_shown]]
-    return TableView(check=check, name=name, path=t.path, columns=[fmt.one_line(c, 80) for c in cols], rows=rows,
-                     total_rows=t.total_rows, href=links.href(t.path), error=t.error)
+    return TableView(
+        check=check,
+        name=name,
+        path=t.path,
+        columns=[fmt.one_line(c, 80) for c in cols],
+        rows=rows,
+        total_rows=t.total_rows,
+        href=links.href(t.path),
+        error=t.error,
+    )
 
 
 def _load_tables(root: Path, manifest: Manifest) -> dict[str, dict[str, LoadedTable]]:
@@ -173,7 +201,9 @@ def _point_desc(p: dict[str, Any]) -> str:
 # --------------------------------------------------------------------------- heatmap
 
 
-def _heatmap(manifest: Manifest, tables: dict[str, dict[str, LoadedTable]], plan_pts: dict[str, dict[str, Any]]) -> HeatmapView:
+def _heatmap(
+    manifest: Manifest, tables: dict[str, dict[str, LoadedTable]], plan_pts: dict[str, dict[str, Any]]
+) -> HeatmapView:
     points: list[str] = list(plan_pts)
     seen = set(points)
     agg: dict[str, dict[str, list[str | None]]] = {}
@@ -192,7 +222,7 @@ def _heatmap(manifest: Manifest, tables: dict[str, dict[str, LoadedTable]], plan
                     seen.add(pid)
                 agg.setdefault(pid, {}).setdefault(check, []).append(F.row_verdict(r))
     points = points[:MAX_HEATMAP_POINTS]
-    checks = [n for n in CHECK_ORDER if n in manifest.checks] + [n for n in manifest.checks if n not in CHECK_ORDER]
+    checks = ordered_checks(manifest.checks)
     cells: dict[str, dict[str, HeatCell]] = {}
     for pid in points:
         cells[pid] = {}
@@ -200,7 +230,9 @@ def _heatmap(manifest: Manifest, tables: dict[str, dict[str, LoadedTable]], plan
             entry = manifest.checks[check]
             vs = agg.get(pid, {}).get(check)
             if entry.verdict.value == "not_run":
-                cells[pid][check] = HeatCell("not_run", "\u2013", f"{check}: not run ({fmt.one_line(entry.reason, 200)})")
+                cells[pid][check] = HeatCell(
+                    "not_run", "\u2013", f"{check}: not run ({fmt.one_line(entry.reason, 200)})"
+                )
             elif not vs:
                 cells[pid][check] = HeatCell("none", "", f"{check}: no rows for this point")
             else:
@@ -231,8 +263,13 @@ def _perf_table(tabs: dict[str, LoadedTable]) -> tuple[str, LoadedTable] | None:
     for n in names:
         t = tabs[n]
         cols = t.columns
-        if t.error is None and F.pick(cols, F.POINT) and (F.pick(cols, F.SPEEDUP) or F.pick(cols, F.RATIO)) \
-                and F.pick(cols, F.CI_LOW) and F.pick(cols, F.CI_HIGH):
+        if (
+            t.error is None
+            and F.pick(cols, F.POINT)
+            and (F.pick(cols, F.SPEEDUP) or F.pick(cols, F.RATIO))
+            and F.pick(cols, F.CI_LOW)
+            and F.pick(cols, F.CI_HIGH)
+        ):
             return n, t
     return None
 
@@ -265,17 +302,31 @@ def perf_rows(t: LoadedTable, plan_pts: dict[str, dict[str, Any]]) -> list[PerfR
         group = group if isinstance(group, str) else ""
         full = pp.get("full_context") is True or r.get("full_context") is True
         direction = F.get(r, F.DIRECTION)
-        out.append(PerfRow(
-            point=fmt.one_line(pid, 160), metric=metric, batch=batch, context=ctx,
-            context_label=_ctx_label(ctx, full), group=fmt.one_line(group, 60),
-            direction=direction if isinstance(direction, str) else None,
-            baseline=F.as_float(F.get(r, F.BASELINE)), candidate=F.as_float(F.get(r, F.CANDIDATE)),
-            speedup=s, ci_low=lo_, ci_high=hi_, mde=mde, verdict=F.row_verdict(r), runs=F.as_int(F.get(r, F.RUNS)),
-        ))
+        out.append(
+            PerfRow(
+                point=fmt.one_line(pid, 160),
+                metric=metric,
+                batch=batch,
+                context=ctx,
+                context_label=_ctx_label(ctx, full),
+                group=fmt.one_line(group, 60),
+                direction=direction if isinstance(direction, str) else None,
+                baseline=F.as_float(F.get(r, F.BASELINE)),
+                candidate=F.as_float(F.get(r, F.CANDIDATE)),
+                speedup=s,
+                ci_low=lo_,
+                ci_high=hi_,
+                mde=mde,
+                verdict=F.row_verdict(r),
+                runs=F.as_int(F.get(r, F.RUNS)),
+            )
+        )
     return out
 
 
-def _perf(manifest: Manifest, tables: dict[str, dict[str, LoadedTable]], plan_pts: dict[str, dict[str, Any]]) -> PerfView:
+def _perf(
+    manifest: Manifest, tables: dict[str, dict[str, LoadedTable]], plan_pts: dict[str, dict[str, Any]]
+) -> PerfView:
     entry = manifest.checks.get("perf")
     if entry is None:
         return PerfView(status="not_run", reason="the bundle has no perf check entry")
@@ -284,7 +335,10 @@ def _perf(manifest: Manifest, tables: dict[str, dict[str, LoadedTable]], plan_pt
         return PerfView(status="not_run", reason=fmt.one_line(entry.reason, 600))
     if found is None:
         names = ", ".join(sorted(tables.get("perf", {}))) or "none"
-        return PerfView(status="no_table", reason=f"the perf check wrote no per-point table with a speedup and its interval (tables: {names})")
+        return PerfView(
+            status="no_table",
+            reason=f"the perf check wrote no per-point table with a speedup and its interval (tables: {names})",
+        )
     name, t = found
     rows = perf_rows(t, plan_pts)
     thr = entry.gate.threshold if entry.gate is not None else None
@@ -300,9 +354,16 @@ def _perf(manifest: Manifest, tables: dict[str, dict[str, LoadedTable]], plan_pt
         charts = []
         for g in groups[:MAX_CHART_GROUPS]:
             grs = [r for r in rs if r.group == g]
-            charts.append(PerfCharts(group=g, batch=speedup_chart(grs, x="batch", metric=m, threshold=thr_m),
-                                     context=speedup_chart(grs, x="context", metric=m, threshold=thr_m)))
-        views.append(PerfMetricView(metric=m, lower_is_better=F.lower_is_better(m, rs[0].direction), rows=rs, charts=charts))
+            charts.append(
+                PerfCharts(
+                    group=g,
+                    batch=speedup_chart(grs, x="batch", metric=m, threshold=thr_m),
+                    context=speedup_chart(grs, x="context", metric=m, threshold=thr_m),
+                )
+            )
+        views.append(
+            PerfMetricView(metric=m, lower_is_better=F.lower_is_better(m, rs[0].direction), rows=rs, charts=charts)
+        )
     reason = fmt.one_line(entry.reason, 600)
     if t.truncated:
         reason += f" (showing the first {len(t.rows)} of {t.total_rows} rows)"
@@ -325,13 +386,27 @@ def _evals(manifest: Manifest, tables: dict[str, dict[str, LoadedTable]], links:
         if kind == "items":
             for i, b, c in data:
                 if b is not None and c is not None and abs(b - c) > 1e-12:
-                    discordant_rows.append({"eval": title, "item": i, "baseline": fmt.number(b), "candidate": fmt.number(c)})
-            view.items.append(EvalChart(title=title, table=table, chart=items_chart(data, title=title),
-                                        rows=[{"item": d[0], "baseline": fmt.number(d[1]), "candidate": fmt.number(d[2])} for d in data]))
+                    discordant_rows.append(
+                        {"eval": title, "item": i, "baseline": fmt.number(b), "candidate": fmt.number(c)}
+                    )
+            view.items.append(
+                EvalChart(
+                    title=title,
+                    table=table,
+                    chart=items_chart(data, title=title),
+                    rows=[{"item": d[0], "baseline": fmt.number(d[1]), "candidate": fmt.number(d[2])} for d in data],
+                )
+            )
         else:
             ymax = 1.0 if all((v is None or v <= 1.0) for d in data for v in d[1:]) else None
-            view.bins.append(EvalChart(title=title, table=table, chart=bins_chart(data, title=title, ymax=ymax, xlabel=xlabel),
-                                       rows=[{"bin": d[0], "baseline": fmt.number(d[1]), "candidate": fmt.number(d[2])} for d in data]))
+            view.bins.append(
+                EvalChart(
+                    title=title,
+                    table=table,
+                    chart=bins_chart(data, title=title, ymax=ymax, xlabel=xlabel),
+                    rows=[{"bin": d[0], "baseline": fmt.number(d[1]), "candidate": fmt.number(d[2])} for d in data],
+                )
+            )
 
     for name, t in sorted(tabs.items()):
         if t.error:
@@ -355,7 +430,9 @@ def _evals(manifest: Manifest, tables: dict[str, dict[str, LoadedTable]], links:
                 ev = fmt.one_line(r.get(evc), 60) if evc else name
                 pt = fmt.one_line(r.get(pc), 120) if pc and len(points) > 1 else ""
                 dim = fmt.one_line(r.get("dimension"), 40)
-                groups.setdefault((ev, pt, dim), []).append((fmt.value(r.get("group"), 40), F.as_float(r.get(bc)), F.as_float(r.get(cc))))
+                groups.setdefault((ev, pt, dim), []).append(
+                    (fmt.value(r.get("group"), 40), F.as_float(r.get(bc)), F.as_float(r.get(cc)))
+                )
             for (ev, pt, dim), data in groups.items():
                 kind = "items" if dim in F.ITEM else "bins"
                 add(kind, f"{ev} per {dim}" + (f" at {pt}" if pt else ""), name, data, dim)
@@ -368,15 +445,21 @@ def _evals(manifest: Manifest, tables: dict[str, dict[str, LoadedTable]], links:
         acc: dict[str, dict[str, list[tuple[float | None, float | None]]]] = {}
         for r in t.rows:
             ev = fmt.one_line(r.get(evc), 60) if evc else name
-            acc.setdefault(ev, {}).setdefault(fmt.value(r.get(col), 60), []).append((F.as_float(r.get(bc)), F.as_float(r.get(cc))))
+            acc.setdefault(ev, {}).setdefault(fmt.value(r.get(col), 60), []).append(
+                (F.as_float(r.get(bc)), F.as_float(r.get(cc)))
+            )
         for ev, keyed in acc.items():
             data = [(k, _mean([v[0] for v in vs]), _mean([v[1] for v in vs])) for k, vs in keyed.items()]
             add("bins" if binc else "items", f"{ev} per {col}", name, data, col)
     if view.discordant is None and discordant_rows:
-        view.discordant = TableView(check="evals", name="discordant (from per-item scores)", path="",
-                                    columns=["eval", "item", "baseline", "candidate"],
-                                    rows=[[d["eval"], d["item"], d["baseline"], d["candidate"]] for d in discordant_rows[:200]],
-                                    total_rows=len(discordant_rows))
+        view.discordant = TableView(
+            check="evals",
+            name="discordant (from per-item scores)",
+            path="",
+            columns=["eval", "item", "baseline", "candidate"],
+            rows=[[d["eval"], d["item"], d["baseline"], d["candidate"]] for d in discordant_rows[:200]],
+            total_rows=len(discordant_rows),
+        )
         view.discordant_count = len(discordant_rows)
     if entry.verdict.value == "not_run":
         view.status = "not_run"
@@ -391,8 +474,12 @@ def _mean(vs: Sequence[float | None]) -> float | None:
 # --------------------------------------------------------------------------- coverage
 
 
-def _coverage(manifest: Manifest, tables: dict[str, dict[str, LoadedTable]], plan_pts: dict[str, dict[str, Any]],
-              links: LinkPolicy) -> CoverageView:
+def _coverage(
+    manifest: Manifest,
+    tables: dict[str, dict[str, LoadedTable]],
+    plan_pts: dict[str, dict[str, Any]],
+    links: LinkPolicy,
+) -> CoverageView:
     entry = manifest.checks.get("coverage")
     if entry is None:
         return CoverageView(status="not_run", reason="the bundle has no coverage check entry")
@@ -425,7 +512,11 @@ def _coverage(manifest: Manifest, tables: dict[str, dict[str, LoadedTable]], pla
     for pid in plan_pts:
         if pid not in per_point:
             gaps.append(f"{fmt.one_line(pid, 160)}: no path evidence")
-    covered = sum(1 for pid, vs in per_point.items() if vs and all(v in ("pass", None) for v in vs) and any(v == "pass" for v in vs))
+    covered = sum(
+        1
+        for pid, vs in per_point.items()
+        if vs and all(v in ("pass", None) for v in vs) and any(v == "pass" for v in vs)
+    )
     view.gaps = gaps[:MAX_FAILURES_SHOWN]
     view.covered = covered
     view.total = len(set(plan_pts) | set(per_point))
@@ -449,7 +540,9 @@ def _scope_yaml(manifest: Manifest) -> dict[str, Any]:
     return obj if isinstance(obj, dict) else {}
 
 
-def _claims(manifest: Manifest, tables: dict[str, dict[str, LoadedTable]], scope_obj: dict[str, Any]) -> tuple[list[ClaimView], str]:
+def _claims(
+    manifest: Manifest, tables: dict[str, dict[str, LoadedTable]], scope_obj: dict[str, Any]
+) -> tuple[list[ClaimView], str]:
     for check, tabs in tables.items():
         t = tabs.get("claims")
         if t is None or t.error:
@@ -469,8 +562,11 @@ def _claims(manifest: Manifest, tables: dict[str, dict[str, LoadedTable]], scope
             for k in ("claimed", "measured", "ci_low", "ci_high", "point", "detail", "reason"):
                 if r.get(k) is not None:
                     parts.append(f"{k} {fmt.value(r.get(k), 200)}")
-            out.append(ClaimView(id=fmt.one_line(cid, 120), text=fmt.one_line(r.get("text"), 600), status=s,
-                                 detail="; ".join(parts)))
+            out.append(
+                ClaimView(
+                    id=fmt.one_line(cid, 120), text=fmt.one_line(r.get("text"), 600), status=s, detail="; ".join(parts)
+                )
+            )
         return out, f"from results/{check}/claims.parquet"
     claims = scope_obj.get("claims")
     out = []
@@ -479,9 +575,19 @@ def _claims(manifest: Manifest, tables: dict[str, dict[str, LoadedTable]], scope
             if isinstance(c, dict):
                 cid = c.get("id") if isinstance(c.get("id"), str) else "?"
                 txt = c.get("text") if isinstance(c.get("text"), str) else ""
-                out.append(ClaimView(id=fmt.one_line(cid, 120), text=fmt.one_line(txt, 600), status="not_measured",
-                                     detail="no claims table in the bundle"))
-    note = "the scope's claims; the bundle holds no claims table, so none was measured" if out else "the scope declares no claims"
+                out.append(
+                    ClaimView(
+                        id=fmt.one_line(cid, 120),
+                        text=fmt.one_line(txt, 600),
+                        status="not_measured",
+                        detail="no claims table in the bundle",
+                    )
+                )
+    note = (
+        "the scope's claims; the bundle holds no claims table, so none was measured"
+        if out
+        else "the scope declares no claims"
+    )
     return out, note
 
 
@@ -499,7 +605,9 @@ def _subjects(root: Path) -> list[str] | None:
     return [s["name"] for s in st["subject"]]
 
 
-def _artifacts(root: Path, subjects: list[str] | None, vr: VerifyResult, links: LinkPolicy) -> tuple[list[ArtifactView], str]:
+def _artifacts(
+    root: Path, subjects: list[str] | None, vr: VerifyResult, links: LinkPolicy
+) -> tuple[list[ArtifactView], str]:
     names = subjects if subjects is not None else []
     note = ""
     if subjects is None:
@@ -510,13 +618,17 @@ def _artifacts(root: Path, subjects: list[str] | None, vr: VerifyResult, links: 
         size = None
         if quote_path(n) is not None:  # never look outside the bundle for a hostile name
             try:
-                f = (root / n)
+                f = root / n
                 if not f.is_symlink() and f.resolve().is_relative_to(real_root) and f.is_file():
                     size = f.stat().st_size
             except (OSError, ValueError):
                 size = None
         href = links.href(n)
-        out.append(ArtifactView(name=fmt.one_line(n, 400), href=href, why_not="" if href else links.why_not(n), size=size, sha256=""))
+        out.append(
+            ArtifactView(
+                name=fmt.one_line(n, 400), href=href, why_not="" if href else links.why_not(n), size=size, sha256=""
+            )
+        )
     if len(names) > MAX_ARTIFACTS_SHOWN:
         note = f"showing {MAX_ARTIFACTS_SHOWN} of {len(names)} files"
     return out, note
@@ -552,8 +664,14 @@ def _environment(m: Manifest) -> tuple[list[tuple[str, str]], list[EngineView], 
         env.append(("seeds", ", ".join(f"{k}={v}" for k, v in sorted(p.seeds.items())[:50])))
     env = [(fmt.one_line(a, 120), fmt.one_line(b, 600)) for a, b in env]
     engines = [
-        EngineView(side=e.side, group=fmt.one_line(e.group, 120), mode=e.mode, args=fmt.one_line(" ".join(e.args), 4000),
-                   env=fmt.one_line(" ".join(f"{k}={v}" for k, v in sorted(e.env.items())), 2000), url=fmt.one_line(e.url or "", 200))
+        EngineView(
+            side=e.side,
+            group=fmt.one_line(e.group, 120),
+            mode=e.mode,
+            args=fmt.one_line(" ".join(e.args), 4000),
+            env=fmt.one_line(" ".join(f"{k}={v}" for k, v in sorted(e.env.items())), 2000),
+            url=fmt.one_line(e.url or "", 200),
+        )
         for e in p.engines[:200]
     ]
     return env, engines, fmt.one_line(hardware, 300)
@@ -567,19 +685,32 @@ def _check_view(name: str, e: CheckEntry, tabs: dict[str, LoadedTable], links: L
     arts = []
     for a in e.artifacts[:200]:
         href = links.href(a)
-        arts.append(ArtifactView(name=fmt.one_line(a, 400), href=href, why_not="" if href else links.why_not(a), size=None, sha256=""))
+        arts.append(
+            ArtifactView(
+                name=fmt.one_line(a, 400), href=href, why_not="" if href else links.why_not(a), size=None, sha256=""
+            )
+        )
     return CheckView(
-        name=fmt.one_line(name, 128), title=CHECK_TITLES.get(name, name), verdict=e.verdict.value, required=e.required,
-        reason=fmt.one_line(e.reason), gate=gate, summary=fmt.flatten(e.summary),
-        failures=[fmt.one_line(f, 1000) for f in e.failures[:MAX_FAILURES_SHOWN]], failures_total=len(e.failures),
-        tables=[_table_view(name, tn, t, links=links) for tn, t in tabs.items()], artifacts=arts,
+        name=fmt.one_line(name, 128),
+        title=CHECK_TITLES.get(name, name),
+        verdict=e.verdict.value,
+        required=e.required,
+        reason=fmt.one_line(e.reason),
+        gate=gate,
+        summary=fmt.flatten(e.summary),
+        failures=[fmt.one_line(f, 1000) for f in e.failures[:MAX_FAILURES_SHOWN]],
+        failures_total=len(e.failures),
+        tables=[_table_view(name, tn, t, links=links) for tn, t in tabs.items()],
+        artifacts=arts,
     )
 
 
 def _gate_row(name: str, e: CheckEntry) -> GateRow:
     g = e.gate
     return GateRow(
-        check=fmt.one_line(name, 128), verdict=e.verdict.value, required=e.required,
+        check=fmt.one_line(name, 128),
+        verdict=e.verdict.value,
+        required=e.required,
         statistic=fmt.one_line(g.statistic, 400) if g else "",
         threshold=fmt.value(g.threshold, 200) if g and g.threshold is not None else "",
         rule=fmt.one_line(g.rule, 600) if g else "",
@@ -617,8 +748,13 @@ def build_report_data(
         with open_bundle(path) as view:
             return _read(view.root, view.manifest, vr, vv, name, bhash, links)
     except BundleError as exc:
-        return ReportData(bundle_name=name, bundle_hash=bhash, verification=vv, readable=False,
-                          unreadable_reason=fmt.one_line(exc.message, 2000))
+        return ReportData(
+            bundle_name=name,
+            bundle_hash=bhash,
+            verification=vv,
+            readable=False,
+            unreadable_reason=fmt.one_line(exc.message, 2000),
+        )
 
 
 def _read(root: Path, m: Manifest, vr: VerifyResult, vv: VerifyView, name: str, bhash: str, links: Links) -> ReportData:
@@ -641,11 +777,15 @@ def _read(root: Path, m: Manifest, vr: VerifyResult, vv: VerifyView, name: str, 
     pr = None
     if m.pr is not None:
         pr = PRView(
-            repository=fmt.one_line(m.pr.repository or "", 200), number=str(m.pr.number) if m.pr.number else "",
-            base_sha=m.pr.base_sha or "", head_sha=m.pr.head_sha, diff_sha256=m.pr.diff_sha256 or "",
-            isolation=str(getattr(m.pr.isolation, "value", m.pr.isolation)), isolation_reason=fmt.one_line(m.pr.isolation_reason, 1000),
+            repository=fmt.one_line(m.pr.repository or "", 200),
+            number=str(m.pr.number) if m.pr.number else "",
+            base_sha=m.pr.base_sha or "",
+            head_sha=m.pr.head_sha,
+            diff_sha256=m.pr.diff_sha256 or "",
+            isolation=str(getattr(m.pr.isolation, "value", m.pr.isolation)),
+            isolation_reason=fmt.one_line(m.pr.isolation_reason, 1000),
         )
-    order = [n for n in CHECK_ORDER if n in m.checks] + [n for n in m.checks if n not in CHECK_ORDER]
+    order = ordered_checks(m.checks)
     checks = [_check_view(n, m.checks[n], tables.get(n, {}), policy) for n in order]
     claims, claims_note = _claims(m, tables, scope_obj)
     artifacts, art_note = _artifacts(root, subjects, vr, policy)
@@ -654,15 +794,34 @@ def _read(root: Path, m: Manifest, vr: VerifyResult, vv: VerifyView, name: str, 
     title = scope_obj.get("title") if isinstance(scope_obj.get("title"), str) else ""
     desc = scope_obj.get("description") if isinstance(scope_obj.get("description"), str) else ""
     return ReportData(
-        bundle_name=name, bundle_hash=bhash, verification=vv, readable=True,
-        verdict=m.verdict, model=fmt.one_line(m.scope.model, 200), tier=fmt.one_line(m.scope.tier, 40),
-        scope_title=fmt.one_line(title, 300), scope_description=fmt.one_line(desc, 2000), scope_sha256=m.scope.sha256,
-        shard=m.plan.shard, created=fmt.one_line(m.created, 60), pr=pr, hardware=hardware,
-        rehearsal=m.rehearsal, rehearsal_reason=fmt.one_line(m.rehearsal_reason or "", 1000),
-        gates=[c.gate for c in checks], checks=checks, heatmap=_heatmap(m, tables, plan_pts),
-        perf=_perf(m, tables, plan_pts), evals=_evals(m, tables, policy), coverage=_coverage(m, tables, plan_pts, policy),
-        claims=claims, claims_note=claims_note, environment=env, engines=engines,
-        artifacts=artifacts, artifacts_note=art_note,
+        bundle_name=name,
+        bundle_hash=bhash,
+        verification=vv,
+        readable=True,
+        verdict=m.verdict,
+        model=fmt.one_line(m.scope.model, 200),
+        tier=fmt.one_line(m.scope.tier, 40),
+        scope_title=fmt.one_line(title, 300),
+        scope_description=fmt.one_line(desc, 2000),
+        scope_sha256=m.scope.sha256,
+        shard=m.plan.shard,
+        created=fmt.one_line(m.created, 60),
+        pr=pr,
+        hardware=hardware,
+        rehearsal=m.rehearsal,
+        rehearsal_reason=fmt.one_line(m.rehearsal_reason or "", 1000),
+        gates=[c.gate for c in checks],
+        checks=checks,
+        heatmap=_heatmap(m, tables, plan_pts),
+        perf=_perf(m, tables, plan_pts),
+        evals=_evals(m, tables, policy),
+        coverage=_coverage(m, tables, plan_pts, policy),
+        claims=claims,
+        claims_note=claims_note,
+        environment=env,
+        engines=engines,
+        artifacts=artifacts,
+        artifacts_note=art_note,
         check_verdicts={n: m.checks[n].verdict.value for n in order},
         linkable=sorted(n for n in policy.members if policy.href(n) is not None),
     )

@@ -122,26 +122,50 @@ class BundleRecord(_Model):
         return (self.head_sha, self.model)
 
 
-def record_from(data: ReportData, *, bundle_id: str, rel_path: str, is_tar: bool, report: str,
-                members: list[str]) -> BundleRecord:
+def record_from(
+    data: ReportData, *, bundle_id: str, rel_path: str, is_tar: bool, report: str, members: list[str]
+) -> BundleRecord:
     v = data.verification
     perf = []
     if data.perf is not None:
         for r in data.perf.all_rows:
             if r.speedup is not None:
-                perf.append(PerfPoint(point=r.point, metric=r.metric, speedup=r.speedup, ci_low=r.ci_low, ci_high=r.ci_high,
-                                      verdict=r.verdict))
+                perf.append(
+                    PerfPoint(
+                        point=r.point,
+                        metric=r.metric,
+                        speedup=r.speedup,
+                        ci_low=r.ci_low,
+                        ci_high=r.ci_high,
+                        verdict=r.verdict,
+                    )
+                )
     return BundleRecord(
-        id=bundle_id, path=rel_path, is_tar=is_tar, verified=v.verified, verification=v.headline,
-        signature_ok=v.signature.ok, hashes_ok=v.hashes.ok,
+        id=bundle_id,
+        path=rel_path,
+        is_tar=is_tar,
+        verified=v.verified,
+        verification=v.headline,
+        signature_ok=v.signature.ok,
+        hashes_ok=v.hashes.ok,
         signers=sorted(s.keyid for s in v.signers if s.status == "valid"),
-        readable=data.readable, verdict=data.verdict if data.readable else "unknown", model=data.model, tier=data.tier,
-        scope_title=data.scope_title, repository=data.pr.repository if data.pr else "",
+        readable=data.readable,
+        verdict=data.verdict if data.readable else "unknown",
+        model=data.model,
+        tier=data.tier,
+        scope_title=data.scope_title,
+        repository=data.pr.repository if data.pr else "",
         pr_number=int(data.pr.number) if data.pr and data.pr.number else None,
-        head_sha=data.pr.head_sha if data.pr else "", isolation=data.pr.isolation if data.pr else "not_run",
-        rehearsal=data.rehearsal, hardware=data.hardware, created=data.created, checks=dict(data.check_verdicts),
+        head_sha=data.pr.head_sha if data.pr else "",
+        isolation=data.pr.isolation if data.pr else "not_run",
+        rehearsal=data.rehearsal,
+        hardware=data.hardware,
+        created=data.created,
+        checks=dict(data.check_verdicts),
         coverage_covered=data.coverage.covered if data.coverage else None,
         coverage_total=data.coverage.total if data.coverage else None,
         coverage_gaps=len(data.coverage.gaps) if data.coverage else 0,
-        perf=perf, report=report, members=members,
+        perf=perf,
+        report=report,
+        members=members,
     )

@@ -64,16 +64,28 @@ def csp(*, styles: Sequence[str] = (), scripts: Sequence[str] = ()) -> str:
     parts = ["default-src 'none'"]
     parts.append("style-src " + (" ".join(csp_hash(s) for s in styles) if styles else "'none'"))
     parts.append("script-src " + (" ".join(csp_hash(s) for s in scripts) if scripts else "'none'"))
-    parts += ["img-src 'none'", "font-src 'none'", "connect-src 'none'", "media-src 'none'", "object-src 'none'",
-              "frame-src 'none'", "worker-src 'none'", "manifest-src 'none'", "base-uri 'none'", "form-action 'none'"]
+    parts += [
+        "img-src 'none'",
+        "font-src 'none'",
+        "connect-src 'none'",
+        "media-src 'none'",
+        "object-src 'none'",
+        "frame-src 'none'",
+        "worker-src 'none'",
+        "manifest-src 'none'",
+        "base-uri 'none'",
+        "form-action 'none'",
+    ]
     return "; ".join(parts)
 
 
 @functools.lru_cache(maxsize=4)
 def environment(template_dir: str = str(TEMPLATE_DIR)) -> jinja2.Environment:
     if not Path(template_dir).is_dir():
-        raise FasttrackError(f"the report templates are missing: {template_dir} is not a directory",
-                             hint="Run fasttrack from its source checkout (templates/ sits next to the package).")
+        raise FasttrackError(
+            f"the report templates are missing: {template_dir} is not a directory",
+            hint="Run fasttrack from its source checkout (templates/ sits next to the package).",
+        )
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(template_dir),
         autoescape=True,
@@ -101,8 +113,10 @@ def static(name: str) -> str:
 def render_page(template: str, *, css: str, script: str | None = None, **context: Any) -> str:
     """Render one HTML page with its stylesheet (and optional script) inline and allowed by hash."""
     policy = csp(styles=[css], scripts=[script] if script else [])
-    return environment().get_template(template).render(
-        css=Markup(css), script=Markup(script) if script else None, csp=policy, **context
+    return (
+        environment()
+        .get_template(template)
+        .render(css=Markup(css), script=Markup(script) if script else None, csp=policy, **context)
     )
 
 

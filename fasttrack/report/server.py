@@ -53,8 +53,16 @@ def default_site_dir(bundles: Path) -> Path:
 class Dashboard:
     """The state behind the server: where bundles and the site are, and when it was built."""
 
-    def __init__(self, bundles: Path, site: Path, *, keys: Sequence[str] = (), trust_dir: str | None = None,
-                 jobs: int | None = None, log: Callable[[str], None] = print) -> None:
+    def __init__(
+        self,
+        bundles: Path,
+        site: Path,
+        *,
+        keys: Sequence[str] = (),
+        trust_dir: str | None = None,
+        jobs: int | None = None,
+        log: Callable[[str], None] = print,
+    ) -> None:
         self.bundles, self.site = bundles.resolve(), site.resolve()
         self.keys, self.trust_dir, self.jobs, self.log = list(keys), trust_dir, jobs, log
         self.lock = threading.Lock()
@@ -62,8 +70,15 @@ class Dashboard:
 
     def build(self) -> None:
         with self.lock:
-            build_site(self.bundles, self.site, keys=self.keys, trust_dir=self.trust_dir, artifacts="serve",
-                       jobs=self.jobs, log=self.log)
+            build_site(
+                self.bundles,
+                self.site,
+                keys=self.keys,
+                trust_dir=self.trust_dir,
+                artifacts="serve",
+                jobs=self.jobs,
+                log=self.log,
+            )
             self.built_at = time.monotonic()
 
     def maybe_rebuild(self) -> None:
@@ -87,7 +102,7 @@ class Dashboard:
         path = self.bundles / src
         if path.is_dir():
             root = path.resolve()
-            f = (root / member)
+            f = root / member
             if f.is_symlink() or not f.resolve().is_relative_to(root) or not f.is_file():
                 return None, None, ""
             return f, None, member
@@ -109,7 +124,9 @@ def make_handler(dash: Dashboard) -> type[BaseHTTPRequestHandler]:
         def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib signature
             pass
 
-        def _send(self, status: int, body: bytes, ctype: str, headers: dict[str, str], extra: dict[str, str] | None = None) -> None:
+        def _send(
+            self, status: int, body: bytes, ctype: str, headers: dict[str, str], extra: dict[str, str] | None = None
+        ) -> None:
             self.send_response(status)
             self.send_header("Content-Type", ctype)
             self.send_header("Content-Length", str(len(body)))
@@ -132,7 +149,12 @@ def make_handler(dash: Dashboard) -> type[BaseHTTPRequestHandler]:
                 try:
                     dash.maybe_rebuild()
                 except FasttrackError as exc:
-                    self._send(HTTPStatus.INTERNAL_SERVER_ERROR, exc.message.encode(), "text/plain; charset=utf-8", FILE_HEADERS)
+                    self._send(
+                        HTTPStatus.INTERNAL_SERVER_ERROR,
+                        exc.message.encode(),
+                        "text/plain; charset=utf-8",
+                        FILE_HEADERS,
+                    )
                     return
                 path = "/index.html"
             parts = [unquote(p) for p in path.split("/") if p]
@@ -149,7 +171,9 @@ def make_handler(dash: Dashboard) -> type[BaseHTTPRequestHandler]:
                 ok = False
             if not ok:
                 return self._not_found()
-            ctype = {".html": "text/html; charset=utf-8", ".json": "application/json"}.get(f.suffix, "application/octet-stream")
+            ctype = {".html": "text/html; charset=utf-8", ".json": "application/json"}.get(
+                f.suffix, "application/octet-stream"
+            )
             self._send(HTTPStatus.OK, f.read_bytes(), ctype, PAGE_HEADERS)
 
         def _member(self, short: str, served: str) -> None:
@@ -170,8 +194,13 @@ def make_handler(dash: Dashboard) -> type[BaseHTTPRequestHandler]:
             self._send(HTTPStatus.OK, body, ctype, FILE_HEADERS, {"Content-Disposition": f'{disp}; filename="{name}"'})
 
         def _refuse(self) -> None:
-            self._send(HTTPStatus.METHOD_NOT_ALLOWED, b"method not allowed\n", "text/plain; charset=utf-8", FILE_HEADERS,
-                       {"Allow": "GET, HEAD"})
+            self._send(
+                HTTPStatus.METHOD_NOT_ALLOWED,
+                b"method not allowed\n",
+                "text/plain; charset=utf-8",
+                FILE_HEADERS,
+                {"Allow": "GET, HEAD"},
+            )
 
         do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _refuse  # noqa: N815
 
@@ -183,15 +212,25 @@ def make_server(dash: Dashboard, *, port: int = 8765) -> ThreadingHTTPServer:
     try:
         httpd = ThreadingHTTPServer(("127.0.0.1", port), make_handler(dash))
     except OSError as exc:
-        raise FasttrackError(f"cannot listen on 127.0.0.1:{port}: {exc.strerror}",
-                             hint="Choose another --port (or --port 0 for any free one).") from None
+        raise FasttrackError(
+            f"cannot listen on 127.0.0.1:{port}: {exc.strerror}",
+            hint="Choose another --port (or --port 0 for any free one).",
+        ) from None
     httpd.daemon_threads = True
     return httpd
 
 
-def serve(bundles: str | os.PathLike[str], *, site: str | os.PathLike[str] | None = None, port: int = 8765,
-          keys: Sequence[str] = (), trust_dir: str | None = None, jobs: int | None = None,
-          log: Callable[[str], None] = print, ready: Callable[[str], None] | None = None) -> None:
+def serve(
+    bundles: str | os.PathLike[str],
+    *,
+    site: str | os.PathLike[str] | None = None,
+    port: int = 8765,
+    keys: Sequence[str] = (),
+    trust_dir: str | None = None,
+    jobs: int | None = None,
+    log: Callable[[str], None] = print,
+    ready: Callable[[str], None] | None = None,
+) -> None:
     """Build the site, then serve it until interrupted."""
     b = Path(bundles)
     s = Path(site) if site else default_site_dir(b)
@@ -206,4 +245,3 @@ def serve(bundles: str | os.PathLike[str], *, site: str | os.PathLike[str] | Non
         httpd.serve_forever()
     finally:
         httpd.server_close()
-

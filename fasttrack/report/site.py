@@ -69,8 +69,10 @@ def discover(bundles_dir: Path) -> list[tuple[str, Path]]:
     """Bundles under ``bundles_dir``: directories holding a manifest or attestation, and
     ``.tar.gz``/``.tgz`` files. Hidden entries and symbolic links are skipped."""
     if not bundles_dir.is_dir():
-        raise FasttrackError(f"--bundles {bundles_dir} is not a directory",
-                             hint="Point it at a folder of bundle directories or .tar.gz files.")
+        raise FasttrackError(
+            f"--bundles {bundles_dir} is not a directory",
+            hint="Point it at a folder of bundle directories or .tar.gz files.",
+        )
     found: list[tuple[str, Path]] = []
     stack = [bundles_dir]
     while stack:
@@ -178,7 +180,13 @@ def process_bundle(job: _Job) -> tuple[str, str, str, str | None, str | None]:
     except BundleError as exc:
         return job.rel, job.fingerprint, h, None, f"{job.rel}: {exc.message}"
     except Exception as exc:  # noqa: BLE001 - one hostile or broken bundle must not stop the whole dashboard
-        return job.rel, job.fingerprint, h, None, f"{job.rel}: could not be read ({type(exc).__name__}: {str(exc)[:300]})"
+        return (
+            job.rel,
+            job.fingerprint,
+            h,
+            None,
+            f"{job.rel}: could not be read ({type(exc).__name__}: {str(exc)[:300]})",
+        )
     write_text(site / "reports" / f"{short}.html", report_html(data, back_href="../index.html"))
     dest = site / "bundles" / short
     if dest.exists():
@@ -188,8 +196,14 @@ def process_bundle(job: _Job) -> tuple[str, str, str, str | None, str | None]:
             _copy_members(path, data.linkable, dest)
         except (BundleError, OSError) as exc:
             return job.rel, job.fingerprint, h, None, f"{job.rel}: cannot copy its files: {exc}"
-    rec = record_from(data, bundle_id=h, rel_path=job.rel, is_tar=not path.is_dir(), report=f"reports/{short}.html",
-                      members=data.linkable)
+    rec = record_from(
+        data,
+        bundle_id=h,
+        rel_path=job.rel,
+        is_tar=not path.is_dir(),
+        report=f"reports/{short}.html",
+        members=data.linkable,
+    )
     return job.rel, job.fingerprint, h, rec.model_dump_json(), None
 
 
@@ -221,8 +235,15 @@ def build_site(
     index = Index(Path(cache) if cache else site / INDEX_DB)
     errors: list[str] = []
     try:
-        config = json.dumps({"keys": sorted(k.keyid for k in trusted), "artifacts": artifacts, "site": str(site),
-                             "renderer": renderer_version()}, sort_keys=True)
+        config = json.dumps(
+            {
+                "keys": sorted(k.keyid for k in trusted),
+                "artifacts": artifacts,
+                "site": str(site),
+                "renderer": renderer_version(),
+            },
+            sort_keys=True,
+        )
         if force or index.meta("config") != config:
             index.clear()
             for sub in ("reports", "bundles", "compare"):
@@ -273,9 +294,18 @@ def build_site(
         records = index.records()
         write_index(site, records, errors=errors)
         if log:
-            log(f"{len(records)} bundles: {read} read, {reused} unchanged, {removed} removed ({time.perf_counter() - t0:.1f} s)")
-        return BuildStats(site=site, bundles=len(records), read=read, reused=reused, removed=removed,
-                          seconds=time.perf_counter() - t0, errors=errors)
+            log(
+                f"{len(records)} bundles: {read} read, {reused} unchanged, {removed} removed ({time.perf_counter() - t0:.1f} s)"
+            )
+        return BuildStats(
+            site=site,
+            bundles=len(records),
+            read=read,
+            reused=reused,
+            removed=removed,
+            seconds=time.perf_counter() - t0,
+            errors=errors,
+        )
     finally:
         index.close()
 
@@ -308,9 +338,22 @@ def _json_for_script(obj: Any) -> Markup:
 
 
 def _search_text(r: BundleRecord, rk: risk.Risk) -> str:
-    bits = [r.id[:16], r.model, r.tier, r.scope_title, r.repository, str(r.pr_number or ""), r.head_sha[:12], r.verdict,
-            "verified" if r.verified else "unverified", r.hardware, r.isolation, " ".join(r.failed_checks),
-            " ".join(rk.reasons), r.path]
+    bits = [
+        r.id[:16],
+        r.model,
+        r.tier,
+        r.scope_title,
+        r.repository,
+        str(r.pr_number or ""),
+        r.head_sha[:12],
+        r.verdict,
+        "verified" if r.verified else "unverified",
+        r.hardware,
+        r.isolation,
+        " ".join(r.failed_checks),
+        " ".join(rk.reasons),
+        r.path,
+    ]
     return " ".join(b for b in bits if b).lower()[:2000]
 
 
@@ -337,11 +380,18 @@ def compare_view(g: agreement.GroupResult, *, max_bundles: int = 8, max_rows: in
         if len(have) > 1:
             agree = all(
                 (y.ci_low is not None and y.ci_high is not None and y.ci_low <= x.speedup <= y.ci_high)
-                for x in have for y in have if x is not y
+                for x in have
+                for y in have
+                if x is not y
             )
         perf_rows.append({"point": k[0], "metric": k[1], "cells": cells, "agree": agree})
-    return {"bundles": bs, "more": len(g.bundles) - len(bs), "checks": check_rows, "perf": perf_rows,
-            "perf_total": len({(p.point, p.metric) for b in bs for p in b.perf})}
+    return {
+        "bundles": bs,
+        "more": len(g.bundles) - len(bs),
+        "checks": check_rows,
+        "perf": perf_rows,
+        "perf_total": len({(p.point, p.metric) for b in bs for p in b.perf}),
+    }
 
 
 _ORDER = {n: i for i, n in enumerate(("kernels", "equivalence", "features", "coverage", "evals", "perf"))}
@@ -395,8 +445,18 @@ def write_index(site: Path, records: list[BundleRecord], *, errors: Sequence[str
         write_text(compare_dir / f"{gid}.html", page)
     write_text(stamps_file, json.dumps(new_stamps, sort_keys=True))
 
-    filt = [{"id": r.short, "s": _search_text(r, risks[r.id]), "v": r.verdict, "ok": r.verified, "m": r.model,
-             "iso": r.isolation, "risk": risks[r.id].level} for r in records]
+    filt = [
+        {
+            "id": r.short,
+            "s": _search_text(r, risks[r.id]),
+            "v": r.verdict,
+            "ok": r.verified,
+            "m": r.model,
+            "iso": r.isolation,
+            "risk": risks[r.id].level,
+        }
+        for r in records
+    ]
     counts = {
         "bundles": len(records),
         "verified": sum(r.verified for r in records),
@@ -408,9 +468,20 @@ def write_index(site: Path, records: list[BundleRecord], *, errors: Sequence[str
         "disagree": sum(1 for g in multi if g.status == "disagree"),
     }
     html = render_page(
-        "dashboard.html.j2", css=css, script=static("dashboard.js"), counts=counts, queue=queue[:QUEUE_LIMIT],
-        queue_total=len(queue), by_model=sorted(by_model.items()), risks=risks, multi=multi, gids=gids,
-        group_of=group_of, status_of=status_of, models=sorted(by_model), errors=list(errors)[:200],
+        "dashboard.html.j2",
+        css=css,
+        script=static("dashboard.js"),
+        counts=counts,
+        queue=queue[:QUEUE_LIMIT],
+        queue_total=len(queue),
+        by_model=sorted(by_model.items()),
+        risks=risks,
+        multi=multi,
+        gids=gids,
+        group_of=group_of,
+        status_of=status_of,
+        models=sorted(by_model),
+        errors=list(errors)[:200],
         data=_json_for_script(filt),
     )
     write_text(site / "index.html", html)
@@ -418,14 +489,24 @@ def write_index(site: Path, records: list[BundleRecord], *, errors: Sequence[str
         "fasttrack_version": __version__,
         "counts": counts,
         "bundles": [
-            {**r.model_dump(mode="json", exclude={"members"}), "files": len(r.members),
-             "risk": {"score": risks[r.id].score, "level": risks[r.id].level, "reasons": risks[r.id].reasons},
-             "group": group_of.get(r.id), "agreement": status_of.get(r.id, "single")}
+            {
+                **r.model_dump(mode="json", exclude={"members"}),
+                "files": len(r.members),
+                "risk": {"score": risks[r.id].score, "level": risks[r.id].level, "reasons": risks[r.id].reasons},
+                "group": group_of.get(r.id),
+                "agreement": status_of.get(r.id, "single"),
+            }
             for r, _ in ordered
         ],
         "groups": [
-            {"id": gids[g.key], "head_sha": g.key[0], "model": g.key[1], "status": g.status,
-             "bundles": [r.id for r in g.bundles], "differences": g.differences[:200]}
+            {
+                "id": gids[g.key],
+                "head_sha": g.key[0],
+                "model": g.key[1],
+                "status": g.status,
+                "bundles": [r.id for r in g.bundles],
+                "differences": g.differences[:200],
+            }
             for g in multi
         ],
         "errors": list(errors),

@@ -22,10 +22,39 @@ ALLOWED_TAGS = frozenset(
 #: Attributes a chart may set (no ``on*``, ``href``, ``style``).
 ALLOWED_ATTRS = frozenset(
     {
-        "viewBox", "width", "height", "x", "y", "x1", "y1", "x2", "y2", "cx", "cy", "r", "d", "points",
-        "class", "role", "aria-label", "aria-hidden", "text-anchor", "dominant-baseline", "transform",
-        "fill", "stroke", "stroke-width", "stroke-dasharray", "opacity", "font-size", "rx", "xmlns",
-        "preserveAspectRatio", "focusable", "dx", "dy",
+        "viewBox",
+        "width",
+        "height",
+        "x",
+        "y",
+        "x1",
+        "y1",
+        "x2",
+        "y2",
+        "cx",
+        "cy",
+        "r",
+        "d",
+        "points",
+        "class",
+        "role",
+        "aria-label",
+        "aria-hidden",
+        "text-anchor",
+        "dominant-baseline",
+        "transform",
+        "fill",
+        "stroke",
+        "stroke-width",
+        "stroke-dasharray",
+        "opacity",
+        "font-size",
+        "rx",
+        "xmlns",
+        "preserveAspectRatio",
+        "focusable",
+        "dx",
+        "dy",
     }
 )
 _CLASS_RE = re.compile(r"^[A-Za-z0-9_ -]*$")
@@ -95,8 +124,16 @@ def svg(width: float, height: float, *, label: str, cls: str = "chart") -> El:
     )
 
 
-def text(x: float, y: float, s: str, *, anchor: str = "start", cls: str = "", size: float | None = None,
-         transform: str | None = None) -> El:
+def text(
+    x: float,
+    y: float,
+    s: str,
+    *,
+    anchor: str = "start",
+    cls: str = "",
+    size: float | None = None,
+    transform: str | None = None,
+) -> El:
     attrs: dict[str, object] = {"x": num(x), "y": num(y), "text-anchor": anchor}
     if cls:
         attrs["class"] = cls

@@ -50,7 +50,7 @@ def _decode(f: pa.Field, value: Any) -> Any:
 def read_table(root: Path, rel: str, *, max_rows: int = MAX_ROWS) -> LoadedTable:
     """Read up to ``max_rows`` rows of ``root/rel``; errors are returned, not raised."""
     out = LoadedTable(path=rel)
-    p = (root / rel)
+    p = root / rel
     try:
         rp = p.resolve()
         if not rp.is_relative_to(root.resolve()) or not rp.is_file():

@@ -62,7 +62,9 @@ def as_finite_array(values: Sequence[float] | np.ndarray, *, what: str, positive
     if arr.size == 0:
         raise StatsInputError(f"{what} is empty: at least one value is needed.")
     if not np.all(np.isfinite(arr)):
-        raise StatsInputError(f"{what} contains NaN or infinite values; drop failed measurements before computing statistics.")
+        raise StatsInputError(
+            f"{what} contains NaN or infinite values; drop failed measurements before computing statistics."
+        )
     if positive and np.any(arr <= 0):
         raise StatsInputError(
             f"{what} contains values <= 0; ratio statistics need strictly positive measurements "

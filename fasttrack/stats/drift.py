@@ -73,8 +73,15 @@ def detect_drift(
     if not (0.0 <= tolerance < 1.0):
         raise StatsInputError(f"tolerance must be in [0, 1), got {tolerance!r}.")
     est = hierarchical_ratio_bootstrap(
-        first, second, metric=metric, direction="higher_is_better", statistic=statistic,
-        confidence=confidence, n_boot=n_boot, seed=seed, include_raw=False,
+        first,
+        second,
+        metric=metric,
+        direction="higher_is_better",
+        statistic=statistic,
+        confidence=confidence,
+        n_boot=n_boot,
+        seed=seed,
+        include_raw=False,
     )
     a = [v for lt in est.baseline.run_values for v in lt]
     b = [v for lt in est.candidate.run_values for v in lt]

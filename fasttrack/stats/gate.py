@@ -174,15 +174,40 @@ def ratio_interval(
         n_b = count_lifetimes(baseline, what=f"{metric} baseline")
         n_c = count_lifetimes(candidate, what=f"{metric} candidate")
         if n_b + n_c >= LIFETIME_T_MIN_LIFETIMES:
-            return lifetime_t_ratio(baseline, candidate, metric=metric, direction=direction, statistic=statistic,
-                                    confidence=confidence)
-        est = hierarchical_ratio_bootstrap(baseline, candidate, metric=metric, direction=direction,
-                                           statistic=statistic, confidence=confidence, n_boot=n_boot, seed=seed, paired=paired)
-        return est.model_copy(update={"warnings": [
-            *est.warnings, f"interval 'lifetime_t' needs at least {LIFETIME_T_MIN_LIFETIMES} engine lifetimes in "
-            f"total (got {n_b} baseline, {n_c} candidate); the hierarchical bootstrap was used"]})
-    return hierarchical_ratio_bootstrap(baseline, candidate, metric=metric, direction=direction, statistic=statistic,
-                                        confidence=confidence, n_boot=n_boot, seed=seed, paired=paired)
+            return lifetime_t_ratio(
+                baseline, candidate, metric=metric, direction=direction, statistic=statistic, confidence=confidence
+            )
+        est = hierarchical_ratio_bootstrap(
+            baseline,
+            candidate,
+            metric=metric,
+            direction=direction,
+            statistic=statistic,
+            confidence=confidence,
+            n_boot=n_boot,
+            seed=seed,
+            paired=paired,
+        )
+        return est.model_copy(
+            update={
+                "warnings": [
+                    *est.warnings,
+                    f"interval 'lifetime_t' needs at least {LIFETIME_T_MIN_LIFETIMES} engine lifetimes in "
+                    f"total (got {n_b} baseline, {n_c} candidate); the hierarchical bootstrap was used",
+                ]
+            }
+        )
+    return hierarchical_ratio_bootstrap(
+        baseline,
+        candidate,
+        metric=metric,
+        direction=direction,
+        statistic=statistic,
+        confidence=confidence,
+        n_boot=n_boot,
+        seed=seed,
+        paired=paired,
+    )
 
 
 def planned_looks(*, min_runs: int, max_runs: int, step: int = 1) -> int:
@@ -220,11 +245,21 @@ def sequential_decision(
     """
     confidence = check_confidence(confidence)
     if planned_looks < 1 or not (1 <= look <= planned_looks):
-        raise StatsInputError(f"look must be in 1..planned_looks (planned_looks >= 1), got look={look}, planned_looks={planned_looks}.")
+        raise StatsInputError(
+            f"look must be in 1..planned_looks (planned_looks >= 1), got look={look}, planned_looks={planned_looks}."
+        )
     per_look = 1.0 - (1.0 - confidence) / planned_looks
     est = ratio_interval(
-        baseline, candidate, interval=interval, metric=metric, direction=direction, statistic=statistic,
-        confidence=per_look, n_boot=n_boot, seed=seed, paired=paired,
+        baseline,
+        candidate,
+        interval=interval,
+        metric=metric,
+        direction=direction,
+        statistic=statistic,
+        confidence=per_look,
+        n_boot=n_boot,
+        seed=seed,
+        paired=paired,
     )
     gate = no_regression_gate(est, noise_margin=noise_margin, point=point)
     thr = gate.threshold
@@ -233,7 +268,9 @@ def sequential_decision(
         reason = f"lower bound {gate.ci_low:.4g} >= {thr:.4g} at look {look}/{planned_looks}"
     elif gate.ci_high < thr:
         decision = "decided_fail"
-        reason = f"upper bound {gate.ci_high:.4g} < {thr:.4g}: a regression beyond the margin at look {look}/{planned_looks}"
+        reason = (
+            f"upper bound {gate.ci_high:.4g} < {thr:.4g}: a regression beyond the margin at look {look}/{planned_looks}"
+        )
     elif look == planned_looks:
         decision = "decided_fail"
         reason = (

@@ -137,7 +137,9 @@ def parse_statistic(statistic: str) -> Callable[[np.ndarray], np.ndarray]:
     """
     s = statistic.strip().lower()
 
-    def pick(plain: Callable[[np.ndarray], np.ndarray], nan: Callable[[np.ndarray], np.ndarray]) -> Callable[[np.ndarray], np.ndarray]:
+    def pick(
+        plain: Callable[[np.ndarray], np.ndarray], nan: Callable[[np.ndarray], np.ndarray]
+    ) -> Callable[[np.ndarray], np.ndarray]:
         # numpy's nan-reducers are slow on many short rows; use them only when padding is present
         return lambda x: nan(x) if np.isnan(x).any() else plain(x)
 
@@ -167,7 +169,9 @@ def _normalise_side(data: SideSamples, *, what: str) -> list[list[np.ndarray]]:
         runs: list[np.ndarray] = []
         for j, run in enumerate(lifetime):
             if isinstance(run, (str, bytes)):
-                raise StatsInputError(f"{what}: lifetime {i} run {j} is a string, expected a number or a list of numbers.")
+                raise StatsInputError(
+                    f"{what}: lifetime {i} run {j} is a string, expected a number or a list of numbers."
+                )
             try:
                 arr = np.asarray(run, dtype=float).reshape(-1)
             except (TypeError, ValueError):
@@ -234,7 +238,9 @@ class _Side:
             vals = np.where(valid[..., None], vals, np.nan)
         return reducer(vals.reshape(b, -1))
 
-    def replicates(self, rng: np.random.Generator, n_boot: int, reducer: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    def replicates(
+        self, rng: np.random.Generator, n_boot: int, reducer: Callable[[np.ndarray], np.ndarray]
+    ) -> np.ndarray:
         out = np.empty(n_boot)
         chunk = self.chunk_size()
         for start in range(0, n_boot, chunk):
@@ -244,11 +250,14 @@ class _Side:
 
     def same_layout(self, other: "_Side") -> bool:
         """Same number of lifetimes and of runs in each: the two sides' runs can be paired by position."""
-        return self.n_lifetimes == other.n_lifetimes and bool(np.array_equal(self.runs_per_lifetime, other.runs_per_lifetime))
+        return self.n_lifetimes == other.n_lifetimes and bool(
+            np.array_equal(self.runs_per_lifetime, other.runs_per_lifetime)
+        )
 
 
-def paired_replicates(b_side: _Side, c_side: _Side, rng: np.random.Generator, n_boot: int,
-                      reducer: Callable[[np.ndarray], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+def paired_replicates(
+    b_side: _Side, c_side: _Side, rng: np.random.Generator, n_boot: int, reducer: Callable[[np.ndarray], np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
     """Replicates of both sides from one set of draws: lifetime pair i and run pair k are drawn together."""
     b_out, c_out = np.empty(n_boot), np.empty(n_boot)
     chunk = min(b_side.chunk_size(), c_side.chunk_size())
@@ -300,7 +309,7 @@ def _warnings(name: str, side: _Side) -> list[str]:
 
 def _quantile_dict(x: np.ndarray) -> dict[str, float]:
     qs = np.quantile(x, STORED_QUANTILES)
-    return {f"{p:g}": float(v) for p, v in zip(STORED_QUANTILES, qs)}
+    return {f"{p:g}": float(v) for p, v in zip(STORED_QUANTILES, qs, strict=False)}
 
 
 # --------------------------------------------------------------------------- public API
@@ -377,8 +386,12 @@ def hierarchical_ratio_bootstrap(
     method = (
         "hierarchical bootstrap: engine lifetimes resampled with replacement, then runs within each drawn "
         "lifetime (samples of a run kept together); statistic on the pooled samples per side; sides resampled "
-        + ("together (paired: interleaved runs, run k of one side next to run k of the other)" if paired else
-           "independently") + "; percentile interval"
+        + (
+            "together (paired: interleaved runs, run k of one side next to run k of the other)"
+            if paired
+            else "independently"
+        )
+        + "; percentile interval"
     )
     if one:
         method += "; a side with one lifetime has only its runs resampled, so the interval ignores lifetime variance"

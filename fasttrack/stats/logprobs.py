@@ -187,7 +187,9 @@ def compare_greedy(
     c_in_b = b_in_c = None
     if mismatch is None:
         close = True
-        reason = "tokens identical over the common length" + (f" (lengths {len(bt)} vs {len(ct)})" if length_mismatch else "")
+        reason = "tokens identical over the common length" + (
+            f" (lengths {len(bt)} vs {len(ct)})" if length_mismatch else ""
+        )
     else:
         eb, ec = blp[mismatch], clp[mismatch]
         if eb is None or ec is None:
@@ -271,4 +273,3 @@ def summarize_greedy(comparisons: Sequence[GreedyComparison]) -> GreedySummary:
         kl_max=max(kls) if kls else None,
         not_close=[i for i, c in enumerate(comparisons) if not c.close],
     )
-

@@ -142,6 +142,10 @@ def mde_for_estimate(
     """
     conf = check_confidence(estimate.confidence)
     return minimum_detectable_effect(
-        se_log=estimate.log_speedup_se, alpha=round(1.0 - conf, 12), sides=2, power=power, noise_margin=noise_margin,
+        se_log=estimate.log_speedup_se,
+        alpha=round(1.0 - conf, 12),
+        sides=2,
+        power=power,
+        noise_margin=noise_margin,
         dof=estimate.dof,
     )

@@ -160,7 +160,9 @@ def _binary(values: Sequence[int | bool | float], what: str) -> np.ndarray:
     return arr.astype(int)
 
 
-def _pair_arrays(baseline: Sequence[float], candidate: Sequence[float], *, binary: bool) -> tuple[np.ndarray, np.ndarray]:
+def _pair_arrays(
+    baseline: Sequence[float], candidate: Sequence[float], *, binary: bool
+) -> tuple[np.ndarray, np.ndarray]:
     if binary:
         b, c = _binary(baseline, "baseline scores"), _binary(candidate, "candidate scores")
     else:
@@ -228,7 +230,9 @@ def paired_binary_difference(
         difference=diff,
         ci_low=max(-1.0, lo),
         ci_high=min(1.0, hi),
-        table=PairedTable(both_correct=a_, candidate_only=b_, baseline_only=c_, neither=d_, psi=psi, mcnemar_exact_p=mc_p),
+        table=PairedTable(
+            both_correct=a_, candidate_only=b_, baseline_only=c_, neither=d_, psi=psi, mcnemar_exact_p=mc_p
+        ),
     )
 
 

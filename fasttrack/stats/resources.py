@@ -46,9 +46,13 @@ class ResourceNormalization(StatResult):
 def normalize_per_gpu(estimate: RatioEstimate, *, baseline_gpus: int, candidate_gpus: int) -> ResourceNormalization:
     """Flag unequal GPU counts and scale the speedup and its interval by baseline_gpus / candidate_gpus."""
     return _normalize(
-        name=f"per-GPU {estimate.name}", metric=estimate.metric, speedup=estimate.speedup,
-        ci=(estimate.ci_low, estimate.ci_high), confidence=estimate.confidence,
-        baseline_gpus=baseline_gpus, candidate_gpus=candidate_gpus,
+        name=f"per-GPU {estimate.name}",
+        metric=estimate.metric,
+        speedup=estimate.speedup,
+        ci=(estimate.ci_low, estimate.ci_high),
+        confidence=estimate.confidence,
+        baseline_gpus=baseline_gpus,
+        candidate_gpus=candidate_gpus,
     )
 
 
@@ -59,14 +63,25 @@ def normalize_speedup_per_gpu(
     if not (isinstance(speedup, (int, float)) and math.isfinite(speedup) and speedup > 0):
         raise StatsInputError(f"speedup must be a finite positive number, got {speedup!r}.")
     return _normalize(
-        name=f"per-GPU speedup of {metric or 'a metric'}", metric=metric, speedup=float(speedup), ci=None,
-        confidence=None, baseline_gpus=baseline_gpus, candidate_gpus=candidate_gpus,
+        name=f"per-GPU speedup of {metric or 'a metric'}",
+        metric=metric,
+        speedup=float(speedup),
+        ci=None,
+        confidence=None,
+        baseline_gpus=baseline_gpus,
+        candidate_gpus=candidate_gpus,
     )
 
 
 def _normalize(
-    *, name: str, metric: str, speedup: float, ci: tuple[float, float] | None, confidence: float | None,
-    baseline_gpus: int, candidate_gpus: int,
+    *,
+    name: str,
+    metric: str,
+    speedup: float,
+    ci: tuple[float, float] | None,
+    confidence: float | None,
+    baseline_gpus: int,
+    candidate_gpus: int,
 ) -> ResourceNormalization:
     for what, n in (("baseline_gpus", baseline_gpus), ("candidate_gpus", candidate_gpus)):
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:

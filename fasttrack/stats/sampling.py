@@ -187,15 +187,19 @@ def chi_square_sampling_test(
         x = np.array([lps[t] for t in tokens]) / temperature
         p = np.exp(x - x.max())
         p /= p.sum()
-        probs = dict(zip(tokens, p.tolist()))
+        probs = dict(zip(tokens, p.tolist(), strict=False))
         rest: float | None = None
         n_test = n_all - n_out
         if n_test == 0:
-            raise StatsInputError("no candidate sample fell inside the baseline's top-k: the conditional test has nothing to test.")
+            raise StatsInputError(
+                "no candidate sample fell inside the baseline's top-k: the conditional test has nothing to test."
+            )
     else:
         known = float(np.exp(np.array([lps[t] for t in tokens])).sum())
         if known > 1.0 + 1e-3:
-            raise StatsInputError(f"the top-k probabilities sum to {known:.6f} > 1: these are not logprobs of one distribution.")
+            raise StatsInputError(
+                f"the top-k probabilities sum to {known:.6f} > 1: these are not logprobs of one distribution."
+            )
         if rest_mass is None:
             rest = max(0.0, 1.0 - known)
         else:
@@ -309,7 +313,7 @@ def allowed_tokens(
         near = {ranked[i] for i in range(top_k, len(ranked)) if keep[i]}
         if near:  # ties (or near ties) at the k-th value: which of them the engine keeps depends on rounding
             boundary |= near | {ranked[top_k - 1]}
-        ranked = [t for t, k in zip(ranked, keep) if k]
+        ranked = [t for t, k in zip(ranked, keep, strict=False) if k]
         x = x[keep]
         p = np.exp(x - x.max())
         p /= p.sum()
@@ -340,7 +344,7 @@ def allowed_tokens(
         keep = above < top_p + tolerance
         keep[0] = True
         boundary |= {ranked[i] for i in range(len(ranked)) if abs(above[i] - top_p) <= tolerance}
-        ranked = [t for t, k in zip(ranked, keep) if k]
+        ranked = [t for t, k in zip(ranked, keep, strict=False) if k]
     return AllowedTokens(
         name="tokens allowed by the sampling mask",
         method="vLLM order: temperature, then top-k (ties kept), then top-p on the renormalised top-k distribution",
@@ -361,7 +365,12 @@ def mask_violations(sample_counts: Mapping[Token, int], allowed: AllowedTokens) 
     viol = {str(t): n for t, n in counts.items() if str(t) not in ok}
     nv = sum(viol.values())
     mask = " and ".join(
-        s for s in ((f"top_k={allowed.top_k}" if allowed.top_k else ""), (f"top_p={allowed.top_p}" if allowed.top_p else "")) if s
+        s
+        for s in (
+            (f"top_k={allowed.top_k}" if allowed.top_k else ""),
+            (f"top_p={allowed.top_p}" if allowed.top_p else ""),
+        )
+        if s
     )
     return MaskCheck(
         name=f"samples outside the {mask} mask",

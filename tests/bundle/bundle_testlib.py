@@ -32,16 +32,29 @@ def make_results(*, perf: Verdict = Verdict.PASS) -> list[CheckResult]:
                 ]
             },
         ),
-        CheckResult(check="equivalence", verdict=Verdict.PASS, reason="greedy tokens identical", gate=gate,
-                    tables={"prompts": [{"prompt": i, "match": True} for i in range(5)]}),
+        CheckResult(
+            check="equivalence",
+            verdict=Verdict.PASS,
+            reason="greedy tokens identical",
+            gate=gate,
+            tables={"prompts": [{"prompt": i, "match": True} for i in range(5)]},
+        ),
         CheckResult(check="features", verdict=Verdict.PASS, reason="all features work"),
         CheckResult(check="coverage", verdict=Verdict.PASS, reason="optimized path ran at every point"),
-        CheckResult(check="evals", verdict=Verdict.PASS, reason="accuracy within margin",
-                    artifacts=["artifacts/evals/samples.jsonl"],
-                    tables={"scores": [{"task": "aime", "side": s, "acc": 0.5} for s in ("baseline", "candidate")]}),
-        CheckResult(check="perf", verdict=perf, reason="speedup lower bound 1.2 >= 0.95" if perf is Verdict.PASS else "slower at batch 4",
-                    failures=[] if perf is Verdict.PASS else ["b4: lower bound 0.8 < 0.95"],
-                    tables={"points": [{"point": "b1", "speedup": 1.3}, {"point": "b4", "speedup": 1.2}]}),
+        CheckResult(
+            check="evals",
+            verdict=Verdict.PASS,
+            reason="accuracy within margin",
+            artifacts=["artifacts/evals/samples.jsonl"],
+            tables={"scores": [{"task": "aime", "side": s, "acc": 0.5} for s in ("baseline", "candidate")]},
+        ),
+        CheckResult(
+            check="perf",
+            verdict=perf,
+            reason="speedup lower bound 1.2 >= 0.95" if perf is Verdict.PASS else "slower at batch 4",
+            failures=[] if perf is Verdict.PASS else ["b4: lower bound 0.8 < 0.95"],
+            tables={"points": [{"point": "b1", "speedup": 1.3}, {"point": "b4", "speedup": 1.2}]},
+        ),
     ]
 
 
@@ -88,7 +101,9 @@ def build(
         scope=B.scope_info(scope_yaml, model="demo-llama", tier="smoke"),
         plan=B.plan_info(plan or {"points": [{"id": "b1"}], "fingerprint": "f" * 64}, shard=shard),
         provenance=provenance or make_provenance(),
-        pr=B.PRLink(repository="org/repo", number=7, head_sha=head, isolation="pass", isolation_reason="owned paths only"),
+        pr=B.PRLink(
+            repository="org/repo", number=7, head_sha=head, isolation="pass", isolation_reason="owned paths only"
+        ),
         created=CREATED,
         artifacts_from=run,
         sign_keys=list(sign),

@@ -8,9 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fasttrack import ROOT
-
 from bundle_testlib import HEAD, build
+
+from fasttrack import ROOT
 
 FT = [sys.executable, "-m", "fasttrack"]
 
@@ -71,9 +71,9 @@ def test_keys_sign_verify_merge(tmp_path: Path) -> None:
 
 
 def test_require_pass(tmp_path: Path, contrib, keydir: Path) -> None:
-    from fasttrack.checks.base import Verdict
-
     from bundle_testlib import make_results
+
+    from fasttrack.checks.base import Verdict
 
     b = build(tmp_path / "b", results=make_results(perf=Verdict.FAIL), sign=[contrib])
     assert ft("verify", b, "--key", keydir / "contrib.pub").returncode == 0

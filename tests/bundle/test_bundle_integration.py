@@ -7,12 +7,11 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from bundle_testlib import make_results
 
 from fasttrack import bundle as B
 from fasttrack.bundle.integration import redact_env, write_run_bundle
 from fasttrack.checks.base import RunContext
-
-from bundle_testlib import make_results
 
 
 @pytest.fixture()
@@ -36,9 +35,16 @@ def run(tmp_path: Path):
     ctx.shared["seeds"] = {"sampling": 1234}
     state = SimpleNamespace(
         engines=[
-            {"side": "baseline", "group": "g0", "lifetime": 0, "owned": True, "args": ["--dtype", "float32"],
-             "env": {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_TOKEN": "hf_secret"}, "log": "logs/g0.baseline.0.log",
-             "base_url": "http://127.0.0.1:8000"},
+            {
+                "side": "baseline",
+                "group": "g0",
+                "lifetime": 0,
+                "owned": True,
+                "args": ["--dtype", "float32"],
+                "env": {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_TOKEN": "hf_secret"},
+                "log": "logs/g0.baseline.0.log",
+                "base_url": "http://127.0.0.1:8000",
+            },
             {"side": "candidate", "group": "g0", "lifetime": 0, "owned": False, "base_url": "http://127.0.0.1:9000"},
         ]
     )
@@ -49,9 +55,17 @@ def test_write_run_bundle_signed_and_verifiable(run, keydir: Path) -> None:
     head = "89abcdef" * 5
     opts = SimpleNamespace(sign_keys=[keydir / "contrib"], pr_repository="org/vllm", pr_number=12, head=head, base=None)
     tgz = write_run_bundle(
-        opts=opts, ctx=run.ctx, loaded=run.loaded, plan=run.plan, host=run.host, rehearsal=True,
-        rehearsal_reason="scope needs a GPU; host has none", isolation=None, results=make_results(),
-        state=run.state, log=lambda m: None,
+        opts=opts,
+        ctx=run.ctx,
+        loaded=run.loaded,
+        plan=run.plan,
+        host=run.host,
+        rehearsal=True,
+        rehearsal_reason="scope needs a GPU; host has none",
+        isolation=None,
+        results=make_results(),
+        state=run.state,
+        log=lambda m: None,
     )
     assert tgz == run.run_dir / "bundle.tar.gz"
     with pytest.raises(B.BundleError, match="run folder"):
@@ -79,13 +93,29 @@ def test_bad_sign_key_fails_before_writing(run, tmp_path: Path) -> None:
     opts = SimpleNamespace(sign_keys=[tmp_path / "missing"], pr_repository=None, pr_number=None, head=None, base=None)
     with pytest.raises(B.KeyFileError):
         write_run_bundle(
-            opts=opts, ctx=run.ctx, loaded=run.loaded, plan=run.plan, host=run.host, rehearsal=False,
-            rehearsal_reason=None, isolation=None, results=make_results(), state=run.state, log=lambda m: None,
+            opts=opts,
+            ctx=run.ctx,
+            loaded=run.loaded,
+            plan=run.plan,
+            host=run.host,
+            rehearsal=False,
+            rehearsal_reason=None,
+            isolation=None,
+            results=make_results(),
+            state=run.state,
+            log=lambda m: None,
         )
     assert not (run.run_dir / "bundle").exists()
 
 
 def test_redact_env() -> None:
-    env = redact_env({"HF_TOKEN": "x", "AWS_SECRET_ACCESS_KEY": "y", "API_KEY": "z", "VLLM_CPU_KVCACHE_SPACE": "4", "KEYBOARD": "us"})
-    assert env == {"API_KEY": "<redacted>", "AWS_SECRET_ACCESS_KEY": "<redacted>", "HF_TOKEN": "<redacted>",
-                   "KEYBOARD": "us", "VLLM_CPU_KVCACHE_SPACE": "4"}
+    env = redact_env(
+        {"HF_TOKEN": "x", "AWS_SECRET_ACCESS_KEY": "y", "API_KEY": "z", "VLLM_CPU_KVCACHE_SPACE": "4", "KEYBOARD": "us"}
+    )
+    assert env == {
+        "API_KEY": "<redacted>",
+        "AWS_SECRET_ACCESS_KEY": "<redacted>",
+        "HF_TOKEN": "<redacted>",
+        "KEYBOARD": "us",
+        "VLLM_CPU_KVCACHE_SPACE": "4",
+    }

@@ -8,14 +8,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from bundle_testlib import build
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from fasttrack import bundle as B
 from fasttrack.bundle.keys import PASSPHRASE_ENV, keyid_of
-
-from bundle_testlib import build
 
 
 def test_generate_writes_private_pem_0600_and_openssh_pub(tmp_path: Path) -> None:
@@ -38,7 +37,8 @@ def _write_openssh(path: Path, key) -> None:
         key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption())
     )
     (path.parent / (path.name + ".pub")).write_bytes(
-        key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH) + b" dev@laptop\n"
+        key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+        + b" dev@laptop\n"
     )
 
 
@@ -50,14 +50,19 @@ def test_openssh_key_signs_and_its_pub_line_verifies(tmp_path: Path) -> None:
     assert B.verify_bundle(d, keys=[tmp_path / "id_ed25519.pub"]).verified
     # the same key in PEM form has the same id
     pem = tmp_path / "k.pem"
-    pem.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    pem.write_bytes(
+        key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
     assert B.load_public_keys(pem)[0].keyid == sk.keyid
     assert B.verify_bundle(d, keys=[pem]).verified
 
 
 @pytest.mark.skipif(shutil.which("ssh-keygen") is None, reason="ssh-keygen is not installed")
 def test_key_made_by_ssh_keygen_works(tmp_path: Path) -> None:
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "dev@host", "-f", str(tmp_path / "id_ed25519")], check=True)
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "dev@host", "-f", str(tmp_path / "id_ed25519")],
+        check=True,
+    )
     sk = B.load_private_key(tmp_path / "id_ed25519")
     d = build(tmp_path / "b", sign=[sk])
     assert B.verify_bundle(d, keys=[tmp_path / "id_ed25519.pub"]).verified
@@ -68,7 +73,9 @@ def test_encrypted_key_needs_passphrase(tmp_path: Path, monkeypatch: pytest.Monk
     p = tmp_path / "enc.pem"
     p.write_bytes(
         key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.BestAvailableEncryption(b"s3cret")
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.BestAvailableEncryption(b"s3cret"),
         )
     )
     monkeypatch.delenv(PASSPHRASE_ENV, raising=False)
@@ -84,7 +91,11 @@ def test_encrypted_key_needs_passphrase(tmp_path: Path, monkeypatch: pytest.Monk
 def test_wrong_key_types_are_refused_clearly(tmp_path: Path) -> None:
     rsa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     p = tmp_path / "id_rsa"
-    p.write_bytes(rsa_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()))
+    p.write_bytes(
+        rsa_key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
+        )
+    )
     with pytest.raises(B.KeyFileError, match="RSA key; fasttrack signs with Ed25519 only"):
         B.load_private_key(p)
     ecp = tmp_path / "ec.pem"
@@ -96,7 +107,9 @@ def test_wrong_key_types_are_refused_clearly(tmp_path: Path) -> None:
     with pytest.raises(B.KeyFileError, match="Ed25519 only"):
         B.load_private_key(ecp)
     pub = tmp_path / "id_rsa.pub"
-    pub.write_bytes(rsa_key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH))
+    pub.write_bytes(
+        rsa_key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+    )
     with pytest.raises(B.KeyFileError, match="ssh-rsa key"):
         B.load_public_keys(pub)
     with pytest.raises(B.KeyFileError, match="looks like a public key"):
@@ -110,12 +123,16 @@ def test_wrong_key_types_are_refused_clearly(tmp_path: Path) -> None:
 
 
 def test_code_host_key_list_yields_the_ed25519_lines(tmp_path: Path) -> None:
-    rsa_line = rsa.generate_private_key(public_exponent=65537, key_size=2048).public_key().public_bytes(
-        serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
-    ).decode()
+    rsa_line = (
+        rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        .public_key()
+        .public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+        .decode()
+    )
     keys = [Ed25519PrivateKey.generate() for _ in range(2)]
     lines = [rsa_line] + [
-        k.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH).decode() for k in keys
+        k.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH).decode()
+        for k in keys
     ]
     f = tmp_path / "user.keys"
     f.write_text("\n".join(lines) + "\n")

@@ -6,6 +6,7 @@ import json
 
 import jsonschema
 import pytest
+from bundle_testlib import make_provenance, make_results
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -13,8 +14,6 @@ from fasttrack import ROOT
 from fasttrack import bundle as B
 from fasttrack.bundle.manifest import SCHEMA_FILE, _main, build_manifest, manifest_bytes, parse_shard, schema_text
 from fasttrack.checks.base import CHECK_ORDER, CheckResult, Verdict
-
-from bundle_testlib import make_provenance, make_results
 
 
 def _manifest(results, **kw):
@@ -72,7 +71,7 @@ def test_duplicate_results_are_refused() -> None:
 @given(st.lists(st.tuples(st.sampled_from(list(Verdict)), st.booleans()), min_size=6, max_size=6))
 def test_verdict_never_pass_with_required_fail_or_not_run(spec) -> None:
     results = [
-        CheckResult(check=name, verdict=v, reason="r", required=req) for name, (v, req) in zip(CHECK_ORDER, spec)
+        CheckResult(check=name, verdict=v, reason="r", required=req) for name, (v, req) in zip(CHECK_ORDER, spec, strict=False)
     ]
     m = _manifest(results)
     required = [v for v, req in spec if req]

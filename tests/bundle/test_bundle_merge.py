@@ -5,11 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from bundle_testlib import build, make_provenance, make_results
 
 from fasttrack import bundle as B
 from fasttrack.checks.base import CheckResult, Verdict
-
-from bundle_testlib import build, make_provenance, make_results
 
 FP = "f" * 64
 

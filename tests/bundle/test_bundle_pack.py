@@ -9,10 +9,9 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from bundle_testlib import build
 
 from fasttrack import bundle as B
-
-from bundle_testlib import build
 
 
 def test_two_packs_are_byte_identical(signed_dir: Path, tmp_path: Path) -> None:

@@ -70,7 +70,9 @@ def test_hardlink_is_refused(tmp_path: Path) -> None:
     refuse(p, "hard link")
 
 
-@pytest.mark.parametrize("typ,what", [(tarfile.CHRTYPE, "device"), (tarfile.BLKTYPE, "device"), (tarfile.FIFOTYPE, "FIFO")])
+@pytest.mark.parametrize(
+    "typ,what", [(tarfile.CHRTYPE, "device"), (tarfile.BLKTYPE, "device"), (tarfile.FIFOTYPE, "FIFO")]
+)
 def test_devices_and_fifos_are_refused(tmp_path: Path, typ: bytes, what: str) -> None:
     p = make_tgz(tmp_path / "d.tar.gz", [special("dev", typ)])
     refuse(p, what)

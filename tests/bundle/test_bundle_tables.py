@@ -59,7 +59,11 @@ scalars = st.one_of(
     st.floats(allow_nan=False, allow_infinity=False),
     st.text(max_size=8),
 )
-values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3), max_leaves=6)
+values = st.recursive(
+    scalars,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=6,
+)
 rows_st = st.lists(st.dictionaries(st.sampled_from(["a", "b", "c", "d"]), values, max_size=4), max_size=6)
 
 
@@ -73,7 +77,7 @@ def test_same_rows_same_bytes_and_values_survive(rows) -> None:
         return
     assert n == len(rows)
     back = read_rows(a)
-    for orig, got in zip(rows, back):
+    for orig, got in zip(rows, back, strict=False):
         for k in cols:
             v = orig.get(k)
             g = got[k]

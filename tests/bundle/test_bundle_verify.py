@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from bundle_testlib import HEAD, build, make_results
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -16,8 +17,6 @@ from fasttrack.bundle.attest import add_signature, attest_dir, read_envelope
 from fasttrack.bundle.canonical import canonical_json
 from fasttrack.bundle.layout import ATTESTATION, MANIFEST
 from fasttrack.checks.base import Verdict
-
-from bundle_testlib import HEAD, build, make_results
 
 
 def failed(res: B.VerifyResult) -> set[str]:
@@ -219,7 +218,9 @@ def test_hand_edited_verdict_resigned_by_untrusted_key_fails(tmp_path: Path, con
     assert B.verify_bundle(d, keys=[keydir / "mallory.pub"]).verified
 
 
-def test_verdict_inconsistent_with_checks_fails_even_with_trusted_signature(tmp_path: Path, contrib, keydir: Path) -> None:
+def test_verdict_inconsistent_with_checks_fails_even_with_trusted_signature(
+    tmp_path: Path, contrib, keydir: Path
+) -> None:
     d = build(tmp_path / "b", results=make_results(perf=Verdict.FAIL), sign=[contrib])
     _edit_manifest(d, lambda m: m.update(verdict="pass"))
     # sign_bundle refuses an inconsistent bundle ...

@@ -45,8 +45,9 @@ class Rerun:
     def __call__(self, opts: Any, *, log: Any) -> Any:
         self.opts = opts
         self.scope_text = Path(opts.model).read_text()
-        return pipeline.ValidateOutcome(run_dir=opts.out, verdict="pass", results=self.results, bundle=None,
-                                        rehearsal=True, state=None)
+        return pipeline.ValidateOutcome(
+            run_dir=opts.out, verdict="pass", results=self.results, bundle=None, rehearsal=True, state=None
+        )
 
 
 def _perf(rows: list[dict[str, Any]], verdict: Verdict = Verdict.PASS) -> CheckResult:
@@ -60,8 +61,14 @@ def recorded(tmp_path: Path, contrib: Any) -> Path:
 
 def _run(bundle: Path, tmp_path: Path, keydir: Path, rerun: Rerun, monkeypatch: pytest.MonkeyPatch, **kw: Any):
     monkeypatch.setattr(pipeline, "run_validate", rerun)
-    return reproduce(bundle, checks=kw.pop("checks", ["perf"]), out=tmp_path / "rerun",
-                     keys=kw.pop("keys", [keydir / "contrib.pub"]), log=lambda m: None, **kw)
+    return reproduce(
+        bundle,
+        checks=kw.pop("checks", ["perf"]),
+        out=tmp_path / "rerun",
+        keys=kw.pop("keys", [keydir / "contrib.pub"]),
+        log=lambda m: None,
+        **kw,
+    )
 
 
 def test_agreeing_rerun_uses_the_recorded_settings(recorded, tmp_path, keydir, monkeypatch) -> None:
@@ -82,10 +89,14 @@ def test_estimate_outside_the_recorded_interval_disagrees(recorded, tmp_path, ke
     res = _run(recorded, tmp_path, keydir, Rerun([_perf(rows)]), monkeypatch)
     a = res.agreements[0]
     assert not res.all_agree and not a.agrees
-    assert a.row_disagreements == ["points [workload=decode, point=b4]: speedup 1.3 now, outside the recorded interval [0.97, 1.12]"]
+    assert a.row_disagreements == [
+        "points [workload=decode, point=b4]: speedup 1.3 now, outside the recorded interval [0.97, 1.12]"
+    ]
 
 
-def test_row_verdict_change_disagrees_even_when_the_check_verdict_matches(recorded, tmp_path, keydir, monkeypatch) -> None:
+def test_row_verdict_change_disagrees_even_when_the_check_verdict_matches(
+    recorded, tmp_path, keydir, monkeypatch
+) -> None:
     rows = [dict(PERF_ROWS[0], verdict="fail"), dict(PERF_ROWS[1])]
     res = _run(recorded, tmp_path, keydir, Rerun([_perf(rows)]), monkeypatch)
     assert not res.all_agree
@@ -114,15 +125,28 @@ def test_unknown_check_and_empty_selection_are_clear_errors(recorded, tmp_path, 
 
 
 def test_compare_rows_matches_by_key_and_reads_passed_flags() -> None:
-    old = {"eval_comparisons": [
-        {"eval": "mrcr", "point": "b3", "passed": True, "score_difference": 0.0, "score_ci_low": -0.1, "score_ci_high": 0.1},
-        {"eval": "aime25", "point": "b3", "passed": True},
-    ], "eval_samples": [{"eval": "mrcr", "sample_id": "x", "score": 1.0}]}
-    new = {"eval_comparisons": [
-        {"eval": "mrcr", "point": "b3", "passed": True, "score_difference": 0.2},
-        {"eval": "aime25", "point": "b3", "passed": False},
-        {"eval": "aime25", "point": "b8", "passed": False},  # not in the recording: not compared
-    ], "eval_samples": [{"eval": "mrcr", "sample_id": "x", "score": 0.0}]}
+    old = {
+        "eval_comparisons": [
+            {
+                "eval": "mrcr",
+                "point": "b3",
+                "passed": True,
+                "score_difference": 0.0,
+                "score_ci_low": -0.1,
+                "score_ci_high": 0.1,
+            },
+            {"eval": "aime25", "point": "b3", "passed": True},
+        ],
+        "eval_samples": [{"eval": "mrcr", "sample_id": "x", "score": 1.0}],
+    }
+    new = {
+        "eval_comparisons": [
+            {"eval": "mrcr", "point": "b3", "passed": True, "score_difference": 0.2},
+            {"eval": "aime25", "point": "b3", "passed": False},
+            {"eval": "aime25", "point": "b8", "passed": False},  # not in the recording: not compared
+        ],
+        "eval_samples": [{"eval": "mrcr", "sample_id": "x", "score": 0.0}],
+    }
     problems, compared = compare_rows(old, new)
     assert compared == 2
     assert problems == [

@@ -21,8 +21,32 @@ from typing import Any
 
 import numpy as np
 
-WORDS = [" the", " river", " flows", " north", " and", " south", ",", ".", " a", " city", " of", " light", " in",
-         " winter", " bees", " make", " honey", " trains", " run", " fast", " slow", " rain", " falls", " today"]
+WORDS = [
+    " the",
+    " river",
+    " flows",
+    " north",
+    " and",
+    " south",
+    ",",
+    ".",
+    " a",
+    " city",
+    " of",
+    " light",
+    " in",
+    " winter",
+    " bees",
+    " make",
+    " honey",
+    " trains",
+    " run",
+    " fast",
+    " slow",
+    " rain",
+    " falls",
+    " today",
+]
 WORD0 = 1000
 STEP_S = 0.015
 
@@ -50,8 +74,15 @@ class FakeModel:
         key = zlib.crc32(json.dumps(ctx[-3:]).encode())
         return np.random.default_rng(key).normal(size=len(WORDS)) * 2.5
 
-    def step(self, ctx: list[int], *, temperature: float, rng: np.random.Generator | None, top_k: int | None,
-             top_p: float | None) -> tuple[int, np.ndarray]:
+    def step(
+        self,
+        ctx: list[int],
+        *,
+        temperature: float,
+        rng: np.random.Generator | None,
+        top_k: int | None,
+        top_p: float | None,
+    ) -> tuple[int, np.ndarray]:
         lg = self.logits(ctx)
         raw = lg - np.log(np.exp(lg - lg.max()).sum()) - lg.max()
         if temperature == 0 or rng is None:
@@ -134,7 +165,11 @@ def _generate(state: _State, body: dict[str, Any], prompt_ids: list[int]) -> dic
     max_tokens = int(body.get("max_tokens") or 16)
     temperature = float(body.get("temperature", 1.0) if body.get("temperature") is not None else 1.0)
     seed = body.get("seed")
-    k = body.get("logprobs") if isinstance(body.get("logprobs"), int) and not isinstance(body.get("logprobs"), bool) else None
+    k = (
+        body.get("logprobs")
+        if isinstance(body.get("logprobs"), int) and not isinstance(body.get("logprobs"), bool)
+        else None
+    )
     if body.get("top_logprobs"):
         k = int(body["top_logprobs"])
     as_ids = bool(body.get("return_tokens_as_token_ids"))
@@ -152,7 +187,9 @@ def _generate(state: _State, body: dict[str, Any], prompt_ids: list[int]) -> dic
         if rf and rf.get("type") == "json_schema":
             max_tokens = min(max_tokens, 12)  # the canned JSON below replaces the text anyway
         for _pos in range(max_tokens):
-            t, raw = state.model.step(ctx, temperature=temperature, rng=rng, top_k=body.get("top_k"), top_p=body.get("top_p"))
+            t, raw = state.model.step(
+                ctx, temperature=temperature, rng=rng, top_k=body.get("top_k"), top_p=body.get("top_p")
+            )
             if shift:
                 t = WORD0 + (t - WORD0 + 1) % len(WORDS)
             toks.append(t)
@@ -170,18 +207,33 @@ def _generate(state: _State, body: dict[str, Any], prompt_ids: list[int]) -> dic
             if s in text:
                 text, finish, stop_reason = text[: text.index(s)], "stop", s
                 break
-        ch: dict[str, Any] = {"index": i, "text": text, "finish_reason": finish, "stop_reason": stop_reason,
-                              "token_ids": toks}
+        ch: dict[str, Any] = {
+            "index": i,
+            "text": text,
+            "finish_reason": finish,
+            "stop_reason": stop_reason,
+            "token_ids": toks,
+        }
         if k is not None:
             render = (lambda t: f"token_id:{t}") if as_ids else tok_text
-            ch["logprobs"] = {"tokens": [render(t) for t in toks], "token_logprobs": lps,
-                              "top_logprobs": [{render(t): v for t, v in tp.items()} for tp in tops]}
+            ch["logprobs"] = {
+                "tokens": [render(t) for t in toks],
+                "token_logprobs": lps,
+                "top_logprobs": [{render(t): v for t, v in tp.items()} for tp in tops],
+            }
         choices.append(ch)
     with state.lock:
         state.generated += sum(len(c["token_ids"]) for c in choices)
-    return {"id": "cmpl-fake", "model": "fake", "choices": choices,
-            "usage": {"prompt_tokens": len(prompt_ids), "completion_tokens": sum(len(c["token_ids"]) for c in choices),
-                      "total_tokens": len(prompt_ids) + sum(len(c["token_ids"]) for c in choices)}}
+    return {
+        "id": "cmpl-fake",
+        "model": "fake",
+        "choices": choices,
+        "usage": {
+            "prompt_tokens": len(prompt_ids),
+            "completion_tokens": sum(len(c["token_ids"]) for c in choices),
+            "total_tokens": len(prompt_ids) + sum(len(c["token_ids"]) for c in choices),
+        },
+    }
 
 
 def serve(mode: str = "") -> tuple[ThreadingHTTPServer, str]:
@@ -214,9 +266,12 @@ def serve(mode: str = "") -> tuple[ThreadingHTTPServer, str]:
                         continue
                     t = c["token_ids"][pos]
                     last = pos == len(c["token_ids"]) - 1
-                    ch: dict[str, Any] = {"index": c["index"], "token_ids": [t],
-                                          "finish_reason": c["finish_reason"] if last else None,
-                                          "stop_reason": c["stop_reason"] if last else None}
+                    ch: dict[str, Any] = {
+                        "index": c["index"],
+                        "token_ids": [t],
+                        "finish_reason": c["finish_reason"] if last else None,
+                        "stop_reason": c["stop_reason"] if last else None,
+                    }
                     piece = tok_text(t)
                     if chat:
                         ch["delta"] = {"content": piece}
@@ -224,12 +279,17 @@ def serve(mode: str = "") -> tuple[ThreadingHTTPServer, str]:
                         ch["text"] = piece
                     if "logprobs" in c:
                         lp = c["logprobs"]
-                        ch["logprobs"] = {"tokens": [lp["tokens"][pos]], "token_logprobs": [lp["token_logprobs"][pos]],
-                                          "top_logprobs": [lp["top_logprobs"][pos]]}
+                        ch["logprobs"] = {
+                            "tokens": [lp["tokens"][pos]],
+                            "token_logprobs": [lp["token_logprobs"][pos]],
+                            "top_logprobs": [lp["top_logprobs"][pos]],
+                        }
                     chunk_choices.append(ch)
                 self.wfile.write(f"data: {json.dumps({'id': 'cmpl-fake', 'choices': chunk_choices})}\n\n".encode())
                 self.wfile.flush()
-            self.wfile.write(f"data: {json.dumps({'id': 'cmpl-fake', 'choices': [], 'usage': out['usage']})}\n\n".encode())
+            self.wfile.write(
+                f"data: {json.dumps({'id': 'cmpl-fake', 'choices': [], 'usage': out['usage']})}\n\n".encode()
+            )
             self.wfile.write(b"data: [DONE]\n\n")
             self.wfile.flush()
 
@@ -239,10 +299,12 @@ def serve(mode: str = "") -> tuple[ThreadingHTTPServer, str]:
             elif self.path == "/v1/models":
                 self._send(200, {"data": [{"id": "fake"}]})
             elif self.path == "/metrics":
-                txt = ("# TYPE vllm:num_requests_running gauge\n"
-                       f'vllm:num_requests_running{{model_name="fake"}} {state.last_batch}\n'
-                       "# TYPE vllm:generation_tokens_total counter\n"
-                       f'vllm:generation_tokens_total{{model_name="fake"}} {state.generated}\n')
+                txt = (
+                    "# TYPE vllm:num_requests_running gauge\n"
+                    f'vllm:num_requests_running{{model_name="fake"}} {state.last_batch}\n'
+                    "# TYPE vllm:generation_tokens_total counter\n"
+                    f'vllm:generation_tokens_total{{model_name="fake"}} {state.generated}\n'
+                )
                 self._send(200, txt, "text/plain")
             else:
                 self._send(404, {"error": {"message": "no route"}})

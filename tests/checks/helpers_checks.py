@@ -29,9 +29,18 @@ def demo_ctx(tmp_path: Path, *, batches: list[int] | None = None, **scope_update
     return ctx
 
 
-def window(side: str, points: list[str], *, decode: dict[int, int], optimized: dict[int, int] | None = None,
-           extra_steps: list[dict[str, Any]] | None = None, available: bool = True, stock_ops: int = 0,
-           fallback_lines: list[str] | None = None, name: str = "w") -> WindowRecord:
+def window(
+    side: str,
+    points: list[str],
+    *,
+    decode: dict[int, int],
+    optimized: dict[int, int] | None = None,
+    extra_steps: list[dict[str, Any]] | None = None,
+    available: bool = True,
+    stock_ops: int = 0,
+    fallback_lines: list[str] | None = None,
+    name: str = "w",
+) -> WindowRecord:
     """A window record with the given decode steps per batch size (and how many ran optimized)."""
     optimized = optimized if optimized is not None else (dict(decode) if side == "candidate" else {})
     steps = []

@@ -10,15 +10,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from fake_openai_engine import serve
+from helpers_checks import demo_ctx
 
 from fasttrack.checks.base import EngineSession, Verdict
 from fasttrack.checks.coverage import CoverageCheck
 from fasttrack.checks.equivalence import EquivalenceCheck
 from fasttrack.checks.features import FeaturesCheck
 from fasttrack.engine import AttachedEngine
-
-from fake_openai_engine import serve
-from helpers_checks import demo_ctx
 
 
 @pytest.fixture
@@ -48,15 +47,19 @@ def _run(tmp_path: Path, make, mode: str, checks: list, **scope):
 
 
 def test_clean_fake_candidate(tmp_path: Path, engines) -> None:
-    ctx, res = _run(tmp_path, engines, "", [EquivalenceCheck(requests_per_point=2), FeaturesCheck(mask_samples=40), CoverageCheck()])
+    ctx, res = _run(
+        tmp_path, engines, "", [EquivalenceCheck(requests_per_point=2), FeaturesCheck(mask_samples=40), CoverageCheck()]
+    )
     eq, fe, cov = res["equivalence"], res["features"], res["coverage"]
     reqs = eq.tables["equivalence_requests"]
     assert reqs and all(r["exact_match"] and r["close"] for r in reqs)
     # no profiler: batch composition from the requests' completion times (a thread-per-request fake on a busy
     # host can start a request late, so only the evidence's presence is asserted here; see the judge tests)
     rows = eq.tables["equivalence_points"]
-    assert all("finished within" in r["candidate_batch_evidence"] or "single request" in r["candidate_batch_evidence"]
-               for r in rows)
+    assert all(
+        "finished within" in r["candidate_batch_evidence"] or "single request" in r["candidate_batch_evidence"]
+        for r in rows
+    )
     problems = [r["problems"] for r in rows if r["verdict"] != "pass"]
     assert all("batch composition" in p for p in problems), problems
     assert fe.verdict is Verdict.PASS, fe.failures
@@ -69,12 +72,20 @@ def test_clean_fake_candidate(tmp_path: Path, engines) -> None:
 
 
 def test_fake_defects_are_caught(tmp_path: Path, engines) -> None:
-    _, res = _run(tmp_path / "t", engines, "ignore-temperature", [FeaturesCheck(mask_samples=40)], features=["temperature_sampling"])
+    _, res = _run(
+        tmp_path / "t",
+        engines,
+        "ignore-temperature",
+        [FeaturesCheck(mask_samples=40)],
+        features=["temperature_sampling"],
+    )
     f = res["features"]
     assert f.verdict is Verdict.FAIL and "temperature_sampling" in f.reason
     assert "p=" in f.failures[0] and "(batch 8)" in f.failures[0]
 
-    _, res = _run(tmp_path / "j", engines, "broken-json", [FeaturesCheck(mask_samples=40)], features=["structured_output"])
+    _, res = _run(
+        tmp_path / "j", engines, "broken-json", [FeaturesCheck(mask_samples=40)], features=["structured_output"]
+    )
     f = res["features"]
     assert f.verdict is Verdict.FAIL
     assert any("not valid JSON" in m for m in f.failures)

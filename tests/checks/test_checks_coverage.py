@@ -4,25 +4,43 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from helpers_checks import demo_ctx, window
+
 from fasttrack.checks._common import WindowRecord, in_range_fraction, used_standard_path
 from fasttrack.checks.base import PathEvidence, Verdict
 from fasttrack.checks.coverage import CoverageCheck, SituationProbe, _max_num_seqs
 
-from helpers_checks import demo_ctx, window
-
 GID = "tp1-dcp1-none"
 
 
-def _ev(check: str, point: str, side: str, *, decode: dict[int, int], optimized: dict[int, int] | None = None,
-        stock_ops: int = 0, unavailable: str | None = None) -> PathEvidence:
+def _ev(
+    check: str,
+    point: str,
+    side: str,
+    *,
+    decode: dict[int, int],
+    optimized: dict[int, int] | None = None,
+    stock_ops: int = 0,
+    unavailable: str | None = None,
+) -> PathEvidence:
     optimized = optimized if optimized is not None else (dict(decode) if side == "candidate" else {})
-    detail = {"decode_batch_sizes": {str(k): v for k, v in decode.items()},
-              "optimized_decode_batch_sizes": {str(k): v for k, v in optimized.items() if v}}
+    detail = {
+        "decode_batch_sizes": {str(k): v for k, v in decode.items()},
+        "optimized_decode_batch_sizes": {str(k): v for k, v in optimized.items() if v},
+    }
     if unavailable:
         detail = {"unavailable": unavailable}
-    return PathEvidence(check=check, point=point, side=side, window=f"{check}-{point}",
-                        optimized_ops=8 * sum(optimized.values()), stock_ops=stock_ops,
-                        decode_steps=sum(decode.values()), optimized_decode_steps=sum(optimized.values()), detail=detail)
+    return PathEvidence(
+        check=check,
+        point=point,
+        side=side,
+        window=f"{check}-{point}",
+        optimized_ops=8 * sum(optimized.values()),
+        stock_ops=stock_ops,
+        decode_steps=sum(decode.values()),
+        optimized_decode_steps=sum(optimized.values()),
+        detail=detail,
+    )
 
 
 def _all_points(ctx, *, cand_opt=True, checks=("equivalence", "features")) -> None:
@@ -31,20 +49,40 @@ def _all_points(ctx, *, cand_opt=True, checks=("equivalence", "features")) -> No
             if check == "equivalence" and p.full_context:
                 continue
             ctx.evidence.append(_ev(check, p.id, "baseline", decode={p.batch: 20}))
-            ctx.evidence.append(_ev(check, p.id, "candidate", decode={p.batch: 20},
-                                    optimized={p.batch: 20} if cand_opt else {}))
+            ctx.evidence.append(
+                _ev(check, p.id, "candidate", decode={p.batch: 20}, optimized={p.batch: 20} if cand_opt else {})
+            )
 
 
-def _probe(situation: str, side: str, *, steps: int = 3, optimized: int = 0, stock: int = 3,
-           lines: list[str] | None = None, earlier: list[str] | None = None) -> SituationProbe:
+def _probe(
+    situation: str,
+    side: str,
+    *,
+    steps: int = 3,
+    optimized: int = 0,
+    stock: int = 3,
+    lines: list[str] | None = None,
+    earlier: list[str] | None = None,
+) -> SituationProbe:
     kind = {"prefill": "prefill", "mixed_prefill_decode": "mixed", "batch_above_range": "decode"}[situation]
     batch = 9 if situation == "batch_above_range" else 2
-    extra = [{"kind": kind, "batch": batch, "optimized_ops": 8 if i < optimized else 0, "stock_ops": 4 if i < stock else 0}
-             for i in range(steps)]
+    extra = [
+        {"kind": kind, "batch": batch, "optimized_ops": 8 if i < optimized else 0, "stock_ops": 4 if i < stock else 0}
+        for i in range(steps)
+    ]
     w = window(side, [], decode={}, extra_steps=extra, fallback_lines=lines or [], name=f"coverage-{situation}")
     w.summary["step_counts"] = {kind: steps}
-    return SituationProbe(situation=situation, side=side, group=GID, window=w, steps=steps, optimized_steps=optimized,
-                          stock_steps=stock, fallback_lines_window=lines or [], fallback_lines_earlier=earlier or [])
+    return SituationProbe(
+        situation=situation,
+        side=side,
+        group=GID,
+        window=w,
+        steps=steps,
+        optimized_steps=optimized,
+        stock_steps=stock,
+        fallback_lines_window=lines or [],
+        fallback_lines_earlier=earlier or [],
+    )
 
 
 def _probes(chk: CoverageCheck, **cand_kwargs) -> None:
@@ -63,7 +101,10 @@ def test_clean_evidence_passes_with_coverage_table(tmp_path: Path) -> None:
     res = chk.judge(ctx)
     assert res.verdict is Verdict.PASS, res.failures
     cov = res.tables["coverage"]
-    assert {(r["point"], r["check"]) for r in cov} >= {(f"{GID}-b3-ctx32", "equivalence"), (f"{GID}-b8-ctxfull", "features")}
+    assert {(r["point"], r["check"]) for r in cov} >= {
+        (f"{GID}-b3-ctx32", "equivalence"),
+        (f"{GID}-b8-ctxfull", "features"),
+    }
     assert all(r["candidate_optimized_fraction"] == 1.0 for r in cov)
     assert {r["situation"] for r in res.tables["fallback"]} == {"prefill", "mixed_prefill_decode", "batch_above_range"}
     assert res.summary["points_not_exercised"] == []
@@ -119,8 +160,7 @@ def test_fallback_situations_must_be_stock_and_visible(tmp_path: Path) -> None:
     ctx = demo_ctx(tmp_path)
     _all_points(ctx)
     chk = CoverageCheck()
-    _probes(chk, prefill={"optimized": 2}, mixed_prefill_decode={"lines": []},
-            batch_above_range={"stock": 1})
+    _probes(chk, prefill={"optimized": 2}, mixed_prefill_decode={"lines": []}, batch_above_range={"stock": 1})
     res = chk.judge(ctx)
     assert res.verdict is Verdict.FAIL
     text = "\n".join(res.failures)
@@ -180,13 +220,31 @@ def test_window_evidence_is_split_by_batch_size() -> None:
     from fasttrack.engine import MarkerSet, StepRecord, WindowEvidence
 
     def step(kind: str, batch: int, opt: int) -> StepRecord:
-        return StepRecord(kind=kind, annotation="x", batch=batch, ops=10, optimized_ops=opt, stock_ops=0 if opt else 4,
-                          duration_us=100.0)
+        return StepRecord(
+            kind=kind,
+            annotation="x",
+            batch=batch,
+            ops=10,
+            optimized_ops=opt,
+            stock_ops=0 if opt else 4,
+            duration_us=100.0,
+        )
 
-    steps = [step("prefill", 0, 0)] + [step("decode", 3, 3)] * 5 + [step("decode", 8, 3)] * 7 + [step("decode", 9, 0)] * 2
-    ev = WindowEvidence(name="w", side="candidate", prefix="p", duration_s=1.0, markers=MarkerSet(optimized=["a"], stock=["b"]),
-                        steps=steps, decode_steps=14, optimized_decode_steps=12, decode_batch_sizes={3: 5, 8: 7, 9: 2},
-                        optimized_decode_batch_sizes={3: 5, 8: 7})
+    steps = (
+        [step("prefill", 0, 0)] + [step("decode", 3, 3)] * 5 + [step("decode", 8, 3)] * 7 + [step("decode", 9, 0)] * 2
+    )
+    ev = WindowEvidence(
+        name="w",
+        side="candidate",
+        prefix="p",
+        duration_s=1.0,
+        markers=MarkerSet(optimized=["a"], stock=["b"]),
+        steps=steps,
+        decode_steps=14,
+        optimized_decode_steps=12,
+        decode_batch_sizes={3: 5, 8: 7, 9: 2},
+        optimized_decode_batch_sizes={3: 5, 8: 7},
+    )
     pe3 = _point_evidence(ev, check="coverage", point="b3", batches=(1, 3))
     assert (pe3.decode_steps, pe3.optimized_decode_steps, pe3.optimized_ops) == (5, 5, 15)
     pe8 = _point_evidence(ev, check="coverage", point="b8", batches=(4, 8))
@@ -226,8 +284,14 @@ def test_situation_probe_retries_with_a_longer_decode_until_the_step_forms(tmp_p
             steps += [{"kind": "decode", "batch": 1, "optimized_ops": 1, "stock_ops": 0}] * 3
             if len(windows_opened) >= formed_on["attempt"]:
                 steps.append({"kind": "mixed", "batch": 2, "optimized_ops": 0, "stock_ops": 1})
-            self.record = WindowRecord(name=self.name, side=self.side, points=[], available=True, steps=steps,
-                                       summary={"fallback_lines": ["stock path: mixed batch"]})
+            self.record = WindowRecord(
+                name=self.name,
+                side=self.side,
+                points=[],
+                available=True,
+                steps=steps,
+                summary={"fallback_lines": ["stock path: mixed batch"]},
+            )
 
     monkeypatch.setattr(coverage, "_mixed", fake_mixed)
     monkeypatch.setattr(coverage, "EvidenceWindow", FakeWindow)

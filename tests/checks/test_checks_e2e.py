@@ -46,7 +46,9 @@ REQUESTS_PER_POINT = 4
 FEATURE_BATCHES = [1, 8]
 """Batch sizes structured output and full context run at in CI (all five in real runs)."""
 MASK_SAMPLES = 64
-REPORT = Path(os.environ.get("FASTTRACK_CHECKS_E2E_REPORT", "")) if os.environ.get("FASTTRACK_CHECKS_E2E_REPORT") else None
+REPORT = (
+    Path(os.environ.get("FASTTRACK_CHECKS_E2E_REPORT", "")) if os.environ.get("FASTTRACK_CHECKS_E2E_REPORT") else None
+)
 """Where to write the failure messages and timings (JSON), when set."""
 
 
@@ -99,15 +101,22 @@ def demo(demo_model: Any, tmp_path_factory: pytest.TempPathFactory) -> Demo:
     gates.features.sampling_samples = SAMPLES
     scope = scope.model_copy(update={"gates": gates})
     plan = build_plan(scope, tier="smoke")
-    return Demo(loaded=loaded, scope=scope, plan=plan, root=tmp_path_factory.mktemp("checks-e2e"), model=demo_model.path)
+    return Demo(
+        loaded=loaded, scope=scope, plan=plan, root=tmp_path_factory.mktemp("checks-e2e"), model=demo_model.path
+    )
 
 
 def _engine(demo: Demo, engine_slot: Any, side: str, defect: str | None) -> Any:
     g = demo.group
     key = f"checks-{side}" + (f"-{defect}" if defect else "")
     t0 = time.perf_counter()
-    eng = engine_slot.acquire(key, side=side, model=demo.model, args=[*g.args[side], "--served-model-name", "demo-llama"],
-                              env={**g.env[side], DEFECT_ENV: defect})
+    eng = engine_slot.acquire(
+        key,
+        side=side,
+        model=demo.model,
+        args=[*g.args[side], "--served-model-name", "demo-llama"],
+        env={**g.env[side], DEFECT_ENV: defect},
+    )
     demo.timings[f"start {key}"] = round(time.perf_counter() - t0, 1)
     return eng
 
@@ -124,14 +133,24 @@ def _collect(demo: Demo, ctx: RunContext, checks: dict[str, Any], eng: Any, side
 def baseline(demo: Demo, engine_slot: Any) -> Collected:
     eng = _engine(demo, engine_slot, "baseline", None)
     ctx = demo.ctx("baseline")
-    checks = {"equivalence": EquivalenceCheck(requests_per_point=REQUESTS_PER_POINT),
-              "features": FeaturesCheck(batches=FEATURE_BATCHES, mask_samples=MASK_SAMPLES), "coverage": CoverageCheck()}
+    checks = {
+        "equivalence": EquivalenceCheck(requests_per_point=REQUESTS_PER_POINT),
+        "features": FeaturesCheck(batches=FEATURE_BATCHES, mask_samples=MASK_SAMPLES),
+        "coverage": CoverageCheck(),
+    }
     _collect(demo, ctx, checks, eng, "baseline", "baseline")
     return Collected(checks=checks, evidence=list(ctx.evidence))
 
 
-def _candidate(demo: Demo, baseline: Collected, engine_slot: Any, defect: str | None, names: list[str],
-               feature_batches: list[int] | None = None, **scope_updates: Any) -> dict[str, CheckResult]:
+def _candidate(
+    demo: Demo,
+    baseline: Collected,
+    engine_slot: Any,
+    defect: str | None,
+    names: list[str],
+    feature_batches: list[int] | None = None,
+    **scope_updates: Any,
+) -> dict[str, CheckResult]:
     label = f"candidate-{defect or 'clean'}"
     ctx = demo.ctx(label, **scope_updates)
     checks = {n: copy.deepcopy(baseline.checks[n]) for n in names}
@@ -146,7 +165,9 @@ def _candidate(demo: Demo, baseline: Collected, engine_slot: Any, defect: str | 
 
 
 def _show(results: dict[str, CheckResult]) -> str:
-    return "\n".join(f"{n}: {r.verdict.value}: {r.reason}\n  " + "\n  ".join(r.failures[:6]) for n, r in results.items())
+    return "\n".join(
+        f"{n}: {r.verdict.value}: {r.reason}\n  " + "\n  ".join(r.failures[:6]) for n, r in results.items()
+    )
 
 
 def test_clean_candidate_passes_all_three_checks(demo: Demo, baseline: Collected, engine_slot: Any) -> None:
@@ -164,17 +185,25 @@ def test_clean_candidate_passes_all_three_checks(demo: Demo, baseline: Collected
     assert set(cov.summary["points_not_exercised"]) == skipped, cov.summary
     covered = {r["point"] for r in cov.tables["coverage"] if r["verdict"] == "pass"}
     assert covered == {p.id for p in demo.plan.points} - skipped
-    assert all(r["verdict"] in ("pass", "not_exercised") for r in cov.tables["coverage"] if r["in_plan"]), cov.tables["coverage"]
+    assert all(r["verdict"] in ("pass", "not_exercised") for r in cov.tables["coverage"] if r["in_plan"]), cov.tables[
+        "coverage"
+    ]
     fb = {(r["situation"], r["side"]): r for r in cov.tables["fallback"]}
     for s in ("prefill", "mixed_prefill_decode", "batch_above_range"):
-        assert fb[(s, "candidate")]["verdict"] == "pass" and fb[(s, "candidate")]["fallback_visible"], fb[(s, "candidate")]
+        assert fb[(s, "candidate")]["verdict"] == "pass" and fb[(s, "candidate")]["fallback_visible"], fb[
+            (s, "candidate")
+        ]
 
 
-def test_numerics_batch_is_caught_by_equivalence_at_batch_3_only(demo: Demo, baseline: Collected, engine_slot: Any) -> None:
+def test_numerics_batch_is_caught_by_equivalence_at_batch_3_only(
+    demo: Demo, baseline: Collected, engine_slot: Any
+) -> None:
     res = _candidate(demo, baseline, engine_slot, "numerics-batch", ["equivalence"])
     eq = res["equivalence"]
     assert eq.verdict is Verdict.FAIL, _show(res)
-    assert eq.summary["per_batch_verdict"] == {"1": "pass", "2": "pass", "3": "fail", "4": "pass", "8": "pass"}, _show(res)
+    assert eq.summary["per_batch_verdict"] == {"1": "pass", "2": "pass", "3": "fail", "4": "pass", "8": "pass"}, _show(
+        res
+    )
     msg = "\n".join(eq.failures)
     assert "tp1-dcp1-none-b3-ctx32 (batch 3)" in msg
     assert "first divergence at generated token" in msg and "baseline top-5" in msg
@@ -193,8 +222,9 @@ def test_ignore_temperature_is_caught_by_the_sampling_test(demo: Demo, baseline:
 
 def test_broken_json_is_caught_by_structured_output(demo: Demo, baseline: Collected, engine_slot: Any) -> None:
     # every request of a broken candidate runs to max_tokens, so one batch size (8) is enough here
-    res = _candidate(demo, baseline, engine_slot, "broken-json", ["features"], feature_batches=[8],
-                     features=["structured_output"])
+    res = _candidate(
+        demo, baseline, engine_slot, "broken-json", ["features"], feature_batches=[8], features=["structured_output"]
+    )
     f = res["features"]
     assert f.verdict is Verdict.FAIL, _show(res)
     assert f.summary["per_feature"]["structured_output"]["verdict"] == "fail"

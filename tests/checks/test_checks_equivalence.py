@@ -6,19 +6,18 @@ import math
 from pathlib import Path
 
 import pytest
+from helpers_checks import demo_ctx, window
 
 from fasttrack.checks._common import verify_batch
 from fasttrack.checks.base import Verdict
 from fasttrack.checks.equivalence import EquivalenceCheck, GreedyRecord, PointRun
-
-from helpers_checks import demo_ctx, window
 
 VOCAB = list(range(100, 110))
 
 
 def _top(best: int, *, lp_best: float = -0.2, second: int | None = None, shift: float = 0.0) -> list[tuple[int, float]]:
     """A top-5 list with ``best`` on top (probabilities sum below 1)."""
-    others = [t for t in VOCAB if t != best and t != second][:4 if second is None else 3]
+    others = [t for t in VOCAB if t != best and t != second][: 4 if second is None else 3]
     top = [(best, lp_best + shift)]
     if second is not None:
         top.append((second, -1.8 + shift))
@@ -26,13 +25,31 @@ def _top(best: int, *, lp_best: float = -0.2, second: int | None = None, shift: 
     return top
 
 
-def _record(point: str, batch: int, rnd: int, pid: str, tokens: list[int], *, shift: float = 0.0,
-            seconds: dict[int, int] | None = None) -> GreedyRecord:
+def _record(
+    point: str,
+    batch: int,
+    rnd: int,
+    pid: str,
+    tokens: list[int],
+    *,
+    shift: float = 0.0,
+    seconds: dict[int, int] | None = None,
+) -> GreedyRecord:
     seconds = seconds or {}
     tops = [_top(t, second=seconds.get(i), shift=shift) for i, t in enumerate(tokens)]
-    return GreedyRecord(point=point, batch=batch, round=rnd, prompt_id=pid, prompt_text=f"prompt {pid} about rivers",
-                        prompt_ids=[1, 5, 6, len(pid)], token_ids=tokens, logprobs=[t[0][1] for t in tops], top=tops,
-                        text=" ".join(map(str, tokens)), finish_reason="length")
+    return GreedyRecord(
+        point=point,
+        batch=batch,
+        round=rnd,
+        prompt_id=pid,
+        prompt_text=f"prompt {pid} about rivers",
+        prompt_ids=[1, 5, 6, len(pid)],
+        token_ids=tokens,
+        logprobs=[t[0][1] for t in tops],
+        top=tops,
+        text=" ".join(map(str, tokens)),
+        finish_reason="length",
+    )
 
 
 def _fill(chk: EquivalenceCheck, ctx, *, cand_change=None, cand_window=None, base_window=None) -> None:
@@ -84,8 +101,9 @@ def test_numerics_at_one_batch_size_fail_only_there_and_name_the_point(tmp_path:
         # candidate picks a token the baseline never considered from position 2 on
         toks = rec.token_ids[:2] + [999] * 4
         tops = rec.top[:2] + [[(999, -0.3), (998, -2.5), (997, -3.0), (996, -3.5), (995, -4.0)]] * 4
-        return rec.model_copy(update={"token_ids": toks, "top": tops, "logprobs": [t[0][1] for t in tops],
-                                      "text": "the the the"})
+        return rec.model_copy(
+            update={"token_ids": toks, "top": tops, "logprobs": [t[0][1] for t in tops], "text": "the the the"}
+        )
 
     _fill(chk, ctx, cand_change=broken)
     res = chk.judge(ctx)
@@ -102,8 +120,13 @@ def test_numerics_at_one_batch_size_fail_only_there_and_name_the_point(tmp_path:
 def test_drift_on_matching_prefix_beyond_threshold_fails(tmp_path: Path) -> None:
     ctx = demo_ctx(tmp_path)
     chk = EquivalenceCheck()
-    _fill(chk, ctx, cand_change=lambda p, rec: _record(p.id, p.batch, rec.round, rec.prompt_id, rec.token_ids, shift=-0.3)
-          if p.batch == 8 else rec)
+    _fill(
+        chk,
+        ctx,
+        cand_change=lambda p, rec: (
+            _record(p.id, p.batch, rec.round, rec.prompt_id, rec.token_ids, shift=-0.3) if p.batch == 8 else rec
+        ),
+    )
     res = chk.judge(ctx)
     assert res.verdict is Verdict.FAIL
     assert res.summary["per_batch_verdict"]["8"] == "fail"
@@ -121,8 +144,7 @@ def test_near_tie_divergence_within_topk_is_close(tmp_path: Path) -> None:
         # candidate swaps the top-2 at position 4: both tokens are in each other's top-k
         alt = 107 if b[4] != 107 else 108
         toks = b[:4] + [alt, 100]
-        tops = rec.top[:4] + [[(alt, -0.80), (b[4], -0.81), (101, -3.0), (102, -3.5), (103, -4.0)],
-                              _top(100)]
+        tops = rec.top[:4] + [[(alt, -0.80), (b[4], -0.81), (101, -3.0), (102, -3.5), (103, -4.0)], _top(100)]
         return rec.model_copy(update={"token_ids": toks, "top": tops, "logprobs": [t[0][1] for t in tops]})
 
     def base_near_tie(chk_runs):
@@ -137,7 +159,9 @@ def test_near_tie_divergence_within_topk_is_close(tmp_path: Path) -> None:
     rec.top[4] = [(rec.token_ids[4], -0.80), (alt, -0.81), (101, -3.0), (102, -3.5), (103, -4.0)]
     rec.logprobs[4] = -0.80
     res = chk.judge(ctx)
-    row = next(r for r in res.tables["equivalence_requests"] if r["batch"] == 2 and r["prompt_id"] == "p0" and r["round"] == 0)
+    row = next(
+        r for r in res.tables["equivalence_requests"] if r["batch"] == 2 and r["prompt_id"] == "p0" and r["round"] == 0
+    )
     assert row["close"] and not row["exact_match"] and row["first_divergence"] == 4
     assert res.verdict is Verdict.PASS, res.failures
 
@@ -145,11 +169,15 @@ def test_near_tie_divergence_within_topk_is_close(tmp_path: Path) -> None:
 def test_unverified_batch_composition_fails_the_point(tmp_path: Path) -> None:
     ctx = demo_ctx(tmp_path)
     chk = EquivalenceCheck()
-    _fill(chk, ctx, cand_window=lambda p: window("candidate", [p.id], decode={1: 20} if p.batch == 4 else {p.batch: 20}))
+    _fill(
+        chk, ctx, cand_window=lambda p: window("candidate", [p.id], decode={1: 20} if p.batch == 4 else {p.batch: 20})
+    )
     res = chk.judge(ctx)
     assert res.verdict is Verdict.FAIL
     assert res.summary["per_batch_verdict"]["4"] == "fail"
-    assert any("batch composition was not verified" in f and "trace: 0 decode steps at batch 4" in f for f in res.failures)
+    assert any(
+        "batch composition was not verified" in f and "trace: 0 decode steps at batch 4" in f for f in res.failures
+    )
 
 
 def test_a_round_that_was_not_batched_fails_the_point(tmp_path: Path) -> None:
@@ -164,7 +192,9 @@ def test_a_round_that_was_not_batched_fails_the_point(tmp_path: Path) -> None:
         run.round_checks = [verify_batch(8, running_samples=[0, 7, 7, 1] if side == "candidate" else [8, 8])]
     res = chk.judge(ctx)
     assert res.summary["per_batch_verdict"]["8"] == "fail"
-    assert any("b8-ctx32 (batch 8)" in f and "round 0: vllm:num_requests_running peaked at 7" in f for f in res.failures)
+    assert any(
+        "b8-ctx32 (batch 8)" in f and "round 0: vllm:num_requests_running peaked at 7" in f for f in res.failures
+    )
 
 
 def test_candidate_on_standard_path_never_passes(tmp_path: Path) -> None:
@@ -189,9 +219,17 @@ def test_missing_side_is_not_run(tmp_path: Path) -> None:
 def test_request_errors_fail_with_the_server_message(tmp_path: Path) -> None:
     ctx = demo_ctx(tmp_path)
     chk = EquivalenceCheck()
-    _fill(chk, ctx, cand_change=lambda p, rec: rec.model_copy(update={"error": "engine request failed (HTTP 500): boom",
-                                                                      "token_ids": [], "top": [], "logprobs": []})
-          if p.batch == 1 and rec.round == 0 else rec)
+    _fill(
+        chk,
+        ctx,
+        cand_change=lambda p, rec: (
+            rec.model_copy(
+                update={"error": "engine request failed (HTTP 500): boom", "token_ids": [], "top": [], "logprobs": []}
+            )
+            if p.batch == 1 and rec.round == 0
+            else rec
+        ),
+    )
     res = chk.judge(ctx)
     assert res.verdict is Verdict.FAIL
     assert any("candidate request for p0 failed" in f and "boom" in f for f in res.failures)
@@ -199,8 +237,13 @@ def test_request_errors_fail_with_the_server_message(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "sizes,target,ok",
-    [({8: 21, 5: 1, 7: 1}, 8, True), ({3: 21, 1: 1, 2: 2}, 3, True), ({1: 20}, 4, False), ({4: 3, 8: 10}, 4, False),
-     ({2: 10, 1: 12}, 2, False)],
+    [
+        ({8: 21, 5: 1, 7: 1}, 8, True),
+        ({3: 21, 1: 1, 2: 2}, 3, True),
+        ({1: 20}, 4, False),
+        ({4: 3, 8: 10}, 4, False),
+        ({2: 10, 1: 12}, 2, False),
+    ],
 )
 def test_verify_batch_from_decode_steps(sizes, target, ok) -> None:
     assert verify_batch(target, decode_batch_sizes=sizes).verified is ok

@@ -8,18 +8,23 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers_checks import demo_ctx, window
 from jsonschema import Draft202012Validator
 
 from fasttrack.checks.base import Verdict
 from fasttrack.checks.features import FeaturesCheck, SideData, _logprob_problems, _validate_json
 
-from helpers_checks import demo_ctx, window
-
 GID = "tp1-dcp1-none"
 P = {b: f"{GID}-b{b}-ctx32" for b in (1, 2, 3, 4, 8)}
 FULL = {b: f"{GID}-b{b}-ctxfull" for b in (1, 2, 3, 4, 8)}
-REF = {"300": math.log(0.4), "301": math.log(0.25), "302": math.log(0.15), "303": math.log(0.08), "304": math.log(0.05),
-       "305": math.log(0.03)}
+REF = {
+    "300": math.log(0.4),
+    "301": math.log(0.25),
+    "302": math.log(0.15),
+    "303": math.log(0.08),
+    "304": math.log(0.05),
+    "305": math.log(0.03),
+}
 
 
 def _samples(n: int, temperature: float, seed: int) -> list[int]:
@@ -37,21 +42,44 @@ def _structured(side: str, *, valid: bool = True, batches=(1, 2, 3, 4, 8)) -> di
         for schema in ("city", "recipe"):
             for i in range(b):
                 ok = valid if side == "candidate" else True
-                recs.append({"point": P[b], "batch": b, "schema": schema, "prompt": f"Describe item {i}",
-                             "text": '{"name": "x"}' if ok else '{\n\n\n\n\n   ', "finish_reason": "stop" if ok else "length",
-                             "completion_tokens": 9 if ok else 160, "valid": ok,
-                             "why": "" if ok else "not valid JSON: Expecting property name (the output was cut off by max_tokens)"})
+                recs.append(
+                    {
+                        "point": P[b],
+                        "batch": b,
+                        "schema": schema,
+                        "prompt": f"Describe item {i}",
+                        "text": '{"name": "x"}' if ok else "{\n\n\n\n\n   ",
+                        "finish_reason": "stop" if ok else "length",
+                        "completion_tokens": 9 if ok else 160,
+                        "valid": ok,
+                        "why": ""
+                        if ok
+                        else "not valid JSON: Expecting property name (the output was cut off by max_tokens)",
+                    }
+                )
     return {"records": recs, "points": [P[b] for b in batches]}
 
 
 def _sampling(side: str, *, temperature: float = 1.0, n: int = 2000) -> dict[str, Any]:
     seed = 1 if side == "baseline" else 2
     return {
-        "points": [P[8], P[3]], "point": P[8], "wave": 8, "prompt_id": "p05-chemistry", "prompt_text": "Water is a molecule",
-        "first_token": 42, "selection": "baseline",
-        "reference": {"first_token": 42, "first_logprob": math.log(0.9), "second_position": REF, "second_greedy": 300,
-                      "spread_ok": True, "first_token_text": " at"},
-        "samples": {"1": _samples(n, temperature, seed)}, "requests": {"1": 280},
+        "points": [P[8], P[3]],
+        "point": P[8],
+        "wave": 8,
+        "prompt_id": "p05-chemistry",
+        "prompt_text": "Water is a molecule",
+        "first_token": 42,
+        "selection": "baseline",
+        "reference": {
+            "first_token": 42,
+            "first_logprob": math.log(0.9),
+            "second_position": REF,
+            "second_greedy": 300,
+            "spread_ok": True,
+            "first_token_text": " at",
+        },
+        "samples": {"1": _samples(n, temperature, seed)},
+        "requests": {"1": 280},
         "masks": [{"name": "top_k=3 mask", "top_k": 3, "samples": [300, 301, 302] * 40}],
         "masks_skipped": [],
         "zero_temperature": {"point": P[3], "variants": [{}, {"seed": 11}, {"seed": 12}], "outputs": [[1, 2, 3]] * 3},
@@ -60,17 +88,46 @@ def _sampling(side: str, *, temperature: float = 1.0, n: int = 2000) -> dict[str
 
 def _api(side: str) -> dict[str, Any]:
     return {
-        "seeded_sampling": {"point": P[4], "points": [P[4]], "seeds": [1, 2, 3, 4],
-                            "first": {str(s): [s, 7] for s in (1, 2, 3, 4)}, "second": {str(s): [s, 7] for s in (1, 2, 3, 4)}},
-        "stop_sequences": {"point": P[1], "points": [P[1]], "stop": " river", "greedy_text": "the long river flows",
-                           "text": "the long", "finish_reason": "stop", "stop_reason": " river"},
-        "max_tokens": {"point": P[3], "points": [P[3]], "requests": [
-            {"max_tokens": m, "n_tokens": m, "usage": m, "finish_reason": "length"} for m in (3, 7, 11)]},
-        "n_best": {"point": P[3], "points": [P[3]], "n": 3, "max_tokens": 8, "temperature": 0.8,
-                   "first": [[1] * 8, [2] * 8, [3] * 8], "second": [[1] * 8, [2] * 8, [3] * 8]},
-        "logprobs": {"point": P[1], "points": [P[1]], "token_ids": [5, 6], "logprobs": [-0.2, -0.2],
-                     "top": [[(5, -0.2), (6, -3.0), (7, -3.5), (8, -4.0), (9, -4.5)],
-                             [(6, -0.2), (5, -2.5), (7, -3.5), (8, -4.0), (9, -4.5)]]},
+        "seeded_sampling": {
+            "point": P[4],
+            "points": [P[4]],
+            "seeds": [1, 2, 3, 4],
+            "first": {str(s): [s, 7] for s in (1, 2, 3, 4)},
+            "second": {str(s): [s, 7] for s in (1, 2, 3, 4)},
+        },
+        "stop_sequences": {
+            "point": P[1],
+            "points": [P[1]],
+            "stop": " river",
+            "greedy_text": "the long river flows",
+            "text": "the long",
+            "finish_reason": "stop",
+            "stop_reason": " river",
+        },
+        "max_tokens": {
+            "point": P[3],
+            "points": [P[3]],
+            "requests": [{"max_tokens": m, "n_tokens": m, "usage": m, "finish_reason": "length"} for m in (3, 7, 11)],
+        },
+        "n_best": {
+            "point": P[3],
+            "points": [P[3]],
+            "n": 3,
+            "max_tokens": 8,
+            "temperature": 0.8,
+            "first": [[1] * 8, [2] * 8, [3] * 8],
+            "second": [[1] * 8, [2] * 8, [3] * 8],
+        },
+        "logprobs": {
+            "point": P[1],
+            "points": [P[1]],
+            "token_ids": [5, 6],
+            "logprobs": [-0.2, -0.2],
+            "top": [
+                [(5, -0.2), (6, -3.0), (7, -3.5), (8, -4.0), (9, -4.5)],
+                [(6, -0.2), (5, -2.5), (7, -3.5), (8, -4.0), (9, -4.5)],
+            ],
+        },
     }
 
 
@@ -81,23 +138,45 @@ def _full(side: str, *, broken: bool = False) -> dict[str, Any]:
         for _ in range(b):
             toks = [10, 11, 12] if not broken else [10, 99, 98]
             top = [[(t, -0.2), (t + 100, -3.0), (t + 101, -3.5), (t + 102, -4.0), (t + 103, -4.5)] for t in toks]
-            recs.append({"error": None, "prompt_tokens": 1000, "completion_tokens": 3, "token_ids": toks,
-                         "logprobs": [-0.2] * 3, "top": top, "text": "abc"})
-        runs.append({"point": FULL[b], "batch": b, "context": 1000, "max_tokens": 3, "records": recs,
-                     "window": f"features-full_context-{FULL[b]}"})
+            recs.append(
+                {
+                    "error": None,
+                    "prompt_tokens": 1000,
+                    "completion_tokens": 3,
+                    "token_ids": toks,
+                    "logprobs": [-0.2] * 3,
+                    "top": top,
+                    "text": "abc",
+                }
+            )
+        runs.append(
+            {
+                "point": FULL[b],
+                "batch": b,
+                "context": 1000,
+                "max_tokens": 3,
+                "records": recs,
+                "window": f"features-full_context-{FULL[b]}",
+            }
+        )
     return {"runs": runs, "points": [FULL[1], FULL[8]]}
 
 
 def _side(side: str, *, optimized: bool = True, **overrides: Any) -> SideData:
     sd = SideData()
-    sd.data = {"structured_output": _structured(side), "temperature_sampling": _sampling(side), "full_context": _full(side),
-               **_api(side)}
+    sd.data = {
+        "structured_output": _structured(side),
+        "temperature_sampling": _sampling(side),
+        "full_context": _full(side),
+        **_api(side),
+    }
     sd.data.update(overrides)
     for pid, b in [(P[b], b) for b in (1, 2, 3, 4, 8)] + [(FULL[1], 1), (FULL[8], 8)]:
         kind = "full_context" if "full" in pid else "structured_output"
         name = f"features-{kind}-{pid}"
-        sd.windows[name] = window(side, [pid], decode={b: 20}, optimized={b: 20} if (side == "candidate" and optimized) else {},
-                                  name=name)
+        sd.windows[name] = window(
+            side, [pid], decode={b: 20}, optimized={b: 20} if (side == "candidate" and optimized) else {}, name=name
+        )
     sd.points = {f: d.get("point") or d["points"][0] for f, d in sd.data.items()}
     return sd
 
@@ -138,7 +217,8 @@ def test_failing_control_makes_sampling_inconclusive(tmp_path: Path) -> None:
     res = chk.judge(ctx)
     assert res.summary["per_feature"]["temperature_sampling"]["verdict"] == "not_run"
     assert "inconclusive" in res.summary["per_feature"]["temperature_sampling"]["reason"] or any(
-        "inconclusive" in str(r.get("detail")) for r in res.tables["features"])
+        "inconclusive" in str(r.get("detail")) for r in res.tables["features"]
+    )
 
 
 def test_mask_violation_is_caught(tmp_path: Path) -> None:
@@ -197,8 +277,10 @@ def test_full_context_divergence_fails_that_point(tmp_path: Path) -> None:
     chk, ctx = _check(tmp_path, _side("baseline"), cand)
     res = chk.judge(ctx)
     assert res.summary["per_feature"]["full_context"]["verdict"] == "fail"
-    assert any(f.startswith(FULL[8]) and "filling max_model_len" in f and "break the check_logprobs_close rule" in f
-               for f in res.failures)
+    assert any(
+        f.startswith(FULL[8]) and "filling max_model_len" in f and "break the check_logprobs_close rule" in f
+        for f in res.failures
+    )
 
 
 def test_candidate_error_fails_baseline_error_is_not_run(tmp_path: Path) -> None:
@@ -224,10 +306,20 @@ def test_speculative_acceptance_not_run_without_speculative_configs(tmp_path: Pa
 
 def test_speculative_acceptance_rule(tmp_path: Path) -> None:
     base, cand = _side("baseline"), _side("candidate")
-    base.data["speculative_acceptance"] = {"point": P[1], "points": [P[1]], "drafts": 100, "draft_tokens": 700,
-                                           "accepted_tokens": 500}
-    cand.data["speculative_acceptance"] = {"point": P[1], "points": [P[1]], "drafts": 100, "draft_tokens": 700,
-                                           "accepted_tokens": 300}
+    base.data["speculative_acceptance"] = {
+        "point": P[1],
+        "points": [P[1]],
+        "drafts": 100,
+        "draft_tokens": 700,
+        "accepted_tokens": 500,
+    }
+    cand.data["speculative_acceptance"] = {
+        "point": P[1],
+        "points": [P[1]],
+        "drafts": 100,
+        "draft_tokens": 700,
+        "accepted_tokens": 300,
+    }
     chk, ctx = _check(tmp_path, base, cand, features=["speculative_acceptance"])
     res = chk.judge(ctx)
     assert res.verdict is Verdict.FAIL
@@ -245,11 +337,14 @@ def test_validate_json_reasons() -> None:
     assert not r["valid"] and "cut off by max_tokens" in r["why"]
 
 
-@pytest.mark.parametrize("top,ok", [
-    ([[(5, -0.1), (6, -3.0), (7, -3.5)]], True),
-    ([[(6, -0.05), (5, -0.1), (7, -3.5)]], False),  # greedy token is not the argmax
-    ([[(5, -0.1)]], False),  # fewer alternatives than asked
-])
+@pytest.mark.parametrize(
+    "top,ok",
+    [
+        ([[(5, -0.1), (6, -3.0), (7, -3.5)]], True),
+        ([[(6, -0.05), (5, -0.1), (7, -3.5)]], False),  # greedy token is not the argmax
+        ([[(5, -0.1)]], False),  # fewer alternatives than asked
+    ],
+)
 def test_logprob_well_formedness(top, ok) -> None:
     d = {"token_ids": [5], "logprobs": [-0.1], "top": top}
     assert (not _logprob_problems(d, 3)) is ok

@@ -63,12 +63,29 @@ def test_schemas_cover_nesting_enums_arrays_required() -> None:
 
 
 EXAMPLES = {
-    "city": {"name": "Lisbon", "country": "Portugal", "climate": "temperate", "location": {"coastal": True, "region": "west"}},
-    "recipe": {"title": "Pancakes", "difficulty": "easy", "ingredients": [{"item": "flour", "unit": "g"}], "vegetarian": True},
-    "support_ticket": {"category": "delivery", "priority": "normal", "tags": ["late"],
-                       "customer": {"returning": False, "tier": "free"}},
-    "calendar_event": {"summary": "Team meeting", "when": {"day": "wednesday", "start": {"hour": 10, "minute": 30}},
-                       "online": False},
+    "city": {
+        "name": "Lisbon",
+        "country": "Portugal",
+        "climate": "temperate",
+        "location": {"coastal": True, "region": "west"},
+    },
+    "recipe": {
+        "title": "Pancakes",
+        "difficulty": "easy",
+        "ingredients": [{"item": "flour", "unit": "g"}],
+        "vegetarian": True,
+    },
+    "support_ticket": {
+        "category": "delivery",
+        "priority": "normal",
+        "tags": ["late"],
+        "customer": {"returning": False, "tier": "free"},
+    },
+    "calendar_event": {
+        "summary": "Team meeting",
+        "when": {"day": "wednesday", "start": {"hour": 10, "minute": 30}},
+        "online": False,
+    },
 }
 
 
@@ -87,7 +104,9 @@ def test_malformed_prompt_file_is_a_located_error(tmp_path: Path) -> None:
     p.write_text('{"id": "a", "topic": "t", "kind": "k", "prompt": "hello"}\n{not json}\n')
     with pytest.raises(InputSetError, match="bad.jsonl:2"):
         load_prompt_set(p)
-    p.write_text('{"id": "a", "topic": "t", "kind": "k", "prompt": "x"}\n{"id": "a", "topic": "t", "kind": "k", "prompt": "y"}\n')
+    p.write_text(
+        '{"id": "a", "topic": "t", "kind": "k", "prompt": "x"}\n{"id": "a", "topic": "t", "kind": "k", "prompt": "y"}\n'
+    )
     with pytest.raises(InputSetError, match="unique"):
         load_prompt_set(p)
     with pytest.raises(InputSetError, match="does not exist"):

@@ -72,7 +72,11 @@ def test_config_fits_the_cpu_engine(built: tuple[Path, dict]) -> None:
     assert config["model_type"] == "llama"
     assert config["hidden_size"] // config["num_attention_heads"] == config["head_dim"] == 64
     assert config["max_position_embeddings"] >= meta["max_model_len"] == 2048
-    assert config["vocab_size"] == meta["vocab_size"] == len(json.loads((out / "tokenizer.json").read_text())["model"]["vocab"])
+    assert (
+        config["vocab_size"]
+        == meta["vocab_size"]
+        == len(json.loads((out / "tokenizer.json").read_text())["model"]["vocab"])
+    )
     assert 512 <= config["vocab_size"] <= 2048
 
 
@@ -158,9 +162,7 @@ def test_tokenizer_and_chat_template(built: tuple[Path, dict]) -> None:
     ids = tok(text, add_special_tokens=False)["input_ids"]
     assert tok.decode(ids) == text
     assert len(ids) < len(text) / 2, "the BPE merges should compress English text"
-    prompt = tok.apply_chat_template(
-        [{"role": "user", "content": "Hello"}], tokenize=False, add_generation_prompt=True
-    )
+    prompt = tok.apply_chat_template([{"role": "user", "content": "Hello"}], tokenize=False, add_generation_prompt=True)
     assert prompt == "<|begin_of_text|><|user|>\nHello<|eot|>\n<|assistant|>\n"
 
 

@@ -85,7 +85,13 @@ def _greedy(engine: Any) -> Greedy:
                             c,
                             engine,
                             "/v1/completions",
-                            {"prompt": p, "max_tokens": MAX_TOKENS, "temperature": 0.0, "logprobs": 1, "ignore_eos": True},
+                            {
+                                "prompt": p,
+                                "max_tokens": MAX_TOKENS,
+                                "temperature": 0.0,
+                                "logprobs": 1,
+                                "ignore_eos": True,
+                            },
                         )
                         for p in PROMPTS[:b]
                     ]
@@ -136,7 +142,14 @@ def _tpot_ms(engine: Any, batch: int, *, tokens: int = 96, reps: int = 3) -> flo
     import httpx
 
     async def stream(c: Any, prompt: str) -> float:
-        body = {"model": engine.model, "prompt": prompt, "max_tokens": tokens, "temperature": 0.0, "ignore_eos": True, "stream": True}
+        body = {
+            "model": engine.model,
+            "prompt": prompt,
+            "max_tokens": tokens,
+            "temperature": 0.0,
+            "ignore_eos": True,
+            "stream": True,
+        }
         times: list[float] = []
         async with c.stream("POST", engine.base_url.rstrip("/") + "/v1/completions", json=body, timeout=600) as r:
             async for line in r.aiter_lines():
@@ -175,17 +188,19 @@ def _candidate(engine_slot: Any, demo_model: Any, demo_engine_args: Any, defect:
 
 
 def _first_divergence(a: list[str], b: list[str]) -> int | None:
-    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
 
 
-def test_candidate_is_faithful_to_the_baseline(baseline_greedy: Greedy, engine_slot, demo_model, demo_engine_args) -> None:
+def test_candidate_is_faithful_to_the_baseline(
+    baseline_greedy: Greedy, engine_slot, demo_model, demo_engine_args
+) -> None:
     engine = _candidate(engine_slot, demo_model, demo_engine_args)
     start = engine.log_offset()
     cand = _greedy(engine)
     for b in BATCHES:
-        for i, (ct, bt) in enumerate(zip(cand.tokens[b], baseline_greedy.tokens[b])):
+        for i, (ct, bt) in enumerate(zip(cand.tokens[b], baseline_greedy.tokens[b], strict=False)):
             assert ct == bt, f"batch {b} request {i}: greedy tokens diverge at {_first_divergence(ct, bt)}"
-            for cl, bl in zip(cand.logprobs[b][i], baseline_greedy.logprobs[b][i]):
+            for cl, bl in zip(cand.logprobs[b][i], baseline_greedy.logprobs[b][i], strict=False):
                 if cl is not None and bl is not None:
                     assert abs(cl - bl) <= LOGPROB_TOL, f"batch {b} request {i}: logprob {cl} vs {bl}"
     log = engine.read_log(start)
@@ -207,35 +222,41 @@ defect_tests = pytest.mark.skipif(
 
 
 @defect_tests
-def test_numerics_batch_defect_diverges_at_batch_3(baseline_greedy: Greedy, engine_slot, demo_model, demo_engine_args) -> None:
+def test_numerics_batch_defect_diverges_at_batch_3(
+    baseline_greedy: Greedy, engine_slot, demo_model, demo_engine_args
+) -> None:
     cand = _greedy(_candidate(engine_slot, demo_model, demo_engine_args, "numerics-batch"))
     for b in (1, 2):
         assert cand.tokens[b] == baseline_greedy.tokens[b], f"batch {b} should match the baseline"
-    diverged = [_first_divergence(ct, bt) for ct, bt in zip(cand.tokens[3], baseline_greedy.tokens[3])]
+    diverged = [_first_divergence(ct, bt) for ct, bt in zip(cand.tokens[3], baseline_greedy.tokens[3], strict=False)]
     assert all(d is not None for d in diverged), f"first divergence per request at batch 3: {diverged}"
     # (runs at batch 4 and 8 can contain batch-3 steps where requests start or end
     # out of step, so they are not asserted either way)
 
 
 @defect_tests
-def test_ignore_temperature_defect_keeps_greedy_but_changes_logprobs(baseline_greedy: Greedy, engine_slot, demo_model, demo_engine_args) -> None:
+def test_ignore_temperature_defect_keeps_greedy_but_changes_logprobs(
+    baseline_greedy: Greedy, engine_slot, demo_model, demo_engine_args
+) -> None:
     cand = _greedy(_candidate(engine_slot, demo_model, demo_engine_args, "ignore-temperature"))
     assert cand.tokens == baseline_greedy.tokens
     # decode-step logprobs (positions >= 1) come from logits scaled by 2: sharper
     diffs = [
         c - b
         for bt in BATCHES
-        for cl, bl in zip(cand.logprobs[bt], baseline_greedy.logprobs[bt])
-        for c, b in zip(cl[1:], bl[1:])
+        for cl, bl in zip(cand.logprobs[bt], baseline_greedy.logprobs[bt], strict=False)
+        for c, b in zip(cl[1:], bl[1:], strict=False)
     ]
     assert statistics.mean(diffs) > 0.05, f"mean logprob shift {statistics.mean(diffs):.4f}"
     # the first token comes from the prefill (stock path) and is unaffected
-    first = [abs(cl[0] - bl[0]) for bt in BATCHES for cl, bl in zip(cand.logprobs[bt], baseline_greedy.logprobs[bt])]
+    first = [abs(cl[0] - bl[0]) for bt in BATCHES for cl, bl in zip(cand.logprobs[bt], baseline_greedy.logprobs[bt], strict=False)]
     assert max(first) <= LOGPROB_TOL
 
 
 @defect_tests
-def test_broken_json_defect_breaks_structured_output_only(baseline_greedy: Greedy, engine_slot, demo_model, demo_engine_args) -> None:
+def test_broken_json_defect_breaks_structured_output_only(
+    baseline_greedy: Greedy, engine_slot, demo_model, demo_engine_args
+) -> None:
     engine = _candidate(engine_slot, demo_model, demo_engine_args, "broken-json")
     ok = _json_conformance(engine)
     assert not any(ok), f"conforming JSON outputs: {ok}"
@@ -243,7 +264,9 @@ def test_broken_json_defect_breaks_structured_output_only(baseline_greedy: Greed
 
 
 @defect_tests
-def test_silent_fallback_defect_claims_the_fast_path_and_runs_stock(baseline_greedy: Greedy, engine_slot, demo_model, demo_engine_args) -> None:
+def test_silent_fallback_defect_claims_the_fast_path_and_runs_stock(
+    baseline_greedy: Greedy, engine_slot, demo_model, demo_engine_args
+) -> None:
     engine = _candidate(engine_slot, demo_model, demo_engine_args, "silent-fallback")
     start = engine.log_offset()
     assert _greedy(engine).tokens == baseline_greedy.tokens

@@ -235,8 +235,14 @@ def _run_mlp(c, split_k: int):
     import torch
 
     return torch.ops.fasttrack_demo.fused_decode_mlp(
-        c["attn_out"], c["residual"], c["w_o"].t().contiguous(), c["w_norm"],
-        c["w_gate_up"].t().contiguous(), c["w_down"].t().contiguous(), 1e-5, split_k,
+        c["attn_out"],
+        c["residual"],
+        c["w_o"].t().contiguous(),
+        c["w_norm"],
+        c["w_gate_up"].t().contiguous(),
+        c["w_down"].t().contiguous(),
+        1e-5,
+        split_k,
     )
 
 
@@ -300,11 +306,15 @@ def _rope_case(n: int):
     inv = 1.0 / (10000 ** (torch.arange(0, hd, 2, dtype=torch.float32) / hd))
     freqs = torch.outer(torch.arange(2048, dtype=torch.float32), inv)
     return dict(
-        x=torch.randn(n, hidden, generator=g), res=torch.randn(n, hidden, generator=g),
+        x=torch.randn(n, hidden, generator=g),
+        res=torch.randn(n, hidden, generator=g),
         w_norm=torch.rand(hidden, generator=g) + 0.5,
         w_qkv_t=(torch.randn(heads * hd + 2 * kv_heads * hd, hidden, generator=g) * 0.05).t().contiguous(),
-        positions=torch.randint(0, 2048, (n,), generator=g), cache=torch.cat([freqs.cos(), freqs.sin()], dim=-1),
-        hd=hd, q_size=heads * hd, kv_size=kv_heads * hd,
+        positions=torch.randint(0, 2048, (n,), generator=g),
+        cache=torch.cat([freqs.cos(), freqs.sin()], dim=-1),
+        hd=hd,
+        q_size=heads * hd,
+        kv_size=kv_heads * hd,
     )
 
 
@@ -321,10 +331,30 @@ def test_native_qkv_rope_matches_the_python_op(native, batch: int, packed: bool)
         assert packed or h is None
         for res in (c["res"], None):
             py = torch.ops.fasttrack_demo.fused_decode_qkv_rope(
-                c["x"], res, c["w_norm"], c["w_qkv_t"], c["positions"], c["cache"], 1e-5, c["hd"], c["q_size"], c["kv_size"])
+                c["x"],
+                res,
+                c["w_norm"],
+                c["w_qkv_t"],
+                c["positions"],
+                c["cache"],
+                1e-5,
+                c["hd"],
+                c["q_size"],
+                c["kv_size"],
+            )
             nat = torch.ops.fasttrack_demo.fused_decode_qkv_rope_f32(
-                c["x"], res, c["w_norm"], c["w_qkv_t"], h, c["positions"], c["cache"], 1e-5, c["hd"], c["q_size"],
-                c["kv_size"])
+                c["x"],
+                res,
+                c["w_norm"],
+                c["w_qkv_t"],
+                h,
+                c["positions"],
+                c["cache"],
+                1e-5,
+                c["hd"],
+                c["q_size"],
+                c["kv_size"],
+            )
             for a, b in zip(py, nat, strict=True):
                 torch.testing.assert_close(b, a, **TOL)
             assert nat[3].data_ptr() not in (c["x"].data_ptr(), c["res"].data_ptr())
@@ -342,8 +372,18 @@ def test_native_mlp_matches_the_plain_formula_at_every_tuned_shape(native, batch
         native.prepack(w)
     try:
         out, res = torch.ops.fasttrack_demo.fused_decode_mlp_f32(
-            c["attn_out"], c["residual"], w_o_t, native.handle(w_o_t), c["w_norm"], w_gate_up_t,
-            native.handle(w_gate_up_t), w_down_t, native.handle(w_down_t), 1e-5, native.split_k_for_batch(batch))
+            c["attn_out"],
+            c["residual"],
+            w_o_t,
+            native.handle(w_o_t),
+            c["w_norm"],
+            w_gate_up_t,
+            native.handle(w_gate_up_t),
+            w_down_t,
+            native.handle(w_down_t),
+            1e-5,
+            native.split_k_for_batch(batch),
+        )
     finally:
         native.unpack(w_o_t, w_gate_up_t, w_down_t)
     ref_out, ref_res = _mlp_reference(c)
@@ -359,8 +399,18 @@ def test_native_kernels_reject_other_dtypes(native) -> None:
     c = _rope_case(1)
     with pytest.raises(RuntimeError, match="float32"):
         torch.ops.fasttrack_demo.fused_decode_qkv_rope_f32(
-            c["x"].bfloat16(), None, c["w_norm"], c["w_qkv_t"], None, c["positions"], c["cache"], 1e-5, c["hd"],
-            c["q_size"], c["kv_size"])
+            c["x"].bfloat16(),
+            None,
+            c["w_norm"],
+            c["w_qkv_t"],
+            None,
+            c["positions"],
+            c["cache"],
+            1e-5,
+            c["hd"],
+            c["q_size"],
+            c["kv_size"],
+        )
 
 
 def test_native_kernels_can_be_turned_off(ops, monkeypatch) -> None:
@@ -387,7 +437,13 @@ def test_numerics_batch_defect_breaks_only_its_batch_size(ops, monkeypatch) -> N
             g = torch.Generator().manual_seed(1000 + step)
             c["attn_out"], c["residual"] = torch.randn(2, batch, 256, generator=g)
             out, _ = torch.ops.fasttrack_demo.fused_decode_mlp(
-                c["attn_out"], c["residual"], w_o_t, c["w_norm"], w_gate_up_t, w_down_t, 1e-5,
+                c["attn_out"],
+                c["residual"],
+                w_o_t,
+                c["w_norm"],
+                w_gate_up_t,
+                w_down_t,
+                1e-5,
                 ops.split_k_for_batch(batch),
             )
             ref, _ = _mlp_reference(c)
@@ -433,13 +489,21 @@ def test_envelope_check_names_every_unsupported_deployment_feature() -> None:
     from fasttrack_demo_plugin.model import _check_envelope
 
     def config(**kw):
-        base = dict(parallel_config=SimpleNamespace(tensor_parallel_size=1, pipeline_parallel_size=1),
-                    quant_config=None, lora_config=None, speculative_config=None)
+        base = dict(
+            parallel_config=SimpleNamespace(tensor_parallel_size=1, pipeline_parallel_size=1),
+            quant_config=None,
+            lora_config=None,
+            speculative_config=None,
+        )
         return SimpleNamespace(**{**base, **kw})
 
     _check_envelope(config())  # the supported deployment passes
     with pytest.raises(DemoBackendConfigError) as err:
-        _check_envelope(config(parallel_config=SimpleNamespace(tensor_parallel_size=2, pipeline_parallel_size=1),
-                               speculative_config=object()))
+        _check_envelope(
+            config(
+                parallel_config=SimpleNamespace(tensor_parallel_size=2, pipeline_parallel_size=1),
+                speculative_config=object(),
+            )
+        )
     assert "tensor_parallel_size=2" in str(err.value) and "speculative decoding" in str(err.value)
     assert "Remove decode_backend" in str(err.value)

@@ -57,7 +57,9 @@ def _wait_for(path: Path, needle: str, proc: subprocess.Popen, timeout: float) -
         if path.exists() and needle in path.read_text(errors="replace"):
             return
         if proc.poll() is not None:
-            raise AssertionError(f"validate exited early ({proc.returncode}):\n{path.read_text(errors='replace')[-3000:]}")
+            raise AssertionError(
+                f"validate exited early ({proc.returncode}):\n{path.read_text(errors='replace')[-3000:]}"
+            )
         time.sleep(1)
     raise AssertionError(f"timed out waiting for {needle!r}:\n{path.read_text(errors='replace')[-3000:]}")
 
@@ -71,12 +73,20 @@ def _default_sigint() -> None:
 
 def _start_validate(run_dir: Path, log: Path, *args: str) -> subprocess.Popen:
     fh = log.open("w")
-    return subprocess.Popen([*FT, "validate", "--model", "demo-llama", "--out", str(run_dir), *args],
-                            stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT, env=_env(), start_new_session=False,
-                            preexec_fn=_default_sigint)
+    return subprocess.Popen(
+        [*FT, "validate", "--model", "demo-llama", "--out", str(run_dir), *args],
+        stdout=fh,
+        stderr=subprocess.STDOUT,
+        cwd=ROOT,
+        env=_env(),
+        start_new_session=False,
+        preexec_fn=_default_sigint,
+    )
 
 
-def test_engine_crash_leaves_a_partial_bundle_that_says_what_crashed(tmp_path: Path, keys: Path, _no_other_engine) -> None:
+def test_engine_crash_leaves_a_partial_bundle_that_says_what_crashed(
+    tmp_path: Path, keys: Path, _no_other_engine
+) -> None:
     run_dir = tmp_path / "crash"
     log = tmp_path / "crash.log"
     proc = _start_validate(run_dir, log, "--checks", "equivalence", "--sign-key", str(keys / "ci"))
@@ -96,8 +106,14 @@ def test_engine_crash_leaves_a_partial_bundle_that_says_what_crashed(tmp_path: P
     summary = json.loads((run_dir / "run-summary.json").read_text())
     assert summary["verdict"] == "incomplete"
     crash = summary["crash"]
-    assert crash and crash["side"] == "baseline" and crash["error"] in {"EngineCrashed", "EngineRequestError", "EngineUnreachable"}
-    assert "crash" in summary["checks"]["equivalence"]["reason"] or "engine" in summary["checks"]["equivalence"]["reason"]
+    assert (
+        crash
+        and crash["side"] == "baseline"
+        and crash["error"] in {"EngineCrashed", "EngineRequestError", "EngineUnreachable"}
+    )
+    assert (
+        "crash" in summary["checks"]["equivalence"]["reason"] or "engine" in summary["checks"]["equivalence"]["reason"]
+    )
     # the partial bundle still verifies, carries the engine log, and cannot say pass
     res = _run("verify", str(run_dir / "bundle.tar.gz"), "--key", str(keys / "ci.pub"), "--json")
     v = json.loads(res.stdout)
@@ -131,15 +147,29 @@ def test_ctrl_c_tears_every_engine_down(tmp_path: Path, keys: Path, _no_other_en
     summary = json.loads((run_dir / "run-summary.json").read_text())
     assert summary["interrupted"] is True and summary["verdict"] == "incomplete"
     engines = summary["engines"]
-    assert [(e["side"], e.get("up_with")) for e in engines] == [("baseline", ["candidate"]), ("candidate", ["baseline"])]
+    assert [(e["side"], e.get("up_with")) for e in engines] == [
+        ("baseline", ["candidate"]),
+        ("candidate", ["baseline"]),
+    ]
     assert all(e.get("stop") for e in engines), "both engines were stopped and their stops recorded"
     assert summary["checks"]["perf"]["verdict"] == "not_run" and "interrupted" in summary["checks"]["perf"]["reason"]
 
 
 def test_validate_smoke_writes_a_signed_bundle_that_verifies(tmp_path: Path, keys: Path, _no_other_engine) -> None:
     run_dir = tmp_path / "smoke"
-    res = _run("validate", "--model", "demo-llama", "--tier", "smoke", "--out", str(run_dir),
-               "--sign-key", str(keys / "ci"), "--checks", "equivalence,coverage")
+    res = _run(
+        "validate",
+        "--model",
+        "demo-llama",
+        "--tier",
+        "smoke",
+        "--out",
+        str(run_dir),
+        "--sign-key",
+        str(keys / "ci"),
+        "--checks",
+        "equivalence,coverage",
+    )
     out = res.stdout + res.stderr
     assert "Traceback" not in out
     assert (run_dir / "bundle.tar.gz").is_file(), out[-4000:]
@@ -162,8 +192,17 @@ def test_validate_smoke_writes_a_signed_bundle_that_verifies(tmp_path: Path, key
     bad = _run("verify", str(run_dir / "bundle.tar.gz"), "--key", str(keys / "ci.pub"), "--pr-head", "0" * 40)
     assert bad.returncode != 0
     # reproduce: the recorded settings rerun equivalence on fresh engines, and it agrees row by row
-    rep = _run("reproduce", str(run_dir / "bundle.tar.gz"), "--checks", "equivalence", "--key", str(keys / "ci.pub"),
-               "--out", str(tmp_path / "reproduce"), "--json")
+    rep = _run(
+        "reproduce",
+        str(run_dir / "bundle.tar.gz"),
+        "--checks",
+        "equivalence",
+        "--key",
+        str(keys / "ci.pub"),
+        "--out",
+        str(tmp_path / "reproduce"),
+        "--json",
+    )
     assert "Traceback" not in rep.stderr, rep.stderr[-3000:]
     info = json.loads(rep.stdout)
     assert rep.returncode == 0 and info["all_agree"] is True and info["verified"] is True, rep.stdout[-3000:]

@@ -72,9 +72,20 @@ def test_completion_payload_and_logprobs() -> None:
         c, rec = _client(respond)
         async with c:
             r = await c.complete(
-                "Hello", max_tokens=2, temperature=0.0, seed=7, logprobs=2, tokens_as_ids=True,
-                top_k=5, top_p=0.9, min_tokens=1, ignore_eos=True, stop=["\n"], n=1,
-                response_format={"type": "json_object"}, extra={"repetition_penalty": 1.0},
+                "Hello",
+                max_tokens=2,
+                temperature=0.0,
+                seed=7,
+                logprobs=2,
+                tokens_as_ids=True,
+                top_k=5,
+                top_p=0.9,
+                min_tokens=1,
+                ignore_eos=True,
+                stop=["\n"],
+                n=1,
+                response_format={"type": "json_object"},
+                extra={"repetition_penalty": 1.0},
             )
         return r, rec
 
@@ -82,9 +93,22 @@ def test_completion_payload_and_logprobs() -> None:
     body = rec.requests[0]["body"]
     assert rec.requests[0]["path"] == "/v1/completions"
     assert body == {
-        "model": "demo", "stream": False, "prompt": "Hello", "max_tokens": 2, "temperature": 0.0, "seed": 7,
-        "logprobs": 2, "return_tokens_as_token_ids": True, "return_token_ids": True, "top_k": 5, "top_p": 0.9,
-        "min_tokens": 1, "ignore_eos": True, "stop": ["\n"], "n": 1, "response_format": {"type": "json_object"},
+        "model": "demo",
+        "stream": False,
+        "prompt": "Hello",
+        "max_tokens": 2,
+        "temperature": 0.0,
+        "seed": 7,
+        "logprobs": 2,
+        "return_tokens_as_token_ids": True,
+        "return_token_ids": True,
+        "top_k": 5,
+        "top_p": 0.9,
+        "min_tokens": 1,
+        "ignore_eos": True,
+        "stop": ["\n"],
+        "n": 1,
+        "response_format": {"type": "json_object"},
         "repetition_penalty": 1.0,
     }
     assert r.text == " the fox" and r.finish_reason == "length" and r.token_ids == [11, 12]
@@ -98,13 +122,50 @@ def test_completion_payload_and_logprobs() -> None:
 
 def test_streaming_completion_timestamps_ids_and_usage() -> None:
     chunks = _sse(
-        {"id": "c", "model": "demo", "choices": [{"index": 0, "text": "", "prompt_token_ids": [1, 2], "token_ids": []}]},
-        {"id": "c", "model": "demo", "choices": [{"index": 0, "text": "A", "token_ids": [5],
-            "logprobs": {"tokens": ["A"], "token_logprobs": [-0.2], "top_logprobs": [{"A": -0.2, "B": -1.9}]}}]},
-        {"id": "c", "model": "demo", "choices": [{"index": 0, "text": "BC", "token_ids": [6, 7],
-            "logprobs": {"tokens": ["B", "C"], "token_logprobs": [-0.3, -0.4], "top_logprobs": [{"B": -0.3}, {"C": -0.4}]}}]},
-        {"id": "c", "model": "demo", "choices": [{"index": 0, "text": "", "token_ids": [], "finish_reason": "length", "stop_reason": None}]},
-        {"id": "c", "model": "demo", "choices": [], "usage": {"prompt_tokens": 2, "completion_tokens": 3, "total_tokens": 5}},
+        {
+            "id": "c",
+            "model": "demo",
+            "choices": [{"index": 0, "text": "", "prompt_token_ids": [1, 2], "token_ids": []}],
+        },
+        {
+            "id": "c",
+            "model": "demo",
+            "choices": [
+                {
+                    "index": 0,
+                    "text": "A",
+                    "token_ids": [5],
+                    "logprobs": {"tokens": ["A"], "token_logprobs": [-0.2], "top_logprobs": [{"A": -0.2, "B": -1.9}]},
+                }
+            ],
+        },
+        {
+            "id": "c",
+            "model": "demo",
+            "choices": [
+                {
+                    "index": 0,
+                    "text": "BC",
+                    "token_ids": [6, 7],
+                    "logprobs": {
+                        "tokens": ["B", "C"],
+                        "token_logprobs": [-0.3, -0.4],
+                        "top_logprobs": [{"B": -0.3}, {"C": -0.4}],
+                    },
+                }
+            ],
+        },
+        {
+            "id": "c",
+            "model": "demo",
+            "choices": [{"index": 0, "text": "", "token_ids": [], "finish_reason": "length", "stop_reason": None}],
+        },
+        {
+            "id": "c",
+            "model": "demo",
+            "choices": [],
+            "usage": {"prompt_tokens": 2, "completion_tokens": 3, "total_tokens": 5},
+        },
         "[DONE]",
     )
 
@@ -138,10 +199,35 @@ def test_streaming_completion_timestamps_ids_and_usage() -> None:
 def test_streaming_chat_role_chunk_is_not_the_first_token() -> None:
     chunks = _sse(
         {"id": "x", "model": "demo", "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]},
-        {"id": "x", "model": "demo", "choices": [{"index": 0, "delta": {"content": "Hi"}, "token_ids": [9],
-            "logprobs": {"content": [{"token": "Hi", "logprob": -0.1, "top_logprobs": [{"token": "Yo", "logprob": -3.0}, {"token": "Hi", "logprob": -0.1}]}]}}]},
+        {
+            "id": "x",
+            "model": "demo",
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {"content": "Hi"},
+                    "token_ids": [9],
+                    "logprobs": {
+                        "content": [
+                            {
+                                "token": "Hi",
+                                "logprob": -0.1,
+                                "top_logprobs": [{"token": "Yo", "logprob": -3.0}, {"token": "Hi", "logprob": -0.1}],
+                            }
+                        ]
+                    },
+                }
+            ],
+        },
         {"id": "x", "model": "demo", "choices": [{"index": 1, "delta": {"content": "Yo"}, "token_ids": [8]}]},
-        {"id": "x", "model": "demo", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}, {"index": 1, "delta": {}, "finish_reason": "length"}]},
+        {
+            "id": "x",
+            "model": "demo",
+            "choices": [
+                {"index": 0, "delta": {}, "finish_reason": "stop"},
+                {"index": 1, "delta": {}, "finish_reason": "length"},
+            ],
+        },
         "[DONE]",
     )
 
@@ -254,7 +340,9 @@ def test_gather_sends_all_requests_and_keeps_order() -> None:
         in_flight["now"] -= 1
         out = f"seed={body.get('seed')}"
         if request.url.path.endswith("/chat/completions"):
-            return httpx.Response(200, json={"choices": [{"index": 0, "message": {"role": "assistant", "content": out}}]})
+            return httpx.Response(
+                200, json={"choices": [{"index": 0, "message": {"role": "assistant", "content": out}}]}
+            )
         return httpx.Response(200, json={"choices": [{"index": 0, "text": out}]})
 
     async def go():

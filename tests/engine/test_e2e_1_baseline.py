@@ -54,7 +54,7 @@ def test_streaming_timestamps_logprobs_and_usage(baseline_engine) -> None:
     assert r.ttft_s is not None and 0 < r.ttft_s < r.latency_s
     assert r.prompt_token_ids
     assert r.logprobs is not None and len(r.logprobs) == 16
-    for pos, tid in zip(r.logprobs, r.token_ids):
+    for pos, tid in zip(r.logprobs, r.token_ids, strict=False):
         assert pos.token_id == tid
         assert 5 <= len(pos.top) <= 6  # top-5 (plus the sampled token when it is not among them)
         assert pos.logprob is not None and pos.logprob <= 0
@@ -79,7 +79,10 @@ def test_streaming_and_non_streaming_agree_when_greedy(baseline_engine) -> None:
 def test_seeded_sampling_is_reproducible(baseline_engine) -> None:
     async def go():
         async with baseline_engine.client() as c:
-            reqs = [Request.completion("Hello", max_tokens=12, temperature=1.0, seed=s, ignore_eos=True) for s in (11, 11, 12)]
+            reqs = [
+                Request.completion("Hello", max_tokens=12, temperature=1.0, seed=s, ignore_eos=True)
+                for s in (11, 11, 12)
+            ]
             return await c.gather(reqs)
 
     a, b, _c = run(go())
@@ -124,7 +127,10 @@ def test_concurrent_requests_are_batched_and_profiled(baseline_engine, demo_mode
                 fallback_pattern=demo_path_markers.fallback_pattern,
             ) as win:
                 results = await c.gather(
-                    [Request.completion(f"Prompt number {i}:", max_tokens=16, temperature=0.0, ignore_eos=True) for i in range(n)]
+                    [
+                        Request.completion(f"Prompt number {i}:", max_tokens=16, temperature=0.0, ignore_eos=True)
+                        for i in range(n)
+                    ]
                 )
         after = await scrape_metrics(baseline_engine)
         return results, win.evidence, before, after

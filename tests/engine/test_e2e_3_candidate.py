@@ -66,8 +66,12 @@ def test_candidate_decode_window_runs_the_optimized_ops(candidate_engine, demo_p
     # The composition is verified, not assumed: on a busy host one request can finish before the
     # others arrive, so the window is repeated (up to three times) until all decoded together.
     for attempt in range(3):
-        ev = _window(candidate_engine, demo_path_markers, f"candidate-decode-b{batch}-{attempt}",
-                     _decode_requests(batch, max_tokens=32))
+        ev = _window(
+            candidate_engine,
+            demo_path_markers,
+            f"candidate-decode-b{batch}-{attempt}",
+            _decode_requests(batch, max_tokens=32),
+        )
         if max(ev.decode_batch_sizes) == batch:
             break
     assert ev.decode_steps >= 14
@@ -102,7 +106,9 @@ def test_candidate_prefill_only_window_shows_stock_path_and_fallback(candidate_e
 
 def test_candidate_out_of_range_batches_fall_back(candidate_engine, demo_path_markers) -> None:
     n = MAX_BATCH + 4
-    ev = _window(candidate_engine, demo_path_markers, "candidate-decode-b12", _decode_requests(n, max_tokens=24), hold=True)
+    ev = _window(
+        candidate_engine, demo_path_markers, "candidate-decode-b12", _decode_requests(n, max_tokens=24), hold=True
+    )
     big = {b: k for b, k in ev.decode_batch_sizes.items() if b > MAX_BATCH}
     assert big, f"no decode step above the batch range: {ev.decode_batch_sizes}"
     assert all(b <= MAX_BATCH for b in ev.optimized_decode_batch_sizes), ev.optimized_decode_batch_sizes

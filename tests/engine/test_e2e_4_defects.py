@@ -26,7 +26,10 @@ def test_silent_fallback_decode_windows_have_no_optimized_ops(silent_fallback_en
                 fallback_pattern=demo_path_markers.fallback_pattern,
             ) as win:
                 await c.gather(
-                    [Request.completion(f"Story {i}:", max_tokens=16, temperature=0.0, ignore_eos=True) for i in range(4)]
+                    [
+                        Request.completion(f"Story {i}:", max_tokens=16, temperature=0.0, ignore_eos=True)
+                        for i in range(4)
+                    ]
                 )
         return win.evidence
 

@@ -37,8 +37,7 @@ def fake_python(tmp_path: Path) -> str:
     exe = tmp_path / "fake-python"
     # "-c CODE" (the environment probe) runs the real interpreter
     exe.write_text(
-        f'#!/bin/sh\nif [ "$1" = "-c" ]; then exec "{sys.executable}" "$@"; fi\n'
-        f'exec "{sys.executable}" "{FAKE}" "$@"\n'
+        f'#!/bin/sh\nif [ "$1" = "-c" ]; then exec "{sys.executable}" "$@"; fi\nexec "{sys.executable}" "{FAKE}" "$@"\n'
     )
     exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
     return str(exe)

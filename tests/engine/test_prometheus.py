@@ -35,9 +35,9 @@ TEXT_AFTER = TEXT_BEFORE.replace(
 ).replace(
     'vllm:num_requests_running{engine="0",model_name="demo"} 0.0',
     'vllm:num_requests_running{engine="0",model_name="demo"} 4.0',
-).replace('fasttrack_demo_fallback_steps_total{reason="prefill"} 3', 'fasttrack_demo_fallback_steps_total{reason="prefill"} 7') + (
-    'fasttrack_demo_fallback_steps_total{reason="batch_out_of_range"} 2\n'
-)
+).replace(
+    'fasttrack_demo_fallback_steps_total{reason="prefill"} 3', 'fasttrack_demo_fallback_steps_total{reason="prefill"} 7'
+) + ('fasttrack_demo_fallback_steps_total{reason="batch_out_of_range"} 2\n')
 
 
 def test_parse_samples_labels_and_types() -> None:

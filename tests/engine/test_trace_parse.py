@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fasttrack.engine import MarkerSet, ProfilerError, analyze_trace, evidence_from_traces, iter_trace_events
-from fasttrack.engine import probes
+from fasttrack.engine import MarkerSet, ProfilerError, analyze_trace, evidence_from_traces, iter_trace_events, probes
 from fasttrack.engine.probes import parse_step_name
 
 PID, TID = 4242, 4242
@@ -121,13 +120,20 @@ def test_baseline_window_has_no_optimized_ops(tmp_path: Path) -> None:
 
 
 def test_fallback_lines_from_log_text(tmp_path: Path) -> None:
-    path = _write(tmp_path / "p.pt.trace.json", _trace(_step("execute_context_1(9)_generation_0(0)", 0, False)), gz=False)
+    path = _write(
+        tmp_path / "p.pt.trace.json", _trace(_step("execute_context_1(9)_generation_0(0)", 0, False)), gz=False
+    )
     log = (
         "(EngineCore pid=1) INFO fasttrack-demo fallback reason=prefill batch=1 tokens=9 count=1 suppressed=0\n"
         "(EngineCore pid=1) INFO something else\n"
     )
     ev = evidence_from_traces(
-        [path], name="prefill", side="candidate", markers=MARKERS, log_text=log, fallback_pattern=r"fasttrack-demo fallback reason="
+        [path],
+        name="prefill",
+        side="candidate",
+        markers=MARKERS,
+        log_text=log,
+        fallback_pattern=r"fasttrack-demo fallback reason=",
     )
     assert ev.fallback_events == 1 and "reason=prefill" in ev.fallback_lines[0]
     assert ev.to_path_evidence(check="coverage", point="p").fallback_events == 1

@@ -18,8 +18,9 @@ from fasttrack.scope import EvalSpec, load_scope
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
-def _ctx(tmp_path: Path, *, evals: list[EvalSpec] | None = None, eval_data: dict[str, str] | None = None,
-         tier: str = "smoke") -> RunContext:
+def _ctx(
+    tmp_path: Path, *, evals: list[EvalSpec] | None = None, eval_data: dict[str, str] | None = None, tier: str = "smoke"
+) -> RunContext:
     loaded = load_scope("demo-llama")
     scope = loaded.scope if evals is None else loaded.scope.model_copy(update={"evals": evals})
     plan = build_plan(scope, tier=tier)
@@ -88,12 +89,35 @@ def test_filter_on_an_unknown_dimension(tmp_path: Path) -> None:
 
 def _record(unit: Any, side: str, role: str, outputs: list[str], kind: str = "aime25") -> RunRecord:
     settings = GenerationSettings(max_tokens=32, temperature=0.0, seed=0, num_concurrent=unit.batch)
-    out = LmEvalOutput(task=kind, lm_model="local-completions", model_args={}, settings=settings, task_config={},
-                       task_source="x", lm_eval_version="0.4.13", wall_s=1.0, aggregate={},
-                       samples=[{"doc_id": i, "output": o, "score": 0.0} for i, o in enumerate(outputs)])
+    out = LmEvalOutput(
+        task=kind,
+        lm_model="local-completions",
+        model_args={},
+        settings=settings,
+        task_config={},
+        task_source="x",
+        lm_eval_version="0.4.13",
+        wall_s=1.0,
+        aggregate={},
+        samples=[{"doc_id": i, "output": o, "score": 0.0} for i, o in enumerate(outputs)],
+    )
     outcomes = [SampleOutcome(sample_id=str(i), output=o, score=0.0) for i, o in enumerate(outputs)]
-    return RunRecord(eval="aime25", kind=kind, point=unit.point, points=unit.points, group=unit.group, batch=unit.batch,
-                     side=side, role=role, repeat=0, lifetime=0, output=out, outcomes=outcomes, artifact="a", engine={})
+    return RunRecord(
+        eval="aime25",
+        kind=kind,
+        point=unit.point,
+        points=unit.points,
+        group=unit.group,
+        batch=unit.batch,
+        side=side,
+        role=role,
+        repeat=0,
+        lifetime=0,
+        output=out,
+        outcomes=outcomes,
+        artifact="a",
+        engine={},
+    )
 
 
 def _judge_with(tmp_path: Path, candidate_outputs: list[str]) -> Any:
@@ -106,8 +130,11 @@ def _judge_with(tmp_path: Path, candidate_outputs: list[str]) -> Any:
     chk.state.selections["aime25"] = select_samples(chk.state.datasets["aime25"], limit=8)
     unit = chk.state.units["aime25"][0]
     base = [f"output {i} of the stock path, several words long" for i in range(8)]
-    chk.state.runs = [_record(unit, "baseline", "primary", base), _record(unit, "baseline", "reference", base),
-                      _record(unit, "candidate", "primary", candidate_outputs)]
+    chk.state.runs = [
+        _record(unit, "baseline", "primary", base),
+        _record(unit, "baseline", "reference", base),
+        _record(unit, "candidate", "primary", candidate_outputs),
+    ]
     return chk.judge(ctx)
 
 
@@ -143,8 +170,10 @@ def test_judge_without_the_reference_run_is_not_run(tmp_path: Path) -> None:
 def test_result_tables_serialise_to_parquet(tmp_path: Path) -> None:
     from fasttrack.bundle.tables import parquet_bytes, read_rows
 
-    for outputs in ([f"output {i} of the stock path, several words long" for i in range(8)],
-                    [f"zz qq {i} xx" for i in range(8)]):
+    for outputs in (
+        [f"output {i} of the stock path, several words long" for i in range(8)],
+        [f"zz qq {i} xx" for i in range(8)],
+    ):
         res = _judge_with(tmp_path, outputs)
         for name, rows in res.tables.items():
             if not rows:

@@ -71,8 +71,13 @@ def test_synthetic_aime_answers_are_integers_below_1000() -> None:
     rows = aime_problems(20, seed=5)
     assert all(0 <= int(r["answer"]) < 1000 for r in rows)
     assert rows == aime_problems(20, seed=5) and rows != aime_problems(20, seed=6)
-    assert rows[0]["answer"] == str(pow(int(rows[0]["problem"].split("$")[1].split("^")[0]),
-                                        int(rows[0]["problem"].split("{")[1].split("}")[0]), 1000))
+    assert rows[0]["answer"] == str(
+        pow(
+            int(rows[0]["problem"].split("$")[1].split("^")[0]),
+            int(rows[0]["problem"].split("{")[1].split("}")[0]),
+            1000,
+        )
+    )
 
 
 def test_demo_mrcr_prompts_fit_the_demo_engine(demo_model: Any) -> None:
@@ -97,7 +102,8 @@ def test_generators_run_as_scripts(tmp_path: Path) -> None:
     import subprocess
 
     for script in (DEMO_DATA / "make_data.py", Path(__file__).resolve().parent / "make_fixtures.py"):
-        out = subprocess.run([sys.executable, str(script), str(tmp_path / script.stem)], capture_output=True, text=True,
-                             check=True)
+        out = subprocess.run(
+            [sys.executable, str(script), str(tmp_path / script.stem)], capture_output=True, text=True, check=True
+        )
         assert out.stdout.strip(), script
     assert json.loads((tmp_path / "make_data" / "aime25.jsonl").read_text().splitlines()[0])["id"] == 0

@@ -28,8 +28,16 @@ def test_local_parquet_in_the_original_format() -> None:
     ds = _resolve(data="mrcr.parquet")
     assert ds.source == "local" and ds.given_by == "scope" and ds.format == "parquet"
     assert ds.n_rows == 6 and len(ds.sha256) == 64
-    assert {"prompt", "answer", "random_string_to_prepend", "n_needles", "desired_msg_index", "total_messages",
-            "n_chars", "date_added"} <= set(ds.columns)
+    assert {
+        "prompt",
+        "answer",
+        "random_string_to_prepend",
+        "n_needles",
+        "desired_msg_index",
+        "total_messages",
+        "n_chars",
+        "date_added",
+    } <= set(ds.columns)
 
 
 def test_command_line_path_wins_over_the_scope(tmp_path: Path) -> None:
@@ -38,7 +46,9 @@ def test_command_line_path_wins_over_the_scope(tmp_path: Path) -> None:
 
 
 def test_missing_command_line_path_is_a_clear_error() -> None:
-    with pytest.raises(DatasetNotFound, match=r"dataset 'aime25' not found at '/nope/aime.jsonl' \(given on the command line\)"):
+    with pytest.raises(
+        DatasetNotFound, match=r"dataset 'aime25' not found at '/nope/aime.jsonl' \(given on the command line\)"
+    ):
         _resolve(name="aime25", kind="aime25", override="/nope/aime.jsonl")
 
 
@@ -60,8 +70,12 @@ def test_no_local_data_and_no_hub() -> None:
 def test_hub_is_used_when_reachable_and_no_local_file() -> None:
     rows = mrcr_samples(2, seed=1)
     calls: list[str] = []
-    ds = _resolve(data="data/missing.jsonl", hub_dataset="openai/mrcr", hub_check=lambda i: calls.append(i) or True,
-                  hub_loader=lambda i, kind: rows)
+    ds = _resolve(
+        data="data/missing.jsonl",
+        hub_dataset="openai/mrcr",
+        hub_check=lambda i: calls.append(i) or True,
+        hub_loader=lambda i, kind: rows,
+    )
     assert calls == ["openai/mrcr"]
     assert ds.source == "hub" and ds.location == "openai/mrcr" and ds.n_rows == 2
 

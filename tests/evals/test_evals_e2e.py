@@ -48,8 +48,9 @@ def _engine(slot: Any, demo_model: Any, ctx: RunContext, side: str, key: str, de
     group = ctx.plan.groups[0]
     args = [*group.args[side], "--served-model-name", ctx.scope.model.served_name or "demo-llama"]
     t0 = time.perf_counter()
-    eng = slot.acquire(key, side=side, model=demo_model.path, args=args, env=dict(group.env[side]),
-                       process_env={DEFECT_ENV: defect})
+    eng = slot.acquire(
+        key, side=side, model=demo_model.path, args=args, env=dict(group.env[side]), process_env={DEFECT_ENV: defect}
+    )
     TIMINGS[f"start {key}"] = round(time.perf_counter() - t0, 1)
     return eng
 
@@ -73,14 +74,16 @@ def evals_results(engine_slot: Any, demo_model: Any, tmp_path_factory: pytest.Te
     engine = _engine(engine_slot, demo_model, clean_ctx, "baseline", "evals-baseline")
     _collect(clean, clean_ctx, "baseline", engine, "baseline (primary + reference, both evals)")
 
-    defect_ctx = dataclasses.replace(clean_ctx, run_dir=root / "defect", evidence=list(clean_ctx.evidence),
-                                     shared=dict(clean_ctx.shared))
+    defect_ctx = dataclasses.replace(
+        clean_ctx, run_dir=root / "defect", evidence=list(clean_ctx.evidence), shared=dict(clean_ctx.shared)
+    )
     defect = copy.deepcopy(clean)
 
     engine = _engine(engine_slot, demo_model, clean_ctx, "candidate", "evals-candidate")
     _collect(clean, clean_ctx, "candidate", engine, "clean candidate")
-    engine = _engine(engine_slot, demo_model, defect_ctx, "candidate", "evals-candidate-numerics-batch",
-                     defect="numerics-batch")
+    engine = _engine(
+        engine_slot, demo_model, defect_ctx, "candidate", "evals-candidate-numerics-batch", defect="numerics-batch"
+    )
     _collect(defect, defect_ctx, "candidate", engine, "numerics-batch candidate")
     engine_slot.release()
     out = {"clean": (clean.judge(clean_ctx), clean_ctx), "defect": (defect.judge(defect_ctx), defect_ctx)}
@@ -117,9 +120,16 @@ def test_clean_candidate_passes_both_evals(evals_results: dict[str, Any]) -> Non
     # seeds and generation settings recorded; lm-eval ran at the point's batch size
     runs = res.tables["eval_runs"]
     assert sorted((r["eval"], r["side"], r["role"]) for r in runs) == sorted(
-        (e, s, role) for e in ("aime25", "mrcr")
-        for s, role in (("baseline", "primary"), ("baseline", "reference"), ("baseline", "evidence"),
-                        ("candidate", "primary"), ("candidate", "evidence")))
+        (e, s, role)
+        for e in ("aime25", "mrcr")
+        for s, role in (
+            ("baseline", "primary"),
+            ("baseline", "reference"),
+            ("baseline", "evidence"),
+            ("candidate", "primary"),
+            ("candidate", "evidence"),
+        )
+    )
     for run in runs:
         assert run["num_concurrent"] == 3 and run["seed"] == 0 and run["max_tokens"] == 32
         # graded runs are not profiled; the evidence runs carry the profiler window
@@ -133,8 +143,12 @@ def test_eval_runs_carry_path_evidence(evals_results: dict[str, Any]) -> None:
     res, ctx = evals_results["clean"]
     ev = [e for e in ctx.evidence if e.check == "evals"]
     sides = {(e.side, e.window) for e in ev}
-    assert {("baseline", "evals-aime25-b3"), ("candidate", "evals-aime25-b3"),
-            ("baseline", "evals-mrcr-b3"), ("candidate", "evals-mrcr-b3")} <= sides
+    assert {
+        ("baseline", "evals-aime25-b3"),
+        ("candidate", "evals-aime25-b3"),
+        ("baseline", "evals-mrcr-b3"),
+        ("candidate", "evals-mrcr-b3"),
+    } <= sides
     for e in ev:
         assert e.decode_steps > 0, e
         assert e.detail["decode_batch_sizes"].get("3", 0) > 0, e.detail

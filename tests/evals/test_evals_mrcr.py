@@ -50,8 +50,19 @@ def test_similarity_is_one_for_identical_texts_including_empty() -> None:
 
 @pytest.mark.parametrize(
     ("tokens", "label"),
-    [(1, "0-128"), (128, "0-128"), (129, "128-256"), (256, "128-256"), (300, "256-512"), (1024, "512-1k"),
-     (4096, "2k-4k"), (4097, "4k-8k"), (8192, "4k-8k"), (131072, "64k-128k"), (1_000_000, "512k-1024k")],
+    [
+        (1, "0-128"),
+        (128, "0-128"),
+        (129, "128-256"),
+        (256, "128-256"),
+        (300, "256-512"),
+        (1024, "512-1k"),
+        (4096, "2k-4k"),
+        (4097, "4k-8k"),
+        (8192, "4k-8k"),
+        (131072, "64k-128k"),
+        (1_000_000, "512k-1024k"),
+    ],
 )
 def test_context_bins_are_power_of_two_intervals(tokens: int, label: str) -> None:
     assert context_bin(tokens) == label
@@ -85,8 +96,11 @@ def test_lm_eval_task_sends_the_samples_own_conversation() -> None:
 
     cfg = load_yaml(MRCR_TASK_YAML, resolve_func=True)
     task = cfg["class"]  # the class itself; build it without a dataset
-    messages = [{"role": "user", "content": "Write a poem about owls."}, {"role": "assistant", "content": "Owls."},
-                {"role": "user", "content": "Prepend X1 to the 1st poem about owls."}]
+    messages = [
+        {"role": "user", "content": "Write a poem about owls."},
+        {"role": "assistant", "content": "Owls."},
+        {"role": "user", "content": "Prepend X1 to the 1st poem about owls."},
+    ]
     seen: list[Any] = []
 
     def template(msgs: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
@@ -94,12 +108,13 @@ def test_lm_eval_task_sends_the_samples_own_conversation() -> None:
         return "RENDERED"
 
     inst = task.__new__(task)  # fewshot_context does not touch the dataset
-    out = task.fewshot_context(inst, {"prompt": json.dumps(messages)}, 0, apply_chat_template=True, chat_template=template)
+    out = task.fewshot_context(
+        inst, {"prompt": json.dumps(messages)}, 0, apply_chat_template=True, chat_template=template
+    )
     assert out == "RENDERED"
     assert seen == [(messages, True)]
     with pytest.raises(ValueError, match="chat template"):
         task.fewshot_context(inst, {"prompt": json.dumps(messages)}, 0, apply_chat_template=False)
-
 
 
 def test_prompt_of_lm_eval_sample_logs() -> None:
@@ -119,7 +134,9 @@ def test_aime25_is_lm_evals_own_task_pointed_at_a_local_file(tmp_path) -> None:
     cfg, source = task_config("aime25", tmp_path / "sel.jsonl", max_tokens=32, temperature=0.0)
     assert source.endswith("lm_eval/tasks/aime/aime25.yaml")
     assert cfg["task"] == "aime25" and cfg["doc_to_text"] == "Question: {{problem}}\nAnswer:"
-    assert cfg["dataset_path"] == "json" and cfg["dataset_kwargs"] == {"data_files": {"test": str(tmp_path / "sel.jsonl")}}
+    assert cfg["dataset_path"] == "json" and cfg["dataset_kwargs"] == {
+        "data_files": {"test": str(tmp_path / "sel.jsonl")}
+    }
     assert cfg["generation_kwargs"]["max_gen_toks"] == 32 and cfg["generation_kwargs"]["do_sample"] is False
     assert "Question:" in cfg["generation_kwargs"]["until"]  # lm-eval's stop sequences are kept
     assert callable(cfg["process_results"]) and cfg["process_results"].__module__.endswith("aime.utils")

@@ -10,12 +10,12 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from kernels_testlib import DEMO_SUITE, K3_SUITE
 
 import fasttrack.checks.kernels as kc
 from fasttrack.checks.base import RunContext, Verdict, registry
 from fasttrack.kernels.spec import from_scope_section
 from fasttrack.scope import load_scope
-from kernels_testlib import DEMO_SUITE, K3_SUITE
 
 CPU_ONLY = pytest.mark.skipif(torch.cuda.is_available(), reason="asserts what a host without CUDA reports")
 
@@ -43,14 +43,19 @@ def test_scope_section_paths_resolve_against_the_scope_file():
     specs = from_scope_section(loaded.scope.kernels, base_dir=loaded.base_dir)
     assert specs[0].path == K3_SUITE.resolve()
     assert specs[0].requires_gpu is True
-    file_spec = from_scope_section([{"name": "x", "path": "kernels", "candidate": "kernels/k3_triton_candidates.py"}], base_dir=loaded.base_dir)[0]
+    file_spec = from_scope_section(
+        [{"name": "x", "path": "kernels", "candidate": "kernels/k3_triton_candidates.py"}], base_dir=loaded.base_dir
+    )[0]
     assert file_spec.candidate == str(K3_SUITE.resolve() / "k3_triton_candidates.py")
     with pytest.raises(ValueError, match="no 'path'"):
         from_scope_section([{"name": "x"}], base_dir=loaded.base_dir)
 
 
 def test_cpu_suite_runs_and_tables_are_flat(tmp_path):
-    scope = SimpleNamespace(name="demo-llama", kernels=[{"name": "demo", "path": str(DEMO_SUITE), "requires_gpu": False, "dtypes": ["fp32"]}])
+    scope = SimpleNamespace(
+        name="demo-llama",
+        kernels=[{"name": "demo", "path": str(DEMO_SUITE), "requires_gpu": False, "dtypes": ["fp32"]}],
+    )
     res = kc.KernelsCheck().run(_ctx(scope, tmp_path))
     assert res.verdict is Verdict.PASS, res.failures[:3]
     assert set(res.tables) == {"cases", "determinism", "perturbation", "sanitizer", "speed_of_light"}
@@ -64,7 +69,15 @@ def test_cpu_suite_runs_and_tables_are_flat(tmp_path):
 
 def test_judge_combines_suites():
     def doc(verdict):
-        return {"suite": verdict, "summary": {"suite": verdict, "verdict": verdict, "reason": verdict, "failures": ["x"] if verdict == "fail" else []}}
+        return {
+            "suite": verdict,
+            "summary": {
+                "suite": verdict,
+                "verdict": verdict,
+                "reason": verdict,
+                "failures": ["x"] if verdict == "fail" else [],
+            },
+        }
 
     assert kc.judge([doc("pass"), doc("pass")]).verdict is Verdict.PASS
     assert kc.judge([doc("pass"), doc("not_run")]).verdict is Verdict.NOT_RUN
@@ -73,11 +86,19 @@ def test_judge_combines_suites():
 
 
 def test_skip_reason_without_suites(tmp_path):
-    assert kc.KernelsCheck().skip_reason(_ctx(SimpleNamespace(kernels=[]), tmp_path)) == "the scope declares no kernel suites"
+    assert (
+        kc.KernelsCheck().skip_reason(_ctx(SimpleNamespace(kernels=[]), tmp_path))
+        == "the scope declares no kernel suites"
+    )
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", "from fasttrack.cli import main; main()", *args], capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-c", "from fasttrack.cli import main; main()", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 @CPU_ONLY

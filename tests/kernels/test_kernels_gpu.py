@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from kernels_testlib import K3_SUITE
 
 from fasttrack.kernels.run import run_suite
-from kernels_testlib import K3_SUITE
 
 pytestmark = [
     pytest.mark.gpu,
@@ -23,7 +23,15 @@ def test_triton_candidates_pass_numerics_determinism_and_perturbation(tmp_path):
 
 
 def test_planted_race_is_caught_by_perturbation(tmp_path):
-    doc = run_suite(K3_SUITE, tmp_path / "rows.json", tier="smoke", defects=["race-read-before-write"], sanitize="off", select="streams", quiet=True)
+    doc = run_suite(
+        K3_SUITE,
+        tmp_path / "rows.json",
+        tier="smoke",
+        defects=["race-read-before-write"],
+        sanitize="off",
+        select="streams",
+        quiet=True,
+    )
     (row,) = doc["perturbation"]
     assert row["race_detected"] and row["stale_nan_trials"] > 0
     assert doc["summary"]["verdict"] == "fail"

@@ -7,11 +7,11 @@ import json
 
 import pytest
 import torch
+from kernels_testlib import DEMO_SUITE, K3_SUITE, SMALL_K3_DIMS
 
 from fasttrack.kernels import sanitizer
 from fasttrack.kernels.inputs import DISTRIBUTIONS
 from fasttrack.kernels.run import UsageError, main, run_suite
-from kernels_testlib import DEMO_SUITE, K3_SUITE, SMALL_K3_DIMS, rows_by
 
 CPU_ONLY = pytest.mark.skipif(torch.cuda.is_available(), reason="asserts what a host without CUDA records")
 
@@ -20,8 +20,14 @@ CPU_ONLY = pytest.mark.skipif(torch.cuda.is_available(), reason="asserts what a 
 def k3_clean(tmp_path_factory):
     out = tmp_path_factory.mktemp("k3") / "rows.json"
     doc = run_suite(
-        K3_SUITE, out, candidate="k3_torch_candidates", tier="smoke", dims=SMALL_K3_DIMS,
-        sanitize="auto", select="not speed", quiet=True,
+        K3_SUITE,
+        out,
+        candidate="k3_torch_candidates",
+        tier="smoke",
+        dims=SMALL_K3_DIMS,
+        sanitize="auto",
+        select="not speed",
+        quiet=True,
     )
     doc["_path"] = str(out)
     return doc
@@ -31,8 +37,15 @@ def k3_clean(tmp_path_factory):
 def k3_off_by_one(tmp_path_factory):
     out = tmp_path_factory.mktemp("k3d") / "rows.json"
     return run_suite(
-        K3_SUITE, out, candidate="k3_torch_candidates", tier="smoke", dims=SMALL_K3_DIMS,
-        defects=["dcp-off-by-one"], sanitize="off", select="dcp and numerics", quiet=True,
+        K3_SUITE,
+        out,
+        candidate="k3_torch_candidates",
+        tier="smoke",
+        dims=SMALL_K3_DIMS,
+        defects=["dcp-off-by-one"],
+        sanitize="off",
+        select="dcp and numerics",
+        quiet=True,
     )
 
 
@@ -87,7 +100,16 @@ def test_planted_dcp_off_by_one_is_caught(k3_off_by_one):
 
 
 def test_candidate_that_cannot_be_imported_is_not_run(tmp_path):
-    doc = run_suite(K3_SUITE, tmp_path / "rows.json", candidate="no_such_candidate_module", tier="smoke", dims=SMALL_K3_DIMS, sanitize="off", select="rmsnorm and numerics", quiet=True)
+    doc = run_suite(
+        K3_SUITE,
+        tmp_path / "rows.json",
+        candidate="no_such_candidate_module",
+        tier="smoke",
+        dims=SMALL_K3_DIMS,
+        sanitize="off",
+        select="rmsnorm and numerics",
+        quiet=True,
+    )
     assert doc["summary"]["verdict"] == "not_run"
     assert "no_such_candidate_module" in doc["summary"]["reason"]
 
@@ -110,4 +132,16 @@ def test_runner_usage_errors(tmp_path, capsys):
         run_suite(K3_SUITE, tmp_path / "r.json", defects=["typo"])
     assert main(["--suite", str(tmp_path), "--out", str(tmp_path / "r.json")]) == 2
     assert "holds no test_*.py" in capsys.readouterr().err
-    assert main(["--suite", str(K3_SUITE), "--out", str(tmp_path / "r.json"), "--tolerances", '{"k": {"bf16": {"atol": -1}}}']) == 2
+    assert (
+        main(
+            [
+                "--suite",
+                str(K3_SUITE),
+                "--out",
+                str(tmp_path / "r.json"),
+                "--tolerances",
+                '{"k": {"bf16": {"atol": -1}}}',
+            ]
+        )
+        == 2
+    )

@@ -36,7 +36,9 @@ def test_batch_envelope_covers_1_to_64_with_odd_sizes():
 def test_generate_is_deterministic_and_in_dtype(dtype, dist):
     a = generate((4, 300), dtype=dtype, dist=dist, seed=7)
     b = generate((4, 300), dtype=dtype, dist=dist, seed=7)
-    assert a.shape == (4, 300) and str(a.dtype).endswith({"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "fp8": "float8_e4m3fn"}[dtype])
+    assert a.shape == (4, 300) and str(a.dtype).endswith(
+        {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "fp8": "float8_e4m3fn"}[dtype]
+    )
     assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
     assert not torch.equal(a.view(torch.uint8), generate((4, 300), dtype=dtype, dist=dist, seed=8).view(torch.uint8))
 

@@ -8,16 +8,51 @@ from fasttrack.kernels.results import condense, main
 
 
 def _doc():
-    case = {"kernel": "k", "output": "out", "dtype": "bf16", "dist": "normal", "shape": "B=1", "verdict": "pass", "max_abs_err": 0.01, "max_rel_err": 0.002, "max_ulp": 1, "atol": 0.01, "rtol": 0.016, "nan_mismatch": 0, "inf_mismatch": 0, "expected_nonfinite": 0}
+    case = {
+        "kernel": "k",
+        "output": "out",
+        "dtype": "bf16",
+        "dist": "normal",
+        "shape": "B=1",
+        "verdict": "pass",
+        "max_abs_err": 0.01,
+        "max_rel_err": 0.002,
+        "max_ulp": 1,
+        "atol": 0.01,
+        "rtol": 0.016,
+        "nan_mismatch": 0,
+        "inf_mismatch": 0,
+        "expected_nonfinite": 0,
+    }
     bad = {**case, "shape": "B=3", "verdict": "fail", "max_abs_err": 0.5, "mismatches": 3, "numel": 8}
-    trials = [{"trial": i, "sleep_cycles": [i * 10], "ok": i % 2 == 0, "stale_nan": 0 if i % 2 == 0 else 4} for i in range(4)]
+    trials = [
+        {"trial": i, "sleep_cycles": [i * 10], "ok": i % 2 == 0, "stale_nan": 0 if i % 2 == 0 else 4} for i in range(4)
+    ]
     return {
-        "suite": "m/kernels", "candidate": "c", "defects": [], "tier": "smoke",
+        "suite": "m/kernels",
+        "candidate": "c",
+        "defects": [],
+        "tier": "smoke",
         "cases": [case, bad],
-        "determinism": [{"kernel": "k", "output": "out", "bitwise_equal": True, "verdict": "pass", "runs": 3, "log_tail": "x" * 100}],
-        "perturbation": [{"kernel": "k", "trials": 4, "failed_trials": 2, "stale_nan_trials": 2, "verdict": "fail", "race_detected": True, "trial_records": trials}],
-        "sanitizer": [{"tool": "memcheck", "status": "not_run", "reason": "no CUDA device on this host", "verdict": "not_run"}],
-        "speed_of_light": [], "tests": [],
+        "determinism": [
+            {"kernel": "k", "output": "out", "bitwise_equal": True, "verdict": "pass", "runs": 3, "log_tail": "x" * 100}
+        ],
+        "perturbation": [
+            {
+                "kernel": "k",
+                "trials": 4,
+                "failed_trials": 2,
+                "stale_nan_trials": 2,
+                "verdict": "fail",
+                "race_detected": True,
+                "trial_records": trials,
+            }
+        ],
+        "sanitizer": [
+            {"tool": "memcheck", "status": "not_run", "reason": "no CUDA device on this host", "verdict": "not_run"}
+        ],
+        "speed_of_light": [],
+        "tests": [],
     }
 
 

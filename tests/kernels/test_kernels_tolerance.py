@@ -23,7 +23,14 @@ def test_fp8_is_one_ulp_relative_after_upcast():
 
 @pytest.mark.parametrize(
     "name,dtype",
-    [("bf16", torch.bfloat16), ("bfloat16", torch.bfloat16), ("torch.float16", torch.float16), ("float", torch.float32), ("fp8", torch.float8_e4m3fn), ("e5m2", torch.float8_e5m2)],
+    [
+        ("bf16", torch.bfloat16),
+        ("bfloat16", torch.bfloat16),
+        ("torch.float16", torch.float16),
+        ("float", torch.float32),
+        ("fp8", torch.float8_e4m3fn),
+        ("e5m2", torch.float8_e5m2),
+    ],
 )
 def test_dtype_names(name, dtype):
     assert to_dtype(name) is dtype

@@ -7,9 +7,9 @@ from __future__ import annotations
 import importlib.util
 
 import pytest
+from kernels_testlib import K3_SUITE, SMALL_K3_DIMS
 
 from fasttrack.kernels.run import run_suite
-from kernels_testlib import K3_SUITE, SMALL_K3_DIMS
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
 
@@ -17,8 +17,14 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reas
 def test_triton_dcp_combine_off_by_one_caught_under_interpreter(tmp_path, monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     doc = run_suite(
-        K3_SUITE, tmp_path / "rows.json", tier="smoke", dims={**SMALL_K3_DIMS, "hidden": 256},
-        defects=["dcp-off-by-one"], sanitize="off", select="dcp and numerics and b3-", quiet=True,
+        K3_SUITE,
+        tmp_path / "rows.json",
+        tier="smoke",
+        dims={**SMALL_K3_DIMS, "hidden": 256},
+        defects=["dcp-off-by-one"],
+        sanitize="off",
+        select="dcp and numerics and b3-",
+        quiet=True,
     )
     assert doc["candidate"] == "k3_triton_candidates"
     cases = doc["cases"]

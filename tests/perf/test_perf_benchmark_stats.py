@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 _spec = importlib.util.spec_from_file_location(
-    "agreement_bench", Path(__file__).resolve().parents[2] / "benchmarks" / "agreement.py")
+    "agreement_bench", Path(__file__).resolve().parents[2] / "benchmarks" / "agreement.py"
+)
 agreement = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(agreement)
 
@@ -19,16 +20,23 @@ def test_ratio_interval_is_a_t_interval_on_log_ratios() -> None:
     logs = [math.log(x) for x in (0.9, 1.0, 1.1)]
     m = sum(logs) / 3
     sd = (sum((x - m) ** 2 for x in logs) / 2) ** 0.5
-    half = 4.302653 * sd / 3 ** 0.5  # t(0.975, df 2)
+    half = 4.302653 * sd / 3**0.5  # t(0.975, df 2)
     assert g == pytest.approx(math.exp(m)) and lo == pytest.approx(math.exp(m - half), rel=1e-5)
     assert hi == pytest.approx(math.exp(m + half), rel=1e-5)
     assert math.isnan(agreement.ratio_interval([1.0])[1])
 
 
-@pytest.mark.parametrize(("lo", "hi", "verdict"), [
-    (0.99, 1.01, "met"), (0.97, 1.01, "inconclusive"), (1.03, 1.10, "not met"), (0.80, 0.97, "not met"),
-    (0.7, 1.25, "inconclusive"), (float("nan"), float("nan"), "inconclusive"),
-])
+@pytest.mark.parametrize(
+    ("lo", "hi", "verdict"),
+    [
+        (0.99, 1.01, "met"),
+        (0.97, 1.01, "inconclusive"),
+        (1.03, 1.10, "not met"),
+        (0.80, 0.97, "not met"),
+        (0.7, 1.25, "inconclusive"),
+        (float("nan"), float("nan"), "inconclusive"),
+    ],
+)
 def test_agreement_verdict(lo: float, hi: float, verdict: str) -> None:
     assert agreement.agreement_verdict(lo, hi) == verdict
 
@@ -50,7 +58,8 @@ def test_agreement_leaves_out_degenerate_tpot_pairs() -> None:
 
 
 _fa_spec = importlib.util.spec_from_file_location(
-    "false_alarm_bench", Path(__file__).resolve().parents[2] / "benchmarks" / "false_alarm.py")
+    "false_alarm_bench", Path(__file__).resolve().parents[2] / "benchmarks" / "false_alarm.py"
+)
 false_alarm = importlib.util.module_from_spec(_fa_spec)
 _fa_spec.loader.exec_module(false_alarm)
 
@@ -70,14 +79,19 @@ def _interleaved_data(host: list[float], *, b_factor: float = 1.0, pairs: int = 
                 for side in ("baseline", "candidate"):
                     f = host[k] * (b_factor if side == "candidate" else 1.0)
                     out.append(fake_run(item, side, lt, k, tpot=5.0 * f, rng=rng).model_dump(mode="json"))
-    return {"design": "interleaved", "runs": out,
-            "args": {"runs": runs, "requests": 24, "output_len": 64, "context": 32}}
+    return {
+        "design": "interleaved",
+        "runs": out,
+        "args": {"runs": runs, "requests": 24, "output_len": 64, "context": 32},
+    }
 
 
 def test_false_alarm_interleaved_replay_counts_identical_engines_as_passing(capsys: pytest.CaptureFixture[str]) -> None:
     from fasttrack.scope import load_scope
 
-    gate = load_scope("demo-llama").scope.gates.perf.model_copy(update={"noise_margin": 0.1, "interleave_settle_s": 0.0})
+    gate = load_scope("demo-llama").scope.gates.perf.model_copy(
+        update={"noise_margin": 0.1, "interleave_settle_s": 0.0}
+    )
     false_alarm.analyse_interleaved(_interleaved_data([1.0, 2.5, 1.0, 2.5, 1.0, 1.0]), gate)
     out = capsys.readouterr().out
     assert "4 pseudo-comparisons" in out and "paired bootstrap" in out

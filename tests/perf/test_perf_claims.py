@@ -8,13 +8,42 @@ from fasttrack.perf.claims import MeasuredMetric, match_claims, point_matches
 from fasttrack.scope import Claim
 
 
-def _m(point: str, metric: str, speedup: float, lo: float, hi: float, *, batch: int, context: int = 32, full: bool = False,
-       workload: str = "decode", kind: str = "pure_decode", cand: float | None = None, base: float | None = None) -> MeasuredMetric:
+def _m(
+    point: str,
+    metric: str,
+    speedup: float,
+    lo: float,
+    hi: float,
+    *,
+    batch: int,
+    context: int = 32,
+    full: bool = False,
+    workload: str = "decode",
+    kind: str = "pure_decode",
+    cand: float | None = None,
+    base: float | None = None,
+) -> MeasuredMetric:
     return MeasuredMetric(
-        workload=workload, kind=kind, point=point, metric=metric, speedup=speedup, ci_low=lo, ci_high=hi, confidence=0.95,
-        point_dims={"tp": 1, "dcp": 1, "spec": "none", "draft_length": None, "batch": batch, "context": context,
-                    "full_context": full},
-        baseline_value=base, candidate_value=cand, detectable_slowdown=0.1,
+        workload=workload,
+        kind=kind,
+        point=point,
+        metric=metric,
+        speedup=speedup,
+        ci_low=lo,
+        ci_high=hi,
+        confidence=0.95,
+        point_dims={
+            "tp": 1,
+            "dcp": 1,
+            "spec": "none",
+            "draft_length": None,
+            "batch": batch,
+            "context": context,
+            "full_context": full,
+        },
+        baseline_value=base,
+        candidate_value=cand,
+        detectable_slowdown=0.1,
     )
 
 
@@ -23,7 +52,18 @@ MEASURED = [
     _m("b1-ctxfull", "median_tpot_ms", 0.99, 0.90, 1.08, batch=1, context=1000, full=True),
     _m("b1-ctx32", "output_throughput", 1.01, 0.97, 1.05, batch=1, cand=500.0, base=495.0),
     _m("b4-ctx32", "median_tpot_ms", 0.50, 0.45, 0.55, batch=4),
-    _m("g-trace", "p90_interactivity", 1.1, 1.0, 1.2, batch=0, workload="agent", kind="trace_replay", cand=300.0, base=270.0),
+    _m(
+        "g-trace",
+        "p90_interactivity",
+        1.1,
+        1.0,
+        1.2,
+        batch=0,
+        workload="agent",
+        kind="trace_replay",
+        cand=300.0,
+        base=270.0,
+    ),
 ]
 
 
@@ -34,15 +74,23 @@ def _claim(**kw) -> Claim:
 
 
 def _match(claims, *, rehearsal=False, run=("decode", "agent")):
-    return match_claims(claims, MEASURED, workload_kinds={"decode": "pure_decode", "agent": "trace_replay", "mixed": "mixed"},
-                        workloads_run=set(run), noise_margin=0.05, rehearsal=rehearsal)
+    return match_claims(
+        claims,
+        MEASURED,
+        workload_kinds={"decode": "pure_decode", "agent": "trace_replay", "mixed": "mixed"},
+        workloads_run=set(run),
+        noise_margin=0.05,
+        rehearsal=rehearsal,
+    )
 
 
 def test_speedup_claims_confirmed_or_not() -> None:
-    ok, bad = _match([
-        _claim(id="ok", metric="speedup_tpot", speedup=1.0, workload="decode"),
-        _claim(id="bad", metric="speedup_tpot", speedup=1.5, point={"batch": 4}),
-    ])
+    ok, bad = _match(
+        [
+            _claim(id="ok", metric="speedup_tpot", speedup=1.0, workload="decode"),
+            _claim(id="bad", metric="speedup_tpot", speedup=1.5, point={"batch": 4}),
+        ]
+    )
     assert ok.status == "confirmed" and ok.point == "b1-ctx32" and ok.other_matches == ["b1-ctxfull"]
     assert ok.measured == pytest.approx(1.02) and ok.ci_high == pytest.approx(1.10)
     assert bad.status == "not_confirmed" and "below 1.5" in bad.reason
@@ -67,12 +115,14 @@ def test_absolute_claims_need_the_claims_hardware() -> None:
 
 
 def test_not_measured_reasons() -> None:
-    rs = _match([
-        _claim(id="k", metric="kernels_per_layer", candidate=13, baseline=23),
-        _claim(id="w", metric="speedup_tpot", speedup=1.2, workload="mixed"),
-        _claim(id="u", metric="speedup_tpot", speedup=1.2, workload="nope"),
-        _claim(id="p", metric="speedup_tpot", speedup=1.2, point={"tp": 16, "batch": 1}),
-    ])
+    rs = _match(
+        [
+            _claim(id="k", metric="kernels_per_layer", candidate=13, baseline=23),
+            _claim(id="w", metric="speedup_tpot", speedup=1.2, workload="mixed"),
+            _claim(id="u", metric="speedup_tpot", speedup=1.2, workload="nope"),
+            _claim(id="p", metric="speedup_tpot", speedup=1.2, point={"tp": 16, "batch": 1}),
+        ]
+    )
     assert [r.status for r in rs] == ["not_measured"] * 4
     assert "profiler" in rs[0].reason
     assert "not run" in rs[1].reason

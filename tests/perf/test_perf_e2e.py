@@ -25,7 +25,6 @@ Expected:
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import sys
 import time
@@ -62,14 +61,16 @@ def _ctx(run_dir: Path) -> RunContext:
     return ctx
 
 
-def _engine(slot: Any, demo_model: Any, ctx: RunContext, side: str, key: str, defect: str | None = None,
-            *, also: bool = False) -> Any:
+def _engine(
+    slot: Any, demo_model: Any, ctx: RunContext, side: str, key: str, defect: str | None = None, *, also: bool = False
+) -> Any:
     group = ctx.plan.groups[0]
     args = [*group.args[side], "--served-model-name", ctx.scope.model.served_name or "demo-llama"]
     t0 = time.perf_counter()
     start = slot.acquire_also if also else slot.acquire
-    eng = start(key, side=side, model=demo_model.path, args=args, env=dict(group.env[side]),
-                process_env={DEFECT_ENV: defect})
+    eng = start(
+        key, side=side, model=demo_model.path, args=args, env=dict(group.env[side]), process_env={DEFECT_ENV: defect}
+    )
     TIMINGS[f"start {key}"] = round(time.perf_counter() - t0, 1)
     return eng
 
@@ -98,8 +99,15 @@ def perf_results(engine_slot: Any, demo_model: Any, tmp_path_factory: pytest.Tem
         cand = _engine(engine_slot, demo_model, clean_ctx, "candidate", "perf-candidate", also=True)
         _collect_pair(clean, clean_ctx, {"baseline": baseline, "candidate": cand}, "clean candidate")
         engine_slot.release_also("perf-candidate")
-        slow = _engine(engine_slot, demo_model, defect_ctx, "candidate", "perf-candidate-slow-batch",
-                       defect="slow-batch", also=True)
+        slow = _engine(
+            engine_slot,
+            demo_model,
+            defect_ctx,
+            "candidate",
+            "perf-candidate-slow-batch",
+            defect="slow-batch",
+            also=True,
+        )
         _collect_pair(defect, defect_ctx, {"baseline": baseline, "candidate": slow}, "slow-batch candidate")
     finally:
         engine_slot.release()
@@ -111,10 +119,13 @@ def perf_results(engine_slot: Any, demo_model: Any, tmp_path_factory: pytest.Tem
         print(f"\n{name}: {res.verdict.value}: {res.reason}", file=sys.stderr)
         for r in res.tables["points"]:
             if r.get("gated") and r.get("speedup") is not None:
-                print(f"  {r['point']:<26} speedup {r['speedup']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}] "
-                      f"mde {r['mde']:.1%} gate-mde {r['gate_detectable_slowdown']:.1%} runs {r['runs']} "
-                      f"{r['verdict']}\n    run values baseline {_fmt(r['baseline_run_values'])} "
-                      f"candidate {_fmt(r['candidate_run_values'])}", file=sys.stderr)
+                print(
+                    f"  {r['point']:<26} speedup {r['speedup']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}] "
+                    f"mde {r['mde']:.1%} gate-mde {r['gate_detectable_slowdown']:.1%} runs {r['runs']} "
+                    f"{r['verdict']}\n    run values baseline {_fmt(r['baseline_run_values'])} "
+                    f"candidate {_fmt(r['candidate_run_values'])}",
+                    file=sys.stderr,
+                )
     return out
 
 
@@ -145,8 +156,9 @@ def test_clean_candidate_full_table(perf_results: dict[str, Any]) -> None:
             mine = [x for x in runs if x["point"] == pid and x["side"] == side]
             assert mine and not any(x["failed"] for x in mine)
             # a run whose every request was burst-delivered has no timing samples, and says so
-            assert all((x["tpot_ms"] and x["itl_ms"] and x["ttft_ms"]) or x["burst_delivered"] == x["requests"]
-                       for x in mine), [(x["run"], x["burst_delivered"]) for x in mine]
+            assert all(
+                (x["tpot_ms"] and x["itl_ms"] and x["ttft_ms"]) or x["burst_delivered"] == x["requests"] for x in mine
+            ), [(x["run"], x["burst_delivered"]) for x in mine]
             # the engine core's timing of every request (the gated metric), however the stream was delivered
             assert all(len(x["engine_tpot_ms"]) == x["requests"] for x in mine), (pid, side, "engine-timed TPOT")
             out_len = next(w.output_len for w in ctx.scope.workloads if w.name == "decode")
@@ -161,8 +173,9 @@ def test_clean_candidate_full_table(perf_results: dict[str, Any]) -> None:
         c = sorted((x for x in runs if x["point"] == pid and x["side"] == "candidate"), key=lambda x: x["run"])
         assert len(b) == len(c), pid
         spans = sorted((x["started_at"], x["side"]) for x in b + c)
-        assert [sd for _, sd in spans] == [sd for k in range(len(b)) for sd in
-                                            (("baseline", "candidate") if k % 2 == 0 else ("candidate", "baseline"))], pid
+        assert [sd for _, sd in spans] == [
+            sd for k in range(len(b)) for sd in (("baseline", "candidate") if k % 2 == 0 else ("candidate", "baseline"))
+        ], pid
     assert "ignore lifetime variance" in res.reason
     claims = {c["id"]: c for c in res.tables["claims"]}
     assert claims["demo-b1"]["status"] in ("confirmed", "not_confirmed")
@@ -184,7 +197,10 @@ def _fails_exactly_at_the_slow_batch(res: Any, ctx: RunContext) -> None:
     assert res.verdict is Verdict.FAIL
     assert failing == expected, ("the gate fails at exactly the defect's batch", figures)
     for pid in expected:
-        assert rows[pid]["speedup"] < rows[pid]["threshold"], ("the estimate itself is past the threshold", figures[pid])
+        assert rows[pid]["speedup"] < rows[pid]["threshold"], (
+            "the estimate itself is past the threshold",
+            figures[pid],
+        )
         assert any(pid in f for f in res.failures)
     assert not any(pid in f for f in res.failures for pid in set(rows) - expected)
     slowest = sorted(rows, key=lambda pid: rows[pid]["speedup"])[: len(expected)]

@@ -19,40 +19,102 @@ from fasttrack.plan import build_plan
 from fasttrack.scope import PerfGate, load_scope
 
 
-def fake_run(item: WorkItem, side: str, lifetime: int, run: int, *, tpot: float, rng: np.random.Generator,
-             sd: float = 0.03, n: int = 24, failed: int = 0, gpus: int = 0, engine_timed: bool = True) -> RunMetrics:
+def fake_run(
+    item: WorkItem,
+    side: str,
+    lifetime: int,
+    run: int,
+    *,
+    tpot: float,
+    rng: np.random.Generator,
+    sd: float = 0.03,
+    n: int = 24,
+    failed: int = 0,
+    gpus: int = 0,
+    engine_timed: bool = True,
+) -> RunMetrics:
     samples = list(tpot * np.exp(rng.normal(0, sd, n)))
     engine = [x * 0.98 for x in samples] if engine_timed else []
     thr = 1000.0 / tpot * (item.batch or 1)
     return RunMetrics(
-        workload=item.workload, point=item.point, side=side, lifetime=lifetime, run=run, requests=n + failed,
-        failed=failed, errors=[f"r{k}: HTTP 500: boom" for k in range(failed)], duration_s=1.0, prompt_tokens=0,
-        output_tokens=64 * n, output_throughput=thr, decode_throughput=thr, per_gpu_throughput=None, gpus=gpus,
-        ttft_ms=[10.0] * n, tpot_ms=samples, itl_ms=samples, e2e_ms=[100.0] * n, engine_tpot_ms=engine,
-        percentiles={}, client_cpu_s=0.01,
-        client_cpu_us_per_token=50.0, content_chunks=64 * n,
+        workload=item.workload,
+        point=item.point,
+        side=side,
+        lifetime=lifetime,
+        run=run,
+        requests=n + failed,
+        failed=failed,
+        errors=[f"r{k}: HTTP 500: boom" for k in range(failed)],
+        duration_s=1.0,
+        prompt_tokens=0,
+        output_tokens=64 * n,
+        output_throughput=thr,
+        decode_throughput=thr,
+        per_gpu_throughput=None,
+        gpus=gpus,
+        ttft_ms=[10.0] * n,
+        tpot_ms=samples,
+        itl_ms=samples,
+        e2e_ms=[100.0] * n,
+        engine_tpot_ms=engine,
+        percentiles={},
+        client_cpu_s=0.01,
+        client_cpu_us_per_token=50.0,
+        content_chunks=64 * n,
     )
 
 
 def _item(point: str = "p-b1", batch: int = 1) -> WorkItem:
-    return WorkItem(key=f"decode@{point}", workload="decode", kind="pure_decode", point=point, group="g", batch=batch,
-                    context=32, full_context=False, prompt_len=32, output_len=64, requests_per_run=24, mode="waves",
-                    point_dims={"tp": 1, "batch": batch, "context": 32, "full_context": False})
+    return WorkItem(
+        key=f"decode@{point}",
+        workload="decode",
+        kind="pure_decode",
+        point=point,
+        group="g",
+        batch=batch,
+        context=32,
+        full_context=False,
+        prompt_len=32,
+        output_len=64,
+        requests_per_run=24,
+        mode="waves",
+        point_dims={"tp": 1, "batch": batch, "context": 32, "full_context": False},
+    )
 
 
 GATE = PerfGate(noise_margin=0.1, confidence=0.95, min_runs=3, max_runs=6, interleave_settle_s=0)
 
 
-def _measure(state: ItemState, sched: LookSchedule, side: str, lifetime: int, *, tpot: float, seed: int,
-             sd: float = 0.03, failed: int = 0, gpus: int = 0, gate: PerfGate = GATE) -> int:
+def _measure(
+    state: ItemState,
+    sched: LookSchedule,
+    side: str,
+    lifetime: int,
+    *,
+    tpot: float,
+    seed: int,
+    sd: float = 0.03,
+    failed: int = 0,
+    gpus: int = 0,
+    gate: PerfGate = GATE,
+) -> int:
     rng = np.random.default_rng(seed)
 
     async def run_once(k: int) -> RunMetrics:
         return fake_run(state.item, side, lifetime, k, tpot=tpot, rng=rng, sd=sd, failed=failed, gpus=gpus)
 
     state.gpus[side] = gpus
-    return asyncio.run(measure_item(state, side=side, lifetime=lifetime, looks_here=sched.looks_allowed(side, lifetime),
-                                    sched=sched, gate=gate, run_once=run_once))
+    return asyncio.run(
+        measure_item(
+            state,
+            side=side,
+            lifetime=lifetime,
+            looks_here=sched.looks_allowed(side, lifetime),
+            sched=sched,
+            gate=gate,
+            run_once=run_once,
+        )
+    )
 
 
 # ---------------------------------------------------------------------------------- schedule
@@ -122,8 +184,12 @@ def test_harness_error_in_a_run_is_recorded() -> None:
     async def boom(k: int) -> RunMetrics:
         raise RuntimeError("no route")
 
-    assert asyncio.run(measure_item(s, side="baseline", lifetime=0, looks_here=False, sched=sched, gate=GATE,
-                                    run_once=boom)) == 0
+    assert (
+        asyncio.run(
+            measure_item(s, side="baseline", lifetime=0, looks_here=False, sched=sched, gate=GATE, run_once=boom)
+        )
+        == 0
+    )
     assert "no route" in s.errors[0]
 
 
@@ -135,8 +201,14 @@ def test_judge_item_rows_carry_interval_mde_and_raw_values() -> None:
     s = ItemState(item=_item())
     _measure(s, sched, "baseline", 0, tpot=2.0, seed=1)
     _measure(s, sched, "candidate", 0, tpot=1.6, seed=2)
-    j = judge_item(s, metrics=["median_tpot_ms", "output_throughput"], gated="median_tpot_ms", noise_margin=0.1,
-                   confidence=0.95, planned_looks=sched.planned_looks)
+    j = judge_item(
+        s,
+        metrics=["median_tpot_ms", "output_throughput"],
+        gated="median_tpot_ms",
+        noise_margin=0.1,
+        confidence=0.95,
+        planned_looks=sched.planned_looks,
+    )
     assert j.verdict == "pass" and j.strictly_better and j.failure is None
     tpot, thr = j.rows
     assert tpot["gated"] and tpot["verdict"] == "pass" and thr["verdict"] is None
@@ -160,8 +232,15 @@ def test_lifetime_t_interval_counts_lifetime_variance_and_falls_back_below_three
             _measure(s, sched, "baseline", lt, tpot=tb, seed=10 + lt, gate=gate)
             _measure(s, sched, "candidate", lt, tpot=tc, seed=20 + lt, gate=gate)
         assert s.looks, interval
-        j = judge_item(s, metrics=["median_tpot_ms"], gated="median_tpot_ms", noise_margin=0.1, confidence=0.95,
-                       planned_looks=sched.planned_looks, interval=interval)
+        j = judge_item(
+            s,
+            metrics=["median_tpot_ms"],
+            gated="median_tpot_ms",
+            noise_margin=0.1,
+            confidence=0.95,
+            planned_looks=sched.planned_looks,
+            interval=interval,
+        )
         rows[interval] = j.rows[0]
     t, b = rows["lifetime_t"], rows["bootstrap"]
     assert "t interval on log per-lifetime statistics" in t["method"] and "df = 2" in t["method"]
@@ -174,12 +253,21 @@ def test_lifetime_t_interval_counts_lifetime_variance_and_falls_back_below_three
     s = ItemState(item=_item())
     _measure(s, sched1, "baseline", 0, tpot=2.0, seed=1, gate=gate_t)
     _measure(s, sched1, "candidate", 0, tpot=2.0, seed=2, gate=gate_t)
-    j = judge_item(s, metrics=["median_tpot_ms"], gated="median_tpot_ms", noise_margin=0.1, confidence=0.95,
-                   planned_looks=sched1.planned_looks, interval="lifetime_t")
+    j = judge_item(
+        s,
+        metrics=["median_tpot_ms"],
+        gated="median_tpot_ms",
+        noise_margin=0.1,
+        confidence=0.95,
+        planned_looks=sched1.planned_looks,
+        interval="lifetime_t",
+    )
     row = j.rows[0]
     assert row["ignores_lifetime_variance"] is True and row["verdict"] == "pass"
-    assert any("lifetime_t' needs at least 3 engine lifetimes" in w and "got 1 baseline, 1 candidate" in w
-               for w in row["warnings"]), row["warnings"]
+    assert any(
+        "lifetime_t' needs at least 3 engine lifetimes" in w and "got 1 baseline, 1 candidate" in w
+        for w in row["warnings"]
+    ), row["warnings"]
 
 
 def test_unequal_gpus_are_compared_per_gpu() -> None:
@@ -188,8 +276,14 @@ def test_unequal_gpus_are_compared_per_gpu() -> None:
     _measure(s, sched, "baseline", 0, tpot=2.0, seed=1, gpus=8)
     # twice as fast on twice the GPUs: per GPU it is no better
     _measure(s, sched, "candidate", 0, tpot=1.0, seed=2, gpus=16)
-    j = judge_item(s, metrics=["median_tpot_ms"], gated="median_tpot_ms", noise_margin=0.1, confidence=0.95,
-                   planned_looks=sched.planned_looks)
+    j = judge_item(
+        s,
+        metrics=["median_tpot_ms"],
+        gated="median_tpot_ms",
+        noise_margin=0.1,
+        confidence=0.95,
+        planned_looks=sched.planned_looks,
+    )
     (row,) = j.rows
     assert row["per_gpu"] and row["raw_speedup"] == pytest.approx(2.0, rel=0.05)
     assert row["speedup"] == pytest.approx(1.0, rel=0.05)
@@ -202,8 +296,9 @@ def test_candidate_request_failures_fail_the_point() -> None:
     s = ItemState(item=_item())
     _measure(s, sched, "baseline", 0, tpot=2.0, seed=1)
     _measure(s, sched, "candidate", 0, tpot=2.0, seed=2, failed=1)
-    j = judge_item(s, metrics=["median_tpot_ms"], gated="median_tpot_ms", noise_margin=0.1, confidence=0.95,
-                   planned_looks=4)
+    j = judge_item(
+        s, metrics=["median_tpot_ms"], gated="median_tpot_ms", noise_margin=0.1, confidence=0.95, planned_looks=4
+    )
     assert j.verdict == "fail" and "candidate failed" in (j.failure or "") and "boom" in (j.failure or "")
 
 
@@ -226,8 +321,14 @@ SLOW_FACTOR = 4.0
 """The synthetic slow batch's slowdown (the demo's ``slow-batch`` defect is 4-10x)."""
 
 
-def _simulate(chk: PerfCheck, ctx: RunContext, *, slow_batch: int | None, lifetime_effect: float = 0.0,
-              engine_timed: tuple[str, ...] = ("baseline", "candidate")) -> None:
+def _simulate(
+    chk: PerfCheck,
+    ctx: RunContext,
+    *,
+    slow_batch: int | None,
+    lifetime_effect: float = 0.0,
+    engine_timed: tuple[str, ...] = ("baseline", "candidate"),
+) -> None:
     """Drive the check's adaptive loop as the pipeline would, with synthetic runs instead of engines."""
     gate = ctx.scope.gates.perf
     rng = np.random.default_rng(0)
@@ -248,8 +349,17 @@ def _simulate(chk: PerfCheck, ctx: RunContext, *, slow_batch: int | None, lifeti
                     return fake_run(s.item, side, lt, k, tpot=tpot, rng=rng, engine_timed=side in engine_timed)
 
                 s.gpus[side] = 0
-                asyncio.run(measure_item(s, side=side, lifetime=lt, looks_here=sched.looks_allowed(side, lt),
-                                         sched=sched, gate=gate, run_once=run_once))
+                asyncio.run(
+                    measure_item(
+                        s,
+                        side=side,
+                        lifetime=lt,
+                        looks_here=sched.looks_allowed(side, lt),
+                        sched=sched,
+                        gate=gate,
+                        run_once=run_once,
+                    )
+                )
 
 
 def test_smoke_check_fails_exactly_the_slow_batch_and_reports_every_point(tmp_path: Path) -> None:
@@ -282,8 +392,12 @@ def test_engine_timed_gate_without_engine_timing_is_not_run_and_says_why(tmp_pat
     _simulate(chk, ctx, slow_batch=None, engine_timed=("candidate",))  # e.g. an attached baseline without the flag
     res = chk.judge(ctx)
     assert res.verdict is Verdict.NOT_RUN
-    assert "baseline engine reported no per-request timing" in res.reason and "--enable-per-request-metrics" in res.reason
-    assert res.summary["engine_timed_requests"]["baseline"] == 0 and res.summary["engine_timed_requests"]["candidate"] > 0
+    assert (
+        "baseline engine reported no per-request timing" in res.reason and "--enable-per-request-metrics" in res.reason
+    )
+    assert (
+        res.summary["engine_timed_requests"]["baseline"] == 0 and res.summary["engine_timed_requests"]["candidate"] > 0
+    )
 
 
 def test_clean_smoke_check_passes(tmp_path: Path) -> None:
@@ -305,8 +419,9 @@ def test_standard_tier_resamples_lifetimes_and_checks_drift(tmp_path: Path) -> N
     _simulate(chk, ctx, slow_batch=None, lifetime_effect=0.02)
     res = chk.judge(ctx)
     assert res.summary["ignores_lifetime_variance"] is False
-    assert res.tables["drift"] and all(d["first_lifetimes"] == [0] and d["second_lifetimes"] == [1]
-                                       for d in res.tables["drift"])
+    assert res.tables["drift"] and all(
+        d["first_lifetimes"] == [0] and d["second_lifetimes"] == [1] for d in res.tables["drift"]
+    )
     rows = [r for r in res.tables["points"] if r["gated"]]
     assert all(r["lifetimes_baseline"] == 2 and r["lifetimes_candidate"] == 2 for r in rows)
     assert res.verdict in (Verdict.PASS, Verdict.FAIL)
@@ -362,8 +477,17 @@ def test_trailing_baseline_lifetime_is_a_drift_check(tmp_path: Path) -> None:
             if sched.is_drift_lifetime(side, lt):
                 assert asyncio.run(measure_drift(s, gate=gate, run_once=run_once)) == gate.min_runs
             elif not s.final:
-                asyncio.run(measure_item(s, side=side, lifetime=lt, looks_here=sched.looks_allowed(side, lt),
-                                         sched=sched, gate=gate, run_once=run_once))
+                asyncio.run(
+                    measure_item(
+                        s,
+                        side=side,
+                        lifetime=lt,
+                        looks_here=sched.looks_allowed(side, lt),
+                        sched=sched,
+                        gate=gate,
+                        run_once=run_once,
+                    )
+                )
     res = chk.judge(ctx)
     assert res.verdict is Verdict.PASS, res.failures  # the drift lifetime never enters the gate
     assert len(res.tables["drift"]) == len(ctx.plan.points)
@@ -402,8 +526,14 @@ def test_a_side_without_usable_samples_is_not_measured_not_a_crash() -> None:
         s.add(fake_run(s.item, "baseline", 0, k, tpot=2.0, rng=rng).model_copy(update={"tpot_ms": [0.0] * 24}))
     assert _measure(s, sched, "candidate", 0, tpot=2.0, seed=2) == 6, "no decision without baseline samples"
     assert not s.looks
-    j = judge_item(s, metrics=["median_tpot_ms", "output_throughput"], gated="median_tpot_ms", noise_margin=0.1,
-                   confidence=0.95, planned_looks=sched.planned_looks)
+    j = judge_item(
+        s,
+        metrics=["median_tpot_ms", "output_throughput"],
+        gated="median_tpot_ms",
+        noise_margin=0.1,
+        confidence=0.95,
+        planned_looks=sched.planned_looks,
+    )
     assert j.verdict == "not_run"
     gated = next(r for r in j.rows if r["metric_name"] == "median_tpot_ms")
     assert gated["verdict"] == "not_run" and "no usable median_tpot_ms samples on baseline" in gated["statement"]
@@ -425,8 +555,15 @@ def test_interleaved_schedule_looks_only_where_a_pair_is_complete() -> None:
     assert full.describe()["interleaved"] is True
 
 
-def _pair_runner(state: ItemState, calls: list[tuple[str, int]], *, tpot: dict[str, float], seed: int,
-                 host: list[float] | None = None, fail_at: tuple[str, int] | None = None):
+def _pair_runner(
+    state: ItemState,
+    calls: list[tuple[str, int]],
+    *,
+    tpot: dict[str, float],
+    seed: int,
+    host: list[float] | None = None,
+    fail_at: tuple[str, int] | None = None,
+):
     rng = np.random.default_rng(seed)
 
     def make(side: str):
@@ -436,6 +573,7 @@ def _pair_runner(state: ItemState, calls: list[tuple[str, int]], *, tpot: dict[s
                 raise RuntimeError("socket closed")
             f = host[k] if host else 1.0
             return fake_run(state.item, side, 0, k, tpot=tpot[side] * f, rng=rng)
+
         return run_once
 
     return {"baseline": make("baseline"), "candidate": make("candidate")}
@@ -447,14 +585,34 @@ def test_measure_pair_alternates_the_sides_and_looks_after_each_pair() -> None:
     sched = LookSchedule.for_group(["baseline", "candidate"], min_runs=3, max_runs=6, interleaved=True)
     s = ItemState(item=_item())
     calls: list[tuple[str, int]] = []
-    taken = asyncio.run(measure_pair(s, lifetime=0, looks_here=True, sched=sched, gate=GATE,
-                                     run_once=_pair_runner(s, calls, tpot={"baseline": 2.0, "candidate": 2.0}, seed=1)))
-    assert calls == [("baseline", 0), ("candidate", 0), ("candidate", 1), ("baseline", 1), ("baseline", 2),
-                     ("candidate", 2)]
+    taken = asyncio.run(
+        measure_pair(
+            s,
+            lifetime=0,
+            looks_here=True,
+            sched=sched,
+            gate=GATE,
+            run_once=_pair_runner(s, calls, tpot={"baseline": 2.0, "candidate": 2.0}, seed=1),
+        )
+    )
+    assert calls == [
+        ("baseline", 0),
+        ("candidate", 0),
+        ("candidate", 1),
+        ("baseline", 1),
+        ("baseline", 2),
+        ("candidate", 2),
+    ]
     assert taken == {"baseline": 3, "candidate": 3} and s.interleaved
     assert s.final and s.decision == "decided_pass" and len(s.looks) == 1
-    j = judge_item(s, metrics=["median_tpot_ms"], gated="median_tpot_ms", noise_margin=0.1, confidence=0.95,
-                   planned_looks=sched.planned_looks)
+    j = judge_item(
+        s,
+        metrics=["median_tpot_ms"],
+        gated="median_tpot_ms",
+        noise_margin=0.1,
+        confidence=0.95,
+        planned_looks=sched.planned_looks,
+    )
     assert j.rows[0]["interleaved"] and j.rows[0]["paired"]
 
 
@@ -463,7 +621,9 @@ def test_measure_pair_lets_the_engine_that_ran_settle_before_the_other_side_runs
 
     from fasttrack.checks.perf import measure_pair
 
-    gate = PerfGate(noise_margin=0.1, confidence=0.95, min_runs=2, max_runs=2, interleave=True, interleave_settle_s=0.05)
+    gate = PerfGate(
+        noise_margin=0.1, confidence=0.95, min_runs=2, max_runs=2, interleave=True, interleave_settle_s=0.05
+    )
     sched = LookSchedule.for_group(["baseline", "candidate"], min_runs=2, max_runs=2, interleaved=True)
     s = ItemState(item=_item())
     stamps: list[tuple[str, float, float]] = []
@@ -475,12 +635,21 @@ def test_measure_pair_lets_the_engine_that_ran_settle_before_the_other_side_runs
             rm = await runners[side](k)
             stamps.append((side, t0, time.monotonic()))
             return rm
+
         return run_once
 
-    asyncio.run(measure_pair(s, lifetime=0, looks_here=False, sched=sched, gate=gate,
-                             run_once={side: timed_runner(side) for side in ("baseline", "candidate")}))
+    asyncio.run(
+        measure_pair(
+            s,
+            lifetime=0,
+            looks_here=False,
+            sched=sched,
+            gate=gate,
+            run_once={side: timed_runner(side) for side in ("baseline", "candidate")},
+        )
+    )
     assert [x[0] for x in stamps] == ["baseline", "candidate", "candidate", "baseline"]
-    gaps = [b[1] - a[2] for a, b in zip(stamps, stamps[1:])]
+    gaps = [b[1] - a[2] for a, b in zip(stamps, stamps[1:], strict=False)]
     assert all(g >= 0.045 for g in gaps), gaps
 
 
@@ -490,14 +659,31 @@ def test_measure_pair_without_looks_takes_min_runs_pairs_and_records_a_harness_e
     sched = LookSchedule.for_group(["baseline", "candidate"] * 2, min_runs=3, max_runs=6, interleaved=True)
     s = ItemState(item=_item())
     calls: list[tuple[str, int]] = []
-    taken = asyncio.run(measure_pair(s, lifetime=0, looks_here=sched.pair_looks_allowed(0), sched=sched, gate=GATE,
-                                     run_once=_pair_runner(s, calls, tpot={"baseline": 2.0, "candidate": 2.0}, seed=2)))
+    taken = asyncio.run(
+        measure_pair(
+            s,
+            lifetime=0,
+            looks_here=sched.pair_looks_allowed(0),
+            sched=sched,
+            gate=GATE,
+            run_once=_pair_runner(s, calls, tpot={"baseline": 2.0, "candidate": 2.0}, seed=2),
+        )
+    )
     assert taken == {"baseline": 3, "candidate": 3} and not s.looks
     s2 = ItemState(item=_item())
     calls2: list[tuple[str, int]] = []
-    taken2 = asyncio.run(measure_pair(s2, lifetime=0, looks_here=True, sched=sched, gate=GATE,
-                                      run_once=_pair_runner(s2, calls2, tpot={"baseline": 2.0, "candidate": 2.0},
-                                                            seed=2, fail_at=("baseline", 1))))
+    taken2 = asyncio.run(
+        measure_pair(
+            s2,
+            lifetime=0,
+            looks_here=True,
+            sched=sched,
+            gate=GATE,
+            run_once=_pair_runner(
+                s2, calls2, tpot={"baseline": 2.0, "candidate": 2.0}, seed=2, fail_at=("baseline", 1)
+            ),
+        )
+    )
     assert taken2 == {"baseline": 1, "candidate": 2}
     assert s2.errors and "baseline lifetime 0 run 1: RuntimeError: socket closed" in s2.errors[0]
 
@@ -508,30 +694,63 @@ def test_interleaved_gate_holds_through_host_slowdowns_that_fail_the_sequential_
     candidate; interleaved, it lands on run pairs, and the paired interval cancels it."""
     from fasttrack.checks.perf import measure_pair
 
-    gate = PerfGate(noise_margin=0.25, confidence=0.95, min_runs=3, max_runs=6, interleave=True,
-                    interleave_settle_s=0)
+    gate = PerfGate(noise_margin=0.25, confidence=0.95, min_runs=3, max_runs=6, interleave=True, interleave_settle_s=0)
     sched = LookSchedule.for_group(["baseline", "candidate"], min_runs=3, max_runs=6, interleaved=True)
     host = [1.0, 2.5, 2.5, 1.0, 1.0, 2.5]
     s = ItemState(item=_item())
-    asyncio.run(measure_pair(s, lifetime=0, looks_here=True, sched=sched, gate=gate,
-                             run_once=_pair_runner(s, [], tpot={"baseline": 2.0, "candidate": 2.0}, seed=3, host=host)))
-    j = judge_item(s, metrics=["median_tpot_ms"], gated="median_tpot_ms", noise_margin=0.25, confidence=0.95,
-                   planned_looks=sched.planned_looks)
+    asyncio.run(
+        measure_pair(
+            s,
+            lifetime=0,
+            looks_here=True,
+            sched=sched,
+            gate=gate,
+            run_once=_pair_runner(s, [], tpot={"baseline": 2.0, "candidate": 2.0}, seed=3, host=host),
+        )
+    )
+    j = judge_item(
+        s,
+        metrics=["median_tpot_ms"],
+        gated="median_tpot_ms",
+        noise_margin=0.25,
+        confidence=0.95,
+        planned_looks=sched.planned_looks,
+    )
     assert j.verdict == "pass", j.rows[0]["statement"]
     # the same code measured one lifetime after the other, the slow spell during the candidate's lifetime
     seq = LookSchedule.for_group(["baseline", "candidate"], min_runs=3, max_runs=6)
     s2 = ItemState(item=_item())
     _measure(s2, seq, "baseline", 0, tpot=2.0, seed=4, gate=gate)
     _measure(s2, seq, "candidate", 0, tpot=2.0 * 2.5, seed=5, gate=gate)
-    j2 = judge_item(s2, metrics=["median_tpot_ms"], gated="median_tpot_ms", noise_margin=0.25, confidence=0.95,
-                    planned_looks=seq.planned_looks)
+    j2 = judge_item(
+        s2,
+        metrics=["median_tpot_ms"],
+        gated="median_tpot_ms",
+        noise_margin=0.25,
+        confidence=0.95,
+        planned_looks=seq.planned_looks,
+    )
     assert j2.verdict == "fail"
     # and a real regression at a point still fails interleaved, through the same slow spells
     s3 = ItemState(item=_item())
-    asyncio.run(measure_pair(s3, lifetime=0, looks_here=True, sched=sched, gate=gate,
-                             run_once=_pair_runner(s3, [], tpot={"baseline": 2.0, "candidate": 8.0}, seed=6, host=host)))
-    j3 = judge_item(s3, metrics=["median_tpot_ms"], gated="median_tpot_ms", noise_margin=0.25, confidence=0.95,
-                    planned_looks=sched.planned_looks)
+    asyncio.run(
+        measure_pair(
+            s3,
+            lifetime=0,
+            looks_here=True,
+            sched=sched,
+            gate=gate,
+            run_once=_pair_runner(s3, [], tpot={"baseline": 2.0, "candidate": 8.0}, seed=6, host=host),
+        )
+    )
+    j3 = judge_item(
+        s3,
+        metrics=["median_tpot_ms"],
+        gated="median_tpot_ms",
+        noise_margin=0.25,
+        confidence=0.95,
+        planned_looks=sched.planned_looks,
+    )
     assert j3.verdict == "fail" and j3.rows[0]["ci_high"] < 0.5
 
 
@@ -553,8 +772,16 @@ def test_an_interleaving_check_is_measured_on_pairs_and_fails_exactly_the_slow_b
     for i, s in enumerate(chk.state.items.values()):
         base = 1.0 + 0.3 * (s.item.batch or 1)
         tpot = {"baseline": base, "candidate": base * (SLOW_FACTOR if s.item.batch == 4 else 1.0)}
-        asyncio.run(measure_pair(s, lifetime=0, looks_here=sched.pair_looks_allowed(0), sched=sched, gate=gate,
-                                 run_once=_pair_runner(s, [], tpot=tpot, seed=10 + i, host=host[i % 2:] + host[:i % 2])))
+        asyncio.run(
+            measure_pair(
+                s,
+                lifetime=0,
+                looks_here=sched.pair_looks_allowed(0),
+                sched=sched,
+                gate=gate,
+                run_once=_pair_runner(s, [], tpot=tpot, seed=10 + i, host=host[i % 2 :] + host[: i % 2]),
+            )
+        )
     assert not chk.wants_pair(ctx, group, 0), "every point decided"
     res = chk.judge(ctx)
     failing = {r["point"] for r in res.tables["points"] if r.get("verdict") == "fail"}

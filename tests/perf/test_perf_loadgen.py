@@ -58,13 +58,23 @@ class FakeServer:
                         await resp.write(b"data: [DONE]\n\n")
                         return resp
             if self.mode != "no-usage":
-                usage = {"prompt_tokens": len(body["prompt"]), "completion_tokens": n, "total_tokens": n + 1,
-                         "prompt_tokens_details": {"cached_tokens": 3}}
+                usage = {
+                    "prompt_tokens": len(body["prompt"]),
+                    "completion_tokens": n,
+                    "total_tokens": n + 1,
+                    "prompt_tokens_details": {"cached_tokens": 3},
+                }
                 final: dict[str, Any] = {"choices": [], "usage": usage}
                 if self.mode == "engine-metrics":
                     # vLLM --enable-per-request-metrics: the engine core's timing rides on the usage message
-                    final["metrics"] = {"time_to_first_token_ms": 1.5, "generation_time_ms": 8.0, "queue_time_ms": 0.2,
-                                        "mean_itl_ms": 8.0 / (n - 1), "tokens_per_second": 400.0, "unknown": "x"}
+                    final["metrics"] = {
+                        "time_to_first_token_ms": 1.5,
+                        "generation_time_ms": 8.0,
+                        "queue_time_ms": 0.2,
+                        "mean_itl_ms": 8.0 / (n - 1),
+                        "tokens_per_second": 400.0,
+                        "unknown": "x",
+                    }
                 await resp.write(b"data: " + _dumps(final, spaced=self.spaced) + b"\n\n")
             await resp.write(b"data: [DONE]\n\n")
         finally:
@@ -107,8 +117,13 @@ def test_engine_per_request_metrics_are_kept(spaced: bool) -> None:
     fake = FakeServer(gap=0.001)
     fake.spaced, fake.mode = spaced, "engine-metrics"
     rec = run_loop(_serve(fake, lambda c: c.stream(GenRequest(id="a", prompt=[1, 2, 3], max_tokens=5))))
-    assert rec.ok and rec.engine_timing == {"time_to_first_token_ms": 1.5, "generation_time_ms": 8.0,
-                                            "queue_time_ms": 0.2, "mean_itl_ms": 2.0, "tokens_per_second": 400.0}
+    assert rec.ok and rec.engine_timing == {
+        "time_to_first_token_ms": 1.5,
+        "generation_time_ms": 8.0,
+        "queue_time_ms": 0.2,
+        "mean_itl_ms": 2.0,
+        "tokens_per_second": 400.0,
+    }
     assert rec.engine_tpot_ms == 2.0
 
 
@@ -125,8 +140,10 @@ def test_token_ids_and_coalesced_messages() -> None:
     assert rec.chunk_tokens == [2] * 4 and rec.token_ids == [5, 6] * 4
 
 
-@pytest.mark.parametrize("mode, needle", [("http500", "HTTP 500: model exploded"), ("midstream-error", "engine dead"),
-                                          ("no-usage", "no usage")])
+@pytest.mark.parametrize(
+    "mode, needle",
+    [("http500", "HTTP 500: model exploded"), ("midstream-error", "engine dead"), ("no-usage", "no usage")],
+)
 @pytest.mark.parametrize("spaced", [False, True])
 def test_failures_are_recorded_not_raised(mode: str, needle: str, spaced: bool) -> None:
     fake = FakeServer()
@@ -172,7 +189,7 @@ def test_schedules_control_concurrency() -> None:
         return t0, recs
 
     t0, recs = run_loop(_serve(fake, opened))
-    for r, a in zip(recs, arrivals):
+    for r, a in zip(recs, arrivals, strict=False):
         assert r.t_send - t0 >= a - 0.005
     with pytest.raises(ValueError):
         run_loop(_serve(fake, lambda c: run_open(c, reqs[:2], arrivals_s=[0.0])))

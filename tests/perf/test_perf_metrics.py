@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 
 from fasttrack.perf.metrics import METRICS, RequestRecord, compute_run_metrics, union_length
 
 
-def _rec(rid: str, t_send: float, first: float, gap: float, n_tokens: int, *, usage: int | None = None) -> RequestRecord:
+def _rec(
+    rid: str, t_send: float, first: float, gap: float, n_tokens: int, *, usage: int | None = None
+) -> RequestRecord:
     r = RequestRecord(id=rid, t_send=t_send)
     r.chunk_times = [first + k * gap for k in range(n_tokens)]
     r.chunk_tokens = [1] * n_tokens
@@ -20,8 +21,18 @@ def _rec(rid: str, t_send: float, first: float, gap: float, n_tokens: int, *, us
 
 def _run(records: list[RequestRecord], *, t_start: float = 0.0, t_end: float | None = None, gpus: int = 0):
     t_end = t_end if t_end is not None else max(r.chunk_times[-1] for r in records if r.chunk_times)
-    return compute_run_metrics(records, workload="w", point="p", side="baseline", lifetime=0, run=0,
-                               t_start=t_start, t_end=t_end, gpus=gpus, client_cpu_s=0.01)
+    return compute_run_metrics(
+        records,
+        workload="w",
+        point="p",
+        side="baseline",
+        lifetime=0,
+        run=0,
+        t_start=t_start,
+        t_end=t_end,
+        gpus=gpus,
+        client_cpu_s=0.01,
+    )
 
 
 def test_ttft_tpot_itl_e2e_follow_vllm_definitions() -> None:

@@ -48,16 +48,27 @@ def test_minimal_lines_and_defaults() -> None:
     assert r.session_id == "x" and r.arrival_s == 0 and r.after == [] and tr.header.block_size == 512
 
 
-@pytest.mark.parametrize("lines, msg", [
-    ([{"id": "a", "input_tokens": 5, "output_tokens": 3}, {"id": "a", "input_tokens": 5, "output_tokens": 3}], "used twice"),
-    ([{"id": "a", "input_tokens": 5, "output_tokens": 3, "after": ["z"]}], "not an earlier request"),
-    ([{"id": "a", "session": "s", "input_tokens": 5, "output_tokens": 3},
-      {"id": "b", "session": "s", "input_tokens": 5, "output_tokens": 3, "prefix": {"id": "p", "tokens": 4}}], "first turn"),
-    ([{"id": "a", "input_tokens": 0, "output_tokens": 3}], "input_tokens"),
-    ([{"id": "a", "input_tokens": 5}], "output_tokens"),
-    ([{"id": "a", "input_tokens": 5, "output_tokens": 3, "bogus": 1}], "bogus"),
-    ([{"fasttrack_trace": 2}, {"id": "a", "input_tokens": 5, "output_tokens": 3}], "version 2"),
-])
+@pytest.mark.parametrize(
+    "lines, msg",
+    [
+        (
+            [{"id": "a", "input_tokens": 5, "output_tokens": 3}, {"id": "a", "input_tokens": 5, "output_tokens": 3}],
+            "used twice",
+        ),
+        ([{"id": "a", "input_tokens": 5, "output_tokens": 3, "after": ["z"]}], "not an earlier request"),
+        (
+            [
+                {"id": "a", "session": "s", "input_tokens": 5, "output_tokens": 3},
+                {"id": "b", "session": "s", "input_tokens": 5, "output_tokens": 3, "prefix": {"id": "p", "tokens": 4}},
+            ],
+            "first turn",
+        ),
+        ([{"id": "a", "input_tokens": 0, "output_tokens": 3}], "input_tokens"),
+        ([{"id": "a", "input_tokens": 5}], "output_tokens"),
+        ([{"id": "a", "input_tokens": 5, "output_tokens": 3, "bogus": 1}], "bogus"),
+        ([{"fasttrack_trace": 2}, {"id": "a", "input_tokens": 5, "output_tokens": 3}], "version 2"),
+    ],
+)
 def test_malformed_traces_name_the_problem(lines, msg) -> None:
     with pytest.raises(TraceError) as ei:
         parse_trace(_lines(*lines), source="t.jsonl")
@@ -105,7 +116,7 @@ def test_prompts_share_prefix_and_fork_history() -> None:
     st = ReplayStats()
     a0 = build_prompt(reqs["a.t0"], pool=POOL, tag="run0", history=None, block_size=64, max_prompt=1000, stats=st)
     b0 = build_prompt(reqs["b.t0"], pool=POOL, tag="run0", history=None, block_size=64, max_prompt=1000, stats=st)
-    assert a0[:161] == b0[:161] and a0[161:] != b0[161:161 + len(a0) - 161]
+    assert a0[:161] == b0[:161] and a0[161:] != b0[161 : 161 + len(a0) - 161]
     assert len(a0) == 1 + 160 + 80
     # a later turn extends the session history
     hist = a0 + [5] * 48
@@ -116,7 +127,9 @@ def test_prompts_share_prefix_and_fork_history() -> None:
     assert a0r1[1:161] != a0[1:161]
     # clipping keeps the shared start and the newest tokens
     long_hist = list(range(900))
-    clipped = build_prompt(reqs["a.t1"], pool=POOL, tag="run0", history=long_hist, block_size=64, max_prompt=500, stats=st)
+    clipped = build_prompt(
+        reqs["a.t1"], pool=POOL, tag="run0", history=long_hist, block_size=64, max_prompt=500, stats=st
+    )
     assert len(clipped) == 500 and clipped[:250] == long_hist[:250] and st.clipped == 1
 
 

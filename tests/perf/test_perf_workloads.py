@@ -25,7 +25,9 @@ def _items(scope, tier, workloads):
 
 
 def test_pure_decode_covers_every_point_with_its_context(demo) -> None:
-    plan, items = _items(demo, "smoke", [WorkloadSpec(name="decode", kind="pure_decode", output_len=64, requests_per_run=24)])
+    plan, items = _items(
+        demo, "smoke", [WorkloadSpec(name="decode", kind="pure_decode", output_len=64, requests_per_run=24)]
+    )
     assert {i.point for i in items} == {p.id for p in plan.points}
     for it in items:
         p = plan.point(it.point)
@@ -58,7 +60,9 @@ def test_context_sweep_mixed_prompts_and_trace_points(demo) -> None:
 
 
 def test_requests_rounded_to_whole_waves_and_unused_input_len_noted(demo) -> None:
-    _, items = _items(demo, "smoke", [WorkloadSpec(name="d", kind="pure_decode", input_len=16, output_len=8, requests_per_run=10)])
+    _, items = _items(
+        demo, "smoke", [WorkloadSpec(name="d", kind="pure_decode", input_len=16, output_len=8, requests_per_run=10)]
+    )
     b3 = next(i for i in items if i.batch == 3)
     assert b3.requests_per_run == 12
     assert any("rounded up" in n for n in b3.notes)
@@ -69,7 +73,7 @@ def test_poisson_arrivals_are_seeded_and_poisson() -> None:
     a = poisson_arrivals(2000, 20.0, seed=7)
     assert a == poisson_arrivals(2000, 20.0, seed=7)
     assert a != poisson_arrivals(2000, 20.0, seed=8)
-    assert a[0] == 0.0 and all(x <= y for x, y in zip(a, a[1:]))
+    assert a[0] == 0.0 and all(x <= y for x, y in zip(a, a[1:], strict=False))
     gaps = np.diff(a)
     assert gaps.mean() == pytest.approx(1 / 20.0, rel=0.08)
     # exponential gaps: Kolmogorov-Smirnov against Exp(mean 1/20)
@@ -95,12 +99,14 @@ def test_run_requests_exact_lengths_deterministic_and_distinct_runs(demo) -> Non
     shared = r0[0].prompt[:-tail]
     assert all(r.prompt[:-tail] == shared for r in r0 + run_requests(b8, 0, inputs))
     r1 = run_requests(it, 1, inputs)
-    assert all(a.prompt[-tail:] != b.prompt[-tail:] for a, b in zip(r0, r1))
+    assert all(a.prompt[-tail:] != b.prompt[-tail:] for a, b in zip(r0, r1, strict=False))
     assert len({tuple(r.prompt[-tail:]) for r in r0}) == len(r0)
     warm = run_requests(it, 0, inputs, warmup=True)
     assert len(warm) == 4 and all(r.max_tokens == 16 for r in warm)
     # the context sweep pays a full prefill per request: nothing shared
-    _, ctx_items = _items(demo, "smoke", [WorkloadSpec(name="c", kind="context_sweep", output_len=32, requests_per_run=2)])
+    _, ctx_items = _items(
+        demo, "smoke", [WorkloadSpec(name="c", kind="context_sweep", output_len=32, requests_per_run=2)]
+    )
     c = next(i for i in ctx_items if i.full_context)
     cr = run_requests(c, 0, inputs)
     assert len(cr) == 2 and cr[0].prompt[1:6] != cr[1].prompt[1:6] and len(cr[0].prompt) == c.prompt_len
@@ -113,7 +119,7 @@ def test_real_prompts_are_cycled_and_cut_to_fit(demo) -> None:
     inputs = RunInputs(pool=pool, real_prompts=real, max_model_len=1024)
     it = next(i for i in items if i.batch == 2)
     reqs = run_requests(it, 0, inputs) + run_requests(it, 1, inputs)
-    assert [r.prompt for r in reqs[:3]] == real[:2] + [list(range(2000))[-(1024 - 8 - 1):]]
+    assert [r.prompt for r in reqs[:3]] == real[:2] + [list(range(2000))[-(1024 - 8 - 1) :]]
     assert reqs[3].prompt == real[0]
     assert all(len(r.prompt) <= 1024 - 8 - 1 for r in reqs)
 

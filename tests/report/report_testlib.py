@@ -16,8 +16,14 @@ from fasttrack.report.synthetic import Spec, make_bundle
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOTS = ROOT / ".artifacts" / "screenshots"
 CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -77,7 +83,9 @@ def chromium_or_skip() -> str:
     if CHROMIUM.exists():
         return str(CHROMIUM)
     if os.environ.get("CI"):
-        pytest.fail("CI is set but /usr/bin/chromium is missing: the browser tests need Debian's chromium "
-                    "(apt-get install -y chromium; scripts/setup.sh --browser does it)")
+        pytest.fail(
+            "CI is set but /usr/bin/chromium is missing: the browser tests need Debian's chromium "
+            "(apt-get install -y chromium; scripts/setup.sh --browser does it)"
+        )
     pytest.skip("/usr/bin/chromium is not installed (apt-get install -y chromium) and CI is unset")
     raise AssertionError  # unreachable

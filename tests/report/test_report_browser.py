@@ -11,13 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from report_testlib import CHROMIUM_ARGS, SCREENSHOTS, chromium_or_skip
 
 from fasttrack.report import render_report
 from fasttrack.report.server import Dashboard, make_server
 from fasttrack.report.site import build_site
 from fasttrack.report.synthetic import PAYLOADS, payload_text
-
-from report_testlib import CHROMIUM_ARGS, SCREENSHOTS, chromium_or_skip
 
 pytestmark = pytest.mark.browser
 
@@ -74,12 +73,37 @@ def site_bundles(tmp_path_factory: pytest.TempPathFactory, bundle_factory) -> Pa
     d = tmp_path_factory.mktemp("browser-bundles")
     bundle_factory("pass-a", parent=d, model="demo-llama", seed=1, head_sha=HEAD, created="2026-01-10T00:00:00+00:00")
     bundle_factory("pass-b", parent=d, model="demo-llama", seed=2, head_sha=HEAD, created="2026-01-11T00:00:00+00:00")
-    bundle_factory("slow", parent=d, model="demo-llama", seed=3, head_sha="d" * 40, pr_number=77, fail=("perf", "coverage"),
-                   created="2026-01-12T00:00:00+00:00")
-    bundle_factory("k3", parent=d, model="kimi-k3", seed=4, head_sha="e" * 40, pr_number=88, isolation="fail",
-                   created="2026-01-13T00:00:00+00:00")
-    bundle_factory("unsigned", parent=d, signer=None, model="kimi-k3", seed=5, head_sha="f" * 40, pr_number=99,
-                   not_run=("evals",), created="2026-01-14T00:00:00+00:00")
+    bundle_factory(
+        "slow",
+        parent=d,
+        model="demo-llama",
+        seed=3,
+        head_sha="d" * 40,
+        pr_number=77,
+        fail=("perf", "coverage"),
+        created="2026-01-12T00:00:00+00:00",
+    )
+    bundle_factory(
+        "k3",
+        parent=d,
+        model="kimi-k3",
+        seed=4,
+        head_sha="e" * 40,
+        pr_number=88,
+        isolation="fail",
+        created="2026-01-13T00:00:00+00:00",
+    )
+    bundle_factory(
+        "unsigned",
+        parent=d,
+        signer=None,
+        model="kimi-k3",
+        seed=5,
+        head_sha="f" * 40,
+        pr_number=99,
+        not_run=("evals",),
+        created="2026-01-14T00:00:00+00:00",
+    )
     return d
 
 
@@ -98,7 +122,9 @@ def _assert_inert(audit: dict[str, Any], *, allowed_prefixes: tuple[str, ...], s
     assert len([s for s in audit["scripts"] if s != "application/json"]) <= scripts
     for link in audit["links"]:
         raw, absolute = link["raw"], link["abs"]
-        assert not raw.lower().lstrip().startswith(("javascript:", "data:", "vbscript:", "//", "http:", "https:", "file:")), raw
+        assert (
+            not raw.lower().lstrip().startswith(("javascript:", "data:", "vbscript:", "//", "http:", "https:", "file:"))
+        ), raw
         assert absolute.startswith(allowed_prefixes), (raw, absolute)
 
 
@@ -133,8 +159,9 @@ def test_unverified_report_is_marked_in_browser(page: Any, bundle_factory, tmp_p
 
 @pytest.fixture(scope="module")
 def served(site_bundles: Path, keys, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    dash = Dashboard(site_bundles, tmp_path_factory.mktemp("served-site"), keys=[str(keys.trusted_pub)], jobs=2,
-                     log=lambda m: None)
+    dash = Dashboard(
+        site_bundles, tmp_path_factory.mktemp("served-site"), keys=[str(keys.trusted_pub)], jobs=2, log=lambda m: None
+    )
     dash.build()
     httpd = make_server(dash, port=0)
     t = threading.Thread(target=httpd.serve_forever, daemon=True)
@@ -195,7 +222,9 @@ def test_dashboard_static_site(page: Any, site_bundles: Path, keys, tmp_path: Pa
     site = tmp_path / "site"
     build_site(site_bundles, site, keys=[keys.trusted_pub], jobs=2)
     page.goto((site / "index.html").as_uri())
-    assert page.locator("#shown-count").inner_text() == "5 of 5 bundles match"  # the inline script ran (allowed by hash)
+    assert (
+        page.locator("#shown-count").inner_text() == "5 of 5 bundles match"
+    )  # the inline script ran (allowed by hash)
     page.fill("#q", "isolation violated")
     assert page.locator("#shown-count").inner_text() == "1 of 5 bundles match"
     page.locator("#queue tr[data-bundle]:visible a.report-link").click()
@@ -208,11 +237,27 @@ def test_dashboard_static_site(page: Any, site_bundles: Path, keys, tmp_path: Pa
 def test_malicious_bundle_runs_nothing_and_links_nowhere(page: Any, bundle_factory, keys, tmp_path: Path) -> None:
     evil_dir = tmp_path / "evil-bundles"
     evil_dir.mkdir()
-    evil = bundle_factory("evil", parent=evil_dir, model="demo-llama", seed=9, payload=payload_text(),
-                          head_sha="ab" * 20, fail=("perf", "evals", "coverage"))
-    bundle_factory("evil-twin", parent=evil_dir, signer="other", model="demo-llama", seed=10, payload=payload_text(),
-                   head_sha="ab" * 20)
-    bundle_factory("evil-model", parent=evil_dir, model=f"x{PAYLOADS[1]}", seed=11, payload=payload_text(), head_sha="cd" * 20)
+    evil = bundle_factory(
+        "evil",
+        parent=evil_dir,
+        model="demo-llama",
+        seed=9,
+        payload=payload_text(),
+        head_sha="ab" * 20,
+        fail=("perf", "evals", "coverage"),
+    )
+    bundle_factory(
+        "evil-twin",
+        parent=evil_dir,
+        signer="other",
+        model="demo-llama",
+        seed=10,
+        payload=payload_text(),
+        head_sha="ab" * 20,
+    )
+    bundle_factory(
+        "evil-model", parent=evil_dir, model=f"x{PAYLOADS[1]}", seed=11, payload=payload_text(), head_sha="cd" * 20
+    )
     # 1. the report as a static file
     out = tmp_path / "out" / "evil.html"
     render_report(evil, out, keys=[keys.trusted_pub])
@@ -221,7 +266,7 @@ def test_malicious_bundle_runs_nothing_and_links_nowhere(page: Any, bundle_facto
     audit = page.evaluate(DOM_AUDIT)
     _assert_inert(audit, allowed_prefixes=(out.as_uri() + "#", evil.resolve().as_uri() + "/"), scripts=0)
     # bundle text reaches an href only as a percent-encoded relative path (the payload-named file)
-    assert all(not any(ch in link["raw"] for ch in '<>"\' :') for link in audit["links"])
+    assert all(not any(ch in link["raw"] for ch in "<>\"' :") for link in audit["links"])
     assert "window.__pwned=1" in page.locator("#pr").inner_text()  # shown as text
     _shot(page, "malicious-report.png", full=False)
     # 2. the static dashboard and every page it links
@@ -263,7 +308,9 @@ def test_malicious_bundle_runs_nothing_and_links_nowhere(page: Any, bundle_facto
                 continue
             page.goto(url)
             page.wait_for_timeout(50)
-            got = page.evaluate("() => [typeof window.__pwned, document.title, document.querySelectorAll('script,img,iframe').length]")
+            got = page.evaluate(
+                "() => [typeof window.__pwned, document.title, document.querySelectorAll('script,img,iframe').length]"
+            )
             assert got[0] == "undefined" and got[1] != "PWNED" and got[2] == 0, (url, got)
     finally:
         httpd.shutdown()

@@ -14,7 +14,9 @@ def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
 
     e = {k: v for k, v in os.environ.items() if k != "FASTTRACK_TRUST_DIR"}
     e.update(env or {})
-    return subprocess.run([sys.executable, "-m", "fasttrack", *args], capture_output=True, text=True, timeout=300, env=e)
+    return subprocess.run(
+        [sys.executable, "-m", "fasttrack", *args], capture_output=True, text=True, timeout=300, env=e
+    )
 
 
 def test_report_command_writes_report_and_comment(bundle_factory, keys, tmp_path: Path) -> None:
@@ -49,7 +51,10 @@ def test_unverified_report_still_written_and_require_verified(bundle_factory, tm
     [
         (["report", "/nonexistent/bundle", "-o", "x.html"], "does not exist"),
         (["report", "BUNDLE", "-o", "x.html", "--key", "/nonexistent.pub"], "does not exist"),
-        (["report", "BUNDLE", "-o", "x.html", "--comment", "c.md", "--report-url", "javascript:alert(1)"], "not a plain http(s) URL"),
+        (
+            ["report", "BUNDLE", "-o", "x.html", "--comment", "c.md", "--report-url", "javascript:alert(1)"],
+            "not a plain http(s) URL",
+        ),
         (["dashboard", "build", "--bundles", "/nonexistent", "-o", "site"], "is not a directory"),
     ],
 )

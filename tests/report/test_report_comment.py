@@ -20,8 +20,28 @@ def to_html(text: str) -> str:
     return MarkdownIt("commonmark", {"html": True}).enable("table").render(text)
 
 
-ALLOWED_TAGS = {"h2", "h3", "p", "strong", "em", "code", "table", "thead", "tbody", "tr", "th", "td", "ul", "li", "hr",
-                "details", "summary", "blockquote", "br", "a"}
+ALLOWED_TAGS = {
+    "h2",
+    "h3",
+    "p",
+    "strong",
+    "em",
+    "code",
+    "table",
+    "thead",
+    "tbody",
+    "tr",
+    "th",
+    "td",
+    "ul",
+    "li",
+    "hr",
+    "details",
+    "summary",
+    "blockquote",
+    "br",
+    "a",
+}
 
 
 def tags_of(html: str) -> list[tuple[str, dict[str, str | None]]]:
@@ -44,15 +64,15 @@ def test_failed_gates_first_deltas_gaps_and_report_link(bundle_factory, keys, tm
     text = comment.read_text()
     assert len(text) < GITHUB_LIMIT
     assert text.splitlines()[1].startswith("## ❌ fasttrack: FAIL")
-    gates = text[text.index("### Gates"):text.index("### Largest")]
+    gates = text[text.index("### Gates") : text.index("### Largest")]
     rows = [ln for ln in gates.splitlines() if ln.startswith("| ") and "check |" not in ln]
     verdicts = [ln.split("|")[1].strip() for ln in rows]
     assert verdicts[:2] == ["❌ fail", "❌ fail"] and all("fail" not in v for v in verdicts[2:])
-    deltas = text[text.index("### Largest"):text.index("### Coverage")]
+    deltas = text[text.index("### Largest") : text.index("### Coverage")]
     assert deltas.count("❌ fail") >= 1
     first = [ln for ln in deltas.splitlines() if ln.startswith("| tp1")][0]
     assert "❌ fail" in first  # failing points lead the deltas
-    assert "path evidence fails the gate" in text[text.index("### Coverage gaps"):]
+    assert "path evidence fails the gate" in text[text.index("### Coverage gaps") :]
     assert "**Full report:** `site/report.html`" in text
     html = to_html(text)
     assert "<table>" in html
@@ -75,8 +95,9 @@ def test_report_url_must_be_http(bundle_factory, keys) -> None:
 
 def test_long_comment_is_cut_with_a_note(bundle_factory, keys) -> None:
     failures = [f"point-{i:05d}: " + "slow " * 40 for i in range(3000)]
-    b = bundle_factory("many-failures", model="demo-llama", seed=8, fail=("perf",),
-                       extra_tables={"perf": {"extra": [{"x": 1}]}})
+    b = bundle_factory(
+        "many-failures", model="demo-llama", seed=8, fail=("perf",), extra_tables={"perf": {"extra": [{"x": 1}]}}
+    )
     d = build_report_data(b, keys=[keys.trusted_pub])
     perf = d.check("perf")
     assert perf is not None

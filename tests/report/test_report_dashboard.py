@@ -26,14 +26,46 @@ def bundles_dir(tmp_path_factory: pytest.TempPathFactory, bundle_factory) -> Pat
     d = tmp_path_factory.mktemp("dash-bundles")
     bundle_factory("ok-a", parent=d, model="demo-llama", seed=1, head_sha=HEAD, created="2026-01-10T00:00:00+00:00")
     bundle_factory("ok-b", parent=d, model="demo-llama", seed=2, head_sha=HEAD, created="2026-01-11T00:00:00+00:00")
-    bundle_factory("fail", parent=d / "nested", model="demo-llama", seed=3, head_sha="d" * 40, pr_number=7, fail=("perf",),
-                   created="2026-01-12T00:00:00+00:00")
-    bundle_factory("iso", parent=d, model="kimi-k3", seed=4, head_sha="e" * 40, pr_number=8, isolation="fail",
-                   created="2026-01-13T00:00:00+00:00")
-    bundle_factory("unsigned", parent=d, signer=None, model="kimi-k3", seed=5, head_sha="f" * 40, pr_number=9,
-                   created="2026-01-01T00:00:00+00:00")
-    src = bundle_factory("tarsrc", parent=d.parent / "tar-src", model="kimi-k3", seed=6, head_sha="9" * 40, pr_number=10,
-                         rehearsal=True, created="2026-01-14T00:00:00+00:00")
+    bundle_factory(
+        "fail",
+        parent=d / "nested",
+        model="demo-llama",
+        seed=3,
+        head_sha="d" * 40,
+        pr_number=7,
+        fail=("perf",),
+        created="2026-01-12T00:00:00+00:00",
+    )
+    bundle_factory(
+        "iso",
+        parent=d,
+        model="kimi-k3",
+        seed=4,
+        head_sha="e" * 40,
+        pr_number=8,
+        isolation="fail",
+        created="2026-01-13T00:00:00+00:00",
+    )
+    bundle_factory(
+        "unsigned",
+        parent=d,
+        signer=None,
+        model="kimi-k3",
+        seed=5,
+        head_sha="f" * 40,
+        pr_number=9,
+        created="2026-01-01T00:00:00+00:00",
+    )
+    src = bundle_factory(
+        "tarsrc",
+        parent=d.parent / "tar-src",
+        model="kimi-k3",
+        seed=6,
+        head_sha="9" * 40,
+        pr_number=10,
+        rehearsal=True,
+        created="2026-01-14T00:00:00+00:00",
+    )
     pack_bundle(src, d / "rehearsal.tar.gz")
     (d / "not-a-bundle").mkdir()
     (d / "not-a-bundle" / "README.txt").write_text("ignored")
@@ -106,9 +138,22 @@ def test_touch_without_change_reuses_by_content_hash(bundles_dir: Path, keys, tm
 
 
 def _rec(i: str, **kw) -> BundleRecord:
-    base = dict(id=i * 64, path=i, is_tar=False, verified=True, verification="", signature_ok=True, hashes_ok=True,
-                readable=True, verdict="pass", model="m", head_sha="a" * 40, report=f"reports/{i}.html",
-                checks={"perf": "pass", "evals": "pass"}, created="2026-01-01T00:00:00+00:00")
+    base = dict(
+        id=i * 64,
+        path=i,
+        is_tar=False,
+        verified=True,
+        verification="",
+        signature_ok=True,
+        hashes_ok=True,
+        readable=True,
+        verdict="pass",
+        model="m",
+        head_sha="a" * 40,
+        report=f"reports/{i}.html",
+        checks={"perf": "pass", "evals": "pass"},
+        created="2026-01-01T00:00:00+00:00",
+    )
     base.update(kw)
     return BundleRecord(**base)  # type: ignore[arg-type]
 
@@ -162,7 +207,10 @@ def test_server_pages_files_and_refusals(server: str) -> None:
     with httpx.Client(base_url=server, timeout=30) as c:
         r = c.get("/")
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
-        assert r.headers["x-content-type-options"] == "nosniff" and "frame-ancestors 'none'" in r.headers["content-security-policy"]
+        assert (
+            r.headers["x-content-type-options"] == "nosniff"
+            and "frame-ancestors 'none'" in r.headers["content-security-policy"]
+        )
         doc = c.get("/index.json").json()
         verified = [b for b in doc["bundles"] if b["verified"] and not b["is_tar"]][0]
         report = c.get("/" + verified["report"])
@@ -179,7 +227,13 @@ def test_server_pages_files_and_refusals(server: str) -> None:
         assert c.get(f"/bundles/{tar['id'][:16]}/manifest.json").status_code == 200
         unsigned = [b for b in doc["bundles"] if not b["verified"]][0]
         assert c.get(f"/bundles/{unsigned['id'][:16]}/manifest.json").status_code == 404  # not linked, not served
-        for bad in (f"/bundles/{short}/../../index.sqlite", "/index.sqlite", f"/bundles/{short}/nope.txt",
-                    "/bundles/zzzz/manifest.json", "/reports/../../etc/passwd", "/%2e%2e/%2e%2e/etc/passwd"):
+        for bad in (
+            f"/bundles/{short}/../../index.sqlite",
+            "/index.sqlite",
+            f"/bundles/{short}/nope.txt",
+            "/bundles/zzzz/manifest.json",
+            "/reports/../../etc/passwd",
+            "/%2e%2e/%2e%2e/etc/passwd",
+        ):
             assert c.get(bad).status_code == 404, bad
         assert c.post("/").status_code == 405

@@ -61,8 +61,22 @@ def test_verified_report_shows_verdict_sections_and_charts(bundle_factory, keys,
     assert data.verification.verified and data.verdict == "pass"
     body = [a for t, a in page.tags if t == "body"][0]
     assert body["data-verified"] == "true" and body["data-verdict"] == "pass"
-    for section in ("verdict", "pr", "hardware", "gates", "matrix", "perf", "evals", "features", "coverage", "isolation",
-                    "claims", "checks", "environment", "artifacts"):
+    for section in (
+        "verdict",
+        "pr",
+        "hardware",
+        "gates",
+        "matrix",
+        "perf",
+        "evals",
+        "features",
+        "coverage",
+        "isolation",
+        "claims",
+        "checks",
+        "environment",
+        "artifacts",
+    ):
         assert page.by_id(section) is not None, section
     assert page.by_id("unverified-banner") is None
     # perf: one row per (point, metric) and two charts per metric, drawn as inline SVG
@@ -88,7 +102,9 @@ def test_csp_forbids_scripts_and_remote_content(bundle_factory, keys, tmp_path: 
     out = tmp_path / "r.html"
     render_report(bundle_factory("good", model="demo-llama", seed=1), out, keys=[keys.trusted_pub])
     page = parse(out.read_text())
-    metas = [a for t, a in page.tags if t == "meta" and (a.get("http-equiv") or "").lower() == "content-security-policy"]
+    metas = [
+        a for t, a in page.tags if t == "meta" and (a.get("http-equiv") or "").lower() == "content-security-policy"
+    ]
     assert len(metas) == 1
     csp = metas[0]["content"] or ""
     assert "default-src 'none'" in csp and "script-src 'none'" in csp and "base-uri 'none'" in csp
@@ -164,8 +180,12 @@ def test_not_run_checks_say_why(bundle_factory, keys) -> None:
 
 
 def test_perf_table_absent_is_reported(bundle_factory, keys) -> None:
-    b = bundle_factory("perf-odd-table", model="demo-llama", seed=5,
-                       extra_tables={"perf": {"points": [{"point": "x", "note": "no speedup columns"}]}})
+    b = bundle_factory(
+        "perf-odd-table",
+        model="demo-llama",
+        seed=5,
+        extra_tables={"perf": {"points": [{"point": "x", "note": "no speedup columns"}]}},
+    )
     d = build_report_data(b, keys=[keys.trusted_pub])
     assert d.perf.status == "no_table"  # type: ignore[union-attr]
     assert "no per-point table" in d.perf.reason  # type: ignore[union-attr]

@@ -52,7 +52,8 @@ def assert_inert(html: str, *, scripts_allowed: int = 0) -> Collect:
     assert len(executable) <= scripts_allowed, executable
     for tag, attrs in c.tags:
         assert tag not in ("iframe", "img", "object", "embed", "base", "form", "link", "meta") or (
-            tag == "meta" and set(attrs) <= {"charset", "http-equiv", "content", "name"}), (tag, attrs)
+            tag == "meta" and set(attrs) <= {"charset", "http-equiv", "content", "name"}
+        ), (tag, attrs)
         for name, value in attrs.items():
             assert not name.startswith("on"), (tag, name, value)
             assert name not in ("src", "srcdoc", "formaction", "xlink:href", "style"), (tag, name, value)
@@ -77,7 +78,7 @@ def test_malicious_report_is_inert(bundle_factory, keys, tmp_path: Path) -> None
     assert text_hits >= 30, text_hits
     for section in ("pr", "gates", "checks", "environment", "artifacts", "claims", "coverage"):
         start = html.index(f'id="{section}"')
-        assert "__pwned" in html[start:start + 400_000], section
+        assert "__pwned" in html[start : start + 400_000], section
     # hrefs: relative, percent-encoded, to attested files only; the active .html member is not linked
     hrefs = [a["href"] for t, a in c.tags if t == "a" and a.get("href") and not a["href"].startswith("#")]
     assert hrefs and all((out.parent / h).resolve().is_relative_to(b.resolve()) for h in hrefs)
@@ -89,8 +90,16 @@ def test_malicious_dashboard_is_inert(bundle_factory, keys, tmp_path: Path) -> N
     bundles = tmp_path / "bundles"
     bundles.mkdir()
     for i, signer in enumerate(("trusted", "other", None)):
-        bundle_factory(f"evil-{i}", parent=bundles, signer=signer, model=f"m{i}{PAYLOADS[0]}", seed=20 + i,
-                       payload=payload_text(), head_sha="c" * 40, fail=("perf",) if i else ())
+        bundle_factory(
+            f"evil-{i}",
+            parent=bundles,
+            signer=signer,
+            model=f"m{i}{PAYLOADS[0]}",
+            seed=20 + i,
+            payload=payload_text(),
+            head_sha="c" * 40,
+            fail=("perf",) if i else (),
+        )
     site = tmp_path / "site"
     build_site(bundles, site, keys=[keys.trusted_pub], jobs=1)
     index = (site / "index.html").read_text()
@@ -107,8 +116,18 @@ def test_malicious_dashboard_is_inert(bundle_factory, keys, tmp_path: Path) -> N
 
 
 def test_safe_href_refuses_schemes() -> None:
-    for bad in ("javascript:alert(1)", "JaVaScRiPt:x", "data:text/html,x", "//evil.example", "/etc/passwd",
-                "http://x", "vbscript:x", " javascript:x", "a b", "x\"onmouseover=1"):
+    for bad in (
+        "javascript:alert(1)",
+        "JaVaScRiPt:x",
+        "data:text/html,x",
+        "//evil.example",
+        "/etc/passwd",
+        "http://x",
+        "vbscript:x",
+        " javascript:x",
+        "a b",
+        'x"onmouseover=1',
+    ):
         with pytest.raises(UnsafeLink):
             safe_href(bad)
     for good in ("#check-perf", "../index.html", "reports/0123abcd.html", "b/artifacts/x%3Ay.txt", "./a/b.txt"):
@@ -116,8 +135,11 @@ def test_safe_href_refuses_schemes() -> None:
 
 
 def test_link_policy_quotes_names_and_allows_only_members() -> None:
-    pol = LinkPolicy(base="../bundles/abcd", members=["artifacts/javascript:x.txt", "artifacts/a.html", "logs/e.log"],
-                     rename=served_name)
+    pol = LinkPolicy(
+        base="../bundles/abcd",
+        members=["artifacts/javascript:x.txt", "artifacts/a.html", "logs/e.log"],
+        rename=served_name,
+    )
     assert pol.href("artifacts/javascript:x.txt") == "../bundles/abcd/artifacts/javascript%3Ax.txt"
     assert pol.href("artifacts/a.html") == "../bundles/abcd/artifacts/a.html.txt"
     assert pol.href("not/attested.txt") is None

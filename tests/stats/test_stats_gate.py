@@ -27,8 +27,13 @@ from fasttrack.stats import (
 
 
 def _estimate(lo: float, hi: float, speedup: float = 1.0) -> RatioEstimate:
-    est = hierarchical_ratio_bootstrap([[1.0, 1.1], [1.0, 0.9]], [[1.0, 1.05], [0.95, 1.0]], metric="median_tpot_ms",
-                                       direction="lower_is_better", n_boot=200)
+    est = hierarchical_ratio_bootstrap(
+        [[1.0, 1.1], [1.0, 0.9]],
+        [[1.0, 1.05], [0.95, 1.0]],
+        metric="median_tpot_ms",
+        direction="lower_is_better",
+        n_boot=200,
+    )
     return est.model_copy(update={"ci_low": lo, "ci_high": hi, "speedup": speedup})
 
 
@@ -78,22 +83,32 @@ def test_planned_looks() -> None:
 def test_sequential_decisions() -> None:
     rng = np.random.default_rng(7)
     b, c = _sides(rng, 0.7, 2, 4, 0.03)  # candidate latency 30% lower
-    d = sequential_decision(b, c, metric="tpot", direction="lower_is_better", noise_margin=0.05, look=1, planned_looks=6)
+    d = sequential_decision(
+        b, c, metric="tpot", direction="lower_is_better", noise_margin=0.05, look=1, planned_looks=6
+    )
     assert d.decision == "decided_pass" and d.final
     assert d.per_look_confidence == pytest.approx(1 - 0.05 / 6)
     assert d.gate.confidence == pytest.approx(1 - 0.05 / 6)
 
     b, c = _sides(rng, 1.5, 2, 4, 0.03)  # candidate latency 50% higher
-    d = sequential_decision(b, c, metric="tpot", direction="lower_is_better", noise_margin=0.05, look=1, planned_looks=6)
+    d = sequential_decision(
+        b, c, metric="tpot", direction="lower_is_better", noise_margin=0.05, look=1, planned_looks=6
+    )
     assert d.decision == "decided_fail" and "beyond the margin" in d.reason
 
     b, c = _sides(rng, 1.0, 1, 3, 0.2)  # equal but very noisy
-    d = sequential_decision(b, c, metric="tpot", direction="lower_is_better", noise_margin=0.05, look=2, planned_looks=6)
+    d = sequential_decision(
+        b, c, metric="tpot", direction="lower_is_better", noise_margin=0.05, look=2, planned_looks=6
+    )
     assert d.decision == "undecided" and not d.final
-    last = sequential_decision(b, c, metric="tpot", direction="lower_is_better", noise_margin=0.05, look=6, planned_looks=6)
+    last = sequential_decision(
+        b, c, metric="tpot", direction="lower_is_better", noise_margin=0.05, look=6, planned_looks=6
+    )
     assert last.decision == "decided_fail" and last.final and "last planned look" in last.reason
     with pytest.raises(StatsInputError, match="look"):
-        sequential_decision(b, c, metric="tpot", direction="lower_is_better", noise_margin=0.05, look=7, planned_looks=6)
+        sequential_decision(
+            b, c, metric="tpot", direction="lower_is_better", noise_margin=0.05, look=7, planned_looks=6
+        )
 
 
 def test_sequential_correction_widens_interval() -> None:

@@ -13,7 +13,9 @@ from hypothesis import strategies as st
 from fasttrack.stats import RatioEstimate, StatsInputError, hierarchical_ratio_bootstrap
 
 
-def _sim_side(rng: np.random.Generator, mu: float, lifetimes: int, runs: int, cv_l: float, cv_r: float) -> list[list[float]]:
+def _sim_side(
+    rng: np.random.Generator, mu: float, lifetimes: int, runs: int, cv_l: float, cv_r: float
+) -> list[list[float]]:
     sl, sr = math.sqrt(math.log1p(cv_l**2)), math.sqrt(math.log1p(cv_r**2))
     out = []
     for _ in range(lifetimes):
@@ -38,8 +40,9 @@ def test_lifetimes_are_resampled_exact_distribution() -> None:
     # Two baseline lifetimes whose runs are all 1.0 and all 3.0: a replicate's mean is 1, 2 or 3
     # with probability 1/4, 1/2, 1/4. The candidate is a single value, so speedup = baseline mean.
     base = [[1.0, 1.0, 1.0], [3.0, 3.0, 3.0]]
-    est = hierarchical_ratio_bootstrap(base, [[1.0], [1.0]], metric="m", direction="lower_is_better",
-                                       statistic="mean", n_boot=4000, seed=3)
+    est = hierarchical_ratio_bootstrap(
+        base, [[1.0], [1.0]], metric="m", direction="lower_is_better", statistic="mean", n_boot=4000, seed=3
+    )
     q = est.speedup_quantiles
     assert q["0.025"] == 1.0 and q["0.975"] == 3.0 and q["0.5"] == 2.0
     assert est.ci_low == 1.0 and est.ci_high == 3.0
@@ -48,8 +51,9 @@ def test_lifetimes_are_resampled_exact_distribution() -> None:
 
 
 def test_runs_resampled_within_one_lifetime_and_flagged() -> None:
-    est = hierarchical_ratio_bootstrap([[1.0, 3.0]], [[1.0]], metric="m", direction="lower_is_better",
-                                       statistic="mean", n_boot=4000, seed=5)
+    est = hierarchical_ratio_bootstrap(
+        [[1.0, 3.0]], [[1.0]], metric="m", direction="lower_is_better", statistic="mean", n_boot=4000, seed=5
+    )
     assert est.ignores_lifetime_variance is True
     assert "ignores lifetime variance" in est.method
     assert (est.ci_low, est.speedup_quantiles["0.5"], est.ci_high) == (1.0, 2.0, 3.0)
@@ -57,8 +61,9 @@ def test_runs_resampled_within_one_lifetime_and_flagged() -> None:
 
 def test_requests_within_a_run_are_kept_together() -> None:
     # One lifetime, one run with many per-request samples: nothing is resampled.
-    est = hierarchical_ratio_bootstrap([[[1.0, 2.0, 3.0, 10.0]]], [[[1.0, 1.5, 2.0]]], metric="m",
-                                       direction="lower_is_better", n_boot=500)
+    est = hierarchical_ratio_bootstrap(
+        [[[1.0, 2.0, 3.0, 10.0]]], [[[1.0, 1.5, 2.0]]], metric="m", direction="lower_is_better", n_boot=500
+    )
     assert est.ci_low == est.ci_high == pytest.approx(2.5 / 1.5)
     assert est.log_speedup_se == pytest.approx(0.0, abs=1e-12)
     assert est.ignores_lifetime_variance
@@ -79,7 +84,9 @@ def test_unequal_shapes_and_percentile_statistic() -> None:
     rng = np.random.default_rng(1)
     base = [[list(rng.lognormal(0, 0.2, 30)), list(rng.lognormal(0, 0.2, 17))], [list(rng.lognormal(0, 0.2, 25))]]
     cand = [[list(rng.lognormal(0, 0.2, 20))] * 3, [list(rng.lognormal(0, 0.2, 9)), [1.0]]]
-    est = hierarchical_ratio_bootstrap(base, cand, metric="itl", direction="lower_is_better", statistic="p90", n_boot=500)
+    est = hierarchical_ratio_bootstrap(
+        base, cand, metric="itl", direction="lower_is_better", statistic="p90", n_boot=500
+    )
     pooled_b = np.concatenate([np.array(r) for lt in base for r in lt])
     assert est.baseline.value == pytest.approx(float(np.percentile(pooled_b, 90)))
     assert est.baseline.runs_per_lifetime == [2, 1] and est.candidate.runs_per_lifetime == [3, 2]
@@ -87,8 +94,9 @@ def test_unequal_shapes_and_percentile_statistic() -> None:
 
 
 def test_json_round_trip() -> None:
-    est = hierarchical_ratio_bootstrap([[1.0, 1.1], [0.9, 1.2]], [[0.8, 0.85], [0.9, 0.7]], metric="m",
-                                       direction="lower_is_better", n_boot=300)
+    est = hierarchical_ratio_bootstrap(
+        [[1.0, 1.1], [0.9, 1.2]], [[0.8, 0.85], [0.9, 0.7]], metric="m", direction="lower_is_better", n_boot=300
+    )
     text = est.model_dump_json()
     assert RatioEstimate.model_validate_json(text) == est
     d = json.loads(text)
@@ -123,8 +131,9 @@ def test_bad_options() -> None:
 
 
 def test_n_boot_raised_for_narrow_tails() -> None:
-    est = hierarchical_ratio_bootstrap([[1.0, 2.0]], [[1.0, 2.0]], metric="m", direction="lower_is_better",
-                                       confidence=0.99, n_boot=100)
+    est = hierarchical_ratio_bootstrap(
+        [[1.0, 2.0]], [[1.0, 2.0]], metric="m", direction="lower_is_better", confidence=0.99, n_boot=100
+    )
     assert est.n_boot >= 25 / 0.005
 
 
@@ -154,8 +163,17 @@ def test_coverage_near_nominal_with_many_lifetimes() -> None:
     for k in range(sims):
         b = _sim_side(rng, 1.0, 10, 3, 0.15, 0.05)
         c = _sim_side(rng, true_ratio, 10, 3, 0.15, 0.05)
-        e = hierarchical_ratio_bootstrap(b, c, metric="m", direction="higher_is_better", statistic="mean",
-                                         confidence=0.9, n_boot=400, seed=k, include_raw=False)
+        e = hierarchical_ratio_bootstrap(
+            b,
+            c,
+            metric="m",
+            direction="higher_is_better",
+            statistic="mean",
+            confidence=0.9,
+            n_boot=400,
+            seed=k,
+            include_raw=False,
+        )
         hits += e.ci_low <= true_ratio <= e.ci_high
     coverage = hits / sims
     assert 0.78 <= coverage <= 0.97, coverage
@@ -166,12 +184,13 @@ def test_lifetime_t_exact_numbers() -> None:
 
     # lifetime means: baseline 1 and 4 (geometric mean 2), candidate 2 and 2 -> speedup 1;
     # pooled sd of logs = ln 2 with df = 2, SE = ln 2 * sqrt(1/2 + 1/2) = ln 2.
-    est = lifetime_t_ratio([[1.0, 1.0], [4.0, 4.0]], [[2.0], [2.0]], metric="m", direction="lower_is_better",
-                           statistic="mean")
+    est = lifetime_t_ratio(
+        [[1.0, 1.0], [4.0, 4.0]], [[2.0], [2.0]], metric="m", direction="lower_is_better", statistic="mean"
+    )
     t = 4.302652729749464  # t_{0.975, 2}
     assert est.speedup == pytest.approx(1.0) and est.dof == 2
     assert est.log_speedup_se == pytest.approx(math.log(2))
-    assert est.ci_low == pytest.approx(2 ** -t) and est.ci_high == pytest.approx(2**t)
+    assert est.ci_low == pytest.approx(2**-t) and est.ci_high == pytest.approx(2**t)
     assert est.baseline.lifetime_values == [1.0, 4.0] and est.baseline.value == pytest.approx(2.0)
     assert est.n_boot is None and not est.ignores_lifetime_variance
     assert RatioEstimate.model_validate_json(est.model_dump_json()) == est
@@ -198,8 +217,9 @@ def test_lifetime_t_coverage_with_two_lifetimes_per_side() -> None:
         t_est = lifetime_t_ratio(b, c, metric="m", direction="lower_is_better", statistic="mean", include_raw=False)
         hits_t += t_est.ci_low <= 1.0 <= t_est.ci_high
         if k < 100:
-            bo = hierarchical_ratio_bootstrap(b, c, metric="m", direction="lower_is_better", statistic="mean",
-                                              n_boot=400, seed=k, include_raw=False)
+            bo = hierarchical_ratio_bootstrap(
+                b, c, metric="m", direction="lower_is_better", statistic="mean", n_boot=400, seed=k, include_raw=False
+            )
             hits_boot += bo.ci_low <= 1.0 <= bo.ci_high
     assert 0.90 <= hits_t / sims <= 0.99, hits_t / sims
     assert hits_boot / 100 < 0.90  # documents the bootstrap's undercoverage with two lifetimes

@@ -37,8 +37,11 @@ def test_wilson_known_value() -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(n=st.integers(min_value=1, max_value=5000), frac=st.floats(min_value=0, max_value=1),
-       conf=st.sampled_from([0.8, 0.9, 0.95, 0.99]))
+@given(
+    n=st.integers(min_value=1, max_value=5000),
+    frac=st.floats(min_value=0, max_value=1),
+    conf=st.sampled_from([0.8, 0.9, 0.95, 0.99]),
+)
 def test_wilson_properties(n: int, frac: float, conf: float) -> None:
     x = round(frac * n)
     w = wilson_interval(x, n, confidence=conf)
@@ -61,7 +64,12 @@ def test_newcombe_reference_value() -> None:
     d = paired_binary_difference(base, cand)
     assert round(d.difference, 4) == -0.0621
     assert (round(d.ci_low, 4), round(d.ci_high, 4)) == (-0.1186, -0.0046)
-    assert d.table is not None and (d.table.both_correct, d.table.candidate_only, d.table.baseline_only, d.table.neither) == (59, 6, 16, 80)
+    assert d.table is not None and (
+        d.table.both_correct,
+        d.table.candidate_only,
+        d.table.baseline_only,
+        d.table.neither,
+    ) == (59, 6, 16, 80)
     exact = 2 * sum(math.comb(22, k) for k in range(7)) / 2**22
     assert d.table.mcnemar_exact_p == pytest.approx(exact)
     assert PairedDifference.model_validate_json(d.model_dump_json()) == d

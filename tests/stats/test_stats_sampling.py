@@ -22,7 +22,7 @@ def _draw(rng: np.random.Generator, probs: dict[str, float], n: int) -> dict[str
     toks = list(probs)
     p = np.array([probs[t] for t in toks])
     counts = rng.multinomial(n, p / p.sum())
-    return {t: int(k) for t, k in zip(toks, counts)}
+    return {t: int(k) for t, k in zip(toks, counts, strict=False)}
 
 
 def test_perfect_fit_exact() -> None:

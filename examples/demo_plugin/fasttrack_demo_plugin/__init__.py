@@ -23,6 +23,4 @@ def register() -> None:
     from vllm import ModelRegistry
 
     if ARCHITECTURE not in ModelRegistry.get_supported_archs():
-        ModelRegistry.register_model(
-            ARCHITECTURE, "fasttrack_demo_plugin.model:FasttrackDemoLlamaForCausalLM"
-        )
+        ModelRegistry.register_model(ARCHITECTURE, "fasttrack_demo_plugin.model:FasttrackDemoLlamaForCausalLM")

@@ -63,8 +63,9 @@ class FastDecodeLlamaDecoderLayer(LlamaDecoderLayer):
             ops.prepack(w)
         ops.prepack(self.fast_w_down_t, (1, *ops.SPLIT_K_COUNTS))
         # looked up once here, not on every step (None where oneDNN could not pack: at::mm then)
-        self.fast_handles = {name: ops.handle(getattr(self, f"fast_w_{name}_t"))
-                             for name in ("qkv", "o", "gate_up", "down")}
+        self.fast_handles = {
+            name: ops.handle(getattr(self, f"fast_w_{name}_t")) for name in ("qkv", "o", "gate_up", "down")
+        }
 
 
 class FasttrackDemoLlamaForCausalLM(LlamaForCausalLM):
@@ -101,9 +102,7 @@ class FasttrackDemoLlamaForCausalLM(LlamaForCausalLM):
         inputs_embeds: torch.Tensor | None = None,
     ):
         if self.dispatcher is not None:
-            attn_metadata = (
-                get_forward_context().attn_metadata if is_forward_context_available() else None
-            )
+            attn_metadata = get_forward_context().attn_metadata if is_forward_context_available() else None
             if self.dispatcher.plan_step(attn_metadata).fast:
                 return self._fast_forward(input_ids, positions, inputs_embeds)
             torch.ops.fasttrack_demo.stock_step(positions)

@@ -77,8 +77,13 @@ def load_native() -> bool:
     try:
         from torch.utils.cpp_extension import load
 
-        load(name="fasttrack_demo_native", sources=[str(NATIVE_SOURCE)], extra_cflags=["-O3"],
-             is_python_module=False, verbose=False)
+        load(
+            name="fasttrack_demo_native",
+            sources=[str(NATIVE_SOURCE)],
+            extra_cflags=["-O3"],
+            is_python_module=False,
+            verbose=False,
+        )
         _NATIVE.update(loaded=True, error=None)
     except Exception as exc:  # no compiler, no headers, build error: the Python ops serve
         _NATIVE.update(loaded=False, error=f"{type(exc).__name__}: {str(exc).strip()[:500]}")
@@ -234,7 +239,9 @@ def fused_decode_qkv_rope(
     return q, k, v, new_residual
 
 
-def _fused_decode_qkv_rope_fake(hidden, residual, norm_weight, w_qkv_t, positions, cos_sin_cache, eps, head_size, q_size, kv_size):
+def _fused_decode_qkv_rope_fake(
+    hidden, residual, norm_weight, w_qkv_t, positions, cos_sin_cache, eps, head_size, q_size, kv_size
+):
     n = hidden.shape[0]
     return (
         hidden.new_empty(n, q_size),
@@ -363,25 +370,57 @@ def fast_decoder_layer(
     h = layer.fast_handles
     if native:
         q, k, v, residual = torch.ops.fasttrack_demo.fused_decode_qkv_rope_f32(
-            hidden, residual, layer.input_layernorm.weight, layer.fast_w_qkv_t, h["qkv"],
-            positions, attn.rotary_emb.cos_sin_cache, eps_in, attn.head_dim, attn.q_size, attn.kv_size,
+            hidden,
+            residual,
+            layer.input_layernorm.weight,
+            layer.fast_w_qkv_t,
+            h["qkv"],
+            positions,
+            attn.rotary_emb.cos_sin_cache,
+            eps_in,
+            attn.head_dim,
+            attn.q_size,
+            attn.kv_size,
         )
     else:
         q, k, v, residual = torch.ops.fasttrack_demo.fused_decode_qkv_rope(
-            hidden, residual, layer.input_layernorm.weight, layer.fast_w_qkv_t, positions,
-            attn.rotary_emb.cos_sin_cache, eps_in, attn.head_dim, attn.q_size, attn.kv_size,
+            hidden,
+            residual,
+            layer.input_layernorm.weight,
+            layer.fast_w_qkv_t,
+            positions,
+            attn.rotary_emb.cos_sin_cache,
+            eps_in,
+            attn.head_dim,
+            attn.q_size,
+            attn.kv_size,
         )
     attn_out = attn.attn(q, k, v)  # vLLM's attention kernel and KV-cache update
     split_k = split_k_for_batch(batch)
     eps_post = float(layer.post_attention_layernorm.variance_epsilon)
     if native and not (_defect() == "numerics-batch" and batch == NUMERICS_BATCH):
         return torch.ops.fasttrack_demo.fused_decode_mlp_f32(
-            attn_out, residual, layer.fast_w_o_t, h["o"], layer.post_attention_layernorm.weight,
-            layer.fast_w_gate_up_t, h["gate_up"], layer.fast_w_down_t, h["down"], eps_post, split_k,
+            attn_out,
+            residual,
+            layer.fast_w_o_t,
+            h["o"],
+            layer.post_attention_layernorm.weight,
+            layer.fast_w_gate_up_t,
+            h["gate_up"],
+            layer.fast_w_down_t,
+            h["down"],
+            eps_post,
+            split_k,
         )
     return torch.ops.fasttrack_demo.fused_decode_mlp(
-        attn_out, residual, layer.fast_w_o_t, layer.post_attention_layernorm.weight, layer.fast_w_gate_up_t,
-        layer.fast_w_down_t, eps_post, split_k,
+        attn_out,
+        residual,
+        layer.fast_w_o_t,
+        layer.post_attention_layernorm.weight,
+        layer.fast_w_gate_up_t,
+        layer.fast_w_down_t,
+        eps_post,
+        split_k,
     )
 
 

@@ -82,7 +82,6 @@ def parse_settings(additional_config: Any, environ: dict[str, str] | None = None
     defect = environ.get(DEFECT_ENV, "").strip() or None
     if defect is not None and defect not in DEFECTS:
         raise DemoBackendConfigError(
-            f"{DEFECT_ENV}={defect!r} is not a known planted defect; use one of "
-            f"{', '.join(DEFECTS)} or leave it unset."
+            f"{DEFECT_ENV}={defect!r} is not a known planted defect; use one of {', '.join(DEFECTS)} or leave it unset."
         )
     return BackendSettings(backend="latency_specialized", defect=defect)

@@ -35,13 +35,20 @@ _WORKSPACES: dict[tuple, torch.Tensor] = {}
 """The ``numerics-batch`` defect's never-zeroed workspaces, by shape and dtype."""
 
 
-def fused_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+def fused_add_rmsnorm(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     return rms_norm_add(x, residual, weight, eps)
 
 
 def fused_decode_mlp(
-    attn_out: torch.Tensor, residual: torch.Tensor, w_o_t: torch.Tensor, norm_weight: torch.Tensor,
-    w_gate_up_t: torch.Tensor, w_down_t: torch.Tensor, eps: float,
+    attn_out: torch.Tensor,
+    residual: torch.Tensor,
+    w_o_t: torch.Tensor,
+    norm_weight: torch.Tensor,
+    w_gate_up_t: torch.Tensor,
+    w_down_t: torch.Tensor,
+    eps: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     batch = attn_out.shape[0]
     workspace = None
@@ -57,8 +64,17 @@ def fused_decode_mlp(
     try:
         if workspace is None and attn_out.dtype == torch.float32 and load_native():
             return torch.ops.fasttrack_demo.fused_decode_mlp_f32(
-                attn_out, residual, w_o_t, handle(w_o_t), norm_weight, w_gate_up_t, handle(w_gate_up_t),
-                w_down_t, handle(w_down_t), eps, split_k,
+                attn_out,
+                residual,
+                w_o_t,
+                handle(w_o_t),
+                norm_weight,
+                w_gate_up_t,
+                handle(w_gate_up_t),
+                w_down_t,
+                handle(w_down_t),
+                eps,
+                split_k,
             )
         return fused_decode_mlp_reference(
             attn_out, residual, w_o_t, norm_weight, w_gate_up_t, w_down_t, eps, split_k, workspace

@@ -20,7 +20,12 @@ DET_RUNS = {"smoke": 3, "standard": 10, "full": 20}[TIER]
 def matrix():
     if TIER == "smoke":
         return tiered_matrix(dtypes=DTYPES, tier=TIER, max_batch=MAX_BATCH)
-    return [(b, dt, dist) for b in range(1, MAX_BATCH + 1) for dt in DTYPES for dist in ("normal", "large", "tiny", "outliers", "nonfinite")]
+    return [
+        (b, dt, dist)
+        for b in range(1, MAX_BATCH + 1)
+        for dt in DTYPES
+        for dist in ("normal", "large", "tiny", "outliers", "nonfinite")
+    ]
 
 
 def case_id(case) -> str:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import demo_common as C
 import pytest
 import torch
 import torch.nn.functional as F
 
-import demo_common as C
 from fasttrack.kernels.inputs import case_seed, generate, input_scale, positive
 
 F64 = torch.float64
@@ -47,7 +47,10 @@ def test_add_rmsnorm(case, kernel_candidate, kernel_device, kernel_rec):
     out, new_res = kernel_candidate.fused_add_rmsnorm(x, res, w, C.EPS)
     e_out, e_res = ref_add_rmsnorm(x, res, w, C.EPS)
     rows = kernel_rec.case(
-        kernel="demo_add_rmsnorm", shape={"B": b, "hidden": C.HIDDEN}, dtype=dt, dist=dist,
+        kernel="demo_add_rmsnorm",
+        shape={"B": b, "hidden": C.HIDDEN},
+        dtype=dt,
+        dist=dist,
         outputs={"out": (out, e_out), "residual_out": (new_res, e_res, input_scale(dist, dt))},
     )
     kernel_rec.expect(rows)
@@ -61,7 +64,10 @@ def test_fused_mlp(case, kernel_candidate, kernel_device, kernel_rec):
     e_out, e_res = ref_mlp(*inputs, C.EPS)
     scale = input_scale(dist, dt)
     rows = kernel_rec.case(
-        kernel="demo_fused_mlp", shape={"B": b, "hidden": C.HIDDEN, "inter": C.INTER}, dtype=dt, dist=dist,
+        kernel="demo_fused_mlp",
+        shape={"B": b, "hidden": C.HIDDEN, "inter": C.INTER},
+        dtype=dt,
+        dist=dist,
         outputs={"out": (out, e_out), "residual_out": (new_res, e_res, scale)},
     )
     kernel_rec.expect(rows)
@@ -72,7 +78,11 @@ def test_determinism(b, kernel_candidate, kernel_device, kernel_rec):
     dt = C.DTYPES[0]
     inputs = mlp_inputs(b, dt, "normal")
     rows = kernel_rec.determinism(
-        kernel="demo_fused_mlp", shape={"B": b, "hidden": C.HIDDEN, "inter": C.INTER}, dtype=dt,
-        fn=lambda: kernel_candidate.fused_decode_mlp(*inputs, C.EPS), names=("out", "residual_out"), runs=C.DET_RUNS,
+        kernel="demo_fused_mlp",
+        shape={"B": b, "hidden": C.HIDDEN, "inter": C.INTER},
+        dtype=dt,
+        fn=lambda: kernel_candidate.fused_decode_mlp(*inputs, C.EPS),
+        names=("out", "residual_out"),
+        runs=C.DET_RUNS,
     )
     kernel_rec.expect(rows, "determinism")

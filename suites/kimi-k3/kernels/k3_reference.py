@@ -14,7 +14,9 @@ import torch
 F64 = torch.float64
 
 
-def fused_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+def fused_add_rmsnorm(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """out = RMSNorm(x + residual) * weight; also returns the new residual x + residual."""
     r = x.to(F64) + residual.to(F64)
     var = r.pow(2).mean(-1, keepdim=True)

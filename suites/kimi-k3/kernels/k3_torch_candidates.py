@@ -54,7 +54,13 @@ def _l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
 
 
 def kda_decode_step(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, state: torch.Tensor, scale: float
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    state: torch.Tensor,
+    scale: float,
 ) -> torch.Tensor:
     qf = _l2norm(q.float()) * scale
     kf = _l2norm(k.float())
@@ -108,7 +114,9 @@ def router_latent_shard(x: torch.Tensor, w_shard: torch.Tensor) -> torch.Tensor:
     return x.float() @ w_shard.float().T
 
 
-def router_latent_gather(shards: Sequence[torch.Tensor], num_experts: int, out_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+def router_latent_gather(
+    shards: Sequence[torch.Tensor], num_experts: int, out_dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
     y = torch.cat(list(shards), dim=-1)
     return torch.sigmoid(y[:, :num_experts]), y[:, num_experts:].to(out_dtype)
 

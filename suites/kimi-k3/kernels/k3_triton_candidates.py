@@ -41,8 +41,17 @@ UPCAST_DOT = INTERPRET
 
 @triton.jit
 def _fused_add_rmsnorm_kernel(
-    x_ptr, r_ptr, w_ptr, out_ptr, rout_ptr, N, eps,
-    stride_x, stride_r, stride_o, stride_ro,
+    x_ptr,
+    r_ptr,
+    w_ptr,
+    out_ptr,
+    rout_ptr,
+    N,
+    eps,
+    stride_x,
+    stride_r,
+    stride_o,
+    stride_ro,
     BLOCK: tl.constexpr,
 ):
     row = tl.program_id(0)
@@ -73,9 +82,19 @@ def fused_add_rmsnorm(
     residual_out = torch.empty_like(residual) if residual_out is None else residual_out
     block = triton.next_power_of_2(N)
     _fused_add_rmsnorm_kernel[(M,)](
-        x, residual, weight.contiguous(), out, residual_out, N, eps,
-        x.stride(0), residual.stride(0), out.stride(0), residual_out.stride(0),
-        BLOCK=block, num_warps=min(16, max(4, block // 512)),
+        x,
+        residual,
+        weight.contiguous(),
+        out,
+        residual_out,
+        N,
+        eps,
+        x.stride(0),
+        residual.stride(0),
+        out.stride(0),
+        residual_out.stride(0),
+        BLOCK=block,
+        num_warps=min(16, max(4, block // 512)),
     )
     return out, residual_out
 
@@ -85,8 +104,18 @@ def fused_add_rmsnorm(
 
 @triton.jit
 def _kda_step_kernel(
-    q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, s_ptr, o_ptr, scale, DK, DV,
-    BK: tl.constexpr, BV: tl.constexpr,
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    g_ptr,
+    beta_ptr,
+    s_ptr,
+    o_ptr,
+    scale,
+    DK,
+    DV,
+    BK: tl.constexpr,
+    BV: tl.constexpr,
 ):
     bh = tl.program_id(0)
     iv = tl.program_id(1)
@@ -114,7 +143,13 @@ def _kda_step_kernel(
 
 
 def kda_decode_step(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, state: torch.Tensor, scale: float
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    state: torch.Tensor,
+    scale: float,
 ) -> torch.Tensor:
     B, H, DK = q.shape
     DV = v.shape[-1]
@@ -123,8 +158,19 @@ def kda_decode_step(
     o = torch.empty(B, H, DV, device=q.device, dtype=q.dtype)
     bv = min(32, triton.next_power_of_2(DV))
     _kda_step_kernel[(B * H, triton.cdiv(DV, bv))](
-        q, k, v, g, beta, state, o, scale, DK, DV,
-        BK=triton.next_power_of_2(DK), BV=bv, num_warps=4,
+        q,
+        k,
+        v,
+        g,
+        beta,
+        state,
+        o,
+        scale,
+        DK,
+        DV,
+        BK=triton.next_power_of_2(DK),
+        BV=bv,
+        num_warps=4,
     )
     return o
 
@@ -134,10 +180,25 @@ def kda_decode_step(
 
 @triton.jit
 def _partial_attn_kernel(
-    q_ptr, k_ptr, v_ptr, lens_ptr, out_ptr, lse_ptr, scale,
-    H, HKV, D, DV, S_LOC,
-    G: tl.constexpr, BG: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, BDV: tl.constexpr,
-    PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    lens_ptr,
+    out_ptr,
+    lse_ptr,
+    scale,
+    H,
+    HKV,
+    D,
+    DV,
+    S_LOC,
+    G: tl.constexpr,
+    BG: tl.constexpr,
+    BN: tl.constexpr,
+    BD: tl.constexpr,
+    BDV: tl.constexpr,
+    PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr,
 ):
     b = tl.program_id(0)
     kvh = tl.program_id(1)
@@ -157,7 +218,11 @@ def _partial_attn_kernel(
     for start in range(0, L, BN):
         n = start + rn
         mn = n < L
-        kt = tl.load(k_ptr + ((b * S_LOC + n) * HKV + kvh)[:, None] * D + rd[None, :], mask=mn[:, None] & (rd[None, :] < D), other=0.0)
+        kt = tl.load(
+            k_ptr + ((b * S_LOC + n) * HKV + kvh)[:, None] * D + rd[None, :],
+            mask=mn[:, None] & (rd[None, :] < D),
+            other=0.0,
+        )
         if UPCAST:
             kt = kt.to(tl.float32)
         s = tl.dot(q, tl.trans(kt), input_precision=PRECISION) * scale
@@ -168,7 +233,11 @@ def _partial_attn_kernel(
         alpha = tl.exp(m_i - m_safe)
         p = tl.exp(s - m_safe[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
-        vt = tl.load(v_ptr + ((b * S_LOC + n) * HKV + kvh)[:, None] * DV + rdv[None, :], mask=mn[:, None] & (rdv[None, :] < DV), other=0.0)
+        vt = tl.load(
+            v_ptr + ((b * S_LOC + n) * HKV + kvh)[:, None] * DV + rdv[None, :],
+            mask=mn[:, None] & (rdv[None, :] < DV),
+            other=0.0,
+        )
         if UPCAST:
             vt = vt.to(tl.float32)
         acc = acc * alpha[:, None] + tl.dot(p.to(vt.dtype), vt, input_precision=PRECISION)
@@ -193,10 +262,26 @@ def dcp_partial_attention(
     out = torch.empty(B, H, DV, device=q.device, dtype=torch.float32)
     lse = torch.empty(B, H, device=q.device, dtype=torch.float32)
     _partial_attn_kernel[(B, hkv)](
-        q, k, v, lens, out, lse, scale, H, hkv, D, DV, S_loc,
-        G=G, BG=max(16, triton.next_power_of_2(G)), BN=32 if q.dtype == torch.float32 else 64,
-        BD=triton.next_power_of_2(D), BDV=triton.next_power_of_2(DV),
-        PRECISION=_precision(q.dtype), UPCAST=UPCAST_DOT, num_warps=4,
+        q,
+        k,
+        v,
+        lens,
+        out,
+        lse,
+        scale,
+        H,
+        hkv,
+        D,
+        DV,
+        S_loc,
+        G=G,
+        BG=max(16, triton.next_power_of_2(G)),
+        BN=32 if q.dtype == torch.float32 else 64,
+        BD=triton.next_power_of_2(D),
+        BDV=triton.next_power_of_2(DV),
+        PRECISION=_precision(q.dtype),
+        UPCAST=UPCAST_DOT,
+        num_warps=4,
     )
     return out, lse
 
@@ -234,8 +319,17 @@ def dcp_combine(outs: torch.Tensor, lses: torch.Tensor, out_dtype: torch.dtype) 
 
 @triton.jit
 def _skinny_gemm_kernel(
-    x_ptr, w_ptr, y_ptr, M, N, K,
-    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    x_ptr,
+    w_ptr,
+    y_ptr,
+    M,
+    N,
+    K,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr,
 ):
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
@@ -251,7 +345,11 @@ def _skinny_gemm_kernel(
             a = a.to(tl.float32)
             b = b.to(tl.float32)
         acc += tl.dot(a, tl.trans(b), input_precision=PRECISION)
-    tl.store(y_ptr + rm[:, None] * N + rn[None, :], acc.to(y_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
+    tl.store(
+        y_ptr + rm[:, None] * N + rn[None, :],
+        acc.to(y_ptr.dtype.element_ty),
+        mask=(rm[:, None] < M) & (rn[None, :] < N),
+    )
 
 
 def _gemm(x: torch.Tensor, w: torch.Tensor, out_dtype: torch.dtype, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -273,7 +371,9 @@ def router_latent_shard(x: torch.Tensor, w_shard: torch.Tensor) -> torch.Tensor:
     return _gemm(x, w_shard, torch.float32)
 
 
-def router_latent_gather(shards: Sequence[torch.Tensor], num_experts: int, out_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+def router_latent_gather(
+    shards: Sequence[torch.Tensor], num_experts: int, out_dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The exchange (simulated: a concatenation), then fp32 sigmoid scores and the latent."""
     y = torch.cat(list(shards), dim=-1)
     return torch.sigmoid(y[:, :num_experts]), y[:, num_experts:].to(out_dtype)

@@ -4,12 +4,12 @@ vLLM's DCP stores it (token t on rank t mod R); padding slots hold NaN."""
 
 from __future__ import annotations
 
+import k3_common as C
+import k3_reference as ref
 import pytest
 import torch
 
-import k3_common as C
-import k3_reference as ref
-from fasttrack.kernels.inputs import case_seed, input_scale, generate
+from fasttrack.kernels.inputs import case_seed, generate, input_scale
 from fasttrack.kernels.plugin import require_cuda
 
 KERNEL = "dcp_attention"
@@ -67,7 +67,9 @@ def test_numerics(case, ctx, kernel_candidate, kernel_device, kernel_rec):
         e_pout = torch.where(torch.isneginf(e_plse)[..., None], torch.zeros_like(e_pout), e_pout)
         lse_scale = scale * scale if dist == "large" else scale
         outputs.update(partial_out=(outs, e_pout, scale), partial_lse=(lses, e_plse, lse_scale))
-    rows = kernel_rec.case(kernel=KERNEL, shape=shape(b, ctx), dtype=dt, dist=dist, outputs=outputs, device=kernel_device)
+    rows = kernel_rec.case(
+        kernel=KERNEL, shape=shape(b, ctx), dtype=dt, dist=dist, outputs=outputs, device=kernel_device
+    )
     kernel_rec.expect(rows)
 
 
@@ -82,8 +84,13 @@ def test_determinism(b, kernel_candidate, kernel_device, kernel_rec):
         return kernel_candidate.dcp_combine(outs, lses, q.dtype), outs, lses
 
     rows = kernel_rec.determinism(
-        kernel=KERNEL, shape=shape(b, ctx), dtype=dt, fn=fn, names=("out", "partial_out", "partial_lse"),
-        runs=C.DET_RUNS, device=kernel_device,
+        kernel=KERNEL,
+        shape=shape(b, ctx),
+        dtype=dt,
+        fn=fn,
+        names=("out", "partial_out", "partial_lse"),
+        runs=C.DET_RUNS,
+        device=kernel_device,
     )
     kernel_rec.expect(rows, "determinism")
 
@@ -96,15 +103,22 @@ def test_perturbation(kernel_candidate, kernel_device, kernel_rec):
 
     def run(h):
         qq, *kv = h.delayed_inputs(q, *[t for kl, vl, _ in shards for t in (kl, vl)])
-        parts = [kernel_candidate.dcp_partial_attention(qq, kv[2 * r], kv[2 * r + 1], shards[r][2], SCALE) for r in range(len(shards))]
+        parts = [
+            kernel_candidate.dcp_partial_attention(qq, kv[2 * r], kv[2 * r + 1], shards[r][2], SCALE)
+            for r in range(len(shards))
+        ]
         outs = torch.stack([p[0] for p in parts])
         lses = torch.stack([p[1] for p in parts])
         return kernel_candidate.dcp_combine(outs, lses, q.dtype)
 
     row = kernel_rec.perturbation(
-        kernel=KERNEL, shape=shape(b, ctx), dtype=dt, run=run,
+        kernel=KERNEL,
+        shape=shape(b, ctx),
+        dtype=dt,
+        run=run,
         kind="q and KV shards delayed on the current stream, busy work on a side stream, NaN-poisoned allocations",
-        trials=C.PERTURB_TRIALS, device=kernel_device,
+        trials=C.PERTURB_TRIALS,
+        device=kernel_device,
     )
     kernel_rec.expect([row], "perturbation")
 
@@ -120,10 +134,13 @@ def test_speed_of_light_partial(b, ctx, kernel_candidate, kernel_device, kernel_
     ll = torch.full((b,), local, dtype=torch.int32, device=kernel_device)
     es = q.element_size()
     kernel_rec.speed(
-        kernel=f"{KERNEL}.partial", shape={"B": b, "local_ctx": local, "H": H, "Hkv": HKV, "D": D}, dtype=dt,
+        kernel=f"{KERNEL}.partial",
+        shape={"B": b, "local_ctx": local, "H": H, "Hkv": HKV, "D": D},
+        dtype=dt,
         fn=lambda: kernel_candidate.dcp_partial_attention(q, kl, vl, ll, SCALE),
         bytes_moved=b * (2 * local * HKV * D * es + H * D * es + H * D * 4 + H * 4),
-        flops=4 * b * H * local * D, device=kernel_device,
+        flops=4 * b * H * local * D,
+        device=kernel_device,
     )
 
 
@@ -133,7 +150,11 @@ def test_speed_of_light_combine(kernel_candidate, kernel_device, kernel_rec):
     outs = torch.randn(C.DCP, b, H, D, device=kernel_device)
     lses = torch.randn(C.DCP, b, H, device=kernel_device)
     kernel_rec.speed(
-        kernel=f"{KERNEL}.combine", shape={"ranks": C.DCP, "B": b, "H": H, "D": D}, dtype="bf16",
+        kernel=f"{KERNEL}.combine",
+        shape={"ranks": C.DCP, "B": b, "H": H, "D": D},
+        dtype="bf16",
         fn=lambda: kernel_candidate.dcp_combine(outs, lses, torch.bfloat16),
-        bytes_moved=C.DCP * b * H * (D * 4 + 4) + b * H * D * 2, flops=3 * C.DCP * b * H * D, device=kernel_device,
+        bytes_moved=C.DCP * b * H * (D * 4 + 4) + b * H * D * 2,
+        flops=3 * C.DCP * b * H * D,
+        device=kernel_device,
     )

@@ -3,12 +3,12 @@ sequential recurrence in float64: every step's output and the final state."""
 
 from __future__ import annotations
 
+import k3_common as C
+import k3_reference as ref
 import pytest
 import torch
 
-import k3_common as C
-import k3_reference as ref
-from fasttrack.kernels.inputs import case_seed, input_scale, generate, positive
+from fasttrack.kernels.inputs import case_seed, generate, input_scale, positive
 from fasttrack.kernels.plugin import require_cuda
 
 KERNEL = "kda_decode"
@@ -47,8 +47,12 @@ def test_numerics(case, kernel_candidate, kernel_device, kernel_rec):
     e_o, e_state = ref.kda_recurrence(q, k, v, g, beta, state0, SCALE)
     scale = input_scale(dist, dt)
     rows = kernel_rec.case(
-        kernel=KERNEL, shape=shape(b), dtype=dt, dist=dist,
-        outputs={"o": (o, e_o, scale), "state": (state, e_state, scale)}, device=kernel_device,
+        kernel=KERNEL,
+        shape=shape(b),
+        dtype=dt,
+        dist=dist,
+        outputs={"o": (o, e_o, scale), "state": (state, e_state, scale)},
+        device=kernel_device,
     )
     kernel_rec.expect(rows)
 
@@ -58,8 +62,13 @@ def test_determinism(b, kernel_candidate, kernel_device, kernel_rec):
     dt = C.DTYPES[0]
     inputs = make_inputs(b, dt, "normal", kernel_device)
     rows = kernel_rec.determinism(
-        kernel=KERNEL, shape=shape(b), dtype=dt, fn=lambda: run_steps(kernel_candidate, *inputs),
-        names=("o", "state"), runs=C.DET_RUNS, device=kernel_device,
+        kernel=KERNEL,
+        shape=shape(b),
+        dtype=dt,
+        fn=lambda: run_steps(kernel_candidate, *inputs),
+        names=("o", "state"),
+        runs=C.DET_RUNS,
+        device=kernel_device,
     )
     kernel_rec.expect(rows, "determinism")
 
@@ -75,9 +84,13 @@ def test_perturbation(kernel_candidate, kernel_device, kernel_rec):
         return o, st
 
     row = kernel_rec.perturbation(
-        kernel=KERNEL, shape={**shape(b), "steps": 1}, dtype=dt, run=run,
+        kernel=KERNEL,
+        shape={**shape(b), "steps": 1},
+        dtype=dt,
+        run=run,
         kind="inputs and state delayed on the current stream, busy work on a side stream, NaN-poisoned allocations",
-        trials=C.PERTURB_TRIALS, device=kernel_device,
+        trials=C.PERTURB_TRIALS,
+        device=kernel_device,
     )
     kernel_rec.expect([row], "perturbation")
 
@@ -91,7 +104,11 @@ def test_speed_of_light(b, kernel_candidate, kernel_device, kernel_rec):
     es = q.element_size()
     nbytes = b * H * (3 * K * es + K * 4 + 4 + 2 * K * V * 4 + V * es)
     kernel_rec.speed(
-        kernel=KERNEL, shape={**shape(b), "steps": 1}, dtype=dt,
+        kernel=KERNEL,
+        shape={**shape(b), "steps": 1},
+        dtype=dt,
         fn=lambda: kernel_candidate.kda_decode_step(q[0], k[0], v[0], g[0], beta[0], state, SCALE),
-        bytes_moved=nbytes, flops=7 * b * H * K * V, device=kernel_device,
+        bytes_moved=nbytes,
+        flops=7 * b * H * K * V,
+        device=kernel_device,
     )

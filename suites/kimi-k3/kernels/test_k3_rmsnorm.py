@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import k3_common as C
+import k3_reference as ref
 import pytest
 import torch
 
-import k3_common as C
-import k3_reference as ref
-from fasttrack.kernels.inputs import case_seed, input_scale, generate, positive
+from fasttrack.kernels.inputs import case_seed, generate, input_scale, positive
 from fasttrack.kernels.plugin import require_cuda
 
 KERNEL = "fused_add_rmsnorm"
@@ -31,8 +31,12 @@ def test_numerics(case, kernel_candidate, kernel_device, kernel_rec):
     e_out, e_res = ref.fused_add_rmsnorm(x, res, w, C.EPS)
     scale = input_scale(dist, dt)
     rows = kernel_rec.case(
-        kernel=KERNEL, shape={"B": b, "hidden": C.HIDDEN}, dtype=dt, dist=dist,
-        outputs={"out": (out, e_out), "residual_out": (rout, e_res, scale)}, device=kernel_device,
+        kernel=KERNEL,
+        shape={"B": b, "hidden": C.HIDDEN},
+        dtype=dt,
+        dist=dist,
+        outputs={"out": (out, e_out), "residual_out": (rout, e_res, scale)},
+        device=kernel_device,
     )
     kernel_rec.expect(rows)
 
@@ -42,9 +46,13 @@ def test_determinism(b, kernel_candidate, kernel_device, kernel_rec):
     dt = C.DTYPES[0]
     x, res, w = make_inputs(b, dt, "normal", kernel_device)
     rows = kernel_rec.determinism(
-        kernel=KERNEL, shape={"B": b, "hidden": C.HIDDEN}, dtype=dt,
-        fn=lambda: kernel_candidate.fused_add_rmsnorm(x, res, w, C.EPS), names=("out", "residual_out"),
-        runs=C.DET_RUNS, device=kernel_device,
+        kernel=KERNEL,
+        shape={"B": b, "hidden": C.HIDDEN},
+        dtype=dt,
+        fn=lambda: kernel_candidate.fused_add_rmsnorm(x, res, w, C.EPS),
+        names=("out", "residual_out"),
+        runs=C.DET_RUNS,
+        device=kernel_device,
     )
     kernel_rec.expect(rows, "determinism")
 
@@ -59,9 +67,13 @@ def test_perturbation(kernel_candidate, kernel_device, kernel_rec):
         return kernel_candidate.fused_add_rmsnorm(xx, rr, w, C.EPS)
 
     row = kernel_rec.perturbation(
-        kernel=KERNEL, shape={"B": b, "hidden": C.HIDDEN}, dtype=dt, run=run,
+        kernel=KERNEL,
+        shape={"B": b, "hidden": C.HIDDEN},
+        dtype=dt,
+        run=run,
         kind="inputs delayed on the current stream, busy work on a side stream, NaN-poisoned allocations",
-        trials=C.PERTURB_TRIALS, device=kernel_device,
+        trials=C.PERTURB_TRIALS,
+        device=kernel_device,
     )
     kernel_rec.expect([row], "perturbation")
 
@@ -73,7 +85,11 @@ def test_speed_of_light(b, kernel_candidate, kernel_device, kernel_rec):
     x, res, w = make_inputs(b, dt, "normal", kernel_device)
     es = x.element_size()
     kernel_rec.speed(
-        kernel=KERNEL, shape={"B": b, "hidden": C.HIDDEN}, dtype=dt,
+        kernel=KERNEL,
+        shape={"B": b, "hidden": C.HIDDEN},
+        dtype=dt,
         fn=lambda: kernel_candidate.fused_add_rmsnorm(x, res, w, C.EPS),
-        bytes_moved=(4 * b * C.HIDDEN + C.HIDDEN) * es, flops=5 * b * C.HIDDEN, device=kernel_device,
+        bytes_moved=(4 * b * C.HIDDEN + C.HIDDEN) * es,
+        flops=5 * b * C.HIDDEN,
+        device=kernel_device,
     )

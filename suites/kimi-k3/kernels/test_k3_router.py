@@ -4,12 +4,12 @@ Ranks are simulated in one process; the exchange is a concatenation."""
 
 from __future__ import annotations
 
+import k3_common as C
+import k3_reference as ref
 import pytest
 import torch
 
-import k3_common as C
-import k3_reference as ref
-from fasttrack.kernels.inputs import case_seed, input_scale, generate
+from fasttrack.kernels.inputs import case_seed, generate, input_scale
 from fasttrack.kernels.plugin import require_cuda
 
 KERNEL = "router_latent_tp"
@@ -48,8 +48,12 @@ def test_numerics(case, kernel_candidate, kernel_device, kernel_rec):
     e_scores, e_latent = ref.router_latent(x, wr, wl)
     scale = input_scale(dist, dt)
     rows = kernel_rec.case(
-        kernel=KERNEL, shape=shape(b), dtype=dt, dist=dist,
-        outputs={"scores": (scores, e_scores, scale), "latent": (latent, e_latent, scale)}, device=kernel_device,
+        kernel=KERNEL,
+        shape=shape(b),
+        dtype=dt,
+        dist=dist,
+        outputs={"scores": (scores, e_scores, scale), "latent": (latent, e_latent, scale)},
+        device=kernel_device,
     )
     kernel_rec.expect(rows)
 
@@ -60,8 +64,13 @@ def test_determinism(b, kernel_candidate, kernel_device, kernel_rec):
     x, wr, wl = make_inputs(b, dt, "normal", kernel_device)
     shards = shards_of(wr, wl)
     rows = kernel_rec.determinism(
-        kernel=KERNEL, shape=shape(b), dtype=dt, fn=lambda: sharded(kernel_candidate, x, shards, x.dtype),
-        names=("scores", "latent"), runs=C.DET_RUNS, device=kernel_device,
+        kernel=KERNEL,
+        shape=shape(b),
+        dtype=dt,
+        fn=lambda: sharded(kernel_candidate, x, shards, x.dtype),
+        names=("scores", "latent"),
+        runs=C.DET_RUNS,
+        device=kernel_device,
     )
     kernel_rec.expect(rows, "determinism")
 
@@ -77,9 +86,13 @@ def test_perturbation(kernel_candidate, kernel_device, kernel_rec):
         return sharded(kernel_candidate, xx, shards, x.dtype)
 
     row = kernel_rec.perturbation(
-        kernel=KERNEL, shape=shape(b), dtype=dt, run=run,
+        kernel=KERNEL,
+        shape=shape(b),
+        dtype=dt,
+        run=run,
         kind="activations delayed on the current stream, busy work on a side stream, NaN-poisoned allocations",
-        trials=C.PERTURB_TRIALS, device=kernel_device,
+        trials=C.PERTURB_TRIALS,
+        device=kernel_device,
     )
     kernel_rec.expect([row], "perturbation")
 
@@ -93,7 +106,11 @@ def test_speed_of_light(b, ranks, kernel_candidate, kernel_device, kernel_rec):
     w = torch.tensor_split(torch.cat([wr, wl]), ranks, dim=0)[0].contiguous()
     n = w.shape[0]
     kernel_rec.speed(
-        kernel=f"{KERNEL}.shard_gemm", shape={"B": b, "N": n, "K": K, "ranks": ranks}, dtype=dt,
+        kernel=f"{KERNEL}.shard_gemm",
+        shape={"B": b, "N": n, "K": K, "ranks": ranks},
+        dtype=dt,
         fn=lambda: kernel_candidate.router_latent_shard(x, w),
-        bytes_moved=(n * K + b * K) * 2 + b * n * 4, flops=2 * b * n * K, device=kernel_device,
+        bytes_moved=(n * K + b * K) * 2 + b * n * 4,
+        flops=2 * b * n * K,
+        device=kernel_device,
     )

@@ -5,10 +5,10 @@ buffer shows a read that runs ahead of its wait."""
 
 from __future__ import annotations
 
-import torch
-
 import k3_common as C
 import k3_reference as ref
+import torch
+
 from fasttrack.kernels.inputs import case_seed, generate, positive
 from fasttrack.kernels.perturb import poison_
 from fasttrack.kernels.plugin import require_cuda
@@ -21,7 +21,9 @@ def make_inputs(b: int, dt: str, device: torch.device):
     x = generate((b, C.HIDDEN), dtype=dt, dist="normal", seed=s, device=device)
     res = generate((b, C.HIDDEN), dtype=dt, dist="normal", seed=s + 1, device=device)
     w = positive((C.HIDDEN,), dtype=dt, seed=s + 2, low=0.5, high=1.5, device=device)
-    w_shared = generate((C.SHARED_INTER, C.HIDDEN), dtype=dt, dist="normal", seed=s + 3, device=device, scale=C.HIDDEN**-0.5)
+    w_shared = generate(
+        (C.SHARED_INTER, C.HIDDEN), dtype=dt, dist="normal", seed=s + 3, device=device, scale=C.HIDDEN**-0.5
+    )
     return x, res, w, w_shared
 
 
@@ -39,7 +41,12 @@ def test_side_stream_pair(kernel_candidate, kernel_device, kernel_rec):
     y, r = kernel_candidate.shared_expert_side_stream(x, res, w, C.EPS, w_shared, h_buf=h_buf, side_stream=side)
     torch.cuda.synchronize(kernel_device)
     rows = kernel_rec.case(
-        kernel=KERNEL, shape=shape, dtype=dt, dist="normal", outputs={"y": (y, e_y), "residual_out": (r, e_r)}, device=kernel_device
+        kernel=KERNEL,
+        shape=shape,
+        dtype=dt,
+        dist="normal",
+        outputs={"y": (y, e_y), "residual_out": (r, e_r)},
+        device=kernel_device,
     )
 
     def run(h):
@@ -48,9 +55,14 @@ def test_side_stream_pair(kernel_candidate, kernel_device, kernel_rec):
         )
 
     row = kernel_rec.perturbation(
-        kernel=KERNEL, shape=shape, dtype=dt, run=run, poison=[h_buf],
+        kernel=KERNEL,
+        shape=shape,
+        dtype=dt,
+        run=run,
+        poison=[h_buf],
         kind="producer delayed on its stream, consumer on a side stream, intermediate buffer NaN-poisoned",
-        trials=C.PERTURB_TRIALS, device=kernel_device,
+        trials=C.PERTURB_TRIALS,
+        device=kernel_device,
         expected_nan=[torch.isnan(e_y), torch.isnan(e_r)],
     )
     kernel_rec.expect(rows + [row], "side-stream")

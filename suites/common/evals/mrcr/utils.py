@@ -26,9 +26,17 @@ class MRCRTask(ConfigurableTask):
         cfg.pop("class", None)
         super().__init__(config=cfg)
 
-    def fewshot_context(self, doc: dict[str, Any], num_fewshot: int = 0, system_instruction: str | None = None,
-                        apply_chat_template: bool = False, fewshot_as_multiturn: bool = False,
-                        chat_template: Any = None, gen_prefix: str | None = None, **_: Any) -> str:
+    def fewshot_context(
+        self,
+        doc: dict[str, Any],
+        num_fewshot: int = 0,
+        system_instruction: str | None = None,
+        apply_chat_template: bool = False,
+        fewshot_as_multiturn: bool = False,
+        chat_template: Any = None,
+        gen_prefix: str | None = None,
+        **_: Any,
+    ) -> str:
         if num_fewshot:
             raise ValueError("MRCR is zero-shot: the conversation is the context (num_fewshot must be 0)")
         messages = parse_prompt(doc["prompt"])

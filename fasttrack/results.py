@@ -1,0 +1,133 @@
+"""The neutral results layer: verdicts, gates, check results, path evidence, check order.
+
+Everything that produces evidence (``checks/``, ``engine/``) and everything that
+consumes it (``bundle/``, ``report/``) speaks these types. This module imports nothing
+from fasttrack, so verifying or rendering a bundle never loads the checks, the engine
+code, httpx or scipy.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Side = Literal["baseline", "candidate"]
+"""``baseline`` is the stock path, ``candidate`` the optimized path."""
+SIDES: tuple[Side, Side] = ("baseline", "candidate")
+
+CHECK_ORDER: tuple[str, ...] = ("kernels", "equivalence", "features", "coverage", "evals", "perf")
+"""The canonical order checks are run and reported in; other names follow, sorted."""
+
+BundleVerdict = Literal["pass", "fail", "incomplete"]
+"""A bundle's verdict: the overall check verdict, with ``not_run`` called ``incomplete``."""
+
+
+def check_sort_key(name: str) -> tuple[int, str]:
+    """Sort key for check names: CHECK_ORDER first, in its order, then the rest by name."""
+    try:
+        return (CHECK_ORDER.index(name), "")
+    except ValueError:
+        return (len(CHECK_ORDER), name)
+
+
+def ordered_checks(names: Iterable[str]) -> list[str]:
+    """Distinct check names in report order (see :func:`check_sort_key`)."""
+    return sorted(set(names), key=check_sort_key)
+
+
+class Verdict(str, enum.Enum):
+    """Outcome of one check (or of the whole run)."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    NOT_RUN = "not_run"
+
+
+class Gate(BaseModel):
+    """The pass rule of a check, with its statistic and threshold."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    statistic: str
+    """What is computed, e.g. 'hierarchical bootstrap 95% lower bound of speedup'."""
+    threshold: float | str | None = None
+    """The number (or symbolic bound) the statistic is compared against."""
+    rule: str
+    """The rule in words, e.g. 'lower bound >= 1 - noise_margin (0.95) at every point'."""
+
+
+class CheckResult(BaseModel):
+    """What one check contributes to the bundle."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    check: str
+    """Check name (one of CHECK_ORDER, or a plugin's name)."""
+    verdict: Verdict
+    """pass, fail, or not_run."""
+    reason: str
+    """One sentence: why it failed / did not run, or what passed."""
+    required: bool = True
+    """Whether the bundle verdict depends on this check."""
+    gate: Gate | None = None
+    """The pass rule applied (None when the check did not run)."""
+    summary: dict[str, Any] = Field(default_factory=dict)
+    """Headline figures (JSON-serialisable)."""
+    failures: list[str] = Field(default_factory=list)
+    """One message per failed item, naming the config point and the evidence."""
+    tables: dict[str, list[dict[str, Any]]] = Field(default_factory=dict)
+    """Result rows per table name; each table is written to Parquet in the bundle."""
+    artifacts: list[str] = Field(default_factory=list)
+    """Raw artifacts, as paths relative to the run directory."""
+
+    @classmethod
+    def not_run(cls, check: str, reason: str, *, required: bool = True) -> CheckResult:
+        """A result for a check that did not run, with the reason."""
+        return cls(check=check, verdict=Verdict.NOT_RUN, reason=reason, required=required)
+
+
+@dataclass
+class PathEvidence:
+    """Which path ran while one check exercised one config point on one side."""
+
+    check: str
+    point: str
+    side: Side
+    window: str
+    """Name of the profiler window (or metrics interval) this evidence comes from."""
+    optimized_ops: int
+    stock_ops: int
+    decode_steps: int
+    optimized_decode_steps: int
+    fallback_events: int = 0
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+def overall_verdict(results: Iterable[CheckResult]) -> Verdict:
+    """The run's verdict, derived only from the check results.
+
+    ``pass`` needs every required check to pass; any required ``fail`` makes it
+    ``fail``; otherwise a required check that did not run makes it ``not_run``
+    (the bundle calls that ``incomplete``). No required check at all is ``not_run``.
+    """
+    required = [r for r in results if r.required]
+    if not required:
+        return Verdict.NOT_RUN
+    if any(r.verdict is Verdict.FAIL for r in required):
+        return Verdict.FAIL
+    if any(r.verdict is Verdict.NOT_RUN for r in required):
+        return Verdict.NOT_RUN
+    return Verdict.PASS
+
+
+def bundle_verdict(verdict: Verdict) -> BundleVerdict:
+    """Map a check verdict to the bundle's vocabulary (``not_run`` -> ``incomplete``)."""
+    if verdict is Verdict.NOT_RUN:
+        return "incomplete"
+    if verdict is Verdict.PASS:
+        return "pass"
+    return "fail"
