@@ -1604,7 +1604,10 @@ class _Env:
         limits = [(3, 7, 11)[i % 3] + 4 * (i // 3) for i in range(max(batch, 1))]
         prompts = [self.prompts[(i * 3 + 1) % len(self.prompts)].prompt for i in range(len(limits))]
         res = await self._gather(
-            [self.client.complete(p, max_tokens=m, temperature=0.0, ignore_eos=True) for p, m in zip(prompts, limits, strict=False)]
+            [
+                self.client.complete(p, max_tokens=m, temperature=0.0, ignore_eos=True)
+                for p, m in zip(prompts, limits, strict=False)
+            ]
         )
         reqs = []
         for m, r in zip(limits, res, strict=False):

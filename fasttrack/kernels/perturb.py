@@ -153,7 +153,9 @@ def perturbed_trials(
         base_nan = [m.detach().cpu().bool() for m in expected_nan]
     else:
         base_nan = [torch.isnan(b.to(torch.float64)).cpu() for b in baseline]
-    baseline_stale = sum(int((torch.isnan(b.to(torch.float64)).cpu() & ~bn).sum()) for b, bn in zip(baseline, base_nan, strict=False))
+    baseline_stale = sum(
+        int((torch.isnan(b.to(torch.float64)).cpu() & ~bn).sum()) for b, bn in zip(baseline, base_nan, strict=False)
+    )
     records: list[dict[str, Any]] = []
     failed = 0
     for i in range(trials):
@@ -162,7 +164,9 @@ def perturbed_trials(
         outs = one(hooks)
         torch.cuda.synchronize(dev)
         cmp = [bitwise_runs([b, o], budget_ulp=budget_ulp) for b, o in zip(baseline, outs, strict=False)]
-        stale = sum(int((torch.isnan(o.to(torch.float64)).cpu() & ~bn).sum()) for o, bn in zip(outs, base_nan, strict=False))
+        stale = sum(
+            int((torch.isnan(o.to(torch.float64)).cpu() & ~bn).sum()) for o, bn in zip(outs, base_nan, strict=False)
+        )
         ok = all(c["verdict"] == "pass" for c in cmp) and stale == 0
         failed += 0 if ok else 1
         records.append(

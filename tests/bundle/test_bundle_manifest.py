@@ -71,7 +71,8 @@ def test_duplicate_results_are_refused() -> None:
 @given(st.lists(st.tuples(st.sampled_from(list(Verdict)), st.booleans()), min_size=6, max_size=6))
 def test_verdict_never_pass_with_required_fail_or_not_run(spec) -> None:
     results = [
-        CheckResult(check=name, verdict=v, reason="r", required=req) for name, (v, req) in zip(CHECK_ORDER, spec, strict=False)
+        CheckResult(check=name, verdict=v, reason="r", required=req)
+        for name, (v, req) in zip(CHECK_ORDER, spec, strict=False)
     ]
     m = _manifest(results)
     required = [v for v, req in spec if req]

@@ -249,7 +249,11 @@ def test_ignore_temperature_defect_keeps_greedy_but_changes_logprobs(
     ]
     assert statistics.mean(diffs) > 0.05, f"mean logprob shift {statistics.mean(diffs):.4f}"
     # the first token comes from the prefill (stock path) and is unaffected
-    first = [abs(cl[0] - bl[0]) for bt in BATCHES for cl, bl in zip(cand.logprobs[bt], baseline_greedy.logprobs[bt], strict=False)]
+    first = [
+        abs(cl[0] - bl[0])
+        for bt in BATCHES
+        for cl, bl in zip(cand.logprobs[bt], baseline_greedy.logprobs[bt], strict=False)
+    ]
     assert max(first) <= LOGPROB_TOL
 
 
