@@ -29,6 +29,7 @@ from fasttrack.engine.errors import (
     EngineUnreachable,
     ProfilerError,
 )
+from fasttrack.engine.handle import EngineHandle
 from fasttrack.engine.probes import (
     MarkerSet,
     MetricsDelta,
@@ -53,7 +54,7 @@ from fasttrack.engine.probes import (
 )
 from fasttrack.engine.server import (
     AttachedEngine,
-    EngineHandle,
+    EngineBase,
     ManagedEngine,
     StartProgress,
     StopReport,
@@ -71,6 +72,7 @@ __all__ = [
     "EngineClient",
     "EngineCrashed",
     "EngineEnvironment",
+    "EngineBase",
     "EngineError",
     "EngineHandle",
     "EngineRequestError",

@@ -20,15 +20,21 @@ import asyncio
 import json
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence
+from typing import Any, Callable, Literal, Protocol, Sequence
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 from fasttrack.engine.errors import EngineRequestError
 
-if TYPE_CHECKING:  # pragma: no cover
-    from fasttrack.engine.server import EngineHandle
+
+class Liveness(Protocol):
+    """What the client needs of its engine: a liveness check that raises
+    :class:`~fasttrack.engine.errors.EngineCrashed` when the engine died (every
+    :class:`~fasttrack.engine.handle.EngineHandle` has one)."""
+
+    def check_alive(self, *, grace: float = 0.0, probe_health: bool = True) -> None: ...
+
 
 Endpoint = Literal["completion", "chat"]
 _PATHS: dict[str, str] = {"completion": "/v1/completions", "chat": "/v1/chat/completions"}
@@ -316,7 +322,7 @@ class EngineClient:
         base_url: str,
         *,
         model: str,
-        engine: "EngineHandle | None" = None,
+        engine: Liveness | None = None,
         timeout: float = 600.0,
         max_connections: int = 256,
         headers: dict[str, str] | None = None,

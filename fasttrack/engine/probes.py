@@ -39,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from fasttrack.engine.errors import EngineRequestError, ProfilerError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from fasttrack.engine.server import EngineHandle
+    from fasttrack.engine.handle import EngineHandle
     from fasttrack.results import PathEvidence
 
 

@@ -230,8 +230,8 @@ class StartProgress:
     log_path: Path
 
 
-class EngineHandle(ABC):
-    """One engine (owned or attached), as checks see it."""
+class EngineBase(ABC):
+    """What owned and attached engines share (satisfies :class:`~fasttrack.engine.handle.EngineHandle`)."""
 
     side: str
     base_url: str
@@ -335,7 +335,7 @@ class EngineHandle(ABC):
             "log_path": str(self.log_path) if self.log_path else None,
         }
 
-    def __enter__(self) -> "EngineHandle":
+    def __enter__(self) -> "EngineBase":
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -350,7 +350,7 @@ engine step (``fasttrack.checks._common.run_batched``); vLLM's own benchmark swe
 for its cache resets. It adds endpoints and changes nothing on the model's path."""
 
 
-class ManagedEngine(EngineHandle):
+class ManagedEngine(EngineBase):
     """A vLLM server the harness starts and owns."""
 
     owned = True
@@ -724,7 +724,7 @@ class ManagedEngine(EngineHandle):
         return f"<ManagedEngine {self.side} {self.base_url or '-'} pid={self.pid} {state}>"
 
 
-class AttachedEngine(EngineHandle):
+class AttachedEngine(EngineBase):
     """An engine started outside the harness, reached by URL; never stopped by fasttrack."""
 
     owned = False
