@@ -1,25 +1,22 @@
 """Real vLLM engines: lifecycle, a streaming client, and path evidence.
 
-* :mod:`fasttrack.engine.server` starts an OpenAI-compatible vLLM server for one side
+* :mod:`~fasttrack.engine.handle`: :class:`EngineHandle`, what a check may use of a live engine.
+* :mod:`~fasttrack.engine.server` starts an OpenAI-compatible vLLM server for one side
   (own process group, log file, health wait, crash detection, SIGINT/SIGTERM/SIGKILL
-  teardown) or attaches to one that is already running.
-* :mod:`fasttrack.engine.client` sends completions and chat requests, streamed with a
-  timestamp per chunk, with logprobs, usage and seeds.
-* :mod:`fasttrack.engine.probes` reads ``/metrics``, opens profiler windows around
-  chosen requests and counts which ops (optimized or stock path) ran per engine step.
+  teardown); :mod:`~fasttrack.engine.attached` attaches to one that is already running.
+* :mod:`~fasttrack.engine.client` sends completions and chat requests, streamed with a
+  timestamp per chunk, with logprobs, usage and seeds (:mod:`~fasttrack.engine.responses`).
+* :mod:`~fasttrack.engine.metrics` reads ``/metrics``; :mod:`~fasttrack.engine.profiler`
+  opens profiler windows around chosen requests, and :mod:`~fasttrack.engine.trace` with
+  :mod:`~fasttrack.engine.evidence` counts which ops (optimized or stock path) ran per
+  engine step; :mod:`~fasttrack.engine.logs` finds fallback lines in the engine log.
 """
 
 from __future__ import annotations
 
-from fasttrack.engine.client import (
-    ChoiceResult,
-    CompletionResult,
-    EngineClient,
-    LogprobPosition,
-    Request,
-    TopLogprob,
-    Usage,
-)
+from fasttrack.engine.attached import AttachedEngine, attach_engine
+from fasttrack.engine.base import EngineBase
+from fasttrack.engine.client import EngineClient
 from fasttrack.engine.environment import DeviceInfo, EngineEnvironment
 from fasttrack.engine.errors import (
     EngineCrashed,
@@ -29,50 +26,46 @@ from fasttrack.engine.errors import (
     EngineUnreachable,
     ProfilerError,
 )
+from fasttrack.engine.evidence import WindowEvidence, evidence_from_traces
+from fasttrack.engine.flags import per_request_metrics_args, profiler_args, profiler_dir_from_args
 from fasttrack.engine.handle import EngineHandle
-from fasttrack.engine.probes import (
-    MarkerSet,
+from fasttrack.engine.logs import scan_log, scan_log_file
+from fasttrack.engine.metrics import (
     MetricsDelta,
     MetricsSnapshot,
-    ProfilerWindow,
-    StepRecord,
-    TraceAnalysis,
-    WindowEvidence,
-    analyze_trace,
-    evidence_from_traces,
-    iter_trace_events,
     metrics_diff,
     parse_prometheus,
-    per_request_metrics_args,
-    profile_window,
-    profiler_args,
-    profiler_dir_from_args,
-    scan_log,
-    scan_log_file,
     scrape_metrics,
     scrape_metrics_sync,
 )
+from fasttrack.engine.procs import StopReport
+from fasttrack.engine.profiler import ProfilerWindow, profile_window
+from fasttrack.engine.responses import (
+    ChoiceResult,
+    CompletionResult,
+    LogprobPosition,
+    Request,
+    TopLogprob,
+    Usage,
+)
 from fasttrack.engine.server import (
-    AttachedEngine,
-    EngineBase,
     ManagedEngine,
     StartProgress,
-    StopReport,
-    attach_engine,
     live_engines,
     start_engine,
     stop_all_engines,
 )
+from fasttrack.engine.trace import MarkerSet, StepRecord, TraceAnalysis, analyze_trace, iter_trace_events
 
 __all__ = [
     "AttachedEngine",
     "ChoiceResult",
     "CompletionResult",
     "DeviceInfo",
+    "EngineBase",
     "EngineClient",
     "EngineCrashed",
     "EngineEnvironment",
-    "EngineBase",
     "EngineError",
     "EngineHandle",
     "EngineRequestError",

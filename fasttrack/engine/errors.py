@@ -32,7 +32,9 @@ class EngineStartError(EngineError):
         self.side = side
         self.log_path = log_path
         self.log_tail = log_tail
-        self.exit_code = exit_code
+        # the server process's exit code, recorded by the pipeline's crash record; it shadows
+        # FasttrackError.exit_code (the CLI's), as it always has
+        self.exit_code = exit_code  # type: ignore[assignment]  # process exit code, may be None
         super().__init__(_with_tail(message, log_tail), hint=hint)
 
 
@@ -49,7 +51,7 @@ class EngineCrashed(EngineError):
         log_tail: str = "",
     ) -> None:
         self.side = side
-        self.exit_code = exit_code
+        self.exit_code = exit_code  # type: ignore[assignment]  # process exit code, may be None (see above)
         self.log_path = log_path
         self.log_tail = log_tail
         super().__init__(_with_tail(message, log_tail))

@@ -19,7 +19,7 @@ from fasttrack.engine import (
     metrics_diff,
     scrape_metrics,
 )
-from fasttrack.engine.server import group_members
+from fasttrack.engine.procs import group_members
 
 pytestmark = pytest.mark.e2e
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from fasttrack.engine import EngineCrashed, EngineStartError, ManagedEngine
-from fasttrack.engine.server import group_members
+from fasttrack.engine.procs import group_members
 
 pytestmark = pytest.mark.e2e
 

@@ -20,7 +20,7 @@ from fasttrack.engine import (
     ManagedEngine,
     live_engines,
 )
-from fasttrack.engine.server import group_members
+from fasttrack.engine.procs import group_members
 
 FAKE = Path(__file__).with_name("fake_vllm_server.py")
 

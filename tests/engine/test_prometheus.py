@@ -7,7 +7,7 @@ import math
 import pytest
 
 from fasttrack.engine import metrics_diff, parse_prometheus
-from fasttrack.engine.probes import metric_key, split_metric_key
+from fasttrack.engine.metrics import metric_key, split_metric_key
 
 TEXT_BEFORE = r"""
 # HELP vllm:num_requests_running Number of requests in model execution batches.

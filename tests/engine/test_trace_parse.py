@@ -8,8 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from fasttrack.engine import MarkerSet, ProfilerError, analyze_trace, evidence_from_traces, iter_trace_events, probes
-from fasttrack.engine.probes import parse_step_name
+from fasttrack.engine import (
+    MarkerSet,
+    ProfilerError,
+    analyze_trace,
+    evidence_from_traces,
+    flags,
+    iter_trace_events,
+    trace,
+)
+from fasttrack.engine.trace import parse_step_name
 
 PID, TID = 4242, 4242
 MARKERS = MarkerSet(optimized=[r"^fasttrack_demo::fused_decode_mlp$"], stock=[r"silu_and_mul", r"^aten::mm$"])
@@ -171,7 +179,7 @@ def test_step_name_forms() -> None:
 
 
 def test_stream_reader_handles_chunk_boundaries(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr(probes, "_CHUNK", 37)  # events straddle every read
+    monkeypatch.setattr(trace, "TRACE_CHUNK", 37)  # events straddle every read
     events = [_x(f"op{i}", i * 10.0, 5.0) for i in range(500)]
     path = _write(tmp_path / "c.pt.trace.json.gz", _trace(events), gz=True)
     got = [e["name"] for e in iter_trace_events(path) if e.get("ph") == "X"]
@@ -209,10 +217,10 @@ def test_no_step_annotations_is_noted(tmp_path: Path) -> None:
 
 def test_per_request_metrics_flag_is_added_once_and_only_where_it_can_work(monkeypatch: pytest.MonkeyPatch) -> None:
     # the installed vLLM (0.32) has the flag: its source names the option
-    assert probes.vllm_supports_per_request_metrics()
-    assert probes.per_request_metrics_args(["--dtype", "float32"]) == ["--enable-per-request-metrics"]
-    assert probes.per_request_metrics_args(["--enable-per-request-metrics"]) == []
+    assert flags.vllm_supports_per_request_metrics()
+    assert flags.per_request_metrics_args(["--dtype", "float32"]) == ["--enable-per-request-metrics"]
+    assert flags.per_request_metrics_args(["--enable-per-request-metrics"]) == []
     # it needs engine statistics: never combined with --disable-log-stats
-    assert probes.per_request_metrics_args(["--disable-log-stats"]) == []
-    monkeypatch.setattr(probes, "vllm_supports_per_request_metrics", lambda: False)
-    assert probes.per_request_metrics_args([]) == []
+    assert flags.per_request_metrics_args(["--disable-log-stats"]) == []
+    monkeypatch.setattr(flags, "vllm_supports_per_request_metrics", lambda: False)
+    assert flags.per_request_metrics_args([]) == []

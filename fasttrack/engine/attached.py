@@ -1,0 +1,91 @@
+"""Attach mode: an engine someone else runs, reached by URL (``--baseline-url``).
+
+The harness never stops an attached engine and says so (``owned: false``); its log and
+profiler directory are known only when the caller names them.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from fasttrack.engine.base import EngineBase, normalize_base_url
+from fasttrack.engine.environment import EngineEnvironment, endpoint_environment
+from fasttrack.engine.errors import EngineCrashed, EngineUnreachable
+
+
+class AttachedEngine(EngineBase):
+    """An engine started outside the harness, reached by URL; never stopped by fasttrack."""
+
+    owned = False
+
+    def __init__(
+        self,
+        *,
+        side: str,
+        url: str,
+        profiler_dir: str | os.PathLike[str] | None = None,
+        log_path: str | os.PathLike[str] | None = None,
+        connect: bool = True,
+    ) -> None:
+        self.side = side
+        self.base_url = normalize_base_url(url)
+        self.args: list[str] = []
+        self.profiler_dir = Path(profiler_dir) if profiler_dir else None
+        self.log_path = Path(log_path) if log_path else None
+        self._environment: EngineEnvironment | None = None
+        if connect:
+            self.connect()
+
+    def connect(self) -> "AttachedEngine":
+        """Check that the endpoint answers and learn its served model name."""
+        status = self.health()
+        if status != 200:
+            raise EngineUnreachable(
+                f"no healthy vLLM engine answers at {self.base_url} for the {self.side} side "
+                f"(GET /health: {'no answer' if status is None else status})",
+                hint="Start the engine first, or leave out --baseline-url/--candidate-url to let fasttrack start it.",
+            )
+        self._served_model = self._fetch_served_model()
+        return self
+
+    def check_alive(self, *, grace: float = 0.0, probe_health: bool = True) -> None:
+        deadline = time.monotonic() + grace
+        while True:
+            status = self.health()
+            if status == 200:
+                return
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.5)
+        raise EngineCrashed(
+            f"the attached {self.side} engine at {self.base_url} stopped answering /health "
+            f"({'no answer' if status is None else status})",
+            side=self.side,
+            log_path=str(self.log_path) if self.log_path else None,
+            log_tail=self.log_tail(60),
+        )
+
+    def stop(self, *, timeouts: Sequence[float] | None = None) -> None:
+        """Attached engines are not the harness's to stop: a no-op."""
+        return None
+
+    def environment(self) -> EngineEnvironment:
+        if self._environment is None:
+            self._environment = endpoint_environment(
+                side=self.side,
+                base_url=self.base_url,
+                served_model=self._served_model,
+                served_vllm_version=self.served_version(),
+            )
+        return self._environment
+
+    def __repr__(self) -> str:
+        return f"<AttachedEngine {self.side} {self.base_url}>"
+
+
+def attach_engine(*, side: str, url: str, **kwargs: Any) -> AttachedEngine:
+    """Attach to an engine that is already running at ``url``."""
+    return AttachedEngine(side=side, url=url, **kwargs)

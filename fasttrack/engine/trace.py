@@ -1,0 +1,351 @@
+"""Torch profiler traces of an engine's worker: a streaming reader and per-step op counts.
+
+Traces can be hundreds of MB, so :func:`iter_trace_events` decodes the ``traceEvents``
+array one event at a time. :func:`analyze_trace` counts ops/kernels per name, per path
+marker (:class:`MarkerSet`: optimized and stock path) and per engine step. vLLM's worker
+wraps every step in a ``record_function`` span named
+``execute_context_<n>(<tokens>)_generation_<m>(<tokens>)``; a step with no context
+(prefill) request and at least one generation request is a decode step.
+"""
+
+from __future__ import annotations
+
+import bisect
+import gzip
+import json
+import re
+import sys
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from fasttrack.engine.errors import ProfilerError
+
+_TRACE_EVENTS_RE = re.compile(r'"traceEvents"\s*:\s*\[')
+TRACE_CHUNK = 1 << 20
+"""Bytes read at a time from a trace file."""
+
+
+def _open_text(path: Path):
+    with open(path, "rb") as f:
+        magic = f.read(2)
+    if magic == b"\x1f\x8b":
+        return gzip.open(path, "rt", encoding="utf-8", errors="replace")
+    return open(path, encoding="utf-8", errors="replace")
+
+
+def iter_trace_events(path: str | Path) -> Iterator[dict[str, Any]]:
+    """Yield the objects of a Chrome trace's ``traceEvents`` array one by one.
+
+    Reads the (optionally gzipped) file in 1 MiB chunks and decodes one event at a
+    time, so memory stays bounded by the largest event, not the file.
+    """
+    path = Path(path)
+    decoder = json.JSONDecoder()
+    try:
+        f = _open_text(path)
+    except OSError as exc:
+        raise ProfilerError(f"cannot open trace {path}: {exc}") from exc
+    with f:
+        try:
+            yield from _iter_events(f, path, decoder)
+        except (EOFError, gzip.BadGzipFile, OSError, UnicodeDecodeError) as exc:
+            raise ProfilerError(f"trace {path} could not be read completely: {exc}") from exc
+
+
+def _iter_events(f: Any, path: Path, decoder: json.JSONDecoder) -> Iterator[dict[str, Any]]:
+    buf = ""
+    eof = False
+    # find the array
+    while True:
+        m = _TRACE_EVENTS_RE.search(buf)
+        if m:
+            buf = buf[m.end() :]
+            break
+        if eof:
+            raise ProfilerError(f"trace {path} has no traceEvents array")
+        chunk = f.read(TRACE_CHUNK)
+        if not chunk:
+            eof = True
+        buf = buf[-64:] + chunk  # keep a tail in case the key spans two chunks
+    pos = 0
+    while True:
+        # skip separators
+        while True:
+            while pos < len(buf) and buf[pos] in " \t\r\n,":
+                pos += 1
+            if pos < len(buf) or eof:
+                break
+            chunk = f.read(TRACE_CHUNK)
+            if not chunk:
+                eof = True
+            buf, pos = buf[pos:] + chunk, 0
+        if pos >= len(buf):
+            raise ProfilerError(f"trace {path} ends inside its traceEvents array (truncated file?)")
+        if buf[pos] == "]":
+            return
+        try:
+            obj, end = decoder.raw_decode(buf, pos)
+        except json.JSONDecodeError as exc:
+            if eof or exc.pos < len(buf) - TRACE_CHUNK:
+                raise ProfilerError(f"trace {path} is not valid JSON near offset {exc.pos}: {exc.msg}") from exc
+            chunk = f.read(TRACE_CHUNK)
+            if not chunk:
+                eof = True
+            buf, pos = buf[pos:] + chunk, 0
+            continue
+        pos = end
+        if isinstance(obj, dict):
+            yield obj
+
+
+# --------------------------------------------------------------------------------------
+# analysis
+
+#: Event categories counted as ops (CPU ops, GPU kernels, user annotations).
+OP_CATEGORIES = frozenset({"cpu_op", "kernel", "user_annotation", "gpu_user_annotation", "gpu_memcpy", "gpu_memset"})
+_LAUNCH_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver", "xpu_runtime"})
+
+#: vLLM's per-step annotation (simple and detailed forms).
+STEP_RE = re.compile(r"^execute_(?:\d+_)?context_(\d+)\((?:sq)?(\d+)[^)]*\)_generation_(\d+)\((?:sq)?(\d+)[^)]*\)$")
+
+
+@dataclass(frozen=True)
+class StepInfo:
+    """One engine step parsed from its annotation."""
+
+    context_requests: int
+    context_tokens: int
+    generation_requests: int
+    generation_tokens: int
+
+    @property
+    def kind(self) -> str:
+        """`decode`, `prefill`, `mixed` or `empty`."""
+        if self.context_requests == 0 and self.generation_requests > 0:
+            return "decode"
+        if self.context_requests > 0 and self.generation_requests == 0:
+            return "prefill"
+        if self.context_requests > 0:
+            return "mixed"
+        return "empty"
+
+
+def parse_step_name(name: str) -> StepInfo | None:
+    """Parse a vLLM step annotation (None when ``name`` is not one)."""
+    m = STEP_RE.match(name)
+    if not m:
+        return None
+    a, b, c, d = (int(x) for x in m.groups())
+    return StepInfo(a, b, c, d)
+
+
+class MarkerSet(BaseModel):
+    """Regexes (searched in op/kernel names) that prove which path ran."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    optimized: list[str] = Field(default_factory=list)
+    """Markers of the optimized path."""
+    stock: list[str] = Field(default_factory=list)
+    """Markers of the stock path."""
+
+
+class StepRecord(BaseModel):
+    """What ran in one engine step (one worker)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: str
+    """`decode`, `prefill`, `mixed` or `empty`."""
+    annotation: str
+    """The step's annotation as it appears in the trace."""
+    batch: int
+    """Generation requests in the step (the decode batch size)."""
+    ops: int
+    """Ops counted in the step on the kernel basis of the trace (see `kernel_basis`)."""
+    optimized_ops: int
+    """Ops matching an optimized-path marker."""
+    stock_ops: int
+    """Ops matching a stock-path marker."""
+    duration_us: float
+    """Wall time of the step in the trace (microseconds)."""
+
+
+class TraceAnalysis(BaseModel):
+    """Counts from one worker trace file."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str
+    """The trace file."""
+    bytes: int
+    """Size on disk."""
+    events: int
+    """Events read."""
+    kernel_basis: str
+    """What `ops` per step counts: `gpu_kernels` when the trace has GPU kernels, else `leaf_cpu_ops`."""
+    op_counts: dict[str, int] = Field(default_factory=dict)
+    """Occurrences of every op/kernel name in the trace (step annotations excluded)."""
+    optimized_op_counts: dict[str, int] = Field(default_factory=dict)
+    """Occurrences of op names matching an optimized marker."""
+    stock_op_counts: dict[str, int] = Field(default_factory=dict)
+    """Occurrences of op names matching a stock marker."""
+    steps: list[StepRecord] = Field(default_factory=list)
+    """Every engine step seen, in time order."""
+    unassigned_ops: int = 0
+    """Ops outside any step span (e.g. sampling between steps, or kernels without a launch record)."""
+
+
+def _matcher(patterns: Sequence[str]) -> re.Pattern[str] | None:
+    pats = [p for p in patterns if p]
+    if not pats:
+        return None
+    for p in pats:
+        try:
+            re.compile(p)
+        except re.error as exc:
+            raise ProfilerError(f"path marker {p!r} is not a valid regular expression: {exc}") from exc
+    return re.compile("|".join(f"(?:{p})" for p in pats))
+
+
+def analyze_trace(path: str | Path, markers: MarkerSet) -> TraceAnalysis:
+    """Stream-parse one trace and count ops per name, per marker and per engine step."""
+    path = Path(path)
+    opt_re = _matcher(markers.optimized)
+    stock_re = _matcher(markers.stock)
+    intern = sys.intern
+
+    # pid and tid are whatever the trace writer put there (ints, or strings for GPU streams)
+    steps: dict[Any, list[tuple[float, float, str, StepInfo]]] = defaultdict(list)  # pid -> spans
+    ops: list[tuple[str, str, Any, Any, float, float, Any]] = []  # name, cat, pid, tid, ts, dur, correlation
+    launches: dict[Any, tuple[Any, float]] = {}
+    n_events = 0
+    for ev in iter_trace_events(path):
+        n_events += 1
+        if ev.get("ph") != "X":
+            continue
+        cat = ev.get("cat")
+        name = ev.get("name")
+        if not isinstance(name, str):
+            continue
+        try:
+            ts = float(ev.get("ts", 0.0))
+            dur = float(ev.get("dur", 0.0))
+        except (TypeError, ValueError):
+            continue
+        pid = ev.get("pid")
+        if cat == "user_annotation":
+            info = parse_step_name(name)
+            if info is not None:
+                steps[pid].append((ts, ts + dur, intern(name), info))
+                continue
+        if cat in _LAUNCH_CATEGORIES:
+            corr = (ev.get("args") or {}).get("correlation")
+            if corr is not None:
+                launches[corr] = (pid, ts)
+            continue
+        if cat in OP_CATEGORIES:
+            corr = (ev.get("args") or {}).get("correlation") if cat != "cpu_op" else None
+            ops.append((intern(name), intern(cat), pid, ev.get("tid"), ts, dur, corr))
+
+    has_kernels = any(o[1] == "kernel" for o in ops)
+    kernel_basis = "gpu_kernels" if has_kernels else "leaf_cpu_ops"
+
+    # leaf CPU ops: no other cpu_op nested inside them on the same thread
+    leaf: set[int] = set()
+    if not has_kernels:
+        by_thread: dict[tuple[Any, Any], list[int]] = defaultdict(list)
+        for i, o in enumerate(ops):
+            if o[1] == "cpu_op":
+                by_thread[(o[2], o[3])].append(i)
+        for idxs in by_thread.values():
+            idxs.sort(key=lambda i: (ops[i][4], -ops[i][5]))
+            stack: list[tuple[float, int]] = []  # (end, index)
+            for i in idxs:
+                ts, end = ops[i][4], ops[i][4] + ops[i][5]
+                while stack and stack[-1][0] <= ts:
+                    stack.pop()
+                if stack:
+                    leaf.discard(stack[-1][1])
+                leaf.add(i)
+                stack.append((end, i))
+
+    step_lists = {pid: sorted(s, key=lambda x: x[0]) for pid, s in steps.items()}
+    step_starts = {pid: [s[0] for s in lst] for pid, lst in step_lists.items()}
+    # per step: [ops on basis, optimized, stock]
+    step_counts: dict[tuple[Any, int], list[int]] = defaultdict(lambda: [0, 0, 0])
+
+    op_counts: Counter[str] = Counter()
+    opt_counts: Counter[str] = Counter()
+    stock_counts: Counter[str] = Counter()
+    unassigned = 0
+    match_cache: dict[str, tuple[bool, bool]] = {}
+    for i, (name, cat, pid, _tid, ts, _dur, corr) in enumerate(ops):
+        op_counts[name] += 1
+        hit = match_cache.get(name)
+        if hit is None:
+            hit = (bool(opt_re and opt_re.search(name)), bool(stock_re and stock_re.search(name)))
+            match_cache[name] = hit
+        if hit[0]:
+            opt_counts[name] += 1
+        if hit[1]:
+            stock_counts[name] += 1
+        # where (pid, ts) was this op issued? GPU work: at its launch on the CPU side
+        apid, ats = pid, ts
+        if cat != "cpu_op" and cat != "user_annotation":
+            if corr is not None and corr in launches:
+                apid, ats = launches[corr]
+            else:
+                apid = None
+        starts = step_starts.get(apid) if apid is not None else None
+        k = -1
+        if starts:
+            j = bisect.bisect_right(starts, ats) - 1
+            if j >= 0 and ats <= step_lists[apid][j][1]:
+                k = j
+        if k < 0:
+            unassigned += 1
+            continue
+        c = step_counts[(apid, k)]
+        on_basis = (cat == "kernel") if has_kernels else (i in leaf)
+        if on_basis:
+            c[0] += 1
+        if hit[0]:
+            c[1] += 1
+        if hit[1]:
+            c[2] += 1
+
+    records: list[tuple[float, StepRecord]] = []
+    for pid, lst in step_lists.items():
+        for k, (t0, t1, name, info) in enumerate(lst):
+            c = step_counts.get((pid, k), [0, 0, 0])
+            records.append(
+                (
+                    t0,
+                    StepRecord(
+                        kind=info.kind,
+                        annotation=name,
+                        batch=info.generation_requests,
+                        ops=c[0],
+                        optimized_ops=c[1],
+                        stock_ops=c[2],
+                        duration_us=round(t1 - t0, 3),
+                    ),
+                )
+            )
+    records.sort(key=lambda r: r[0])
+    return TraceAnalysis(
+        path=str(path),
+        bytes=path.stat().st_size,
+        events=n_events,
+        kernel_basis=kernel_basis,
+        op_counts=dict(op_counts.most_common()),
+        optimized_op_counts=dict(opt_counts.most_common()),
+        stock_op_counts=dict(stock_counts.most_common()),
+        steps=[r for _, r in records],
+        unassigned_ops=unassigned,
+    )
