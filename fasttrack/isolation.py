@@ -24,6 +24,11 @@ from pydantic import BaseModel, ConfigDict
 from fasttrack.errors import IsolationError
 from fasttrack.scope import IsolationSpec
 
+Classification = Literal["owned", "shared", "elsewhere"]
+"""Where a changed path lies: in the optimization's own paths, in a shared component, or elsewhere."""
+IsolationVerdict = Literal["pass", "fail", "review"]
+"""``review``: paths outside the owned ones changed (reported, not failed)."""
+
 
 class ChangedPath(BaseModel):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
@@ -33,7 +38,7 @@ class ChangedPath(BaseModel):
     """git's status letter: A, M, D, R (rename), C (copy), T (type change)."""
     old_path: str | None = None
     """Source path of a rename or copy."""
-    classification: Literal["owned", "shared", "elsewhere"]
+    classification: Classification
     component: str | None = None
     """The shared component this path belongs to, when classification is 'shared'."""
     matched: str | None = None
@@ -43,7 +48,7 @@ class ChangedPath(BaseModel):
 class IsolationResult(BaseModel):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
-    verdict: Literal["pass", "fail", "review"]
+    verdict: IsolationVerdict
     message: str
     repo: str
     base_ref: str
@@ -88,7 +93,7 @@ def glob_match(path: str, glob: str) -> bool:
     return bool(_glob_regex(glob.lstrip("/")).match(path))
 
 
-def classify(path: str, spec: IsolationSpec) -> tuple[str, str | None, str | None]:
+def classify(path: str, spec: IsolationSpec) -> tuple[Classification, str | None, str | None]:
     """(classification, component, matched glob). Shared components win over ownership:
     an owned glob can never make an off-limits file acceptable."""
     for comp, globs in spec.shared_components.items():
@@ -177,6 +182,7 @@ def check_isolation(repo: Path | str, base: str, head: str, spec: IsolationSpec)
     assert isinstance(diff, bytes)
     digest = hashlib.sha256(diff).hexdigest()
 
+    verdict: IsolationVerdict
     shared = [c for c in changed if c.classification == "shared"]
     elsewhere = [c for c in changed if c.classification == "elsewhere"]
     if not changed:

@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from fasttrack.errors import PlanError
-from fasttrack.scope import TIER_ORDER, Envelope, Estimates, Scope, _expand_spec_names
+from fasttrack.scope import TIER_ORDER, Envelope, Estimates, Scope, expand_spec_names
 
 SIDES = ("baseline", "candidate")
 
@@ -168,10 +168,10 @@ def build_plan(scope: Scope, *, tier: str = "smoke", shard: str | None = None, s
         )
     i, n = parse_shard(shard)
     env: Envelope = scope.envelope
-    t = scope.tiers[tier]  # type: ignore[index]
+    t = scope.tiers[tier]
     tps = t.tensor_parallel or env.tensor_parallel
     dcps = t.decode_context_parallel or env.decode_context_parallel
-    specs = _expand_spec_names(t.speculative if t.speculative is not None else [s.name for s in env.speculative], env)
+    specs = expand_spec_names(t.speculative if t.speculative is not None else [s.name for s in env.speculative], env)
     batches = t.batch or env.batch.sweep
     contexts = t.context or env.context.sweep
     out_tokens = scope.gates.equivalence.max_tokens

@@ -1,0 +1,120 @@
+"""The pass rules per check (thresholds and statistics), the tiers (which subset of the
+matrix each runs) and the assumptions of the plan's cost estimate."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from fasttrack.scope.common import ScopeModel
+
+PerfMetric = Literal[
+    "median_tpot_ms",
+    "median_engine_tpot_ms",
+    "median_itl_ms",
+    "output_throughput",
+    "median_ttft_ms",
+    "p90_interactivity",
+]
+"""Metrics the perf check reports per point."""
+
+
+def _default_perf_metrics() -> list[PerfMetric]:
+    return ["median_tpot_ms", "output_throughput"]
+
+
+class EquivalenceGate(ScopeModel):
+    top_k: int = Field(default=5, ge=1)
+    """Logprobs requested per position; vLLM's check_logprobs_close rule uses them."""
+    max_tokens: int = Field(default=32, ge=1)
+    max_abs_logprob_diff: float = Field(default=0.1, ge=0)
+    """Largest allowed |logprob difference| of the chosen token on matching prefixes."""
+    max_kl: float = Field(default=0.02, ge=0)
+    """Largest allowed mean KL estimate (top-k) on matching prefixes."""
+    min_close_fraction: float = Field(default=1.0, ge=0, le=1)
+    """Fraction of requests per batch size that must satisfy the check_logprobs_close rule."""
+
+
+class FeaturesGate(ScopeModel):
+    min_json_conformance: float = Field(default=1.0, ge=0, le=1)
+    sampling_alpha: float = Field(default=0.001, gt=0, lt=1)
+    """Significance level of the chi-square goodness-of-fit test."""
+    sampling_samples: int = Field(default=2000, ge=50)
+    temperatures: list[float] = Field(default_factory=lambda: [1.0])
+
+
+class CoverageGate(ScopeModel):
+    min_optimized_decode_fraction: float = Field(default=0.95, ge=0, le=1)
+    """Fraction of decode steps at an in-scope point that must run the optimized path."""
+
+
+class PerfGate(ScopeModel):
+    noise_margin: float = Field(default=0.05, ge=0, lt=1)
+    """A point passes when the lower confidence bound of its speedup is >= 1 - noise_margin."""
+    confidence: float = Field(default=0.95, gt=0.5, lt=1)
+    metrics: list[PerfMetric] = Field(default_factory=_default_perf_metrics)
+    min_runs: int = Field(default=3, ge=1)
+    max_runs: int = Field(default=8, ge=1)
+    gated_metric: Literal["median_tpot_ms", "median_engine_tpot_ms", "median_itl_ms", "output_throughput"] = (
+        "median_tpot_ms"
+    )
+    """The metric whose interval decides each point. ``median_engine_tpot_ms`` needs engines that report
+    per-request metrics (the harness starts its own with ``--enable-per-request-metrics``)."""
+    interval: Literal["bootstrap", "lifetime_t"] = "bootstrap"
+    """Confidence interval of the speedup: 'bootstrap' (hierarchical: lifetimes, then runs) or
+    'lifetime_t' (t interval over per-lifetime values; holds its level with few lifetimes, wider).
+    With one lifetime per side only 'bootstrap' applies, and its interval ignores lifetime variance."""
+    interleave: bool = False
+    """Keep the k-th baseline and the k-th candidate engine of a group up together and alternate each
+    point's runs between them (baseline, candidate, candidate, baseline, ...), so that a host that slows
+    down for minutes slows both sides alike instead of one side's whole lifetime; the speedup's
+    bootstrap then resamples those run pairs together. Needs hardware that holds both engines at once
+    (the other checks still use one engine at a time)."""
+    interleave_settle_s: float = Field(default=1.5, ge=0, le=60)
+    """Interleaved: pause between one side's run and the other's. A vLLM worker keeps polling its
+    input queue for about a second after its last step (``shm_broadcast.SpinCondition``,
+    ``busy_loop_s=1``), which would compete with the other engine's run for the same cores."""
+
+    @model_validator(mode="after")
+    def _runs(self) -> "PerfGate":
+        if self.min_runs > self.max_runs:
+            raise ValueError(f"min_runs ({self.min_runs}) exceeds max_runs ({self.max_runs})")
+        return self
+
+
+class Gates(ScopeModel):
+    equivalence: EquivalenceGate = Field(default_factory=EquivalenceGate)
+    features: FeaturesGate = Field(default_factory=FeaturesGate)
+    coverage: CoverageGate = Field(default_factory=CoverageGate)
+    perf: PerfGate = Field(default_factory=PerfGate)
+
+
+class TierSpec(ScopeModel):
+    tensor_parallel: list[int] | None = None
+    """Subset of the envelope (null = all)."""
+    decode_context_parallel: list[int] | None = None
+    speculative: list[str] | None = None
+    """Speculative config names; 'name:dl' selects one draft length."""
+    batch: list[int] | None = None
+    context: list[int | Literal["full"]] | None = None
+    checks: list[str] | None = None
+    """Checks this tier runs (null = all registered)."""
+    workloads: list[str] | None = None
+    """Perf workloads this tier runs (null = all)."""
+    lifetimes_per_side: int = Field(default=1, ge=1)
+    """Engine lifetimes per side per engine group (the unit of replication for perf)."""
+    eval_limit: int | None = Field(default=None, ge=1)
+    """Cap on samples per eval in this tier."""
+
+
+class Estimates(ScopeModel):
+    """Assumptions behind the plan's cost estimate (override per scope)."""
+
+    engine_start_s: float = Field(default=600.0, ge=0)
+    """Seconds from launch to healthy."""
+    requests_per_point: int = Field(default=64, ge=1)
+    """Requests the checks send per config point and side."""
+    tokens_per_request: int = Field(default=1024, ge=1)
+    decode_tokens_per_s: float = Field(default=2000.0, gt=0)
+    """Whole-engine decode throughput assumed when estimating time per point."""

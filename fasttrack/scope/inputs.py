@@ -1,0 +1,149 @@
+"""What the checks exercise and observe: fallback situations, isolation paths, path markers,
+kernel suites, evals, perf workloads and the published claims."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from fasttrack.scope.common import (
+    DEFAULT_SHARED_COMPONENTS,
+    FallbackSituation,
+    ScopeModel,
+    SharedComponent,
+    check_regex,
+)
+
+KernelDtype = Literal["fp32", "fp16", "bf16", "fp8"]
+
+
+def _bf16_only() -> list[KernelDtype]:
+    return ["bf16"]
+
+
+class FallbackSpec(ScopeModel):
+    stock_path_for: list[FallbackSituation]
+    """Situations that must run the stock path."""
+    unsupported_deployment: Literal["reject_at_startup", "fallback"] = "reject_at_startup"
+    """What the engine does when started outside the envelope."""
+    visible: bool = True
+    """Whether each fallback must be visible (log line or metric)."""
+    log_regex: str | None = None
+    """Regex over engine log lines that marks a fallback."""
+    metric: str | None = None
+    """Prometheus metric counting fallbacks, if any."""
+
+    @model_validator(mode="after")
+    def _sane(self) -> "FallbackSpec":
+        if self.log_regex:
+            check_regex(self.log_regex, "log_regex")
+        if self.visible and not (self.log_regex or self.metric):
+            raise ValueError("visible fallbacks need log_regex or metric to observe them")
+        return self
+
+
+class IsolationSpec(ScopeModel):
+    owned_paths: list[str]
+    """Globs (repo-relative) of the code the optimization owns."""
+    shared_components: dict[SharedComponent, list[str]] = Field(default_factory=lambda: dict(DEFAULT_SHARED_COMPONENTS))
+    """Off-limits components and their path globs; defaults cover vLLM's tree."""
+
+    @field_validator("owned_paths")
+    @classmethod
+    def _nonempty(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("owned_paths must name at least one glob")
+        return v
+
+
+class PathMarkers(ScopeModel):
+    optimized: list[str]
+    """Regexes over op/kernel names that prove the optimized path ran."""
+    stock: list[str]
+    """Regexes over op/kernel names that prove the stock path ran."""
+
+    @model_validator(mode="after")
+    def _compile_all(self) -> "PathMarkers":
+        if not self.optimized or not self.stock:
+            raise ValueError("both optimized and stock need at least one regex")
+        for r in [*self.optimized, *self.stock]:
+            check_regex(r, "marker")
+        return self
+
+
+class KernelSuite(ScopeModel):
+    name: str
+    path: str
+    """Suite directory, relative to the scope file's directory."""
+    candidate: str | None = None
+    """Module the candidate kernels are imported from (dotted name or file path)."""
+    requires_gpu: bool = True
+    dtypes: list[KernelDtype] = Field(default_factory=_bf16_only)
+    tolerances: dict[str, dict[str, dict[str, float]]] = Field(default_factory=dict)
+    """Per-kernel overrides: {kernel or kernel.output: {dtype or '*': {atol, rtol, ulp}}}; ``ulp`` is the
+    budget for repeated runs of one input (0 = bitwise equal). See docs/kernels.md."""
+    dims: dict[str, int] = Field(default_factory=dict)
+    """Model dimensions the suite uses (hidden size, heads, head dim...)."""
+
+
+class EvalSpec(ScopeModel):
+    name: str
+    kind: Literal["aime25", "mrcr"]
+    data: str | None = None
+    """Local dataset file in the original format (relative to the scope file), or null for the hub."""
+    hub_dataset: str | None = None
+    """Hub dataset id used when the hub is reachable."""
+    points: dict[str, list[Any]] = Field(default_factory=dict)
+    """Config point filter: dimension -> values the eval runs at (e.g. batch: [1, 2])."""
+    repeats: int = Field(default=1, ge=1)
+    """Generations per sample (distinct seeds)."""
+    limit: int | None = Field(default=None, ge=1)
+    """At most this many samples (per tier scaling is done by the tier)."""
+    max_tokens: int = Field(default=1024, ge=1)
+    temperature: float = Field(default=0.0, ge=0)
+    margin: float = Field(default=0.05, ge=0, le=1)
+    """Non-inferiority margin on the score scale."""
+    floor: float = Field(default=0.0, ge=0, le=1)
+    """Absolute floor on the candidate's mean score."""
+
+
+class WorkloadSpec(ScopeModel):
+    name: str
+    kind: Literal["pure_decode", "context_sweep", "mixed", "prompts", "trace_replay"]
+    input_len: int | None = Field(default=None, ge=1)
+    output_len: int = Field(default=256, ge=1)
+    requests_per_run: int | None = Field(default=None, ge=1)
+    arrival_rate: float | None = Field(default=None, gt=0)
+    """Poisson arrival rate (requests/s) for mixed traffic."""
+    prompts: str | None = None
+    """Prompt set file (relative to the scope file) for 'prompts'."""
+    trace: str | None = None
+    """Trace file (relative to the scope file) for 'trace_replay'."""
+
+
+class Claim(ScopeModel):
+    id: str
+    """Short identifier."""
+    text: str
+    """The claim as published."""
+    metric: Literal[
+        "output_throughput",
+        "speedup_output_throughput",
+        "speedup_tpot",
+        "interactivity_p90",
+        "kernels_per_layer",
+        "latency_per_layer_us",
+    ]
+    candidate: float | None = None
+    """Claimed candidate value (absolute)."""
+    baseline: float | None = None
+    """Claimed baseline value (absolute)."""
+    speedup: float | None = None
+    """Claimed candidate/baseline ratio."""
+    point: dict[str, Any]
+    """Config point the claim was measured at: tp, dcp, spec, draft_length, batch, context."""
+    workload: str | None = None
+    notes: str | None = None
+    like_for_like: bool = True
+    """False when the published comparison used different resources on each side."""
