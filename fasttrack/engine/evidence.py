@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Sequence, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from fasttrack.engine.logs import scan_log
 from fasttrack.engine.trace import MarkerSet, StepRecord, TraceAnalysis, analyze_trace
-from fasttrack.results import PathEvidence
+from fasttrack.results import PathEvidence, Side
 
 
 class WindowEvidence(BaseModel):
@@ -94,7 +94,7 @@ class WindowEvidence(BaseModel):
         return PathEvidence(
             check=check,
             point=point,
-            side=self.side,  # type: ignore[arg-type]
+            side=cast(Side, self.side),  # a window's side is its engine's; PathEvidence validates it
             window=self.name,
             optimized_ops=self.optimized_ops,
             stock_ops=self.stock_ops,

@@ -276,8 +276,10 @@ def _fill_ids_from_positions(choice: ChoiceResult) -> None:
         for pos, tid in zip(choice.logprobs, choice.token_ids, strict=False):
             if pos.token_id is None:
                 pos.token_id = tid
-    elif choice.token_ids is None and choice.logprobs and all(p.token_id is not None for p in choice.logprobs):
-        choice.token_ids = [int(p.token_id) for p in choice.logprobs]  # type: ignore[arg-type]
+    elif choice.token_ids is None and choice.logprobs:
+        ids = [p.token_id for p in choice.logprobs if p.token_id is not None]
+        if len(ids) == len(choice.logprobs):
+            choice.token_ids = ids
 
 
 # --------------------------------------------------------------------------------------

@@ -75,7 +75,7 @@ def main() -> None:
             self.end_headers()
             self.wfile.write(data)
 
-        def do_GET(self) -> None:  # noqa: N802
+        def do_GET(self) -> None:  # noqa: N802 - the name http.server dispatches GET to
             if self.path == "/health":
                 self._send(200, {})
             elif self.path == "/v1/models":

@@ -189,7 +189,7 @@ def test_streaming_completion_timestamps_ids_and_usage() -> None:
     ch = r.choice
     assert len(ch.chunk_times) == 2 and len(ch.token_times) == 3  # the 2-token chunk counts twice
     assert ch.token_times == sorted(ch.token_times)
-    assert r.t_start <= r.t_first_token <= ch.token_times[-1] <= r.t_end  # type: ignore[operator]
+    assert r.t_start <= r.t_first_token <= ch.token_times[-1] <= r.t_end  # type: ignore[operator]  # streamed: t_first_token is set
     assert r.ttft_s is not None and r.ttft_s >= 0
     assert [p.token_id for p in r.logprobs or []] == [5, 6, 7]
     assert len(r.inter_token_s()) == 2

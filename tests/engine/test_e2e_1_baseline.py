@@ -172,7 +172,7 @@ def test_attach_mode_uses_the_running_engine_without_owning_it(baseline_engine) 
         async with att.client() as c:
             return await c.complete("Hi", max_tokens=4, temperature=0.0, ignore_eos=True)
 
-    assert run(go()).usage.completion_tokens == 4  # type: ignore[union-attr]
+    assert run(go()).usage.completion_tokens == 4  # type: ignore[union-attr]  # usage is reported for this request
     att.stop()
     assert baseline_engine.health() == 200
     assert att.environment().source == "endpoint"

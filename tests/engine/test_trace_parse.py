@@ -174,7 +174,7 @@ def test_step_name_forms() -> None:
     assert s is not None and s.kind == "decode" and s.generation_requests == 4
     d = parse_step_name("execute_7_context_1(sq3sk3sqsq9sqsk9)_generation_4(sq4sk40sqsq4sqsk40)")
     assert d is not None and d.kind == "mixed" and (d.context_tokens, d.generation_tokens) == (3, 4)
-    assert parse_step_name("execute_context_2(10)_generation_0(0)").kind == "prefill"  # type: ignore[union-attr]
+    assert parse_step_name("execute_context_2(10)_generation_0(0)").kind == "prefill"  # type: ignore[union-attr]  # a step name: parsed
     assert parse_step_name("aten::mm") is None
 
 
