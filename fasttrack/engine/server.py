@@ -117,8 +117,9 @@ HARNESS_ENV: dict[str, str] = {"VLLM_SERVER_DEV_MODE": "1"}
 """Set for every engine the harness starts, on both sides (the scope's ``env`` may override
 or unset it). Development mode serves vLLM's ``/pause`` and ``/resume``, which the checks
 use to hold the scheduler while a round of requests arrives, so the round starts in one
-engine step (``fasttrack.checks._common.run_batched``); vLLM's own benchmark sweep sets it
-for its cache resets. It adds endpoints and changes nothing on the model's path."""
+engine step (:meth:`~fasttrack.engine.client.EngineClient.pause_scheduler`); vLLM's own
+benchmark sweep sets it for its cache resets. It adds endpoints and changes nothing on the
+model's path."""
 
 
 class ManagedEngine(EngineBase):
