@@ -1,129 +1,61 @@
-"""The attestation: an in-toto Statement v1 over every bundle file, in a signed DSSE envelope.
+"""The attestation of a bundle directory: an in-toto Statement v1 over every bundle file,
+in a signed DSSE envelope (the envelope itself is :mod:`fasttrack.bundle.dsse`).
 
 - Subjects: every file of the bundle except ``attestation.dsse.json`` itself, as
   ``{"name": <bundle-relative path>, "digest": {"sha256": <hex>}}``, sorted by name.
 - Predicate (``https://fasttrack.dev/evidence/v1``): the summary a reader acts on without
-  opening the manifest: bundle verdict, per-check verdicts, PR head, scope and plan hashes.
-- Envelope: DSSE with payload type ``application/vnd.in-toto+json``; each signature is
-  Ed25519 over ``PAE(payloadType, payload)`` with ``keyid`` = sha256 of the raw public key.
-  Several signatures (contributor, CI) may sit on one envelope.
+  opening the manifest: bundle verdict, per-check verdicts, PR head, scope and plan hashes
+  (:func:`fasttrack.bundle.consistency.predicate_of`).
+- Signing checks the bundle's consistency rules first (:mod:`fasttrack.bundle.consistency`).
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 import os
 import stat
 import tempfile
-from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
-from fasttrack.bundle.canonical import HASH_BUFFER, canonical_json, sha256_file
+from fasttrack.bundle.canonical import HASH_BUFFER, sha256_file
+from fasttrack.bundle.consistency import consistency_problems, predicate_of
+from fasttrack.bundle.dsse import (
+    PAYLOAD_TYPE,
+    PREDICATE_TYPE,
+    STATEMENT_TYPE,
+    Envelope,
+    Signature,
+    add_signature,
+    check_signatures,
+    envelope_bytes,
+    envelope_for,
+    pae,
+    read_envelope,
+    statement_of,
+)
 from fasttrack.bundle.errors import BundleError
-from fasttrack.bundle.keys import PublicKey, SigningKey
+from fasttrack.bundle.keys import SigningKey
 from fasttrack.bundle.layout import ATTESTATION, MANIFEST
-from fasttrack.bundle.manifest import Manifest, load_manifest
+from fasttrack.bundle.manifest import load_manifest
 
-STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
-PREDICATE_TYPE = "https://fasttrack.dev/evidence/v1"
-PAYLOAD_TYPE = "application/vnd.in-toto+json"
-
-
-class Signature(BaseModel):
-    """One DSSE signature."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
-
-    keyid: str = ""
-    """Hex sha256 of the signer's raw Ed25519 public key."""
-    sig: str
-    """Base64 Ed25519 signature over PAE(payloadType, payload)."""
-
-
-class Envelope(BaseModel):
-    """A DSSE envelope (https://github.com/secure-systems-lab/dsse)."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
-
-    payload: str
-    """Base64 of the serialized in-toto Statement."""
-    payloadType: str  # noqa: N815 - the DSSE field name
-    """Always ``application/vnd.in-toto+json`` here."""
-    signatures: list[Signature] = Field(default_factory=list)
-    """Zero or more signatures, sorted by keyid."""
-
-    def payload_bytes(self) -> bytes:
-        try:
-            return base64.b64decode(self.payload, validate=True)
-        except (binascii.Error, ValueError) as exc:
-            raise BundleError(f"{ATTESTATION}: payload is not valid base64: {exc}") from None
-
-    def statement(self) -> dict[str, Any]:
-        """The decoded in-toto Statement (structure checked)."""
-        if self.payloadType != PAYLOAD_TYPE:
-            raise BundleError(f"{ATTESTATION}: payloadType is {self.payloadType!r}, expected {PAYLOAD_TYPE!r}")
-        try:
-            st = json.loads(self.payload_bytes())
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise BundleError(f"{ATTESTATION}: payload is not JSON: {exc}") from None
-        if not isinstance(st, dict) or st.get("_type") != STATEMENT_TYPE:
-            raise BundleError(f"{ATTESTATION}: payload is not an in-toto Statement v1 (_type must be {STATEMENT_TYPE})")
-        if st.get("predicateType") != PREDICATE_TYPE:
-            raise BundleError(
-                f"{ATTESTATION}: predicateType is {st.get('predicateType')!r}, expected {PREDICATE_TYPE!r}"
-            )
-        subj = st.get("subject")
-        if not isinstance(subj, list) or not all(
-            isinstance(s, dict)
-            and isinstance(s.get("name"), str)
-            and isinstance(s.get("digest"), dict)
-            and isinstance(s["digest"].get("sha256"), str)
-            for s in subj
-        ):
-            raise BundleError(f"{ATTESTATION}: subject must be a list of {{name, digest: {{sha256}}}}")
-        if not isinstance(st.get("predicate"), dict):
-            raise BundleError(f"{ATTESTATION}: predicate must be an object")
-        return st
-
-
-def pae(payload_type: str, payload: bytes) -> bytes:
-    """DSSE pre-authentication encoding: ``DSSEv1 <len> <type> <len> <payload>``."""
-    t = payload_type.encode("utf-8")
-    return b"DSSEv1 %d %s %d %s" % (len(t), t, len(payload), payload)
-
-
-def predicate_of(manifest: Manifest) -> dict[str, Any]:
-    """The summary a signature vouches for (derived from the manifest, nothing else)."""
-    return {
-        "schema_version": manifest.schema_version,
-        "verdict": manifest.verdict,
-        "checks": {name: e.verdict.value for name, e in manifest.checks.items()},
-        "model": manifest.scope.model,
-        "tier": manifest.scope.tier,
-        "scope_sha256": manifest.scope.sha256,
-        "plan_sha256": manifest.plan.sha256,
-        "shard": manifest.plan.shard,
-        "pr": None
-        if manifest.pr is None
-        else {"repository": manifest.pr.repository, "number": manifest.pr.number, "head_sha": manifest.pr.head_sha},
-        "rehearsal": manifest.rehearsal,
-        "created": manifest.created,
-    }
-
-
-def statement_of(subjects: Mapping[str, str], predicate: Mapping[str, Any]) -> dict[str, Any]:
-    """An in-toto Statement v1 over ``{name: sha256}``."""
-    return {
-        "_type": STATEMENT_TYPE,
-        "subject": [{"name": n, "digest": {"sha256": subjects[n]}} for n in sorted(subjects)],
-        "predicateType": PREDICATE_TYPE,
-        "predicate": dict(predicate),
-    }
+#: The envelope names are re-exported: callers and tests have always found them here.
+__all__ = [
+    "PAYLOAD_TYPE",
+    "PREDICATE_TYPE",
+    "STATEMENT_TYPE",
+    "Envelope",
+    "Signature",
+    "add_signature",
+    "attest_dir",
+    "bundle_files",
+    "check_signatures",
+    "envelope_bytes",
+    "pae",
+    "predicate_of",
+    "read_envelope",
+    "sign_bundle",
+    "statement_of",
+    "subjects_of_dir",
+]
 
 
 def bundle_files(root: Path) -> dict[str, Path]:
@@ -153,18 +85,6 @@ def subjects_of_dir(root: Path) -> dict[str, str]:
     return {name: sha256_file(p, buffer=buf)[0] for name, p in bundle_files(root).items() if name != ATTESTATION}
 
 
-def read_envelope(data: bytes) -> Envelope:
-    try:
-        return Envelope.model_validate_json(data)
-    except ValidationError as exc:
-        raise BundleError(f"{ATTESTATION} is not a DSSE envelope: {exc.errors()[0].get('msg')}") from None
-
-
-def envelope_bytes(env: Envelope) -> bytes:
-    env = env.model_copy(update={"signatures": sorted(env.signatures, key=lambda s: (s.keyid, s.sig))})
-    return canonical_json(env.model_dump(mode="json"))
-
-
 def attest_dir(root: Path) -> Envelope:
     """Write an unsigned envelope over the bundle directory's current files (drops old signatures)."""
     env = _fresh_envelope(root)
@@ -177,46 +97,13 @@ def _fresh_envelope(root: Path) -> Envelope:
     if not manifest_path.is_file():
         raise BundleError(f"{root} has no {MANIFEST}; it is not a bundle directory")
     manifest = load_manifest(manifest_path.read_bytes())
-    st = statement_of(subjects_of_dir(root), predicate_of(manifest))
-    payload = canonical_json(st, pretty=False)
-    return Envelope(payload=base64.b64encode(payload).decode(), payloadType=PAYLOAD_TYPE, signatures=[])
+    return envelope_for(statement_of(subjects_of_dir(root), predicate_of(manifest)))
 
 
 def _write_envelope(root: Path, env: Envelope) -> None:
     path = root / ATTESTATION
     path.write_bytes(envelope_bytes(env))
     os.chmod(path, 0o644)
-
-
-def add_signature(env: Envelope, key: SigningKey) -> Envelope:
-    """Return ``env`` with ``key``'s signature added (replacing an older one by the same key)."""
-    sig = key.sign(pae(env.payloadType, env.payload_bytes()))
-    sigs = [s for s in env.signatures if s.keyid != key.keyid]
-    sigs.append(Signature(keyid=key.keyid, sig=base64.b64encode(sig).decode()))
-    return env.model_copy(update={"signatures": sorted(sigs, key=lambda s: (s.keyid, s.sig))})
-
-
-def check_signatures(env: Envelope, keys: Iterable[PublicKey]) -> list[dict[str, Any]]:
-    """One entry per signature: ``{"keyid", "status", "signer"}`` with status
-    ``valid`` (a trusted key verified it), ``invalid`` (a trusted key's id but the signature
-    does not verify) or ``untrusted`` (no trusted key made it)."""
-    keys = list(keys)
-    message = pae(env.payloadType, env.payload_bytes())
-    out = []
-    for s in env.signatures:
-        try:
-            raw = base64.b64decode(s.sig, validate=True)
-        except (binascii.Error, ValueError):
-            out.append({"keyid": s.keyid, "status": "invalid", "signer": None})
-            continue
-        matching = [k for k in keys if k.keyid == s.keyid]
-        status, signer = ("invalid" if matching else "untrusted"), None
-        for k in matching or keys:
-            if k.verify(raw, message):
-                status, signer = "valid", k.source + (f" ({k.comment})" if k.comment else "")
-                break
-        out.append({"keyid": s.keyid, "status": status, "signer": signer})
-    return out
 
 
 def sign_bundle(path: str | os.PathLike[str], key: SigningKey, *, replace: bool = False) -> Envelope:
@@ -243,8 +130,6 @@ def sign_bundle(path: str | os.PathLike[str], key: SigningKey, *, replace: bool 
 
 
 def _sign_dir(root: Path, key: SigningKey, *, replace: bool) -> Envelope:
-    from fasttrack.bundle.verify import consistency_problems
-
     problems = consistency_problems(root)
     if problems:
         raise BundleError(f"refusing to sign {root}: " + "; ".join(problems))

@@ -7,7 +7,7 @@ import hashlib
 import json
 import math
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import IO, Any
 
 from pydantic import BaseModel
 
@@ -75,7 +75,7 @@ def sha256_json(value: Any) -> str:
     return sha256_bytes(canonical_json(value, pretty=False))
 
 
-def sha256_stream(stream: BinaryIO, *, buffer: bytearray | None = None) -> tuple[str, int]:
+def sha256_stream(stream: IO[bytes], *, buffer: bytearray | None = None) -> tuple[str, int]:
     """Hex sha256 and byte count of a binary stream, read in large blocks into one buffer."""
     h = hashlib.sha256()
     buf = buffer if buffer is not None else bytearray(HASH_BUFFER)

@@ -12,6 +12,7 @@ import getpass
 import hashlib
 import os
 import socket
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -229,3 +230,15 @@ def load_trust_dir(path: str | os.PathLike[str]) -> list[PublicKey]:
     if not keys:
         raise KeyFileError(f"trust directory {d} holds no *{PUBLIC_SUFFIX} key files")
     return keys
+
+
+def resolve_keys(
+    keys: Iterable[str | os.PathLike[str] | PublicKey] = (), trust_dir: str | os.PathLike[str] | None = None
+) -> list[PublicKey]:
+    """Public keys from key files, already-loaded keys and/or a trust directory."""
+    out: list[PublicKey] = []
+    for k in keys:
+        out.extend([k] if isinstance(k, PublicKey) else load_public_keys(k))
+    if trust_dir is not None:
+        out.extend(load_trust_dir(trust_dir))
+    return out

@@ -13,8 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fasttrack import bundle as B
-from fasttrack.bundle.attest import add_signature, attest_dir, read_envelope
+from fasttrack.bundle.attest import attest_dir
 from fasttrack.bundle.canonical import canonical_json
+from fasttrack.bundle.dsse import add_signature, read_envelope
 from fasttrack.bundle.layout import ATTESTATION, MANIFEST
 from fasttrack.checks.base import Verdict
 
@@ -266,7 +267,8 @@ def test_schema_violation_is_caught(tmp_path: Path, contrib, keydir: Path) -> No
 
 def _raw_attest(root: Path):
     """An envelope over the files as they are, without reading the manifest (for forged bundles)."""
-    from fasttrack.bundle.attest import PAYLOAD_TYPE, Envelope, statement_of, subjects_of_dir
+    from fasttrack.bundle.attest import subjects_of_dir
+    from fasttrack.bundle.dsse import PAYLOAD_TYPE, Envelope, statement_of
 
     old = read_envelope((root / ATTESTATION).read_bytes()).statement()
     st = statement_of(subjects_of_dir(root), old["predicate"])

@@ -226,7 +226,7 @@ def test_links_are_relative_and_only_to_attested_files(bundle_factory, keys, tmp
     out_dir = tmp_path / "deep" / "er"
     out = out_dir / "report.html"
     d = render_report(b, out, keys=[keys.trusted_pub])
-    from fasttrack.bundle.attest import read_envelope
+    from fasttrack.bundle.dsse import read_envelope
 
     subjects = {s["name"] for s in read_envelope((b / "attestation.dsse.json").read_bytes()).statement()["subject"]}
     hrefs = [h for h in parse(out.read_text()).hrefs() if not h.startswith("#")]

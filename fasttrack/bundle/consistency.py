@@ -1,0 +1,156 @@
+"""The consistency rules: what a bundle's files must say about each other.
+
+Signing refuses a bundle that breaks them (:func:`consistency_problems`) and verifying
+reports each one as an item. Every rule reads only what one pass over the bundle found
+(:class:`~fasttrack.bundle.scan.Contents`) and the parsed manifest.
+
+- schema: ``manifest.json`` validates against the JSON Schema and the models.
+- predicate: the signed summary is derived from the manifest, nothing else.
+- verdicts: the bundle verdict follows from the check entries; no check fails without a reason.
+- tables: every check table exists where recorded, with the recorded rows and columns; every
+  listed artifact exists; no stray table.
+- PR head: the tested head commit matches the one asked for.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+from typing import Any
+
+from fasttrack.bundle.errors import BundleError
+from fasttrack.bundle.layout import MANIFEST, RESULTS_DIR, table_path
+from fasttrack.bundle.manifest import Manifest, json_schema, load_manifest, recompute_verdict
+from fasttrack.bundle.scan import Contents, scan_dir
+from fasttrack.bundle.tables import parquet_num_rows
+from fasttrack.results import Verdict
+
+
+def predicate_of(manifest: Manifest) -> dict[str, Any]:
+    """The summary a signature vouches for (derived from the manifest, nothing else)."""
+    return {
+        "schema_version": manifest.schema_version,
+        "verdict": manifest.verdict,
+        "checks": {name: e.verdict.value for name, e in manifest.checks.items()},
+        "model": manifest.scope.model,
+        "tier": manifest.scope.tier,
+        "scope_sha256": manifest.scope.sha256,
+        "plan_sha256": manifest.plan.sha256,
+        "shard": manifest.plan.shard,
+        "pr": None
+        if manifest.pr is None
+        else {"repository": manifest.pr.repository, "number": manifest.pr.number, "head_sha": manifest.pr.head_sha},
+        "rehearsal": manifest.rehearsal,
+        "created": manifest.created,
+    }
+
+
+@functools.lru_cache(maxsize=1)
+def _schema_validator() -> Any:
+    import jsonschema
+
+    schema = json_schema()
+    cls = jsonschema.validators.validator_for(schema)
+    return cls(schema)
+
+
+def schema_problems(data: bytes) -> tuple[Manifest | None, list[str]]:
+    """The parsed manifest (None when it is unusable) and what is wrong with its bytes."""
+    try:
+        obj = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        return None, [f"{MANIFEST} is not valid JSON: {exc}"]
+    errors = sorted(_schema_validator().iter_errors(obj), key=lambda e: list(map(str, e.absolute_path)))
+    problems = [f"{'/'.join(map(str, e.absolute_path)) or '(root)'}: {e.message[:300]}" for e in errors[:10]]
+    if problems:
+        return None, problems
+    try:
+        return load_manifest(obj), []
+    except BundleError as exc:
+        return None, [exc.message]
+
+
+def predicate_problems(manifest: Manifest, signed: dict[str, Any]) -> list[str]:
+    """Keys where the signed summary differs from the one derived from the manifest."""
+    want = predicate_of(manifest)
+    return sorted(k for k in set(want) | set(signed) if want.get(k) != signed.get(k))
+
+
+def verdict_problems(manifest: Manifest) -> list[str]:
+    """The recorded bundle verdict must follow from the check entries; failures need a reason."""
+    problems = []
+    recomputed = recompute_verdict(manifest.checks)
+    if recomputed != manifest.verdict:
+        required = [f"{n}={e.verdict.value}" for n, e in manifest.checks.items() if e.required]
+        problems.append(
+            f"manifest verdict is {manifest.verdict!r} but the check entries give {recomputed!r} "
+            f"(required checks: {', '.join(required) or 'none'})"
+        )
+    for name, e in manifest.checks.items():
+        if e.verdict is Verdict.FAIL and not e.reason.strip():
+            problems.append(f"check {name!r} failed without a reason")
+    return problems
+
+
+def table_problems(manifest: Manifest, contents: Contents) -> list[str]:
+    """Every recorded table where it belongs, with its rows and columns; artifacts present; no stray table."""
+    problems = []
+    recorded = set()
+    for check, entry in manifest.checks.items():
+        for tname, ref in entry.tables.items():
+            expected = table_path(check, tname)
+            recorded.add(ref.path)
+            if ref.path != expected:
+                problems.append(f"table {check}/{tname} is recorded at {ref.path}, expected {expected}")
+                continue
+            data = contents.kept.get(ref.path)
+            if data is None:
+                if ref.path not in contents.digests:
+                    problems.append(f"table {ref.path} is missing")
+                else:
+                    problems.append(f"table {ref.path} is too large to check ({contents.sizes[ref.path]} bytes)")
+                continue
+            try:
+                rows, cols = parquet_num_rows(data)
+            except BundleError as exc:
+                problems.append(f"table {ref.path}: {exc.message}")
+                continue
+            if rows != ref.rows:
+                problems.append(f"table {ref.path} has {rows} rows, the manifest says {ref.rows}")
+            if ref.columns and cols != ref.columns:
+                problems.append(f"table {ref.path} has columns {cols}, the manifest says {ref.columns}")
+        for a in entry.artifacts:
+            if a not in contents.digests and not any(n.startswith(a.rstrip("/") + "/") for n in contents.digests):
+                problems.append(f"artifact {a} of check {check!r} is missing")
+    for name in contents.digests:
+        if name.startswith(RESULTS_DIR + "/") and name not in recorded:
+            problems.append(f"{name} is not a table of any check entry")
+    return problems
+
+
+def pr_head_problem(manifest: Manifest, pr_head: str) -> tuple[bool, str]:
+    """Whether the bundle tested ``pr_head`` (a full or abbreviated SHA), and the detail."""
+    want = pr_head.strip().lower()
+    if len(want) < 7 or any(c not in "0123456789abcdef" for c in want):
+        return False, f"--pr-head {pr_head!r} is not a commit SHA (at least 7 hex digits)"
+    if manifest.pr is None:
+        return False, f"the bundle records no PR, expected head {want}"
+    have = manifest.pr.head_sha.lower()
+    if have.startswith(want) or want.startswith(have):
+        return True, f"tested head {have} matches {want}"
+    return False, f"the bundle tested head {have}, expected {want}"
+
+
+def consistency_problems(root: Path) -> list[str]:
+    """Problems that make a bundle directory unfit to sign (schema, verdicts, tables)."""
+    contents = Contents()
+    scan_dir(root, contents, hash_all=False)
+    if contents.problems:
+        return contents.problems
+    if MANIFEST not in contents.kept:
+        return [f"{MANIFEST} is missing"]
+    manifest, problems = schema_problems(contents.kept[MANIFEST])
+    if manifest is None:
+        return problems
+    return verdict_problems(manifest) + table_problems(manifest, contents)

@@ -1,0 +1,84 @@
+"""One pass over a bundle's bytes (directory or ``.tar.gz``): every file hashed, the
+manifest, the attestation and the result tables kept in memory for the rules."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+from fasttrack.bundle.canonical import HASH_BUFFER, sha256_stream
+from fasttrack.bundle.layout import ATTESTATION, MANIFEST, RESULTS_DIR
+from fasttrack.bundle.safe_tar import Limits, iter_members
+
+#: Files kept in memory during the pass (everything else is only hashed).
+KEEP_SUFFIXES = (".parquet",)
+KEEP_LIMIT = 512 * 1024 * 1024
+
+
+class Contents:
+    """What one pass over the bundle found."""
+
+    def __init__(self) -> None:
+        self.digests: dict[str, str] = {}
+        """Bundle-relative path -> hex sha256 (empty when the pass did not hash it)."""
+        self.sizes: dict[str, int] = {}
+        self.kept: dict[str, bytes] = {}
+        """The bytes of the manifest, the attestation and the result tables (up to KEEP_LIMIT each)."""
+        self.problems: list[str] = []
+        """Members that are not regular files."""
+        self.total = 0
+        """Bytes read."""
+
+
+def kept_in_memory(name: str) -> bool:
+    return name in (MANIFEST, ATTESTATION) or (name.startswith(RESULTS_DIR + "/") and name.endswith(KEEP_SUFFIXES))
+
+
+def scan_dir(root: Path, contents: Contents, *, hash_all: bool = True) -> None:
+    """Read a bundle directory; ``hash_all=False`` hashes only the kept files."""
+    buf = bytearray(HASH_BUFFER)
+    stack = [root]
+    while stack:
+        d = stack.pop()
+        with os.scandir(d) as it:
+            for entry in it:
+                rel = Path(entry.path).relative_to(root).as_posix()
+                if entry.is_symlink():
+                    contents.problems.append(f"{rel} is a symbolic link")
+                elif entry.is_dir(follow_symlinks=False):
+                    stack.append(Path(entry.path))
+                elif entry.is_file(follow_symlinks=False):
+                    if kept_in_memory(rel) and entry.stat().st_size <= KEEP_LIMIT:
+                        with open(entry.path, "rb") as f:
+                            data = f.read()
+                        digest, size = hashlib.sha256(data).hexdigest(), len(data)
+                        contents.kept[rel] = data
+                    elif hash_all:
+                        with open(entry.path, "rb", buffering=0) as f:
+                            digest, size = sha256_stream(f, buffer=buf)
+                    else:
+                        digest, size = "", entry.stat().st_size
+                    contents.digests[rel] = digest
+                    contents.sizes[rel] = size
+                    contents.total += size
+                else:
+                    contents.problems.append(f"{rel} is not a regular file")
+
+
+def scan_tar(path: Path, contents: Contents, limits: Limits) -> None:
+    """Read a bundle tarball in one streaming pass (unsafe members raise :class:`BundleError`)."""
+    buf = bytearray(HASH_BUFFER)
+    for m in iter_members(path, limits=limits):
+        if m.is_dir:
+            continue
+        assert m.stream is not None
+        if kept_in_memory(m.name) and m.size <= KEEP_LIMIT:
+            data = m.stream.read()
+            digest, size = hashlib.sha256(data).hexdigest(), len(data)
+            contents.kept[m.name] = data
+        else:
+            digest, size = sha256_stream(m.stream, buffer=buf)
+        contents.digests[m.name] = digest
+        contents.sizes[m.name] = size
+        contents.total += size
