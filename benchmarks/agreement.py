@@ -43,8 +43,8 @@ from typing import Any, Callable
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from fasttrack.perf.loadgen import GenRequest, PerfClient, run_closed, run_loop, timed  # noqa: E402
-from fasttrack.perf.metrics import compute_run_metrics  # noqa: E402
+from fasttrack.perf.loadgen import GenRequest, PerfClient, run_closed, run_loop, timed  # noqa: E402 - the repository root goes on sys.path first
+from fasttrack.perf.metrics import compute_run_metrics  # noqa: E402 - the repository root goes on sys.path first
 
 
 def vllm_args(url: str, model: str, tokenizer: str, ns: argparse.Namespace) -> Callable[[], argparse.Namespace]:
@@ -292,7 +292,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(
                     f"pair {k + 1}/{ns.repeats}: TPOT vLLM {pair['vllm']['median_tpot_ms']:.3f} ms, fasttrack "
                     f"{pair['fasttrack']['median_tpot_ms']:.3f} ms; throughput vLLM "
-                    f"{pair['vllm']['output_throughput']:.0f}, fasttrack {pair['fasttrack']['output_throughput']:.0f} tok/s",
+                    f"{pair['vllm']['output_throughput']:.0f}, fasttrack "
+                    f"{pair['fasttrack']['output_throughput']:.0f} tok/s",
                     file=sys.stderr,
                 )
         finally:

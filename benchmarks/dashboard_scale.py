@@ -24,10 +24,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fasttrack.bundle.keys import generate_keypair, load_private_key  # noqa: E402
-from fasttrack.bundle.pack import pack_bundle  # noqa: E402
-from fasttrack.report.site import build_site  # noqa: E402
-from fasttrack.report.synthetic import Spec, make_bundle  # noqa: E402
+from fasttrack.bundle.keys import SigningKey, generate_keypair, load_private_key  # noqa: E402 - the repository root goes on sys.path first
+from fasttrack.bundle.pack import pack_bundle  # noqa: E402 - the repository root goes on sys.path first
+from fasttrack.report.site import build_site  # noqa: E402 - the repository root goes on sys.path first
+from fasttrack.report.synthetic import Spec, make_bundle  # noqa: E402 - the repository root goes on sys.path first
 
 MODELS = ("demo-llama", "kimi-k3", "glm-5.3", "deepseek-v4.1-flash", "muse-spark")
 CHECKS = ("kernels", "equivalence", "features", "coverage", "evals", "perf")
@@ -62,7 +62,7 @@ def plan_specs(n: int, seed: int = 0) -> list[tuple[str, Spec, str, bool]]:
     return out
 
 
-_keys: dict[str, object] = {}
+_keys: dict[str, SigningKey] = {}
 
 
 def _init(key_dir: str) -> None:
@@ -76,11 +76,11 @@ def _make(job: tuple[str, Spec, str, bool, str]) -> None:
     out = Path(root) / name
     if tarball:
         src = Path(root).parent / "tar-src" / name
-        make_bundle(src, spec, sign_keys=sign)  # type: ignore[arg-type]
+        make_bundle(src, spec, sign_keys=sign)
         pack_bundle(src, out.with_name(name + ".tar.gz"))
         shutil.rmtree(src)
         return
-    make_bundle(out, spec, sign_keys=sign)  # type: ignore[arg-type]
+    make_bundle(out, spec, sign_keys=sign)
     if signer == "tampered":
         (out / "artifacts" / "perf" / "notes.txt").write_text("edited after signing\n")
 

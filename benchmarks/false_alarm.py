@@ -62,14 +62,14 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from fasttrack.checks.perf import measure_item, measure_pair  # noqa: E402
-from fasttrack.perf.analysis import ItemState, estimate  # noqa: E402
-from fasttrack.perf.loadgen import PerfClient, run_loop, timed  # noqa: E402
-from fasttrack.perf.metrics import METRICS, RunMetrics, compute_run_metrics  # noqa: E402
-from fasttrack.perf.schedule import LookSchedule  # noqa: E402
-from fasttrack.perf.tokens import pool_from_engine  # noqa: E402
-from fasttrack.perf.workloads import RunInputs, WorkItem, execute, plan_items, warm_up  # noqa: E402
-from fasttrack.stats import mde_for_estimate, wilson_interval  # noqa: E402
+from fasttrack.checks.perf import measure_item, measure_pair  # noqa: E402 - the repository root goes on sys.path first
+from fasttrack.perf.analysis import ItemState, estimate  # noqa: E402 - the repository root goes on sys.path first
+from fasttrack.perf.loadgen import PerfClient, run_loop, timed  # noqa: E402 - the repository root goes on sys.path first
+from fasttrack.perf.metrics import METRICS, RunMetrics, compute_run_metrics  # noqa: E402 - the repository root goes on sys.path first
+from fasttrack.perf.schedule import LookSchedule  # noqa: E402 - the repository root goes on sys.path first
+from fasttrack.perf.tokens import pool_from_engine  # noqa: E402 - the repository root goes on sys.path first
+from fasttrack.perf.workloads import RunInputs, WorkItem, execute, plan_items, warm_up  # noqa: E402 - the repository root goes on sys.path first
+from fasttrack.stats import mde_for_estimate, wilson_interval  # noqa: E402 - the repository root goes on sys.path first
 
 MARGINS = (0.05, 0.10, 0.25, 0.4, 0.5, 0.6)
 
@@ -107,8 +107,8 @@ async def _one_run(client: Any, it: WorkItem, k: int, inputs: RunInputs, *, side
         recs,
         workload=it.workload,
         point=it.point,
-        side=side,
-        lifetime=lifetime,  # type: ignore[arg-type]
+        side=side,  # type: ignore[arg-type] - always "baseline" or "candidate", the sides the callers loop over
+        lifetime=lifetime,
         run=k,
         t_start=tm.t_start,
         t_end=tm.t_end,
@@ -141,7 +141,7 @@ def collect(ns: argparse.Namespace) -> dict[str, Any]:
         up = time.perf_counter() - t0
         try:
 
-            async def measure() -> None:
+            async def measure(eng: Any = eng, lt: int = lt) -> None:
                 inputs = RunInputs(
                     pool=await pool_from_engine(eng), max_model_len=loaded.scope.envelope.context.max_model_len
                 )
@@ -162,7 +162,7 @@ def collect(ns: argparse.Namespace) -> dict[str, Any]:
             eng.stop()
         timing.append({"start_s": round(up, 1), "measure_s": round(took, 1)})
 
-        def med(it: WorkItem, field: str) -> float:
+        def med(it: WorkItem, field: str, lt: int = lt) -> float:
             vals = [
                 statistics.median(r[field])
                 for r in runs
@@ -209,7 +209,7 @@ def collect_interleaved(ns: argparse.Namespace) -> dict[str, Any]:
                 )
             up = time.perf_counter() - t0
 
-            async def measure() -> None:
+            async def measure(engines: dict[str, Any] = engines, lt: int = lt) -> None:
                 mml = loaded.scope.envelope.context.max_model_len
                 inputs = {sd: RunInputs(pool=await pool_from_engine(e), max_model_len=mml) for sd, e in engines.items()}
                 async with (
@@ -246,7 +246,7 @@ def collect_interleaved(ns: argparse.Namespace) -> dict[str, Any]:
                 e.stop()
         timing.append({"start_s": round(up, 1), "measure_s": round(took, 1)})
 
-        def med(it: WorkItem, sd: str) -> float:
+        def med(it: WorkItem, sd: str, lt: int = lt) -> float:
             vals = [
                 statistics.median(r["engine_tpot_ms"])
                 for r in runs
@@ -347,9 +347,9 @@ def analyse_interleaved(data: dict[str, Any], gate: Any) -> None:
     metric = gate.gated_metric
     md = METRICS[metric]
     print(
-        f"\n{len(pairs)} pairs of engines of the same stock configuration, up together, {a['runs']} interleaved run "
-        f"pairs per point ({a['requests']} requests x {a['output_len']} tokens, prompts of {a['context']} tokens); gate "
-        f"on {metric}, noise margin {gate.noise_margin:g}, confidence {gate.confidence:g}, runs "
+        f"\n{len(pairs)} pairs of engines of the same stock configuration, up together, {a['runs']} interleaved "
+        f"run pairs per point ({a['requests']} requests x {a['output_len']} tokens, prompts of {a['context']} tokens); "
+        f"gate on {metric}, noise margin {gate.noise_margin:g}, confidence {gate.confidence:g}, runs "
         f"{gate.min_runs}..{gate.max_runs}, paired bootstrap"
     )
     sched = LookSchedule.for_group(
@@ -523,8 +523,8 @@ def analyse(data: dict[str, Any], ns: argparse.Namespace) -> None:
         empty = sum(1 for lt in lifetimes for r in by[p][lt] if not run_samples(r))
         print(
             f"  {p}: {field} median per lifetime {', '.join(f'{v:.3f}' for v in lv)}; between-lifetime CV "
-            f"{statistics.pstdev(lv) / statistics.mean(lv):.1%}, mean within-lifetime run CV {statistics.mean(within):.1%}"
-            + (f"; {empty} run(s) without samples" if empty else "")
+            f"{statistics.pstdev(lv) / statistics.mean(lv):.1%}, mean within-lifetime run CV "
+            f"{statistics.mean(within):.1%}" + (f"; {empty} run(s) without samples" if empty else "")
         )
     rng = random.Random(ns.seed)
     designs = {
@@ -562,7 +562,8 @@ def analyse(data: dict[str, Any], ns: argparse.Namespace) -> None:
         _print_rates(per_point, points, n, nominal=alpha1)
         w = wilson_interval(any_fail, n, confidence=0.95)
         print(
-            f"  overall (any point fails): {any_fail / n:.1%} [{w.ci_low:.1%}, {w.ci_high:.1%}] over {len(points)} points "
+            f"  overall (any point fails): {any_fail / n:.1%} [{w.ci_low:.1%}, {w.ci_high:.1%}] "
+            f"over {len(points)} points "
             f"(intersection-union: up to {len(points)} x the per-point rate)"
         )
     print(

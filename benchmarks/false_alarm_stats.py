@@ -286,10 +286,12 @@ def main(argv: list[str] | None = None) -> int:
     alpha1 = (1.0 - a.confidence) / 2.0
     t0 = time.time()
     print(
-        f"noise model: between-lifetime CV {CV_LIFETIME:.0%}, within-lifetime run CV {', '.join(f'{c:.0%}' for c in CV_RUNS)}"
+        f"noise model: between-lifetime CV {CV_LIFETIME:.0%}, "
+        f"within-lifetime run CV {', '.join(f'{c:.0%}' for c in CV_RUNS)}"
     )
     print(
-        f"gate: lower end of the {a.confidence:.0%} interval of the speedup (hierarchical bootstrap, or t on lifetimes) "
+        f"gate: lower end of the {a.confidence:.0%} interval of the speedup "
+        "(hierarchical bootstrap, or t on lifetimes) "
         f">= 1 - margin "
         f"(one-sided nominal level {alpha1:.1%}); statistic '{a.statistic}' of per-run summaries; n_boot {a.n_boot}"
     )
@@ -313,7 +315,8 @@ def main(argv: list[str] | None = None) -> int:
                 )
             )
     hdr = (
-        f"{'lifetimes/side':>14} {'interval':>10} {'runs':>4} {'run CV':>6} | {'false regression @ margin ' + format(a.margin, 'g'):>34} "
+        f"{'lifetimes/side':>14} {'interval':>10} {'runs':>4} {'run CV':>6} | "
+        f"{'false regression @ margin ' + format(a.margin, 'g'):>34} "
         f"{'predicted':>9} | {'false pass @ 1-margin':>24} | {'est SE':>7} {'true SE':>7} {'MDE@80%':>8}"
     )
     print(hdr)
@@ -323,7 +326,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{c.lifetimes:>14} {c.method:>10} {c.runs:>4} {c.cv_run:>6.0%} | {c.false_regression:>8.1%} "
             f"[{c.false_regression_ci[0]:.1%}, {c.false_regression_ci[1]:.1%}] (nominal {alpha1:.1%}) "
             f"{c.predicted_false_regression:>9.1%} | {c.false_pass_at_margin:>7.1%} [{c.false_pass_ci[0]:.1%}, "
-            f"{c.false_pass_ci[1]:.1%}] | {c.est_se_log:>7.3f} {c.true_se_log:>7.3f} {c.median_detectable_slowdown:>8.1%}"
+            f"{c.false_pass_ci[1]:.1%}] | {c.est_se_log:>7.3f} {c.true_se_log:>7.3f} "
+            f"{c.median_detectable_slowdown:>8.1%}"
         )
     print()
     print("false-regression rate (identical candidate fails) by noise margin:")
@@ -345,7 +349,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{planned_looks(min_runs=a.min_runs, max_runs=a.max_runs)} looks, margin {a.margin:g}"
         )
         print(
-            f"{'lifetimes/side':>14} {'run CV':>6} | {'false regression':>16} {'false pass':>10} {'mean runs @ parity':>18}"
+            f"{'lifetimes/side':>14} {'run CV':>6} | {'false regression':>16} {'false pass':>10} "
+            f"{'mean runs @ parity':>18}"
         )
         for lifetimes in (1, 2):
             for cv in CV_RUNS:

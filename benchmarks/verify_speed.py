@@ -67,9 +67,9 @@ def build_run(root: Path, total_mb: int) -> Path:
 def build_bundle(root: Path, total_mb: int, key: B.SigningKey) -> Path:
     run = build_run(root, total_mb)
     rows = [
-        {"point": f"b{b}", "lifetime": l, "tpot_ms": 3.5 + b / 100 + l / 10, "side": s}
+        {"point": f"b{b}", "lifetime": lt, "tpot_ms": 3.5 + b / 100 + lt / 10, "side": s}
         for b in (1, 2, 4, 8, 16, 32, 64)
-        for l in range(5)
+        for lt in range(5)
         for s in ("baseline", "candidate")
     ]
     results = [

@@ -121,11 +121,13 @@ def plan_cmd(
     a = e.assumptions
     console.print(
         f"{len(plan.points)} config points in {len(plan.groups)} engine groups; "
-        f"{e.engine_starts} engine starts, {e.requests:,} requests, ~{e.gpu_hours:,.1f} GPU-hours, ~{e.wall_hours:,.1f} h wall"
+        f"{e.engine_starts} engine starts, {e.requests:,} requests, ~{e.gpu_hours:,.1f} GPU-hours, "
+        f"~{e.wall_hours:,.1f} h wall"
     )
     console.print(
         f"[dim]assumptions: engine start {a.engine_start_s:.0f} s, {a.requests_per_point} requests/point of "
-        f"{a.tokens_per_request} tokens, {a.decode_tokens_per_s:.0f} decode tok/s (override in the scope's 'estimates')[/]"
+        f"{a.tokens_per_request} tokens, {a.decode_tokens_per_s:.0f} decode tok/s "
+        "(override in the scope's 'estimates')[/]"
     )
 
 

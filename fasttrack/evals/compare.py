@@ -185,7 +185,8 @@ def compare(
     agreement_gate = None
     ref_mean = ref_exact = None
     if r_idx is not None:
-        ref = [float(p.reference_agreement) for p in pairs]  # type: ignore[arg-type]
+        # every pair has a reference agreement when there is a reference run (same samples, checked above)
+        ref = [p.reference_agreement for p in pairs if p.reference_agreement is not None]
         agr = [p.agreement for p in pairs]
         agreement_diff = paired_bootstrap_difference(
             ref, agr, clusters=clusters, confidence=CONFIDENCE, n_boot=BOOTSTRAP_REPLICATES, seed=BOOTSTRAP_SEED

@@ -220,7 +220,8 @@ def validate_rows(rows: list[dict[str, Any]], kind: EvalKind, where: str) -> Non
                 raise DatasetFormatError(f"row {i + 1} of the MRCR dataset at {where} is malformed: {exc}") from exc
             if not isinstance(r["random_string_to_prepend"], str) or not isinstance(r["answer"], str):
                 raise DatasetFormatError(
-                    f"row {i + 1} of the MRCR dataset at {where}: 'answer' and 'random_string_to_prepend' must be strings."
+                    f"row {i + 1} of the MRCR dataset at {where}: 'answer' and 'random_string_to_prepend' "
+                    "must be strings."
                 )
 
 

@@ -89,7 +89,7 @@ def _lm_eval_version() -> str:
         from importlib.metadata import version
 
         return version("lm_eval")
-    except Exception:  # noqa: BLE001
+    except Exception:  # the version is provenance only: any lookup failure records "unknown"
         return "unknown"
 
 
@@ -216,7 +216,7 @@ def run_lm_eval(
         )
     except FasttrackError:
         raise
-    except Exception as exc:  # noqa: BLE001 - lm-eval raises many kinds; report them as one
+    except Exception as exc:  # lm-eval raises many kinds; report them as one
         raise EvalRunError(
             f"lm-eval failed running {kind} against {base_url}: {type(exc).__name__}: {exc}",
             hint="Read the engine log for a rejected request (prompt too long, wrong model name) or a crash.",

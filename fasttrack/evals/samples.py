@@ -119,11 +119,11 @@ def select_samples(
 
 def _select_aime(ds: ResolvedDataset, limit: int | None) -> Selection:
     rows = ds.rows[:limit] if limit else list(ds.rows)
-    ids = [str(r.get("id")) if r.get("id") is not None else None for r in rows]
-    unique = None not in ids and len(set(ids)) == len(ids)
+    ids = [str(r["id"]) for r in rows if r.get("id") is not None]
+    unique = len(ids) == len(rows) and len(set(ids)) == len(ids)
+    names = ids if unique else [f"row-{i}" for i in range(len(rows))]
     samples = [
-        EvalSample(sample_id=ids[i] if unique else f"row-{i}", index=i, doc_id=i, prompt_sha256=_sha(r["problem"]))
-        for i, r in enumerate(rows)
+        EvalSample(sample_id=names[i], index=i, doc_id=i, prompt_sha256=_sha(r["problem"])) for i, r in enumerate(rows)
     ]
     return Selection(eval=ds.eval, kind="aime25", samples=samples, rows=rows, limit=limit, order="file order")
 
@@ -182,7 +182,9 @@ def _select_mrcr(
         raise NoSamples(
             f"no sample of MRCR dataset {ds.location!r} fits the engine: all {skipped} examined prompts are longer "
             f"than {max_prompt_tokens} tokens (max_model_len minus the eval's max_tokens).",
-            hint="Raise the engine's max_model_len, lower the eval's max_tokens, or use a dataset with shorter prompts.",
+            hint=(
+                "Raise the engine's max_model_len, lower the eval's max_tokens, or use a dataset with shorter prompts."
+            ),
         )
     return Selection(
         eval=ds.eval,

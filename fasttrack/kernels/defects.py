@@ -12,7 +12,9 @@ from fasttrack.kernels import env
 #: Defects the shipped example candidates implement, with what each one plants.
 KNOWN: dict[str, str] = {
     "dcp-off-by-one": "the DCP log-sum-exp combine loops over ranks 0..R-2, dropping the last rank's partial result",
-    "race-read-before-write": "the side-stream consumer reads the producer's buffer without waiting for the producer's event",
+    "race-read-before-write": (
+        "the side-stream consumer reads the producer's buffer without waiting for the producer's event"
+    ),
 }
 
 

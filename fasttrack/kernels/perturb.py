@@ -50,13 +50,16 @@ def poisoned_allocations() -> Iterator[None]:
     """Inside the block, ``torch.empty`` and friends return NaN-filled floating memory."""
     prev_mode = torch.are_deterministic_algorithms_enabled()
     prev_warn = torch.is_deterministic_algorithms_warn_only_enabled()
-    prev_fill = torch.utils.deterministic.fill_uninitialized_memory
+    # fill_uninitialized_memory is a property that torch.utils.deterministic adds by swapping the
+    # module's class at import time, which type checkers do not see: reach it through Any
+    det: Any = torch.utils.deterministic
+    prev_fill = det.fill_uninitialized_memory
     torch.use_deterministic_algorithms(True, warn_only=True)
-    torch.utils.deterministic.fill_uninitialized_memory = True
+    det.fill_uninitialized_memory = True
     try:
         yield
     finally:
-        torch.utils.deterministic.fill_uninitialized_memory = prev_fill
+        det.fill_uninitialized_memory = prev_fill
         torch.use_deterministic_algorithms(prev_mode, warn_only=prev_warn)
 
 

@@ -90,7 +90,7 @@ def _host() -> dict[str, Any]:
         import triton
 
         info["triton"] = triton.__version__
-    except Exception:  # noqa: BLE001
+    except Exception:  # triton absent or broken: the environment record says so with None
         info["triton"] = None
     if torch.cuda.is_available():
         info["device"] = torch.cuda.get_device_name(0)
@@ -158,7 +158,8 @@ def kernel_candidate(request: pytest.FixtureRequest) -> ModuleType:
             spec = request.getfixturevalue("default_candidate")
         except pytest.FixtureLookupError:
             pytest.fail(
-                "no candidate: set FASTTRACK_KERNEL_CANDIDATE or define a 'default_candidate' fixture in the suite's conftest"
+                "no candidate: set FASTTRACK_KERNEL_CANDIDATE or define a 'default_candidate' fixture "
+                "in the suite's conftest"
             )
     base_dir = Path(str(request.config.rootpath))
     try:
@@ -222,7 +223,7 @@ class Recorder:
         suite, scope = pick(self.suite_tolerances), pick(self.scope_tolerances)
         return resolve(kernel, name, suite=suite, scope=scope)
 
-    def _base(self, kernel: str, shape: Mapping[str, Any], dtype: str, **extra: Any) -> dict[str, Any]:
+    def _base(self, kernel: str, shape: Mapping[str, Any], dtype: str | torch.dtype, **extra: Any) -> dict[str, Any]:
         return {
             "suite": self.suite,
             "test": self.nodeid,

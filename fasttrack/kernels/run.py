@@ -277,21 +277,26 @@ def format_summary(doc: dict[str, Any]) -> str:
     )
     for k in s["per_kernel"]:
         lines.append(
-            f"{k['kernel'] + '/' + k['output']:40} {k['dtype']:6} {k['cases']:5d} {k['failed']:4d} {k['max_abs_err']:10.3g} {k['max_rel_err']:10.3g} {k['max_ulp']:8d}"
+            f"{k['kernel'] + '/' + k['output']:40} {k['dtype']:6} {k['cases']:5d} {k['failed']:4d} "
+            f"{k['max_abs_err']:10.3g} {k['max_rel_err']:10.3g} {k['max_ulp']:8d}"
         )
     for r in doc.get("determinism", []):
         lines.append(
-            f"determinism {r['kernel']}/{r['output']} [{r['shape']}]: {'bitwise' if r['bitwise_equal'] else str(r['max_ulp']) + ' ULP'} over {r['runs']} runs -> {r['verdict']}"
+            f"determinism {r['kernel']}/{r['output']} [{r['shape']}]: "
+            f"{'bitwise' if r['bitwise_equal'] else str(r['max_ulp']) + ' ULP'} over {r['runs']} runs "
+            f"-> {r['verdict']}"
         )
     for r in doc.get("perturbation", []):
         lines.append(
-            f"perturbation {r['kernel']} [{r['shape']}]: {r['failed_trials']}/{r['trials']} trials differ, {r['stale_nan_trials']} stale-NaN -> {r['verdict']}"
+            f"perturbation {r['kernel']} [{r['shape']}]: {r['failed_trials']}/{r['trials']} trials differ, "
+            f"{r['stale_nan_trials']} stale-NaN -> {r['verdict']}"
         )
     for r in doc.get("sanitizer", []):
         lines.append(f"sanitizer {r['tool']}: {r['status']} ({r.get('reason')})")
     for r in doc.get("speed_of_light", []):
         lines.append(
-            f"speed {r['kernel']} [{r['shape']}]: {r['time_us']:.2f} us, {r['achieved_gbs']:.0f} GB/s = {r['pct_peak_bandwidth']:.1f}% of {r['peak_bandwidth_gbs']:.0f} GB/s, "
+            f"speed {r['kernel']} [{r['shape']}]: {r['time_us']:.2f} us, {r['achieved_gbs']:.0f} GB/s = "
+            f"{r['pct_peak_bandwidth']:.1f}% of {r['peak_bandwidth_gbs']:.0f} GB/s, "
             f"{r['achieved_tflops']:.2f} TFLOP/s = {r['pct_peak_flops']:.2f}% of {r['peak_bf16_tflops']:.0f}"
         )
     for f in s["failures"][:20]:

@@ -120,7 +120,7 @@ def cuda_available() -> bool:
         import torch
 
         return bool(torch.cuda.is_available())
-    except Exception:  # noqa: BLE001
+    except Exception:  # torch missing or its CUDA runtime unusable: no CUDA
         return False
 
 

@@ -36,6 +36,20 @@ def _event_median_ms(fn: Callable[[], Any], *, warmup: int = 3, reps: int = 10) 
     return statistics.median(samples), samples
 
 
+def _copy_median_ms(dev: torch.device, copy_bytes: int) -> tuple[float, list[float]]:
+    """Median time of a device-to-device copy of ``copy_bytes`` bytes of fp32."""
+    src = torch.empty(copy_bytes // 4, device=dev, dtype=torch.float32).normal_()
+    dst = torch.empty_like(src)
+    return _event_median_ms(lambda: dst.copy_(src), reps=20)
+
+
+def _matmul_median_ms(dev: torch.device, n: int) -> tuple[float, list[float]]:
+    """Median time of an ``n x n x n`` bf16 matrix product on random normal operands."""
+    a = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
+    b = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
+    return _event_median_ms(lambda: a @ b, reps=10)
+
+
 def measure_peaks(
     device: torch.device | str = "cuda", *, copy_bytes: int = 2 << 30, matmul_n: int = 8192
 ) -> dict[str, Any]:
@@ -44,15 +58,9 @@ def measure_peaks(
     key = str(dev)
     if key in _PEAKS:
         return _PEAKS[key]
-    n = copy_bytes // 4
-    src = torch.empty(n, device=dev, dtype=torch.float32).normal_()
-    dst = torch.empty_like(src)
-    copy_ms, copy_samples = _event_median_ms(lambda: dst.copy_(src), reps=20)
-    del src, dst
-    a = torch.randn(matmul_n, matmul_n, device=dev, dtype=torch.bfloat16)
-    b = torch.randn(matmul_n, matmul_n, device=dev, dtype=torch.bfloat16)
-    mm_ms, mm_samples = _event_median_ms(lambda: a @ b, reps=10)
-    del a, b
+    # each measurement's buffers are freed when its helper returns, before the next is allocated
+    copy_ms, copy_samples = _copy_median_ms(dev, copy_bytes)
+    mm_ms, mm_samples = _matmul_median_ms(dev, matmul_n)
     torch.cuda.empty_cache()
     peaks = {
         "device": torch.cuda.get_device_name(dev),
@@ -99,7 +107,7 @@ def time_ms(fn: Callable[[], Any], *, reps: int = 50, warmup: int = 5) -> tuple[
         with torch.cuda.graph(graph):
             fn()
         run = graph.replay
-    except Exception:  # noqa: BLE001 - not capturable (several streams, host syncs): launch directly
+    except Exception:  # not capturable (several streams, host syncs): launch directly
         torch.cuda.synchronize()
         method = "direct launches (not capturable)"
     samples = []

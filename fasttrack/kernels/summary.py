@@ -29,7 +29,8 @@ def case_failure(r: Mapping[str, Any]) -> str:
         f"max_abs_err={_fmt(r.get('max_abs_err'))}",
         f"max_rel_err={_fmt(r.get('max_rel_err'))}",
         f"max_ulp={r.get('max_ulp')}",
-        f"{r.get('mismatches')} of {r.get('numel')} elements out of tolerance (atol={_fmt(r.get('atol'))}, rtol={_fmt(r.get('rtol'))})",
+        f"{r.get('mismatches')} of {r.get('numel')} elements out of tolerance "
+        f"(atol={_fmt(r.get('atol'))}, rtol={_fmt(r.get('rtol'))})",
     ]
     if r.get("nan_mismatch"):
         parts.append(f"NaN mismatch at {r['nan_mismatch']}")
@@ -90,14 +91,17 @@ def summarize(doc: Mapping[str, Any]) -> dict[str, Any]:
             failures.append(
                 f"determinism {r.get('kernel')}/{r.get('output')} [{r.get('shape')}, {r.get('dtype')}]: "
                 f"{r.get('differing_runs')} of {r.get('runs') - 1} repeated runs differ from the first "
-                f"(max {r.get('max_ulp')} ULP, budget {r.get('budget_ulp')}{', NaN positions differ' if r.get('nan_differs') else ''})"
+                f"(max {r.get('max_ulp')} ULP, budget {r.get('budget_ulp')}"
+                f"{', NaN positions differ' if r.get('nan_differs') else ''})"
             )
     for r in pert:
         if r.get("verdict") != PASS:
             failures.append(
-                f"race {r.get('kernel')} [{r.get('shape')}, {r.get('dtype')}]: {r.get('failed_trials')} of {r.get('trials')} perturbed trials "
+                f"race {r.get('kernel')} [{r.get('shape')}, {r.get('dtype')}]: "
+                f"{r.get('failed_trials')} of {r.get('trials')} perturbed trials "
                 f"differ from the unperturbed run, {r.get('stale_nan_trials')} read NaN-poisoned data"
-                f"{' (the unperturbed run read poisoned data too)' if r.get('baseline_stale_nan') else ''} ({r.get('kind')})"
+                f"{' (the unperturbed run read poisoned data too)' if r.get('baseline_stale_nan') else ''} "
+                f"({r.get('kind')})"
             )
     for r in san:
         if r.get("status") == "ran" and r.get("verdict") != PASS:

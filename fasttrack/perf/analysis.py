@@ -334,7 +334,9 @@ def judge_item(
                 }
             )
             continue
-        nominal[m] = est if conf == confidence else estimate(state, m, confidence=confidence, interval=interval)  # type: ignore[assignment]
+        nom_est = est if conf == confidence else estimate(state, m, confidence=confidence, interval=interval)
+        assert nom_est is not None  # the same samples as ``est``, so the nominal-level estimate exists too
+        nominal[m] = nom_est
         mde = mde_for_estimate(est, power=POWER, noise_margin=noise_margin)
         mdes[m] = mde
         g = no_regression_gate(est, noise_margin=noise_margin, point=it.point)
@@ -420,7 +422,8 @@ def judge_item(
         failure = (
             f"{it.point} ({it.workload}): {gated} speedup {grow['speedup']:.3f} "
             f"[{grow['ci_low']:.3f}, {grow['ci_high']:.3f}] at {grow['confidence']:.4g}: lower bound below "
-            f"{grow['threshold']:.3f} (baseline {grow['baseline']:.4g} vs candidate {grow['candidate']:.4g} {METRICS[gated].unit}; "
+            f"{grow['threshold']:.3f} (baseline {grow['baseline']:.4g} vs candidate {grow['candidate']:.4g} "
+            f"{METRICS[gated].unit}; "
             f"{runs_b}+{runs_c} runs over {grow['lifetimes_baseline']}+{grow['lifetimes_candidate']} lifetimes)"
         )
     return ItemJudgement(rows, verdict, failure, bool(grow["strictly_better"]), dec_gate, nominal, mdes)

@@ -29,7 +29,7 @@ Each claim is reported as **confirmed**, **not confirmed** or **not measured**:
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict
 
@@ -96,6 +96,15 @@ class ClaimResult(BaseModel):
     claimed_per_gpu_speedup: float | None = None
     """The claim's speedup per GPU, when it is not like-for-like and states GPU counts."""
     detectable_slowdown: float | None = None
+
+
+class _Match(TypedDict):
+    """The ClaimResult fields that say which measured point a claim was matched to."""
+
+    point: str
+    workload: str
+    other_matches: list[str]
+    detectable_slowdown: float | None
 
 
 def point_matches(claim_point: dict[str, Any], dims: dict[str, Any], *, trace: bool) -> bool:
@@ -208,7 +217,7 @@ def _one(
     cands.sort(key=lambda m: (bool(m.point_dims.get("full_context")), m.point_dims.get("context") or 0, m.point))
     m = cands[0]
     others = [x.point for x in cands[1:]]
-    common = dict(point=m.point, workload=m.workload, other_matches=others, detectable_slowdown=m.detectable_slowdown)
+    common = _Match(point=m.point, workload=m.workload, other_matches=others, detectable_slowdown=m.detectable_slowdown)
     tol = 1.0 - noise_margin
     absolute = how == "absolute" and not rehearsal and c.candidate is not None
     if not absolute:
@@ -226,7 +235,8 @@ def _one(
             + (
                 f"the upper end reaches {claimed_speedup:.3g} x (1 - {noise_margin:g})"
                 if ok
-                else f"the upper end is below {claimed_speedup:.3g} x (1 - {noise_margin:g}) = {claimed_speedup * tol:.3g}"
+                else f"the upper end is below {claimed_speedup:.3g} x (1 - {noise_margin:g}) = "
+                f"{claimed_speedup * tol:.3g}"
             )
         )
         if how == "absolute":

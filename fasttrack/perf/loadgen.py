@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -257,7 +257,7 @@ async def run_open(
     return list(await asyncio.gather(*(one(r, a) for r, a in zip(requests, arrivals_s, strict=False))))
 
 
-def run_loop(coro: Awaitable[T], *, use_uvloop: bool = True) -> T:
+def run_loop(coro: Coroutine[Any, Any, T], *, use_uvloop: bool = True) -> T:
     """Run a coroutine on a fresh event loop (uvloop when installed and ``use_uvloop``), from
     synchronous code. Ctrl-C raises ``KeyboardInterrupt`` here even where the coroutine
     swallowed the cancellation it causes."""
@@ -276,7 +276,7 @@ def run_loop(coro: Awaitable[T], *, use_uvloop: bool = True) -> T:
         except ImportError:  # pragma: no cover - uvloop ships with vLLM
             pass
     with asyncio.Runner(loop_factory=factory) as runner:
-        result = runner.run(coro)  # type: ignore[arg-type]
+        result = runner.run(coro)
         # Ctrl-C cancels the main task; if a layer below turned that cancellation into an
         # ordinary result (a request recorded as failed), the run still has to stop here.
         if getattr(runner, "_interrupt_count", 0):

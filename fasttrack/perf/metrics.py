@@ -225,18 +225,18 @@ def pct(values: list[float] | np.ndarray, q: float) -> float | None:
 def union_length(intervals: list[tuple[float, float]]) -> float:
     """Total length covered by a set of closed intervals."""
     total = 0.0
-    cur_a = cur_b = None
+    cur: tuple[float, float] | None = None  # the merged interval being extended
     for a, b in sorted(intervals):
         if b < a:
             continue
-        if cur_b is None or a > cur_b:
-            if cur_b is not None:
-                total += cur_b - cur_a  # type: ignore[operator]
-            cur_a, cur_b = a, b
+        if cur is None or a > cur[1]:
+            if cur is not None:
+                total += cur[1] - cur[0]
+            cur = (a, b)
         else:
-            cur_b = max(cur_b, b)
-    if cur_b is not None:
-        total += cur_b - cur_a  # type: ignore[operator]
+            cur = (cur[0], max(cur[1], b))
+    if cur is not None:
+        total += cur[1] - cur[0]
     return total
 
 
@@ -268,8 +268,9 @@ def compute_run_metrics(
         else:
             errors.append(f"{r.id}: the server sent no usage (tokens are counted from usage only)")
     timed = [r for r in ok if not r.burst_delivered]
-    ttft = [r.ttft * 1e3 for r in timed]  # type: ignore[operator]
-    e2e = [r.e2e * 1e3 for r in ok]  # type: ignore[operator]
+    # a usable record has chunks, so its ttft and e2e are set
+    ttft = [t * 1e3 for r in timed if (t := r.ttft) is not None]
+    e2e = [t * 1e3 for r in ok if (t := r.e2e) is not None]
     tpot = [t * 1e3 for r in timed if (t := r.tpot) is not None]
     engine_tpot = [t for r in ok if (t := r.engine_tpot_ms) is not None]
     engine_ttft = [

@@ -258,7 +258,8 @@ def parse_trace(text: str, *, source: str = "<trace>") -> Trace:
         raise TraceError(f"{source}:1: the header is malformed: {_short(exc)}") from None
     if header.fasttrack_trace != TRACE_VERSION:
         raise TraceError(
-            f"{source}: trace format version {header.fasttrack_trace} is not supported (this is version {TRACE_VERSION})."
+            f"{source}: trace format version {header.fasttrack_trace} is not supported "
+            f"(this is version {TRACE_VERSION})."
         )
     reqs = []
     for n, obj in objs:

@@ -38,16 +38,13 @@ from fasttrack.stats.gate import (
     sequential_decision,
 )
 from fasttrack.stats.hierarchical import (
-    LifetimeSamples,
     RatioEstimate,
-    RunSamples,
-    SideSamples,
     SideSummary,
     hierarchical_ratio_bootstrap,
     lifetime_t_ratio,
-    parse_statistic,
 )
 from fasttrack.stats.logprobs import GreedyComparison, GreedySummary, compare_greedy, summarize_greedy, topk_kl
+from fasttrack.stats.nested import LifetimeSamples, RunSamples, SideSamples, parse_statistic
 from fasttrack.stats.power import MinimumDetectableEffect, mde_for_estimate, minimum_detectable_effect
 from fasttrack.stats.proportions import (
     DiscordantPair,

@@ -22,7 +22,8 @@ from __future__ import annotations
 from scipy import stats as _sps
 
 from fasttrack.stats._base import StatResult, StatsInputError
-from fasttrack.stats.hierarchical import SideSamples, hierarchical_ratio_bootstrap
+from fasttrack.stats.hierarchical import hierarchical_ratio_bootstrap
+from fasttrack.stats.nested import SideSamples
 
 
 class DriftCheck(StatResult):

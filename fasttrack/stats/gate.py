@@ -32,11 +32,10 @@ from fasttrack.stats._base import Direction, StatResult, StatsInputError, check_
 from fasttrack.stats.hierarchical import (
     LIFETIME_T_MIN_LIFETIMES,
     RatioEstimate,
-    SideSamples,
-    count_lifetimes,
     hierarchical_ratio_bootstrap,
     lifetime_t_ratio,
 )
+from fasttrack.stats.nested import SideSamples, count_lifetimes
 
 Decision = Literal["decided_pass", "decided_fail", "undecided"]
 
@@ -131,7 +130,8 @@ def overall_gate(points: Sequence[PointGate]) -> OverallGate:
     """Intersection-union: pass iff every point passes; strictly better iff every point is."""
     if len(points) == 0:
         raise StatsInputError(
-            "no config points to gate: the perf check measured nothing, which must be reported as 'not run', not as a pass."
+            "no config points to gate: the perf check measured nothing, which must be reported as 'not run', "
+            "not as a pass."
         )
 
     def label(p: PointGate) -> str:
@@ -141,7 +141,10 @@ def overall_gate(points: Sequence[PointGate]) -> OverallGate:
     not_strict = [label(p) for p in points if not p.strictly_better]
     return OverallGate(
         name="overall no-regression verdict",
-        method="intersection-union over config points (each point tested at its own level, no multiplicity correction needed)",
+        method=(
+            "intersection-union over config points (each point tested at its own level, "
+            "no multiplicity correction needed)"
+        ),
         passed=not failing,
         strictly_better=not not_strict,
         n_points=len(points),
@@ -274,12 +277,15 @@ def sequential_decision(
     elif look == planned_looks:
         decision = "decided_fail"
         reason = (
-            f"last planned look ({look}/{planned_looks}) and the lower bound {gate.ci_low:.4g} is still below {thr:.4g}: "
-            "no-regression not shown"
+            f"last planned look ({look}/{planned_looks}) and the lower bound {gate.ci_low:.4g} is still below "
+            f"{thr:.4g}: no-regression not shown"
         )
     else:
         decision = "undecided"
-        reason = f"interval [{gate.ci_low:.4g}, {gate.ci_high:.4g}] straddles {thr:.4g} at look {look}/{planned_looks}: take another run"
+        reason = (
+            f"interval [{gate.ci_low:.4g}, {gate.ci_high:.4g}] straddles {thr:.4g} at look {look}/{planned_looks}: "
+            "take another run"
+        )
     return SequentialDecision(
         name=f"sequential no-regression decision on {est.name}",
         method=f"Bonferroni over {planned_looks} planned looks: each look uses the {per_look:.4g} interval",

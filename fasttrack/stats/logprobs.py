@@ -56,7 +56,8 @@ class GreedyComparison(StatResult):
     exact_match: bool
     """Same tokens, same length."""
     first_divergence: int | None
-    """0-based index of the first differing token (the shorter length if one is a prefix of the other); None if identical."""
+    """0-based index of the first differing token (the shorter length if one is a prefix of the other); None if
+    identical."""
     length_mismatch: bool
     baseline_token_at_divergence: str | None
     candidate_token_at_divergence: str | None
@@ -226,7 +227,9 @@ def compare_greedy(
 
     return GreedyComparison(
         name="greedy output equivalence of one request (candidate vs baseline)",
-        method="exact match; vLLM check_logprobs_close rule; chosen-token logprob drift on the matching prefix; top-k KL",
+        method=(
+            "exact match; vLLM check_logprobs_close rule; chosen-token logprob drift on the matching prefix; top-k KL"
+        ),
         n_baseline_tokens=len(bt),
         n_candidate_tokens=len(ct),
         exact_match=bt == ct,

@@ -177,10 +177,11 @@ def _pair_arrays(
 
 
 def paired_binary_difference(
-    baseline: Sequence[int | bool], candidate: Sequence[int | bool], *, confidence: float = 0.95
+    baseline: Sequence[float], candidate: Sequence[float], *, confidence: float = 0.95
 ) -> PairedDifference:
     """Candidate minus baseline proportion on paired binary scores, Newcombe's method-10 interval.
 
+    Scores are 0/1 (ints, bools, or floats equal to 0 or 1; anything else is rejected).
     With a = both 1, b = candidate only, c = baseline only, d = neither, n pairs:
     p1 = (a + b)/n (candidate), p2 = (a + c)/n (baseline), D = p1 - p2. With Wilson
     intervals (l1, u1) of p1 and (l2, u2) of p2 and psi the continuity-corrected phi

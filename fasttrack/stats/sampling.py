@@ -148,7 +148,8 @@ def _check_temperature(t: float) -> float:
     t = float(t)
     if not (t > 0 and math.isfinite(t)):
         raise StatsInputError(
-            f"temperature must be a finite number > 0, got {t!r} (temperature 0 is greedy decoding: compare tokens instead)."
+            f"temperature must be a finite number > 0, got {t!r} "
+            "(temperature 0 is greedy decoding: compare tokens instead)."
         )
     return t
 
@@ -306,7 +307,8 @@ def allowed_tokens(
             raise StatsInputError(f"top_k must be a positive integer, got {top_k!r}.")
         if len(ranked) < top_k:
             raise StatsInputError(
-                f"top_k={top_k} but only {len(ranked)} logprobs are known: request at least top_k logprobs to know the mask."
+                f"top_k={top_k} but only {len(ranked)} logprobs are known: "
+                "request at least top_k logprobs to know the mask."
             )
         kth = x[top_k - 1]
         keep = x >= kth - tolerance
@@ -338,8 +340,8 @@ def allowed_tokens(
         above = np.concatenate([[0.0], np.cumsum(p)[:-1]])  # mass ranked strictly above each token
         if top_k is None and known < top_p - tolerance:
             raise StatsInputError(
-                f"the known logprobs carry {known:.4f} of the mass, less than top_p={top_p}: the nucleus includes tokens "
-                "that are not listed. Request more logprobs."
+                f"the known logprobs carry {known:.4f} of the mass, less than top_p={top_p}: "
+                "the nucleus includes tokens that are not listed. Request more logprobs."
             )
         keep = above < top_p + tolerance
         keep[0] = True

@@ -17,8 +17,8 @@ plugin = pytest.importorskip(
     "fasttrack_demo_plugin", reason="the demo plugin is not installed (pip install -e examples/demo_plugin)"
 )
 
-from fasttrack_demo_plugin import dispatch as dispatch_mod  # noqa: E402
-from fasttrack_demo_plugin.settings import (  # noqa: E402
+from fasttrack_demo_plugin import dispatch as dispatch_mod  # noqa: E402 - after the importorskip above
+from fasttrack_demo_plugin.settings import (  # noqa: E402 - after the importorskip above
     DEFECTS,
     MAX_BATCH,
     BackendSettings,
@@ -126,13 +126,14 @@ def test_fallbacks_are_logged_rate_limited_with_counts(plugin_log, monkeypatch) 
     d.plan_step(_meta([1] * (MAX_BATCH + 2)))  # another reason has its own limit
     d.plan_step(_meta([1, 1]))
     assert d.current.fast and d.fast_steps == 1
-    lines = [l for l in _lines(plugin_log) if "fallback" in l]
+    lines = [line for line in _lines(plugin_log) if "fallback" in line]
     assert lines == [
         "fasttrack-demo fallback reason=prefill batch=1 tokens=12 count=1 suppressed=0",
         "fasttrack-demo fallback reason=prefill batch=1 tokens=12 count=4 suppressed=2",
-        f"fasttrack-demo fallback reason=batch_out_of_range batch={MAX_BATCH + 2} tokens={MAX_BATCH + 2} count=1 suppressed=0",
+        f"fasttrack-demo fallback reason=batch_out_of_range batch={MAX_BATCH + 2} tokens={MAX_BATCH + 2} "
+        "count=1 suppressed=0",
     ]
-    assert any("fast-path first decode step batch=2" in l for l in _lines(plugin_log))
+    assert any("fast-path first decode step batch=2" in line for line in _lines(plugin_log))
 
 
 def test_silent_fallback_defect_diverts_eligible_steps_without_a_trace_in_the_log(plugin_log) -> None:
@@ -142,8 +143,8 @@ def test_silent_fallback_defect_diverts_eligible_steps_without_a_trace_in_the_lo
         assert not plan.fast and plan.reason is None
     assert d.fast_steps == 0
     lines = _lines(plugin_log)
-    assert not any("fallback" in l for l in lines)
-    assert any("fast-path first decode step" in l for l in lines)  # it still claims the fast path
+    assert not any("fallback" in line for line in lines)
+    assert any("fast-path first decode step" in line for line in lines)  # it still claims the fast path
 
 
 # --- fused ops vs independent formulas --------------------------------------------

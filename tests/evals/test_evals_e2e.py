@@ -102,7 +102,7 @@ def test_clean_candidate_passes_both_evals(evals_results: dict[str, Any]) -> Non
     assert res.verdict is Verdict.PASS, (res.reason, res.failures, res.summary.get("not_run"))
     cmps = _comparisons(res)
     assert {e for e, _ in cmps} == {"aime25", "mrcr"}
-    for (name, point), row in cmps.items():
+    for (_name, point), row in cmps.items():
         assert "-b3-" in point, point
         assert row["pairs"] == 6
         assert row["task_pass"] and row["agreement_pass"]

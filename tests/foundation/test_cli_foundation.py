@@ -80,7 +80,10 @@ def test_partial_scope_plan_says_what_is_missing() -> None:
 def test_isolation_cli(tmp_path: Path) -> None:
     repo = tmp_path / "r"
     repo.mkdir()
-    g = lambda *a: subprocess.run(["git", "-C", str(repo), *a], check=True, capture_output=True)  # noqa: E731
+
+    def g(*a: str) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run(["git", "-C", str(repo), *a], check=True, capture_output=True)
+
     g("init", "-q", "-b", "main")
     g("config", "user.email", "t@e")
     g("config", "user.name", "t")

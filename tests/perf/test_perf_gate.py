@@ -302,7 +302,7 @@ def test_candidate_request_failures_fail_the_point() -> None:
     assert j.verdict == "fail" and "candidate failed" in (j.failure or "") and "boom" in (j.failure or "")
 
 
-# ---------------------------------------------------------------------------------- the check end to end (synthetic engines)
+# ------------------------------------------------------------------------ the check end to end (synthetic engines)
 
 
 def _ctx(tier: str, tmp: Path, *, interleave: bool = False) -> RunContext:

@@ -89,7 +89,7 @@ async def _serve(fake: FakeServer, fn):
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr] - set by site.start() above
     try:
         async with PerfClient(f"http://127.0.0.1:{port}", model="m") as client:
             return await fn(client)

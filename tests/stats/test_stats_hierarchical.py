@@ -116,18 +116,18 @@ def test_json_round_trip() -> None:
 )
 def test_bad_input(base: object, msg: str) -> None:
     with pytest.raises(StatsInputError, match=msg):
-        hierarchical_ratio_bootstrap(base, [[1.0]], metric="m", direction="lower_is_better")  # type: ignore[arg-type]
+        hierarchical_ratio_bootstrap(base, [[1.0]], metric="m", direction="lower_is_better")  # type: ignore[arg-type] - ill-typed on purpose: the input check must reject it
 
 
 def test_bad_options() -> None:
     with pytest.raises(StatsInputError, match="unknown summary statistic"):
         hierarchical_ratio_bootstrap([[1.0]], [[1.0]], metric="m", direction="lower_is_better", statistic="p100")
     with pytest.raises(StatsInputError, match="direction"):
-        hierarchical_ratio_bootstrap([[1.0]], [[1.0]], metric="m", direction="up")  # type: ignore[arg-type]
+        hierarchical_ratio_bootstrap([[1.0]], [[1.0]], metric="m", direction="up")  # type: ignore[arg-type] - ill-typed on purpose: the input check must reject it
     with pytest.raises(StatsInputError, match="confidence"):
         hierarchical_ratio_bootstrap([[1.0]], [[1.0]], metric="m", direction="lower_is_better", confidence=1.0)
     with pytest.raises(StatsInputError, match="seed"):
-        hierarchical_ratio_bootstrap([[1.0]], [[1.0]], metric="m", direction="lower_is_better", seed=1.5)  # type: ignore[arg-type]
+        hierarchical_ratio_bootstrap([[1.0]], [[1.0]], metric="m", direction="lower_is_better", seed=1.5)  # type: ignore[arg-type] - ill-typed on purpose: the input check must reject it
 
 
 def test_n_boot_raised_for_narrow_tails() -> None:

@@ -78,7 +78,8 @@ def test_newcombe_reference_value() -> None:
 def test_newcombe_identical_sides() -> None:
     base, cand = _paired(10, 0, 0, 5)
     d = paired_binary_difference(base, cand)
-    assert d.difference == 0 and d.ci_low < 0 < d.ci_high and d.table.mcnemar_exact_p == 1.0  # type: ignore[union-attr]
+    assert d.difference == 0 and d.ci_low < 0 < d.ci_high
+    assert d.table is not None and d.table.mcnemar_exact_p == 1.0
 
 
 @settings(max_examples=150, deadline=None)

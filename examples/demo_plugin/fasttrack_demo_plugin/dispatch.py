@@ -8,9 +8,10 @@ so it is taken at run time on every step instead of being baked in by torch.comp
 
 The optimized path takes decode-only batches (every request has exactly one
 query token) of ``min_batch..max_batch`` requests. Everything else falls back to
-the stock path and is logged as::
+the stock path and is logged as (one line)::
 
-    fasttrack-demo fallback reason=<prefill|mixed|batch_out_of_range> batch=<requests> tokens=<tokens> count=<n> suppressed=<m>
+    fasttrack-demo fallback reason=<prefill|mixed|batch_out_of_range> batch=<requests>
+        tokens=<tokens> count=<n> suppressed=<m>
 
 ``count`` is the cumulative number of fallback steps for that reason in this
 engine; lines are rate-limited to one per reason per ``LOG_INTERVAL_S`` and

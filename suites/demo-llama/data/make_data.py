@@ -19,7 +19,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[2]))
 
-from fasttrack.evals.synthetic import aime_problems, mrcr_samples, write_jsonl  # noqa: E402
+from fasttrack.evals.synthetic import aime_problems, mrcr_samples, write_jsonl  # noqa: E402 - the repository root goes on sys.path first
 
 SEED = 2026
 

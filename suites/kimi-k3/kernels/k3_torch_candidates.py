@@ -10,7 +10,8 @@ harness, planted defects included. A candidate module for this suite defines:
 - ``dcp_combine(outs, lses, out_dtype) -> out``
 - ``router_latent_shard(x, w_shard) -> fp32 logits of the shard``
 - ``router_latent_gather(shards, num_experts, out_dtype) -> (scores fp32, latent)``
-- ``shared_expert_side_stream(x, residual, weight, eps, w_shared, *, h_buf, side_stream, before_producer=None) -> (y, residual_out)`` (CUDA)
+- ``shared_expert_side_stream(x, residual, weight, eps, w_shared, *, h_buf, side_stream, before_producer=None)
+  -> (y, residual_out)`` (CUDA)
 - ``DEVICE`` ('cuda', 'cpu' or 'any') and optionally ``SUPPORTED_DTYPES``.
 """
 
@@ -86,11 +87,11 @@ def dcp_partial_attention(
     m = s.amax(-1, keepdim=True)
     m = torch.where(torch.isinf(m) & (m < 0), torch.zeros_like(m), m)
     p = torch.exp(s - m)
-    l = p.sum(-1)
+    denom = p.sum(-1)
     o = torch.einsum("bngs,bsnd->bngd", p, vv)
-    empty = l == 0
-    out = torch.where(empty[..., None], torch.zeros_like(o), o / l[..., None])
-    lse = torch.where(empty, torch.full_like(l, float("-inf")), m.squeeze(-1) + torch.log(l))
+    empty = denom == 0
+    out = torch.where(empty[..., None], torch.zeros_like(o), o / denom[..., None])
+    lse = torch.where(empty, torch.full_like(denom, float("-inf")), m.squeeze(-1) + torch.log(denom))
     return out.reshape(B, H, -1), lse.reshape(B, H)
 
 
