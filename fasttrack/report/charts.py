@@ -29,7 +29,7 @@ def nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
     mag = 10 ** math.floor(math.log10(raw))
     step = min((m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw), default=10 * mag)
     start = math.floor(lo / step) * step
-    ticks = []
+    ticks: list[float] = []
     v = start
     while v <= hi + step * 0.5 and len(ticks) < 20:
         if v >= lo - step * 0.5:

@@ -42,8 +42,8 @@ def fingerprint(path: Path) -> str:
                         stack.append((e.path, rel + "/"))
                     else:
                         entries.append(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_mode}")
-        for e in sorted(entries):
-            h.update(e.encode("utf-8", "surrogateescape") + b"\n")
+        for line in sorted(entries):
+            h.update(line.encode("utf-8", "surrogateescape") + b"\n")
     else:
         st = p.stat()
         h.update(f"file\0{st.st_size}\0{st.st_mtime_ns}".encode())

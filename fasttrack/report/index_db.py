@@ -131,7 +131,8 @@ class Index:
         )
         self.db.execute("DELETE FROM perf WHERE bundle_id = ?", (rec.id,))
         self.db.executemany(
-            "INSERT INTO perf (bundle_id, point, metric, speedup, ci_low, ci_high, verdict) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO perf (bundle_id, point, metric, speedup, ci_low, ci_high, verdict) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
             [(rec.id, p.point, p.metric, p.speedup, p.ci_low, p.ci_high, p.verdict) for p in rec.perf],
         )
 

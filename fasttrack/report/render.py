@@ -23,7 +23,7 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
-from fasttrack import ROOT
+from fasttrack import ROOT, __version__
 from fasttrack.errors import FasttrackError
 from fasttrack.report import fmt
 
@@ -125,3 +125,14 @@ def write_text(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
+
+
+def renderer_version() -> str:
+    """Changes when the templates or the report code (any module of fasttrack/report/) change;
+    pages must then be re-rendered."""
+    h = hashlib.sha256(__version__.encode())
+    here = Path(__file__).resolve().parent
+    for p in sorted(list(TEMPLATE_DIR.glob("*")) + list(here.glob("*.py"))):
+        if p.is_file():
+            h.update(p.name.encode() + b"\0" + p.read_bytes())
+    return h.hexdigest()

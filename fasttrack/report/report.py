@@ -5,12 +5,15 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fasttrack.errors import FasttrackError
 from fasttrack.report.load import Links, build_report_data, default_links
 from fasttrack.report.render import render_page, static, write_text
 from fasttrack.report.views import ReportData
+
+if TYPE_CHECKING:  # pragma: no cover
+    from fasttrack.bundle.verify import VerifyResult
 
 REPORT_TEMPLATE = "report.html.j2"
 REPORT_CSS = "report.css"
@@ -30,9 +33,13 @@ def render_report(
     pr_head: str | None = None,
     comment_path: str | os.PathLike[str] | None = None,
     report_url: str | None = None,
+    verify_result: VerifyResult | None = None,
 ) -> ReportData:
     """Verify ``bundle_path``, write the report to ``out_html`` (and the PR comment to
     ``comment_path``), and return what was shown.
+
+    ``verify_result``: the bundle's verification when the caller has just done it (it is then
+    not verified again).
 
     ``keys`` are trusted public keys (files or loaded keys) and ``trust_dir`` a directory of
     ``*.pub`` files; without either the signature cannot verify and the report says so.
@@ -47,11 +54,14 @@ def render_report(
         for target in (out, Path(comment_path) if comment_path is not None else None):
             if target is not None and target.resolve().is_relative_to(bundle.resolve()):
                 raise FasttrackError(
-                    f"{target} is inside the bundle {bundle}; a file added there would make the bundle fail verification",
+                    f"{target} is inside the bundle {bundle}; "
+                    "a file added there would make the bundle fail verification",
                     hint="Write the report next to the bundle, e.g. -o report.html",
                 )
     links: Links = default_links(bundle, out)
-    data = build_report_data(bundle, keys=keys, trust_dir=trust_dir, pr_head=pr_head, links=links)
+    data = build_report_data(
+        bundle, keys=keys, trust_dir=trust_dir, pr_head=pr_head, links=links, verify_result=verify_result
+    )
     write_text(out, report_html(data))
     if comment_path is not None:
         cp = Path(comment_path)

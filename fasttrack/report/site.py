@@ -16,7 +16,6 @@ Every page is rendered from the bundles only, after verifying each one.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -28,23 +27,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from markupsafe import Markup
-
-from fasttrack import __version__
 from fasttrack.bundle.errors import BundleError
 from fasttrack.bundle.layout import ATTESTATION, MANIFEST
 from fasttrack.errors import FasttrackError
-from fasttrack.report import agreement, risk
 from fasttrack.report.identity import bundle_hash, fingerprint
 from fasttrack.report.index_db import Index
 from fasttrack.report.links import quote_path, served_name
 from fasttrack.report.records import BundleRecord, record_from
-from fasttrack.report.render import TEMPLATE_DIR, render_page, static, write_text
+from fasttrack.report.render import renderer_version, write_text
+from fasttrack.report.site_pages import write_index
 
 ArtifactMode = Literal["copy", "serve", "none"]
 INDEX_DB = "index.sqlite"
-#: Bundles listed in the review queue at most (the full list is below it).
-QUEUE_LIMIT = 200
 
 
 @dataclass
@@ -93,16 +87,6 @@ def discover(bundles_dir: Path) -> list[tuple[str, Path]]:
             elif e.is_file(follow_symlinks=False) and (e.name.endswith(".tar.gz") or e.name.endswith(".tgz")):
                 found.append((p.relative_to(bundles_dir).as_posix(), p))
     return sorted(found)
-
-
-def renderer_version() -> str:
-    """Changes when the templates or the report code change (pages must then be re-rendered)."""
-    h = hashlib.sha256(__version__.encode())
-    here = Path(__file__).resolve().parent
-    for p in sorted(list(TEMPLATE_DIR.glob("*")) + list(here.glob("*.py"))):
-        if p.is_file():
-            h.update(p.name.encode() + b"\0" + p.read_bytes())
-    return h.hexdigest()
 
 
 # --------------------------------------------------------------------------- one bundle (worker)
@@ -294,9 +278,8 @@ def build_site(
         records = index.records()
         write_index(site, records, errors=errors)
         if log:
-            log(
-                f"{len(records)} bundles: {read} read, {reused} unchanged, {removed} removed ({time.perf_counter() - t0:.1f} s)"
-            )
+            took = time.perf_counter() - t0
+            log(f"{len(records)} bundles: {read} read, {reused} unchanged, {removed} removed ({took:.1f} s)")
         return BuildStats(
             site=site,
             bundles=len(records),
@@ -325,190 +308,3 @@ def _run(todo: list[_Job], key_paths: list[str], trust_dir: str | None, jobs: in
         return [process_bundle(j) for j in todo]
     with ProcessPoolExecutor(max_workers=n, initializer=_init_worker, initargs=(key_paths, trust_dir)) as ex:
         return list(ex.map(process_bundle, todo, chunksize=max(1, min(16, len(todo) // (4 * n) or 1))))
-
-
-# --------------------------------------------------------------------------- pages
-
-
-def _json_for_script(obj: Any) -> Markup:
-    """JSON safe to embed in ``<script type="application/json">`` (no ``<``, ``>``, ``&``)."""
-    text = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    text = text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-    return Markup(text)
-
-
-def _search_text(r: BundleRecord, rk: risk.Risk) -> str:
-    bits = [
-        r.id[:16],
-        r.model,
-        r.tier,
-        r.scope_title,
-        r.repository,
-        str(r.pr_number or ""),
-        r.head_sha[:12],
-        r.verdict,
-        "verified" if r.verified else "unverified",
-        r.hardware,
-        r.isolation,
-        " ".join(r.failed_checks),
-        " ".join(rk.reasons),
-        r.path,
-    ]
-    return " ".join(b for b in bits if b).lower()[:2000]
-
-
-def group_id(key: tuple[str, str]) -> str:
-    return hashlib.sha256(f"{key[0]}\0{key[1]}".encode()).hexdigest()[:16]
-
-
-def compare_view(g: agreement.GroupResult, *, max_bundles: int = 8, max_rows: int = 400) -> dict[str, Any]:
-    """Rows of the side-by-side page: check verdicts and perf speedups per bundle."""
-    bs = g.bundles[:max_bundles]
-    checks = sorted({n for b in bs for n in b.checks}, key=lambda n: (_ORDER.get(n, 99), n))
-    check_rows = []
-    for n in checks:
-        vals = [b.checks.get(n, "absent") for b in bs]
-        ran = {v for v in vals if v not in ("not_run", "absent")}
-        check_rows.append({"name": n, "values": vals, "same": len(ran) <= 1})
-    keys = sorted({(p.point, p.metric) for b in bs for p in b.perf})[:max_rows]
-    per = [{(p.point, p.metric): p for p in b.perf} for b in bs]
-    perf_rows = []
-    for k in keys:
-        cells = [m.get(k) for m in per]
-        have = [c for c in cells if c is not None]
-        agree = None
-        if len(have) > 1:
-            agree = all(
-                (y.ci_low is not None and y.ci_high is not None and y.ci_low <= x.speedup <= y.ci_high)
-                for x in have
-                for y in have
-                if x is not y
-            )
-        perf_rows.append({"point": k[0], "metric": k[1], "cells": cells, "agree": agree})
-    return {
-        "bundles": bs,
-        "more": len(g.bundles) - len(bs),
-        "checks": check_rows,
-        "perf": perf_rows,
-        "perf_total": len({(p.point, p.metric) for b in bs for p in b.perf}),
-    }
-
-
-_ORDER = {n: i for i, n in enumerate(("kernels", "equivalence", "features", "coverage", "evals", "perf"))}
-
-
-def write_index(site: Path, records: list[BundleRecord], *, errors: Sequence[str] = ()) -> None:
-    """index.html, index.json and compare pages from the indexed records."""
-    groups = agreement.group(records)
-    disagree: set[str] = set()
-    status_of: dict[str, str] = {}
-    for g in groups:
-        for r in g.bundles:
-            status_of[r.id] = g.status
-        for p in g.pairs:
-            if p.status == "disagree":
-                disagree.update((p.a, p.b))
-    risks = {r.id: risk.assess(r, disagrees=r.id in disagree) for r in records}
-    ordered = risk.order([(r, risks[r.id]) for r in records])
-    queue = [(r, k) for r, k in ordered if k.score > 0]
-    by_model: dict[str, list[BundleRecord]] = {}
-    for r in records:
-        by_model.setdefault(r.model or "(unreadable)", []).append(r)
-    for rs in by_model.values():
-        rs.sort(key=lambda r: (r.repository, r.pr_number or 0, r.head_sha, r.created, r.id))
-    multi = [g for g in groups if len(g.bundles) > 1]
-    multi.sort(key=lambda g: ({"disagree": 0, "not_comparable": 1, "agree": 2}.get(g.status, 3), g.key))
-    gids = {g.key: group_id(g.key) for g in multi}
-    group_of = {r.id: gids[g.key] for g in multi for r in g.bundles}
-
-    compare_dir = site / "compare"
-    if compare_dir.is_dir():
-        for p in compare_dir.glob("*.html"):
-            if p.stem not in gids.values():
-                p.unlink()
-    css = static("report.css") + "\n" + static("dashboard.css")
-    # a compare page depends only on its bundles (and the renderer): re-render it when they change
-    stamps_file = compare_dir / "stamps.json"
-    try:
-        stamps = json.loads(stamps_file.read_text()) if stamps_file.is_file() else {}
-    except ValueError:
-        stamps = {}
-    version = renderer_version()
-    new_stamps = {}
-    for g in multi:
-        gid = gids[g.key]
-        stamp = hashlib.sha256((version + "".join(sorted(r.id for r in g.bundles))).encode()).hexdigest()
-        new_stamps[gid] = stamp
-        if stamps.get(gid) == stamp and (compare_dir / f"{gid}.html").is_file():
-            continue
-        page = render_page("compare.html.j2", css=css, g=g, risks=risks, gid=gid, cmp=compare_view(g))
-        write_text(compare_dir / f"{gid}.html", page)
-    write_text(stamps_file, json.dumps(new_stamps, sort_keys=True))
-
-    filt = [
-        {
-            "id": r.short,
-            "s": _search_text(r, risks[r.id]),
-            "v": r.verdict,
-            "ok": r.verified,
-            "m": r.model,
-            "iso": r.isolation,
-            "risk": risks[r.id].level,
-        }
-        for r in records
-    ]
-    counts = {
-        "bundles": len(records),
-        "verified": sum(r.verified for r in records),
-        "unverified": sum(not r.verified for r in records),
-        "pass": sum(r.verdict == "pass" for r in records),
-        "fail": sum(r.verdict == "fail" for r in records),
-        "incomplete": sum(r.verdict == "incomplete" for r in records),
-        "heads": len({r.head_sha for r in records if r.head_sha}),
-        "disagree": sum(1 for g in multi if g.status == "disagree"),
-    }
-    html = render_page(
-        "dashboard.html.j2",
-        css=css,
-        script=static("dashboard.js"),
-        counts=counts,
-        queue=queue[:QUEUE_LIMIT],
-        queue_total=len(queue),
-        by_model=sorted(by_model.items()),
-        risks=risks,
-        multi=multi,
-        gids=gids,
-        group_of=group_of,
-        status_of=status_of,
-        models=sorted(by_model),
-        errors=list(errors)[:200],
-        data=_json_for_script(filt),
-    )
-    write_text(site / "index.html", html)
-    doc = {
-        "fasttrack_version": __version__,
-        "counts": counts,
-        "bundles": [
-            {
-                **r.model_dump(mode="json", exclude={"members"}),
-                "files": len(r.members),
-                "risk": {"score": risks[r.id].score, "level": risks[r.id].level, "reasons": risks[r.id].reasons},
-                "group": group_of.get(r.id),
-                "agreement": status_of.get(r.id, "single"),
-            }
-            for r, _ in ordered
-        ],
-        "groups": [
-            {
-                "id": gids[g.key],
-                "head_sha": g.key[0],
-                "model": g.key[1],
-                "status": g.status,
-                "bundles": [r.id for r in g.bundles],
-                "differences": g.differences[:200],
-            }
-            for g in multi
-        ],
-        "errors": list(errors),
-    }
-    write_text(site / "index.json", json.dumps(doc, sort_keys=True, ensure_ascii=False, separators=(",", ":")))

@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import os
 import random
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +34,10 @@ from fasttrack.bundle.manifest import (
     scope_info,
 )
 from fasttrack.bundle.writer import write_bundle
-from fasttrack.results import CHECK_ORDER, CheckResult, Gate, Verdict
+from fasttrack.report.synthetic_results import Spec, check_results, plant
+from fasttrack.results import CHECK_ORDER
+
+__all__ = ["PAYLOADS", "SUITES", "Spec", "make_bundle", "payload_text"]
 
 #: Suites whose real plans the synthetic bundles borrow (config points, groups).
 SUITES = {"demo-llama": "standard", "kimi-k3": "standard"}
@@ -44,32 +45,6 @@ _HW = {
     "demo-llama": Hardware(kind="cpu", cpu_model="synthetic CPU", cpu_count=2),
     "kimi-k3": Hardware(kind="gpu", gpu_model="NVIDIA GB300", gpu_count=16, cpu_model="synthetic CPU", cpu_count=144),
 }
-
-
-@dataclass
-class Spec:
-    """What one synthetic bundle looks like."""
-
-    model: str = "demo-llama"
-    """A suite under suites/ with a plannable scope, or any other name (a small invented plan)."""
-    seed: int = 0
-    repository: str = "vllm-project/vllm"
-    pr_number: int | None = 101
-    head_sha: str = "a" * 40
-    base_sha: str = "b" * 40
-    fail: Sequence[str] = ()
-    """Checks that fail (perf: a slow point; evals: lower scores; coverage: a gap; others: a failed row)."""
-    not_run: Sequence[str] = ()
-    """Checks recorded as not run (with a reason)."""
-    isolation: str = "pass"
-    rehearsal: bool = False
-    speedup: float = 1.12
-    """Typical speedup of the candidate (perf rows scatter around it)."""
-    noise: float = 0.03
-    payload: str | None = None
-    created: str = "2026-01-15T12:00:00+00:00"
-    signer_comment: str = ""
-    extra_tables: dict[str, dict[str, list[dict[str, Any]]]] = field(default_factory=dict)
 
 
 @functools.lru_cache(maxsize=8)
@@ -120,11 +95,6 @@ def _invented_plan(model: str, rng: random.Random) -> tuple[str, str, dict[str, 
     return yaml_text, "smoke", plan
 
 
-def _p(spec: Spec, text: str) -> str:
-    """``text`` with the payload planted (when there is one)."""
-    return f"{text} {spec.payload}" if spec.payload else text
-
-
 def _marked_title(yaml_text: str, spec: Spec) -> str:
     """Mark the scope title as synthetic (and plant the payload in it)."""
     lines = yaml_text.splitlines()
@@ -136,355 +106,9 @@ def _marked_title(yaml_text: str, spec: Spec) -> str:
             except ValueError:
                 old = raw
             new = old if str(old).startswith("[synthetic]") else f"[synthetic] {old}"
-            lines[i] = "title: " + json.dumps(_p(spec, str(new)))
+            lines[i] = "title: " + json.dumps(plant(spec, str(new)))
             break
     return "\n".join(lines) + "\n"
-
-
-def _rows_perf(
-    spec: Spec, points: list[dict[str, Any]], rng: random.Random
-) -> tuple[list[dict[str, Any]], list[str], list[dict[str, Any]]]:
-    rows, failures = [], []
-    slow = None
-    if "perf" in spec.fail:
-        slow = points[rng.randrange(len(points))]["id"] if points else None
-    margin = 0.05
-    for p in points:
-        base = 2.0 + 0.02 * p["batch"] + p["context"] / 65536
-        for metric in ("median_tpot_ms", "output_throughput"):
-            # the "true" speedup of a point depends on the tested head only, so independent
-            # bundles of one head scatter around the same values (by run-to-run noise)
-            truth = random.Random(f"{spec.head_sha}/{p['id']}/{metric}")
-            s = spec.speedup * math.exp(truth.gauss(0, spec.noise)) * math.exp(rng.gauss(0, 0.012))
-            if p["id"] == slow:
-                s = 0.78 * math.exp(rng.gauss(0, 0.01))
-            half = abs(rng.gauss(0.04, 0.01)) + 0.01
-            lo, hi = s * math.exp(-half), s * math.exp(half)
-            b = base if metric == "median_tpot_ms" else 1000 * p["batch"] / base
-            c = b / s if metric == "median_tpot_ms" else b * s
-            gated = metric == "median_tpot_ms"  # like the perf check: one gated metric, the others reported
-            verdict = ("pass" if lo >= 1 - margin else "fail") if gated else None
-            if verdict == "fail":
-                failures.append(
-                    _p(
-                        spec,
-                        f"{p['id']}: {metric} speedup {s:.3f} (95% CI [{lo:.3f}, {hi:.3f}]) below {1 - margin:.2f}",
-                    )
-                )
-            rows.append(
-                {
-                    "workload": "pure_decode",
-                    "point": p["id"],
-                    "group": p.get("group"),
-                    "batch": p["batch"],
-                    "context": p["context"],
-                    "full_context": p.get("full_context", False),
-                    "metric": f"pure_decode/{metric}",
-                    "metric_name": metric,
-                    "direction": "lower_is_better" if gated else "higher_is_better",
-                    "baseline": round(b, 4),
-                    "candidate": round(c, 4),
-                    "speedup": round(s, 5),
-                    "ci_low": round(lo, 5),
-                    "ci_high": round(hi, 5),
-                    "confidence": 0.95,
-                    "mde": round(2.8 * half / 1.96, 4),
-                    "runs_baseline": 3,
-                    "runs_candidate": 3,
-                    "runs": 6,
-                    "verdict": verdict,
-                    "gated": gated,
-                    "strictly_better": lo > 1,
-                    "statement": _p(spec, "hierarchical bootstrap over engine lifetimes"),
-                }
-            )
-    claims = [
-        {
-            "id": "claim-b1",
-            "text": _p(spec, "The fast path is at least 1.0x at batch 1."),
-            "metric": "speedup_tpot",
-            "reason": _p(spec, "matched to the first batch-1 point"),
-            "claimed": 1.0,
-            "measured": rows[0]["speedup"] if rows else None,
-            "point": rows[0]["point"] if rows else None,
-            "status": "confirmed" if rows and rows[0]["speedup"] >= 1.0 else "not_confirmed",
-        },
-        {
-            "id": "claim-b64",
-            "text": _p(spec, "1.5x at batch 64 on the largest context."),
-            "metric": "speedup_tpot",
-            "reason": _p(spec, "no measured point matches the claim's configuration"),
-            "claimed": 1.5,
-            "measured": None,
-            "point": None,
-            "status": "not_measured",
-        },
-    ]
-    return rows, failures, claims
-
-
-def _results(spec: Spec, points: list[dict[str, Any]], rng: random.Random) -> list[CheckResult]:
-    results: list[CheckResult] = []
-    pl = _p
-
-    def gate(stat: str, thr: float | str, rule: str) -> Gate:
-        return Gate(
-            statistic=pl(spec, stat), threshold=thr if not spec.payload else pl(spec, str(thr)), rule=pl(spec, rule)
-        )
-
-    def finish(
-        name: str,
-        rows_by_table: dict[str, list[dict[str, Any]]],
-        g: Gate,
-        summary: dict[str, Any],
-        failures: list[str],
-        ok_reason: str,
-    ) -> None:
-        if name in spec.not_run:
-            results.append(CheckResult.not_run(name, pl(spec, f"{name} did not run: the tier does not select it")))
-            return
-        failed = bool(failures)
-        tables = dict(rows_by_table)
-        tables.update(spec.extra_tables.get(name, {}))
-        if spec.payload:
-            for rows in tables.values():
-                for r in rows:
-                    r[spec.payload] = spec.payload
-        results.append(
-            CheckResult(
-                check=name,
-                verdict=Verdict.FAIL if failed else Verdict.PASS,
-                reason=pl(spec, f"{len(failures)} failing item(s): {failures[0]}" if failed else ok_reason),
-                gate=g,
-                summary={**summary, **({spec.payload: spec.payload} if spec.payload else {})},
-                failures=failures,
-                tables=tables,
-                artifacts=[f"artifacts/{name}/notes.txt"],
-            )
-        )
-
-    # kernels
-    krows, kfail = [], []
-    for k in ("fused_decode_attention", "fused_rmsnorm_residual"):
-        for shape in ("1x4096", "64x4096"):
-            err = abs(rng.gauss(2e-4, 5e-5))
-            bad = "kernels" in spec.fail and shape == "64x4096" and k.startswith("fused_decode")
-            err = err * 40 if bad else err
-            v = "fail" if err > 1e-3 else "pass"
-            if v == "fail":
-                kfail.append(pl(spec, f"{k} {shape}: max abs error {err:.2e} above 1e-3"))
-            krows.append({"kernel": k, "shape": shape, "dtype": "bf16", "max_abs_err": err, "tol": 1e-3, "verdict": v})
-    finish(
-        "kernels",
-        {"cases": krows},
-        gate("max abs error vs reference", 1e-3, "every case within tolerance"),
-        {"cases": len(krows)},
-        kfail,
-        "every kernel case within tolerance",
-    )
-
-    # equivalence
-    erows, efail = [], []
-    bad_point = points[min(2, len(points) - 1)]["id"] if points and "equivalence" in spec.fail else None
-    for p in points:
-        match = p["id"] != bad_point
-        erows.append(
-            {
-                "point": p["id"],
-                "batch": p["batch"],
-                "requests": p["batch"],
-                "exact_match": 1.0 if match else 0.5,
-                "first_divergence": None if match else 7,
-                "max_abs_logprob_diff": 0.004 if match else 0.9,
-                "verdict": "pass" if match else "fail",
-            }
-        )
-        if not match:
-            efail.append(pl(spec, f"{p['id']}: 50% of requests diverge (first at token 7, logprob diff 0.9)"))
-    finish(
-        "equivalence",
-        {"equivalence_points": erows},
-        gate("fraction of requests within logprob tolerance", 1.0, "all requests close at every batch size"),
-        {"points": len(points)},
-        efail,
-        "greedy outputs match at every batch size",
-    )
-
-    # features
-    frows, ffail = [], []
-    for feat, metric in (
-        ("structured_output", "json_conformance"),
-        ("sampling", "chi2_p_value"),
-        ("seeds", "same_output"),
-    ):
-        val = {"json_conformance": 1.0, "chi2_p_value": round(rng.uniform(0.05, 0.95), 3), "same_output": 1.0}[metric]
-        if "features" in spec.fail and feat == "structured_output":
-            val = 0.62
-        v = "pass" if (metric != "json_conformance" or val >= 1.0) else "fail"
-        if v == "fail":
-            ffail.append(pl(spec, f"{feat}: conformance {val:.2f} below 1.00 at {points[0]['id'] if points else '?'}"))
-        frows.append(
-            {
-                "feature": feat,
-                "point": points[0]["id"] if points else "",
-                "metric": metric,
-                "baseline": 1.0 if metric != "chi2_p_value" else None,
-                "candidate": val,
-                "verdict": v,
-            }
-        )
-    finish(
-        "features",
-        {"features": frows},
-        gate("per-feature conformance / p-value", "see rows", "candidate not worse than baseline and above floors"),
-        {"features": len(frows)},
-        ffail,
-        "every serving feature behaves like the baseline",
-    )
-
-    # coverage
-    crows, cfail = [], []
-    gap = points[-1]["id"] if points and "coverage" in spec.fail else None
-    for p in points:
-        for chk in ("equivalence", "perf"):
-            frac = 0.0 if p["id"] == gap else round(rng.uniform(0.96, 1.0), 3)
-            steps = 48
-            crows.append(
-                {
-                    "point": p["id"],
-                    "check": chk,
-                    "in_plan": True,
-                    "verdict": "pass" if frac >= 0.95 else "fail",
-                    "candidate_decode_steps": steps,
-                    "candidate_optimized_decode_steps": int(frac * steps),
-                    "candidate_optimized_fraction": frac,
-                    "threshold": 0.95,
-                    "candidate_optimized_ops": int(frac * steps * 4),
-                    "candidate_stock_ops": int((1 - frac) * steps * 4),
-                    "windows": f"{chk}-{p['id']}",
-                    "detail": "" if frac >= 0.95 else "used the standard path",
-                }
-            )
-            if frac < 0.95:
-                cfail.append(pl(spec, f"{p['id']} ({chk}): used the standard path (optimized fraction {frac:.2f})"))
-    finish(
-        "coverage",
-        {"coverage": crows},
-        gate("fraction of decode steps on the optimized path", 0.95, "every in-scope point at or above the threshold"),
-        {"points": len(points), "covered": len(points) - (1 if gap else 0)},
-        cfail,
-        "every in-scope point ran the optimized path",
-    )
-
-    # evals (tables shaped like fasttrack.checks.evals: comparisons, breakdown, review)
-    drop = 0.25 if "evals" in spec.fail else 0.0
-    ev_point = points[0]["id"] if points else "point"
-    breakdown_rows, review, cmp_rows, efails = [], [], [], []
-    for ev, kind in (("mrcr", "mrcr"), ("aime25", "aime25")):
-        pairs = []
-        if kind == "mrcr":
-            for ctx_bin in ("4k-8k", "8k-16k", "16k-32k"):
-                for needles in (2, 4, 8):
-                    for k in range(4):
-                        b = round(rng.uniform(0.55, 0.95), 3)
-                        c = round(max(0.0, b + rng.gauss(0, 0.01) - drop), 3)
-                        pairs.append((f"mrcr-{ctx_bin}-{needles}-{k}", ctx_bin, str(needles), b, c))
-            dims = (("bin", 1), ("n_needles", 2))
-        else:
-            for i in range(30):
-                b = 1.0 if rng.random() < 0.4 else 0.0
-                c = b if rng.random() > (0.35 if drop else 0.05) else 1.0 - b
-                pairs.append((f"aime25-{i + 1:02d}", f"{i + 1}", "", b, c))
-            dims = (("problem", 1),)
-        for dim, idx in dims:
-            labels: dict[str, list[tuple[float, float]]] = {}
-            for pr in pairs:
-                labels.setdefault(pr[idx] if dim != "problem" else pr[1], []).append((pr[3], pr[4]))
-            for label, vs in labels.items():
-                n = len(vs)
-                breakdown_rows.append(
-                    {
-                        "eval": ev,
-                        "point": ev_point,
-                        "dimension": dim,
-                        "group": label,
-                        "pairs": n,
-                        "baseline_score": sum(v[0] for v in vs) / n,
-                        "candidate_score": sum(v[1] for v in vs) / n,
-                        "difference": sum(v[1] - v[0] for v in vs) / n,
-                    }
-                )
-        bmean = sum(pr[3] for pr in pairs) / len(pairs)
-        cmean = sum(pr[4] for pr in pairs) / len(pairs)
-        diff = cmean - bmean
-        lo, hi = diff - 0.04, diff + 0.04
-        passed = lo >= -0.05
-        cmp_rows.append(
-            {
-                "eval": ev,
-                "kind": kind,
-                "point": ev_point,
-                "batch": points[0]["batch"] if points else 1,
-                "pairs": len(pairs),
-                "baseline_score": round(bmean, 4),
-                "candidate_score": round(cmean, 4),
-                "score_difference": round(diff, 4),
-                "score_ci_low": round(lo, 4),
-                "score_ci_high": round(hi, 4),
-                "margin": 0.05,
-                "passed": passed,
-            }
-        )
-        if not passed:
-            efails.append(
-                pl(
-                    spec,
-                    f"{ev} at {ev_point}: candidate - baseline {diff:.3f} (95% CI [{lo:.3f}, {hi:.3f}]) below -0.05",
-                )
-            )
-        for sid, _a, _b, b, c in pairs:
-            if b != c:
-                review.append(
-                    {
-                        "eval": ev,
-                        "point": ev_point,
-                        "kind": "score",
-                        "sample_id": sid,
-                        "repeat": 0,
-                        "baseline_score": b,
-                        "candidate_score": c,
-                        "difference": c - b,
-                        "candidate_output": pl(spec, f"final answer {rng.randrange(1000)}"),
-                    }
-                )
-    finish(
-        "evals",
-        {"eval_comparisons": cmp_rows, "eval_breakdown": breakdown_rows, "eval_review": review},
-        gate("lower 95% bound of candidate - baseline (paired)", -0.05, "at least -margin, and above the floor"),
-        {"evals": [r["eval"] for r in cmp_rows], "discordant": len(review)},
-        efails,
-        "paired scores non-inferior within the margin",
-    )
-
-    # perf
-    prow, pfail, claims = _rows_perf(spec, points, rng)
-    finish(
-        "perf",
-        {"points": prow, "claims": claims},
-        gate(
-            "hierarchical bootstrap 95% lower bound of speedup",
-            0.95,
-            "lower bound >= 1 - noise_margin (0.95) at every point",
-        ),
-        {
-            "points": len(points),
-            "metrics": ["pure_decode/median_tpot_ms", "pure_decode/output_throughput"],
-            "strictly_better": sum(1 for r in prow if r["strictly_better"]),
-        },
-        pfail,
-        f"no regression at any of {len(points)} points",
-    )
-    return results
 
 
 def make_bundle(
@@ -518,15 +142,15 @@ def _write(
     run: Path,
     sign_keys: Sequence[SigningKey],
 ) -> Path:
-    results = _results(spec, points, rng)
+    results = check_results(spec, points, rng)
     for r in results:
         for a in r.artifacts:
             f = run / a
             f.parent.mkdir(parents=True, exist_ok=True)
-            f.write_text(_p(spec, f"synthetic notes for {r.check}\n"))
+            f.write_text(plant(spec, f"synthetic notes for {r.check}\n"))
     logs_dir = run / "logs"
     logs_dir.mkdir(parents=True, exist_ok=True)
-    (logs_dir / "candidate-engine.log").write_text(_p(spec, "INFO synthetic engine log line\n"))
+    (logs_dir / "candidate-engine.log").write_text(plant(spec, "INFO synthetic engine log line\n"))
     if spec.payload:
         safe_name = spec.payload.replace("/", "_").replace("\x00", "")[:120]
         (run / "artifacts" / "evals").mkdir(parents=True, exist_ok=True)
@@ -537,43 +161,43 @@ def _write(
     )
     if spec.payload:
         hw = hw.model_copy(
-            update={"gpu_model": _p(spec, hw.gpu_model or "GPU"), "cpu_model": _p(spec, hw.cpu_model or "CPU")}
+            update={"gpu_model": plant(spec, hw.gpu_model or "GPU"), "cpu_model": plant(spec, hw.cpu_model or "CPU")}
         )
     prov = Provenance(
-        fasttrack_version=_p(spec, "0.1.0"),
+        fasttrack_version=plant(spec, "0.1.0"),
         fasttrack_commit=None,
-        vllm_version=_p(spec, "0.32.0"),
+        vllm_version=plant(spec, "0.32.0"),
         torch_version="2.13.0",
         cuda_version=None if hw.kind == "cpu" else "13.0",
         driver_version=None,
         python_version="3.11",
-        platform=_p(spec, "synthetic"),
+        platform=plant(spec, "synthetic"),
         hardware=hw,
         packages_sha256="0" * 64,
         packages_count=194,
-        models={_p(spec, spec.model): "1" * 64},
-        datasets={_p(spec, "aime25"): "2" * 64},
+        models={plant(spec, spec.model): "1" * 64},
+        datasets={plant(spec, "aime25"): "2" * 64},
         seeds={"global": spec.seed, **({spec.payload: 1} if spec.payload else {})},
         engines=[
             EngineRecord(
                 side=s,
                 group="g0",
                 mode="owned",
-                args=[_p(spec, "--max-num-seqs"), "64"],
-                env={"VLLM_FLAG": _p(spec, "1")},
-                url=_p(spec, "http://127.0.0.1:8000"),
+                args=[plant(spec, "--max-num-seqs"), "64"],
+                env={"VLLM_FLAG": plant(spec, "1")},
+                url=plant(spec, "http://127.0.0.1:8000"),
             )
             for s in ("baseline", "candidate")
         ],
     )
     pr = PRLink(
-        repository=_p(spec, spec.repository),
+        repository=plant(spec, spec.repository),
         number=spec.pr_number,
         base_sha=spec.base_sha,
         head_sha=spec.head_sha,
         diff_sha256="3" * 64,
         isolation=spec.isolation,  # type: ignore[arg-type]
-        isolation_reason=_p(
+        isolation_reason=plant(
             spec,
             {
                 "pass": "every changed path is owned by the scope",
@@ -593,7 +217,9 @@ def _write(
         provenance=prov,
         pr=pr,
         rehearsal=spec.rehearsal,
-        rehearsal_reason=_p(spec, "host has 2 CPUs; the scope declares NVIDIA GB300 x16") if spec.rehearsal else None,
+        rehearsal_reason=(
+            plant(spec, "host has 2 CPUs; the scope declares NVIDIA GB300 x16") if spec.rehearsal else None
+        ),
         created=spec.created,
         artifacts_from=run,
         expected_checks=CHECK_ORDER,

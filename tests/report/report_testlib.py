@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -24,20 +24,6 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _rows_not_from_real_checks() -> Iterator[None]:
-    """Synthetic rows are not produced by the real checks, so verification must not ask the
-    registered checks to recompute verdicts from them (that is the bundle layer's own test)."""
-    import fasttrack.checks as checks_pkg
-
-    saved = list(checks_pkg.CHECK_MODULES)
-    checks_pkg.CHECK_MODULES[:] = []
-    try:
-        yield
-    finally:
-        checks_pkg.CHECK_MODULES[:] = saved
 
 
 class Keys:

@@ -1,0 +1,254 @@
+"""Per-check views of a bundle: check cards, the gate table, the point x check heatmap,
+path coverage and claims. Each reads the manifest and the loaded tables, nothing else."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fasttrack.bundle.manifest import CheckEntry, Manifest
+from fasttrack.report import fields as F
+from fasttrack.report import fmt
+from fasttrack.report.links import LinkPolicy
+from fasttrack.report.tableread import LoadedTable
+from fasttrack.report.views import (
+    ArtifactView,
+    CheckView,
+    ClaimView,
+    CoverageView,
+    GateRow,
+    HeatCell,
+    HeatmapView,
+    TableView,
+)
+from fasttrack.results import ordered_checks
+
+CHECK_TITLES = {
+    "kernels": "Kernels",
+    "equivalence": "Output equivalence",
+    "features": "Serving features",
+    "coverage": "Path coverage",
+    "evals": "Model evaluations",
+    "perf": "Performance",
+}
+#: Rows of one table shown in the report (the file itself is linked).
+TABLE_ROWS_SHOWN = 50
+MAX_COLUMNS_SHOWN = 30
+MAX_FAILURES_SHOWN = 100
+MAX_HEATMAP_POINTS = 300
+
+#: Tables of all checks of one bundle: ``{check: {table name: table}}``.
+Tables = dict[str, dict[str, LoadedTable]]
+#: Config points of the bundle's plan by id.
+PlanPoints = dict[str, dict[str, Any]]
+
+
+def table_view(
+    check: str, name: str, t: LoadedTable, *, links: LinkPolicy, rows_shown: int = TABLE_ROWS_SHOWN
+) -> TableView:
+    cols = t.columns[:MAX_COLUMNS_SHOWN]
+    rows = [[fmt.value(r.get(c)) for c in cols] for r in t.rows[:rows_shown]]
+    return TableView(
+        check=check,
+        name=name,
+        path=t.path,
+        columns=[fmt.one_line(c, 80) for c in cols],
+        rows=rows,
+        total_rows=t.total_rows,
+        href=links.href(t.path),
+        error=t.error,
+    )
+
+
+def check_view(name: str, e: CheckEntry, tabs: dict[str, LoadedTable], links: LinkPolicy) -> CheckView:
+    gate = gate_row(name, e)
+    arts = []
+    for a in e.artifacts[:200]:
+        href = links.href(a)
+        arts.append(
+            ArtifactView(
+                name=fmt.one_line(a, 400), href=href, why_not="" if href else links.why_not(a), size=None, sha256=""
+            )
+        )
+    return CheckView(
+        name=fmt.one_line(name, 128),
+        title=e.title or CHECK_TITLES.get(name, name),
+        verdict=e.verdict.value,
+        required=e.required,
+        reason=fmt.one_line(e.reason),
+        gate=gate,
+        summary=fmt.flatten(e.summary),
+        failures=[fmt.one_line(f, 1000) for f in e.failures[:MAX_FAILURES_SHOWN]],
+        failures_total=len(e.failures),
+        tables=[table_view(name, tn, t, links=links) for tn, t in tabs.items()],
+        artifacts=arts,
+    )
+
+
+def gate_row(name: str, e: CheckEntry) -> GateRow:
+    g = e.gate
+    return GateRow(
+        check=fmt.one_line(name, 128),
+        verdict=e.verdict.value,
+        required=e.required,
+        statistic=fmt.one_line(g.statistic, 400) if g else "",
+        threshold=fmt.value(g.threshold, 200) if g and g.threshold is not None else "",
+        rule=fmt.one_line(g.rule, 600) if g else "",
+        reason=fmt.one_line(e.reason, 1000),
+    )
+
+
+def point_desc(p: dict[str, Any]) -> str:
+    bits = []
+    for key, lab in (("tp", "TP"), ("dcp", "DCP")):
+        if F.as_int(p.get(key)) is not None:
+            bits.append(f"{lab}{F.as_int(p.get(key))}")
+    if isinstance(p.get("spec"), str) and p["spec"] != "none":
+        bits.append(fmt.one_line(p["spec"], 40))
+    if F.as_int(p.get("batch")) is not None:
+        bits.append(f"batch {F.as_int(p.get('batch'))}")
+    if F.as_int(p.get("context")) is not None:
+        bits.append(f"ctx {F.as_int(p.get('context'))}" + (" (full)" if p.get("full_context") is True else ""))
+    return " \u00b7 ".join(bits)
+
+
+def heatmap_view(manifest: Manifest, tables: Tables, plan_pts: PlanPoints) -> HeatmapView:
+    points: list[str] = list(plan_pts)
+    seen = set(points)
+    agg: dict[str, dict[str, list[str | None]]] = {}
+    for check, tabs in tables.items():
+        for t in tabs.values():
+            pc = F.pick(t.columns, F.POINT)
+            if pc is None:
+                continue
+            for r in t.rows:
+                pid = r.get(pc)
+                if not isinstance(pid, str) or not pid:
+                    continue
+                pid = fmt.one_line(pid, 160)
+                if pid not in seen and len(points) < MAX_HEATMAP_POINTS:
+                    points.append(pid)
+                    seen.add(pid)
+                agg.setdefault(pid, {}).setdefault(check, []).append(F.row_verdict(r))
+    points = points[:MAX_HEATMAP_POINTS]
+    checks = ordered_checks(manifest.checks)
+    cells: dict[str, dict[str, HeatCell]] = {}
+    for pid in points:
+        cells[pid] = {}
+        for check in checks:
+            entry = manifest.checks[check]
+            vs = agg.get(pid, {}).get(check)
+            if entry.verdict.value == "not_run":
+                cells[pid][check] = HeatCell(
+                    "not_run", "\u2013", f"{check}: not run ({fmt.one_line(entry.reason, 200)})"
+                )
+            elif not vs:
+                cells[pid][check] = HeatCell("none", "", f"{check}: no rows for this point")
+            else:
+                fails = sum(1 for v in vs if v == "fail")
+                passes = sum(1 for v in vs if v == "pass")
+                if fails:
+                    cells[pid][check] = HeatCell("fail", "\u2717", f"{check}: {fails} of {len(vs)} rows fail")
+                elif passes:
+                    cells[pid][check] = HeatCell("pass", "\u2713", f"{check}: {passes} of {len(vs)} rows pass")
+                else:
+                    cells[pid][check] = HeatCell("measured", "\u2022", f"{check}: {len(vs)} rows, no per-row verdict")
+    info = {pid: point_desc(plan_pts[pid]) for pid in points if pid in plan_pts}
+    return HeatmapView(points=points, checks=checks, cells=cells, point_info=info)
+
+
+def coverage_view(
+    manifest: Manifest,
+    tables: Tables,
+    plan_pts: PlanPoints,
+    links: LinkPolicy,
+) -> CoverageView:
+    entry = manifest.checks.get("coverage")
+    if entry is None:
+        return CoverageView(status="not_run", reason="the bundle has no coverage check entry")
+    tabs = tables.get("coverage", {})
+    if entry.verdict.value == "not_run" and not tabs:
+        return CoverageView(status="not_run", reason=fmt.one_line(entry.reason, 600))
+    main = None
+    for name in sorted(tabs, key=lambda n: (n not in ("coverage", "points", "evidence"), n)):
+        if F.pick(tabs[name].columns, F.POINT):
+            main = (name, tabs[name])
+            break
+    view = CoverageView(status="shown", reason=fmt.one_line(entry.reason, 600))
+    if main is None:
+        view.gaps = [fmt.one_line(f, 400) for f in entry.failures[:MAX_FAILURES_SHOWN]]
+        return view
+    name, t = main
+    view.table = table_view("coverage", name, t, links=links, rows_shown=200)
+    pc = F.pick(t.columns, F.POINT) or "point"
+    per_point: dict[str, list[str | None]] = {}
+    for r in t.rows:
+        pid = r.get(pc)
+        if isinstance(pid, str) and r.get("in_plan") is not False:
+            per_point.setdefault(pid, []).append(F.row_verdict(r))
+    gaps = []
+    for pid, vs in per_point.items():
+        if any(v == "fail" for v in vs):
+            gaps.append(f"{fmt.one_line(pid, 160)}: path evidence fails the gate")
+        elif vs and all(v == "not_run" for v in vs):
+            gaps.append(f"{fmt.one_line(pid, 160)}: path evidence missing")
+    for pid in plan_pts:
+        if pid not in per_point:
+            gaps.append(f"{fmt.one_line(pid, 160)}: no path evidence")
+    covered = sum(
+        1
+        for pid, vs in per_point.items()
+        if vs and all(v in ("pass", None) for v in vs) and any(v == "pass" for v in vs)
+    )
+    view.gaps = gaps[:MAX_FAILURES_SHOWN]
+    view.covered = covered
+    view.total = len(set(plan_pts) | set(per_point))
+    return view
+
+
+def claims_view(manifest: Manifest, tables: Tables, scope_obj: dict[str, Any]) -> tuple[list[ClaimView], str]:
+    for check, tabs in tables.items():
+        t = tabs.get("claims")
+        if t is None or t.error:
+            continue
+        out = []
+        for r in t.rows[:500]:
+            cid = F.get(r, F.CLAIM_ID)
+            status = F.get(r, F.CLAIM_STATUS)
+            s = str(status).strip().lower().replace(" ", "_").replace("-", "_") if status is not None else ""
+            if s in ("confirmed", "pass", "passed", "true"):
+                s = "confirmed"
+            elif s in ("not_confirmed", "fail", "failed", "false", "refuted"):
+                s = "not_confirmed"
+            else:
+                s = "not_measured"
+            parts = []
+            for k in ("claimed", "measured", "ci_low", "ci_high", "point", "detail", "reason"):
+                if r.get(k) is not None:
+                    parts.append(f"{k} {fmt.value(r.get(k), 200)}")
+            out.append(
+                ClaimView(
+                    id=fmt.one_line(cid, 120), text=fmt.one_line(r.get("text"), 600), status=s, detail="; ".join(parts)
+                )
+            )
+        return out, f"from results/{check}/claims.parquet"
+    claims = scope_obj.get("claims")
+    out = []
+    if isinstance(claims, list):
+        for c in claims[:200]:
+            if isinstance(c, dict):
+                cid = c.get("id") if isinstance(c.get("id"), str) else "?"
+                txt = c.get("text") if isinstance(c.get("text"), str) else ""
+                out.append(
+                    ClaimView(
+                        id=fmt.one_line(cid, 120),
+                        text=fmt.one_line(txt, 600),
+                        status="not_measured",
+                        detail="no claims table in the bundle",
+                    )
+                )
+    note = (
+        "the scope's claims; the bundle holds no claims table, so none was measured"
+        if out
+        else "the scope declares no claims"
+    )
+    return out, note

@@ -1,0 +1,131 @@
+"""The performance view: per-point speedups with their intervals, per metric, with charts."""
+
+from __future__ import annotations
+
+from fasttrack.bundle.manifest import Manifest
+from fasttrack.report import fields as F
+from fasttrack.report import fmt
+from fasttrack.report.charts import speedup_chart
+from fasttrack.report.check_views import PlanPoints, Tables
+from fasttrack.report.tableread import LoadedTable
+from fasttrack.report.views import PerfCharts, PerfMetricView, PerfRow, PerfView
+
+#: Engine groups drawn per metric (the table lists every row).
+MAX_CHART_GROUPS = 24
+
+
+def _ctx_label(c: int | None, full: bool) -> str:
+    if c is None:
+        return "?"
+    s = f"{c // 1024}k" if c >= 1024 and c % 1024 == 0 else str(c)
+    return f"full ({s})" if full else s
+
+
+def _perf_table(tabs: dict[str, LoadedTable]) -> tuple[str, LoadedTable] | None:
+    names = sorted(tabs, key=lambda n: (n not in ("points", "perf", "point_gates", "gates"), n))
+    for n in names:
+        t = tabs[n]
+        cols = t.columns
+        if (
+            t.error is None
+            and F.pick(cols, F.POINT)
+            and (F.pick(cols, F.SPEEDUP) or F.pick(cols, F.RATIO))
+            and F.pick(cols, F.CI_LOW)
+            and F.pick(cols, F.CI_HIGH)
+        ):
+            return n, t
+    return None
+
+
+def perf_rows(t: LoadedTable, plan_pts: PlanPoints) -> list[PerfRow]:
+    """Normalise a perf table's rows (speedup direction-aware: > 1 means the candidate is better)."""
+    out = []
+    has_speedup = F.pick(t.columns, F.SPEEDUP) is not None
+    for r in t.rows:
+        pid = r.get(F.pick(t.columns, F.POINT) or "point")
+        if not isinstance(pid, str):
+            continue
+        pp = plan_pts.get(pid, {})
+        metric = F.get(r, F.METRIC)
+        metric = fmt.one_line(metric, 80) if isinstance(metric, str) else "metric"
+        batch = F.as_int(F.get(r, F.BATCH))
+        batch = batch if batch is not None else F.as_int(pp.get("batch"))
+        ctx = F.as_int(F.get(r, F.CONTEXT))
+        ctx = ctx if ctx is not None else F.as_int(pp.get("context"))
+        lo_, hi_ = F.as_float(F.get(r, F.CI_LOW)), F.as_float(F.get(r, F.CI_HIGH))
+        if has_speedup:
+            s = F.as_float(F.get(r, F.SPEEDUP))
+        else:
+            s = F.as_float(F.get(r, F.RATIO))
+            if F.lower_is_better(metric, F.get(r, F.DIRECTION)) and s:
+                s = 1.0 / s
+                lo_, hi_ = (1.0 / hi_ if hi_ else None), (1.0 / lo_ if lo_ else None)
+        mde = F.as_float(F.get(r, F.MDE))
+        group = pp.get("group") if isinstance(pp.get("group"), str) else r.get("group")
+        group = group if isinstance(group, str) else ""
+        full = pp.get("full_context") is True or r.get("full_context") is True
+        direction = F.get(r, F.DIRECTION)
+        out.append(
+            PerfRow(
+                point=fmt.one_line(pid, 160),
+                metric=metric,
+                batch=batch,
+                context=ctx,
+                context_label=_ctx_label(ctx, full),
+                group=fmt.one_line(group, 60),
+                direction=direction if isinstance(direction, str) else None,
+                baseline=F.as_float(F.get(r, F.BASELINE)),
+                candidate=F.as_float(F.get(r, F.CANDIDATE)),
+                speedup=s,
+                ci_low=lo_,
+                ci_high=hi_,
+                mde=mde,
+                verdict=F.row_verdict(r),
+                runs=F.as_int(F.get(r, F.RUNS)),
+            )
+        )
+    return out
+
+
+def perf_view(manifest: Manifest, tables: Tables, plan_pts: PlanPoints) -> PerfView:
+    entry = manifest.checks.get("perf")
+    if entry is None:
+        return PerfView(status="not_run", reason="the bundle has no perf check entry")
+    found = _perf_table(tables.get("perf", {}))
+    if entry.verdict.value == "not_run" and found is None:
+        return PerfView(status="not_run", reason=fmt.one_line(entry.reason, 600))
+    if found is None:
+        names = ", ".join(sorted(tables.get("perf", {}))) or "none"
+        return PerfView(
+            status="no_table",
+            reason=f"the perf check wrote no per-point table with a speedup and its interval (tables: {names})",
+        )
+    name, t = found
+    rows = perf_rows(t, plan_pts)
+    thr = entry.gate.threshold if entry.gate is not None else None
+    threshold = F.as_float(thr)
+    metrics: dict[str, list[PerfRow]] = {}
+    for r in rows:
+        metrics.setdefault(r.metric, []).append(r)
+    views = []
+    for m, rs in metrics.items():
+        rs.sort(key=lambda r: (r.group, r.batch or 0, r.context or 0, r.point))
+        groups = sorted({r.group for r in rs})
+        thr_m = threshold if any(r.verdict for r in rs) else None  # reported, not gated: no gate line
+        charts = []
+        for g in groups[:MAX_CHART_GROUPS]:
+            grs = [r for r in rs if r.group == g]
+            charts.append(
+                PerfCharts(
+                    group=g,
+                    batch=speedup_chart(grs, x="batch", metric=m, threshold=thr_m),
+                    context=speedup_chart(grs, x="context", metric=m, threshold=thr_m),
+                )
+            )
+        views.append(
+            PerfMetricView(metric=m, lower_is_better=F.lower_is_better(m, rs[0].direction), rows=rs, charts=charts)
+        )
+    reason = fmt.one_line(entry.reason, 600)
+    if t.truncated:
+        reason += f" (showing the first {len(t.rows)} of {t.total_rows} rows)"
+    return PerfView(status="shown", reason=reason, table=name, threshold=threshold, metrics=views)

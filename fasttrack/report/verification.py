@@ -1,0 +1,62 @@
+"""The verification view: what verifying the bundle found, in the words the report shows."""
+
+from __future__ import annotations
+
+from fasttrack.bundle.verify import VerifyResult
+from fasttrack.report import fmt
+from fasttrack.report.views import SignerView, Tri, VerifyView
+
+_ITEM_LABELS = {
+    "signature": "Signature",
+    "hashes": "Hashes",
+    "files": "File list",
+    "pr_head": "PR head",
+    "archive": "Archive",
+    "attestation": "Attestation",
+    "schema": "Schema",
+    "predicate": "Signed summary",
+    "verdicts": "Verdicts",
+    "tables": "Tables",
+}
+
+
+def verify_view(vr: VerifyResult, *, trusted_keys: int) -> VerifyView:
+    items = [
+        Tri(name=it.name, label=_ITEM_LABELS.get(it.name, it.name), ok=it.ok, detail=fmt.one_line(it.detail, 1200))
+        for it in vr.items
+    ]
+    by = {t.name: t for t in items}
+    sig, hashes, files, head = by["signature"], by["hashes"], by["files"], by["pr_head"]
+    hashes_combined = Tri(
+        name="hashes",
+        label="Hashes",
+        ok=(hashes.ok is True and files.ok is True) if hashes.ok is not None else None,
+        detail=hashes.detail if files.ok is not False else f"{hashes.detail}; {files.detail}",
+    )
+    if vr.verified:
+        who = ", ".join(f"key {s['keyid'][:12]}" for s in vr.signatures if s.get("status") == "valid")
+        head_txt = "PR head matches" if head.ok else "PR head not checked against the code host"
+        headline = f"Verified: signed by {who or 'a trusted key'}; every file matches its signed hash; {head_txt}."
+    else:
+        bad = [t for t in items if t.ok is False]
+        headline = "NOT VERIFIED: " + "; ".join(f"{t.label.lower()}: {t.detail}" for t in bad[:4])
+        if len(bad) > 4:
+            headline += f"; and {len(bad) - 4} more"
+    signers = [
+        SignerView(
+            keyid=str(s.get("keyid", "")),
+            status=str(s.get("status", "")),
+            signer=fmt.one_line(s.get("signer") or "", 120),
+        )
+        for s in vr.signatures
+    ]
+    return VerifyView(
+        verified=vr.verified,
+        headline=fmt.one_line(headline, 1500),
+        signature=sig,
+        hashes=hashes_combined,
+        pr_head=head,
+        items=items,
+        signers=signers,
+        trusted_keys=trusted_keys,
+    )
