@@ -122,7 +122,7 @@ class GzipStream:
         self._buf = memoryview(item)  # type: ignore[arg-type]
         return True
 
-    def readinto(self, b) -> int:  # type: ignore[no-untyped-def]
+    def readinto(self, b: bytearray | memoryview) -> int:
         view = memoryview(b).cast("B")
         n = 0
         while n < len(view):
@@ -137,7 +137,7 @@ class GzipStream:
 
     def read(self, size: int = -1) -> bytes:
         if size is None or size < 0:
-            parts = []
+            parts: list[bytes] = []
             while True:
                 chunk = self.read(1 << 20)
                 if not chunk:
@@ -150,9 +150,9 @@ class GzipStream:
             self._buf = self._buf[size:]
             self._pos += size
             return out
-        out = bytearray(size)
-        n = self.readinto(out)
-        return bytes(out[:n])
+        buf = bytearray(size)
+        n = self.readinto(buf)
+        return bytes(buf[:n])
 
     def tell(self) -> int:
         return self._pos

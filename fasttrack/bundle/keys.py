@@ -125,6 +125,7 @@ def _read(path: Path, what: str) -> bytes:
 
 def _private_from_bytes(data: bytes, source: str, password: bytes | None) -> Ed25519PrivateKey:
     text = data.lstrip()
+    key: object  # any key type the loaders know; only Ed25519 is accepted below
     try:
         if text.startswith(b"-----BEGIN OPENSSH PRIVATE KEY-----"):
             key = serialization.load_ssh_private_key(data, password=password)

@@ -64,7 +64,7 @@ class _CappedReader(io.RawIOBase):
     def seekable(self) -> bool:
         return True
 
-    def read(self, size: int = -1) -> bytes:  # type: ignore[override]
+    def read(self, size: int | None = -1) -> bytes:
         if size is None or size < 0 or size > self._cap:
             raise UnsafeArchiveError(
                 f"{self._archive}: a tar header asks to read {size} bytes at once (limit {self._cap}); "
@@ -72,7 +72,7 @@ class _CappedReader(io.RawIOBase):
             )
         return self._inner.read(size)
 
-    def readinto(self, b) -> int:  # type: ignore[override]
+    def readinto(self, b: bytearray | memoryview) -> int:  # type: ignore[override]  # narrower than RawIOBase's Buffer
         view = memoryview(b)
         if len(view) > self._cap:
             view = view[: self._cap]
@@ -100,7 +100,8 @@ def check_member(member: tarfile.TarInfo, *, archive: str, limits: Limits = DEFA
         raise UnsafeArchiveError(f"{label} contains '..' (path traversal)")
     if member.issym() or member.islnk():
         raise UnsafeArchiveError(
-            f"{label} is a {'symbolic' if member.issym() else 'hard'} link to {member.linkname!r}; bundles hold regular files only"
+            f"{label} is a {'symbolic' if member.issym() else 'hard'} link to {member.linkname!r}; "
+            "bundles hold regular files only"
         )
     if member.ischr() or member.isblk():
         raise UnsafeArchiveError(f"{label} is a device file")
@@ -148,7 +149,7 @@ class _MemberStream:
             raise self._fail(exc) from None
         return b"".join(parts)
 
-    def readinto(self, b) -> int:  # type: ignore[no-untyped-def]
+    def readinto(self, b: bytearray | memoryview) -> int:
         view = memoryview(b).cast("B")
         if len(view) > self._left:
             view = view[: self._left]
@@ -202,7 +203,7 @@ def iter_members(archive: str | os.PathLike[str], *, limits: Limits = DEFAULT_LI
 def _members(path: Path, label: str, inner: IO[bytes], limits: Limits) -> Iterator[Member]:
     reader = _CappedReader(inner, limits.max_read, label)
     try:
-        tf = tarfile.open(fileobj=reader, mode="r:")  # type: ignore[arg-type]
+        tf = tarfile.open(fileobj=reader, mode="r:")
     except UnsafeArchiveError:
         raise
     except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
@@ -237,7 +238,7 @@ def _members(path: Path, label: str, inner: IO[bytes], limits: Limits) -> Iterat
                 raise UnsafeArchiveError(f"{label}: member {m.name!r} appears more than once")
             seen.add(name)
             seen.add(key)
-            tf.members = []  # keep memory flat on archives with many members
+            tf.members = []  # type: ignore[attr-defined]  # real, but not in typeshed; keeps memory flat on big archives
             if m.isdir():
                 yield Member(name=name, size=0, is_dir=True, stream=None)
             else:
