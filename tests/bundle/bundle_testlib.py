@@ -8,7 +8,7 @@ import pytest
 
 from fasttrack import bundle as B
 from fasttrack.bundle.manifest import EngineRecord, Hardware, Provenance
-from fasttrack.checks.base import CheckResult, Gate, Verdict
+from fasttrack.results import CheckResult, Gate, Verdict
 
 CREATED = "2025-01-02T03:04:05+00:00"
 HEAD = "0123456789abcdef0123456789abcdef01234567"

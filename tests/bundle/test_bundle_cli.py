@@ -73,7 +73,7 @@ def test_keys_sign_verify_merge(tmp_path: Path) -> None:
 def test_require_pass(tmp_path: Path, contrib, keydir: Path) -> None:
     from bundle_testlib import make_results
 
-    from fasttrack.checks.base import Verdict
+    from fasttrack.results import Verdict
 
     b = build(tmp_path / "b", results=make_results(perf=Verdict.FAIL), sign=[contrib])
     assert ft("verify", b, "--key", keydir / "contrib.pub").returncode == 0

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from fasttrack import ROOT
 from fasttrack import bundle as B
 from fasttrack.bundle.manifest import SCHEMA_FILE, _main, build_manifest, manifest_bytes, parse_shard, schema_text
-from fasttrack.checks.base import CHECK_ORDER, CheckResult, Verdict
+from fasttrack.results import CHECK_ORDER, CheckResult, Verdict
 
 
 def _manifest(results, **kw):

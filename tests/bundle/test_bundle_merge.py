@@ -8,7 +8,7 @@ import pytest
 from bundle_testlib import build, make_provenance, make_results
 
 from fasttrack import bundle as B
-from fasttrack.checks.base import CheckResult, Verdict
+from fasttrack.results import CheckResult, Verdict
 
 FP = "f" * 64
 

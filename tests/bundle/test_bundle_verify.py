@@ -17,7 +17,7 @@ from fasttrack.bundle.attest import attest_dir
 from fasttrack.bundle.canonical import canonical_json
 from fasttrack.bundle.dsse import add_signature, read_envelope
 from fasttrack.bundle.layout import ATTESTATION, MANIFEST
-from fasttrack.checks.base import Verdict
+from fasttrack.results import Verdict
 
 
 def failed(res: B.VerifyResult) -> set[str]:

@@ -15,9 +15,9 @@ import pytest
 from bundle_testlib import build, make_results
 
 from fasttrack import pipeline
-from fasttrack.checks.base import CheckResult, Verdict
 from fasttrack.errors import FasttrackError
 from fasttrack.reproduce import compare_rows, reproduce
+from fasttrack.results import CheckResult, Verdict
 
 PERF_ROWS = [
     {"workload": "decode", "point": "b1", "speedup": 1.10, "ci_low": 1.02, "ci_high": 1.18, "verdict": "pass"},
