@@ -76,13 +76,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("fasttrack.report.synthetic", "fasttrack.plan"): "synthetic bundles borrow a real suite's plan",
 }
 
-#: Cycles still present in modules that are being reworked (not in bundle/ or report/). Each
-#: is expected to fail strictly in ``test_known_cycle_is_gone``: once it is gone that test
-#: fails too, and the entry must be removed here.
-KNOWN_CYCLES: list[list[str]] = [
-    ["fasttrack.checks.features.env", "fasttrack.checks.features.model"],
-]
-
 #: Components that must never import ``fasttrack.checks`` (issue: results layer).
 NO_CHECKS = ("bundle", "report", "engine", "perf", "stats", "kernels")
 
@@ -258,17 +251,10 @@ def test_cycle_finder_finds_a_planted_cycle() -> None:
 
 def test_no_import_cycles() -> None:
     g = graph()
-    found = [c for c in cycles(g) if c not in KNOWN_CYCLES]
+    found = cycles(g)
     assert not found, "import cycles inside fasttrack/:\n" + "\n".join(
         f"{', '.join(c)}\n    e.g. {_cycle_path(g, c)}" for c in found
     )
-
-
-@pytest.mark.xfail(strict=True, reason="a cycle in modules being reworked; see KNOWN_CYCLES")
-@pytest.mark.parametrize("cycle", KNOWN_CYCLES)
-def test_known_cycle_is_gone(cycle: list[str]) -> None:
-    g = graph()
-    assert cycle not in cycles(g), f"still a cycle: {_cycle_path(g, cycle)}"
 
 
 @pytest.mark.parametrize("comp", NO_CHECKS)
