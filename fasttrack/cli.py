@@ -97,7 +97,7 @@ def plan_cmd(
     console.print(f"[bold]{s.title}[/]  scope={s.name} tier={plan.tier} shard={plan.shard}")
     table = Table(title="engine groups (one engine launch per side and lifetime)")
     table.add_column("group", no_wrap=True)
-    for col in ("GPUs", "points", "batches", "contexts", "lifetimes/side"):
+    for col in ("GPUs", "nodes", "points", "batches", "contexts", "lifetimes/side"):
         table.add_column(col, no_wrap=True)
     table.add_column("candidate adds")
     for g in plan.groups:
@@ -105,6 +105,7 @@ def plan_cmd(
         table.add_row(
             g.id,
             str(g.gpus),
+            f"{g.nodes} x {g.gpus_per_node}" if g.nodes > 1 else "1",
             str(len(pts)),
             ",".join(str(b) for b in sorted({p.batch for p in pts})),
             ",".join(
@@ -122,8 +123,13 @@ def plan_cmd(
     console.print(
         f"{len(plan.points)} config points in {len(plan.groups)} engine groups; "
         f"{e.engine_starts} engine starts, {e.requests:,} requests, ~{e.gpu_hours:,.1f} GPU-hours, "
-        f"~{e.wall_hours:,.1f} h wall"
+        f"~{e.node_hours:,.1f} node-hours, ~{e.wall_hours:,.1f} h wall"
     )
+    multi = sorted({(g.nodes, g.gpus_per_node, g.node_kind) for g in plan.groups if g.nodes > 1}, key=str)
+    for nodes, per, kind in multi:
+        console.print(
+            f"engines of {nodes * (per or 0)} GPUs span {nodes} nodes of {per} GPUs" + (f" ({kind})" if kind else "")
+        )
     console.print(
         f"[dim]assumptions: engine start {a.engine_start_s:.0f} s, {a.requests_per_point} requests/point of "
         f"{a.tokens_per_request} tokens, {a.decode_tokens_per_s:.0f} decode tok/s "

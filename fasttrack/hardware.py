@@ -1,10 +1,27 @@
-"""What this host has, and whether it matches a scope's hardware requirement."""
+"""What this host has, and whether it matches a scope's hardware requirement.
+
+The host check compares, and names what it found for each:
+
+* the device kind (a GPU scope needs GPUs);
+* the GPU model (``gpu_models``, a substring of the driver's product name) **and** the SM
+  architecture (``sm_arch``): both must hold when both are given;
+* the GPUs per node: the scope's node model (``hardware.node.gpus``), or without one the
+  smallest GPU count of one deployment (``gpu_counts``);
+* the interconnect the scope asks for: NVLink links active on every GPU (``nvlink``,
+  ``nvlink-multicast``), and the multi-node NVLink fabric (``node.fabric: mnnvl``: the
+  GPUs' fabric state is ``Completed``) when an engine spans nodes;
+* the nodes an engine needs: more than this host offers needs an allocation of that many
+  nodes (a Slurm allocation's node count is read from its environment).
+"""
 
 from __future__ import annotations
 
+import os
 import platform
+import re
 import shutil
 import subprocess
+from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -19,6 +36,12 @@ class GPU(BaseModel):
     compute_capability: str | None = None
     """E.g. '10.0' (sm_100)."""
     memory_mib: int | None = None
+    nvlink_active: int | None = None
+    """Active NVLink links of this GPU (None: not read)."""
+    fabric_state: str | None = None
+    """Multi-node NVLink fabric state from ``nvidia-smi -q`` ('Completed', 'Not Supported', ...)."""
+    fabric_clique: str | None = None
+    """Fabric cluster UUID / clique id: GPUs of one NVLink domain share it."""
 
 
 class HostInfo(BaseModel):
@@ -30,6 +53,11 @@ class HostInfo(BaseModel):
     driver_version: str | None = None
     source: str
     """How GPUs were detected ('nvidia-smi', 'none')."""
+    hostname: str | None = None
+    allocation_nodes: int | None = None
+    """Nodes of the batch allocation this runs in (Slurm: SLURM_JOB_NUM_NODES); None outside one."""
+    allocation: str | None = None
+    """Which allocation ('slurm job 123: 4 nodes'), when there is one."""
 
     @property
     def sm_archs(self) -> set[str]:
@@ -43,6 +71,8 @@ class HardwareMatch(BaseModel):
     required: str
     found: str
     problems: list[str]
+    facts: list[str] = Field(default_factory=list)
+    """What was found, one line per aspect (GPU model, architecture, count, interconnect, nodes)."""
 
 
 def cpu_model() -> str:
@@ -56,43 +86,125 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def detect_host() -> HostInfo:
-    import os
+def _smi(smi: str, *args: str) -> str:
+    try:
+        return subprocess.run(
+            [smi, *args], capture_output=True, text=True, timeout=30, check=False, stdin=subprocess.DEVNULL
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
 
+
+def parse_gpu_query(out: str) -> tuple[list[GPU], str | None]:
+    """GPUs and the driver version from ``--query-gpu=index,name,compute_cap,memory.total,driver_version``."""
+    gpus: list[GPU] = []
+    driver = None
+    for line in out.strip().splitlines():
+        f = [x.strip() for x in line.split(",")]
+        if len(f) >= 5 and f[0].isdigit():
+            gpus.append(
+                GPU(
+                    index=int(f[0]),
+                    name=f[1],
+                    compute_capability=f[2] or None,
+                    memory_mib=int(float(f[3])) if f[3].replace(".", "").isdigit() else None,
+                )
+            )
+            driver = f[4]
+    return gpus, driver
+
+
+def parse_nvlink_status(out: str) -> dict[int, int]:
+    """Active NVLink links per GPU index from ``nvidia-smi nvlink --status``."""
+    links: dict[int, int] = {}
+    gpu: int | None = None
+    for line in out.splitlines():
+        m = re.match(r"\s*GPU (\d+):", line)
+        if m:
+            gpu = int(m.group(1))
+            links.setdefault(gpu, 0)
+            continue
+        m = re.match(r"\s*Link \d+:\s*(.*)$", line)
+        if m and gpu is not None and "inactive" not in m.group(1).lower() and re.search(r"\d", m.group(1)):
+            links[gpu] += 1
+    return links
+
+
+def parse_fabric(out: str) -> dict[int, tuple[str | None, str | None]]:
+    """Fabric (state, cluster UUID or clique id) per GPU, in ``nvidia-smi -q`` order."""
+    result: dict[int, tuple[str | None, str | None]] = {}
+    idx = -1
+    in_fabric = False
+    state: str | None = None
+    clique: str | None = None
+    for line in out.splitlines():
+        if re.match(r"^GPU [0-9A-Fa-f]{4,}:", line):
+            if idx >= 0:
+                result[idx] = (state, clique)
+            idx += 1
+            state, clique, in_fabric = None, None, False
+            continue
+        stripped = line.strip()
+        if re.match(r"^Fabric\s*$", stripped):
+            in_fabric = True
+            continue
+        if in_fabric:
+            m = re.match(r"^(State|ClusterUUID|Cluster UUID|CliqueId|Clique ID)\s*:\s*(.*)$", stripped)
+            if m:
+                key, val = m.group(1).replace(" ", "").lower(), m.group(2).strip()
+                if key == "state":
+                    state = val
+                elif key == "clusteruuid" or clique is None:
+                    clique = val
+                continue
+            if stripped and ":" not in stripped:
+                in_fabric = False
+            elif re.match(r"^[A-Z][A-Za-z ]+$", stripped):
+                in_fabric = False
+    if idx >= 0:
+        result[idx] = (state, clique)
+    return result
+
+
+def allocation_from_env(env: Mapping[str, str]) -> tuple[int | None, str | None]:
+    """Nodes of the Slurm allocation this process runs in, and a description."""
+    n = env.get("SLURM_JOB_NUM_NODES") or env.get("SLURM_NNODES")
+    if n and n.isdigit():
+        job = env.get("SLURM_JOB_ID", "?")
+        return int(n), f"slurm job {job}: {n} node(s) ({env.get('SLURM_JOB_NODELIST', '?')})"
+    return None, None
+
+
+def detect_host() -> HostInfo:
     gpus: list[GPU] = []
     driver = None
     source = "none"
     smi = shutil.which("nvidia-smi")
     if smi:
+        out = _smi(
+            smi, "--query-gpu=index,name,compute_cap,memory.total,driver_version", "--format=csv,noheader,nounits"
+        )
         try:
-            out = subprocess.run(
-                [
-                    smi,
-                    "--query-gpu=index,name,compute_cap,memory.total,driver_version",
-                    "--format=csv,noheader,nounits",
-                ],
-                capture_output=True,
-                text=True,
-                timeout=20,
-                check=False,
-            ).stdout
-            for line in out.strip().splitlines():
-                f = [x.strip() for x in line.split(",")]
-                if len(f) >= 5:
-                    gpus.append(
-                        GPU(
-                            index=int(f[0]),
-                            name=f[1],
-                            compute_capability=f[2] or None,
-                            memory_mib=int(float(f[3])) if f[3].replace(".", "").isdigit() else None,
-                        )
-                    )
-                    driver = f[4]
+            gpus, driver = parse_gpu_query(out)
             source = "nvidia-smi"
-        except (OSError, subprocess.SubprocessError, ValueError):
+        except ValueError:
             source = "nvidia-smi (failed)"
+        if gpus:
+            links = parse_nvlink_status(_smi(smi, "nvlink", "--status"))
+            fabric = parse_fabric(_smi(smi, "-q"))
+            for g in gpus:
+                g.nvlink_active = links.get(g.index, 0) if links else None
+                g.fabric_state, g.fabric_clique = fabric.get(g.index, (None, None))
+    nodes, alloc = allocation_from_env(os.environ)
     return HostInfo(
-        cpu_model=cpu_model(), cpu_count=os.cpu_count() or 1, gpus=gpus, driver_version=driver, source=source
+        cpu_model=cpu_model(),
+        cpu_count=os.cpu_count() or 1,
+        gpus=gpus,
+        driver_version=driver,
+        source=source,
+        hostname=platform.node() or None,
+        allocation_nodes=nodes,
+        allocation=alloc,
     )
 
 
@@ -111,6 +223,9 @@ def describe_requirement(hw: HardwareSpec) -> str:
         parts.append("with " + "/".join(hw.sm_arch))
     if hw.interconnect and hw.interconnect != "none":
         parts.append(f"in one {hw.interconnect} domain")
+    if hw.node is not None:
+        fabric = " joined by the multi-node NVLink fabric" if hw.node.fabric == "mnnvl" else ""
+        parts.append(f"on nodes of {hw.node.gpus} GPUs{fabric}")
     return " ".join(parts)
 
 
@@ -124,24 +239,84 @@ def describe_host(host: HostInfo) -> str:
     return ", ".join(f"{n}x {name}" for name, n in names.items()) + f" ({caps})"
 
 
-def match_hardware(hw: HardwareSpec, host: HostInfo) -> HardwareMatch:
+def _interconnect(hw: HardwareSpec, host: HostInfo, engines: list[int], problems: list[str], facts: list[str]) -> None:
+    links = [g.nvlink_active for g in host.gpus]
+    if any(v is None for v in links):
+        nvlink_desc = "NVLink status not readable"
+    else:
+        nvlink_desc = f"NVLink links active per GPU: {', '.join(str(v) for v in links)}"
+    facts.append(f"interconnect: {nvlink_desc}")
+    if hw.interconnect in ("nvlink", "nvlink-multicast") and len(host.gpus) > 1:
+        if any(v is None for v in links):
+            problems.append(f"the scope needs {hw.interconnect}, and the NVLink status could not be read")
+        elif any(not v for v in links):
+            idle = [g.index for g in host.gpus if not g.nvlink_active]
+            problems.append(f"the scope needs {hw.interconnect}; GPU(s) {idle} have no active NVLink link")
+    node = hw.node
+    spans_nodes = any(hw.nodes_for(c) > 1 for c in engines)
+    if node is not None and node.fabric == "mnnvl" and spans_nodes:
+        states = sorted({g.fabric_state or "unknown" for g in host.gpus})
+        cliques = sorted({g.fabric_clique for g in host.gpus if g.fabric_clique})
+        facts.append(
+            f"multi-node NVLink fabric: state {'/'.join(states)}" + (f", cluster {cliques[0]}" if cliques else "")
+        )
+        if states != ["Completed"]:
+            problems.append(
+                f"engines span nodes over the multi-node NVLink fabric, and this host's fabric state is "
+                f"{'/'.join(states)} (needs Completed: IMEX/fabric manager up, GPUs in one NVLink domain)"
+            )
+
+
+def match_hardware(hw: HardwareSpec, host: HostInfo, *, engine_gpus: list[int] | None = None) -> HardwareMatch:
+    """Whether ``host`` (and its allocation) can run the scope's engines; ``engine_gpus``: the GPUs of
+    each engine the run starts (a tier's plan), default the scope's ``gpu_counts``."""
+    engines = sorted(set(engine_gpus if engine_gpus is not None else hw.gpu_counts))
     problems: list[str] = []
+    facts: list[str] = []
     if hw.device == "gpu":
         if not host.gpus:
             problems.append("no GPU found")
+            facts.append(f"GPUs: none ({host.source}); {host.cpu_count} CPU cores ({host.cpu_model})")
         else:
-            if hw.gpu_counts and len(host.gpus) < min(hw.gpu_counts):
-                problems.append(
-                    f"{len(host.gpus)} GPU(s) found, the scope needs {' or '.join(map(str, hw.gpu_counts))}"
-                )
-            if hw.sm_arch and not (host.sm_archs & set(hw.sm_arch)):
+            names = sorted({g.name for g in host.gpus})
+            facts.append(f"GPU model: {', '.join(names)}")
+            facts.append(f"GPU architecture: {', '.join(sorted(host.sm_archs)) or 'unknown'}")
+            if hw.gpu_models:
+                bad = [g.name for g in host.gpus if not any(m.lower() in g.name.lower() for m in hw.gpu_models)]
+                if bad:
+                    problems.append(f"GPU model {sorted(set(bad))} is not one of {hw.gpu_models}")
+            if hw.sm_arch and not (host.sm_archs and host.sm_archs <= set(hw.sm_arch)):
                 problems.append(f"GPU architecture {sorted(host.sm_archs) or 'unknown'} is not {'/'.join(hw.sm_arch)}")
-            if (
-                hw.gpu_models
-                and not any(m.lower() in g.name.lower() for g in host.gpus for m in hw.gpu_models)
-                and not hw.sm_arch
-            ):
-                problems.append(f"GPU model is not one of {hw.gpu_models}")
+            per_node = hw.node.gpus if hw.node is not None else (min(hw.gpu_counts) if hw.gpu_counts else 1)
+            facts.append(f"GPUs on this host: {len(host.gpus)}")
+            if len(host.gpus) < per_node:
+                need = (
+                    f"nodes of {per_node} GPUs"
+                    if hw.node is not None
+                    else f"{' or '.join(map(str, hw.gpu_counts)) or per_node} GPUs"
+                )
+                problems.append(f"{len(host.gpus)} GPU(s) found, the scope needs {need}")
+            _interconnect(hw, host, engines, problems, facts)
+        _nodes(hw, host, engines, problems, facts)
+    else:
+        facts.append(f"CPU: {host.cpu_count} cores ({host.cpu_model})")
     return HardwareMatch(
-        ok=not problems, required=describe_requirement(hw), found=describe_host(host), problems=problems
+        ok=not problems, required=describe_requirement(hw), found=describe_host(host), problems=problems, facts=facts
     )
+
+
+def _nodes(hw: HardwareSpec, host: HostInfo, engines: list[int], problems: list[str], facts: list[str]) -> None:
+    if hw.node is None or not engines:
+        return
+    most = max(hw.nodes_for(c) for c in engines)
+    if most <= 1:
+        return
+    have = host.allocation_nodes
+    facts.append(f"nodes: {host.allocation}" if host.allocation else "nodes: this host only (no batch allocation)")
+    if have is None:
+        problems.append(
+            f"engines span up to {most} nodes of {hw.node.gpus} GPUs; run inside an allocation of "
+            f"{most} nodes (e.g. salloc -N {most}) so the launcher can start one node process per host"
+        )
+    elif have is not None and have < most:
+        problems.append(f"the largest engine spans {most} nodes; the allocation has {have}")

@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from fasttrack.errors import PlanError
-from fasttrack.scope import TIER_ORDER, Envelope, Estimates, Scope, expand_spec_names
+from fasttrack.scope import TIER_ORDER, Envelope, Estimates, Scope, SpecDecodeSpec, expand_spec_names
 
 SIDES = ("baseline", "candidate")
 
@@ -57,6 +57,14 @@ class EngineGroup(_Model):
     draft_length: int | None = None
     gpus: int
     """GPUs one engine of this group uses (tp; 0 on CPU hosts)."""
+    nodes: int = 1
+    """Nodes (hosts) one engine of this group spans (``hardware.node``; 1 without a node model)."""
+    gpus_per_node: int | None = None
+    """GPUs (CPU scopes: ranks) each of those nodes runs; None when the engine fits one host."""
+    node_kind: str | None = None
+    """What a node is (``hardware.node.name``), e.g. 'GB300 NVL72 compute tray'."""
+    speculative_config: dict[str, Any] | None = None
+    """vLLM's ``--speculative-config`` for this group (None without speculation)."""
     points: list[str]
     """Config point ids served by this group."""
     args: dict[str, list[str]]
@@ -74,6 +82,8 @@ class PlanEstimate(_Model):
     """Requests sent across both sides and every lifetime."""
     gpu_hours: float
     """Device-hours (GPU-hours; on CPU scopes, host-hours)."""
+    node_hours: float = 0.0
+    """Node-hours: hosts held times hours (an engine of 4 nodes for one hour is 4 node-hours)."""
     wall_hours: float
     assumptions: Estimates
     """The assumptions these numbers derive from (scope.estimates)."""
@@ -137,19 +147,31 @@ def _format_args(template: list[str], values: dict[str, Any]) -> list[str]:
     return out
 
 
+#: How a speculative config becomes arguments when the scope's ``point_args`` does not say.
+DEFAULT_SPECULATIVE_ARGS = ["--speculative-config", "{speculative_config}"]
+
+
 def _side_args(
-    scope: Scope, side: str, tp: int, dcp: int, spec_method: str, draft: int | None, max_len: int
+    scope: Scope, side: str, tp: int, dcp: int, sp: SpecDecodeSpec, draft: int | None, max_len: int
 ) -> list[str]:
     eng = scope.engine
     args = list(eng.common_args)
     pa = eng.point_args
-    vals = {"tp": tp, "dcp": dcp, "method": spec_method, "draft_length": draft, "max_model_len": max_len}
+    spec_cfg = json.dumps(sp.engine_config(draft), separators=(", ", ": ")) if draft is not None else ""
+    vals = {
+        "tp": tp,
+        "dcp": dcp,
+        "method": sp.method,
+        "draft_length": draft,
+        "max_model_len": max_len,
+        "speculative_config": spec_cfg,
+    }
     if "tensor_parallel" in pa:
         args += _format_args(pa["tensor_parallel"], vals)
     if "decode_context_parallel" in pa and dcp > 1:
         args += _format_args(pa["decode_context_parallel"], vals)
-    if "speculative" in pa and spec_method != "none":
-        args += _format_args(pa["speculative"], vals)
+    if sp.method != "none":
+        args += _format_args(pa.get("speculative", DEFAULT_SPECULATIVE_ARGS), vals)
     if "max_model_len" in pa:
         args += _format_args(pa["max_model_len"], vals)
     args += getattr(eng, side).args
@@ -175,7 +197,8 @@ def build_plan(scope: Scope, *, tier: str = "smoke", shard: str | None = None, s
     batches = t.batch or env.batch.sweep
     contexts = t.context or env.context.sweep
     out_tokens = scope.gates.equivalence.max_tokens
-    on_gpu = scope.hardware.device == "gpu"
+    hw = scope.hardware
+    on_gpu = hw.device == "gpu"
     max_len = env.context.max_model_len
 
     points: list[ConfigPoint] = []
@@ -211,6 +234,7 @@ def build_plan(scope: Scope, *, tier: str = "smoke", shard: str | None = None, s
                         )
                 lifetimes = t.lifetimes_per_side
                 order = [s for _ in range(lifetimes) for s in SIDES]
+                nodes = hw.nodes_for(tp)
                 groups.append(
                     EngineGroup(
                         id=gid,
@@ -219,8 +243,12 @@ def build_plan(scope: Scope, *, tier: str = "smoke", shard: str | None = None, s
                         spec=name,
                         draft_length=draft,
                         gpus=tp if on_gpu else 0,
+                        nodes=nodes,
+                        gpus_per_node=tp // nodes if nodes > 1 else None,
+                        node_kind=hw.node.name if hw.node is not None and nodes > 1 else None,
+                        speculative_config=sp.engine_config(draft) if draft is not None else None,
                         points=[p.id for p in gpoints],
-                        args={s: _side_args(scope, s, tp, dcp, sp.method, draft, max_len) for s in SIDES},
+                        args={s: _side_args(scope, s, tp, dcp, sp, draft, max_len) for s in SIDES},
                         env={s: {**scope.engine.env, **getattr(scope.engine, s).env} for s in SIDES},
                         lifetimes_per_side=lifetimes,
                         order=order,
@@ -250,9 +278,15 @@ def build_plan(scope: Scope, *, tier: str = "smoke", shard: str | None = None, s
     )
 
 
-def _group_cost(g: EngineGroup, est: Estimates) -> float:
+def _group_seconds(g: EngineGroup, est: Estimates) -> float:
+    """Wall seconds of one group: every lifetime of both sides, start plus its points."""
     per_point = est.requests_per_point * est.tokens_per_request / est.decode_tokens_per_s
-    return max(g.gpus, 1) * 2 * g.lifetimes_per_side * (est.engine_start_s + len(g.points) * per_point)
+    return 2 * g.lifetimes_per_side * (est.engine_start_s + len(g.points) * per_point)
+
+
+def _group_cost(g: EngineGroup, est: Estimates) -> float:
+    """Device-seconds of one group (GPU-seconds; host-seconds on CPU scopes)."""
+    return max(g.gpus, 1) * _group_seconds(g, est)
 
 
 def _shard(
@@ -288,13 +322,14 @@ def _shard(
 def estimate(groups: list[EngineGroup], est: Estimates) -> PlanEstimate:
     starts = sum(2 * g.lifetimes_per_side for g in groups)
     requests = sum(2 * g.lifetimes_per_side * len(g.points) * est.requests_per_point for g in groups)
-    per_point = est.requests_per_point * est.tokens_per_request / est.decode_tokens_per_s
-    wall = sum(2 * g.lifetimes_per_side * (est.engine_start_s + len(g.points) * per_point) for g in groups)
+    wall = sum(_group_seconds(g, est) for g in groups)
     gpu = sum(_group_cost(g, est) for g in groups)
+    node = sum(g.nodes * _group_seconds(g, est) for g in groups)
     return PlanEstimate(
         engine_starts=starts,
         requests=requests,
         gpu_hours=round(gpu / 3600, 3),
+        node_hours=round(node / 3600, 3),
         wall_hours=round(wall / 3600, 3),
         assumptions=est,
     )

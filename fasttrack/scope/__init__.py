@@ -30,7 +30,7 @@ from fasttrack.scope.common import (
     SharedComponent,
     TierName,
 )
-from fasttrack.scope.deployment import EngineSpec, HardwareSpec, ModelSpec, SideSpec
+from fasttrack.scope.deployment import EngineSpec, HardwareSpec, ModelSpec, NodeSpec, SideSpec
 from fasttrack.scope.envelope import (
     BatchRange,
     ContextRange,
@@ -84,6 +84,7 @@ __all__ = [
     "KernelSuite",
     "LoadedScope",
     "ModelSpec",
+    "NodeSpec",
     "PathMarkers",
     "PerfGate",
     "Scope",

@@ -56,6 +56,22 @@ class EngineSpec(ScopeModel):
         return v
 
 
+class NodeSpec(ScopeModel):
+    """The hosts (nodes) an engine runs on: GPUs per host and the NVLink domain they belong to."""
+
+    gpus: int = Field(ge=1)
+    """GPUs one node (host) exposes, e.g. 4 for a GB300 NVL72 compute tray. On CPU scopes: the engine
+    ranks one node runs (a CPU rehearsal of a multi-node layout uses 1)."""
+    nvlink_domain: int | None = Field(default=None, ge=1)
+    """GPUs in one NVLink domain (72 for a GB300 NVL72 rack); null when NVLink does not reach beyond a node.
+    An engine that spans nodes must fit in one domain."""
+    fabric: Literal["mnnvl", "network"] | None = None
+    """What joins the nodes of one engine: ``mnnvl`` (the multi-node NVLink fabric of an NVL72 rack,
+    checked on each host) or ``network`` (no NVLink between hosts). Null: engines never span nodes."""
+    name: str | None = None
+    """What one node is, e.g. 'GB300 NVL72 compute tray'."""
+
+
 class HardwareSpec(ScopeModel):
     device: Literal["gpu", "cpu"]
     """Device kind the optimization targets."""
@@ -63,13 +79,17 @@ class HardwareSpec(ScopeModel):
     gpu_family: str | None = None
     """E.g. 'blackwell'."""
     sm_arch: list[str] = Field(default_factory=list)
-    """Compute capabilities, e.g. ['sm_100', 'sm_103']."""
+    """Compute capabilities, e.g. ['sm_100', 'sm_103']. A host passes when its GPUs have one of them and,
+    where ``gpu_models`` is given too, are one of those models."""
     gpu_models: list[str] = Field(default_factory=list)
-    """Product names that satisfy the scope, e.g. ['GB300']."""
+    """Product names that satisfy the scope, e.g. ['GB300'] (matched as substrings of the driver's name)."""
     gpu_counts: list[int] = Field(default_factory=list)
     """Numbers of GPUs one deployment uses (one engine)."""
     interconnect: Literal["none", "pcie", "nvlink", "nvlink-multicast"] | None = None
-    """Interconnect requirement between the GPUs of one deployment."""
+    """Interconnect requirement between the GPUs of one node (``nvlink-multicast``: NVLink with NVLS
+    multicast, NVSwitch-based systems)."""
+    node: NodeSpec | None = None
+    """The node model: GPUs per host and the NVLink domain. Null: one engine runs on one host."""
 
     @model_validator(mode="after")
     def _sane(self) -> "HardwareSpec":
@@ -78,4 +98,29 @@ class HardwareSpec(ScopeModel):
         for arch in self.sm_arch:
             if not re.fullmatch(r"sm_\d{2,3}[a-z]?", arch):
                 raise ValueError(f"sm_arch entry {arch!r} is not of the form 'sm_100'")
+        if self.node is not None:
+            for c in self.gpu_counts:
+                problem = self.layout_problem(c)
+                if problem:
+                    raise ValueError(f"gpu_counts {c}: {problem}")
         return self
+
+    def nodes_for(self, ranks: int) -> int:
+        """Nodes one engine of ``ranks`` GPUs (tensor-parallel ranks) spans: 1 without a node model."""
+        if self.node is None or ranks <= self.node.gpus:
+            return 1
+        return -(-ranks // self.node.gpus)
+
+    def layout_problem(self, ranks: int) -> str | None:
+        """Why an engine of ``ranks`` GPUs cannot be laid out on this node model, or None."""
+        if self.node is None or ranks <= self.node.gpus:
+            return None
+        per = self.node.gpus
+        if ranks % per:
+            return f"{ranks} ranks do not split evenly over nodes of {per} GPUs"
+        if self.node.fabric is None:
+            return f"{ranks} ranks need {ranks // per} nodes of {per}, and the node model allows no multi-node engine"
+        dom = self.node.nvlink_domain
+        if self.node.fabric == "mnnvl" and dom is not None and ranks > dom:
+            return f"{ranks} GPUs do not fit in one NVLink domain of {dom}"
+        return None

@@ -57,7 +57,14 @@ class SpecDecodeSpec(ScopeModel):
     draft_lengths: list[int] = Field(default_factory=list)
     """Draft lengths (num_speculative_tokens) inside the envelope; empty for 'none'."""
     synthetic_acceptance_length: float | None = None
-    """Acceptance length forced for synthetic benchmarking, if any."""
+    """Acceptance length forced for synthetic benchmarking, if any: the engine runs vLLM's synthetic
+    rejection sampler (``speculative_config.rejection_sample_method: synthetic`` with this
+    ``synthetic_acceptance_length``), which accepts draft tokens at rates calibrated to this mean
+    acceptance length whatever the target model says. Outputs then differ from plain decoding; such a
+    group measures speed at a fixed acceptance, not correctness."""
+    config: dict[str, Any] = Field(default_factory=dict)
+    """Further ``--speculative-config`` keys, passed as given (e.g. ``model`` for a draft model, or
+    ``prompt_lookup_max`` / ``prompt_lookup_min`` for n-gram drafting)."""
 
     @model_validator(mode="after")
     def _sane(self) -> "SpecDecodeSpec":
@@ -71,9 +78,26 @@ class SpecDecodeSpec(ScopeModel):
             if self.draft_lengths[0] < 1:
                 raise ValueError("draft lengths must be >= 1")
             al = self.synthetic_acceptance_length
-            if al is not None and not 1 <= al <= self.draft_lengths[-1] + 1:
-                raise ValueError(f"synthetic_acceptance_length {al} must lie in [1, max draft length + 1]")
+            if al is not None and not 1 <= al <= self.draft_lengths[0] + 1:
+                raise ValueError(
+                    f"synthetic_acceptance_length {al} must lie in [1, draft length + 1] for every draft length "
+                    f"(the shortest is {self.draft_lengths[0]})"
+                )
+        reserved = sorted(
+            set(self.config)
+            & {"method", "num_speculative_tokens", "rejection_sample_method", "synthetic_acceptance_length"}
+        )
+        if reserved:
+            raise ValueError(f"config keys {reserved} come from method, draft_lengths and synthetic_acceptance_length")
         return self
+
+    def engine_config(self, draft_length: int) -> dict[str, Any]:
+        """vLLM's ``--speculative-config`` for one draft length (synthetic acceptance included)."""
+        cfg: dict[str, Any] = {"method": self.method, "num_speculative_tokens": draft_length, **self.config}
+        if self.synthetic_acceptance_length is not None:
+            cfg["rejection_sample_method"] = "synthetic"
+            cfg["synthetic_acceptance_length"] = self.synthetic_acceptance_length
+        return cfg
 
 
 class Envelope(ScopeModel):

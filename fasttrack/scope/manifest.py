@@ -65,6 +65,13 @@ class Scope(ScopeModel):
         check_unique([k.name for k in self.kernels], "kernels names")
         if self.envelope is not None:
             self._check_tiers(self.envelope)
+            if self.hardware is not None:
+                for tp in self.envelope.tensor_parallel:
+                    problem = self.hardware.layout_problem(tp)
+                    if problem:
+                        raise ValueError(
+                            f"envelope.tensor_parallel {tp} cannot be laid out on hardware.node: {problem}"
+                        )
             for c in self.claims:
                 problem = point_outside_envelope(c.point, self.envelope)
                 if problem:

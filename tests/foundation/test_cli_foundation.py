@@ -34,7 +34,7 @@ def test_plan_json_k3_full() -> None:
     assert {p["tp"] for p in pts} == {8, 16}
     assert max(p["batch"] for p in pts) == 64
     assert max(p["draft_length"] or 0 for p in pts) == 7
-    assert {p["acceptance_length"] for p in pts if p["spec"] == "dspark"} == {6}
+    assert {p["acceptance_length"] for p in pts if p["spec"] == "dspark-al6"} == {6}
     assert any(p["dcp"] > 1 for p in pts) and any(p["full_context"] for p in pts)
     assert plan["groups"] and plan["estimate"]["gpu_hours"] > 0
     ids = set()

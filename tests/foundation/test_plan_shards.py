@@ -23,13 +23,15 @@ def test_k3_full_plan_covers_the_envelope(k3) -> None:
     assert max(p.batch for p in pts) == 64 and min(p.batch for p in pts) == 1
     dspark = [p for p in pts if p.spec == "dspark"]
     assert {p.draft_length for p in dspark} == set(range(1, 8))
-    assert {p.acceptance_length for p in dspark} == {6}
+    assert {p.acceptance_length for p in dspark} == {None}  # natural acceptance
+    synth = [p for p in pts if p.spec == "dspark-al6"]
+    assert {p.draft_length for p in synth} == {7} and {p.acceptance_length for p in synth} == {6}
     assert {p.dcp for p in pts} == {1, 8}
     assert any(p.full_context for p in pts)
     full = [p for p in pts if p.full_context]
     assert all(p.context == 262144 - k3.scope.gates.equivalence.max_tokens for p in full)
-    # engine groups: one per (tp, dcp, spec config); every point in exactly one group
-    assert len(plan.groups) == 2 * 2 * 8
+    # engine groups: one per (tp, dcp, spec config): none, dspark DL1-7, dspark-al6 DL7
+    assert len(plan.groups) == 2 * 2 * 9
     grouped = [pid for g in plan.groups for pid in g.points]
     assert sorted(grouped) == sorted(p.id for p in pts)
     for g in plan.groups:
