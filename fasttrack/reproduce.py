@@ -210,14 +210,15 @@ def reproduce(
             detail = f"verdicts agree, but {len(problems)} of {compared} row(s) do not: " + "; ".join(problems[:3])
         else:
             detail = f"verdicts agree; {compared} row(s) agree within the recorded intervals"
-        hook = getattr(reg.get(name), "agrees", None)
-        if callable(hook) and same:
+        cls = reg.get(name)
+        if cls is not None and same:
             try:
-                verdict, why = hook(rec.summary, res)
-                ok = ok and verdict
-                detail = why
-            except Exception as exc:  # noqa: BLE001
+                rule = cls.agrees(rec.summary, res)
+            except Exception as exc:  # noqa: BLE001 - a check's own rule failing is a disagreement, not a crash
                 ok, detail = False, f"agreement rule raised {type(exc).__name__}: {exc}"
+            else:
+                if rule is not None:
+                    ok, detail = ok and rule[0], rule[1]
         a, b = _numeric(rec.summary), _numeric(res.summary)
         figs = {}
         for k in sorted(set(a) & set(b))[:50]:

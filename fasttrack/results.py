@@ -67,6 +67,10 @@ class CheckResult(BaseModel):
 
     check: str
     """Check name (one of CHECK_ORDER, or a plugin's name)."""
+    title: str | None = None
+    """Heading of the check in the report, as the check declares it."""
+    view: str | None = None
+    """How the report renders the check's tables, as the check declares it (``generic`` or a named view)."""
     verdict: Verdict
     """pass, fail, or not_run."""
     reason: str

@@ -69,6 +69,10 @@ class TableRef(_Model):
 class CheckEntry(_Model):
     """What one check contributed: its verdict, why, the gate, figures and tables."""
 
+    title: str | None = None
+    """Heading of the check in the report, as the check declares it (absent in older bundles)."""
+    view: str | None = None
+    """How the report renders the check's tables: ``generic`` or a named view (absent in older bundles)."""
     verdict: Verdict
     """``pass``, ``fail`` or ``not_run``."""
     reason: str
@@ -365,6 +369,8 @@ def check_entry(
     from fasttrack.bundle.canonical import to_jsonable
 
     return CheckEntry(
+        title=result.title,
+        view=result.view,
         verdict=result.verdict,
         reason=result.reason,
         required=result.required,

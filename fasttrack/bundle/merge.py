@@ -230,6 +230,8 @@ def merge_bundles(
             per = [(m.plan.shard, m.checks.get(name)) for _, _, m in ordered]
             verdict, reason, required = _merge_check(name, per)
             gate = next((e.gate for _, e in per if e is not None and e.gate is not None), None)
+            title = next((e.title for _, e in per if e is not None and e.title), None)
+            view = next((e.view for _, e in per if e is not None and e.view), None)
             tables: dict[str, list[dict[str, Any]]] = {}
             for (_, root, m), (label, e) in zip(ordered, per, strict=False):
                 if e is None:
@@ -247,6 +249,8 @@ def merge_bundles(
             results.append(
                 CheckResult(
                     check=name,
+                    title=title,
+                    view=view,
                     verdict=verdict,
                     reason=reason,
                     required=required,

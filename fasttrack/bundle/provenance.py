@@ -20,6 +20,13 @@ from pathlib import Path
 from fasttrack.bundle.canonical import sha256_file
 from fasttrack.bundle.manifest import EngineRecord, Hardware, Provenance
 
+_SECRET_RE = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|(^|_)KEY($|_)|AUTH", re.I)
+
+
+def redact_env(env: Mapping[str, str] | None) -> dict[str, str]:
+    """An engine environment for the record, with the values of secret-looking names hidden."""
+    return {k: ("<redacted>" if _SECRET_RE.search(k) else str(v)) for k, v in sorted((env or {}).items())}
+
 
 def _dist_version(*names: str) -> str | None:
     for name in names:

@@ -10,6 +10,10 @@ Layout (see :mod:`fasttrack.bundle.layout`)::
 
 The attestation is written unsigned unless ``sign_keys`` are given; signatures can be
 added later with :func:`fasttrack.bundle.attest.sign_bundle`.
+
+:func:`write_run_bundle` is the bundle step of ``fasttrack validate``: it takes the typed
+record of a finished run (:class:`FinishedRun`), writes ``<run>/bundle/`` and
+``<run>/bundle.tar.gz`` (the same, packed deterministically), and verifies the tarball once.
 """
 
 from __future__ import annotations
@@ -17,8 +21,10 @@ from __future__ import annotations
 import os
 import shutil
 import stat
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 
 from fasttrack.bundle.errors import BundleError
 from fasttrack.bundle.layout import ARTIFACTS_DIR, ATTESTATION, LOGS_DIR, MANIFEST, NAME_RE, table_path
@@ -34,6 +40,15 @@ from fasttrack.bundle.manifest import (
 )
 from fasttrack.bundle.tables import parquet_bytes
 from fasttrack.results import CHECK_ORDER, CheckResult
+
+if TYPE_CHECKING:  # pragma: no cover
+    from fasttrack.bundle.keys import SigningKey
+    from fasttrack.bundle.verify import VerifyResult
+
+BUNDLE_DIR = "bundle"
+"""The bundle directory inside a run folder."""
+BUNDLE_TARBALL = "bundle.tar.gz"
+"""The packed bundle inside a run folder."""
 
 
 def _rel(path: str | os.PathLike[str], *, what: str) -> PurePosixPath:
@@ -107,7 +122,7 @@ def write_bundle(
     artifacts_from: str | os.PathLike[str] | None = None,
     logs: Mapping[str, str | os.PathLike[str]] | Sequence[str | os.PathLike[str]] | None = None,
     expected_checks: Sequence[str] = CHECK_ORDER,
-    sign_keys: Sequence[object] = (),
+    sign_keys: Sequence[SigningKey] = (),
     overwrite: bool = False,
 ) -> Manifest:
     """Write the bundle directory ``out_dir`` and return its manifest.
@@ -206,6 +221,76 @@ def write_bundle(
     os.chmod(out / MANIFEST, 0o644)
     attest_dir(out)
     for key in sign_keys:
-        sign_bundle(out, key)  # type: ignore[arg-type]
+        sign_bundle(out, key)
     assert (out / ATTESTATION).exists()
     return manifest
+
+
+@dataclass(frozen=True)
+class FinishedRun:
+    """The typed record of a finished (or cut short) ``fasttrack validate`` run, as the bundle needs it."""
+
+    run_dir: Path
+    """The run folder: its ``artifacts/`` and ``logs/`` go into the bundle."""
+    results: Sequence[CheckResult]
+    scope: ScopeInfo
+    plan: PlanInfo
+    provenance: Provenance
+    pr: PRLink | None = None
+    rehearsal: bool = False
+    rehearsal_reason: str | None = None
+    logs: Mapping[str, Path] = field(default_factory=dict)
+    """Extra log files by name (e.g. the run summary)."""
+
+
+@dataclass(frozen=True)
+class WrittenBundle:
+    """A run's bundle on disk, and its one verification."""
+
+    directory: Path
+    tarball: Path
+    manifest: Manifest
+    verification: VerifyResult
+    """The tarball verified against the signing keys' public halves (and the PR head, when given)."""
+
+
+def write_run_bundle(
+    run: FinishedRun,
+    *,
+    sign_keys: Sequence[SigningKey] = (),
+    pr_head: str | None = None,
+    log: Callable[[str], None] = print,
+) -> WrittenBundle:
+    """Write ``<run>/bundle/`` and ``<run>/bundle.tar.gz`` (signed with ``sign_keys``) and verify the tarball.
+
+    A signed bundle that does not verify right after it was written is a bug and raises
+    :class:`~fasttrack.bundle.errors.BundleError`."""
+    from fasttrack.bundle.pack import pack_bundle
+    from fasttrack.bundle.verify import verify_bundle
+
+    out = run.run_dir / BUNDLE_DIR
+    manifest = write_bundle(
+        out,
+        results=run.results,
+        scope=run.scope,
+        plan=run.plan,
+        provenance=run.provenance,
+        pr=run.pr,
+        rehearsal=run.rehearsal,
+        rehearsal_reason=run.rehearsal_reason,
+        artifacts_from=run.run_dir,
+        logs=dict(run.logs),
+        sign_keys=sign_keys,
+        overwrite=True,
+    )
+    tarball = pack_bundle(out, run.run_dir / BUNDLE_TARBALL)
+    verification = verify_bundle(tarball, keys=[k.public for k in sign_keys], pr_head=pr_head)
+    if sign_keys:
+        if not verification.verified:
+            bad = "; ".join(f"{it.name}: {it.detail}" for it in verification.failures)
+            raise BundleError(f"the bundle just written does not verify ({bad}); this is a bug in fasttrack")
+        log(f"bundle: {tarball} (verdict {manifest.verdict}, signed by {', '.join(k.keyid[:16] for k in sign_keys)})")
+    else:
+        hint = f"sign it with `fasttrack sign {tarball} --key KEY`"
+        log(f"bundle: {tarball} (verdict {manifest.verdict}, unsigned: {hint})")
+    return WrittenBundle(directory=out, tarball=tarball, manifest=manifest, verification=verification)

@@ -1,4 +1,4 @@
-"""Checks: one module per kind of evidence, registered with ``@register``.
+"""Checks: one module (or package) per kind of evidence, registered with ``@register``.
 
 To add a check, write ``fasttrack/checks/<name>.py`` with a class decorated by
 ``fasttrack.checks.base.register`` and add the module name below.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 
-#: Modules that define checks. Adding a check = one file + one line here.
+#: Modules that define checks. Adding a check = one module + one line here.
 CHECK_MODULES: list[str] = ["kernels", "equivalence", "features", "coverage", "evals", "perf"]
 
 _loaded = False

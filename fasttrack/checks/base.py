@@ -1,32 +1,32 @@
-"""The one interface every check implements, and the registry of checks.
+"""The check interface and the registry of checks.
 
-A check is one kind of evidence (kernels, equivalence, features, coverage, evals,
-perf). A check that needs engines works in two phases:
+A check is one kind of evidence (kernels, equivalence, features, coverage, evals, perf).
+It declares, as class attributes, its ``name``, its ``title`` and ``report_view`` (both
+recorded in the bundle, so the report needs no list of checks) and whether the bundle
+verdict depends on it (``required``); :meth:`Check.gate` is the pass rule it applies.
 
-1. ``collect(ctx, session)`` is called once per engine lifetime (one side of one
-   engine group, possibly several lifetimes per side). The check sends its
-   requests to ``session.engine`` and keeps what it measured (on ``self``).
-   A check whose ``paired(ctx)`` is true (perf with ``gates.perf.interleave``)
-   is instead handed both sides' ``lifetime``-th engines at once, up together, in
-   ``collect_pair(ctx, {"baseline": ..., "candidate": ...})``; otherwise the
-   pipeline keeps one engine up at a time.
-2. ``judge(ctx)`` is called once after every engine has been stopped. It compares
-   the sides and returns one :class:`CheckResult`: typed rows, a gate and a verdict.
+* :class:`EnginelessCheck` (kernels) does everything in ``run(ctx)``.
+* :class:`EngineCheck` works in two phases. ``await collect(ctx, session)`` is called by
+  the pipeline once per engine lifetime it ``wants`` (one side of one engine group); the
+  check sends its requests to ``session.engine`` and keeps what it measured on ``self``.
+  ``judge(ctx)`` is called once after every engine has been stopped; it compares the
+  sides and returns one :class:`~fasttrack.results.CheckResult`.
+* :class:`PairedCheck` is the opt-in capability of an engine check that measures both
+  sides' ``lifetime``-th engines up together (perf with ``gates.perf.interleave``):
+  the pipeline hands it both in ``await collect_pair(ctx, sessions)``.
 
-A check that needs no engine (kernels) sets ``needs_engine = False`` and implements
-``run(ctx)`` instead.
-
-Adding a check = writing one module with a ``@register`` class and adding its
-module name to ``fasttrack.checks.CHECK_MODULES``.
+Adding a check = one module with a ``@register`` class, plus its module name in
+``fasttrack.checks.CHECK_MODULES``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, ClassVar
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-from fasttrack.results import (  # noqa: F401  (re-exported for check modules)
+from fasttrack.checks.context import EngineSession, RunContext
+from fasttrack.results import (  # the results names are re-exported for callers that still import them from here
     CHECK_ORDER,
     SIDES,
     CheckResult,
@@ -34,97 +34,114 @@ from fasttrack.results import (  # noqa: F401  (re-exported for check modules)
     PathEvidence,
     Side,
     Verdict,
+    check_sort_key,
     overall_verdict,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
-    from fasttrack.plan import EngineGroup, Plan
-    from fasttrack.scope import Scope
+    from fasttrack.plan import EngineGroup
+
+__all__ = [
+    "CHECK_ORDER",
+    "SIDES",
+    "Check",
+    "CheckResult",
+    "Gate",
+    "PathEvidence",
+    "Verdict",
+    "overall_verdict",
+    "EngineCheck",
+    "EngineSession",
+    "EnginelessCheck",
+    "PairedCheck",
+    "RunContext",
+    "register",
+    "registry",
+]
 
 
-@dataclass
-class EngineSession:
-    """One live engine, handed to ``Check.collect``."""
-
-    side: Side
-    group: "EngineGroup"
-    lifetime: int
-    """0-based index of this engine lifetime for (group, side)."""
-    engine: Any
-    """The engine handle (fasttrack.engine): base_url, served model name, probes."""
-
-
-@dataclass
-class RunContext:
-    """Everything a check may read while it runs."""
-
-    scope: "Scope"
-    plan: "Plan"
-    tier: str
-    run_dir: Path
-    rehearsal: bool = False
-    selected_checks: tuple[str, ...] = CHECK_ORDER
-    log: Callable[[str], None] = print
-    evidence: list[PathEvidence] = field(default_factory=list)
-    """Path evidence contributed by every check; the coverage check judges it."""
-    shared: dict[str, Any] = field(default_factory=dict)
-    """Scratch space for data one check hands to another (keyed by check name)."""
-
-    def artifact_dir(self, check: str) -> Path:
-        d = self.run_dir / "artifacts" / check
-        d.mkdir(parents=True, exist_ok=True)
-        return d
-
-
-class Check:
-    """Base class of every check. Subclasses are registered with :func:`register`."""
+class Check(ABC):
+    """What every check declares. Subclass :class:`EnginelessCheck` or :class:`EngineCheck`."""
 
     name: ClassVar[str]
-    title: ClassVar[str] = ""
+    """Check name: its key in the bundle and on ``--checks``."""
+    title: ClassVar[str]
+    """Heading of the check in the report (recorded in the bundle)."""
+    report_view: ClassVar[str] = "generic"
+    """How the report renders the check's tables (recorded in the bundle): ``generic`` or the name of a view."""
     required: ClassVar[bool] = True
-    needs_engine: ClassVar[bool] = True
+    """Whether the bundle verdict depends on this check."""
+    needs_engine: ClassVar[bool]
 
     def skip_reason(self, ctx: RunContext) -> str | None:
-        """Return why this check cannot run for this scope/tier/host, or None."""
+        """Why this check cannot run for this scope, tier and host (it is then ``not_run``), or None."""
         return None
 
-    def wants(self, ctx: RunContext, session: EngineSession) -> bool:
-        """Whether ``collect`` has work to do on this engine lifetime."""
+    @abstractmethod
+    def gate(self, ctx: RunContext) -> Gate:
+        """The pass rule this check applies in this run: statistic, threshold and rule in words."""
+
+    @classmethod
+    def agrees(cls, recorded_summary: Mapping[str, Any], new: CheckResult) -> tuple[bool, str] | None:
+        """A check-specific rule for ``fasttrack reproduce``: whether a rerun agrees with the recorded summary
+        (with why), or None to use the generic rule (same verdict, rows within the recorded intervals)."""
+        return None
+
+
+class EnginelessCheck(Check):
+    """A check that needs no engine: ``run`` does everything."""
+
+    needs_engine: ClassVar[bool] = False
+
+    @abstractmethod
+    def run(self, ctx: RunContext) -> CheckResult:
+        """Run the check and return its result."""
+
+
+class EngineCheck(Check):
+    """A check that exercises live engines (``collect``) and judges after they stopped (``judge``)."""
+
+    needs_engine: ClassVar[bool] = True
+
+    def wants(self, ctx: RunContext, group: EngineGroup, side: Side, lifetime: int) -> bool:
+        """Whether ``collect`` has work on the ``lifetime``-th engine of ``side`` in ``group``."""
         return True
 
-    def collect(self, ctx: RunContext, session: EngineSession) -> None:
+    @abstractmethod
+    async def collect(self, ctx: RunContext, session: EngineSession) -> None:
         """Exercise one live engine; keep the measurements on ``self``."""
-        raise NotImplementedError
 
-    def paired(self, ctx: RunContext) -> bool:
-        """Whether this check measures both sides' engines together (``collect_pair``)."""
-        return False
-
-    def wants_pair(self, ctx: RunContext, group: "EngineGroup", lifetime: int) -> bool:
-        """Whether ``collect_pair`` has work on the ``lifetime``-th engines of ``group``."""
-        return False
-
-    def collect_pair(self, ctx: RunContext, sessions: dict[str, EngineSession]) -> None:
-        """Exercise both sides' engines, up together; ``sessions`` by side."""
-        raise NotImplementedError
-
+    @abstractmethod
     def judge(self, ctx: RunContext) -> CheckResult:
-        """Compare the sides after all engines stopped; return the verdict."""
-        raise NotImplementedError
+        """Compare the sides after every engine stopped; return the verdict."""
 
-    def run(self, ctx: RunContext) -> CheckResult:
-        """For checks with ``needs_engine = False``: do everything here."""
-        raise NotImplementedError
 
+class PairedCheck(EngineCheck):
+    """An engine check that can measure both sides' engines up together (opt-in, per run)."""
+
+    @abstractmethod
+    def paired(self, ctx: RunContext) -> bool:
+        """Whether this run measures pairs (then ``collect_pair`` gets both sides' k-th engines)."""
+
+    @abstractmethod
+    def wants_pair(self, ctx: RunContext, group: EngineGroup, lifetime: int) -> bool:
+        """Whether ``collect_pair`` has work on the ``lifetime``-th engines of ``group``."""
+
+    @abstractmethod
+    async def collect_pair(self, ctx: RunContext, sessions: Mapping[Side, EngineSession]) -> None:
+        """Exercise both sides' engines, up together; ``sessions`` by side."""
+
+
+C = TypeVar("C", bound=type[Check])
 
 _REGISTRY: dict[str, type[Check]] = {}
 
 
-def register(cls: type[Check]) -> type[Check]:
+def register(cls: C) -> C:
     """Class decorator: make a check available to the pipeline by its ``name``."""
-    name = getattr(cls, "name", None)
-    if not name:
-        raise TypeError(f"{cls.__qualname__} must set a class attribute 'name'")
+    name = getattr(cls, "name", None)  # a class attribute the subclass must set (ClassVar without a default)
+    if not name or not getattr(cls, "title", None):
+        raise TypeError(f"{cls.__qualname__} must set the class attributes 'name' and 'title'")
     if name in _REGISTRY and _REGISTRY[name] is not cls:
         raise ValueError(f"check {name!r} is registered twice ({_REGISTRY[name].__qualname__}, {cls.__qualname__})")
     _REGISTRY[name] = cls
@@ -132,10 +149,8 @@ def register(cls: type[Check]) -> type[Check]:
 
 
 def registry() -> dict[str, type[Check]]:
-    """Registered checks, in CHECK_ORDER first, then any others by name."""
-    from fasttrack import checks as _checks  # noqa: F401  (imports the check modules)
+    """Registered checks, in the canonical check order (``fasttrack.results.check_sort_key``)."""
+    from fasttrack import checks as _checks
 
     _checks.load_all()
-    ordered = {n: _REGISTRY[n] for n in CHECK_ORDER if n in _REGISTRY}
-    ordered.update({n: c for n, c in sorted(_REGISTRY.items()) if n not in ordered})
-    return ordered
+    return {n: _REGISTRY[n] for n in sorted(_REGISTRY, key=check_sort_key)}

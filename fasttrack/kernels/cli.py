@@ -75,7 +75,7 @@ def kernels(
     from rich.console import Console
     from rich.table import Table
 
-    from fasttrack.checks.kernels import judge, run_suite
+    from fasttrack.kernels.suites import judge, run_suite
 
     if tier not in TIERS:
         raise KernelSuiteError(f"--tier {tier!r} is not one of {', '.join(TIERS)}.")

@@ -64,7 +64,7 @@ class TokenPool:
 
 async def pool_from_engine(engine: "EngineHandle") -> TokenPool:
     """Tokenise the shipped passages with the engine's tokenizer."""
-    from fasttrack.checks._common import TokenizerClient, load_passages
+    from fasttrack.inputs import TokenizerClient, load_passages
 
     tok = TokenizerClient(engine)
     passages = load_passages()

@@ -1,4 +1,5 @@
-"""The bundle step of ``fasttrack validate`` on a real scope and plan (no engines)."""
+"""The bundle step of ``fasttrack validate`` on a real scope and plan (no engines): the pipeline's typed
+record of the run (``fasttrack.pipeline.record``) written by ``fasttrack.bundle.writer.write_run_bundle``."""
 
 from __future__ import annotations
 
@@ -10,8 +11,13 @@ import pytest
 from bundle_testlib import make_results
 
 from fasttrack import bundle as B
-from fasttrack.bundle.integration import redact_env, write_run_bundle
-from fasttrack.checks.base import RunContext
+from fasttrack.bundle.keys import load_private_key
+from fasttrack.bundle.provenance import redact_env
+from fasttrack.bundle.writer import write_run_bundle
+from fasttrack.checks.context import RunContext
+from fasttrack.models import ResolvedModel
+from fasttrack.pipeline.engines import EngineLaunch, RunState
+from fasttrack.pipeline.record import RunFacts, finished_run
 
 
 @pytest.fixture()
@@ -30,22 +36,25 @@ def run(tmp_path: Path):
     (run_dir / "profiles").mkdir()
     (run_dir / "profiles" / "huge-trace.json").write_text("{}")
     (run_dir / "run-summary.json").write_text(json.dumps({"verdict": "pass"}))
-    ctx = RunContext(scope=loaded.scope, plan=plan, tier="smoke", run_dir=run_dir)
-    ctx.shared["model"] = SimpleNamespace(model="/models/demo", sha256="2" * 64)
-    ctx.shared["seeds"] = {"sampling": 1234}
-    state = SimpleNamespace(
+    ctx = RunContext(scope=loaded.scope, plan=plan, tier="smoke", run_dir=run_dir, loaded=loaded)
+    ctx.model = ResolvedModel(model="/models/demo", sha256="2" * 64)
+    ctx.provenance.seed("sampling", 1234)
+    state = RunState(
         engines=[
-            {
-                "side": "baseline",
-                "group": "g0",
-                "lifetime": 0,
-                "owned": True,
-                "args": ["--dtype", "float32"],
-                "env": {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_TOKEN": "hf_secret"},
-                "log": "logs/g0.baseline.0.log",
-                "base_url": "http://127.0.0.1:8000",
-            },
-            {"side": "candidate", "group": "g0", "lifetime": 0, "owned": False, "base_url": "http://127.0.0.1:9000"},
+            EngineLaunch(
+                side="baseline",
+                group="g0",
+                lifetime=0,
+                checks=[],
+                owned=True,
+                args=["--dtype", "float32"],
+                env={"VLLM_CPU_KVCACHE_SPACE": "1", "HF_TOKEN": "hf_secret"},
+                log="logs/g0.baseline.0.log",
+                base_url="http://127.0.0.1:8000",
+            ),
+            EngineLaunch(
+                side="candidate", group="g0", lifetime=0, checks=[], owned=False, base_url="http://127.0.0.1:9000"
+            ),
         ]
     )
     return SimpleNamespace(loaded=loaded, plan=plan, ctx=ctx, state=state, host=detect_host(), run_dir=run_dir)
@@ -53,21 +62,24 @@ def run(tmp_path: Path):
 
 def test_write_run_bundle_signed_and_verifiable(run, keydir: Path) -> None:
     head = "89abcdef" * 5
-    opts = SimpleNamespace(sign_keys=[keydir / "contrib"], pr_repository="org/vllm", pr_number=12, head=head, base=None)
-    tgz = write_run_bundle(
-        opts=opts,
-        ctx=run.ctx,
+    key = load_private_key(keydir / "contrib")
+    facts = RunFacts(
         loaded=run.loaded,
         plan=run.plan,
         host=run.host,
         rehearsal=True,
         rehearsal_reason="scope needs a GPU; host has none",
-        isolation=None,
-        results=make_results(),
-        state=run.state,
-        log=lambda m: None,
+        pr_repository="org/vllm",
+        pr_number=12,
+        head=head,
+        sign_keys=[key],
     )
+    written = write_run_bundle(
+        finished_run(facts, run.ctx, make_results(), run.state), sign_keys=[key], log=lambda m: None
+    )
+    tgz = written.tarball
     assert tgz == run.run_dir / "bundle.tar.gz"
+    assert written.verification.verified, written.verification.failures
     with pytest.raises(B.BundleError, match="run folder"):
         B.verify_bundle(run.run_dir, keys=[keydir / "contrib.pub"])
     res = B.verify_bundle(tgz, keys=[keydir / "contrib.pub"], pr_head=head[:8])
@@ -89,23 +101,14 @@ def test_write_run_bundle_signed_and_verifiable(run, keydir: Path) -> None:
             view.path("profiles/huge-trace.json")
 
 
-def test_bad_sign_key_fails_before_writing(run, tmp_path: Path) -> None:
-    opts = SimpleNamespace(sign_keys=[tmp_path / "missing"], pr_repository=None, pr_number=None, head=None, base=None)
+def test_bad_sign_key_fails_before_writing(tmp_path: Path) -> None:
+    from fasttrack.pipeline import ValidateOptions, run_validate
+
+    out = tmp_path / "run"
+    opts = ValidateOptions(model="demo-llama", out=out, sign_keys=[tmp_path / "missing"], allow_hardware_mismatch=True)
     with pytest.raises(B.KeyFileError):
-        write_run_bundle(
-            opts=opts,
-            ctx=run.ctx,
-            loaded=run.loaded,
-            plan=run.plan,
-            host=run.host,
-            rehearsal=False,
-            rehearsal_reason=None,
-            isolation=None,
-            results=make_results(),
-            state=run.state,
-            log=lambda m: None,
-        )
-    assert not (run.run_dir / "bundle").exists()
+        run_validate(opts, log=lambda m: None)  # the keys are loaded once, before the run folder or any engine
+    assert not (out / "bundle").exists() and not out.exists()
 
 
 def test_redact_env() -> None:

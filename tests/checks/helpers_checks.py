@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from fasttrack.checks._common import WindowRecord
-from fasttrack.checks.base import RunContext
+from fasttrack.checks.context import RunContext
+from fasttrack.checks.windows import WindowRecord
 from fasttrack.plan import build_plan
 from fasttrack.scope import load_scope
 
@@ -24,9 +24,7 @@ def demo_ctx(tmp_path: Path, *, batches: list[int] | None = None, **scope_update
     if scope_updates:
         scope = scope.model_copy(update=scope_updates)
     plan = build_plan(scope, tier="smoke")
-    ctx = RunContext(scope=scope, plan=plan, tier="smoke", run_dir=tmp_path, log=lambda s: None)
-    ctx.shared["loaded_scope"] = loaded
-    return ctx
+    return RunContext(scope=scope, plan=plan, tier="smoke", run_dir=tmp_path, loaded=loaded, log=lambda s: None)
 
 
 def window(

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from fasttrack.checks import _common
-from fasttrack.checks._common import run_batched, verify_completions
+from fasttrack.checks import batching
+from fasttrack.checks.batching import run_batched, verify_completions
 
 
 @dataclass
@@ -53,8 +53,8 @@ class HoldingClient:
 
 @pytest.fixture(autouse=True)
 def _short_hold(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_common, "HOLD_S", 0.05)
-    monkeypatch.setattr(_common, "HOLD_PER_REQUEST_S", 0.0)
+    monkeypatch.setattr(batching, "HOLD_S", 0.05)
+    monkeypatch.setattr(batching, "HOLD_PER_REQUEST_S", 0.0)
 
 
 def test_round_is_held_until_every_request_was_sent_then_released() -> None:

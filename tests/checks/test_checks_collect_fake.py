@@ -13,11 +13,13 @@ import pytest
 from fake_openai_engine import serve
 from helpers_checks import demo_ctx
 
-from fasttrack.checks.base import EngineSession, Verdict
+from fasttrack.checks.context import EngineSession
 from fasttrack.checks.coverage import CoverageCheck
 from fasttrack.checks.equivalence import EquivalenceCheck
 from fasttrack.checks.features import FeaturesCheck
 from fasttrack.engine import AttachedEngine
+from fasttrack.perf.loadgen import run_loop
+from fasttrack.results import Verdict
 
 
 @pytest.fixture
@@ -42,7 +44,7 @@ def _run(tmp_path: Path, make, mode: str, checks: list, **scope):
     for side, m in (("baseline", ""), ("candidate", mode)):
         eng = make(side, m)
         for c in checks:
-            c.collect(ctx, EngineSession(side=side, group=g, lifetime=0, engine=eng))
+            run_loop(c.collect(ctx, EngineSession(side=side, group=g, lifetime=0, engine=eng)))  # as the pipeline does
     return ctx, {c.name: c.judge(ctx) for c in checks}
 
 

@@ -6,9 +6,10 @@ from pathlib import Path
 
 from helpers_checks import demo_ctx, window
 
-from fasttrack.checks._common import WindowRecord, in_range_fraction, used_standard_path
-from fasttrack.checks.base import PathEvidence, Verdict
-from fasttrack.checks.coverage import CoverageCheck, SituationProbe, _max_num_seqs
+from fasttrack.checks.coverage import CoverageCheck, SituationProbe, max_num_seqs
+from fasttrack.checks.outcome import used_standard_path
+from fasttrack.checks.windows import WindowRecord, in_range_fraction
+from fasttrack.results import PathEvidence, Verdict
 
 GID = "tp1-dcp1-none"
 
@@ -210,13 +211,13 @@ def test_used_standard_path_helper() -> None:
 
 
 def test_max_num_seqs_parsing() -> None:
-    assert _max_num_seqs(["--max-num-seqs", "16"]) == 16
-    assert _max_num_seqs(["--max-num-seqs=4"]) == 4
-    assert _max_num_seqs(["--seed", "0"]) is None
+    assert max_num_seqs(["--max-num-seqs", "16"]) == 16
+    assert max_num_seqs(["--max-num-seqs=4"]) == 4
+    assert max_num_seqs(["--seed", "0"]) is None
 
 
 def test_window_evidence_is_split_by_batch_size() -> None:
-    from fasttrack.checks._common import _point_evidence
+    from fasttrack.checks.windows import _point_evidence
     from fasttrack.engine import MarkerSet, StepRecord, WindowEvidence
 
     def step(kind: str, batch: int, opt: int) -> StepRecord:
@@ -261,7 +262,7 @@ def test_situation_probe_retries_with_a_longer_decode_until_the_step_forms(tmp_p
     import asyncio
     import types
 
-    from fasttrack.checks import coverage
+    from fasttrack.checks.coverage import probes as coverage
 
     ctx = demo_ctx(tmp_path)
     decode_lengths: list[int] = []
@@ -293,13 +294,13 @@ def test_situation_probe_retries_with_a_longer_decode_until_the_step_forms(tmp_p
                 summary={"fallback_lines": ["stock path: mixed batch"]},
             )
 
-    monkeypatch.setattr(coverage, "_mixed", fake_mixed)
+    monkeypatch.setattr(coverage, "mixed", fake_mixed)
     monkeypatch.setattr(coverage, "EvidenceWindow", FakeWindow)
     eng = types.SimpleNamespace(log_offset=lambda: 0, log_path=None, read_log=lambda *a: "")
     session = types.SimpleNamespace(engine=eng, group=ctx.plan.groups[0], side="candidate")
     ctx.scope = ctx.scope.model_copy(update={"fallback": ctx.scope.fallback.model_copy(update={"metric": None})})
 
-    probe = asyncio.run(CoverageCheck()._probe(ctx, session, None, "mixed_prefill_decode", []))
+    probe = asyncio.run(coverage.probe_situation(ctx, session, None, "mixed_prefill_decode", []))
     assert probe.steps == 1 and probe.stock_steps == 1 and probe.attempts == 2
     assert decode_lengths == [coverage.MIXED_DECODE_TOKENS, 2 * coverage.MIXED_DECODE_TOKENS]
     assert windows_opened[1].endswith("-attempt2") and "attempt 2" in probe.note
@@ -307,6 +308,6 @@ def test_situation_probe_retries_with_a_longer_decode_until_the_step_forms(tmp_p
     # never formed: the probe gives up after PROBE_ATTEMPTS windows and is judged on the last (no step)
     windows_opened.clear(), decode_lengths.clear()
     formed_on["attempt"] = 99
-    probe = asyncio.run(CoverageCheck()._probe(ctx, session, None, "mixed_prefill_decode", []))
+    probe = asyncio.run(coverage.probe_situation(ctx, session, None, "mixed_prefill_decode", []))
     assert probe.steps == 0 and probe.attempts == coverage.PROBE_ATTEMPTS
     assert len(windows_opened) == coverage.PROBE_ATTEMPTS

@@ -28,11 +28,13 @@ from typing import Any
 
 import pytest
 
-from fasttrack.checks.base import CheckResult, EngineSession, RunContext, Verdict
+from fasttrack.checks.context import EngineSession, RunContext
 from fasttrack.checks.coverage import CoverageCheck
 from fasttrack.checks.equivalence import EquivalenceCheck
 from fasttrack.checks.features import FeaturesCheck
+from fasttrack.perf.loadgen import run_loop
 from fasttrack.plan import build_plan
+from fasttrack.results import CheckResult, Verdict
 from fasttrack.scope import load_scope
 
 pytestmark = pytest.mark.e2e
@@ -70,9 +72,9 @@ class Demo:
         scope = self.scope.model_copy(update=scope_updates) if scope_updates else self.scope
         run_dir = self.root / name
         run_dir.mkdir(parents=True, exist_ok=True)
-        ctx = RunContext(scope=scope, plan=self.plan, tier="smoke", run_dir=run_dir, log=lambda s: None)
-        ctx.shared["loaded_scope"] = self.loaded
-        return ctx
+        return RunContext(
+            scope=scope, plan=self.plan, tier="smoke", run_dir=run_dir, loaded=self.loaded, log=lambda s: None
+        )
 
     def record(self, key: str, results: dict[str, CheckResult]) -> None:
         for name, r in results.items():
@@ -124,7 +126,7 @@ def _engine(demo: Demo, engine_slot: Any, side: str, defect: str | None) -> Any:
 def _collect(demo: Demo, ctx: RunContext, checks: dict[str, Any], eng: Any, side: str, label: str) -> None:
     for name, chk in checks.items():
         t0 = time.perf_counter()
-        chk.collect(ctx, EngineSession(side=side, group=demo.group, lifetime=0, engine=eng))
+        run_loop(chk.collect(ctx, EngineSession(side=side, group=demo.group, lifetime=0, engine=eng)))
         demo.timings[f"{label} {name}"] = round(time.perf_counter() - t0, 1)
         print(f"[checks-e2e] {label} {name}: {demo.timings[f'{label} {name}']} s", file=sys.stderr)
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from helpers_checks import demo_ctx, window
 
-from fasttrack.checks._common import verify_batch
-from fasttrack.checks.base import Verdict
+from fasttrack.checks.batching import verify_batch
 from fasttrack.checks.equivalence import EquivalenceCheck, GreedyRecord, PointRun
+from fasttrack.results import Verdict
 
 VOCAB = list(range(100, 110))
 
@@ -53,7 +53,8 @@ def _record(
 
 
 def _fill(chk: EquivalenceCheck, ctx, *, cand_change=None, cand_window=None, base_window=None) -> None:
-    """Identical greedy runs on both sides at every non-full point; ``cand_change(point, rec)`` edits candidate records."""
+    """Identical greedy runs on both sides at every non-full point; ``cand_change(point, rec)`` edits the
+    candidate's records."""
     gid = ctx.plan.groups[0].id
     base, cand = {}, {}
     for p in ctx.plan.points:
@@ -181,7 +182,7 @@ def test_unverified_batch_composition_fails_the_point(tmp_path: Path) -> None:
 
 
 def test_a_round_that_was_not_batched_fails_the_point(tmp_path: Path) -> None:
-    from fasttrack.checks._common import verify_batch
+    from fasttrack.checks.batching import verify_batch
 
     ctx = demo_ctx(tmp_path)
     chk = EquivalenceCheck()

@@ -11,8 +11,8 @@ import pytest
 from helpers_checks import demo_ctx, window
 from jsonschema import Draft202012Validator
 
-from fasttrack.checks.base import Verdict
-from fasttrack.checks.features import FeaturesCheck, SideData, _logprob_problems, _validate_json
+from fasttrack.checks.features import FeaturesCheck, SideData, logprob_problems, validate_json
+from fasttrack.results import Verdict
 
 GID = "tp1-dcp1-none"
 P = {b: f"{GID}-b{b}-ctx32" for b in (1, 2, 3, 4, 8)}
@@ -330,10 +330,10 @@ def test_speculative_acceptance_rule(tmp_path: Path) -> None:
 
 def test_validate_json_reasons() -> None:
     v = Draft202012Validator({"type": "object", "properties": {"a": {"enum": ["x"]}}, "required": ["a"]})
-    assert _validate_json('{"a": "x"}', v, "stop") == {"valid": True, "why": ""}
-    r = _validate_json('{"a": "y"}', v, "stop")
+    assert validate_json('{"a": "x"}', v, "stop") == {"valid": True, "why": ""}
+    r = validate_json('{"a": "y"}', v, "stop")
     assert not r["valid"] and "violates the schema at a" in r["why"]
-    r = _validate_json('{"a": ', v, "length")
+    r = validate_json('{"a": ', v, "length")
     assert not r["valid"] and "cut off by max_tokens" in r["why"]
 
 
@@ -347,4 +347,4 @@ def test_validate_json_reasons() -> None:
 )
 def test_logprob_well_formedness(top, ok) -> None:
     d = {"token_ids": [5], "logprobs": [-0.1], "top": top}
-    assert (not _logprob_problems(d, 3)) is ok
+    assert (not logprob_problems(d, 3)) is ok

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from jsonschema import Draft202012Validator
 
-from fasttrack.checks._common import (
+from fasttrack.inputs import (
     PROMPT_SET,
     InputSetError,
     PromptBuilder,

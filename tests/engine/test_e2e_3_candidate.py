@@ -11,7 +11,7 @@ import asyncio
 
 import pytest
 
-from fasttrack.checks._common import HOLD_PER_REQUEST_S, HOLD_S, release_after
+from fasttrack.checks.batching import HOLD_PER_REQUEST_S, HOLD_S, release_after
 from fasttrack.engine import ProfilerWindow, Request, WindowEvidence
 
 pytestmark = pytest.mark.e2e

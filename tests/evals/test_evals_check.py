@@ -24,11 +24,10 @@ def _ctx(
     loaded = load_scope("demo-llama")
     scope = loaded.scope if evals is None else loaded.scope.model_copy(update={"evals": evals})
     plan = build_plan(scope, tier=tier)
-    ctx = RunContext(scope=scope, plan=plan, tier=tier, run_dir=tmp_path, log=lambda m: None)
-    ctx.shared["loaded_scope"] = loaded
-    if eval_data is not None:
-        ctx.shared["eval_data"] = eval_data
-    return ctx
+    data = {name: Path(path) for name, path in (eval_data or {}).items()}
+    return RunContext(
+        scope=scope, plan=plan, tier=tier, run_dir=tmp_path, loaded=loaded, eval_data=data, log=lambda m: None
+    )
 
 
 def test_registered() -> None:

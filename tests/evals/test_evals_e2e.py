@@ -22,6 +22,7 @@ import pytest
 
 from fasttrack.checks.base import EngineSession, RunContext, Verdict
 from fasttrack.checks.evals import EvalsCheck
+from fasttrack.perf.loadgen import run_loop
 from fasttrack.plan import build_plan
 from fasttrack.scope import load_scope
 
@@ -38,10 +39,15 @@ def _ctx(run_dir: Path) -> RunContext:
     plan = build_plan(loaded.scope, tier="smoke", scope_sha256=loaded.sha256)
     scope = loaded.scope  # the demo scope's own path markers
     run_dir.mkdir(parents=True, exist_ok=True)
-    ctx = RunContext(scope=scope, plan=plan, tier="smoke", run_dir=run_dir, log=lambda m: print(m, file=sys.stderr))
-    ctx.shared["loaded_scope"] = loaded
-    ctx.shared["eval_data"] = {"aime25": str(FIXTURES / "aime25.jsonl"), "mrcr": str(FIXTURES / "mrcr.parquet")}
-    return ctx
+    return RunContext(
+        scope=scope,
+        plan=plan,
+        tier="smoke",
+        run_dir=run_dir,
+        loaded=loaded,
+        eval_data={"aime25": FIXTURES / "aime25.jsonl", "mrcr": FIXTURES / "mrcr.parquet"},
+        log=lambda m: print(m, file=sys.stderr),
+    )
 
 
 def _engine(slot: Any, demo_model: Any, ctx: RunContext, side: str, key: str, defect: str | None = None) -> Any:
@@ -57,9 +63,9 @@ def _engine(slot: Any, demo_model: Any, ctx: RunContext, side: str, key: str, de
 
 def _collect(chk: EvalsCheck, ctx: RunContext, side: str, engine: Any, label: str) -> None:
     session = EngineSession(side=side, group=ctx.plan.groups[0], lifetime=0, engine=engine)
-    assert chk.wants(ctx, session)
+    assert chk.wants(ctx, session.group, side, 0)
     t0 = time.perf_counter()
-    chk.collect(ctx, session)
+    run_loop(chk.collect(ctx, session))  # as the pipeline does
     TIMINGS[f"evals {label}"] = round(time.perf_counter() - t0, 1)
 
 
@@ -75,7 +81,7 @@ def evals_results(engine_slot: Any, demo_model: Any, tmp_path_factory: pytest.Te
     _collect(clean, clean_ctx, "baseline", engine, "baseline (primary + reference, both evals)")
 
     defect_ctx = dataclasses.replace(
-        clean_ctx, run_dir=root / "defect", evidence=list(clean_ctx.evidence), shared=dict(clean_ctx.shared)
+        clean_ctx, run_dir=root / "defect", evidence=list(clean_ctx.evidence), eval_data=dict(clean_ctx.eval_data)
     )
     defect = copy.deepcopy(clean)
 

@@ -35,6 +35,7 @@ import pytest
 
 from fasttrack.checks.base import EngineSession, RunContext, Verdict
 from fasttrack.checks.perf import PerfCheck
+from fasttrack.perf.loadgen import run_loop
 from fasttrack.plan import build_plan
 from fasttrack.scope import load_scope
 
@@ -56,9 +57,9 @@ def _ctx(run_dir: Path) -> RunContext:
             w.requests_per_run = E2E_REQUESTS_PER_RUN
     plan = build_plan(scope, tier="smoke", scope_sha256=loaded.sha256)
     run_dir.mkdir(parents=True, exist_ok=True)
-    ctx = RunContext(scope=scope, plan=plan, tier="smoke", run_dir=run_dir, log=lambda m: print(m, file=sys.stderr))
-    ctx.shared["loaded_scope"] = loaded
-    return ctx
+    return RunContext(
+        scope=scope, plan=plan, tier="smoke", run_dir=run_dir, loaded=loaded, log=lambda m: print(m, file=sys.stderr)
+    )
 
 
 def _engine(
@@ -80,7 +81,7 @@ def _collect_pair(chk: PerfCheck, ctx: RunContext, engines: dict[str, Any], labe
     assert chk.paired(ctx) and chk.wants_pair(ctx, group, 0)
     sessions = {side: EngineSession(side=side, group=group, lifetime=0, engine=e) for side, e in engines.items()}
     t0 = time.perf_counter()
-    chk.collect_pair(ctx, sessions)
+    run_loop(chk.collect_pair(ctx, sessions))  # as the pipeline does
     TIMINGS[f"perf {label}"] = round(time.perf_counter() - t0, 1)
 
 
@@ -91,7 +92,7 @@ def perf_results(engine_slot: Any, demo_model: Any, tmp_path_factory: pytest.Tem
     root = tmp_path_factory.mktemp("perf-e2e")
     clean_ctx = _ctx(root / "clean")
     assert clean_ctx.scope.gates.perf.interleave, "the demo scope interleaves"
-    defect_ctx = dataclasses.replace(clean_ctx, run_dir=root / "defect", shared=dict(clean_ctx.shared))
+    defect_ctx = dataclasses.replace(clean_ctx, run_dir=root / "defect")
     clean, defect = PerfCheck(), PerfCheck()
     assert clean.skip_reason(clean_ctx) is None and defect.skip_reason(defect_ctx) is None
     try:

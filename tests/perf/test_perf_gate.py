@@ -12,6 +12,7 @@ import pytest
 from fasttrack.checks.base import RunContext, Verdict
 from fasttrack.checks.perf import PerfCheck, gpus_from_args, measure_item
 from fasttrack.perf.analysis import ItemState, judge_item
+from fasttrack.perf.loadgen import run_loop
 from fasttrack.perf.metrics import RunMetrics
 from fasttrack.perf.schedule import LookSchedule
 from fasttrack.perf.workloads import WorkItem
@@ -312,9 +313,7 @@ def _ctx(tier: str, tmp: Path, *, interleave: bool = False) -> RunContext:
     scope.gates.perf.interleave = interleave
     scope.gates.perf.interleave_settle_s = 0.0
     plan = build_plan(scope, tier=tier, scope_sha256=loaded.sha256)
-    ctx = RunContext(scope=scope, plan=plan, tier=tier, run_dir=tmp, log=lambda m: None)
-    ctx.shared["loaded_scope"] = loaded
-    return ctx
+    return RunContext(scope=scope, plan=plan, tier=tier, run_dir=tmp, loaded=loaded, log=lambda m: None)
 
 
 SLOW_FACTOR = 4.0
@@ -460,13 +459,12 @@ def test_trailing_baseline_lifetime_is_a_drift_check(tmp_path: Path) -> None:
     group = ctx.plan.groups[0]
     sched = chk.state.schedules[group.id]
     counts = {"baseline": 0, "candidate": 0}
-    from fasttrack.checks.base import EngineSession
     from fasttrack.checks.perf import measure_drift
 
     for side in group.order:
         lt = counts[side]
         counts[side] += 1
-        assert chk.wants(ctx, EngineSession(side=side, group=group, lifetime=lt, engine=None))
+        assert chk.wants(ctx, group, side, lt)
         for s in chk.state.items.values():
             # the machine got slower before the last baseline lifetime, by 40% more than the scope's margin
             tpot = (1.0 + 0.3 * s.item.batch) * (drift if (side, lt) == ("baseline", 1) else 1.0)
@@ -497,7 +495,7 @@ def test_trailing_baseline_lifetime_is_a_drift_check(tmp_path: Path) -> None:
 
 
 def test_a_harness_failure_in_collect_is_recorded_not_raised(tmp_path: Path) -> None:
-    from fasttrack.checks.base import EngineSession
+    from fasttrack.checks.context import EngineSession
 
     class NoTokenizer:
         base_url = "http://127.0.0.1:9"
@@ -510,7 +508,8 @@ def test_a_harness_failure_in_collect_is_recorded_not_raised(tmp_path: Path) -> 
     ctx = _ctx("smoke", tmp_path)
     chk = PerfCheck()
     assert chk.skip_reason(ctx) is None
-    chk.collect(ctx, EngineSession(side="baseline", group=ctx.plan.groups[0], lifetime=0, engine=NoTokenizer()))
+    session = EngineSession(side="baseline", group=ctx.plan.groups[0], lifetime=0, engine=NoTokenizer())  # type: ignore[arg-type] - a stand-in engine without a tokenizer
+    run_loop(chk.collect(ctx, session))
     assert chk.state.errors and "baseline lifetime 0" in chk.state.errors[0]
     res = chk.judge(ctx)
     assert res.verdict is Verdict.NOT_RUN and "baseline lifetime 0" in res.reason
@@ -755,7 +754,6 @@ def test_interleaved_gate_holds_through_host_slowdowns_that_fail_the_sequential_
 
 
 def test_an_interleaving_check_is_measured_on_pairs_and_fails_exactly_the_slow_batch(tmp_path: Path) -> None:
-    from fasttrack.checks.base import EngineSession
     from fasttrack.checks.perf import measure_pair
 
     ctx = _ctx("smoke", tmp_path, interleave=True)
@@ -763,7 +761,7 @@ def test_an_interleaving_check_is_measured_on_pairs_and_fails_exactly_the_slow_b
     assert chk.skip_reason(ctx) is None and chk.paired(ctx)
     group = ctx.plan.groups[0]
     for side in ("baseline", "candidate"):
-        assert not chk.wants(ctx, EngineSession(side=side, group=group, lifetime=0, engine=None)), "pairs only"
+        assert not chk.wants(ctx, group, side, 0), "pairs only"
     assert chk.wants_pair(ctx, group, 0)
     gate = ctx.scope.gates.perf
     sched = chk.state.schedules[group.id]

@@ -204,15 +204,16 @@ def test_timed_measures_wall_and_cpu() -> None:
     assert out == 7 and tm.t_end - tm.t_start >= 0.019 and tm.cpu_s >= 0
 
 
-@pytest.mark.parametrize("runner", ["run_loop", "run_async"])
+@pytest.mark.parametrize("runner", ["run_loop", "run_loop_default_loop"])
 def test_ctrl_c_stops_run_loop_even_when_the_coroutine_swallows_the_cancellation(runner: str) -> None:
     import asyncio
     import os
     import signal
 
-    from fasttrack.checks._common import run_async
+    def default_loop(coro):
+        return run_loop(coro, use_uvloop=False)
 
-    run = run_loop if runner == "run_loop" else run_async
+    run = run_loop if runner == "run_loop" else default_loop
 
     async def swallowing() -> str:
         asyncio.get_running_loop().call_later(0.05, os.kill, os.getpid(), signal.SIGINT)

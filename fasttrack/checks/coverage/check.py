@@ -1,0 +1,304 @@
+"""Coverage: the tests really exercised the optimized path, and the fallback is visible.
+
+Two kinds of evidence are judged after every engine stopped.
+
+In-scope config points. Every check that sends requests records one
+:class:`~fasttrack.checks.base.PathEvidence` row per (check, config point, side)
+window in ``ctx.evidence`` (equivalence and features do; this check adds its own
+decode probe at every batch size of the plan, so it also stands alone). For each
+(point, check) the candidate's decode steps inside the envelope's batch range must
+run the optimized path: ``optimized decode steps / decode steps >=
+gates.coverage.min_optimized_decode_fraction``. The baseline's windows must contain
+no optimized-path op (otherwise the baseline is not the stock path). A check whose
+candidate never reached the optimized path in any window fails here with
+"used the standard path", whatever its own verdict said.
+
+Out-of-scope situations (``fallback.stock_path_for``), probed on both sides by
+this check's ``collect``:
+
+* ``prefill``: a request that only prefills (``max_tokens=1``);
+* ``mixed_prefill_decode``: a long prompt arriving while another request decodes,
+  so one engine step carries prefill and decode work;
+* ``batch_above_range``: ``envelope.batch.max + 1`` requests decoding at once.
+
+On the candidate, the steps of that kind must contain no optimized-path op, must
+show the stock markers (when the stock markers are observable in this engine at
+all), and the fallback must be visible: a line matching ``fallback.log_regex`` in
+the engine log (during the probe, or earlier in the engine's life for loggers
+that rate-limit) or an increase of ``fallback.metric``. Other situations
+(``out_of_envelope_request``, ``unsupported_deployment``) need other deployments and
+are reported as not probed.
+
+The result carries a coverage table (config point x check -> path evidence) and a
+fallback table (situation x side).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from fasttrack.checks.base import EngineCheck, register
+from fasttrack.checks.context import EngineSession, RunContext
+from fasttrack.checks.coverage.judge import judge_situations, merge_sizes
+from fasttrack.checks.coverage.probes import (
+    PROBE_TOKENS,
+    SITUATION_KIND,
+    SituationProbe,
+    batched,
+    gather_texts,
+    probe_situation,
+    read_probe,
+)
+from fasttrack.checks.outcome import fold_verdicts, write_artifact
+from fasttrack.checks.points import group_batches, short_point
+from fasttrack.checks.windows import EvidenceWindow, WindowRecord, in_range_fraction
+from fasttrack.inputs import load_prompt_set, prompt_set_path
+from fasttrack.plan import EngineGroup
+from fasttrack.results import CheckResult, Gate, PathEvidence, Side, Verdict
+
+
+@register
+class CoverageCheck(EngineCheck):
+    """Path coverage: optimized path at every in-scope point, visible stock fallback outside."""
+
+    name: ClassVar[str] = "coverage"
+    title: ClassVar[str] = "Path coverage"
+    report_view: ClassVar[str] = "coverage"
+
+    def __init__(self) -> None:
+        self.probes: list[SituationProbe] = []
+        self.windows: list[WindowRecord] = []
+        self.stock_seen: dict[tuple[str, str], bool] = {}
+        self.artifacts: list[str] = []
+        self.lifetimes: set[tuple[str, str]] = set()
+
+    def skip_reason(self, ctx: RunContext) -> str | None:
+        if ctx.scope.path_markers is None:
+            return "the scope declares no path_markers, so no path evidence can be judged"
+        return None
+
+    def wants(self, ctx: RunContext, group: EngineGroup, side: Side, lifetime: int) -> bool:
+        return lifetime == 0
+
+    def gate(self, ctx: RunContext) -> Gate:
+        thr = ctx.scope.gates.coverage.min_optimized_decode_fraction
+        return Gate(
+            statistic=(
+                "per (config point, check): fraction of the candidate's in-range decode steps that ran an "
+                "optimized-path marker"
+            ),
+            threshold=thr,
+            rule=(
+                f"fraction >= {thr:g} at every exercised in-scope point; no optimized op on the baseline; every "
+                "out-of-scope situation on the candidate runs no optimized op, shows the stock markers (when "
+                "observable) and a visible fallback (log line or metric); no check used only the standard path"
+            ),
+        )
+
+    async def collect(self, ctx: RunContext, session: EngineSession) -> None:
+        group = session.group
+        self.lifetimes.add((group.id, session.side))
+        prompt_file = prompt_set_path(ctx.scope, ctx.base_dir)
+        prompts = load_prompt_set(prompt_file)
+        ctx.provenance.input_file(prompt_file)
+        eng = session.engine
+        fb = ctx.scope.fallback
+        situations = list(fb.stock_path_for) if fb else []
+        batches = [b for b in group_batches(ctx, group) if short_point(ctx, group, b) is not None]
+        async with eng.client() as client:
+            # 1. in-range decode probe at every batch size, one window, evidence split by batch size. Its requests
+            #    start with prefill steps, and one prefill-only request is added, so it is also the prefill probe.
+            points = {short_point(ctx, group, b).id: b for b in batches}  # type: ignore[union-attr]
+            start = eng.log_offset()
+            async with EvidenceWindow(
+                ctx, eng, check=self.name, name=f"coverage-decode-{group.id}", points=points, side=session.side
+            ) as win:
+                for b in batches:
+                    await batched(client, [prompts[(b + j) % len(prompts)].prompt for j in range(b)], PROBE_TOKENS)
+                if "prefill" in situations:
+                    await gather_texts(client, [prompts[0].prompt], 1)
+            if win.record:
+                self.windows.append(win.record)
+                if "prefill" in situations:
+                    probe = SituationProbe(situation="prefill", side=session.side, group=group.id)
+                    self.probes.append(read_probe(ctx, eng, probe, win.record, start, None))
+            # 2. the other out-of-scope situations, one window each (so each fallback line is attributable)
+            for s in situations:
+                if s == "prefill":
+                    continue
+                if s not in SITUATION_KIND:
+                    self.probes.append(
+                        SituationProbe(
+                            situation=s,
+                            side=session.side,
+                            group=group.id,
+                            note="not probed: it needs a different deployment or request",
+                        )
+                    )
+                    continue
+                self.probes.append(await probe_situation(ctx, session, client, s, prompts))
+        self.artifacts.append(
+            write_artifact(
+                ctx,
+                self.name,
+                f"{group.id}.{session.side}.json",
+                {
+                    "windows": [w.model_dump(mode="json") for w in self.windows if w.side == session.side],
+                    "probes": [
+                        p.model_dump(mode="json") for p in self.probes if p.side == session.side and p.group == group.id
+                    ],
+                },
+            )
+        )
+
+    def judge(self, ctx: RunContext) -> CheckResult:
+        thr = ctx.scope.gates.coverage.min_optimized_decode_fraction
+        env = ctx.scope.envelope
+        lo, hi = (env.batch.min, env.batch.max) if env else (1, 10**9)
+        gate = self.gate(ctx)
+        evidence = [e for e in ctx.evidence]
+        if not evidence and not self.probes:
+            return CheckResult.not_run(
+                self.name, "no check recorded path evidence (no engine ran)", required=self.required
+            )
+        plan_points = {p.id for p in ctx.plan.points}
+        failures: list[str] = []
+        verdicts: list[Verdict] = []
+        rows: list[dict[str, Any]] = []
+        cells: dict[tuple[str, str], dict[str, list[PathEvidence]]] = {}
+        for e in evidence:
+            cells.setdefault((e.point, e.check), {"baseline": [], "candidate": []})[e.side].append(e)
+        per_check_cand: dict[str, list[PathEvidence]] = {}
+        unavailable = 0
+        for (point, check), sides in sorted(cells.items()):
+            cand = [e for e in sides["candidate"] if "unavailable" not in e.detail]
+            base = [e for e in sides["baseline"] if "unavailable" not in e.detail]
+            unavailable += sum(1 for e in sides["candidate"] + sides["baseline"] if "unavailable" in e.detail)
+            per_check_cand.setdefault(check, []).extend(cand)
+            n_dec = sum(in_range_fraction(e, lo, hi)[0] for e in cand)
+            n_opt = sum(in_range_fraction(e, lo, hi)[1] for e in cand)
+            base_opt = sum(e.optimized_ops for e in base)
+            frac = n_opt / n_dec if n_dec else None
+            problems = []
+            if not cand:
+                v = Verdict.NOT_RUN
+                why = "no candidate path evidence" + (
+                    ": " + sides["candidate"][0].detail["unavailable"] if sides["candidate"] else ""
+                )
+            elif n_dec == 0:
+                v = None  # this check did not exercise the point's decode path (e.g. its round formed a smaller batch)
+                why = "not exercised: the candidate's windows of this check contain no decode step for this point"
+            else:
+                if frac is not None and frac < thr:
+                    problems.append(
+                        "used the standard path"
+                        if n_opt == 0
+                        else f"only {n_opt} of {n_dec} decode steps on the optimized path"
+                    )
+                if base_opt:
+                    problems.append(f"the baseline ran {base_opt} optimized-path op(s)")
+                v = Verdict.FAIL if problems else Verdict.PASS
+                why = "; ".join(problems)
+            if point in plan_points and v is not None:
+                verdicts.append(v)
+            if v is Verdict.FAIL:
+                c_ops = sum(e.optimized_ops for e in cand)
+                s_ops = sum(e.stock_ops for e in cand)
+                sizes = merge_sizes(cand)
+                failures.append(
+                    f"{point} [{check}]: {why}: the candidate ran {n_opt} of {n_dec} in-range decode steps on the "
+                    f"optimized path (threshold {thr:g}); optimized-marker ops {c_ops}, stock-marker ops {s_ops}, "
+                    f"decode steps by batch size {sizes}; windows {sorted({e.window for e in cand})}"
+                )
+            rows.append(
+                {
+                    "point": point,
+                    "check": check,
+                    "in_plan": point in plan_points,
+                    "verdict": v.value if v is not None else "not_exercised",
+                    "candidate_decode_steps": n_dec,
+                    "candidate_optimized_decode_steps": n_opt,
+                    "candidate_optimized_fraction": frac,
+                    "threshold": thr,
+                    "candidate_optimized_ops": sum(e.optimized_ops for e in cand),
+                    "candidate_stock_ops": sum(e.stock_ops for e in cand),
+                    "candidate_fallback_events": sum(e.fallback_events for e in cand),
+                    "baseline_decode_steps": sum(e.decode_steps for e in base),
+                    "baseline_optimized_ops": base_opt,
+                    "baseline_stock_ops": sum(e.stock_ops for e in base),
+                    "windows": ",".join(sorted({e.window for e in sides["candidate"] + sides["baseline"]})),
+                    "detail": why,
+                }
+            )
+        # checks that never reached the optimized path
+        standard_checks = []
+        for check, evs in sorted(per_check_cand.items()):
+            dec = sum(e.decode_steps for e in evs)
+            if evs and dec and sum(e.optimized_decode_steps for e in evs) == 0:
+                standard_checks.append(check)
+                failures.insert(
+                    0,
+                    f"check {check} used the standard path: none of its candidate's {dec} decode steps in "
+                    f"{len({e.window for e in evs})} window(s) ran an optimized-path marker "
+                    f"({', '.join(ctx.scope.path_markers.optimized) if ctx.scope.path_markers else ''})",
+                )
+                verdicts.append(Verdict.FAIL)
+        exercised = {r["point"] for r in rows if r["verdict"] in ("pass", "fail")}
+        not_exercised = sorted(plan_points - exercised)
+        # out-of-scope situations
+        fb_rows, fb_verdicts, fb_fail = judge_situations(ctx, self.probes, self.stock_seen)
+        verdicts.extend(fb_verdicts)
+        failures.extend(fb_fail)
+        verdict = fold_verdicts(verdicts)
+        n_in = sum(1 for r in rows if r["in_plan"])
+        n_pass = sum(1 for r in rows if r["in_plan"] and r["verdict"] == "pass")
+        if verdict is Verdict.PASS:
+            reason = (
+                f"optimized path at all {n_pass} exercised (point, check) pairs, visible stock fallback in "
+                f"{sum(v is Verdict.PASS for v in fb_verdicts)} out-of-scope situation(s)"
+            )
+        elif verdict is Verdict.FAIL:
+            if standard_checks:
+                reason = f"check(s) {', '.join(standard_checks)} used the standard path"
+            else:
+                reason = f"{len(failures)} coverage problem(s): " + failures[0].split(":")[0]
+        else:
+            missing = [
+                f"{r['point']} [{r['check']}]: {r['detail']}"
+                for r in rows
+                if r["in_plan"] and r["verdict"] == "not_run"
+            ]
+            missing += [
+                f"{r['situation']} on the {r['side']}: {r['detail']}"
+                for r in fb_rows
+                if r["verdict"] == "not_run" and r["side"] == "candidate"
+            ]
+            reason = (
+                (
+                    "path evidence is missing"
+                    + (f" ({unavailable} window(s) without a profiler)" if unavailable else "")
+                    if unavailable or not missing
+                    else "not everything could be judged"
+                )
+                + f"; {n_pass} of {n_in} (point, check) pairs verified"
+                + (f"; not judged: {'; '.join(missing[:3])}" if missing else "")
+            )
+        return CheckResult(
+            check=self.name,
+            verdict=verdict,
+            reason=reason,
+            required=self.required,
+            gate=gate,
+            summary={
+                "threshold": thr,
+                "pairs": n_in,
+                "pairs_passing": n_pass,
+                "checks_on_standard_path": standard_checks,
+                "points_not_exercised": not_exercised,
+                "windows_without_profiler": unavailable,
+                "stock_markers_observable": {f"{g}/{s}": v for (g, s), v in sorted(self.stock_seen.items())},
+            },
+            failures=failures,
+            tables={"coverage": rows, "fallback": fb_rows},
+            artifacts=list(self.artifacts),
+        )

@@ -1,0 +1,104 @@
+"""Judging the coverage evidence: the out-of-scope situations, and merging decode steps by batch size."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fasttrack.checks.context import RunContext
+from fasttrack.checks.coverage.probes import SITUATION_KIND, SituationProbe
+from fasttrack.results import PathEvidence, Verdict
+
+
+def merge_sizes(evs: list[PathEvidence]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for e in evs:
+        for k, v in (e.detail.get("decode_batch_sizes") or {}).items():
+            out[str(k)] = out.get(str(k), 0) + int(v)
+    return dict(sorted(out.items(), key=lambda kv: int(kv[0])))
+
+
+def stock_observable(
+    ctx: RunContext, probes: list[SituationProbe], stock_seen: dict[tuple[str, str], bool], group: str, side: str
+) -> bool:
+    """Whether the stock markers matched any op in any window of this engine (evidence from every check)."""
+    seen = any(e.stock_ops for e in ctx.evidence if e.side == side and "unavailable" not in e.detail)
+    seen = seen or any(p.stock_steps for p in probes if p.group == group and p.side == side)
+    stock_seen[(group, side)] = seen
+    return seen
+
+
+def judge_situations(
+    ctx: RunContext, probes: list[SituationProbe], stock_seen: dict[tuple[str, str], bool]
+) -> tuple[list[dict[str, Any]], list[Verdict], list[str]]:
+    """Rows, verdicts and failures of the out-of-scope situations (the candidate's count; the baseline's only
+    when it fails, i.e. ran an optimized op)."""
+    fb = ctx.scope.fallback
+    rows, verdicts, failures = [], [], []
+    for p in probes:
+        problems: list[str] = []
+        notes: list[str] = []
+        if p.note and p.window is None:
+            v = Verdict.NOT_RUN
+            notes.append(p.note)
+        elif p.window is None or not p.window.available:
+            v = Verdict.NOT_RUN
+            notes.append(p.note or "no path evidence for this probe")
+        elif p.steps == 0:
+            v = Verdict.NOT_RUN
+            notes.append(
+                f"the probe did not produce a {SITUATION_KIND[p.situation]} step in {p.attempts} "
+                f"attempt(s) (steps seen in the last: {p.window.summary.get('step_counts')})"
+            )
+        else:
+            if p.optimized_steps:
+                problems.append(f"{p.optimized_steps} of {p.steps} {p.situation} steps ran optimized-path ops")
+            if p.side == "candidate":
+                if stock_observable(ctx, probes, stock_seen, p.group, p.side):
+                    if p.stock_steps < p.steps:
+                        problems.append(f"only {p.stock_steps} of {p.steps} {p.situation} steps show the stock markers")
+                else:
+                    notes.append(
+                        "the stock markers matched no op in any window of this engine; the stock path is "
+                        "inferred from the absence of optimized ops"
+                    )
+                if fb is not None and fb.visible:
+                    visible = bool(
+                        p.fallback_lines_window or p.fallback_lines_earlier or (p.fallback_metric_delta or 0) > 0
+                    )
+                    if not visible:
+                        problems.append(
+                            "the fallback is not visible: no log line matches "
+                            f"{fb.log_regex!r}" + (f" and {fb.metric} did not increase" if fb.metric else "")
+                        )
+                    elif not p.fallback_lines_window and p.fallback_lines_earlier:
+                        notes.append("the fallback line was logged earlier in this engine's life (rate-limited logger)")
+            v = Verdict.FAIL if problems else Verdict.PASS
+        if p.side == "candidate" or v is Verdict.FAIL:
+            verdicts.append(v)
+        if v is Verdict.FAIL:
+            lines = (p.fallback_lines_window or p.fallback_lines_earlier)[:1]
+            failures.append(
+                f"{p.group}:{p.situation} [{p.side}]: "
+                + "; ".join(problems)
+                + f" (steps {p.window.summary.get('step_counts') if p.window else {}}"
+                + (f"; fallback line {lines[0][-160:]!r}" if lines else "")
+                + ")"
+            )
+        rows.append(
+            {
+                "group": p.group,
+                "situation": p.situation,
+                "side": p.side,
+                "verdict": v.value,
+                "steps": p.steps,
+                "optimized_steps": p.optimized_steps,
+                "stock_steps": p.stock_steps,
+                "fallback_visible": bool(
+                    p.fallback_lines_window or p.fallback_lines_earlier or (p.fallback_metric_delta or 0) > 0
+                ),
+                "fallback_line": (p.fallback_lines_window or p.fallback_lines_earlier or [""])[0][-200:],
+                "fallback_metric_delta": p.fallback_metric_delta,
+                "detail": "; ".join(problems + notes),
+            }
+        )
+    return rows, verdicts, failures

@@ -1,0 +1,192 @@
+"""Judging one equivalence point: request pairs, thresholds, batch composition, path; failure evidence."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fasttrack.checks.equivalence.records import Explanation, PointRun, compare, fmt, prompt_sha, rounds_check
+from fasttrack.checks.outcome import clip
+from fasttrack.results import Verdict
+from fasttrack.scope import EquivalenceGate
+from fasttrack.stats import GreedyComparison, summarize_greedy
+
+Explanations = dict[tuple[str, str, int, str], Explanation]
+"""(group id, point id, round, prompt id) -> the decoded text around the first divergence."""
+
+
+def judge_point(
+    gate: EquivalenceGate, gid: str, brun: PointRun, crun: PointRun, explanations: Explanations, explain_limit: int
+) -> tuple[Verdict, dict[str, Any], list[dict[str, Any]], list[str]]:
+    """One point: the comparison of every request pair, the thresholds, batch composition and the path."""
+    pid, b = crun.point, crun.batch
+    failures: list[str] = []
+    comps: list[GreedyComparison] = []
+    req_rows: list[dict[str, Any]] = []
+    errors: list[str] = []
+    mismatched_prompts = 0
+    for br, cr in zip(brun.records, crun.records, strict=False):
+        if br.prompt_id != cr.prompt_id or br.round != cr.round:
+            errors.append(f"request order differs between sides ({br.prompt_id} vs {cr.prompt_id})")
+            continue
+        if br.prompt_ids != cr.prompt_ids:
+            mismatched_prompts += 1
+        if br.error or cr.error:
+            who = "baseline" if br.error else "candidate"
+            errors.append(f"{who} request for {br.prompt_id} failed: {br.error or cr.error}")
+            continue
+        comp = compare(br, cr, gate.top_k)
+        comps.append(comp)
+        req_rows.append(
+            {
+                "group": gid,
+                "point": pid,
+                "batch": b,
+                "round": br.round,
+                "prompt_id": br.prompt_id,
+                "prompt_tokens": len(br.prompt_ids),
+                "prompt_sha": prompt_sha(br.prompt_ids),
+                "exact_match": comp.exact_match,
+                "first_divergence": comp.first_divergence,
+                "close": comp.close,
+                "close_reason": comp.close_reason,
+                "n_prefix_compared": comp.n_prefix_compared,
+                "max_abs_logprob_diff": comp.max_abs_logprob_diff,
+                "mean_abs_logprob_diff": comp.mean_abs_logprob_diff,
+                "kl_mean": comp.kl_mean,
+                "kl_max": comp.kl_max,
+                "baseline_tokens": len(br.token_ids),
+                "candidate_tokens": len(cr.token_ids),
+                "baseline_text": br.text,
+                "candidate_text": cr.text,
+            }
+        )
+    bcheck_b = rounds_check(brun)
+    bcheck_c = rounds_check(crun)
+    summary = summarize_greedy(comps) if comps else None
+    problems: list[str] = []
+    verdict = Verdict.PASS
+    if mismatched_prompts:
+        problems.append(
+            f"{mismatched_prompts} prompt(s) were different token ids on the two sides (different tokenizers?)"
+        )
+    if errors:
+        problems.extend(errors[:3])
+    if summary is None:
+        verdict = Verdict.NOT_RUN if not errors else Verdict.FAIL
+    else:
+        if summary.close_fraction < gate.min_close_fraction:
+            problems.append(
+                f"{summary.n_requests - summary.n_close} of {summary.n_requests} requests break vLLM's "
+                f"check_logprobs_close rule (close fraction {summary.close_fraction:.2f} < {gate.min_close_fraction:g})"
+            )
+        if summary.max_abs_logprob_diff is not None and summary.max_abs_logprob_diff > gate.max_abs_logprob_diff:
+            problems.append(
+                f"max |Δ logprob| on matching prefixes {summary.max_abs_logprob_diff:.4f} > "
+                f"{gate.max_abs_logprob_diff:g}"
+            )
+        if summary.kl_mean is not None and summary.kl_mean > gate.max_kl:
+            problems.append(f"mean top-{gate.top_k} KL {summary.kl_mean:.4f} > {gate.max_kl:g}")
+    for who, bc in (("baseline", bcheck_b), ("candidate", bcheck_c)):
+        if bc is not None and not bc.verified:
+            problems.append(f"the {who}'s batch composition was not verified: {bc.detail}")
+    if crun.window and crun.window.available:
+        n_at, opt_at = crun.window.steps_at(b)
+        if n_at and opt_at == 0:
+            problems.append(
+                f"used the standard path: none of the candidate's {n_at} decode steps at batch {b} ran an "
+                "optimized-path marker"
+            )
+    if problems:
+        verdict = Verdict.FAIL
+    if verdict is Verdict.FAIL:
+        msg = f"{pid} (batch {b}): " + "; ".join(problems)
+        evidence = evidence_lines(gid, pid, brun, crun, comps, gate.top_k, explanations, explain_limit)
+        failures.append(msg + ("\n" + "\n".join(evidence) if evidence else ""))
+    row = {
+        "group": gid,
+        "point": pid,
+        "batch": b,
+        "context": crun.context,
+        "verdict": verdict.value,
+        "requests": len(brun.records),
+        "n_exact": summary.n_exact if summary else 0,
+        "n_close": summary.n_close if summary else 0,
+        "close_fraction": summary.close_fraction if summary else None,
+        "max_abs_logprob_diff": summary.max_abs_logprob_diff if summary else None,
+        "mean_abs_logprob_diff": summary.mean_abs_logprob_diff if summary else None,
+        "kl_mean": summary.kl_mean if summary else None,
+        "kl_max": summary.kl_max if summary else None,
+        "baseline_batch_verified": bcheck_b.verified if bcheck_b else None,
+        "baseline_batch_evidence": bcheck_b.detail if bcheck_b else None,
+        "candidate_batch_verified": bcheck_c.verified if bcheck_c else None,
+        "candidate_batch_evidence": bcheck_c.detail if bcheck_c else None,
+        "candidate_decode_steps": crun.window.decode_steps if crun.window else None,
+        "candidate_optimized_decode_steps": crun.window.optimized_decode_steps if crun.window else None,
+        "candidate_path_evidence": crun.window.available if crun.window else False,
+        "problems": "; ".join(problems),
+    }
+    return verdict, row, req_rows, failures
+
+
+def evidence_lines(
+    gid: str,
+    pid: str,
+    brun: PointRun,
+    crun: PointRun,
+    comps: list[GreedyComparison],
+    top_k: int,
+    explanations: Explanations,
+    explain_limit: int,
+) -> list[str]:
+    """The failure message's evidence: the first divergences as text (when decoded), or the largest drift."""
+    lines: list[str] = []
+    pairs = [(br, cr) for br, cr in zip(brun.records, crun.records, strict=False) if not (br.error or cr.error)]
+    shown = 0
+    for (br, cr), comp in zip(pairs, comps, strict=False):
+        if comp.exact_match or shown >= explain_limit:
+            continue
+        shown += 1
+        p = comp.first_divergence
+        ex = explanations.get((gid, pid, br.round, br.prompt_id))
+        head = (
+            f"  prompt {br.prompt_id} ({len(br.prompt_ids)} tokens, ends {clip(br.prompt_text[-50:], 52)}): "
+            f"first divergence at generated token {p}; {comp.close_reason}"
+        )
+        if comp.max_abs_logprob_diff is not None:
+            head += f"; max |Δ logprob| before it {comp.max_abs_logprob_diff:.4f}"
+        lines.append(head)
+        if p is not None and p < len(br.token_ids) and p < len(cr.token_ids):
+            blp = br.logprobs[p] if p < len(br.logprobs) else None
+            clp = cr.logprobs[p] if p < len(cr.logprobs) else None
+            if ex is not None:
+                lines.append(
+                    f"    ...{clip(ex.before, 50)} | baseline {clip(ex.baseline_next, 40)} "
+                    f"(token {clip(ex.baseline_token, 16)}, logprob {fmt(blp)}) | "
+                    f"candidate {clip(ex.candidate_next, 40)} "
+                    f"(token {clip(ex.candidate_token, 16)}, logprob {fmt(clp)})"
+                )
+                lines.append(
+                    "    baseline top-%d: %s; candidate top-%d: %s"
+                    % (
+                        top_k,
+                        ", ".join(f"{s!r} {lp:.3f}" for s, lp in ex.baseline_top),
+                        top_k,
+                        ", ".join(f"{s!r} {lp:.3f}" for s, lp in ex.candidate_top),
+                    )
+                )
+            else:
+                lines.append(
+                    f"    baseline token id {br.token_ids[p]} (logprob {fmt(blp)}) vs candidate token id "
+                    f"{cr.token_ids[p]} (logprob {fmt(clp)}); baseline text {clip(br.text, 60)}, "
+                    f"candidate text {clip(cr.text, 60)}"
+                )
+    if not lines:
+        worst = max(comps, key=lambda c: c.max_abs_logprob_diff or 0.0, default=None)
+        if worst is not None and worst.max_abs_logprob_diff is not None:
+            i = comps.index(worst)
+            br = pairs[i][0]
+            lines.append(
+                f"  largest drift: prompt {br.prompt_id}, max |Δ logprob| {worst.max_abs_logprob_diff:.4f}, "
+                f"KL mean {fmt(worst.kl_mean)} over {worst.n_prefix_compared} identical tokens"
+            )
+    return lines

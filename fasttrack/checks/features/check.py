@@ -1,0 +1,256 @@
+"""Features: production serving features keep working on the optimized path.
+
+Each feature the scope lists (``scope.features``) is one sub-test, an entry of the table
+:data:`~fasttrack.checks.features.table.FEATURES` (when it runs, what it collects, how it
+is judged); the candidate is judged against the baseline and against absolute thresholds
+(``gates.features``, and ``gates.equivalence`` where outputs are compared).
+
+Path evidence comes from two short profiler windows per engine lifetime (trace
+export costs seconds per window and tens of ms per step on small hosts): the
+short-context points (a structured-output round of a few tokens at every batch
+size, and two sampling requests at the sampling batch) and the full-context points
+(each point's prompts, a few tokens). Evidence is split by batch size and recorded
+for the coverage check; a sub-test whose points never reached the optimized path on
+the candidate fails with "used the standard path".
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from fasttrack.checks.base import EngineCheck, register
+from fasttrack.checks.context import EngineSession, RunContext
+from fasttrack.checks.features.env import FeatureEnv
+from fasttrack.checks.features.model import MASK_SAMPLES, SAMPLING_WAVE, Outcome, SideData
+from fasttrack.checks.features.spec import GroupPlan, Step
+from fasttrack.checks.features.table import BY_NAME, FEATURES
+from fasttrack.checks.outcome import fold_verdicts, used_standard_path, write_artifact
+from fasttrack.checks.points import nearest_batch
+from fasttrack.checks.windows import WindowRecord
+from fasttrack.errors import FasttrackError
+from fasttrack.inputs import PASSAGES, SCHEMAS_DIR, STRUCTURED_PROMPTS, prompt_set_path
+from fasttrack.plan import EngineGroup
+from fasttrack.results import CheckResult, Gate, Side, Verdict
+
+
+@register
+class FeaturesCheck(EngineCheck):
+    """Serving features on the optimized path: structured output, sampling, full context, API behaviour."""
+
+    name: ClassVar[str] = "features"
+    title: ClassVar[str] = "Serving features"
+    report_view: ClassVar[str] = "features"
+
+    def __init__(
+        self, *, wave: int = SAMPLING_WAVE, mask_samples: int = MASK_SAMPLES, batches: list[int] | None = None
+    ) -> None:
+        self.wave_pref = wave
+        """Preferred choices per sampling request (snapped to a batch size of the plan)."""
+        self.mask_samples = mask_samples
+        """Samples per top-k / top-p mask test."""
+        self.batches = batches
+        """Batch sizes structured output and full context run at (None: every batch size of the plan)."""
+        self.sides: dict[tuple[str, str], SideData] = {}
+        self.artifacts: list[str] = []
+
+    def skip_reason(self, ctx: RunContext) -> str | None:
+        if not ctx.scope.features:
+            return "the scope lists no serving features (scope.features is empty)"
+        unknown = sorted(set(ctx.scope.features) - set(BY_NAME))
+        if unknown:
+            return f"no feature test for {unknown} (known: {', '.join(BY_NAME)})"
+        return None
+
+    def wants(self, ctx: RunContext, group: EngineGroup, side: Side, lifetime: int) -> bool:
+        return lifetime == 0
+
+    def gate(self, ctx: RunContext) -> Gate:
+        fg = ctx.scope.gates.features
+        return Gate(
+            statistic=(
+                "per feature: JSON-schema conformance rate (Wilson 95%); chi-square goodness-of-fit p-value of "
+                "candidate samples against the baseline's next-token distribution; exact behaviour of seeds, "
+                "stop, max_tokens, n, logprobs; full-context equivalence"
+            ),
+            threshold=(
+                f"conformance >= {fg.min_json_conformance:g} and >= baseline; p >= {fg.sampling_alpha:g}; "
+                "0 mask violations; identical seeded outputs"
+            ),
+            rule=(
+                "every listed feature passes at every config point it ran at, and the candidate ran the optimized path"
+            ),
+        )
+
+    async def collect(self, ctx: RunContext, session: EngineSession) -> None:
+        group = session.group
+        side = SideData()
+        self.sides[(group.id, session.side)] = side
+        base = self.sides.get((group.id, "baseline")) if session.side == "candidate" else None
+        feats = set(ctx.scope.features)
+        gp = GroupPlan(ctx, group, wave=self.wave_pref, batches=self.batches)
+        tasks: list[tuple[str, Step]] = []
+        for test in FEATURES:
+            if test.name not in feats:
+                continue
+            for step in test.steps(gp):
+                if step.point is None:
+                    side.errors[test.name] = f"the plan has no config point at batch {step.batch} in group {group.id}"
+                    continue
+                tasks.append((test.name, step))
+                side.points.setdefault(test.name, step.point)
+        self._record_inputs(ctx, feats)
+        short_batches = gp.short_batches
+        fulls = gp.full_points
+        async with session.engine.client() as client:
+            env = FeatureEnv(ctx, session, side, base, client, mask_samples=self.mask_samples)
+            # path evidence first: short probes in two profiler windows (short-context and full-context points)
+            probe_batches = gp.selected_short_batches or short_batches
+            if "structured_output" not in feats and "temperature_sampling" in feats:
+                probe_batches = [nearest_batch(short_batches, self.wave_pref)]
+            sampling_wave = (
+                nearest_batch(short_batches, self.wave_pref)
+                if "temperature_sampling" in feats and short_batches
+                else None
+            )
+            if probe_batches:
+                await env.probe_short(probe_batches, wave=sampling_wave, structured="structured_output" in feats)
+            if "full_context" in feats and fulls:
+                await env.probe_full(fulls)
+            for feature, step in tasks:
+                try:
+                    await step.run(env)
+                except FasttrackError as exc:
+                    from fasttrack.engine import EngineCrashed
+
+                    if isinstance(exc, EngineCrashed):
+                        raise
+                    side.errors[feature] = f"{type(exc).__name__}: {exc.message}"
+        self.artifacts.append(
+            write_artifact(ctx, self.name, f"{group.id}.{session.side}.json", side.model_dump(mode="json"))
+        )
+
+    def _record_inputs(self, ctx: RunContext, feats: set[str]) -> None:
+        """The shipped inputs the feature requests are built from, for the bundle's provenance."""
+        ctx.provenance.input_file(prompt_set_path(ctx.scope, ctx.base_dir))
+        if "structured_output" in feats:
+            ctx.provenance.input_file(SCHEMAS_DIR)
+            ctx.provenance.input_file(STRUCTURED_PROMPTS)
+        if "full_context" in feats:
+            ctx.provenance.input_file(PASSAGES)
+
+    def judge(self, ctx: RunContext) -> CheckResult:
+        feats = list(dict.fromkeys(ctx.scope.features))
+        fg = ctx.scope.gates.features
+        gate = self.gate(ctx)
+        groups = sorted({gid for gid, _ in self.sides})
+        if not groups:
+            return CheckResult.not_run(self.name, "no engine ran the feature requests", required=self.required)
+        outcomes: list[Outcome] = []
+        windows: list[WindowRecord] = []
+        for gid in groups:
+            base = self.sides.get((gid, "baseline"))
+            cand = self.sides.get((gid, "candidate"))
+            if base is None or cand is None:
+                missing = "baseline" if base is None else "candidate"
+                outcomes.append(
+                    Outcome(feature="*", verdict=Verdict.NOT_RUN, reason=f"group {gid}: the {missing} side never ran")
+                )
+                continue
+            windows.extend(cand.windows.values())
+            for f in feats:
+                outcomes.append(self._judge_feature(ctx, gid, f, base, cand))
+        # a feature that applies to no group (speculative decoding without speculative configs)
+        merged: dict[str, list[Outcome]] = {}
+        for o in outcomes:
+            merged.setdefault(o.feature, []).append(o)
+        per_feature: dict[str, dict[str, str]] = {}
+        verdicts: list[Verdict] = []
+        failures: list[str] = []
+        rows: list[dict[str, Any]] = []
+        tables: dict[str, list[dict[str, Any]]] = {}
+        for f, outs in merged.items():
+            applicable = [o for o in outs if o.reason != "n/a"]
+            if not applicable:
+                optional = BY_NAME[f].optional if f in BY_NAME else None
+                o = Outcome(feature=f, verdict=Verdict.NOT_RUN, reason=optional or "not applicable to any engine group")
+                applicable = [o]
+            v = fold_verdicts(o.verdict for o in applicable)
+            verdicts.append(v)
+            per_feature[f] = {"verdict": v.value, "reason": "; ".join(o.reason for o in applicable)}
+            for o in applicable:
+                failures.extend(o.failures)
+                rows.extend(o.rows)
+                for k, t in o.extra_tables.items():
+                    tables.setdefault(k, []).extend(t)
+        standard = used_standard_path(windows)
+        verdict = fold_verdicts(verdicts)
+        if standard:
+            verdict = Verdict.FAIL
+            failures.insert(0, f"features {standard}")
+            reason = f"the candidate {standard}; the feature results say nothing about the optimized path"
+        elif verdict is Verdict.PASS:
+            reason = f"all {len(per_feature)} features behave on the candidate as on the baseline"
+        elif verdict is Verdict.FAIL:
+            bad = [f for f, d in per_feature.items() if d["verdict"] == "fail"]
+            reason = f"feature(s) failing on the candidate: {', '.join(bad)}"
+        else:
+            nr = [f"{f} ({d['reason']})" for f, d in per_feature.items() if d["verdict"] == "not_run"]
+            reason = "not every feature could be judged: " + "; ".join(nr)
+        tables["features"] = rows
+        return CheckResult(
+            check=self.name,
+            verdict=verdict,
+            reason=reason,
+            required=self.required,
+            gate=gate,
+            summary={"per_feature": per_feature, "thresholds": fg.model_dump(), "used_standard_path": standard},
+            failures=failures,
+            tables=tables,
+            artifacts=list(self.artifacts),
+        )
+
+    def _judge_feature(self, ctx: RunContext, gid: str, f: str, base: SideData, cand: SideData) -> Outcome:
+        test = BY_NAME[f]
+        if test.optional and f not in cand.data and f not in cand.errors and f not in base.errors:
+            return Outcome(feature=f, verdict=Verdict.NOT_RUN, reason="n/a")
+        if f in base.errors:
+            return Outcome(
+                feature=f,
+                verdict=Verdict.NOT_RUN,
+                reason=f"{gid}: the baseline could not run it: {base.errors[f]}",
+                rows=[{"feature": f, "group": gid, "verdict": "not_run", "detail": base.errors[f]}],
+            )
+        if f in cand.errors:
+            where = cand.points.get(f) or gid
+            return Outcome(
+                feature=f,
+                verdict=Verdict.FAIL,
+                reason=f"{f}: the candidate failed where the baseline succeeded",
+                rows=[{"feature": f, "group": gid, "verdict": "fail", "detail": cand.errors[f]}],
+                failures=[f"{where}: {f} failed on the candidate (the baseline ran it): {cand.errors[f]}"],
+            )
+        if f not in cand.data or f not in base.data:
+            return Outcome(
+                feature=f,
+                verdict=Verdict.NOT_RUN,
+                reason=f"{gid}: no measurements on both sides",
+                rows=[{"feature": f, "group": gid, "verdict": "not_run"}],
+            )
+        try:
+            out = test.judge(ctx, gid, base, cand)
+        except FasttrackError as exc:
+            return Outcome(
+                feature=f,
+                verdict=Verdict.NOT_RUN,
+                reason=f"{gid}: the measurements could not be judged: {exc.message}",
+                rows=[{"feature": f, "group": gid, "verdict": "not_run", "detail": exc.message}],
+            )
+        # a sub-test whose candidate window never reached the optimized path proves nothing
+        pts = cand.data[f].get("points") or [cand.points.get(f)]
+        ws = [w for w in cand.windows.values() if any(p in pts for p in w.points)]
+        std = used_standard_path(ws)
+        if std and out.verdict is not Verdict.NOT_RUN:
+            out.verdict = Verdict.FAIL
+            out.failures.insert(0, f"{f} at {', '.join(p for p in pts if p)}: {std}")
+            out.reason = f"{f}: {std}"
+        return out

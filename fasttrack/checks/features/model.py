@@ -1,0 +1,81 @@
+"""The features check's data: one side's measurements, a sub-test's outcome, and helpers the feature tests share."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from fasttrack.checks.windows import WindowRecord
+from fasttrack.errors import FasttrackError
+from fasttrack.results import Verdict
+
+JSON_MAX_TOKENS = 192
+"""Token budget of one structured-output request (the shipped schemas need far fewer)."""
+SAMPLING_TOP_LOGPROBS = 20
+"""Logprobs requested for the reference distribution (vLLM's default ``max_logprobs``)."""
+SAMPLING_WAVE = 8
+"""Preferred choices per sampling request (``n``): one decode batch, snapped to a batch size of the plan."""
+PROBE_TOKENS = 6
+"""Tokens per request of the profiled path probes (a prefill and a few decode steps per point)."""
+MASK_SAMPLES = 120
+"""Samples per mask test (top-k, top-p)."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+
+class Outcome(_Model):
+    """The verdict of one sub-test, with its rows."""
+
+    feature: str
+    verdict: Verdict
+    reason: str
+    """One sentence."""
+    rows: list[dict[str, Any]] = Field(default_factory=list)
+    """Result rows (table ``features``)."""
+    failures: list[str] = Field(default_factory=list)
+    """Failure messages naming the config point and the evidence."""
+    extra_tables: dict[str, list[dict[str, Any]]] = Field(default_factory=dict)
+
+
+class SideData(_Model):
+    """What one side measured for one engine group."""
+
+    data: dict[str, Any] = Field(default_factory=dict)
+    """feature -> raw measurements (JSON-friendly)."""
+    errors: dict[str, str] = Field(default_factory=dict)
+    """feature -> why it could not be measured."""
+    windows: dict[str, WindowRecord] = Field(default_factory=dict)
+    """window name -> evidence window (each attributed to one config point)."""
+    points: dict[str, str] = Field(default_factory=dict)
+    """feature -> config point its requests ran at (multi-point features list them in their data)."""
+
+
+class FeatureError(FasttrackError):
+    """A feature's requests could not produce the measurements the test needs."""
+
+
+def choice_ids(ch: Any) -> list[int]:
+    """Generated token ids of one choice (from the logprobs when the server returned no ids)."""
+    if ch.token_ids is not None:
+        return list(ch.token_ids)
+    return [p.token_id for p in (ch.logprobs or []) if p.token_id is not None]
+
+
+def err(exc: BaseException) -> str:
+    """A failed request's message."""
+    return getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
+
+
+def tops(d: dict[str, Any]) -> list[dict[int, float] | None]:
+    """Top-k logprobs per position as maps (the chosen token added where it is not among them)."""
+    out: list[dict[int, float] | None] = []
+    for i, pos in enumerate(d["top"]):
+        m = {int(t): float(lp) for t, lp in pos}
+        lp = d["logprobs"][i] if i < len(d["logprobs"]) else None
+        if lp is not None and i < len(d["token_ids"]):
+            m.setdefault(int(d["token_ids"][i]), float(lp))
+        out.append(m or None)
+    return out

@@ -1,0 +1,110 @@
+"""``speculative_acceptance``: the candidate accepts draft tokens as often as the baseline.
+
+Where the engine group has a speculative config: acceptance from the ``vllm:spec_decode_*``
+counters over a fixed greedy workload; the candidate's acceptance rate (accepted / draft
+tokens) must not be below the baseline's (its Wilson 95% upper bound reaches the baseline's
+rate). Not applicable otherwise.
+"""
+
+from __future__ import annotations
+
+from fasttrack.checks.context import RunContext
+from fasttrack.checks.features.env import FeatureEnv
+from fasttrack.checks.features.model import Outcome, SideData
+from fasttrack.checks.features.spec import FeatureTest, GroupPlan, Step
+from fasttrack.results import Verdict
+from fasttrack.stats import wilson_interval
+
+SPEC_ACCEPTANCE_PROMPTS = 4
+SPEC_ACCEPTANCE_TOKENS = 64
+
+
+def steps(gp: GroupPlan) -> list[Step]:
+    """At the short batch size closest to 1, on groups with a speculative config."""
+    if not gp.short_batches or gp.group.spec == "none":
+        return []
+    b = gp.at(1)
+    return [Step(point=gp.point(b), batch=b, run=lambda env: collect(env, b))]
+
+
+async def collect(env: FeatureEnv, batch: int) -> None:
+    from fasttrack.engine import metrics_diff, scrape_metrics
+
+    pid = env.point(batch)
+    before = await scrape_metrics(env.session.engine)
+    for i in range(SPEC_ACCEPTANCE_PROMPTS):
+        await env.gather(
+            [
+                env.client.complete(
+                    env.prompts[(i * batch + j) % len(env.prompts)].prompt,
+                    max_tokens=SPEC_ACCEPTANCE_TOKENS,
+                    temperature=0.0,
+                    ignore_eos=True,
+                )
+                for j in range(batch)
+            ]
+        )
+    d = metrics_diff(before, await scrape_metrics(env.session.engine))
+    env.side.data["speculative_acceptance"] = {
+        "point": pid,
+        "points": [pid],
+        "drafts": d.delta("vllm:spec_decode_num_drafts_total") or d.delta("vllm:spec_decode_num_drafts"),
+        "draft_tokens": d.delta("vllm:spec_decode_num_draft_tokens_total")
+        or d.delta("vllm:spec_decode_num_draft_tokens"),
+        "accepted_tokens": (
+            d.delta("vllm:spec_decode_num_accepted_tokens_total") or d.delta("vllm:spec_decode_num_accepted_tokens")
+        ),
+    }
+
+
+def judge(ctx: RunContext, gid: str, base: SideData, cand: SideData) -> Outcome:
+    bd, cd = base.data["speculative_acceptance"], cand.data["speculative_acceptance"]
+    rows = []
+    if not cd.get("draft_tokens") or not bd.get("draft_tokens"):
+        return Outcome(
+            feature="speculative_acceptance",
+            verdict=Verdict.NOT_RUN,
+            reason=f"{gid}: the engine reported no vllm:spec_decode_* draft tokens",
+            rows=[{"feature": "speculative_acceptance", "group": gid, "verdict": "not_run"}],
+        )
+    rate_b = bd["accepted_tokens"] / bd["draft_tokens"]
+    ci_c = wilson_interval(int(cd["accepted_tokens"]), int(cd["draft_tokens"]))
+    ok = ci_c.ci_high >= rate_b
+    v = Verdict.PASS if ok else Verdict.FAIL
+    al = {k: (1 + d["accepted_tokens"] / d["drafts"]) if d.get("drafts") else None for k, d in (("b", bd), ("c", cd))}
+    rows.append(
+        {
+            "feature": "speculative_acceptance",
+            "group": gid,
+            "point": cd["point"],
+            "verdict": v.value,
+            "baseline_acceptance_rate": rate_b,
+            "candidate_acceptance_rate": ci_c.proportion,
+            "candidate_ci_high": ci_c.ci_high,
+            "baseline_acceptance_length": al["b"],
+            "candidate_acceptance_length": al["c"],
+        }
+    )
+    failures = (
+        []
+        if ok
+        else [
+            f"{cd['point']}: speculative acceptance rate {ci_c.proportion:.3f} (Wilson 95% upper {ci_c.ci_high:.3f}, "
+            f"acceptance length {al['c']}) is below the baseline's {rate_b:.3f} (acceptance length {al['b']})"
+        ]
+    )
+    return Outcome(
+        feature="speculative_acceptance",
+        verdict=v,
+        reason=f"acceptance length candidate {al['c']} vs baseline {al['b']}",
+        rows=rows,
+        failures=failures,
+    )
+
+
+FEATURE = FeatureTest(
+    name="speculative_acceptance",
+    steps=steps,
+    judge=judge,
+    optional="no engine group of the plan has a speculative-decoding configuration",
+)

@@ -1,0 +1,345 @@
+"""Driving the engine checks over real engines: launch slots, one event loop per launch, crash handling.
+
+For each engine group, each side in the group's order (baseline, candidate, ...), the
+engine starts, every check that wants that lifetime collects on it, and the engine stops
+before the next one starts. When a :class:`~fasttrack.checks.base.PairedCheck` measures
+both sides together (perf with ``gates.perf.interleave``), the k-th baseline and k-th
+candidate engines of a group are up together instead (:func:`engine_slots`): the other
+checks collect on each in turn, then the pairing check gets both (``collect_pair``).
+Every launch's collection runs on one event loop the pipeline owns (``run_loop``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from fasttrack.checks.base import EngineCheck, PairedCheck
+from fasttrack.checks.context import EngineSession, RunContext
+from fasttrack.results import SIDES, CheckResult, Side, Verdict
+
+if TYPE_CHECKING:  # pragma: no cover
+    from fasttrack.engine import EngineHandle, ManagedEngine
+    from fasttrack.models import ResolvedModel
+    from fasttrack.plan import EngineGroup, Plan
+
+
+@dataclass
+class EngineLaunch:
+    """One engine lifetime as the run recorded it (the run summary lists them; the bundle's provenance too)."""
+
+    side: Side
+    group: str
+    lifetime: int
+    checks: list[str]
+    """Checks that collected on it."""
+    up_with: list[str] | None = None
+    """The other side(s) up at the same time (interleaved measurement)."""
+    owned: bool | None = None
+    """Whether fasttrack started it (False: attached by URL)."""
+    base_url: str | None = None
+    args: list[str] | None = None
+    env: dict[str, str] | None = None
+    log: str | None = None
+    """The engine log, relative to the run folder."""
+    startup_s: float | None = None
+    environment: dict[str, Any] | None = None
+    environment_error: str | None = None
+    stop: dict[str, Any] | str | None = None
+    """How it was stopped."""
+    check_seconds: dict[str, float] = field(default_factory=dict)
+
+    def to_json(self, *, redact: Callable[[dict[str, str]], dict[str, str]]) -> dict[str, Any]:
+        """The record for the run summary (unset fields left out; ``env`` passed through ``redact``)."""
+        out = {k: v for k, v in asdict(self).items() if v is not None and v != {}}
+        if self.env is not None:
+            out["env"] = redact(self.env)
+        return out
+
+
+@dataclass
+class RunState:
+    """What happened, for the bundle (also when the run is cut short)."""
+
+    results: dict[str, CheckResult] = field(default_factory=dict)
+    engines: list[EngineLaunch] = field(default_factory=list)
+    """One record per engine lifetime."""
+    crash: dict[str, Any] | None = None
+    interrupted: bool = False
+    started: float = field(default_factory=time.time)
+    finished: float | None = None
+
+
+def engine_slots(order: list[str], *, paired: bool) -> list[list[tuple[str, int]]]:
+    """The launch slots of one engine group: each slot lists the engines up together, as (side, lifetime).
+
+    Not paired: one engine per slot, in the group's order. Paired: the k-th baseline and the k-th
+    candidate lifetime share a slot (baseline first); a lifetime without a partner (a trailing
+    drift-only baseline) has a slot of its own. Slots keep the order's sequence."""
+    seen: dict[str, int] = {}
+    tagged: list[tuple[str, int]] = []
+    for side in order:
+        tagged.append((side, seen.get(side, 0)))
+        seen[side] = seen.get(side, 0) + 1
+    if not paired:
+        return [[t] for t in tagged]
+    slots: dict[int, list[tuple[str, int]]] = {}
+    for side, lt in tagged:
+        slots.setdefault(lt, []).append((side, lt))
+    order_of = {s: i for i, s in enumerate(SIDES)}
+    return [sorted(v, key=lambda t: order_of.get(t[0], len(order_of))) for v in slots.values()]
+
+
+@dataclass
+class _Launch:
+    """One launch: the engines up together, and what each of them is for."""
+
+    group: EngineGroup
+    lifetime: int
+    up: list[Side]
+    wanted: dict[Side, list[EngineCheck]]
+    pair_checks: list[PairedCheck]
+    labels: dict[Side, str]
+    pair_label: str
+    records: dict[Side, EngineLaunch] = field(default_factory=dict)
+    current: str | None = None
+    """The check collecting now (for the crash report)."""
+    failing: Side | None = None
+    """The side whose engine was in use when an engine error came."""
+
+
+def drive_engines(
+    ctx: RunContext,
+    plan: Plan,
+    checks: list[EngineCheck],
+    state: RunState,
+    *,
+    attach: Mapping[Side, str | None],
+    progress: Callable[[str], None],
+    log: Callable[[str], None],
+) -> None:
+    """Run every engine check's ``collect`` over the plan's engine lifetimes (see the module docstring).
+
+    An engine that fails to start or crashes ends the drive: the checks without a result are
+    ``not_run`` with the reason, and ``state.crash`` says what happened."""
+    from fasttrack.engine import EngineCrashed, EngineError
+    from fasttrack.models import resolve_model
+    from fasttrack.perf.loadgen import run_loop
+
+    if not all(attach.values()):
+        ctx.model = resolve_model(ctx.scope, log=log)
+    pairing = [c for c in checks if isinstance(c, PairedCheck) and c.paired(ctx)]
+    total = sum(len(g.order) for g in plan.groups)
+    n = 0
+    for group in plan.groups:
+        for slot in engine_slots(group.order, paired=bool(pairing)):
+            lifetime = slot[0][1]
+            sides: list[Side] = [s for s, _ in slot]  # type: ignore[misc]  # group orders name sides only
+            wanted = {side: [c for c in checks if c.wants(ctx, group, side, lifetime)] for side in sides}
+            pair_checks = [c for c in pairing if len(slot) == 2 and c.wants_pair(ctx, group, lifetime)]
+            labels: dict[Side, str] = {}
+            for side in sides:
+                n += 1
+                labels[side] = f"[{n}/{total}] {group.id} {side} (lifetime {lifetime + 1}/{group.lifetimes_per_side})"
+            pair_label = (
+                f"[{n}/{total}] {group.id} baseline + candidate (lifetime {lifetime + 1}/{group.lifetimes_per_side})"
+            )
+            sides_up = [side for side in sides if wanted[side] or pair_checks]
+            # both engines together only for a pairing check; otherwise one at a time, as always
+            launches = [sides_up] if pair_checks else [[side] for side in sides_up]
+            for up in launches:
+                launch = _Launch(group, lifetime, up, wanted, pair_checks, labels, pair_label)
+                try:
+                    with contextlib.ExitStack() as stack:
+                        engines: dict[Side, EngineHandle] = {}
+                        for side in up:
+                            launch.failing = side
+                            record = EngineLaunch(
+                                side=side,
+                                group=group.id,
+                                lifetime=lifetime,
+                                checks=[c.name for c in wanted[side]]
+                                + [c.name for c in pair_checks if c not in wanted[side]],
+                                up_with=[o for o in up if o != side] if len(up) > 1 else None,
+                            )
+                            launch.records[side] = record
+                            state.engines.append(record)
+                            together = " (up together with the other side)" if len(up) > 1 else ""
+                            progress(f"{labels[side]}: starting engine{together}")
+                            engines[side] = stack.enter_context(
+                                _launch(ctx, group, side, lifetime, attach.get(side), record, exclusive=not engines)
+                            )
+                            progress(f"{labels[side]}: engine up at {engines[side].base_url}")
+                        run_loop(_collect_launch(ctx, launch, engines, progress))
+                except EngineError as exc:
+                    _record_crash(ctx, launch, exc, checks, state, crashed=isinstance(exc, EngineCrashed), log=log)
+                    return
+
+
+async def _collect_launch(
+    ctx: RunContext, launch: _Launch, engines: Mapping[Side, EngineHandle], progress: Callable[[str], None]
+) -> None:
+    """Every wanted check collects on each engine of the launch, then the pairing checks get both."""
+    group, lifetime = launch.group, launch.lifetime
+    for side in launch.up:
+        launch.failing = side
+        for chk in launch.wanted[side]:
+            launch.current = chk.name
+            progress(f"{launch.labels[side]}: {chk.name}")
+            t0 = time.perf_counter()
+            await chk.collect(ctx, EngineSession(side=side, group=group, lifetime=lifetime, engine=engines[side]))
+            launch.records[side].check_seconds[chk.name] = round(time.perf_counter() - t0, 3)
+            engines[side].check_alive()
+    launch.current = None
+    for pchk in launch.pair_checks:  # non-empty only when both sides are up together
+        launch.current = pchk.name
+        launch.failing = None
+        progress(f"{launch.pair_label}: {pchk.name}, runs interleaved")
+        t0 = time.perf_counter()
+        sessions = {
+            side: EngineSession(side=side, group=group, lifetime=lifetime, engine=engines[side]) for side in launch.up
+        }
+        await pchk.collect_pair(ctx, sessions)
+        for side in launch.up:
+            launch.records[side].check_seconds[pchk.name] = round(time.perf_counter() - t0, 3)
+        for side in launch.up:
+            launch.failing = side
+            engines[side].check_alive()
+    launch.current = None
+
+
+def _record_crash(
+    ctx: RunContext,
+    launch: _Launch,
+    exc: Any,
+    checks: list[EngineCheck],
+    state: RunState,
+    *,
+    crashed: bool,
+    log: Callable[[str], None],
+) -> None:
+    """An engine failed to start or crashed: say where, and make every check without a result ``not_run``."""
+    side: Side = getattr(exc, "side", None) or launch.failing or launch.up[0]
+    record = launch.records.get(side) or launch.records[launch.up[0]]
+    log_path = getattr(exc, "log_path", None)
+    if log_path and record.log is None:
+        record.log = _relative(Path(log_path), ctx.run_dir)
+    what = "crashed" if crashed else "failed"
+    current = launch.current
+    where = f"{launch.group.id}/{side} lifetime {launch.lifetime + 1}" + (
+        f" during {current}" if current else " at start"
+    )
+    first_line = exc.message.splitlines()[0]
+    state.crash = {
+        "group": launch.group.id,
+        "side": side,
+        "lifetime": launch.lifetime,
+        "check": current,
+        "error": type(exc).__name__,
+        "message": first_line,
+        "exit_code": getattr(exc, "exit_code", None),
+        "log": record.log,
+    }
+    log(f"engine {what} ({where}): {first_line}")
+    reason = f"engine {what} in {where}: {first_line} (log: {record.log})"
+    for chk in checks:
+        state.results.setdefault(
+            chk.name,
+            CheckResult(
+                check=chk.name,
+                verdict=Verdict.NOT_RUN,
+                required=chk.required,
+                reason=reason,
+                summary={"engine_failure": state.crash},
+            ),
+        )
+
+
+def _relative(path: Path, run_dir: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(run_dir.resolve()))
+    except ValueError:
+        return str(path)
+
+
+def engine_seed(args: list[str]) -> int | None:
+    """The ``--seed`` an engine was started with (vLLM's global seed), or None."""
+    seed: str | None = None
+    for i, a in enumerate(args):
+        if a == "--seed" and i + 1 < len(args):
+            seed = args[i + 1]
+        elif a.startswith("--seed="):
+            seed = a.split("=", 1)[1]
+    try:
+        return int(seed) if seed is not None else None
+    except ValueError:
+        return None
+
+
+@contextlib.contextmanager
+def _launch(
+    ctx: RunContext,
+    group: EngineGroup,
+    side: Side,
+    lifetime: int,
+    url: str | None,
+    record: EngineLaunch,
+    *,
+    exclusive: bool = True,
+) -> Iterator[EngineHandle]:
+    """Start (or attach to) one side's engine; always torn down when the block exits.
+
+    ``exclusive=False`` lets it start while the other side's engine is up (interleaved perf)."""
+    from fasttrack.engine import attach_engine, per_request_metrics_args, profiler_args, start_engine
+
+    engine: ManagedEngine | Any
+    if url:
+        record.owned, record.base_url = False, url
+        engine = attach_engine(side=side, url=url)
+    else:
+        resolved: ResolvedModel | None = ctx.model
+        assert resolved is not None, "the model is resolved before the first engine starts"
+        log_name = f"{group.id}.{side}.{lifetime}"
+        args = list(group.args[side])
+        served = ctx.scope.model.served_name
+        if served and "--served-model-name" not in args:
+            args += ["--served-model-name", served]
+        args += profiler_args(ctx.run_dir / "profiles" / log_name)
+        args += per_request_metrics_args(args)  # the engine core's own per-request timing (perf)
+        record.owned, record.args, record.env = True, args, dict(group.env[side])
+        seed = engine_seed(args)
+        if seed is not None:
+            ctx.provenance.seed(f"engine/{group.id}/{side}", seed)
+
+        def on_progress(p: Any) -> None:
+            ctx.log(f"  {side} engine starting ({p.elapsed_s:.0f} s): {p.last_log_line[-120:]}")
+
+        engine = start_engine(
+            side=side,
+            model=resolved.model,
+            args=args,
+            env=group.env[side],
+            log_dir=ctx.run_dir / "logs",
+            log_name=log_name,
+            startup_timeout=ctx.scope.engine.startup_timeout_s,
+            progress=on_progress,
+            exclusive=exclusive,
+        )
+        if engine.log_path is not None:
+            record.log = _relative(Path(engine.log_path), ctx.run_dir)
+        record.startup_s = engine.startup_s
+    try:
+        record.base_url = engine.base_url
+        try:
+            record.environment = engine.environment().model_dump(mode="json")
+        except Exception as exc:  # noqa: BLE001 - environment capture must not kill the run
+            record.environment_error = f"{type(exc).__name__}: {exc}"
+        yield engine
+    finally:
+        rep = engine.stop()
+        if rep is not None:
+            record.stop = rep.model_dump(mode="json") if hasattr(rep, "model_dump") else str(rep)

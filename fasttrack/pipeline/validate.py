@@ -1,0 +1,244 @@
+"""``fasttrack validate``: scope -> host check -> plan -> checks over real engines -> bundle.
+
+After the last engine, each engine check judges its evidence. An engine crash or Ctrl-C
+stops the run: every engine is torn down, the checks that could not finish are
+``not_run`` with the reason, and a partial bundle with the logs is still written.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fasttrack.checks.base import Check, EngineCheck, EnginelessCheck, registry
+from fasttrack.checks.context import RunContext
+from fasttrack.errors import FasttrackError, HardwareMismatch, ScopeError
+from fasttrack.hardware import HostInfo, detect_host, match_hardware
+from fasttrack.isolation import IsolationResult, check_isolation
+from fasttrack.pipeline.engines import RunState, drive_engines
+from fasttrack.pipeline.record import RunFacts, write_outputs
+from fasttrack.plan import Plan, build_plan
+from fasttrack.results import CheckResult, Verdict, bundle_verdict, ordered_checks, overall_verdict
+from fasttrack.scope import LoadedScope, load_scope
+
+
+@dataclass
+class ValidateOptions:
+    """Everything ``fasttrack validate`` was asked to do."""
+
+    model: str
+    tier: str = "smoke"
+    shard: str | None = None
+    out: Path = Path("runs/latest")
+    checks: list[str] | None = None
+    allow_hardware_mismatch: bool = False
+    baseline_url: str | None = None
+    candidate_url: str | None = None
+    sign_keys: list[Path] = field(default_factory=list)
+    repo: Path | None = None
+    base: str | None = None
+    head: str | None = None
+    pr_repository: str | None = None
+    pr_number: int | None = None
+    eval_data: dict[str, Path] = field(default_factory=dict)
+    """Eval name -> data file or folder (``--eval-data NAME=PATH``), instead of the scope's data."""
+    force: bool = False
+
+
+@dataclass
+class ValidateOutcome:
+    run_dir: Path
+    verdict: str
+    results: list[CheckResult]
+    bundle: Path | None
+    rehearsal: bool
+    state: RunState | None
+
+
+def prepare(opts: ValidateOptions, *, log: Callable[[str], None]) -> tuple[LoadedScope, HostInfo, bool, str | None]:
+    """Load the scope and check the host. Returns (scope, host, rehearsal, reason)."""
+    loaded = load_scope(opts.model)
+    scope = loaded.scope
+    if not scope.is_complete:
+        raise ScopeError(
+            f"scope {scope.name!r} is incomplete, so it cannot be validated; missing:\n  "
+            + "\n  ".join(scope.missing_report()),
+            hint=f"Fill these in suites/{scope.name}/scope.yaml (see 'fasttrack plan --model {scope.name}').",
+        )
+    host = detect_host()
+    assert scope.hardware is not None
+    match = match_hardware(scope.hardware, host)
+    if match.ok:
+        return loaded, host, False, None
+    reason = f"requires {match.required}; found {match.found} ({'; '.join(match.problems)})"
+    if not opts.allow_hardware_mismatch:
+        raise HardwareMismatch(
+            f"this host does not match scope {scope.name!r}: it requires {match.required}, and this host has "
+            f"{match.found} ({'; '.join(match.problems)}).",
+            hint=f"Run it on matching hardware. To see what the run involves: fasttrack plan --model {scope.name} "
+            f"--tier {opts.tier}. To rehearse anyway (not valid evidence): add --allow-hardware-mismatch.",
+        )
+    log(f"rehearsal: hardware mismatch: {reason}. Results will be marked as a rehearsal, not valid evidence.")
+    return loaded, host, True, reason
+
+
+def select_checks(plan: Plan, wanted: list[str] | None) -> tuple[list[Check], dict[str, str]]:
+    """Instantiate the checks to run; return (checks, {name: why not selected})."""
+    reg = registry()
+    unknown = sorted(set(wanted or []) - set(reg))
+    if unknown:
+        raise FasttrackError(f"unknown check(s) {unknown}.", hint=f"Registered checks: {', '.join(reg) or '(none)'}.")
+    skipped: dict[str, str] = {}
+    out: list[Check] = []
+    for name, cls in reg.items():
+        if wanted is not None and name not in wanted:
+            skipped[name] = "not selected with --checks"
+            continue
+        if plan.checks is not None and name not in plan.checks:
+            skipped[name] = f"the {plan.tier} tier does not run it"
+            continue
+        out.append(cls())
+    return out, skipped
+
+
+def _prepare_run_dir(out: Path, force: bool) -> Path:
+    if out.exists() and any(out.iterdir()):
+        if not force:
+            raise FasttrackError(
+                f"output folder {str(out)!r} exists and is not empty.",
+                hint="Choose another --out, or pass --force to replace it.",
+            )
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def run_validate(
+    opts: ValidateOptions, *, log: Callable[[str], None] = print, progress: Callable[[str], None] | None = None
+) -> ValidateOutcome:
+    progress = progress or log
+    loaded, host, rehearsal, rehearsal_reason = prepare(opts, log=log)
+    scope = loaded.scope
+    plan = build_plan(scope, tier=opts.tier, shard=opts.shard, scope_sha256=loaded.sha256)
+    isolation: IsolationResult | None = None
+    if opts.repo is not None:
+        if not (opts.base and opts.head):
+            raise FasttrackError(
+                "--repo needs --base and --head.", hint="e.g. --repo ../vllm --base main --head pr-123"
+            )
+        assert scope.isolation is not None  # a complete scope has one
+        isolation = check_isolation(opts.repo, opts.base, opts.head, scope.isolation)
+        log(f"isolation: {isolation.verdict}: {isolation.message}")
+    from fasttrack.bundle.keys import load_private_key
+
+    sign_keys = [load_private_key(p) for p in opts.sign_keys]  # loaded once; a bad key fails before any engine
+    run_dir = _prepare_run_dir(Path(opts.out), opts.force)
+    (run_dir / "logs").mkdir(exist_ok=True)
+    checks, skipped = select_checks(plan, opts.checks)
+    ctx = RunContext(
+        scope=scope,
+        plan=plan,
+        tier=opts.tier,
+        run_dir=run_dir,
+        loaded=loaded,
+        host=host,
+        eval_data=dict(opts.eval_data),
+        rehearsal=rehearsal,
+        log=log,
+    )
+    state = RunState()
+    reg = registry()
+    for name, why in skipped.items():
+        state.results[name] = _declared(reg[name], CheckResult.not_run(name, why, required=reg[name].required))
+
+    active: list[Check] = []
+    for chk in checks:
+        why = chk.skip_reason(ctx)
+        if why:
+            state.results[chk.name] = _declared(chk, CheckResult.not_run(chk.name, why, required=chk.required))
+        else:
+            active.append(chk)
+
+    try:
+        for echk in [c for c in active if isinstance(c, EnginelessCheck)]:
+            progress(f"check {echk.name}: running")
+            state.results[echk.name] = _guard(echk, lambda c=echk: c.run(ctx))  # type: ignore[misc]
+        engine_checks = [c for c in active if isinstance(c, EngineCheck)]
+        if engine_checks:
+            attach = {"baseline": opts.baseline_url, "candidate": opts.candidate_url}
+            drive_engines(ctx, plan, engine_checks, state, attach=attach, progress=progress, log=log)
+            for chk in engine_checks:
+                if chk.name in state.results:
+                    state.results[chk.name] = _declared(chk, state.results[chk.name])
+                    continue
+                progress(f"check {chk.name}: judging")
+                state.results[chk.name] = _guard(chk, lambda c=chk: c.judge(ctx))  # type: ignore[misc]
+    except KeyboardInterrupt:
+        state.interrupted = True
+        log("interrupted: engines were stopped; writing a partial bundle")
+        for chk in active:
+            state.results.setdefault(
+                chk.name,
+                _declared(
+                    chk,
+                    CheckResult.not_run(
+                        chk.name, "the run was interrupted (Ctrl-C) before this check finished", required=chk.required
+                    ),
+                ),
+            )
+    finally:
+        state.finished = time.time()
+
+    results = [state.results[n] for n in ordered_checks(state.results)]
+    facts = RunFacts(
+        loaded=loaded,
+        plan=plan,
+        host=host,
+        rehearsal=rehearsal,
+        rehearsal_reason=rehearsal_reason,
+        isolation=isolation,
+        pr_repository=opts.pr_repository,
+        pr_number=opts.pr_number,
+        base=opts.base,
+        head=opts.head,
+        sign_keys=sign_keys,
+    )
+    bundle_path = write_outputs(facts, ctx, results, state, log=log)
+    if state.interrupted:
+        raise KeyboardInterrupt
+    return ValidateOutcome(
+        run_dir=run_dir,
+        verdict=bundle_verdict(overall_verdict(results)),
+        results=results,
+        bundle=bundle_path,
+        rehearsal=rehearsal,
+        state=state,
+    )
+
+
+def _declared(chk: Check | type[Check], res: CheckResult) -> CheckResult:
+    """The result under the check's own name, with the title and report view the check declares."""
+    return res.model_copy(update={"check": chk.name, "title": chk.title, "view": chk.report_view})
+
+
+def _guard(chk: Check, fn: Callable[[], CheckResult]) -> CheckResult:
+    """A check that raises is a failure of the harness, not a pass: report it as not run."""
+    try:
+        res = fn()
+    except FasttrackError as exc:
+        res = CheckResult.not_run(chk.name, f"{type(exc).__name__}: {exc.message}", required=chk.required)
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any other error is the harness's, reported with its traceback
+        res = CheckResult(
+            check=chk.name,
+            verdict=Verdict.NOT_RUN,
+            required=chk.required,
+            reason=f"the check raised {type(exc).__name__}: {exc}",
+            summary={"traceback": traceback.format_exc(limit=8)},
+        )
+    return _declared(chk, res)
