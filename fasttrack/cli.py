@@ -233,6 +233,9 @@ def validate_cmd(
     base: str = typer.Option(None, "--base", help="Base ref of the change."),
     head: str = typer.Option(None, "--head", help="Head ref of the change (the PR head that was tested)."),
     pr: str = typer.Option(None, "--pr", help="PR as OWNER/REPO#NUMBER (e.g. vllm-project/vllm#61868)."),
+    eval_data: list[str] = typer.Option(
+        None, "--eval-data", help="NAME=PATH: data file or folder for eval NAME instead of the scope's; repeatable."
+    ),
     force: bool = typer.Option(False, "--force", help="Replace a non-empty --out folder."),
 ) -> None:
     """Run the scope's checks on baseline and candidate engines and write a bundle."""
@@ -253,6 +256,14 @@ def validate_cmd(
                 f"--pr {pr!r} is not of the form OWNER/REPO#NUMBER.", hint="e.g. --pr vllm-project/vllm#61868"
             )
         pr_repo, pr_num = m.group(1), int(m.group(2))
+    data: dict[str, Path] = {}
+    for item in eval_data or []:
+        name, sep, path = item.partition("=")
+        if not sep or not name.strip() or not path.strip():
+            raise FasttrackError(
+                f"--eval-data {item!r} is not of the form NAME=PATH.", hint="e.g. --eval-data aime25=data/aime25.jsonl"
+            )
+        data[name.strip()] = Path(path.strip())
     opts = ValidateOptions(
         model=model,
         tier=tier,
@@ -268,6 +279,7 @@ def validate_cmd(
         head=head,
         pr_repository=pr_repo,
         pr_number=pr_num,
+        eval_data=data,
         force=force,
     )
     with Progress(

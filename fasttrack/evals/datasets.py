@@ -2,7 +2,8 @@
 
 Resolution order for one eval (:func:`resolve_dataset`):
 
-1. a path given on the command line (``RunContext.shared["eval_data"][name]``);
+1. a path given on the command line (``fasttrack validate --eval-data NAME=PATH``, which the
+   evals check reads from ``RunContext.eval_data``);
 2. the scope's ``data`` (relative to the scope file's folder);
 3. the hub dataset (the scope's ``hub_dataset``, else the kind's default), when the
    hub is reachable.

@@ -1,0 +1,86 @@
+"""The pipeline's pieces around the checks, without engines: the check interface it drives, the
+run record, the provenance recorder, and ``--eval-data``."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers_checks import demo_ctx
+
+from fasttrack import ROOT
+from fasttrack.checks.base import EngineCheck, EnginelessCheck, PairedCheck, registry
+from fasttrack.checks.context import ProvenanceRecorder, sha256_path
+from fasttrack.checks.features import FEATURES
+from fasttrack.inputs import PROMPT_SET
+from fasttrack.pipeline.engines import EngineLaunch, engine_seed
+from fasttrack.results import CHECK_ORDER
+from fasttrack.scope import Feature
+
+
+def test_every_check_declares_title_view_and_kind() -> None:
+    reg = registry()
+    assert list(reg) == list(CHECK_ORDER)
+    for name, cls in reg.items():
+        assert cls.name == name and cls.title and cls.report_view
+        assert issubclass(cls, EnginelessCheck) != issubclass(cls, EngineCheck), name
+    assert [n for n, c in reg.items() if issubclass(c, PairedCheck)] == ["perf"]
+    assert [n for n, c in reg.items() if issubclass(c, EnginelessCheck)] == ["kernels"]
+
+
+def test_the_feature_table_covers_the_scope_features_once() -> None:
+    names = [t.name for t in FEATURES]
+    assert len(names) == len(set(names))
+    assert set(names) == set(Feature.__args__)  # type: ignore[attr-defined] - a Literal's members
+
+
+def test_gates_are_declared_for_the_demo_scope(tmp_path: Path) -> None:
+    ctx = demo_ctx(tmp_path)
+    for name, cls in registry().items():
+        gate = cls().gate(ctx)
+        assert gate.statistic and gate.rule, name
+
+
+def test_provenance_recorder_hashes_inputs_and_refuses_conflicts(tmp_path: Path) -> None:
+    rec = ProvenanceRecorder()
+    digest = rec.input_file(PROMPT_SET)
+    assert rec.datasets == {"suites/common/prompts/real-text.jsonl": digest} and len(digest) == 64
+    rec.seed("features/n_best", 99)
+    rec.seed("features/n_best", 99)  # the same value twice is fine
+    with pytest.raises(ValueError, match="recorded twice"):
+        rec.seed("features/n_best", 100)
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "a.txt").write_text("a")
+    before = sha256_path(tmp_path / "d")
+    (tmp_path / "d" / "a.txt").write_text("b")
+    assert sha256_path(tmp_path / "d") != before
+
+
+def test_engine_seed_and_the_summary_record() -> None:
+    assert engine_seed(["--dtype", "float32", "--seed", "0"]) == 0
+    assert engine_seed(["--seed=7"]) == 7 and engine_seed(["--dtype", "x"]) is None
+    rec = EngineLaunch(side="baseline", group="g", lifetime=0, checks=["perf"], env={"HF_TOKEN": "x", "A": "1"})
+    out = rec.to_json(redact=lambda env: {k: ("<redacted>" if "TOKEN" in k else v) for k, v in env.items()})
+    assert out == {
+        "side": "baseline",
+        "group": "g",
+        "lifetime": 0,
+        "checks": ["perf"],
+        "env": {"HF_TOKEN": "<redacted>", "A": "1"},
+    }
+
+
+def test_eval_data_flag_must_name_an_eval_and_a_path(tmp_path: Path) -> None:
+    res = subprocess.run(
+        [sys.executable, "-m", "fasttrack", "validate", "--model", "demo-llama", "--out", str(tmp_path / "r")]
+        + ["--eval-data", "aime25"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "NAME=PATH" in res.stdout + res.stderr and "Traceback" not in res.stdout + res.stderr
+    assert not (tmp_path / "r").exists()
