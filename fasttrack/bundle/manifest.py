@@ -21,7 +21,7 @@ import re
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -41,7 +41,7 @@ from fasttrack.results import (
 )
 
 #: The manifest format this module writes and reads.
-SCHEMA_VERSION = "fasttrack.bundle/v1"
+SCHEMA_VERSION: Final = "fasttrack.bundle/v1"
 #: Where the generated JSON Schema is checked in (relative to the repository root).
 SCHEMA_FILE = Path("schemas") / "bundle-manifest.schema.json"
 

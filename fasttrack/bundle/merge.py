@@ -92,7 +92,8 @@ def _compare(manifests: list[tuple[Path, Manifest]]) -> None:
         for k, v in ref_facts.items():
             if f.get(k) != v:
                 problems.append(
-                    f"{k}: {ref_path} ({ref.plan.shard}) has {_short(v)}, {path} ({m.plan.shard}) has {_short(f.get(k))}"
+                    f"{k}: {ref_path} ({ref.plan.shard}) has {_short(v)}, "
+                    f"{path} ({m.plan.shard}) has {_short(f.get(k))}"
                 )
     if problems:
         raise MergeError(
@@ -211,8 +212,9 @@ def merge_bundles(
             by_index[i] = (sp, root, m)
         missing = [f"{i}/{n}" for i in range(1, n + 1) if i not in by_index]
         if missing:
+            given = sorted((m.plan.shard for _, _, m in opened), key=lambda x: parse_shard(x)[0])
             raise MergeError(
-                f"shards {', '.join(missing)} of {n} are missing (given: {', '.join(sorted((m.plan.shard for _, _, m in opened), key=lambda x: parse_shard(x)[0]))}); "
+                f"shards {', '.join(missing)} of {n} are missing (given: {', '.join(given)}); "
                 "a merged bundle needs every shard of the plan"
             )
         ordered = [by_index[i] for i in range(1, n + 1)]
@@ -233,7 +235,7 @@ def merge_bundles(
             title = next((e.title for _, e in per if e is not None and e.title), None)
             view = next((e.view for _, e in per if e is not None and e.view), None)
             tables: dict[str, list[dict[str, Any]]] = {}
-            for (_, root, m), (label, e) in zip(ordered, per, strict=False):
+            for (_, root, _m), (label, e) in zip(ordered, per, strict=True):
                 if e is None:
                     continue
                 for tname, ref in e.tables.items():
