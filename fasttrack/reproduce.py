@@ -21,7 +21,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from pydantic import BaseModel, ConfigDict
 
@@ -84,6 +84,11 @@ def _row_key(row: dict[str, Any]) -> tuple | None:
     return key or None
 
 
+def _number(v: object) -> TypeGuard[float]:
+    """A real number (not a bool, not NaN)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v
+
+
 def _verdict(row: dict[str, Any]) -> str | None:
     """A row's own verdict: its ``verdict`` field, else its ``passed`` flag."""
     if row.get("verdict") is not None:
@@ -123,7 +128,7 @@ def compare_rows(
                 continue
             for est, lo, hi in _INTERVALS:
                 a, b, x = old.get(lo), old.get(hi), r.get(est)
-                if all(isinstance(v, (int, float)) and not isinstance(v, bool) and v == v for v in (a, b, x)):
+                if _number(a) and _number(b) and _number(x):
                     if not a <= x <= b:
                         problems.append(
                             f"{table} [{_fmt_key(k)}]: {est} {x:.4g} now, outside the recorded interval "

@@ -96,6 +96,7 @@ def detect_hardware() -> tuple[Hardware, str | None]:
     except OSError:
         pass
     cpu_model = cpu_model or platform.processor() or None
+    cpu_count: int | None
     try:
         cpu_count = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux

@@ -155,8 +155,8 @@ def write_bundle(
     if run_dir is not None:
         for sub in (ARTIFACTS_DIR, LOGS_DIR):
             if (run_dir / sub).is_dir():
-                for rel in _copy_tree(run_dir / sub, out / sub, what="artifact"):
-                    copied.add(f"{sub}/{rel}")
+                for copied_rel in _copy_tree(run_dir / sub, out / sub, what="artifact"):
+                    copied.add(f"{sub}/{copied_rel}")
 
     for r in results:
         if not NAME_RE.match(r.check):
@@ -196,12 +196,12 @@ def write_bundle(
 
     if logs:
         items = logs.items() if isinstance(logs, Mapping) else ((Path(p).name, p) for p in logs)
-        for name, src in items:
-            rel = _rel(name, what="log name")
-            dest = f"{LOGS_DIR}/{rel.as_posix()}"
+        for name, log_src in items:
+            log_rel = _rel(name, what="log name")
+            dest = f"{LOGS_DIR}/{log_rel.as_posix()}"
             if dest in copied:
                 raise BundleError(f"two logs would be written to {dest}; give them distinct names")
-            _copy_file(Path(src), out / dest, what="log")
+            _copy_file(Path(log_src), out / dest, what="log")
             copied.add(dest)
 
     manifest = build_manifest(

@@ -17,7 +17,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 from fasttrack.checks.batching import BatchCheck, verify_batch
-from fasttrack.results import PathEvidence
+from fasttrack.results import PathEvidence, Side
 
 if TYPE_CHECKING:  # pragma: no cover
     from fasttrack.checks.context import RunContext
@@ -192,7 +192,7 @@ class EvidenceWindow:
         check: str,
         name: str,
         points: dict[str, int | None],
-        side: str,
+        side: Side,
         sample_interval: float = 0.02,
         scrape_metrics: bool = False,
         profile: bool = True,

@@ -13,6 +13,7 @@ from fasttrack.kernels.defects import KNOWN as KNOWN_DEFECTS
 from fasttrack.kernels.env import TIERS
 
 EXIT_CODES = {"pass": 0, "fail": 1, "not_run": 4}
+DEFECT_HELP = f"Plant a defect in the shipped example candidates ({', '.join(sorted(KNOWN_DEFECTS))})."
 
 
 class KernelSuiteError(FasttrackError):
@@ -39,7 +40,10 @@ def _specs(model: Optional[str], suites: list[Path], candidate: Optional[str]):
     if not section:
         raise KernelSuiteError(
             f"scope {str(loaded.path)!r} declares no kernel suites.",
-            hint="Add a 'kernels:' entry (name, path, candidate, requires_gpu, dtypes, tolerances, dims) or pass --suite DIR.",
+            hint=(
+                "Add a 'kernels:' entry (name, path, candidate, requires_gpu, dtypes, tolerances, dims) "
+                "or pass --suite DIR."
+            ),
         )
     try:
         specs = from_scope_section(section, base_dir=loaded.base_dir)
@@ -66,9 +70,7 @@ def kernels(
     candidate: Optional[str] = typer.Option(
         None, "--candidate", help="Candidate module (dotted name or .py path) replacing the scope's."
     ),
-    defect: list[str] = typer.Option(
-        [], "--defect", help=f"Plant a defect in the shipped example candidates ({', '.join(sorted(KNOWN_DEFECTS))})."
-    ),
+    defect: list[str] = typer.Option([], "--defect", help=DEFECT_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the check result as JSON."),
 ) -> None:
     """Run kernel suites: numerics against float64 references, determinism, races, sanitizers, speed of light."""
@@ -113,7 +115,8 @@ def kernels(
             console.print(t)
         for s in result.summary.get("speed_of_light", []):
             console.print(
-                f"speed of light {s['suite']} {s['kernel']} [{s['shape']}]: {s['time_us']:.2f} us, {s['pct_peak_bandwidth']:.1f}% of peak bandwidth, {s['pct_peak_flops']:.2f}% of peak bf16 FLOP/s",
+                f"speed of light {s['suite']} {s['kernel']} [{s['shape']}]: {s['time_us']:.2f} us, "
+                f"{s['pct_peak_bandwidth']:.1f}% of peak bandwidth, {s['pct_peak_flops']:.2f}% of peak bf16 FLOP/s",
                 highlight=False,
             )
         for f in result.failures[:20]:

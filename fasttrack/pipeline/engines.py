@@ -90,7 +90,7 @@ def engine_slots(order: list[str], *, paired: bool) -> list[list[tuple[str, int]
     slots: dict[int, list[tuple[str, int]]] = {}
     for side, lt in tagged:
         slots.setdefault(lt, []).append((side, lt))
-    order_of = {s: i for i, s in enumerate(SIDES)}
+    order_of: dict[str, int] = {s: i for i, s in enumerate(SIDES)}
     return [sorted(v, key=lambda t: order_of.get(t[0], len(order_of))) for v in slots.values()]
 
 
@@ -318,11 +318,12 @@ def _launch(
         def on_progress(p: Any) -> None:
             ctx.log(f"  {side} engine starting ({p.elapsed_s:.0f} s): {p.last_log_line[-120:]}")
 
+        env: dict[str, str | None] = dict(group.env[side])
         engine = start_engine(
             side=side,
             model=resolved.model,
             args=args,
-            env=group.env[side],
+            env=env,
             log_dir=ctx.run_dir / "logs",
             log_name=log_name,
             startup_timeout=ctx.scope.engine.startup_timeout_s,

@@ -22,7 +22,7 @@ from fasttrack.isolation import IsolationResult, check_isolation
 from fasttrack.pipeline.engines import RunState, drive_engines
 from fasttrack.pipeline.record import RunFacts, write_outputs
 from fasttrack.plan import Plan, build_plan
-from fasttrack.results import CheckResult, Verdict, bundle_verdict, ordered_checks, overall_verdict
+from fasttrack.results import CheckResult, Side, Verdict, bundle_verdict, ordered_checks, overall_verdict
 from fasttrack.scope import LoadedScope, load_scope
 
 
@@ -157,9 +157,9 @@ def run_validate(
 
     active: list[Check] = []
     for chk in checks:
-        why = chk.skip_reason(ctx)
-        if why:
-            state.results[chk.name] = _declared(chk, CheckResult.not_run(chk.name, why, required=chk.required))
+        skip = chk.skip_reason(ctx)
+        if skip:
+            state.results[chk.name] = _declared(chk, CheckResult.not_run(chk.name, skip, required=chk.required))
         else:
             active.append(chk)
 
@@ -169,7 +169,7 @@ def run_validate(
             state.results[echk.name] = _guard(echk, lambda c=echk: c.run(ctx))  # type: ignore[misc]
         engine_checks = [c for c in active if isinstance(c, EngineCheck)]
         if engine_checks:
-            attach = {"baseline": opts.baseline_url, "candidate": opts.candidate_url}
+            attach: dict[Side, str | None] = {"baseline": opts.baseline_url, "candidate": opts.candidate_url}
             drive_engines(ctx, plan, engine_checks, state, attach=attach, progress=progress, log=log)
             for chk in engine_checks:
                 if chk.name in state.results:

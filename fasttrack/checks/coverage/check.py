@@ -108,7 +108,11 @@ class CoverageCheck(EngineCheck):
         async with eng.client() as client:
             # 1. in-range decode probe at every batch size, one window, evidence split by batch size. Its requests
             #    start with prefill steps, and one prefill-only request is added, so it is also the prefill probe.
-            points = {short_point(ctx, group, b).id: b for b in batches}  # type: ignore[union-attr]
+            points: dict[str, int | None] = {}
+            for b in batches:
+                sp = short_point(ctx, group, b)
+                if sp is not None:  # every batch of ``batches`` has one
+                    points[sp.id] = b
             start = eng.log_offset()
             async with EvidenceWindow(
                 ctx, eng, check=self.name, name=f"coverage-decode-{group.id}", points=points, side=session.side

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from fasttrack.checks.base import EngineCheck, register
@@ -56,7 +57,7 @@ from fasttrack.inputs import (
     load_prompt_set,
     prompt_set_path,
 )
-from fasttrack.plan import EngineGroup
+from fasttrack.plan import ConfigPoint, EngineGroup
 from fasttrack.results import CheckResult, Gate, Side, Verdict
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -203,15 +204,14 @@ class EquivalenceCheck(EngineCheck):
                     side=session.side,
                 ) as win:
                     for point in at_c:
-                        await run_batched(
-                            lambda point=point: [
+
+                        def probe_round(point: ConfigPoint = point) -> list[Coroutine[Any, Any, Any]]:
+                            return [
                                 client.complete(ids, max_tokens=PROBE_TOKENS, temperature=0.0, ignore_eos=True)
                                 for _, ids in plans[point.id][0]
-                            ],
-                            client=client,
-                            target=point.batch,
-                            attempts=2,
-                        )
+                            ]
+
+                        await run_batched(probe_round, client=client, target=point.batch, attempts=2)
                 for point in at_c:
                     side_runs.setdefault(point.id, PointRun(point=point.id, batch=point.batch, context=point.context))
                     side_runs[point.id].window = win.record

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Hashable
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -11,6 +12,7 @@ from fasttrack.checks.batching import BatchCheck
 from fasttrack.checks.windows import WindowRecord
 from fasttrack.inputs import PromptItem
 from fasttrack.stats import GreedyComparison, compare_greedy
+from fasttrack.stats.logprobs import TopLogprobs
 
 
 class _Model(BaseModel):
@@ -44,12 +46,14 @@ class GreedyRecord(_Model):
     error: str | None = None
     """The server's error message, when the request failed."""
 
-    def top_maps(self) -> list[dict[int, float] | None]:
-        out: list[dict[int, float] | None] = []
+    def top_maps(self) -> list[TopLogprobs | None]:
+        """Top-k logprobs per position as maps (the chosen token added where it is not among them)."""
+        out: list[TopLogprobs | None] = []
         for i, pos in enumerate(self.top):
-            d = {t: lp for t, lp in pos}
-            if i < len(self.token_ids) and i < len(self.logprobs) and self.logprobs[i] is not None:
-                d.setdefault(self.token_ids[i], float(self.logprobs[i]))  # type: ignore[arg-type]
+            d: dict[Hashable, float] = {t: lp for t, lp in pos}
+            lp = self.logprobs[i] if i < len(self.logprobs) else None
+            if i < len(self.token_ids) and lp is not None:
+                d.setdefault(self.token_ids[i], float(lp))
             out.append(d or None)
         return out
 

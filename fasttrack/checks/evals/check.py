@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -139,9 +140,7 @@ class EvalsCheck(EngineCheck):
                 if unit.group != session.group.id:
                     continue
                 try:
-                    selection = await in_thread(
-                        lambda spec=spec: self._selection(ctx, spec, engine), name="evals-selection"
-                    )
+                    selection = await in_thread(partial(self._selection, ctx, spec, engine), name="evals-selection")
                 except FasttrackError as exc:
                     self.state.unusable.setdefault(spec.name, exc.message)
                     continue
@@ -162,7 +161,7 @@ class EvalsCheck(EngineCheck):
         if spec.name in self.state.selections:
             return self.state.selections[spec.name]
         ds = self.state.datasets[spec.name]
-        tier_limit = ctx.scope.tiers[ctx.tier].eval_limit if ctx.tier in ctx.scope.tiers else None  # type: ignore[index]
+        tier_limit = ctx.scope.tiers[ctx.tier].eval_limit if ctx.tier in ctx.scope.tiers else None
         limits = [x for x in (spec.limit, tier_limit) if x]
         limit = min(limits) if limits else None
         if spec.kind == "mrcr":

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator, Awaitable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Coroutine, Iterable
 from typing import TYPE_CHECKING, Any
 
 from fasttrack.checks.batching import run_batched
@@ -127,22 +127,20 @@ class FeatureEnv:
             for b in batches:
                 if structured:
                     texts = [case.prompts[(i + b) % len(case.prompts)] for i in range(b)]
-                    await run_batched(
-                        lambda texts=texts: [self.structured_request(p, rf, max_tokens=PROBE_TOKENS) for p in texts],
-                        client=client,
-                        target=b,
-                        attempts=2,
-                    )
+
+                    def structured_round(texts: list[str] = texts) -> list[Coroutine[Any, Any, Any]]:
+                        return [self.structured_request(p, rf, max_tokens=PROBE_TOKENS) for p in texts]
+
+                    await run_batched(structured_round, client=client, target=b, attempts=2)
                 else:
                     texts = [self.prompts[(i + b) % len(self.prompts)].prompt for i in range(b)]
-                    await run_batched(
-                        lambda texts=texts: [
+
+                    def greedy_round(texts: list[str] = texts) -> list[Coroutine[Any, Any, Any]]:
+                        return [
                             client.complete(p, max_tokens=PROBE_TOKENS, temperature=0.0, ignore_eos=True) for p in texts
-                        ],
-                        client=client,
-                        target=b,
-                        attempts=2,
-                    )
+                        ]
+
+                    await run_batched(greedy_round, client=client, target=b, attempts=2)
             if wave is not None:
                 for k in range(2):
                     await client.complete(
@@ -155,12 +153,11 @@ class FeatureEnv:
         async with self.window(points[0].id, "probe", points={p.id: p.batch for p in points}):
             for p in points:
                 ids_all = await self.full_prompts(p)
-                await run_batched(
-                    lambda ids_all=ids_all: [
+
+                def full_round(ids_all: list[list[int]] = ids_all) -> list[Coroutine[Any, Any, Any]]:
+                    return [
                         client.complete(ids, max_tokens=PROBE_TOKENS, temperature=0.0, ignore_eos=True)
                         for ids in ids_all
-                    ],
-                    client=client,
-                    target=p.batch,
-                    attempts=2,
-                )
+                    ]
+
+                await run_batched(full_round, client=client, target=p.batch, attempts=2)

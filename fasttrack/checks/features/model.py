@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -9,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from fasttrack.checks.windows import WindowRecord
 from fasttrack.errors import FasttrackError
 from fasttrack.results import Verdict
+from fasttrack.stats.logprobs import TopLogprobs
 
 JSON_MAX_TOKENS = 192
 """Token budget of one structured-output request (the shipped schemas need far fewer)."""
@@ -69,11 +71,11 @@ def err(exc: BaseException) -> str:
     return getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
 
 
-def tops(d: dict[str, Any]) -> list[dict[int, float] | None]:
+def tops(d: dict[str, Any]) -> list[TopLogprobs | None]:
     """Top-k logprobs per position as maps (the chosen token added where it is not among them)."""
-    out: list[dict[int, float] | None] = []
+    out: list[TopLogprobs | None] = []
     for i, pos in enumerate(d["top"]):
-        m = {int(t): float(lp) for t, lp in pos}
+        m: dict[Hashable, float] = {int(t): float(lp) for t, lp in pos}
         lp = d["logprobs"][i] if i < len(d["logprobs"]) else None
         if lp is not None and i < len(d["token_ids"]):
             m.setdefault(int(d["token_ids"][i]), float(lp))

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
+from collections.abc import Hashable
 from typing import Any
 
 from fasttrack.checks.context import RunContext
@@ -265,7 +266,7 @@ def judge(ctx: RunContext, gid: str, base: SideData, cand: SideData) -> Outcome:
                 f"the baseline's reference is prompt {bd.get('prompt_id')} after token {ref['first_token']}"
             ),
         )
-    ref_lps = {int(k): v for k, v in ref["second_position"].items()}
+    ref_lps: dict[Hashable, float] = {int(k): float(v) for k, v in ref["second_position"].items()}
     context = (
         f"prompt {bd['prompt_id']} {clip(bd['prompt_text'][-40:], 42)} + first token {ref['first_token']} "
         f"({ref['first_token_text']!r}, p={math.exp(ref['first_logprob']):.3f})"
@@ -273,8 +274,8 @@ def judge(ctx: RunContext, gid: str, base: SideData, cand: SideData) -> Outcome:
     for t_key, c_samples in sorted(cd["samples"].items()):
         t = float(t_key)
         b_samples = bd["samples"].get(t_key, [])
-        c_counts = Counter(int(x) for x in c_samples)
-        b_counts = Counter(int(x) for x in b_samples)
+        c_counts: Counter[Hashable] = Counter(int(x) for x in c_samples)
+        b_counts: Counter[Hashable] = Counter(int(x) for x in b_samples)
         try:
             test = chi_square_sampling_test(ref_lps, c_counts, temperature=t, alpha=fg.sampling_alpha)
             control = (
@@ -373,7 +374,7 @@ def judge(ctx: RunContext, gid: str, base: SideData, cand: SideData) -> Outcome:
         try:
             kwargs = {"top_k": mask["top_k"]} if mask.get("top_k") else {"top_p": mask["top_p"]}
             allowed = allowed_tokens(ref_lps, temperature=1.0, **kwargs)
-            counts = Counter(int(x) for x in mask["samples"])
+            counts: Counter[Hashable] = Counter(int(x) for x in mask["samples"])
             mc = mask_violations(counts, allowed) if counts else None
         except FasttrackError as exc:
             verdicts.append(Verdict.NOT_RUN)

@@ -196,7 +196,7 @@ class PerfCheck(PairedCheck):
         items = [s for s in st.items.values() if s.item.group == group.id]
         todo = [s for s in items if not s.final]
         engines = {side: sessions[side].engine for side in SIDES}
-        gpus = {side: engine_gpus(e, group) for side, e in engines.items()}
+        gpus: dict[str, int] = {side: engine_gpus(e, group) for side, e in engines.items()}
         t_life = time.perf_counter()
         record: dict[str, Any] = {
             "group": group.id,
@@ -231,7 +231,7 @@ class PerfCheck(PairedCheck):
                         f"interleaved lifetime {lifetime}: warm-up could not be sent: {type(exc).__name__}: {exc}"
                     )
                     continue
-                run_once = {
+                run_once: dict[str, Callable[[int], Awaitable[RunMetrics]]] = {
                     side: self._runner(
                         clients[side],
                         engines[side],
@@ -256,7 +256,7 @@ class PerfCheck(PairedCheck):
 
     @staticmethod
     def _runner(
-        client: Any, engine: Any, it: WorkItem, inputs: RunInputs, *, side: str, lifetime: int, gpus: int, n_warm: int
+        client: Any, engine: Any, it: WorkItem, inputs: RunInputs, *, side: Side, lifetime: int, gpus: int, n_warm: int
     ) -> Callable[[int], Awaitable[RunMetrics]]:
         """One run of ``it`` on one engine, as RunMetrics (an engine that died raises EngineCrashed)."""
 

@@ -41,7 +41,7 @@ def judge(ctx: RunContext, st: PerfState) -> CheckResult:
     """Judge every (workload, point) item, match the claims, and summarise the lifetimes and runs."""
     gate = ctx.scope.gates.perf
     m = gate.noise_margin
-    metrics = list(dict.fromkeys([gate.gated_metric, *gate.metrics]))
+    metrics: list[str] = list(dict.fromkeys([gate.gated_metric, *gate.metrics]))
     rows: list[dict[str, Any]] = []
     runs: list[dict[str, Any]] = []
     failures: list[str] = []
@@ -96,7 +96,7 @@ def judge(ctx: RunContext, st: PerfState) -> CheckResult:
         if dr is not None:
             drift.append(dr)
 
-    kinds = {w.name: w.kind for w in ctx.scope.workloads}
+    kinds: dict[str, str] = {w.name: w.kind for w in ctx.scope.workloads}
     run_workloads = {s.item.workload for s in st.items.values() if s.n_runs("baseline") or s.n_runs("candidate")}
     claims = match_claims(
         ctx.scope.claims,
