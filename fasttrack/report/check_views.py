@@ -22,6 +22,7 @@ from fasttrack.report.views import (
 )
 from fasttrack.results import ordered_checks
 
+#: Titles of the shipped checks, for bundles written before checks recorded their own title.
 CHECK_TITLES = {
     "kernels": "Kernels",
     "equivalence": "Output equivalence",
@@ -40,6 +41,19 @@ MAX_HEATMAP_POINTS = 300
 Tables = dict[str, dict[str, LoadedTable]]
 #: Config points of the bundle's plan by id.
 PlanPoints = dict[str, dict[str, Any]]
+
+
+def view_entry(manifest: Manifest, view: str) -> tuple[str, CheckEntry] | None:
+    """The check the report renders with the named ``view`` (``perf``, ``evals``, ``coverage``):
+    the first whose entry records that view, or, in a bundle written before checks recorded
+    their view, the check of that name."""
+    for name in ordered_checks(manifest.checks):
+        if manifest.checks[name].view == view:
+            return name, manifest.checks[name]
+    entry = manifest.checks.get(view)
+    if entry is not None and entry.view is None:
+        return view, entry
+    return None
 
 
 def table_view(
@@ -71,7 +85,7 @@ def check_view(name: str, e: CheckEntry, tabs: dict[str, LoadedTable], links: Li
         )
     return CheckView(
         name=fmt.one_line(name, 128),
-        title=e.title or CHECK_TITLES.get(name, name),
+        title=fmt.one_line(e.title, 200) if e.title else CHECK_TITLES.get(name, name),
         verdict=e.verdict.value,
         required=e.required,
         reason=fmt.one_line(e.reason),
@@ -162,10 +176,11 @@ def coverage_view(
     plan_pts: PlanPoints,
     links: LinkPolicy,
 ) -> CoverageView:
-    entry = manifest.checks.get("coverage")
-    if entry is None:
+    found = view_entry(manifest, "coverage")
+    if found is None:
         return CoverageView(status="not_run", reason="the bundle has no coverage check entry")
-    tabs = tables.get("coverage", {})
+    check, entry = found
+    tabs = tables.get(check, {})
     if entry.verdict.value == "not_run" and not tabs:
         return CoverageView(status="not_run", reason=fmt.one_line(entry.reason, 600))
     main = None
@@ -178,7 +193,7 @@ def coverage_view(
         view.gaps = [fmt.one_line(f, 400) for f in entry.failures[:MAX_FAILURES_SHOWN]]
         return view
     name, t = main
-    view.table = table_view("coverage", name, t, links=links, rows_shown=200)
+    view.table = table_view(check, name, t, links=links, rows_shown=200)
     pc = F.pick(t.columns, F.POINT) or "point"
     per_point: dict[str, list[str | None]] = {}
     for r in t.rows:

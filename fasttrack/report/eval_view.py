@@ -9,16 +9,17 @@ from fasttrack.bundle.manifest import Manifest
 from fasttrack.report import fields as F
 from fasttrack.report import fmt
 from fasttrack.report.charts import bins_chart, items_chart
-from fasttrack.report.check_views import Tables, table_view
+from fasttrack.report.check_views import Tables, table_view, view_entry
 from fasttrack.report.links import LinkPolicy
 from fasttrack.report.views import EvalChart, EvalView, TableView
 
 
 def evals_view(manifest: Manifest, tables: Tables, links: LinkPolicy) -> EvalView:
-    entry = manifest.checks.get("evals")
-    if entry is None:
+    found = view_entry(manifest, "evals")
+    if found is None:
         return EvalView(status="not_run", reason="the bundle has no evals check entry")
-    tabs = tables.get("evals", {})
+    check, entry = found
+    tabs = tables.get(check, {})
     view = EvalView(status="shown" if tabs else "not_run", reason=fmt.one_line(entry.reason, 600))
     discordant_rows: list[dict[str, Any]] = []
 
@@ -55,7 +56,7 @@ def evals_view(manifest: Manifest, tables: Tables, links: LinkPolicy) -> EvalVie
         cols = t.columns
         lname = name.lower()
         if "discordant" in lname or "review" in lname:
-            view.discordant = table_view("evals", name, t, links=links, rows_shown=200)
+            view.discordant = table_view(check, name, t, links=links, rows_shown=200)
             view.discordant_count = t.total_rows
             continue
         bc, cc = F.pick(cols, F.BASELINE), F.pick(cols, F.CANDIDATE)
@@ -81,7 +82,7 @@ def evals_view(manifest: Manifest, tables: Tables, links: LinkPolicy) -> EvalVie
         binc, itemc = F.pick(cols, F.BIN), F.pick(cols, F.ITEM)
         col = binc or itemc
         if col is None:
-            view.tables.append(table_view("evals", name, t, links=links, rows_shown=100))
+            view.tables.append(table_view(check, name, t, links=links, rows_shown=100))
             continue
         acc: dict[str, dict[str, list[tuple[float | None, float | None]]]] = {}
         for r in t.rows:
@@ -94,7 +95,7 @@ def evals_view(manifest: Manifest, tables: Tables, links: LinkPolicy) -> EvalVie
             add("bins" if binc else "items", f"{ev} per {col}", name, data, col)
     if view.discordant is None and discordant_rows:
         view.discordant = TableView(
-            check="evals",
+            check=check,
             name="discordant (from per-item scores)",
             path="",
             columns=["eval", "item", "baseline", "candidate"],

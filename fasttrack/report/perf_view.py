@@ -6,7 +6,7 @@ from fasttrack.bundle.manifest import Manifest
 from fasttrack.report import fields as F
 from fasttrack.report import fmt
 from fasttrack.report.charts import speedup_chart
-from fasttrack.report.check_views import PlanPoints, Tables
+from fasttrack.report.check_views import PlanPoints, Tables, view_entry
 from fasttrack.report.tableread import LoadedTable
 from fasttrack.report.views import PerfCharts, PerfMetricView, PerfRow, PerfView
 
@@ -88,14 +88,15 @@ def perf_rows(t: LoadedTable, plan_pts: PlanPoints) -> list[PerfRow]:
 
 
 def perf_view(manifest: Manifest, tables: Tables, plan_pts: PlanPoints) -> PerfView:
-    entry = manifest.checks.get("perf")
-    if entry is None:
+    picked = view_entry(manifest, "perf")
+    if picked is None:
         return PerfView(status="not_run", reason="the bundle has no perf check entry")
-    found = _perf_table(tables.get("perf", {}))
+    check, entry = picked
+    found = _perf_table(tables.get(check, {}))
     if entry.verdict.value == "not_run" and found is None:
         return PerfView(status="not_run", reason=fmt.one_line(entry.reason, 600))
     if found is None:
-        names = ", ".join(sorted(tables.get("perf", {}))) or "none"
+        names = ", ".join(sorted(tables.get(check, {}))) or "none"
         return PerfView(
             status="no_table",
             reason=f"the perf check wrote no per-point table with a speedup and its interval (tables: {names})",

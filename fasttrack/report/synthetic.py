@@ -34,7 +34,7 @@ from fasttrack.bundle.manifest import (
     scope_info,
 )
 from fasttrack.bundle.writer import write_bundle
-from fasttrack.report.synthetic_results import Spec, check_results, plant
+from fasttrack.report.synthetic_results import Spec, check_results, plant, recorded_name
 from fasttrack.results import CHECK_ORDER
 
 __all__ = ["PAYLOADS", "SUITES", "Spec", "make_bundle", "payload_text"]
@@ -222,7 +222,7 @@ def _write(
         ),
         created=spec.created,
         artifacts_from=run,
-        expected_checks=CHECK_ORDER,
+        expected_checks=[recorded_name(spec, c) for c in CHECK_ORDER],
         sign_keys=list(sign_keys),
         overwrite=True,
     )

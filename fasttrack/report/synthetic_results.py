@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from fasttrack.report.check_views import CHECK_TITLES
 from fasttrack.results import CheckResult, Gate, Verdict
 
 
@@ -39,6 +40,15 @@ class Spec:
     created: str = "2026-01-15T12:00:00+00:00"
     signer_comment: str = ""
     extra_tables: dict[str, dict[str, list[dict[str, Any]]]] = field(default_factory=dict)
+    check_names: dict[str, str] = field(default_factory=dict)
+    """Names the checks are recorded under (e.g. ``{"perf": "speed"}``); each keeps its title and view."""
+    legacy_entries: bool = False
+    """Record no title and view per check, like bundles written before checks declared them."""
+
+
+def recorded_name(spec: Spec, check: str) -> str:
+    """The name ``check`` is recorded under in the bundle."""
+    return spec.check_names.get(check, check)
 
 
 def plant(spec: Spec, text: str) -> str:
@@ -145,8 +155,13 @@ def check_results(spec: Spec, points: list[dict[str, Any]], rng: random.Random) 
         failures: list[str],
         ok_reason: str,
     ) -> None:
+        title = None if spec.legacy_entries else pl(spec, CHECK_TITLES[name])
+        view = None if spec.legacy_entries else name
         if name in spec.not_run:
-            results.append(CheckResult.not_run(name, pl(spec, f"{name} did not run: the tier does not select it")))
+            skipped = CheckResult.not_run(
+                recorded_name(spec, name), pl(spec, f"{name} did not run: the tier does not select it")
+            )
+            results.append(skipped.model_copy(update={"title": title, "view": view}))
             return
         failed = bool(failures)
         tables = dict(rows_by_table)
@@ -157,7 +172,9 @@ def check_results(spec: Spec, points: list[dict[str, Any]], rng: random.Random) 
                     r[spec.payload] = spec.payload
         results.append(
             CheckResult(
-                check=name,
+                check=recorded_name(spec, name),
+                title=title,
+                view=view,
                 verdict=Verdict.FAIL if failed else Verdict.PASS,
                 reason=pl(spec, f"{len(failures)} failing item(s): {failures[0]}" if failed else ok_reason),
                 gate=g,

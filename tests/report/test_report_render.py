@@ -204,6 +204,33 @@ def test_evals_bins_items_and_discordant(bundle_factory, keys) -> None:
     assert d.check_verdicts["evals"] == "fail" and d.heatmap.cells[d.heatmap.points[0]]["evals"].state == "fail"  # type: ignore[union-attr]
 
 
+def test_views_and_titles_follow_what_each_check_recorded(bundle_factory, keys) -> None:
+    # perf and evals recorded under other names: their entries' views pick the perf and evals sections
+    b = bundle_factory("renamed", model="demo-llama", seed=7, check_names={"perf": "speed", "evals": "quality"})
+    d = build_report_data(b, keys=[keys.trusted_pub])
+    assert d.verification.verified and set(d.check_verdicts) >= {"speed", "quality"}
+    assert "perf" not in d.check_verdicts and "evals" not in d.check_verdicts
+    assert d.perf.status == "shown" and d.perf.all_rows  # type: ignore[union-attr]
+    assert d.evals.status == "shown" and d.evals.bins  # type: ignore[union-attr]
+    titles = {c.name: c.title for c in d.checks}
+    assert titles["speed"] == "Performance" and titles["quality"] == "Model evaluations"
+    # a bundle whose entries record no view or title: sections by check name, titles from the report's table
+    old = build_report_data(
+        bundle_factory("legacy", model="demo-llama", seed=7, legacy_entries=True), keys=[keys.trusted_pub]
+    )
+    assert old.perf.status == "shown" and old.evals.status == "shown"  # type: ignore[union-attr]
+    assert {c.name: c.title for c in old.checks}["perf"] == "Performance"
+    # renamed and without a recorded view, a check gets no perf section
+    lost = build_report_data(
+        bundle_factory(
+            "legacy-renamed", model="demo-llama", seed=7, legacy_entries=True, check_names={"perf": "speed"}
+        ),
+        keys=[keys.trusted_pub],
+    )
+    assert lost.perf.status == "not_run" and "no perf check entry" in lost.perf.reason  # type: ignore[union-attr]
+    assert {c.name: c.title for c in lost.checks}["speed"] == "speed"
+
+
 def test_claims_from_table(bundle_factory, keys) -> None:
     d = build_report_data(bundle_factory("good", model="demo-llama", seed=1), keys=[keys.trusted_pub])
     status = {c.id: c.status for c in d.claims}
