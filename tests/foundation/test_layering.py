@@ -20,7 +20,7 @@ Layers, bottom to top (a module imports only from its own layer or below):
 1. ``errors``, ``results``, ``scope``, ``stats`` (and the package root ``fasttrack``)
 1.5 ``bundle/``: level 1 and itself
 1.7 ``report/``: ``bundle/``, level 1 and itself
-2. ``engine/``, ``plan``, ``isolation``, ``hardware``, ``models``, ``inputs``, ``schemas``
+2. ``engine/``, ``plan``, ``isolation``, ``hardware``, ``models``, ``inputs``, ``schemas``, ``passability``
 3. ``perf/``, ``evals/``, ``kernels/``
 4. ``checks/``
 5. ``pipeline``, ``executors``, ``reproduce``
@@ -58,6 +58,7 @@ LEVELS: dict[str, float] = {
     "models": 2,
     "inputs": 2,
     "schemas": 2,
+    "passability": 2,  # what a tier can never run, from the scope and the plan (before any engine)
     "perf": 3,
     "evals": 3,
     "kernels": 3,
