@@ -16,6 +16,10 @@ Each property is one named item of the result:
 - ``tables``: every check table exists where recorded, with the recorded rows and
   columns; no table or listed artifact is missing; no stray table.
 - ``pr_head``: the tested head commit equals ``--pr-head`` (skipped when not given).
+
+The pass is :mod:`scan`, the envelope and signatures :mod:`dsse`, and the rules behind
+``schema``, ``predicate``, ``verdicts``, ``tables`` and ``pr_head`` :mod:`consistency`
+(the same rules signing checks first).
 """
 
 from __future__ import annotations
