@@ -63,6 +63,8 @@ class Demo:
     model: Path
     timings: dict[str, float] = field(default_factory=dict)
     messages: dict[str, list[str]] = field(default_factory=dict)
+    runs: dict[str, tuple[RunContext, dict[str, CheckResult]]] = field(default_factory=dict)
+    """Candidate runs by label: their context and results (the bundle test reuses the clean one)."""
 
     @property
     def group(self) -> Any:
@@ -163,6 +165,7 @@ def _candidate(
     _collect(demo, ctx, checks, eng, "candidate", label)
     results = {n: c.judge(ctx) for n, c in checks.items()}
     demo.record(label, results)
+    demo.runs[label] = (ctx, results)
     return results
 
 
@@ -195,6 +198,39 @@ def test_clean_candidate_passes_all_three_checks(demo: Demo, baseline: Collected
         assert fb[(s, "candidate")]["verdict"] == "pass" and fb[(s, "candidate")]["fallback_visible"], fb[
             (s, "candidate")
         ]
+
+
+def test_a_demo_bundle_lists_the_seeds_and_datasets_its_checks_used(
+    demo: Demo, baseline: Collected, engine_slot: Any
+) -> None:
+    """The clean candidate's run (reused, no new engine) written as a bundle through the pipeline's typed
+    record: its provenance names the sampling seeds and the shipped inputs the checks read."""
+    from fasttrack import ROOT
+    from fasttrack.bundle import open_bundle
+    from fasttrack.bundle.writer import write_run_bundle
+    from fasttrack.inputs import prompt_set_path
+    from fasttrack.pipeline.engines import RunState
+    from fasttrack.pipeline.record import RunFacts, finished_run
+
+    if "candidate-clean" not in demo.runs:
+        _candidate(demo, baseline, engine_slot, None, ["equivalence", "features", "coverage"])
+    ctx, results = demo.runs["candidate-clean"]
+    facts = RunFacts(loaded=demo.loaded, plan=demo.plan, host=None, rehearsal=True, rehearsal_reason="checks e2e")
+    record = finished_run(facts, ctx, list(results.values()), RunState())
+    written = write_run_bundle(record, log=lambda m: None)
+    with open_bundle(written.tarball) as view:
+        prov = view.manifest.provenance
+    temps = demo.scope.gates.features.temperatures
+    assert {f"features/temperature_sampling/T={t:g}": 1_000_000 * (i + 1) for i, t in enumerate(temps)}.items() <= (
+        prov.seeds.items()
+    ), prov.seeds
+    assert prov.seeds["features/seeded_sampling"] == 4242 and prov.seeds["features/n_best"] == 99, prov.seeds
+    assert prov.seeds["features/temperature_sampling/top_k_mask"] == 7_000_000
+    names = set(prov.datasets)
+    assert {"suites/common/prompts/passages.jsonl", "suites/common/schemas"} <= names, names
+    prompt_set = prompt_set_path(demo.scope, demo.loaded.base_dir).resolve().relative_to(ROOT).as_posix()
+    assert prompt_set in names and "suites/common/prompts/structured.jsonl" in names, names
+    assert all(len(d) == 64 for d in prov.datasets.values())
 
 
 def test_numerics_batch_is_caught_by_equivalence_at_batch_3_only(
