@@ -93,6 +93,9 @@ def verify_cmd(
             mark = "[green]ok[/]" if it.ok else ("[dim]-[/]" if it.ok is None else "[bold red]FAIL[/]")
             table.add_row(it.name, mark, it.detail)
         console.print(table)
+        signed = [f"{s['identity']} (key {s['keyid'][:16]})" for s in res.signatures if s.get("identity")]
+        if signed:
+            console.print("signed by: " + ", ".join(signed), highlight=False, markup=False)
         status = "[green]verified[/]" if res.verified else "[bold red]NOT verified[/]"
         console.print(f"{bundle}: {status}; bundle verdict: [bold]{res.verdict}[/]", highlight=False)
         if res.verified and require_pass and res.verdict != "pass":

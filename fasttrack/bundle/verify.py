@@ -45,6 +45,7 @@ from fasttrack.bundle.layout import ATTESTATION, MANIFEST
 from fasttrack.bundle.manifest import Manifest
 from fasttrack.bundle.safe_tar import DEFAULT_LIMITS, Limits
 from fasttrack.bundle.scan import Contents, scan_dir, scan_tar
+from fasttrack.bundle.trust import identity_names, signer_identities
 
 #: ``resolve_keys`` lives in :mod:`keys`; it is named here too because callers found it here.
 __all__ = ["ITEMS", "VerifyItem", "VerifyResult", "resolve_keys", "verify_bundle"]
@@ -90,7 +91,10 @@ class VerifyResult(BaseModel):
     signers: list[str]
     """Key ids of the trusted keys whose signatures verified."""
     signatures: list[dict[str, Any]]
-    """Every signature on the envelope: keyid, status (valid/invalid/untrusted), signer."""
+    """Every signature on the envelope: keyid, status (valid/invalid/untrusted), signer, identity."""
+    identities: list[str] = []
+    """Who signed: the identities of the trusted keys whose signatures verified (see
+    :mod:`fasttrack.bundle.trust`)."""
     items: list[VerifyItem]
     """One entry per property, in ``ITEMS`` order."""
     bytes_hashed: int = 0
@@ -123,6 +127,7 @@ def verify_bundle(
     """
     p = Path(path)
     trusted = resolve_keys(keys, trust_dir)
+    names = identity_names(trusted, trust_dir)
     items: dict[str, VerifyItem] = {}
 
     def put(name: str, ok: bool | None, detail: str) -> None:
@@ -139,6 +144,7 @@ def verify_bundle(
             verdict=manifest.verdict if manifest else None,
             signers=sorted({s["keyid"] for s in sigs if s["status"] == "valid"}),
             signatures=sigs,
+            identities=sorted({s["identity"] for s in sigs if s["status"] == "valid" and s.get("identity")}),
             items=ordered,
             bytes_hashed=total,
         )
@@ -192,10 +198,15 @@ def verify_bundle(
             put("signature", False, "the attestation is not signed")
         else:
             sigs = check_signatures(env, trusted)
+            for s, who in zip(sigs, signer_identities(env, sigs, trusted, names), strict=True):
+                s["identity"] = who
             valid = [s for s in sigs if s["status"] == "valid"]
             invalid = [s for s in sigs if s["status"] == "invalid"]
             desc = "; ".join(
-                f"{s['keyid'][:16]} {s['status']}" + (f" by {s['signer']}" if s["signer"] else "") for s in sigs
+                f"{s['keyid'][:16]} {s['status']}"
+                + (f" by {s['identity']}" if s.get("identity") else "")
+                + (f" ({s['signer']})" if s["signer"] else "")
+                for s in sigs
             )
             if invalid:
                 put("signature", False, f"a signature with a trusted key id does not verify: {desc}")
