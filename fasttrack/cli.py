@@ -22,7 +22,12 @@ console = Console()
 err_console = Console(stderr=True, soft_wrap=True)
 
 #: Modules that add subcommands; each defines ``register(app: typer.Typer) -> None``.
-SUBCOMMAND_MODULES: list[str] = ["fasttrack.bundle.cli", "fasttrack.report.cli", "fasttrack.kernels.cli"]
+SUBCOMMAND_MODULES: list[str] = [
+    "fasttrack.bundle.cli",
+    "fasttrack.report.cli",
+    "fasttrack.kernels.cli",
+    "fasttrack.pr.cli",
+]
 
 
 @app.callback(invoke_without_command=True)

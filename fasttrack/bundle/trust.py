@@ -96,7 +96,9 @@ def _split_fields(line: str) -> list[str]:
 
 def _split_options(text: str) -> list[str]:
     """``a,b="x,y",c`` -> ``['a', 'b="x,y"', 'c']``."""
-    out, cur, quoted = [], [], False
+    out: list[str] = []
+    cur: list[str] = []
+    quoted = False
     for ch in text:
         if ch == '"':
             quoted = not quoted
