@@ -130,7 +130,7 @@ def parse_allowed_signers(path: str | os.PathLike[str]) -> list[SignerEntry]:
             raise KeyFileError(f"{where}: {exc}") from None
         if len(fields) < 3:
             raise KeyFileError(f"{where}: expected 'PRINCIPALS [OPTIONS] ssh-ed25519 KEY [COMMENT]'")
-        principals = tuple(x.strip() for x in fields[0].strip('"').split(",") if x.strip())
+        principals = tuple(x.strip().strip('"').strip() for x in fields[0].split(",") if x.strip().strip('"'))
         rest = fields[1:]
         if not rest[0].startswith(("ssh-", "ecdsa-", "sk-")):
             for opt in _split_options(rest[0]):
