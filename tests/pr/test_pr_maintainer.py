@@ -67,6 +67,14 @@ def test_fetch_verify_and_upsert_the_verified_result(
     assert r.returncode == 0 and "NOT verified" in r.stdout
     assert "could NOT verify this bundle" in body.read_text()
 
+    # the head SHA fetch reports is the PR's (from the API), whatever head the bundle tested
+    gh.state.pulls[(UPSTREAM, PR)].head_sha = "c0ffee" * 6 + "c0ff"
+    out.unlink()
+    r = ft("pr", "fetch", "--repo", UPSTREAM, "--pr", PR, "-o", got, "--github-output", out, *api(gh),
+           token=TOKENS["fasttrack-bot"])  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "head_sha=" + "c0ffee" * 6 + "c0ff" in out.read_text().splitlines()
+
 
 def test_fetch_refuses_a_changed_bundle(gh: GitHubDouble, demo_tarball: Path, tmp_path: Path) -> None:
     r = ft("pr", "publish", demo_tarball, "--repo", UPSTREAM, "--pr", PR, *api(gh), token=TOKENS["alice"])
