@@ -4,19 +4,16 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.console import Console
 
-from fasttrack.pr.github import (
-    DEFAULT_API_URL,
-    DEFAULT_SERVER_URL,
-    GitHubClient,
-    GitHubError,
-    resolve_token,
-    server_from_api,
-)
+if TYPE_CHECKING:
+    from fasttrack.pr.github import GitHubClient
+
+# fasttrack.pr.github (and httpx) load only when a pr command runs: every fasttrack command
+# registers these subcommands, and `fasttrack verify` / `report` stay light.
 
 console = Console(soft_wrap=True)
 err_console = Console(stderr=True, soft_wrap=True)
@@ -27,6 +24,8 @@ pr_app = typer.Typer(
 
 
 def _api_default() -> str:
+    from fasttrack.pr.github import DEFAULT_API_URL
+
     return os.environ.get("GITHUB_API_URL") or DEFAULT_API_URL
 
 
@@ -35,6 +34,8 @@ def _log(msg: str) -> None:
 
 
 def _client(api_url: Optional[str], max_wait: float, *, dry_run: bool = False) -> tuple[GitHubClient, str]:
+    from fasttrack.pr.github import GitHubClient, GitHubError, resolve_token
+
     api = api_url or _api_default()
     if dry_run:
         try:
@@ -129,6 +130,7 @@ def fetch_cmd(
 ) -> None:
     """Download the bundle the PR's fasttrack comment links and check its sha256 (maintainers' side)."""
     from fasttrack.pr.fetch import fetch_bundle, write_outputs
+    from fasttrack.pr.github import DEFAULT_SERVER_URL, server_from_api
 
     client, _ = _client(api_url, max_wait)
     server = (
@@ -192,7 +194,7 @@ def comment_cmd(
     max_wait: float = WAIT_OPT,
 ) -> None:
     """Update the PR's fasttrack comment with a body file (create it only when there is none)."""
-    from fasttrack.pr.github import check_repo
+    from fasttrack.pr.github import GitHubError, check_repo
     from fasttrack.pr.sticky import check_body, plan_upsert, upsert
 
     check_repo(repo)
