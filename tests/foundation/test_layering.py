@@ -23,7 +23,7 @@ Layers, bottom to top (a module imports only from its own layer or below):
 2. ``engine/``, ``plan``, ``isolation``, ``hardware``, ``models``, ``inputs``, ``schemas``, ``passability``
 3. ``perf/``, ``evals/``, ``kernels/``
 4. ``checks/``
-5. ``pipeline``, ``executors``, ``reproduce``
+5. ``pipeline``, ``executors``, ``reproduce``, ``pr``
 6. ``cli``, ``__main__``
 
 Every test lists all violations with module names, not just the first.
@@ -66,6 +66,7 @@ LEVELS: dict[str, float] = {
     "pipeline": 5,
     "executors": 5,
     "reproduce": 5,
+    "pr": 5,  # the PR flow (GitHub client, publish, sticky comment): imports bundle/, report/, level 1
     "cli": 6,
     "__main__": 6,
 }
