@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 from github_double import GitHubDouble
+from pr_testlib import PR, TOKENS, UPSTREAM
 
-from conftest import PR, TOKENS, UPSTREAM
 from fasttrack.pr.github import GitHubClient, GitHubError, resolve_token
 from fasttrack.pr.sticky import MARKER, find_sticky, upsert
 

@@ -11,8 +11,8 @@ import hashlib
 from pathlib import Path
 
 from github_double import GitHubDouble
+from pr_testlib import PR, TOKENS, UPSTREAM, ft, one_error
 
-from conftest import PR, TOKENS, UPSTREAM, ft, one_error
 from fasttrack.pr.sticky import MARKER, parse_link
 
 RUN_URL = "https://github.com/org/vllm/actions/runs/123"

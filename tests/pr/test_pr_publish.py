@@ -12,8 +12,8 @@ import json
 from pathlib import Path
 
 from github_double import GitHubDouble
+from pr_testlib import FORK, PR, TOKENS, UPSTREAM, ft, make_tarball, one_error
 
-from conftest import FORK, PR, TOKENS, UPSTREAM, ft, make_tarball, one_error
 from fasttrack.pr.github import json_body
 from fasttrack.pr.publish import asset_name, release_payload, release_tag
 from fasttrack.pr.sticky import MARKER, parse_link
