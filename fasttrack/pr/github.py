@@ -29,7 +29,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
@@ -142,7 +142,6 @@ class GitHubClient:
     clock: Callable[[], float] = time.time
     log: Callable[[str], None] = lambda _m: None
     transport: httpx.BaseTransport | None = None
-    sent: list[Call] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.api_url = self.api_url.rstrip("/")
@@ -253,7 +252,6 @@ class GitHubClient:
                     resp = self._http.request(call.method, call.url, headers=headers, content=call.body)
             except httpx.HTTPError as exc:
                 raise GitHubError(f"{call.what}: cannot reach {_origin(call.url)}: {exc}") from None
-            self.sent.append(call)
             wait = self._rate_limit_wait(resp)
             if wait is not None:
                 attempt += 1
