@@ -86,17 +86,30 @@ def plan_cmd(
     tier: str = typer.Option("smoke", "--tier", "-t", help="smoke < standard < full."),
     shard: str = typer.Option(None, "--shard", help="Run only shard i of n, e.g. 2/3."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+    no_arg_check: bool = typer.Option(
+        False, "--no-arg-check", help="Do not check the engine arguments against the installed vLLM's parser."
+    ),
 ) -> None:
-    """Expand a scope's envelope into config points, engine groups and a cost estimate."""
+    """Expand a scope's envelope into config points, engine groups and a cost estimate; list what the tier
+    can never run, and check the engine arguments against the installed vLLM's own parser."""
     from rich.table import Table
 
+    from fasttrack.engine.argcheck import raise_for_issues
+    from fasttrack.passability import analyze, engine_arg_check
     from fasttrack.plan import build_plan
     from fasttrack.scope import load_scope
 
     loaded = load_scope(model)
     plan = build_plan(loaded.scope, tier=tier, shard=shard, scope_sha256=loaded.sha256)
+    passing = analyze(loaded.scope, build_plan(loaded.scope, tier=tier), base_dir=loaded.base_dir)
+    args_check = None if no_arg_check else engine_arg_check(plan)
+    if args_check is not None:
+        raise_for_issues(args_check, scope_name=loaded.scope.name)
     if as_json:
-        _print_json(plan.model_dump(mode="json"))
+        doc = plan.model_dump(mode="json")
+        doc["passability"] = passing.model_dump(mode="json") | {"ok": passing.ok}
+        doc["engine_args"] = args_check.model_dump(mode="json") if args_check is not None else None
+        _print_json(doc)
         return
     s = loaded.scope
     console.print(f"[bold]{s.title}[/]  scope={s.name} tier={plan.tier} shard={plan.shard}")
@@ -140,6 +153,23 @@ def plan_cmd(
         f"{a.tokens_per_request} tokens, {a.decode_tokens_per_s:.0f} decode tok/s "
         "(override in the scope's 'estimates')[/]"
     )
+    if args_check is None:
+        console.print("[dim]engine arguments: not checked (--no-arg-check)[/]")
+    elif args_check.skipped:
+        console.print(f"[yellow]engine arguments: not checked: {args_check.skipped}[/]", highlight=False)
+    else:
+        console.print(
+            f"engine arguments: {len(args_check.checked)} argument lists accepted by vLLM {args_check.vllm_version}"
+        )
+    if passing.ok:
+        console.print(f"passability: every required item of the {plan.tier} tier can run")
+    else:
+        console.print(
+            f"[bold yellow]passability: the {plan.tier} tier can never pass; these required items cannot run "
+            "(validate refuses it unless --run-anyway):[/]"
+        )
+        for line in passing.lines():
+            console.print(f"  - {line}", highlight=False)
 
 
 # --------------------------------------------------------------------------- isolation

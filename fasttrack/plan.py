@@ -101,6 +101,10 @@ class Plan(_Model):
     checks: list[str] | None = None
     """Checks the tier selects (None = all registered)."""
     workloads: list[str] | None = None
+    features: list[str] | None = None
+    """Serving features the tier checks (None = every feature of the scope)."""
+    evals: list[str] | None = None
+    """Evals the tier runs (None = all)."""
     fingerprint: str = ""
     """sha256 of the unsharded plan (scope hash + tier): equal for every shard of one plan."""
 
@@ -113,6 +117,22 @@ class Plan(_Model):
     def group_points(self, group: EngineGroup) -> list[ConfigPoint]:
         ids = set(group.points)
         return [p for p in self.points if p.id in ids]
+
+    def runs_check(self, name: str) -> bool:
+        """Whether the tier selects the check ``name``."""
+        return self.checks is None or name in self.checks
+
+    def tier_features(self, scope_features: list[str]) -> list[str]:
+        """The scope's features this tier checks."""
+        return [f for f in scope_features if self.features is None or f in self.features]
+
+    def tier_evals(self, scope_evals: list[str]) -> list[str]:
+        """The scope's evals (names) this tier runs."""
+        return [e for e in scope_evals if self.evals is None or e in self.evals]
+
+    def engine_arg_lists(self) -> dict[str, list[str]]:
+        """Every engine's server arguments, keyed ``group/side`` (for the check against vLLM's parser)."""
+        return {f"{g.id}/{side}": list(g.args[side]) for g in self.groups for side in SIDES}
 
 
 def parse_shard(spec: str | None) -> tuple[int, int]:
@@ -274,6 +294,8 @@ def build_plan(scope: Scope, *, tier: str = "smoke", shard: str | None = None, s
         estimate=estimate(groups, scope.estimates),
         checks=t.checks,
         workloads=t.workloads,
+        features=list(t.features) if t.features is not None else None,
+        evals=t.evals,
         fingerprint=fp,
     )
 

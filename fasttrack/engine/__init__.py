@@ -3,7 +3,11 @@
 * :mod:`~fasttrack.engine.handle`: :class:`EngineHandle`, what a check may use of a live engine.
 * :mod:`~fasttrack.engine.server` starts an OpenAI-compatible vLLM server for one side
   (own process group, log file, health wait, crash detection, SIGINT/SIGTERM/SIGKILL
-  teardown); :mod:`~fasttrack.engine.attached` attaches to one that is already running.
+  teardown); :mod:`~fasttrack.engine.multinode` one that spans several nodes, whose
+  processes a launcher starts (:mod:`~fasttrack.engine.launchers`: local, slurm; the node
+  entry script :mod:`~fasttrack.engine.node_main`); :mod:`~fasttrack.engine.start` picks
+  between them; :mod:`~fasttrack.engine.attached` attaches to one that is already running.
+* :mod:`~fasttrack.engine.argcheck` checks engine arguments against the installed vLLM's parser.
 * :mod:`~fasttrack.engine.client` sends completions and chat requests, streamed with a
   timestamp per chunk, with logprobs, usage and seeds (:mod:`~fasttrack.engine.responses`).
 * :mod:`~fasttrack.engine.metrics` reads ``/metrics``; :mod:`~fasttrack.engine.profiler`
@@ -29,6 +33,7 @@ from fasttrack.engine.errors import (
 from fasttrack.engine.evidence import WindowEvidence, evidence_from_traces
 from fasttrack.engine.flags import per_request_metrics_args, profiler_args, profiler_dir_from_args
 from fasttrack.engine.handle import EngineHandle
+from fasttrack.engine.launchers import Launcher, LocalLauncher, SlurmLauncher, get_launcher
 from fasttrack.engine.logs import scan_log, scan_log_file
 from fasttrack.engine.metrics import (
     MetricsDelta,
@@ -38,6 +43,7 @@ from fasttrack.engine.metrics import (
     scrape_metrics,
     scrape_metrics_sync,
 )
+from fasttrack.engine.multinode import MultiNodeEngine
 from fasttrack.engine.procs import StopReport
 from fasttrack.engine.profiler import ProfilerWindow, profile_window
 from fasttrack.engine.responses import (
@@ -52,9 +58,9 @@ from fasttrack.engine.server import (
     ManagedEngine,
     StartProgress,
     live_engines,
-    start_engine,
     stop_all_engines,
 )
+from fasttrack.engine.start import start_engine
 from fasttrack.engine.trace import MarkerSet, StepRecord, TraceAnalysis, analyze_trace, iter_trace_events
 
 __all__ = [
@@ -72,13 +78,17 @@ __all__ = [
     "EngineStartError",
     "EngineUnreachable",
     "LogprobPosition",
+    "Launcher",
+    "LocalLauncher",
     "ManagedEngine",
     "MarkerSet",
     "MetricsDelta",
     "MetricsSnapshot",
+    "MultiNodeEngine",
     "ProfilerError",
     "ProfilerWindow",
     "Request",
+    "SlurmLauncher",
     "StartProgress",
     "StepRecord",
     "StopReport",
@@ -89,6 +99,7 @@ __all__ = [
     "analyze_trace",
     "attach_engine",
     "evidence_from_traces",
+    "get_launcher",
     "iter_trace_events",
     "live_engines",
     "metrics_diff",

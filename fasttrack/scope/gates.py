@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from fasttrack.scope.common import ScopeModel
+from fasttrack.scope.common import Feature, ScopeModel
 
 PerfMetric = Literal[
     "median_tpot_ms",
@@ -102,6 +102,10 @@ class TierSpec(ScopeModel):
     """Checks this tier runs (null = all registered)."""
     workloads: list[str] | None = None
     """Perf workloads this tier runs (null = all)."""
+    features: list[Feature] | None = None
+    """Serving features this tier checks (null = every feature of the scope)."""
+    evals: list[str] | None = None
+    """Evals this tier runs, by name (null = all)."""
     lifetimes_per_side: int = Field(default=1, ge=1)
     """Engine lifetimes per side per engine group (the unit of replication for perf)."""
     eval_limit: int | None = Field(default=None, ge=1)

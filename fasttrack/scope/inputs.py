@@ -27,6 +27,10 @@ class FallbackSpec(ScopeModel):
     """Situations that must run the stock path."""
     unsupported_deployment: Literal["reject_at_startup", "fallback"] = "reject_at_startup"
     """What the engine does when started outside the envelope."""
+    unsupported_deployment_args: list[str] = Field(default_factory=list)
+    """Candidate arguments that start it outside its envelope, for the ``unsupported_deployment`` probe
+    (e.g. a tensor-parallel size the envelope excludes). They are appended to the candidate arguments of
+    the plan's first engine group; a later flag overrides an earlier one."""
     visible: bool = True
     """Whether each fallback must be visible (log line or metric)."""
     log_regex: str | None = None

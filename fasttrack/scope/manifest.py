@@ -77,11 +77,20 @@ class Scope(ScopeModel):
                 if problem:
                     raise ValueError(f"claim {c.id!r} points outside the envelope: {problem}")
         wl = {w.name for w in self.workloads}
+        ev = {e.name for e in self.evals}
         for tname, t in self.tiers.items():
             if t.workloads:
                 bad = sorted(set(t.workloads) - wl)
                 if bad:
                     raise ValueError(f"tier {tname!r} names unknown workloads {bad}")
+            if t.evals:
+                bad = sorted(set(t.evals) - ev)
+                if bad:
+                    raise ValueError(f"tier {tname!r} names unknown evals {bad}")
+            if t.features:
+                bad = sorted(set(t.features) - set(self.features))
+                if bad:
+                    raise ValueError(f"tier {tname!r} names features {bad} the scope does not list")
         return self
 
     def _check_tiers(self, env: Envelope) -> None:
@@ -120,6 +129,8 @@ class Scope(ScopeModel):
             sel["speculative"] = set(expand_spec_names(specs, env))
             sel["checks"] = set(t.checks) if t.checks is not None else {"*"}
             sel["workloads"] = set(t.workloads) if t.workloads is not None else {"*"}
+            sel["features"] = set(t.features) if t.features is not None else {"*"}
+            sel["evals"] = set(t.evals) if t.evals is not None else {"*"}
             if prev is not None:
                 for dim, vals in sel.items():
                     pv = prev[dim]

@@ -1,4 +1,4 @@
-"""A stand-in for ``python -m vllm.entrypoints.openai.api_server`` in lifecycle unit tests.
+"""A stand-in for ``python -m vllm.entrypoints.launchers.api_server.entry`` in lifecycle unit tests.
 
 It accepts the same command line (``-m MODULE --model M --host H --port P ...``),
 spawns one child process (like vLLM's engine core) in its own process group and
@@ -13,6 +13,11 @@ serves /health, /v1/models and /version. ``FAKE_VLLM_MODE`` selects a behaviour:
 
 When the child dies, the server logs it and exits with code 1 (as vLLM does when
 its engine core dies).
+
+A multi-node node: with ``--headless`` among the arguments (a follower started through
+``node_main.py follower``) it serves nothing and only keeps its child. ``FAKE_VLLM_NODE_EXIT``
+``RANK:SECONDS`` makes the node of that ``--node-rank`` exit with code 7 after that long
+(``RANK:0``: before the leader is healthy).
 """
 
 from __future__ import annotations
@@ -57,6 +62,14 @@ def main() -> None:
     if mode == "exit":
         print("ValueError: something is wrong with the model", flush=True)
         sys.exit(3)
+    rank = _arg("--node-rank")
+    node_exit = os.environ.get("FAKE_VLLM_NODE_EXIT", "")
+    exit_at: float | None = None
+    if rank is not None and node_exit.partition(":")[0] == rank:
+        exit_at = time.monotonic() + float(node_exit.partition(":")[2] or 0)
+    if exit_at is not None and exit_at <= time.monotonic():
+        print(f"node {rank}: RuntimeError: the peer went away", flush=True)
+        sys.exit(7)
     child = subprocess.Popen(
         [sys.executable, os.path.abspath(__file__), "--child", mode], stdout=subprocess.PIPE, text=True
     )
@@ -89,6 +102,18 @@ def main() -> None:
         while True:
             time.sleep(1)
 
+    if "--headless" in sys.argv:
+        print(f"headless node {rank}: workers up", flush=True)
+        signal.signal(signal.SIGINT, lambda *a: sys.exit(0))
+        signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
+        try:
+            while exit_at is None or time.monotonic() < exit_at:
+                time.sleep(0.1)
+        finally:
+            child.terminate()
+        print(f"node {rank}: RuntimeError: the peer went away", flush=True)
+        sys.exit(7)
+
     stop = threading.Event()
     if mode == "stubborn":
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -104,6 +129,9 @@ def main() -> None:
     print("serving", flush=True)
 
     while not stop.is_set():
+        if exit_at is not None and time.monotonic() >= exit_at:
+            print(f"node {rank}: RuntimeError: the peer went away", flush=True)
+            os._exit(7)
         if child.poll() is not None:
             print(f"engine core died with code {child.returncode}; shutting down", flush=True)
             sys.exit(1)

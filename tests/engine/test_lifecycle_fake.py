@@ -73,7 +73,7 @@ def test_start_health_stop_leaves_no_process(fake_python: str, tmp_path: Path) -
         assert len(eng.group_pids()) == 2  # server + "engine core"
         assert eng in live_engines()
         argv = eng.argv
-        assert argv[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
+        assert argv[1:3] == ["-m", "vllm.entrypoints.launchers.api_server.entry"]  # not the deprecated module
         assert argv[argv.index("--port") + 1] == str(eng.port)
         assert argv[-2:] == ["--seed", "0"]
         eng.check_alive()
