@@ -27,6 +27,7 @@ SUBCOMMAND_MODULES: list[str] = [
     "fasttrack.report.cli",
     "fasttrack.kernels.cli",
     "fasttrack.pr.cli",
+    "fasttrack.executors.cli",
 ]
 
 

@@ -3,7 +3,10 @@
 Shards must agree on everything that makes results comparable: the scope (hash), the
 plan (its fingerprint, else its hash) and shard count, the tier, the PR, the rehearsal flag and the provenance
 (versions, hardware, package list, dataset and model hashes, seeds; engine records are
-per shard and are concatenated). Every shard ``1/n .. n/n`` must be present exactly once.
+per shard and are concatenated). Every shard ``1/n .. n/n`` must be present exactly once,
+or be named absent with why (``absent``: e.g. the scheduler's job id, state and log of a
+shard that wrote no bundle); every check then counts as not run in an absent shard, so the
+merged bundle cannot pass and says which shard is missing and why.
 
 Per check, the merged entry is ``fail`` if any shard failed it; else ``not_run`` if a
 shard that required it did not run it; else ``pass`` if some shard passed it; else
@@ -19,7 +22,7 @@ import datetime as _dt
 import os
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -141,8 +144,11 @@ def _merge_plans(plans: list[dict[str, Any]]) -> dict[str, Any]:
     return merged
 
 
-def _merge_check(name: str, per_shard: list[tuple[str, Any]]) -> tuple[Verdict, str, bool]:
+def _merge_check(
+    name: str, per_shard: list[tuple[str, Any]], absent: Mapping[str, str] | None = None
+) -> tuple[Verdict, str, bool]:
     """Merged (verdict, reason, required) of one check from ``[(shard, entry|None)]``."""
+    absent = absent or {}
     required = any(e is None or e.required for _, e in per_shard)
     failed = [(s, e) for s, e in per_shard if e is not None and e.verdict is Verdict.FAIL]
     missing_req = [(s, e) for s, e in per_shard if e is None or (e.required and e.verdict is Verdict.NOT_RUN)]
@@ -155,7 +161,8 @@ def _merge_check(name: str, per_shard: list[tuple[str, Any]]) -> tuple[Verdict, 
             Verdict.NOT_RUN,
             "did not run in "
             + "; ".join(
-                f"shard {s}: {e.reason if e is not None else 'absent from that shard bundle'}" for s, e in missing_req
+                f"shard {s}: " + (e.reason if e is not None else absent.get(s, "absent from that shard bundle"))
+                for s, e in missing_req
             ),
             required,
         )
@@ -176,6 +183,7 @@ def merge_bundles(
     keys: Sequence[str | os.PathLike[str] | PublicKey] = (),
     trust_dir: str | os.PathLike[str] | None = None,
     created: str | None = None,
+    absent: Mapping[str, str] | None = None,
 ) -> Manifest:
     """Merge shard bundles (directories or tarballs) into ``out`` (a directory, or a
     ``.tar.gz`` when the name ends so) and sign it with ``sign_keys``.
@@ -183,6 +191,7 @@ def merge_bundles(
     With ``keys``/``trust_dir`` every shard must also carry a trusted signature; without,
     shards are checked for integrity (hashes, files, schema, verdicts, tables) only.
     ``created`` defaults to the latest shard's time, so merging is reproducible.
+    ``absent`` maps shards (``"i/n"``) that wrote no bundle to why; they count as not run.
     """
     from fasttrack.bundle.pack import pack_bundle
     from fasttrack.bundle.writer import write_bundle
@@ -210,7 +219,12 @@ def merge_bundles(
             if i in by_index:
                 raise MergeError(f"shard {m.plan.shard} is given twice: {by_index[i][0]} and {sp}")
             by_index[i] = (sp, root, m)
-        missing = [f"{i}/{n}" for i in range(1, n + 1) if i not in by_index]
+        absent = dict(absent or {})
+        for label in absent:
+            ai, an = parse_shard(label)
+            if an != n or ai in by_index:
+                raise MergeError(f"shard {label} is named absent but " + ("given" if an == n else f"the plan has {n}"))
+        missing = [f"{i}/{n}" for i in range(1, n + 1) if i not in by_index and f"{i}/{n}" not in absent]
         if missing:
             given = sorted((m.plan.shard for _, _, m in opened), key=lambda x: parse_shard(x)[0])
             raise MergeError(
@@ -230,7 +244,10 @@ def merge_bundles(
         results = []
         for name in names:
             per = [(m.plan.shard, m.checks.get(name)) for _, _, m in ordered]
-            verdict, reason, required = _merge_check(name, per)
+            gone = sorted(absent, key=lambda x: parse_shard(x)[0])
+            verdict, reason, required = _merge_check(
+                name, sorted(per + [(s, None) for s in gone], key=lambda x: parse_shard(x[0])[0]), absent
+            )
             gate = next((e.gate for _, e in per if e is not None and e.gate is not None), None)
             title = next((e.title for _, e in per if e is not None and e.title), None)
             view = next((e.view for _, e in per if e is not None and e.view), None)
@@ -257,7 +274,10 @@ def merge_bundles(
                     reason=reason,
                     required=required,
                     gate=gate,
-                    summary={"shards": {label: to_jsonable(e.summary) for label, e in per if e is not None}},
+                    summary={
+                        "shards": {label: to_jsonable(e.summary) for label, e in per if e is not None}
+                        | {s: {"absent": absent[s]} for s in gone}
+                    },
                     failures=[f"[shard {label}] {f}" for label, e in per if e is not None for f in e.failures],
                     tables=tables,
                     artifacts=artifacts,

@@ -1,0 +1,309 @@
+"""``fasttrack slurm`` and ``fasttrack k8s``: run a plan's shards on a Slurm cluster or Kubernetes."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional
+
+import typer
+from rich.console import Console
+
+if TYPE_CHECKING:
+    from fasttrack.executors.shards import ShardLayout
+    from fasttrack.executors.site import SiteProfile
+
+# The executors (and the plan behind them) load only when one of these commands runs.
+
+console = Console(soft_wrap=True)
+err_console = Console(stderr=True, soft_wrap=True)
+
+slurm_app = typer.Typer(
+    help="Run a plan's shards as Slurm job arrays with a merge job after them (see docs/scale-out.md). "
+    "Without a subcommand: render the scripts (--dry-run prints them).",
+    invoke_without_command=True,
+)
+k8s_app = typer.Typer(help="Kubernetes manifests for a plan's shards (see docs/scale-out.md).", no_args_is_help=True)
+
+MODEL = typer.Option(None, "--model", "-m", help="Suite name or path to a scope.yaml.")
+TIER = typer.Option("smoke", "--tier", "-t", help="smoke < standard < full.")
+SHARDS = typer.Option("groups", "--shards", help="Shard count, or 'groups': one shard per engine group.")
+SITE = typer.Option(None, "--site", help="Site profile (YAML): partition, account, extra #SBATCH lines, image, ...")
+OUT = typer.Option(None, "-o", "--out", help="Job folder (on a file system every node shares).")
+SIGN = typer.Option(None, "--sign-key", help="Private key (on the shared file system) that signs every bundle.")
+GPUS = typer.Option(None, "--gpus-per-node", min=0, help="GPUs to request per node (default: the plan's).")
+IMAGE = typer.Option(None, "--container-image", help="Pyxis/enroot image the jobs run in (#SBATCH --container-image).")
+VARG = typer.Option([], "--validate-arg", help="Extra `fasttrack validate` argument for every shard (repeatable).")
+DRY = typer.Option(False, "--dry-run", help="Print the scripts; write and submit nothing.")
+
+
+def _nodes_model(model: str) -> str:
+    """The scope as the nodes name it: a suite name stays, a file becomes an absolute path."""
+    p = Path(model)
+    if p.suffix in {".yaml", ".yml"} or p.exists():
+        return str(p.resolve())
+    return model
+
+
+def _layout(model: Optional[str], tier: str, shards: str) -> ShardLayout:
+    from fasttrack.errors import FasttrackError
+    from fasttrack.executors.shards import layout
+    from fasttrack.scope import load_scope
+
+    if not model:
+        raise FasttrackError("--model is required.", hint="e.g. fasttrack slurm --dry-run --model kimi-k3 --tier full")
+    return layout(load_scope(model), tier=tier, shards=shards)
+
+
+def _job_dir(out: Optional[Path], lay: ShardLayout, kind: str) -> Path:
+    return (out or Path("runs") / f"{kind}-{lay.scope}-{lay.tier}").resolve()
+
+
+def _print_files(files: dict[str, str]) -> None:
+    for name, text in files.items():
+        sys.stdout.write(f"# ==> {name} <==\n{text}")
+        if not text.endswith("\n"):
+            sys.stdout.write("\n")
+        sys.stdout.write("\n")
+
+
+def _summary(lay: ShardLayout, arrays: list[Any]) -> None:
+    err_console.print(
+        f"{lay.scope} {lay.tier}: {lay.count} shard(s) in {len(arrays)} array(s); "
+        f"estimate {lay.node_hours:g} node-hours, {lay.gpu_hours:g} GPU-hours",
+        highlight=False,
+    )
+    for r in arrays:
+        a = r.array
+        err_console.print(
+            f"  {r.name}: shards {','.join(map(str, a.indices))} x {a.nodes} node(s)"
+            + (f" of {a.gpus_per_node} GPU(s)" if a.gpus_per_node else ""),
+            highlight=False,
+        )
+
+
+def _render_slurm(
+    model: Optional[str],
+    tier: str,
+    shards: str,
+    site_path: Optional[Path],
+    out: Optional[Path],
+    sign_key: Optional[Path],
+    gpus: Optional[int],
+    image: Optional[str],
+    validate_args: list[str],
+    dry_run: bool,
+) -> tuple[Path, Any]:
+    from fasttrack.executors import slurm
+    from fasttrack.executors.site import load_site
+
+    lay = _layout(model, tier, shards)
+    site = load_site(site_path)
+    job_dir = _job_dir(out, lay, "slurm")
+    assert model is not None
+    opts = slurm.SlurmOptions(
+        model=_nodes_model(model),
+        tier=tier,
+        job_dir=job_dir,
+        sign_key=sign_key.resolve() if sign_key else None,
+        gpus_per_node=gpus,
+        container_image=image,
+        validate_args=list(validate_args),
+    )
+    rendered = slurm.render(lay, site, opts)
+    _summary(lay, rendered.arrays)
+    if dry_run:
+        _print_files(rendered.texts())
+    else:
+        slurm.write(rendered, job_dir)
+        err_console.print(f"job folder: {job_dir}", highlight=False)
+    return job_dir, rendered
+
+
+@slurm_app.callback()
+def slurm_root(
+    ctx: typer.Context,
+    model: Optional[str] = MODEL,
+    tier: str = TIER,
+    shards: str = SHARDS,
+    site: Optional[Path] = SITE,
+    out: Optional[Path] = OUT,
+    sign_key: Optional[Path] = SIGN,
+    gpus: Optional[int] = GPUS,
+    image: Optional[str] = IMAGE,
+    validate_arg: list[str] = VARG,
+    dry_run: bool = DRY,
+) -> None:
+    if ctx.invoked_subcommand is not None:
+        return
+    if model is None:
+        console.print(ctx.get_help())
+        raise typer.Exit(0)
+    _render_slurm(model, tier, shards, site, out, sign_key, gpus, image, validate_arg, dry_run)
+
+
+@slurm_app.command("render")
+def slurm_render(
+    model: Optional[str] = MODEL,
+    tier: str = TIER,
+    shards: str = SHARDS,
+    site: Optional[Path] = SITE,
+    out: Optional[Path] = OUT,
+    sign_key: Optional[Path] = SIGN,
+    gpus: Optional[int] = GPUS,
+    image: Optional[str] = IMAGE,
+    validate_arg: list[str] = VARG,
+    dry_run: bool = DRY,
+) -> None:
+    """Write the job folder: one sbatch script per array, the merge script, submit.sh, fasttrack-job.json."""
+    _render_slurm(model, tier, shards, site, out, sign_key, gpus, image, validate_arg, dry_run)
+
+
+@slurm_app.command("submit")
+def slurm_submit(
+    model: Optional[str] = MODEL,
+    tier: str = TIER,
+    shards: str = SHARDS,
+    site: Optional[Path] = SITE,
+    out: Optional[Path] = OUT,
+    sign_key: Optional[Path] = SIGN,
+    gpus: Optional[int] = GPUS,
+    image: Optional[str] = IMAGE,
+    validate_arg: list[str] = VARG,
+    dry_run: bool = DRY,
+) -> None:
+    """Render the job folder and submit it: every array with sbatch, then the merge job (afterany on all)."""
+    from fasttrack.executors.slurm_jobs import submit
+
+    job_dir, rendered = _render_slurm(model, tier, shards, site, out, sign_key, gpus, image, validate_arg, dry_run)
+    if dry_run:
+        err_console.print("--dry-run: nothing submitted", highlight=False)
+        return
+    ids = submit(job_dir)
+    arrays = ", ".join(f"{name} -> {jid}" for name, jid in ids["arrays"].items())
+    console.print(f"submitted: {arrays}; merge -> {ids['merge']} (afterany)", highlight=False)
+    every = ",".join([*ids["arrays"].values(), ids["merge"]])
+    console.print(f"watch: fasttrack slurm status {job_dir}   (or: squeue -r -j {every})", highlight=False)
+
+
+@slurm_app.command("status")
+def slurm_status(
+    job_dir: Path = typer.Argument(..., help="The job folder."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """Each shard's Slurm state (squeue/scontrol, not sacct) and bundle; the merge job and the merged bundle."""
+    from rich.table import Table
+
+    from fasttrack.executors.slurm_jobs import status
+
+    st = status(job_dir.resolve())
+    if as_json:
+        sys.stdout.write(json.dumps(st, indent=2) + "\n")
+        return
+    table = Table(title=f"{st['scope']} {st['tier']}: {job_dir}")
+    for col in ("shard", "nodes", "Slurm job", "state", "bundle", "log"):
+        table.add_column(col)
+    for s in st["shards"]:
+        table.add_row(
+            s["shard"],
+            str(s["nodes"]),
+            s["job_id"] or "-",
+            s["state"] or ("not submitted" if not st["submitted"] else "unknown to Slurm"),
+            s["bundle_verdict"] or ("absent" if not s["bundle"] else "?"),
+            s["log"] or "-",
+        )
+    console.print(table)
+    m = st["merge"]
+    console.print(f"merge job: {m['job_id'] or '-'} {m['state'] or ''}", highlight=False)
+    if st["merged"]:
+        mg = st["merged"]
+        console.print(
+            f"merged bundle: {mg['bundle'] or '-'} verdict {mg['verdict'] or '-'}"
+            + (f" ({mg['error']})" if mg["error"] else ""),
+            highlight=False,
+        )
+
+
+@slurm_app.command("merge")
+def slurm_merge(
+    job_dir: Path = typer.Argument(..., help="The job folder."),
+    sign_key: Optional[Path] = typer.Option(None, "--sign-key", help="Signing key (default: the job's)."),
+) -> None:
+    """The merge job's step: merge every shard bundle present, name each absent shard with its Slurm job,
+    state and log, sign; exit 0 only when the merged verdict is pass."""
+    from fasttrack.bundle.keys import load_private_key
+    from fasttrack.executors.collect import load_job, merge_job
+    from fasttrack.executors.slurm_jobs import describe_absent, task_states
+
+    job_dir = job_dir.resolve()
+    job = load_job(job_dir)
+    key = sign_key or (Path(job["sign_key"]) if job.get("sign_key") else None)
+    keys = [load_private_key(key)] if key else []
+    states = task_states(job) if job.get("submitted") else {}
+    outcome = merge_job(
+        job_dir,
+        describe_absent=describe_absent(job, states),
+        sign_keys=keys,
+        log=lambda m: console.print(m, highlight=False, markup=False),
+    )
+    raise typer.Exit(0 if outcome.verdict == "pass" else 1)
+
+
+@k8s_app.command("render")
+def k8s_render(
+    model: Optional[str] = MODEL,
+    tier: str = TIER,
+    shards: str = SHARDS,
+    site: Optional[Path] = SITE,
+    out: Optional[Path] = typer.Option(None, "-o", "--out", help="Write the manifests here (default: print)."),
+    image: Optional[str] = typer.Option(None, "--image", help="The evaluation image (default: the site's)."),
+    gpus: Optional[int] = GPUS,
+    sign: bool = typer.Option(
+        False, "--sign", help="Sign bundles with the key in the site's kubernetes.sign_key_secret."
+    ),
+) -> None:
+    """Indexed Job for single-node shards, a LeaderWorkerSet per multi-node shard, a shared volume, a merge Job."""
+    from fasttrack.executors import k8s
+    from fasttrack.executors.site import load_site
+
+    lay = _layout(model, tier, shards)
+    prof: SiteProfile = load_site(site)
+    assert model is not None
+    rendered = k8s.render(
+        lay, prof, k8s.K8sOptions(model=_nodes_model(model), image=image, gpus_per_node=gpus, sign=sign)
+    )
+    err_console.print(rendered.summary(), highlight=False)
+    if out is None:
+        sys.stdout.write(rendered.text())
+        return
+    paths = k8s.write(rendered, out)
+    err_console.print(f"wrote {len(paths)} file(s) under {out}: apply with kubectl apply -f {out}", highlight=False)
+
+
+@k8s_app.command("merge")
+def k8s_merge(
+    job_dir: Path = typer.Argument(..., help="The shared volume's root (holds fasttrack-job.json and shards/)."),
+    sign_key: Optional[Path] = typer.Option(None, "--sign-key", help="Private key that signs the merged bundle."),
+) -> None:
+    """The merge Job's step: merge every shard bundle present, name each absent shard with its Job, completion
+    index and exit status, sign; exit 0 only when the merged verdict is pass."""
+    from fasttrack.bundle.keys import load_private_key
+    from fasttrack.executors import k8s
+    from fasttrack.executors.collect import load_job, merge_job
+
+    job_dir = job_dir.resolve()
+    job = load_job(job_dir)
+    outcome = merge_job(
+        job_dir,
+        describe_absent=k8s.describe_absent(job, job_dir),
+        sign_keys=[load_private_key(sign_key)] if sign_key else [],
+        log=lambda m: console.print(m, highlight=False, markup=False),
+    )
+    raise typer.Exit(0 if outcome.verdict == "pass" else 1)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``slurm`` and ``k8s`` to the ``fasttrack`` app."""
+    app.add_typer(slurm_app, name="slurm")
+    app.add_typer(k8s_app, name="k8s")
