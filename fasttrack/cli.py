@@ -173,6 +173,46 @@ def plan_cmd(
             console.print(f"  - {line}", highlight=False)
 
 
+# --------------------------------------------------------------------------- doctor
+
+
+@app.command("doctor")
+def doctor_cmd(
+    model: str = typer.Option(..., "--model", "-m", help="Suite name or path to a scope.yaml."),
+    tier: str = typer.Option("smoke", "--tier", "-t", help="The tier validate would run."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+    no_arg_check: bool = typer.Option(
+        False, "--no-arg-check", help="Do not check the engine arguments against the installed vLLM's parser."
+    ),
+) -> None:
+    """Preflight for this host or allocation: can `fasttrack validate` run the scope here? Exit 0 only if so."""
+    from fasttrack.doctor import diagnose
+    from fasttrack.scope import load_scope
+
+    loaded = load_scope(model)
+    rep = diagnose(
+        loaded,
+        tier=tier,
+        check_args=not no_arg_check,
+        progress=lambda m: err_console.print(f"[dim]{m}[/]", highlight=False),
+    )
+    if as_json:
+        _print_json(rep.model_dump(mode="json") | {"ok": rep.ok})
+    else:
+        style = {"ok": "green", "problem": "bold red", "note": "dim"}
+        for f in rep.findings:
+            line = f"[{style[f.status]}]{f.status:<8}[/]{f.topic}: {f.found}"
+            if f.fix and f.status != "ok":
+                line += f"\n{'':8}fix: {f.fix}"
+            console.print(line, highlight=False)
+        n = sum(1 for f in rep.findings if f.status == "problem")
+        if rep.ok:
+            console.print(f"[bold green]validate can run {loaded.scope.name} ({tier}) here[/]")
+        else:
+            console.print(f"[bold red]validate cannot run {loaded.scope.name} ({tier}) here: {n} problem(s)[/]")
+    raise typer.Exit(0 if rep.ok else 1)
+
+
 # --------------------------------------------------------------------------- isolation
 
 

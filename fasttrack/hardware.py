@@ -276,7 +276,8 @@ def match_hardware(hw: HardwareSpec, host: HostInfo, *, engine_gpus: list[int] |
     if hw.device == "gpu":
         if not host.gpus:
             problems.append("no GPU found")
-            facts.append(f"GPUs: none ({host.source}); {host.cpu_count} CPU cores ({host.cpu_model})")
+            how = "no nvidia-smi on this host" if host.source == "none" else f"{host.source} lists none"
+            facts.append(f"GPUs: none ({how}); {host.cpu_count} CPU cores ({host.cpu_model})")
         else:
             names = sorted({g.name for g in host.gpus})
             facts.append(f"GPU model: {', '.join(names)}")

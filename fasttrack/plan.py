@@ -15,7 +15,7 @@ import json
 import re
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from fasttrack.errors import PlanError
 from fasttrack.scope import TIER_ORDER, Envelope, Estimates, Scope, SpecDecodeSpec, expand_spec_names
@@ -59,6 +59,10 @@ class EngineGroup(_Model):
     """GPUs one engine of this group uses (tp; 0 on CPU hosts)."""
     nodes: int = 1
     """Nodes (hosts) one engine of this group spans (``hardware.node``; 1 without a node model)."""
+    side_nodes: dict[str, int] = Field(default_factory=dict)
+    """Nodes of each side's engine, from the tensor-parallel size its arguments end up with (a side whose
+    arguments set another size than the group's, e.g. a rehearsal of a multi-node candidate against a
+    single-node baseline, spans its own number of nodes)."""
     gpus_per_node: int | None = None
     """GPUs (CPU scopes: ranks) each of those nodes runs; None when the engine fits one host."""
     node_kind: str | None = None
@@ -167,6 +171,20 @@ def _format_args(template: list[str], values: dict[str, Any]) -> list[str]:
     return out
 
 
+def effective_tp(args: list[str], default: int) -> int:
+    """The tensor-parallel size an argument list ends up with (the last ``--tensor-parallel-size``/``-tp``)."""
+    tp = default
+    for i, a in enumerate(args):
+        val: str | None = None
+        if a in ("--tensor-parallel-size", "-tp") and i + 1 < len(args):
+            val = args[i + 1]
+        elif a.startswith("--tensor-parallel-size="):
+            val = a.split("=", 1)[1]
+        if val is not None and val.isdigit():
+            tp = int(val)
+    return tp
+
+
 #: How a speculative config becomes arguments when the scope's ``point_args`` does not say.
 DEFAULT_SPECULATIVE_ARGS = ["--speculative-config", "{speculative_config}"]
 
@@ -254,7 +272,11 @@ def build_plan(scope: Scope, *, tier: str = "smoke", shard: str | None = None, s
                         )
                 lifetimes = t.lifetimes_per_side
                 order = [s for _ in range(lifetimes) for s in SIDES]
-                nodes = hw.nodes_for(tp)
+                side_args = {s: _side_args(scope, s, tp, dcp, sp, draft, max_len) for s in SIDES}
+                side_tp = {s: effective_tp(side_args[s], tp) for s in SIDES}
+                side_nodes = {s: hw.nodes_for(side_tp[s]) for s in SIDES}
+                nodes = max(side_nodes.values())
+                big = max(side_tp.values())
                 groups.append(
                     EngineGroup(
                         id=gid,
@@ -262,13 +284,14 @@ def build_plan(scope: Scope, *, tier: str = "smoke", shard: str | None = None, s
                         dcp=dcp,
                         spec=name,
                         draft_length=draft,
-                        gpus=tp if on_gpu else 0,
+                        gpus=big if on_gpu else 0,
                         nodes=nodes,
-                        gpus_per_node=tp // nodes if nodes > 1 else None,
+                        side_nodes=side_nodes,
+                        gpus_per_node=big // nodes if nodes > 1 else None,
                         node_kind=hw.node.name if hw.node is not None and nodes > 1 else None,
                         speculative_config=sp.engine_config(draft) if draft is not None else None,
                         points=[p.id for p in gpoints],
-                        args={s: _side_args(scope, s, tp, dcp, sp, draft, max_len) for s in SIDES},
+                        args=side_args,
                         env={s: {**scope.engine.env, **getattr(scope.engine, s).env} for s in SIDES},
                         lifetimes_per_side=lifetimes,
                         order=order,

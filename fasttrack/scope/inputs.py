@@ -81,7 +81,12 @@ class KernelSuite(ScopeModel):
     path: str
     """Suite directory, relative to the scope file's directory."""
     candidate: str | None = None
-    """Module the candidate kernels are imported from (dotted name or file path)."""
+    """Module the candidate kernels are imported from (dotted name or file path): the PR's own kernels
+    (or an adapter exposing them under the suite's interface). Null: the suite's default."""
+    example_candidate: str | None = None
+    """The shipped example kernels (module or file, as the suite names its default) that stand in for
+    ``candidate`` in a rehearsal where the PR's module cannot be imported. Their rows are labelled
+    'example kernels, not the PR's', and a kernels result built from them is never a pass."""
     requires_gpu: bool = True
     dtypes: list[KernelDtype] = Field(default_factory=_bf16_only)
     tolerances: dict[str, dict[str, dict[str, float]]] = Field(default_factory=dict)

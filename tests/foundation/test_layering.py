@@ -20,7 +20,7 @@ Layers, bottom to top (a module imports only from its own layer or below):
 1. ``errors``, ``results``, ``scope``, ``stats`` (and the package root ``fasttrack``)
 1.5 ``bundle/``: level 1 and itself
 1.7 ``report/``: ``bundle/``, level 1 and itself
-2. ``engine/``, ``plan``, ``isolation``, ``hardware``, ``models``, ``inputs``, ``schemas``, ``passability``
+2. ``engine/``, ``plan``, ``isolation``, ``hardware``, ``models``, ``inputs``, ``schemas``, ``passability``, ``doctor``
 3. ``perf/``, ``evals/``, ``kernels/``
 4. ``checks/``
 5. ``pipeline``, ``executors``, ``reproduce``, ``pr``
@@ -59,6 +59,7 @@ LEVELS: dict[str, float] = {
     "inputs": 2,
     "schemas": 2,
     "passability": 2,  # what a tier can never run, from the scope and the plan (before any engine)
+    "doctor": 2,  # the preflight: hardware, engine interpreter, arguments, passability (no engine started)
     "perf": 3,
     "evals": 3,
     "kernels": 3,

@@ -1,0 +1,243 @@
+"""``fasttrack doctor``: can ``fasttrack validate`` run this scope here? A preflight, no engine started.
+
+Each finding is one line: ``ok``, ``problem`` (validate cannot run, or cannot pass, until it is
+fixed; the line says how) or ``note`` (worth knowing, not blocking). The checks: Python;
+torch, CUDA and the driver; the vLLM version and commit of the engine's interpreter; the
+GPUs (model, architecture, count per node, memory) and the interconnect against the
+scope's hardware; the nodes an engine spans and how they would be launched; free disk;
+the model weights; the engine arguments against the installed vLLM's own parser; the
+passability of every tier; and the plan's estimate. Exit 0 only without a problem.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from fasttrack.engine.argcheck import check_arg_lists
+from fasttrack.engine.environment import probe_local_environment
+from fasttrack.engine.launchers import default_launcher
+from fasttrack.hardware import HostInfo, detect_host, match_hardware
+from fasttrack.passability import analyze
+from fasttrack.plan import Plan, build_plan
+from fasttrack.scope import TIER_ORDER, LoadedScope
+
+Status = Literal["ok", "problem", "note"]
+
+MIN_FREE_DISK_GIB = 5.0
+"""Free space the run folder needs beyond the model (logs, profiler traces, the bundle)."""
+
+
+class Finding(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    status: Status
+    topic: str
+    found: str
+    fix: str | None = None
+
+
+class DoctorReport(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    scope: str
+    tier: str
+    findings: list[Finding] = Field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True when ``fasttrack validate`` can run the tier here."""
+        return not any(f.status == "problem" for f in self.findings)
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:,.1f} GiB"
+
+
+def _dir_size(path: Path) -> int:
+    total = 0
+    for root, _, files in os.walk(path):
+        for f in files:
+            try:
+                total += (Path(root) / f).stat().st_size
+            except OSError:
+                pass
+    return total
+
+
+def _hf_cache_dir(model_id: str) -> Path:
+    home = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
+    hub = Path(os.environ.get("HF_HUB_CACHE", home / "hub"))
+    return hub / ("models--" + model_id.replace("/", "--"))
+
+
+def diagnose(
+    loaded: LoadedScope,
+    *,
+    tier: str = "smoke",
+    python: str | None = None,
+    host: HostInfo | None = None,
+    out_dir: Path | None = None,
+    check_args: bool = True,
+    progress: Callable[[str], None] | None = None,
+) -> DoctorReport:
+    """Every finding for running ``tier`` of the scope on this host (see the module docstring)."""
+    scope = loaded.scope
+    rep = DoctorReport(scope=scope.name, tier=tier)
+
+    def add(status: Status, topic: str, found: str, fix: str | None = None) -> None:
+        rep.findings.append(Finding(status=status, topic=topic, found=found, fix=fix))
+
+    say = progress or (lambda _m: None)
+    if not scope.is_complete:
+        add(
+            "problem",
+            "scope",
+            f"{scope.name} is partial; missing: " + "; ".join(scope.missing_report()),
+            f"fill these in suites/{scope.name}/scope.yaml and set status: complete",
+        )
+        return rep
+    assert scope.hardware is not None
+    # ------------------------------------------------------------ interpreter and packages
+    py = sys.version_info
+    add(
+        "ok" if py >= (3, 10) else "problem",
+        "Python",
+        f"{platform.python_version()} ({sys.executable})",
+        None if py >= (3, 10) else "use Python 3.10 or later",
+    )
+    say("reading the engine interpreter's versions")
+    facts = probe_local_environment(python=python)
+    exe = python or sys.executable
+    vllm_v, commit = facts.get("vllm_version"), facts.get("vllm_commit")
+    if vllm_v:
+        dist = facts.get("vllm_distribution") or "vllm"
+        add("ok", "vLLM", f"{vllm_v} ({dist}), commit {commit or 'not recorded'}, under {exe}")
+    else:
+        add("problem", "vLLM", f"not importable by {exe}", "install vLLM into the engine's environment")
+    torch_v = facts.get("torch_version")
+    add("ok" if torch_v else "problem", "torch", torch_v or "not installed", None if torch_v else "install torch")
+    dev = facts.get("device") or {}
+    host = host or detect_host()
+    if scope.hardware.device == "gpu":
+        if dev.get("kind") == "cuda":
+            detail = dev.get("detail") or {}
+            add("ok", "CUDA driver", f"driver {detail.get('driver_version') or host.driver_version or 'unknown'}")
+        else:
+            add(
+                "problem",
+                "CUDA driver",
+                "no NVIDIA driver or device visible to the engine's interpreter",
+                "run on a host with the scope's GPUs and their driver",
+            )
+    # ------------------------------------------------------------ hardware against the scope
+    plan = build_plan(scope, tier=tier, scope_sha256=loaded.sha256)
+    engine_gpus = sorted({g.gpus for g in plan.groups if g.gpus})
+    match = match_hardware(scope.hardware, host, engine_gpus=engine_gpus or None)
+    for fact in match.facts:
+        add("note", "host", fact)
+    if host.gpus:
+        mem = sorted({g.memory_mib for g in host.gpus if g.memory_mib})
+        add("note", "GPU memory", ", ".join(f"{m / 1024:,.0f} GiB" for m in mem) or "unknown")
+    for p in match.problems:
+        add("problem", "hardware", p, f"the scope needs {match.required}")
+    if not match.problems:
+        add("ok", "hardware", f"{match.found} matches: {match.required}")
+    # ------------------------------------------------------------ nodes and launcher
+    spans = sorted({g.nodes for g in plan.groups if g.nodes > 1})
+    if spans:
+        launcher = default_launcher()
+        where = host.allocation or "no batch allocation"
+        if launcher.name == "local":
+            add(
+                "problem",
+                "nodes",
+                f"engines of the {tier} tier span {', '.join(map(str, spans))} nodes; {where}",
+                f"run inside a Slurm allocation of {max(spans)} nodes (salloc -N {max(spans)}); the slurm launcher "
+                "starts one node process per host",
+            )
+        elif shutil.which("srun") is None:
+            add("problem", "nodes", f"{where}, but srun is not on PATH", "load Slurm's client tools")
+        else:
+            add("ok", "nodes", f"engines span up to {max(spans)} nodes; launcher {launcher.name}; {where}")
+    # ------------------------------------------------------------ disk and weights
+    out = out_dir or Path.cwd()
+    probe = out if out.exists() else Path.cwd()
+    free = shutil.disk_usage(probe).free
+    model_bytes = 0
+    if scope.model.local_builder:
+        from fasttrack.models import cache_dir
+
+        built = cache_dir() / "models" / scope.name
+        if built.is_dir():
+            model_bytes = _dir_size(built)
+            add("ok", "model", f"built in {built} ({_gib(model_bytes)})")
+        else:
+            add("note", "model", f"not built yet; validate builds it into {built} on its first run")
+    elif Path(scope.model.id).exists():
+        model_bytes = _dir_size(Path(scope.model.id))
+        add("ok", "model", f"{scope.model.id} ({_gib(model_bytes)})")
+    else:
+        cached = _hf_cache_dir(scope.model.id)
+        if cached.is_dir() and any(cached.glob("snapshots/*/*")):
+            model_bytes = _dir_size(cached)
+            add("ok", "model", f"{scope.model.id} in the Hugging Face cache {cached} ({_gib(model_bytes)})")
+        elif os.environ.get("HF_HUB_OFFLINE") == "1":
+            add(
+                "problem",
+                "model",
+                f"{scope.model.id} is not in the Hugging Face cache and HF_HUB_OFFLINE=1",
+                f"download it first: huggingface-cli download {scope.model.id}",
+            )
+        else:
+            add(
+                "note",
+                "model",
+                f"{scope.model.id} is not in the Hugging Face cache ({cached}); vLLM downloads it "
+                "at the first engine start",
+                f"download it first to keep that out of the timings: huggingface-cli download {scope.model.id}",
+            )
+    need = MIN_FREE_DISK_GIB * 2**30
+    add(
+        "ok" if free >= need else "problem",
+        "disk",
+        f"{_gib(free)} free under {probe}",
+        None if free >= need else f"free at least {MIN_FREE_DISK_GIB:.0f} GiB for logs, traces and the bundle",
+    )
+    # ------------------------------------------------------------ engine arguments
+    if check_args and vllm_v:
+        say("checking the engine arguments against vLLM's parser")
+        res = check_arg_lists(plan.engine_arg_lists(), python=python)
+        if res.skipped:
+            add("problem", "engine arguments", res.skipped)
+        elif res.issues:
+            for line in res.lines():
+                add("problem", "engine arguments", line, "fix the flag in the scope's engine arguments")
+        else:
+            add("ok", "engine arguments", f"{len(res.checked)} argument lists accepted by vLLM {res.vllm_version}")
+    # ------------------------------------------------------------ passability and estimate
+    for t in TIER_ORDER:
+        pt = analyze(scope, build_plan(scope, tier=t), base_dir=loaded.base_dir)
+        if pt.ok:
+            add("ok", f"passability ({t})", f"every required item of the {t} tier can run")
+        else:
+            status: Status = "problem" if t == tier else "note"
+            for line in pt.lines():
+                add(status, f"passability ({t})", line)
+    add("note", "estimate", _estimate(plan))
+    return rep
+
+
+def _estimate(plan: Plan) -> str:
+    e = plan.estimate
+    return (
+        f"{plan.tier}: {len(plan.points)} config points in {len(plan.groups)} engine groups, {e.engine_starts} "
+        f"engine starts, ~{e.gpu_hours:,.1f} GPU-hours, ~{e.node_hours:,.1f} node-hours, ~{e.wall_hours:,.1f} h wall"
+    )
