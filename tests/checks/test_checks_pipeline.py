@@ -84,3 +84,44 @@ def test_eval_data_flag_must_name_an_eval_and_a_path(tmp_path: Path) -> None:
     assert res.returncode == 2, res.stdout + res.stderr
     assert "NAME=PATH" in res.stdout + res.stderr and "Traceback" not in res.stdout + res.stderr
     assert not (tmp_path / "r").exists()
+
+
+def test_blocking_work_with_its_own_event_loop_runs_in_a_thread() -> None:
+    """lm-eval runs its own event loop; the evals check hands it to ``in_thread`` from the pipeline's loop."""
+    import asyncio
+    import threading
+    import time
+
+    from fasttrack.checks.requests import in_thread
+    from fasttrack.perf.loadgen import run_loop
+
+    async def inner() -> str:
+        await asyncio.sleep(0)
+        return "inner loop ran"
+
+    def blocking() -> tuple[str, str]:
+        return asyncio.run(inner()), threading.current_thread().name
+
+    out, thread = run_loop(in_thread(blocking, name="lm-eval-test"))
+    assert out == "inner loop ran" and thread == "lm-eval-test"
+
+    def boom() -> None:
+        raise ValueError("from the thread")
+
+    with pytest.raises(ValueError, match="from the thread"):
+        run_loop(in_thread(boom, name="boom"))
+
+    # a cancelled wait (Ctrl-C) does not wait for the thread to finish when the loop shuts down
+    release = threading.Event()
+
+    async def cancel_soon() -> None:
+        task = asyncio.ensure_future(in_thread(lambda: release.wait(30), name="stuck"))
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    t0 = time.perf_counter()
+    run_loop(cancel_soon())
+    assert time.perf_counter() - t0 < 5
+    release.set()
