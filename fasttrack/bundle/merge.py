@@ -231,7 +231,7 @@ def merge_bundles(
                 f"shards {', '.join(missing)} of {n} are missing (given: {', '.join(given)}); "
                 "a merged bundle needs every shard of the plan"
             )
-        ordered = [by_index[i] for i in range(1, n + 1)]
+        ordered = [by_index[i] for i in range(1, n + 1) if i in by_index]
 
         staging = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fasttrack-merge-")))
         for _, root, m in ordered:

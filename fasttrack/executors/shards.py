@@ -69,8 +69,8 @@ class ArraySpec:
 
     @property
     def key(self) -> str:
-        """``2n`` for 2 nodes; ``2n4g`` when GPUs per node differ between arrays of one node count."""
-        return f"{self.nodes}n{self.gpus_per_node}g"
+        """``2n4g``: 2 nodes of 4 GPUs; ``1n`` on a CPU scope."""
+        return f"{self.nodes}n" + (f"{self.gpus_per_node}g" if self.gpus_per_node else "")
 
     @property
     def indices(self) -> list[int]:
