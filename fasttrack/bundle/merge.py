@@ -37,6 +37,10 @@ from fasttrack.results import CheckResult, Verdict, ordered_checks
 
 #: Provenance fields that may differ between shards.
 _PER_SHARD_PROVENANCE = {"engines"}
+#: Provenance maps (name -> hash or seed) that each shard fills with what it used (a shard
+#: without engines records no model, a shard has only its own engine groups' seeds): they
+#: must agree where they overlap; the merged bundle holds their union.
+_UNION_PROVENANCE = ("datasets", "models", "seeds")
 
 
 def _label_dir(shard: str) -> str:
@@ -84,7 +88,11 @@ def _compare(manifests: list[tuple[Path, Manifest]]) -> None:
             "shard count": parse_shard(m.plan.shard)[1],
             "pr": None if m.pr is None else m.pr.model_dump(mode="json"),
             "rehearsal": m.rehearsal,
-            **{f"provenance.{k}": v for k, v in prov.items() if k not in _PER_SHARD_PROVENANCE},
+            **{
+                f"provenance.{k}": v
+                for k, v in prov.items()
+                if k not in _PER_SHARD_PROVENANCE and k not in _UNION_PROVENANCE
+            },
         }
 
     ref_path, ref = manifests[0]
@@ -98,6 +106,17 @@ def _compare(manifests: list[tuple[Path, Manifest]]) -> None:
                     f"{k}: {ref_path} ({ref.plan.shard}) has {_short(v)}, "
                     f"{path} ({m.plan.shard}) has {_short(f.get(k))}"
                 )
+    for field in _UNION_PROVENANCE:
+        seen: dict[str, tuple[Any, Path, str]] = {}
+        for path, m in manifests:
+            for k, v in getattr(m.provenance, field).items():
+                if k in seen and seen[k][0] != v:
+                    first_v, first_path, first_shard = seen[k]
+                    problems.append(
+                        f"provenance.{field}[{k!r}]: {first_path} ({first_shard}) has {_short(first_v)}, "
+                        f"{path} ({m.plan.shard}) has {_short(v)}"
+                    )
+                seen.setdefault(k, (v, path, m.plan.shard))
     if problems:
         raise MergeError(
             "the shard bundles are not of one plan run and cannot be merged: "
@@ -313,7 +332,15 @@ def merge_bundles(
                 results=results,
                 scope=first.scope,
                 plan=plan,
-                provenance=first.provenance.model_copy(update={"engines": engines}),
+                provenance=first.provenance.model_copy(
+                    update={
+                        "engines": engines,
+                        **{
+                            f: {k: v for _, _, m in ordered for k, v in getattr(m.provenance, f).items()}
+                            for f in _UNION_PROVENANCE
+                        },
+                    }
+                ),
                 pr=first.pr,
                 rehearsal=first.rehearsal,
                 rehearsal_reason=first.rehearsal_reason,

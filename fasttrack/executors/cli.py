@@ -234,7 +234,7 @@ def slurm_merge(
     state and log, sign; exit 0 only when the merged verdict is pass."""
     from fasttrack.bundle.keys import load_private_key
     from fasttrack.executors.collect import load_job, merge_job
-    from fasttrack.executors.slurm_jobs import describe_absent, task_states
+    from fasttrack.executors.slurm_jobs import describe_absent, task_details, task_states
 
     job_dir = job_dir.resolve()
     job = load_job(job_dir)
@@ -244,6 +244,7 @@ def slurm_merge(
     outcome = merge_job(
         job_dir,
         describe_absent=describe_absent(job, states),
+        details=task_details(states),
         sign_keys=keys,
         log=lambda m: console.print(m, highlight=False, markup=False),
     )

@@ -120,10 +120,12 @@ def merge_job(
     *,
     describe_absent: Callable[[dict[str, Any]], tuple[str, dict[str, Any]]],
     sign_keys: list[SigningKey] | None = None,
+    details: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     log: Callable[[str], None] = print,
 ) -> MergeOutcome:
     """Merge the shard bundles present in ``job_dir``; ``describe_absent(shard)`` says what
-    the scheduler knows about a shard without a bundle: (note, details)."""
+    the scheduler knows about a shard without a bundle: (note, details); ``details(shard)``
+    what it knows about one with a bundle (recorded in the merge summary)."""
     from fasttrack.bundle.merge import merge_bundles
 
     job_dir = Path(job_dir).resolve()
@@ -136,15 +138,16 @@ def merge_job(
         if path.is_file():
             verdict, problem = check_bundle(path)
             if problem is None:
-                outcomes.append(ShardOutcome(shard["shard"], str(path), verdict))
+                info = details(shard) if details is not None else {}
+                outcomes.append(ShardOutcome(shard["shard"], str(path), verdict, scheduler=info))
                 present.append(path)
                 continue
         else:
             problem = None
-        note, details = describe_absent(shard)
+        note, known = describe_absent(shard)
         if problem:
             note = f"{problem}; {note}"
-        outcomes.append(ShardOutcome(shard["shard"], None, None, note=note, scheduler=details))
+        outcomes.append(ShardOutcome(shard["shard"], None, None, note=note, scheduler=known))
     out_dir = job_dir / MERGED_DIR
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / MERGED_BUNDLE

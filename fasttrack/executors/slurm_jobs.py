@@ -195,6 +195,16 @@ def describe_absent(job: dict[str, Any], states: dict[int, TaskState]) -> Descri
     return describe
 
 
+def task_details(states: dict[int, TaskState]) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """What the controller says about a shard's task (for the merge summary)."""
+
+    def details(shard: dict[str, Any]) -> dict[str, Any]:
+        st = states.get(int(shard["shard"].split("/")[0]))
+        return st.as_dict() if st else {}
+
+    return details
+
+
 def status(job_dir: Path) -> dict[str, Any]:
     """Each shard's Slurm state and bundle, the merge job's state and the merged bundle."""
     from fasttrack.executors.collect import check_bundle

@@ -91,3 +91,24 @@ def test_merge_job_with_no_bundle_at_all_says_so(tmp_path: Path) -> None:
     job_dir = _job_dir(tmp_path, 2, present=[])
     out = merge_job(job_dir, describe_absent=lambda s: ("never ran", {}), log=lambda m: None)
     assert out.merged is None and out.error == "no shard wrote a bundle; nothing to merge"
+
+
+def test_shards_with_different_engines_merge_their_models_and_seeds(tmp_path: Path) -> None:
+    """An engine-less shard records no model and no seeds, and each shard seeds only its own engine groups:
+    the maps must agree where they overlap, and the merged bundle holds their union."""
+    from bundle_testlib import make_provenance
+
+    base = make_provenance()
+    p1 = base.model_copy(update={"models": {"m": "a" * 64}, "seeds": {"engine/g1/baseline": 0}})
+    p2 = base.model_copy(update={"models": {}, "seeds": {"engine/g2/baseline": 0}})
+    m = B.merge_bundles(
+        [_shard(tmp_path, 1, 2, provenance=p1), _shard(tmp_path, 2, 2, provenance=p2)], tmp_path / "merged"
+    )
+    assert m.provenance.models == {"m": "a" * 64}
+    assert m.provenance.seeds == {"engine/g1/baseline": 0, "engine/g2/baseline": 0}
+    p2bad = base.model_copy(update={"models": {"m": "b" * 64}})
+    with pytest.raises(MergeError, match=r"provenance.models\['m'\]"):
+        B.merge_bundles(
+            [_shard(tmp_path / "x", 1, 2, provenance=p1), _shard(tmp_path / "x", 2, 2, provenance=p2bad)],
+            tmp_path / "m2",
+        )

@@ -1,0 +1,197 @@
+"""`fasttrack slurm submit` on a real two-node Slurm cluster (scripts/slurm), end to end.
+
+A sharded demo validation: the demo target cut down to one config point with the kernels
+and equivalence checks (scope written next to the test), in two shards: shard 1 starts
+real vLLM engines (baseline and candidate, one each), shard 2 has no engine group and
+runs only the engine-less kernels check. The merge job (afterany on the array) merges and
+signs; the merged bundle verifies and holds exactly the shards' rows. A second submission
+has shard 1 cancelled with scancel: the merge still runs and names the shard.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from fasttrack import ROOT
+from fasttrack import bundle as B
+
+pytestmark = pytest.mark.e2e
+
+FT = [sys.executable, "-m", "fasttrack"]
+DEMO = ROOT / "suites" / "demo-llama"
+
+
+@pytest.fixture(scope="module")
+def scope_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """demo-llama with a one-point smoke tier running kernels and equivalence only."""
+    d = tmp_path_factory.mktemp("scope")
+    for sub in ("data", "kernels", "prompts", "traces"):
+        if (DEMO / sub).exists():
+            (d / sub).symlink_to(DEMO / sub)
+    s = yaml.safe_load((DEMO / "scope.yaml").read_text())
+    s["tiers"]["smoke"].update({"batch": [1], "context": [32], "checks": ["kernels", "equivalence"]})
+    (d / "scope.yaml").write_text(yaml.safe_dump(s, sort_keys=False))
+    return d / "scope.yaml"
+
+
+@pytest.fixture(scope="module")
+def site_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    p = tmp_path_factory.mktemp("site") / "site.yaml"
+    p.write_text(yaml.safe_dump({"fasttrack": f"{sys.executable} -m fasttrack", "env": {"PYTHONUNBUFFERED": "1"}}))
+    return p
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("keys")
+    subprocess.run([*FT, "keys", "generate", "-o", str(d), "--name", "ci"], check=True, capture_output=True)
+    return d
+
+
+@pytest.fixture(scope="module")
+def _no_other_engine(engine_slot) -> None:
+    """Stop the session's shared engine first: shard 1 starts its own."""
+    engine_slot.release()
+
+
+def _ft(env: dict[str, str], *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*FT, *args], capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout)
+
+
+def _submit(env: dict[str, str], job: Path, scope_file: Path, site_file: Path, keys: Path) -> dict[str, Any]:
+    res = _ft(
+        env,
+        "slurm",
+        "submit",
+        "--model",
+        str(scope_file),
+        "--shards",
+        "2",
+        "--site",
+        str(site_file),
+        "-o",
+        str(job),
+        "--sign-key",
+        str(keys / "ci"),
+    )
+    assert res.returncode == 0, res.stderr + res.stdout
+    assert "merge ->" in res.stdout and f"fasttrack slurm status {job}" in res.stdout
+    sub = json.loads((job / "fasttrack-job.json").read_text())["submitted"]
+    assert sub and len(sub["arrays"]) == 1  # both shards run on one node: one array
+    return sub  # type: ignore[no-any-return]  # the job file's record
+
+
+def _status(env: dict[str, str], job: Path) -> dict[str, Any]:
+    res = _ft(env, "slurm", "status", str(job), "--json")
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)  # type: ignore[no-any-return]  # the command's JSON
+
+
+def _wait_merged(env: dict[str, str], job: Path, timeout: float) -> dict[str, Any]:
+    t0 = time.time()
+    st: dict[str, Any] = {}
+    while time.time() - t0 < timeout:
+        st = _status(env, job)
+        if st["merge"]["state"] in {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}:
+            return st
+        time.sleep(10)
+    logs = "\n".join(f"== {p}\n{p.read_text(errors='replace')[-2000:]}" for p in sorted((job / "logs").glob("*")))
+    raise AssertionError(f"the merge job did not finish in {timeout:.0f} s: {json.dumps(st)}\n{logs}")
+
+
+def _leftovers(job: Path) -> list[str]:
+    out = subprocess.run(["pgrep", "-af", str(job)], capture_output=True, text=True).stdout
+    return [ln for ln in out.splitlines() if "pgrep" not in ln]
+
+
+def _rows(bundle: Path) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    out = {}
+    with B.open_bundle(bundle) as view:
+        for name, entry in view.manifest.checks.items():
+            for tname in entry.tables:
+                out[(name, tname)] = view.rows(name, tname)
+    return out
+
+
+def test_sharded_validation_through_slurm_merges_and_verifies(
+    slurm_env, scope_file: Path, site_file: Path, keys: Path, tmp_path: Path, _no_other_engine
+) -> None:
+    job = tmp_path / "job"
+    sub = _submit(slurm_env, job, scope_file, site_file, keys)
+    st = _wait_merged(slurm_env, job, timeout=1800)
+    array = next(iter(sub["arrays"].values()))
+    assert [s["job_id"] for s in st["shards"]] == [f"{array}_1", f"{array}_2"]
+    assert all(s["bundle"] and s["state"] in {"COMPLETED", "FAILED"} for s in st["shards"]), st
+    assert st["merge"]["job_id"] == sub["merge"]
+
+    merged = job / "merged" / "bundle.tar.gz"
+    res = _ft(slurm_env, "verify", str(merged), "--key", str(keys / "ci.pub"), "--json")
+    v = json.loads(res.stdout)
+    assert v["verified"] is True, res.stdout
+    assert st["merged"]["verdict"] == v["verdict"]
+
+    shards = [job / "shards" / f"shard-{i}-of-2" / "bundle.tar.gz" for i in (1, 2)]
+    with B.open_bundle(merged) as view:
+        m = view.manifest
+        assert [r.shard for r in m.plan.merged_from] == ["1/2", "2/2"]
+        engines = [(e.shard, e.side) for e in m.provenance.engines]
+    # shard 1 started the real engines (one per side); shard 2 none
+    assert sorted(engines) == [("1/2", "baseline"), ("1/2", "candidate")]
+    # exactly the shards' rows, each tagged with its shard
+    merged_rows = _rows(merged)
+    expected: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for i, sb in enumerate(shards, 1):
+        for key, rows in _rows(sb).items():
+            expected.setdefault(key, []).extend({"shard": f"{i}/2", **r} if "shard" not in r else r for r in rows)
+    assert merged_rows.keys() == expected.keys() and merged_rows
+    for key in expected:
+        canon = sorted(json.dumps(r, sort_keys=True, default=str) for r in expected[key])
+        assert sorted(json.dumps(r, sort_keys=True, default=str) for r in merged_rows[key]) == canon, key
+    assert ("equivalence", "points") in merged_rows or any(k[0] == "equivalence" for k in merged_rows)
+    assert not _leftovers(job), _leftovers(job)
+
+
+def test_a_cancelled_shard_makes_the_merge_incomplete_naming_it(
+    slurm_env, scope_file: Path, site_file: Path, keys: Path, tmp_path: Path, _no_other_engine
+) -> None:
+    job = tmp_path / "job"
+    sub = _submit(slurm_env, job, scope_file, site_file, keys)
+    array = next(iter(sub["arrays"].values()))
+    log = job / "logs"
+    # cancel shard 1 once its task runs (before it reaches an engine: it runs the kernels check first)
+    t0 = time.time()
+    while time.time() - t0 < 600:
+        st = _status(slurm_env, job)
+        if st["shards"][0]["state"] == "RUNNING" and any("shard 1/2" in p.read_text() for p in log.glob("*_1.out")):
+            break
+        time.sleep(2)
+    subprocess.run(["scancel", f"{array}_1"], check=True, env=slurm_env)
+    st = _wait_merged(slurm_env, job, timeout=1200)
+    assert st["shards"][0]["state"] == "CANCELLED", st
+    assert st["shards"][1]["bundle"] and st["merged"]["verdict"] == "incomplete", st
+
+    merged = job / "merged" / "bundle.tar.gz"
+    v = json.loads(_ft(slurm_env, "verify", str(merged), "--key", str(keys / "ci.pub"), "--json").stdout)
+    assert v["verified"] is True and v["verdict"] == "incomplete"
+    summary = json.loads((job / "merged" / "merge-summary.json").read_text())
+    s1 = summary["shards"][0]
+    assert s1["shard"] == "1/2" and s1["scheduler"]["job_id"] == f"{array}_1"
+    assert s1["scheduler"]["state"] == "CANCELLED" and s1["scheduler"]["log"].endswith(f"-{array}_1.out")
+    with B.open_bundle(merged) as view:
+        reasons = {n: e.reason for n, e in view.manifest.checks.items()}
+    for name in ("kernels", "equivalence"):
+        assert "shard 1/2" in reasons[name], reasons
+    if s1["absent"] is not None:  # no partial bundle: the merge names the Slurm job and its log
+        for name in ("kernels", "equivalence"):
+            assert f"Slurm job {array}_1 ended CANCELLED" in reasons[name] and s1["scheduler"]["log"] in reasons[name]
+    else:  # a partial bundle written on SIGTERM says so
+        assert "signal 15" in reasons["equivalence"], reasons
+    assert not _leftovers(job), _leftovers(job)
