@@ -21,6 +21,20 @@ if [[ "${FASTTRACK_LINT:-1}" != 0 ]]; then
     exit 1
   fi
 fi
+# --- local Slurm cluster (scale-out end-to-end tests in tests/executors) --------------------
+# A two-node cluster on this host (scripts/slurm/start.sh; installs the Debian packages if
+# missing), up for the whole pytest run and stopped on exit; FASTTRACK_SLURM=0 skips it.
+if [[ "${FASTTRACK_SLURM:-1}" != 0 ]]; then
+  export FASTTRACK_SLURM_DIR="${FASTTRACK_SLURM_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/fasttrack-slurm.XXXXXX")}"
+  if ! slurm_env="$(bash scripts/slurm/start.sh --print-env)"; then
+    echo "error: the local Slurm cluster did not start (FASTTRACK_SLURM=0 skips it and its tests)" >&2
+    exit 1
+  fi
+  eval "$slurm_env"
+  export FASTTRACK_REQUIRE_SLURM=1
+  trap 'bash scripts/slurm/stop.sh >&2 || true' EXIT
+fi
+# --- end of the Slurm block ---------------------------------------------------------------
 set +e
 # Without an explicit -m, tests marked `pending` (unfinished capabilities) are deselected.
 marker=()
