@@ -31,7 +31,7 @@ import yaml
 from fasttrack.errors import FasttrackError
 from fasttrack.executors.collect import JOB_FILE
 from fasttrack.executors.shards import ShardLayout, ShardSpec, job_name
-from fasttrack.executors.site import KubernetesSite, SiteProfile
+from fasttrack.executors.site import KubernetesSite, SiteProfile, image_env
 
 BUNDLES = "/bundles"
 KEY_DIR = "/fasttrack-key"
@@ -77,8 +77,8 @@ def _meta(name: str, ns: str, base: str, **labels: str) -> dict[str, Any]:
     return {"name": name, "namespace": ns, "labels": {JOB_LABEL: base, **labels}}
 
 
-def _env(site: SiteProfile, extra: dict[str, str] | None = None) -> list[dict[str, str]]:
-    env = {**site.env, **(extra or {})}
+def _env(site: SiteProfile, extra: dict[str, str] | None = None, image: str | None = None) -> list[dict[str, str]]:
+    env = {**site.env, **image_env(image or site.kubernetes.image), **(extra or {})}
     return [{"name": k, "value": v} for k, v in sorted(env.items())]
 
 
@@ -169,7 +169,7 @@ def _indexed_job(
         "image": opts.image or k.image,
         "imagePullPolicy": k.image_pull_policy,
         "command": ["/bin/bash", "-c", script],
-        "env": _env(site, {"FASTTRACK_SHARDS": " ".join(str(s.index) for s in shards)}),
+        "env": _env(site, {"FASTTRACK_SHARDS": " ".join(str(s.index) for s in shards)}, opts.image),
         "volumeMounts": mounts,
         "resources": _resources(k, per_node),
     }
@@ -227,7 +227,7 @@ def _multi_node(
     urls = {}
     for side in ("baseline", "candidate"):
         name = f"{base}-s{shard.index}-{side[:4]}"
-        env = _env(site, {"VLLM_SERVER_DEV_MODE": "1", **group.env[side]})
+        env = _env(site, {"VLLM_SERVER_DEV_MODE": "1", **group.env[side]}, opts.image)
 
         def container(cname: str, argv: list[str], probe: bool, env: list[dict[str, str]] = env) -> dict[str, Any]:
             c: dict[str, Any] = {
@@ -305,7 +305,7 @@ def _multi_node(
         "image": opts.image or k.image,
         "imagePullPolicy": k.image_pull_policy,
         "command": ["/bin/bash", "-c", script],
-        "env": _env(site),
+        "env": _env(site, image=opts.image),
         "volumeMounts": mounts,
     }
     out.append(
@@ -357,7 +357,7 @@ def _merge_job(layout: ShardLayout, site: SiteProfile, opts: K8sOptions, base: s
         "image": opts.image or k.image,
         "imagePullPolicy": k.image_pull_policy,
         "command": ["/bin/bash", "-c", script],
-        "env": _env(site),
+        "env": _env(site, image=opts.image),
         "volumeMounts": mounts,
     }
     return {

@@ -117,3 +117,15 @@ def load_site(path: str | Path | None) -> SiteProfile:
             f"the site profile {str(p)!r} is not valid: {problems}.",
             hint="See docs/scale-out.md (site profile) for the fields.",
         ) from None
+
+
+def image_env(image: str | None) -> dict[str, str]:
+    """What a job run in ``image`` tells fasttrack about it: the reference, and the digest when the
+    reference pins one (``name@sha256:...``), which the bundle's provenance records."""
+    if not image:
+        return {}
+    env = {"FASTTRACK_IMAGE_REF": image}
+    _, at, digest = image.rpartition("@")
+    if at and digest.startswith("sha256:"):
+        env["FASTTRACK_IMAGE_DIGEST"] = digest
+    return env

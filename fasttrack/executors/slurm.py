@@ -30,7 +30,7 @@ from typing import Any
 
 from fasttrack.executors.collect import JOB_FILE, MERGED_BUNDLE, MERGED_DIR, save_job
 from fasttrack.executors.shards import ArraySpec, ShardLayout, job_name
-from fasttrack.executors.site import SiteProfile
+from fasttrack.executors.site import SiteProfile, image_env
 
 LOGS_DIR = "logs"
 SHARDS_DIR = "shards"
@@ -95,7 +95,8 @@ def _site_lines(site: SiteProfile, container_image: str | None, *, merge: bool) 
 
 def _prelude(site: SiteProfile, opts: SlurmOptions, *, image: str | None) -> list[str]:
     lines = ["set -uo pipefail", f"JOB_DIR={_q(opts.job_dir)}", 'cd "$JOB_DIR"']
-    lines += [f"export {k}={_q(v)}" for k, v in sorted(site.env.items())]
+    env = {**site.env, **image_env(image or opts.container_image or site.slurm.container_image)}
+    lines += [f"export {k}={_q(v)}" for k, v in sorted(env.items())]
     srun_args = list(site.slurm.srun_args)
     if image:
         srun_args.append(f"--container-image={image}")
