@@ -35,7 +35,7 @@ def keys_generate(
 @keys_app.command("show")
 def keys_show(path: Path = typer.Argument(..., help="A public or private key file (PEM or OpenSSH).")) -> None:
     """Print the key id and OpenSSH public line of every Ed25519 key in a file."""
-    for k in load_public_keys(path):
+    for k in load_public_keys(path, allow_private=True):
         console.print(f"{k.keyid}  {openssh_public_line(k.key, k.comment)}", highlight=False, soft_wrap=True)
 
 

@@ -24,6 +24,7 @@ from fasttrack.bundle.layout import MANIFEST, RESULTS_DIR, table_path
 from fasttrack.bundle.manifest import Manifest, json_schema, load_manifest, recompute_verdict
 from fasttrack.bundle.scan import Contents, scan_dir
 from fasttrack.bundle.tables import parquet_num_rows
+from fasttrack.limits import MANIFEST_MAX_BYTES, json_problem
 from fasttrack.results import Verdict
 
 
@@ -57,6 +58,9 @@ def _schema_validator() -> Any:
 
 def schema_problems(data: bytes) -> tuple[Manifest | None, list[str]]:
     """The parsed manifest (None when it is unusable) and what is wrong with its bytes."""
+    problem = json_problem(data, MANIFEST, max_bytes=MANIFEST_MAX_BYTES)
+    if problem:
+        return None, [problem]
     try:
         obj = json.loads(data)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -129,16 +133,32 @@ def table_problems(manifest: Manifest, contents: Contents) -> list[str]:
     return problems
 
 
+#: Hex digits of a full commit SHA (SHA-1, SHA-256 object format).
+FULL_SHA_LENGTHS = (40, 64)
+
+
 def pr_head_problem(manifest: Manifest, pr_head: str) -> tuple[bool, str]:
-    """Whether the bundle tested ``pr_head`` (a full or abbreviated SHA), and the detail."""
+    """Whether the bundle tested ``pr_head``, and the detail.
+
+    The recorded head must be a full commit SHA: an abbreviated one could stand for many
+    commits, so it matches nothing. ``pr_head`` may abbreviate the recorded SHA (at least 7
+    hex digits); it never matches by being longer than what the bundle records.
+    """
     want = pr_head.strip().lower()
-    if len(want) < 7 or any(c not in "0123456789abcdef" for c in want):
-        return False, f"--pr-head {pr_head!r} is not a commit SHA (at least 7 hex digits)"
+    if len(want) < 7 or len(want) > max(FULL_SHA_LENGTHS) or any(c not in "0123456789abcdef" for c in want):
+        return False, f"--pr-head {pr_head[:80]!r} is not a commit SHA (7 to 64 hex digits)"
     if manifest.pr is None:
         return False, f"the bundle records no PR, expected head {want}"
     have = manifest.pr.head_sha.lower()
-    if have.startswith(want) or want.startswith(have):
+    if len(have) not in FULL_SHA_LENGTHS:
+        return False, (
+            f"the bundle records an abbreviated head SHA {have} ({len(have)} hex digits), which cannot be "
+            f"matched against {want}; a bundle must record the full commit SHA it tested"
+        )
+    if have == want:
         return True, f"tested head {have} matches {want}"
+    if have.startswith(want):
+        return True, f"tested head {have} matches the abbreviated --pr-head {want}"
     return False, f"the bundle tested head {have}, expected {want}"
 
 

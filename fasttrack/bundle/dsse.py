@@ -26,6 +26,7 @@ from fasttrack.bundle.canonical import canonical_json
 from fasttrack.bundle.errors import BundleError
 from fasttrack.bundle.keys import PublicKey, SigningKey
 from fasttrack.bundle.layout import ATTESTATION
+from fasttrack.limits import MANIFEST_MAX_BYTES, json_problem
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://fasttrack.dev/evidence/v1"
@@ -65,8 +66,12 @@ class Envelope(BaseModel):
         """The decoded in-toto Statement (structure checked)."""
         if self.payloadType != PAYLOAD_TYPE:
             raise BundleError(f"{ATTESTATION}: payloadType is {self.payloadType!r}, expected {PAYLOAD_TYPE!r}")
+        payload = self.payload_bytes()
+        problem = json_problem(payload, f"{ATTESTATION}: the payload", max_bytes=MANIFEST_MAX_BYTES)
+        if problem:
+            raise BundleError(problem)
         try:
-            st = json.loads(self.payload_bytes())
+            st = json.loads(payload)
         except (ValueError, UnicodeDecodeError) as exc:
             raise BundleError(f"{ATTESTATION}: payload is not JSON: {exc}") from None
         if not isinstance(st, dict) or st.get("_type") != STATEMENT_TYPE:
@@ -132,23 +137,32 @@ def add_signature(env: Envelope, key: SigningKey) -> Envelope:
 
 
 def check_signatures(env: Envelope, keys: Iterable[PublicKey]) -> list[dict[str, Any]]:
-    """One entry per signature: ``{"keyid", "status", "signer"}`` with status
-    ``valid`` (a trusted key verified it), ``invalid`` (a trusted key's id but the signature
-    does not verify) or ``untrusted`` (no trusted key made it)."""
+    """One entry per signature: ``{"keyid", "status", "signer", "key", "duplicate"}``.
+
+    ``status`` is ``valid`` (a trusted key verified it), ``invalid`` (a trusted key's id
+    but the signature does not verify) or ``untrusted`` (no trusted key made it). ``key``
+    is the id of the trusted key that verified it (None unless valid): a signature's own
+    ``keyid`` is only a hint, so the key that verified it is what counts as its signer.
+    ``duplicate`` is true for a valid signature by a key an earlier signature already
+    stands for (a copy under another key id is not a second signer).
+    """
     keys = list(keys)
     message = pae(env.payloadType, env.payload_bytes())
-    out = []
+    out: list[dict[str, Any]] = []
+    seen: set[str] = set()
     for s in env.signatures:
+        entry: dict[str, Any] = {"keyid": s.keyid, "status": "invalid", "signer": None, "key": None, "duplicate": False}
+        out.append(entry)
         try:
             raw = base64.b64decode(s.sig, validate=True)
         except (binascii.Error, ValueError):
-            out.append({"keyid": s.keyid, "status": "invalid", "signer": None})
             continue
         matching = [k for k in keys if k.keyid == s.keyid]
-        status, signer = ("invalid" if matching else "untrusted"), None
+        entry["status"] = "invalid" if matching else "untrusted"
         for k in matching or keys:
             if k.verify(raw, message):
-                status, signer = "valid", k.source + (f" ({k.comment})" if k.comment else "")
+                entry.update(status="valid", signer=k.source + (f" ({k.comment})" if k.comment else ""), key=k.keyid)
+                entry["duplicate"] = k.keyid in seen
+                seen.add(k.keyid)
                 break
-        out.append({"keyid": s.keyid, "status": status, "signer": signer})
     return out

@@ -11,7 +11,9 @@ from __future__ import annotations
 import getpass
 import hashlib
 import os
+import re
 import socket
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +23,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from fasttrack.bundle.errors import KeyFileError
+from fasttrack.limits import KEY_FILE_MAX_BYTES, read_capped
 
 PASSPHRASE_ENV = "FASTTRACK_KEY_PASSPHRASE"
 #: Public key files in a trust directory.
@@ -113,14 +116,48 @@ def generate_keypair(
 
 
 def _read(path: Path, what: str) -> bytes:
+    """The bytes of a key file, read with a size limit (``/dev/zero`` or a FIFO is refused, not read)."""
     try:
-        return path.read_bytes()
+        st = path.stat()
+        if stat.S_ISDIR(st.st_mode):
+            raise KeyFileError(f"{what} {path} is a directory, not a key file")
+        if not (stat.S_ISREG(st.st_mode) or stat.S_ISCHR(st.st_mode)):
+            raise KeyFileError(f"{what} {path} is not a regular file")
+        data = read_capped(path, KEY_FILE_MAX_BYTES)
     except FileNotFoundError:
         raise KeyFileError(f"{what} {path} does not exist") from None
     except IsADirectoryError:
         raise KeyFileError(f"{what} {path} is a directory, not a key file") from None
     except OSError as exc:
         raise KeyFileError(f"cannot read {what} {path}: {exc.strerror}") from None
+    if data is None:
+        raise KeyFileError(
+            f"{what} {path} is larger than {KEY_FILE_MAX_BYTES} bytes, so it is not a key file "
+            "(key files are a few hundred bytes; a list of keys a few KiB)"
+        )
+    if b"\0" in data or not _is_text(data):
+        raise KeyFileError(
+            f"{what} {path} holds binary data, not a key in PEM or OpenSSH format "
+            "(fasttrack reads `-----BEGIN ...` PEM files and `ssh-ed25519 AAAA...` lines)"
+        )
+    return data
+
+
+def _is_text(data: bytes) -> bool:
+    """UTF-8 text without control characters other than line breaks and tabs (key files are)."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return all(ch.isprintable() or ch in "\r\n\t" for ch in text)
+
+
+_KIND_RE = re.compile(rb"^[A-Za-z0-9@._+-]{1,64}$")
+
+
+def _kind(token: bytes) -> str:
+    """A key type named in a file, fit to print (anything else is shown as unrecognised)."""
+    return token.decode() if _KIND_RE.match(token) else "unrecognised"
 
 
 def _private_from_bytes(data: bytes, source: str, password: bytes | None) -> Ed25519PrivateKey:
@@ -179,12 +216,14 @@ def _public_from_line(line: bytes, source: str) -> Ed25519PublicKey:
     return key
 
 
-def load_public_keys(path: str | os.PathLike[str]) -> list[PublicKey]:
+def load_public_keys(path: str | os.PathLike[str], *, allow_private: bool = False) -> list[PublicKey]:
     """Ed25519 public keys from one file.
 
-    Accepts a PEM public key, OpenSSH lines (``ssh-ed25519 AAAA... comment``; a file of
+    Accepts a PEM public key or OpenSSH lines (``ssh-ed25519 AAAA... comment``; a file of
     several lines, as code hosts list them, yields every ed25519 line and skips other
-    types), or a private key file (its public half).
+    types). A private key file is refused (a verifier needs only the public key, and a
+    private key has no business on the machines that verify) unless ``allow_private``
+    (``keys show``), which yields its public half.
     """
     p = Path(path).expanduser()
     data = _read(p, "public key")
@@ -198,6 +237,12 @@ def load_public_keys(path: str | os.PathLike[str]) -> list[PublicKey]:
             raise KeyFileError(f"{p} is a {_type_name(key)} key; fasttrack verifies Ed25519 signatures only")
         return [PublicKey(key=key, keyid=keyid_of(key), comment="", source=str(p))]
     if text.startswith(b"-----BEGIN"):
+        if not allow_private:
+            raise KeyFileError(
+                f"{p} is a private key, not a public key: a verifier needs only the public half "
+                f"({p.name}.pub, or what `fasttrack keys show {p}` prints); keep private keys off the machines "
+                "that verify"
+            )
         sk = load_private_key(p)
         return [sk.public]
     lines = [ln.strip() for ln in data.splitlines() if ln.strip() and not ln.strip().startswith(b"#")]
@@ -205,7 +250,7 @@ def load_public_keys(path: str | os.PathLike[str]) -> list[PublicKey]:
         raise KeyFileError(f"{p} holds no public key")
     keys, other = [], []
     for i, ln in enumerate(lines):
-        kind = ln.split()[0].decode(errors="replace")
+        kind = _kind(ln.split()[0])
         if kind != "ssh-ed25519" and len(lines) > 1:
             other.append(kind)
             continue

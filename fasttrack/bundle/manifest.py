@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from fasttrack.bundle.canonical import canonical_json, sha256_bytes, sha256_json
 from fasttrack.bundle.errors import BundleError
 from fasttrack.bundle.layout import NAME_RE
+from fasttrack.limits import MANIFEST_MAX_BYTES, MAX_SHARDS, SHARD_SPEC_MAX_CHARS, json_problem
 from fasttrack.results import (
     CHECK_ORDER,
     BundleVerdict,
@@ -311,12 +312,16 @@ class Manifest(_Model):
 
 def parse_shard(shard: str) -> tuple[int, int]:
     """``"i/n"`` -> ``(i, n)`` with ``1 <= i <= n``."""
+    if len(shard) > SHARD_SPEC_MAX_CHARS:
+        raise ValueError(f"shard {shard[:40]!r} is longer than {SHARD_SPEC_MAX_CHARS} characters")
     m = _SHARD_RE.match(shard)
     if not m:
         raise ValueError(f"shard must look like 'i/n' (1-based), got {shard!r}")
     i, n = int(m.group(1)), int(m.group(2))
     if i > n:
         raise ValueError(f"shard {shard!r}: index {i} is larger than the shard count {n}")
+    if n > MAX_SHARDS:
+        raise ValueError(f"shard {shard!r}: {n} shards, more than the limit of {MAX_SHARDS}")
     return i, n
 
 
@@ -438,6 +443,10 @@ def manifest_bytes(manifest: Manifest) -> bytes:
 
 def load_manifest(data: bytes | str | Mapping[str, Any]) -> Manifest:
     """Parse and validate ``manifest.json`` (raises :class:`BundleError` naming the problem)."""
+    if isinstance(data, (bytes, str)):
+        problem = json_problem(data, "manifest.json", max_bytes=MANIFEST_MAX_BYTES)
+        if problem:
+            raise BundleError(problem)
     try:
         obj = json.loads(data) if isinstance(data, (bytes, str)) else dict(data)
     except (ValueError, UnicodeDecodeError) as exc:

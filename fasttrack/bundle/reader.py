@@ -1,8 +1,11 @@
-"""Read a bundle (directory or ``.tar.gz``) for reports and dashboards.
+"""Read a bundle (directory or ``.tar.gz``) for reports, dashboards and reruns.
 
-Reading does not verify; call :func:`fasttrack.bundle.verify.verify_bundle` for that.
-Tarballs are extracted safely into a temporary directory that lives as long as the
-context manager.
+Reading does not verify; call :func:`fasttrack.bundle.verify.verify_bundle` for that
+(first: it streams and hashes a tarball without unpacking it). A tarball is read by
+unpacking only what readers use, the manifest, the attestation and the result tables,
+into a temporary directory that lives as long as the context manager; artifacts and logs
+are checked as the archive streams past and only their sizes are kept (one is unpacked
+when :meth:`BundleView.path` asks for it).
 """
 
 from __future__ import annotations
@@ -11,22 +14,35 @@ import os
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from fasttrack.bundle.errors import BundleError
-from fasttrack.bundle.layout import MANIFEST
+from fasttrack.bundle.layout import ATTESTATION, MANIFEST, RESULTS_DIR
 from fasttrack.bundle.manifest import Manifest, load_manifest
 from fasttrack.bundle.tables import read_rows
+from fasttrack.limits import MANIFEST_MAX_BYTES, read_capped
+
+
+def unpacked_for_reading(name: str) -> bool:
+    """Whether reading a tarball unpacks the member ``name`` (manifest, attestation, tables)."""
+    return name in (MANIFEST, ATTESTATION) or name.startswith(RESULTS_DIR + "/")
 
 
 @dataclass(frozen=True)
 class BundleView:
-    """A readable bundle: its directory and parsed manifest."""
+    """A readable bundle: its directory and parsed manifest.
+
+    ``sizes`` lists every file of a tarball with its size (only the manifest, the
+    attestation and the tables are under ``root``); it is None for a bundle directory.
+    """
 
     root: Path
     manifest: Manifest
+    sizes: dict[str, int] | None = field(default=None)
+    archive: Path | None = field(default=None)
+    """The tarball the view reads (None for a bundle directory)."""
 
     def rows(self, check: str, table: str) -> list[dict[str, Any]]:
         """The rows of one check table."""
@@ -36,11 +52,30 @@ class BundleView:
         return read_rows(self.root / entry.tables[table].path)
 
     def path(self, rel: str) -> Path:
-        """The local path of a bundle file (e.g. an artifact or log)."""
+        """The local path of a bundle file (a file of a tarball that is not unpacked yet is
+        unpacked now, alone, in one more pass over the archive)."""
         p = (self.root / rel).resolve()
-        if not p.is_relative_to(self.root.resolve()) or not p.is_file():
+        if not p.is_relative_to(self.root.resolve()):
+            raise BundleError(f"the bundle has no file {rel}")
+        if not p.exists() and self.archive is not None and self.sizes is not None and rel in self.sizes:
+            from fasttrack.bundle.safe_tar import DEFAULT_LIMITS, _extract
+
+            _extract(self.archive, self.root, DEFAULT_LIMITS, lambda n: n == rel, None)
+        if p.is_symlink() or not p.is_file():
             raise BundleError(f"the bundle has no file {rel}")
         return p
+
+    def size(self, rel: str) -> int | None:
+        """The size of a bundle file, or None when there is no such regular file."""
+        if self.sizes is not None:
+            return self.sizes.get(rel)
+        p = self.root / rel
+        try:
+            if p.is_symlink() or not p.resolve().is_relative_to(self.root.resolve()) or not p.is_file():
+                return None
+            return p.stat().st_size
+        except (OSError, ValueError):
+            return None
 
 
 @contextmanager
@@ -56,12 +91,19 @@ def open_bundle(path: str | os.PathLike[str]) -> Iterator[BundleView]:
 
     with tempfile.TemporaryDirectory(prefix="fasttrack-read-") as tmp:
         root = Path(tmp) / "bundle"
-        extract_bundle(p, root)
-        yield BundleView(root=root, manifest=_manifest(root))
+        sizes: dict[str, int] = {}
+        extract_bundle(p, root, select=unpacked_for_reading, sizes=sizes)
+        yield BundleView(root=root, manifest=_manifest(root), sizes=sizes, archive=p)
 
 
 def _manifest(root: Path) -> Manifest:
     mp = root / MANIFEST
-    if not mp.is_file():
+    if mp.is_symlink() or not mp.is_file():
         raise BundleError(f"{root} has no {MANIFEST}; it is not a bundle")
-    return load_manifest(mp.read_bytes())
+    try:
+        data = read_capped(mp, MANIFEST_MAX_BYTES)
+    except OSError as exc:
+        raise BundleError(f"cannot read {mp}: {exc.strerror}") from None
+    if data is None:
+        raise BundleError(f"{MANIFEST} is larger than {MANIFEST_MAX_BYTES} bytes (the limit)")
+    return load_manifest(data)

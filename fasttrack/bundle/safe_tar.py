@@ -3,10 +3,12 @@
 Every member is checked before a byte of it is used: regular files and directories
 only (no symbolic or hard links, devices, FIFOs or other types); relative names without
 ``..``, backslashes or NUL; no duplicates; per-member and total size limits and a member
-count limit (so a gzip bomb is refused from its headers, before it is inflated). Reads
-from the decompressed stream are capped, so an oversized header (pax or GNU long name)
-cannot make ``tarfile`` allocate without bound. Extraction writes each file with
-``O_EXCL | O_NOFOLLOW`` into a fresh directory; ``TarFile.extractall`` is never used.
+count limit, and a bound on the unpacked size per packed byte (so a gzip bomb is refused
+from its headers, before it is inflated). Reads from the decompressed stream are capped,
+and so are the bytes tar headers may take, so an oversized header (pax or GNU long name)
+cannot make ``tarfile`` allocate or inflate without bound. Extraction writes each file
+with ``O_EXCL | O_NOFOLLOW`` into a fresh directory; ``TarFile.extractall`` is never used.
+The limits themselves are :mod:`fasttrack.limits`.
 """
 
 from __future__ import annotations
@@ -16,31 +18,40 @@ import os
 import shutil
 import tarfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO
 
+from fasttrack import limits as lim
 from fasttrack.bundle.errors import BundleError, UnsafeArchiveError
 from fasttrack.bundle.gzstream import GzipStream
-
-GiB = 1024**3
 
 
 @dataclass(frozen=True)
 class Limits:
-    """What a bundle tarball may contain."""
+    """What a bundle tarball may contain (defaults: :mod:`fasttrack.limits`)."""
 
-    max_members: int = 100_000
+    max_members: int = lim.BUNDLE_MAX_MEMBERS
     """Members (files and directories) at most."""
-    max_member_size: int = 16 * GiB
+    max_member_size: int = lim.BUNDLE_MAX_MEMBER_BYTES
     """Bytes of one member at most."""
-    max_total_size: int = 64 * GiB
+    max_total_size: int = lim.BUNDLE_MAX_TOTAL_BYTES
     """Bytes of all members together at most (uncompressed)."""
-    max_name_length: int = 1024
+    max_name_length: int = lim.BUNDLE_MAX_NAME_CHARS
     """Characters of one member name at most."""
-    max_read: int = 64 * 1024 * 1024
+    max_read: int = lim.TAR_MAX_READ
     """Bytes of one read from the decompressed stream at most (caps tar header sizes)."""
+    max_ratio: int = lim.BUNDLE_MAX_RATIO
+    """Unpacked bytes per packed byte at most, past ``ratio_floor`` unpacked bytes."""
+    ratio_floor: int = lim.BUNDLE_RATIO_FLOOR
+    """Unpacked bytes below which the ratio is not checked."""
+    header_bytes_per_member: int = 64 * 1024
+    """Bytes of tar headers (pax records, long names) per member at most, on average."""
+
+    def unpacked_allowed(self, packed: int) -> int:
+        """Unpacked bytes an archive of ``packed`` bytes may hold."""
+        return min(self.max_total_size, max(self.ratio_floor, self.max_ratio * packed))
 
 
 DEFAULT_LIMITS = Limits()
@@ -201,6 +212,11 @@ def iter_members(archive: str | os.PathLike[str], *, limits: Limits = DEFAULT_LI
 
 
 def _members(path: Path, label: str, inner: IO[bytes], limits: Limits) -> Iterator[Member]:
+    try:
+        packed = path.stat().st_size
+    except OSError as exc:
+        raise BundleError(f"cannot read {path}: {exc.strerror}") from None
+    allowed = limits.unpacked_allowed(packed) if isinstance(inner, GzipStream) else limits.max_total_size
     reader = _CappedReader(inner, limits.max_read, label)
     try:
         tf = tarfile.open(fileobj=reader, mode="r:")
@@ -211,6 +227,8 @@ def _members(path: Path, label: str, inner: IO[bytes], limits: Limits) -> Iterat
     seen: set[str] = set()
     count = 0
     total = 0
+    data_end = 0  # where the previous member's data (padded to 512 bytes) ended
+    headers = 0  # bytes of tar headers so far
     try:
         while True:
             try:
@@ -226,10 +244,22 @@ def _members(path: Path, label: str, inner: IO[bytes], limits: Limits) -> Iterat
                 raise UnsafeArchiveError(f"{label} has more than {limits.max_members} members (member {m.name!r})")
             name = check_member(m, archive=label, limits=limits)
             total += m.size
-            if total > limits.max_total_size:
+            if total > allowed:
+                why = (
+                    f"the limit of {limits.max_total_size}"
+                    if allowed == limits.max_total_size
+                    else f"{limits.max_ratio} times the archive's {packed} bytes"
+                )
                 raise UnsafeArchiveError(
-                    f"{label}: member {m.name!r} brings the unpacked size to {total} bytes, over the limit of "
-                    f"{limits.max_total_size} (a decompression bomb?)"
+                    f"{label}: member {m.name!r} brings the unpacked size to {total} bytes, over {why} "
+                    "(a decompression bomb?)"
+                )
+            headers += m.offset_data - data_end
+            data_end = m.offset_data + -(-m.size // 512) * 512
+            if headers > count * limits.header_bytes_per_member:
+                raise UnsafeArchiveError(
+                    f"{label}: tar headers up to member {m.name!r} take {headers} bytes, over "
+                    f"{limits.header_bytes_per_member} per member (oversized pax or long-name headers)"
                 )
             if name == "":
                 continue
@@ -253,7 +283,7 @@ def _members(path: Path, label: str, inner: IO[bytes], limits: Limits) -> Iterat
 
 
 #: Bytes allowed after the tar end-of-archive marker (zero padding to the record size).
-_MAX_TRAILER = 1024 * 1024
+_MAX_TRAILER = lim.TAR_MAX_TRAILER
 
 
 def _drain(reader: _CappedReader, label: str) -> None:
@@ -274,11 +304,18 @@ def _drain(reader: _CappedReader, label: str) -> None:
 
 
 def extract_bundle(
-    archive: str | os.PathLike[str], dest: str | os.PathLike[str], *, limits: Limits = DEFAULT_LIMITS
+    archive: str | os.PathLike[str],
+    dest: str | os.PathLike[str],
+    *,
+    limits: Limits = DEFAULT_LIMITS,
+    select: Callable[[str], bool] | None = None,
+    sizes: dict[str, int] | None = None,
 ) -> list[str]:
     """Extract a bundle tarball into the new or empty directory ``dest``; return the file names.
 
-    Files get mode 0644 and directories 0755 whatever the archive says.
+    Files get mode 0644 and directories 0755 whatever the archive says. With ``select``,
+    only the files it accepts are written (the others are checked and skipped); ``sizes``
+    receives the size of every file, written or not.
     """
     root = Path(dest)
     created = not root.exists()
@@ -286,7 +323,7 @@ def extract_bundle(
     if any(root.iterdir()):
         raise BundleError(f"{root} is not empty; extract into a new directory")
     try:
-        return _extract(archive, root, limits)
+        return _extract(archive, root, limits, select, sizes)
     except BaseException:
         # leave nothing of a refused archive behind
         if created:
@@ -299,12 +336,22 @@ def extract_bundle(
         raise
 
 
-def _extract(archive: str | os.PathLike[str], root: Path, limits: Limits) -> list[str]:
+def _extract(
+    archive: str | os.PathLike[str],
+    root: Path,
+    limits: Limits,
+    select: Callable[[str], bool] | None,
+    sizes: dict[str, int] | None,
+) -> list[str]:
     root_real = root.resolve()
     names = []
     buf = bytearray(1024 * 1024)
     view = memoryview(buf)
     for m in iter_members(archive, limits=limits):
+        if not m.is_dir and sizes is not None:
+            sizes[m.name] = m.size
+        if select is not None and (m.is_dir or not select(m.name)):
+            continue
         target = root / m.name
         if not target.resolve().is_relative_to(root_real):  # belt and braces; check_member already refused it
             raise UnsafeArchiveError(f"{archive}: member {m.name!r} would land outside {root}")

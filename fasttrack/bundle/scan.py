@@ -10,10 +10,14 @@ from pathlib import Path
 from fasttrack.bundle.canonical import HASH_BUFFER, sha256_stream
 from fasttrack.bundle.layout import ATTESTATION, MANIFEST, RESULTS_DIR
 from fasttrack.bundle.safe_tar import Limits, iter_members
+from fasttrack.limits import MANIFEST_MAX_BYTES, TABLE_KEEP_BYTES, TABLES_KEEP_TOTAL_BYTES
 
 #: Files kept in memory during the pass (everything else is only hashed).
 KEEP_SUFFIXES = (".parquet",)
-KEEP_LIMIT = 512 * 1024 * 1024
+#: Bytes of one table kept at most (limits: ``TABLE_KEEP_BYTES``; the manifest and the
+#: attestation: ``MANIFEST_MAX_BYTES``), and of all tables together.
+KEEP_LIMIT = TABLE_KEEP_BYTES
+KEEP_TOTAL = TABLES_KEEP_TOTAL_BYTES
 
 
 class Contents:
@@ -24,7 +28,9 @@ class Contents:
         """Bundle-relative path -> hex sha256 (empty when the pass did not hash it)."""
         self.sizes: dict[str, int] = {}
         self.kept: dict[str, bytes] = {}
-        """The bytes of the manifest, the attestation and the result tables (up to KEEP_LIMIT each)."""
+        """The bytes of the manifest, the attestation and the result tables (within the limits)."""
+        self.tables_kept = 0
+        """Bytes of the result tables in ``kept``."""
         self.problems: list[str] = []
         """Members that are not regular files."""
         self.total = 0
@@ -33,6 +39,18 @@ class Contents:
 
 def kept_in_memory(name: str) -> bool:
     return name in (MANIFEST, ATTESTATION) or (name.startswith(RESULTS_DIR + "/") and name.endswith(KEEP_SUFFIXES))
+
+
+def _keep(name: str, size: int, contents: Contents) -> bool:
+    """Whether the pass keeps ``name`` (of ``size`` bytes) in memory, within the limits."""
+    if name in (MANIFEST, ATTESTATION):
+        return size <= MANIFEST_MAX_BYTES
+    if not kept_in_memory(name) or size > KEEP_LIMIT:
+        return False
+    if contents.tables_kept + size > KEEP_TOTAL:
+        return False
+    contents.tables_kept += size
+    return True
 
 
 def scan_dir(root: Path, contents: Contents, *, hash_all: bool = True) -> None:
@@ -49,7 +67,7 @@ def scan_dir(root: Path, contents: Contents, *, hash_all: bool = True) -> None:
                 elif entry.is_dir(follow_symlinks=False):
                     stack.append(Path(entry.path))
                 elif entry.is_file(follow_symlinks=False):
-                    if kept_in_memory(rel) and entry.stat().st_size <= KEEP_LIMIT:
+                    if _keep(rel, entry.stat().st_size, contents):
                         with open(entry.path, "rb") as f:
                             data = f.read()
                         digest, size = hashlib.sha256(data).hexdigest(), len(data)
@@ -73,7 +91,7 @@ def scan_tar(path: Path, contents: Contents, limits: Limits) -> None:
         if m.is_dir:
             continue
         assert m.stream is not None
-        if kept_in_memory(m.name) and m.size <= KEEP_LIMIT:
+        if _keep(m.name, m.size, contents):
             data = m.stream.read()
             digest, size = hashlib.sha256(data).hexdigest(), len(data)
             contents.kept[m.name] = data

@@ -26,6 +26,7 @@ from pydantic import BaseModel
 
 from fasttrack.bundle.canonical import to_jsonable
 from fasttrack.bundle.errors import BundleError
+from fasttrack.limits import json_problem
 
 ENCODING_KEY = b"fasttrack.encoding"
 JSON_ENCODING = b"json"
@@ -153,13 +154,24 @@ def _decode(field: pa.Field, value: Any) -> Any:
     if value is None:
         return None
     if field.metadata and field.metadata.get(ENCODING_KEY) == JSON_ENCODING:
-        return json.loads(value)
+        problem = json_problem(value, f"a cell of column {field.name!r}") if isinstance(value, (str, bytes)) else None
+        if problem:
+            raise BundleError(problem)
+        try:
+            return json.loads(value)
+        except (TypeError, ValueError) as exc:
+            raise BundleError(f"a cell of column {field.name!r} is not the JSON its column says: {exc}") from None
     return value
 
 
 def read_rows(source: Path | bytes) -> list[dict[str, Any]]:
-    """Rows of a bundle table as dicts (JSON-encoded columns decoded again)."""
-    table = pq.read_table(pa.BufferReader(source) if isinstance(source, (bytes, bytearray)) else str(source))
+    """Rows of a bundle table as dicts (JSON-encoded columns decoded again).
+
+    An unreadable file or cell raises :class:`BundleError`."""
+    try:
+        table = pq.read_table(pa.BufferReader(source) if isinstance(source, (bytes, bytearray)) else str(source))
+    except (pa.ArrowException, OSError, ValueError, UnicodeDecodeError) as exc:
+        raise BundleError(f"not a readable Parquet file: {type(exc).__name__}: {str(exc)[:300]}") from None
     fields = list(table.schema)
     out = []
     for row in table.to_pylist():

@@ -23,15 +23,13 @@ comment, or by its file name when it has none.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fasttrack.bundle.dsse import Envelope, pae
+from fasttrack.bundle.dsse import Envelope
 from fasttrack.bundle.errors import KeyFileError
 from fasttrack.bundle.keys import (
     PUBLIC_SUFFIX,
@@ -41,6 +39,7 @@ from fasttrack.bundle.keys import (
     load_public_keys,
     load_trust_dir,
 )
+from fasttrack.limits import KEY_FILE_MAX_BYTES, read_capped
 
 #: The key -> identity mapping inside a trust directory.
 ALLOWED_SIGNERS = "allowed_signers"
@@ -115,9 +114,14 @@ def parse_allowed_signers(path: str | os.PathLike[str]) -> list[SignerEntry]:
     """The lines of an allowed-signers file (comments and blank lines skipped)."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise KeyFileError(f"cannot read {p}: {exc}") from None
+        data = read_capped(p, KEY_FILE_MAX_BYTES)
+        if data is None:
+            raise KeyFileError(f"{p} is larger than {KEY_FILE_MAX_BYTES} bytes (the limit for key files)")
+        text = data.decode("utf-8")
+    except OSError as exc:
+        raise KeyFileError(f"cannot read {p}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise KeyFileError(f"{p} is not UTF-8 text; an allowed_signers file lists keys as text lines") from None
     entries: list[SignerEntry] = []
     for n, raw in enumerate(text.splitlines(), start=1):
         line = raw.strip()
@@ -202,27 +206,15 @@ def identity_names(keys: Sequence[PublicKey], trust_dir: str | os.PathLike[str] 
 def signer_identities(
     env: Envelope, sigs: Sequence[dict[str, Any]], keys: Sequence[PublicKey], names: dict[str, str]
 ) -> list[str | None]:
-    """The identity behind each entry of :func:`attest.check_signatures` (None unless valid).
+    """The identity behind each entry of :func:`dsse.check_signatures` (None unless valid).
 
     ``sigs`` are in the order of ``env.signatures`` (as ``check_signatures`` returns them).
-    A valid signature is named by the trusted key that verified it: the key its ``keyid``
-    names or, when the keyid names no trusted key, the key found by verifying.
+    A valid signature is named by the trusted key that verified it (its ``key``), whatever
+    key id the signature claims.
     """
-    message: bytes | None = None
+    by_id = {k.keyid: k for k in keys}
     out: list[str | None] = []
-    for sig, s in zip(env.signatures, sigs, strict=True):
-        if s.get("status") != "valid":
-            out.append(None)
-            continue
-        if sig.keyid in names and any(k.keyid == sig.keyid for k in keys):
-            out.append(names[sig.keyid])
-            continue
-        if message is None:
-            message = pae(env.payloadType, env.payload_bytes())
-        try:
-            raw = base64.b64decode(sig.sig, validate=True)
-        except (binascii.Error, ValueError):
-            out.append(None)
-            continue
-        out.append(next((names.get(k.keyid, key_identity(k)) for k in keys if k.verify(raw, message)), None))
+    for _sig, s in zip(env.signatures, sigs, strict=True):
+        key = by_id.get(s.get("key") or "") if s.get("status") == "valid" else None
+        out.append(None if key is None else names.get(key.keyid, key_identity(key)))
     return out

@@ -5,8 +5,9 @@ Each property is one named item of the result:
 - ``archive``: the tarball is safe to read (only for ``.tar.gz``; see :mod:`safe_tar`).
 - ``attestation``: ``attestation.dsse.json`` is a DSSE envelope holding an in-toto
   Statement v1 with the fasttrack predicate.
-- ``signature``: at least ``min_signatures`` signatures verify against trusted keys, and
-  no signature claiming a trusted key's id is invalid.
+- ``signature``: at least ``min_signatures`` distinct trusted keys made a signature that
+  verifies (copies of one signature under other key ids count once), and no signature
+  claiming a trusted key's id is invalid.
 - ``hashes``: every subject's sha256 equals the file's.
 - ``files``: no subject is missing and no file is outside the subjects.
 - ``schema``: ``manifest.json`` validates against the JSON Schema and the models.
@@ -46,6 +47,7 @@ from fasttrack.bundle.manifest import Manifest
 from fasttrack.bundle.safe_tar import DEFAULT_LIMITS, Limits
 from fasttrack.bundle.scan import Contents, scan_dir, scan_tar
 from fasttrack.bundle.trust import identity_names, signer_identities
+from fasttrack.limits import MANIFEST_MAX_BYTES
 
 #: ``resolve_keys`` lives in :mod:`keys`; it is named here too because callers found it here.
 __all__ = ["ITEMS", "VerifyItem", "VerifyResult", "resolve_keys", "verify_bundle"]
@@ -89,7 +91,8 @@ class VerifyResult(BaseModel):
     verdict: str | None
     """The manifest's verdict (None when the manifest is unreadable)."""
     signers: list[str]
-    """Key ids of the trusted keys whose signatures verified."""
+    """Key ids of the distinct trusted keys whose signatures verified (the keys' own ids, not
+    the ids the signatures claim)."""
     signatures: list[dict[str, Any]]
     """Every signature on the envelope: keyid, status (valid/invalid/untrusted), signer, identity."""
     identities: list[str] = []
@@ -142,7 +145,7 @@ def verify_bundle(
             bundle=str(p),
             verified=all(it.ok is not False for it in ordered),
             verdict=manifest.verdict if manifest else None,
-            signers=sorted({s["keyid"] for s in sigs if s["status"] == "valid"}),
+            signers=sorted({s["key"] for s in sigs if s["status"] == "valid"}),
             signatures=sigs,
             identities=sorted({s["identity"] for s in sigs if s["status"] == "valid" and s.get("identity")}),
             items=ordered,
@@ -172,13 +175,21 @@ def verify_bundle(
     if MANIFEST in contents.kept:
         manifest, sp = schema_problems(contents.kept[MANIFEST])
         put("schema", not sp, "; ".join(sp) if sp else f"valid {manifest.schema_version if manifest else ''}")
+    elif MANIFEST in contents.digests:
+        put("schema", False, f"{MANIFEST} is {contents.sizes[MANIFEST]} bytes, over the limit of {MANIFEST_MAX_BYTES}")
     else:
         put("schema", False, f"{MANIFEST} is missing")
 
     # attestation
     env: Envelope | None = None
     statement: dict[str, Any] | None = None
-    if ATTESTATION not in contents.kept:
+    if ATTESTATION in contents.digests and ATTESTATION not in contents.kept:
+        put(
+            "attestation",
+            False,
+            f"{ATTESTATION} is {contents.sizes[ATTESTATION]} bytes, over the limit of {MANIFEST_MAX_BYTES}",
+        )
+    elif ATTESTATION not in contents.kept:
         put("attestation", False, f"{ATTESTATION} is missing")
     else:
         try:
@@ -200,21 +211,22 @@ def verify_bundle(
             sigs = check_signatures(env, trusted)
             for s, who in zip(sigs, signer_identities(env, sigs, trusted, names), strict=True):
                 s["identity"] = who
-            valid = [s for s in sigs if s["status"] == "valid"]
+            signer_keys = {s["key"] for s in sigs if s["status"] == "valid"}
             invalid = [s for s in sigs if s["status"] == "invalid"]
             desc = "; ".join(
-                f"{s['keyid'][:16]} {s['status']}"
+                f"{s['keyid'][:16] or '(no key id)'} {s['status']}"
                 + (f" by {s['identity']}" if s.get("identity") else "")
                 + (f" ({s['signer']})" if s["signer"] else "")
+                + (f" [made by key {s['key'][:16]}, already counted]" if s.get("duplicate") else "")
                 for s in sigs
             )
             if invalid:
                 put("signature", False, f"a signature with a trusted key id does not verify: {desc}")
-            elif len(valid) < min_signatures:
+            elif len(signer_keys) < min_signatures:
                 put(
                     "signature",
                     False,
-                    f"{len(valid)} valid signature(s) from trusted keys, {min_signatures} required: {desc}",
+                    f"{len(signer_keys)} distinct trusted key(s) signed, {min_signatures} required: {desc}",
                 )
             else:
                 put("signature", True, desc)

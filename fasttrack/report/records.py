@@ -148,7 +148,7 @@ def record_from(
         verification=v.headline,
         signature_ok=v.signature.ok,
         hashes_ok=v.hashes.ok,
-        signers=sorted(s.keyid for s in v.signers if s.status == "valid"),
+        signers=sorted({s.keyid for s in v.signers if s.status == "valid"}),
         readable=data.readable,
         verdict=data.verdict if data.readable else "unknown",
         model=data.model,

@@ -34,7 +34,7 @@ def verify_view(vr: VerifyResult, *, trusted_keys: int) -> VerifyView:
         detail=hashes.detail if files.ok is not False else f"{hashes.detail}; {files.detail}",
     )
     if vr.verified:
-        who = ", ".join(f"key {s['keyid'][:12]}" for s in vr.signatures if s.get("status") == "valid")
+        who = ", ".join(f"key {k[:12]}" for k in vr.signers)
         head_txt = "PR head matches" if head.ok else "PR head not checked against the code host"
         headline = f"Verified: signed by {who or 'a trusted key'}; every file matches its signed hash; {head_txt}."
     else:
@@ -44,7 +44,8 @@ def verify_view(vr: VerifyResult, *, trusted_keys: int) -> VerifyView:
             headline += f"; and {len(bad) - 4} more"
     signers = [
         SignerView(
-            keyid=str(s.get("keyid", "")),
+            # a valid signature is shown by the key that verified it, not the id it claims
+            keyid=str((s.get("key") if s.get("status") == "valid" else None) or s.get("keyid", "")),
             status=str(s.get("status", "")),
             signer=fmt.one_line(s.get("signer") or "", 120),
         )

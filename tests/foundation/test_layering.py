@@ -17,7 +17,7 @@ holding its own submodules is not a cycle. Imports by name string
 
 Layers, bottom to top (a module imports only from its own layer or below):
 
-1. ``errors``, ``results``, ``scope``, ``stats`` (and the package root ``fasttrack``)
+1. ``errors``, ``results``, ``scope``, ``stats``, ``limits`` (and the package root ``fasttrack``)
 1.5 ``bundle/``: level 1 and itself
 1.7 ``report/``: ``bundle/``, level 1 and itself
 2. ``engine/``, ``plan``, ``isolation``, ``hardware``, ``models``, ``inputs``, ``schemas``, ``passability``, ``doctor``
@@ -49,6 +49,7 @@ LEVELS: dict[str, float] = {
     "results": 1,
     "scope": 1,
     "stats": 1,
+    "limits": 1,  # every resource limit on untrusted input (bundles, scopes, key files, shards)
     "bundle": 1.5,
     "report": 1.7,
     "engine": 2,
