@@ -112,6 +112,12 @@ def _leftovers(job: Path) -> list[str]:
     return [ln for ln in out.splitlines() if "pgrep" not in ln]
 
 
+def _engine_processes(job: Path) -> list[str]:
+    """vLLM processes started for this job's shards (their profiler folders lie under the job folder)."""
+    out = subprocess.run(["pgrep", "-af", f"{job}/shards"], capture_output=True, text=True).stdout
+    return [ln for ln in out.splitlines() if "pgrep" not in ln]
+
+
 def _rows(bundle: Path) -> dict[tuple[str, str], list[dict[str, Any]]]:
     out = {}
     with B.open_bundle(bundle) as view:
@@ -157,6 +163,7 @@ def test_sharded_validation_through_slurm_merges_and_verifies(
         assert sorted(json.dumps(r, sort_keys=True, default=str) for r in merged_rows[key]) == canon, key
     assert ("equivalence", "points") in merged_rows or any(k[0] == "equivalence" for k in merged_rows)
     assert not _leftovers(job), _leftovers(job)
+    assert not _engine_processes(job)
 
 
 def test_a_cancelled_shard_makes_the_merge_incomplete_naming_it(
@@ -166,14 +173,17 @@ def test_a_cancelled_shard_makes_the_merge_incomplete_naming_it(
     sub = _submit(slurm_env, job, scope_file, site_file, keys)
     array = next(iter(sub["arrays"].values()))
     log = job / "logs"
-    # cancel shard 1 once its task runs (before it reaches an engine: it runs the kernels check first)
+    # cancel shard 1 while its first engine starts (after its engine-less kernels check): scancel sends SIGTERM
     t0 = time.time()
-    while time.time() - t0 < 600:
-        st = _status(slurm_env, job)
-        if st["shards"][0]["state"] == "RUNNING" and any("shard 1/2" in p.read_text() for p in log.glob("*_1.out")):
+    while time.time() - t0 < 900:
+        text = "".join(p.read_text(errors="replace") for p in log.glob("*_1.out"))
+        if "starting engine" in text:
             break
         time.sleep(2)
+    else:
+        raise AssertionError(f"shard 1 never started an engine:\n{text[-3000:]}")
     subprocess.run(["scancel", f"{array}_1"], check=True, env=slurm_env)
+    t_cancel = time.time()
     st = _wait_merged(slurm_env, job, timeout=1200)
     assert st["shards"][0]["state"] == "CANCELLED", st
     assert st["shards"][1]["bundle"] and st["merged"]["verdict"] == "incomplete", st
@@ -192,6 +202,9 @@ def test_a_cancelled_shard_makes_the_merge_incomplete_naming_it(
     if s1["absent"] is not None:  # no partial bundle: the merge names the Slurm job and its log
         for name in ("kernels", "equivalence"):
             assert f"Slurm job {array}_1 ended CANCELLED" in reasons[name] and s1["scheduler"]["log"] in reasons[name]
-    else:  # a partial bundle written on SIGTERM says so
-        assert "signal 15" in reasons["equivalence"], reasons
+    else:  # a partial bundle written on SIGTERM says so, within the schedulers' grace period
+        assert "terminated by signal 15" in reasons["equivalence"], reasons
+        bundle = job / "shards" / "shard-1-of-2" / "bundle.tar.gz"
+        assert bundle.stat().st_mtime - t_cancel < 30
     assert not _leftovers(job), _leftovers(job)
+    assert not _engine_processes(job)
