@@ -28,8 +28,11 @@ class EngineStartError(EngineError):
         log_tail: str = "",
         exit_code: int | None = None,
         hint: str | None = None,
+        node: int | None = None,
     ) -> None:
         self.side = side
+        self.node = node
+        """The node rank of a multi-node engine that failed (None: a single-node engine)."""
         self.log_path = log_path
         self.log_tail = log_tail
         # the server process's exit code, recorded by the pipeline's crash record; it shadows
@@ -49,8 +52,11 @@ class EngineCrashed(EngineError):
         exit_code: int | None = None,
         log_path: str | None = None,
         log_tail: str = "",
+        node: int | None = None,
     ) -> None:
         self.side = side
+        self.node = node
+        """The node rank of a multi-node engine that died (None: a single-node engine)."""
         self.exit_code = exit_code  # type: ignore[assignment]  # process exit code, may be None (see above)
         self.log_path = log_path
         self.log_tail = log_tail

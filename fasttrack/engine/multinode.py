@@ -147,13 +147,13 @@ class MultiNodeEngine(ManagedEngine):
                     self._terminate((5.0, 5.0, 5.0))  # every other node goes too
                 return
 
-    def _exit_status(self) -> tuple[str, int, str | None] | None:
+    def _exit_status(self) -> tuple[str, int, str | None, int | None] | None:
         if self._failure is not None:
-            return self._failure[:3]
+            return self._failure
         found = self._exited_node()
         if found is not None:
             self._failure = found
-            return found[:3]
+            return found
         return None
 
     def check_alive(self, *, grace: float = 0.0, probe_health: bool = True) -> None:

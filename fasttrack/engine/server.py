@@ -293,14 +293,14 @@ class ManagedEngine(EngineBase):
         self._full_env = full_env
         return full_env
 
-    def _exit_status(self) -> tuple[str, int, str | None] | None:
-        """``(who, exit code, log)`` when a process of the engine has exited, else None. One server
-        process here; a multi-node engine names the node that exited."""
+    def _exit_status(self) -> tuple[str, int, str | None, int | None] | None:
+        """``(who, exit code, log, node rank)`` when a process of the engine has exited, else None. One
+        server process here (node None); a multi-node engine names the node that exited."""
         assert self._proc is not None
         code = self._proc.poll()
         if code is None:
             return None
-        return f"the {self.side} engine", code, str(self.log_path) if self.log_path else None
+        return f"the {self.side} engine", code, str(self.log_path) if self.log_path else None, None
 
     def _wait_healthy(self) -> None:
         assert self._proc is not None and self.log_path is not None
@@ -310,7 +310,7 @@ class ManagedEngine(EngineBase):
             while True:
                 exited = self._exit_status()
                 if exited is not None:
-                    who, code, log_path = exited
+                    who, code, log_path, node = exited
                     tail = read_log_tail(Path(log_path) if log_path else None, 60)
                     self._reap()
                     raise EngineStartError(
@@ -319,6 +319,7 @@ class ManagedEngine(EngineBase):
                         log_path=log_path,
                         log_tail=tail,
                         exit_code=code,
+                        node=node,
                         hint="Read the log lines above: a wrong model path, an unsupported argument "
                         "or an out-of-memory error are the usual causes.",
                     )
@@ -368,7 +369,7 @@ class ManagedEngine(EngineBase):
         while True:
             exited = self._exit_status()
             if exited is not None:
-                who, code, log_path = exited
+                who, code, log_path, node = exited
                 tail = read_log_tail(Path(log_path) if log_path else None, 60)
                 stopped_by_us = self._stop_requested
                 self._reap()
@@ -379,6 +380,7 @@ class ManagedEngine(EngineBase):
                     exit_code=code,
                     log_path=log_path,
                     log_tail=tail,
+                    node=node,
                 )
             if time.monotonic() >= deadline:
                 break

@@ -99,6 +99,7 @@ def test_a_follower_that_dies_takes_the_engine_down_and_is_named(fake_python: st
         with pytest.raises(EngineCrashed) as exc:
             eng.check_alive()
         msg = exc.value.message
+        assert exc.value.node == 1 and exc.value.side == "candidate"
         assert "node 1 of 2 (127.0.0.1) of the candidate engine exited with code 7" in msg
         assert "g.candidate.0.node1.log" in msg and "the peer went away" in msg
     finally:
@@ -111,6 +112,7 @@ def test_a_follower_that_dies_before_health_fails_the_start(fake_python: str, tm
     with pytest.raises(EngineStartError) as exc:
         eng.start()
     assert "node 1 of 2" in exc.value.message and "before it became healthy" in exc.value.message
+    assert exc.value.node == 1
     for np in eng.node_procs:
         assert group_members(np.proc.pid) == []
 
