@@ -18,6 +18,7 @@ waits for health, watches every node and tears them all down.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -179,17 +180,39 @@ class LocalLauncher(Launcher):
         return out
 
 
+def expand_nodelist(nodelist: str) -> list[str]:
+    """A Slurm node list (``gb[01-03,7],login1``) as host names, in order."""
+    hosts: list[str] = []
+    for m in re.finditer(r"([^,\[]+)(?:\[([^\]]*)\])?([^,]*)", nodelist):
+        prefix, ranges, suffix = m.group(1), m.group(2), m.group(3)
+        if ranges is None:
+            hosts.append(prefix + suffix)
+            continue
+        for part in ranges.split(","):
+            lo, _, hi = part.partition("-")
+            if not hi:
+                hosts.append(f"{prefix}{lo}{suffix}")
+                continue
+            width = len(lo)
+            hosts.extend(f"{prefix}{i:0{width}d}{suffix}" for i in range(int(lo), int(hi) + 1))
+    return [h for h in hosts if h]
+
+
 def slurm_hostnames(env: dict[str, str] | None = None) -> list[str]:
-    """The allocation's hosts in Slurm's order (``scontrol show hostnames``)."""
+    """The allocation's hosts in Slurm's order (``scontrol show hostnames``, else the list expanded here)."""
     env = dict(os.environ) if env is None else env
     nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
     if not nodelist:
         return []
     scontrol = shutil.which("scontrol")
-    if scontrol is None:
-        return [h for h in nodelist.split(",") if h and "[" not in h]
-    res = subprocess.run([scontrol, "show", "hostnames", nodelist], capture_output=True, text=True, check=False)
-    return [h.strip() for h in res.stdout.splitlines() if h.strip()]
+    if scontrol is not None:
+        res = subprocess.run(
+            [scontrol, "show", "hostnames", nodelist], capture_output=True, text=True, check=False, timeout=30
+        )
+        hosts = [h.strip() for h in res.stdout.splitlines() if h.strip()]
+        if res.returncode == 0 and hosts:
+            return hosts
+    return expand_nodelist(nodelist)
 
 
 class SlurmLauncher(Launcher):

@@ -139,7 +139,7 @@ def test_start_engine_picks_the_multi_node_engine(fake_python: str, tmp_path: Pa
 
 
 def _slurm_env() -> dict[str, str]:
-    return {"SLURM_JOB_NUM_NODES": "4", "SLURM_JOB_NODELIST": "gb1,gb2,gb3,gb4", "SLURM_JOB_ID": "77"}
+    return {"SLURM_JOB_NUM_NODES": "4", "SLURM_JOB_NODELIST": "gb[1-4]", "SLURM_JOB_ID": "77"}
 
 
 def test_slurm_launcher_runs_one_task_per_node(tmp_path: Path) -> None:
@@ -181,6 +181,13 @@ def test_slurm_launcher_runs_one_task_per_node(tmp_path: Path) -> None:
     assert launcher.hosts(2) == ["gb1", "gb2"]
     with pytest.raises(ValueError, match="spans 8 nodes and the Slurm allocation has 4"):
         launcher.hosts(8)
+
+
+def test_slurm_node_lists_expand() -> None:
+    from fasttrack.engine.launchers import expand_nodelist
+
+    assert expand_nodelist("gb[01-03,7],login1") == ["gb01", "gb02", "gb03", "gb7", "login1"]
+    assert expand_nodelist("a1,a2") == ["a1", "a2"]
 
 
 def test_node_main_picks_its_role_from_the_slurm_node_id(monkeypatch: pytest.MonkeyPatch) -> None:
