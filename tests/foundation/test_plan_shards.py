@@ -89,3 +89,22 @@ def test_sharding_is_deterministic(k3) -> None:
     a = build_plan(k3.scope, tier="full", shard="2/3").model_dump()
     b = build_plan(k3.scope, tier="full", shard="2/3").model_dump()
     assert a == b
+
+
+def test_speculative_configs_reach_the_engine_arguments(k3) -> None:
+    import json
+
+    plan = build_plan(k3.scope, tier="full")
+    synth = next(g for g in plan.groups if g.spec == "dspark-al6")
+    natural = next(g for g in plan.groups if g.spec == "dspark" and g.draft_length == 7)
+    for g, extra in (
+        (synth, {"rejection_sample_method": "synthetic", "synthetic_acceptance_length": 6}),
+        (natural, {}),
+    ):
+        want = {"method": "dspark", "num_speculative_tokens": 7, **extra}
+        assert g.speculative_config == want
+        for side in ("baseline", "candidate"):
+            args = g.args[side]
+            assert json.loads(args[args.index("--speculative-config") + 1]) == want
+    none = next(g for g in plan.groups if g.spec == "none")
+    assert none.speculative_config is None and "--speculative-config" not in none.args["candidate"]
