@@ -73,4 +73,4 @@ def test_slurm_mode_starts_one_task_per_node_with_its_role(slurm_env, tmp_path: 
         assert f"nodeid={rank} node={node}" in lines[rank], lines
         argv = lines[rank].split("argv=", 1)[1].split()
         assert argv[1] == "slurm" and argv[argv.index("--nnodes") + 1] == "2"
-        assert argv[argv.index("--master-addr") + 1] == "n1" and "--node-rank" not in argv
+        assert argv[argv.index("--master-addr") + 1] == report["hosts"][0] and "--node-rank" not in argv
