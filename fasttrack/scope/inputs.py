@@ -31,6 +31,9 @@ class FallbackSpec(ScopeModel):
     """Candidate arguments that start it outside its envelope, for the ``unsupported_deployment`` probe
     (e.g. a tensor-parallel size the envelope excludes). They are appended to the candidate arguments of
     the plan's first engine group; a later flag overrides an earlier one."""
+    reject_regex: str | None = None
+    """Regex over the engine log that marks a refusal to start outside the envelope
+    (``unsupported_deployment: reject_at_startup``); null: any failed start counts as the refusal."""
     visible: bool = True
     """Whether each fallback must be visible (log line or metric)."""
     log_regex: str | None = None
@@ -42,6 +45,8 @@ class FallbackSpec(ScopeModel):
     def _sane(self) -> "FallbackSpec":
         if self.log_regex:
             check_regex(self.log_regex, "log_regex")
+        if self.reject_regex:
+            check_regex(self.reject_regex, "reject_regex")
         if self.visible and not (self.log_regex or self.metric):
             raise ValueError("visible fallbacks need log_regex or metric to observe them")
         return self

@@ -223,3 +223,45 @@ def test_engine_records_say_which_nodes_ran(fake_python: str, tmp_path: Path) ->
     assert [n["ranks"] for n in d["nodes"]] == [[0], [1]]
     assert json.dumps(d, default=str)  # serializable for the run record
     assert os.path.basename(d["log_path"]) == "g.candidate.0.node0.log"
+
+
+# --------------------------------------------------------------------------- deployments outside the envelope
+
+
+def test_a_refused_deployment_is_recorded_with_its_reason(fake_python: str, tmp_path: Path) -> None:
+    from fasttrack.engine.deployment import probe_deployment
+
+    out = probe_deployment(
+        side="candidate",
+        model="fake-model",
+        args=["--tensor-parallel-size", "2"],
+        env={"FAKE_VLLM_MODE": "exit"},
+        log_dir=tmp_path,
+        log_name="probe",
+        startup_timeout=30.0,
+        python=fake_python,
+        reject_regex="something is wrong with the model",
+    )
+    assert not out.started and out.exit_code == 3
+    assert out.reject_lines == ["ValueError: something is wrong with the model"]
+    assert out.log and Path(out.log).is_file()
+
+
+def test_a_deployment_that_comes_up_is_served_and_stopped(fake_python: str, tmp_path: Path) -> None:
+    from fasttrack.engine.deployment import probe_deployment
+
+    out = probe_deployment(
+        side="candidate",
+        model="fake-model",
+        args=["--tensor-parallel-size", "2"],
+        env={"FAKE_VLLM_MODE": "ok"},
+        log_dir=tmp_path,
+        log_name="probe",
+        startup_timeout=30.0,
+        python=fake_python,
+        log_regex="FASTTRACK_DEMO_DEFECT=",
+    )
+    assert out.started and out.exit_code is None
+    assert out.served == 0 and out.error and "HTTP 501" in out.error  # the stand-in serves no completions
+    assert out.fallback_lines == ["FASTTRACK_DEMO_DEFECT="]  # found in the log, earlier in the engine's life
+    assert not live_engines()
