@@ -24,6 +24,11 @@ import os
 import sys
 from typing import Any
 
+# Run by its path, Python puts this folder first on sys.path, where engine modules named like the
+# standard library's (trace, logs...) would shadow it for vLLM and torch: take it off.
+_HERE = os.path.dirname(os.path.realpath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.realpath(p or os.getcwd()) != _HERE]
+
 
 def _parse(argv: list[str]) -> Any:  # vLLM's argparse namespace
     from vllm.entrypoints.launchers.cli_args import make_arg_parser, validate_parsed_serve_args
