@@ -187,6 +187,21 @@ def slurm_submit(
     console.print(f"watch: fasttrack slurm status {job_dir}   (or: squeue -r -j {every})", highlight=False)
 
 
+@slurm_app.command("resubmit")
+def slurm_resubmit(
+    job_dir: Path = typer.Argument(..., help="The job folder."),
+    shard: list[int] = typer.Option(..., "--shard", help="Shard number to run again (repeatable)."),
+) -> None:
+    """Run some shards again (same scripts, same plan) and the merge job after them (afterany)."""
+    from fasttrack.executors.slurm_jobs import resubmit
+
+    rec = resubmit(job_dir.resolve(), sorted(set(shard)))
+    arrays = ", ".join(f"{name} -> {jid}" for name, jid in rec["arrays"].items())
+    console.print(
+        f"resubmitted shard(s) {rec['shards']}: {arrays}; merge -> {rec['merge']} (afterany)", highlight=False
+    )
+
+
 @slurm_app.command("status")
 def slurm_status(
     job_dir: Path = typer.Argument(..., help="The job folder."),

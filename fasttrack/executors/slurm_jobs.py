@@ -121,17 +121,61 @@ def _log_path(job: dict[str, Any], array: dict[str, Any], array_id: str, task: i
     return str(Path(job["job_dir"]) / LOGS_DIR / f"{array['job_name']}-{array_id}_{task}.out")
 
 
+def shard_jobs(job: dict[str, Any]) -> dict[int, tuple[dict[str, Any], str]]:
+    """Each shard's array (its entry in the job file) and the Slurm job that ran it last (resubmissions
+    included)."""
+    sub = job.get("submitted") or {}
+    out: dict[int, tuple[dict[str, Any], str]] = {}
+    rounds = [sub.get("arrays") or {}] + [r.get("arrays") or {} for r in sub.get("resubmits", [])]
+    for i, ids in enumerate(rounds):
+        only = None if i == 0 else set(sub["resubmits"][i - 1]["shards"])
+        for a in job["arrays"]:
+            jid = ids.get(a["script"])
+            if jid:
+                for shard in a["shards"]:
+                    if only is None or shard in only:
+                        out[shard] = (a, jid)
+    return out
+
+
+def resubmit(job_dir: Path, shards: list[int]) -> dict[str, Any]:
+    """Run ``shards`` again (``sbatch --array=<them>`` of their arrays' scripts) and the merge job after them."""
+    job = load_job(job_dir)
+    if not job.get("submitted"):
+        raise FasttrackError(f"{job_dir} was never submitted; use `fasttrack slurm submit`.")
+    known = {i for a in job["arrays"] for i in a["shards"]}
+    bad = sorted(set(shards) - known)
+    if bad or not shards:
+        raise FasttrackError(f"no shard {bad or shards} in {job_dir} (shards 1-{len(known)}).")
+    ids: dict[str, str] = {}
+    for a in job["arrays"]:
+        mine = [i for i in a["shards"] if i in shards]
+        if mine:
+            argv = [_tool("sbatch"), "--parsable", f"--array={','.join(map(str, mine))}", a["script"]]
+            res = subprocess.run(argv, capture_output=True, text=True, cwd=job_dir, check=False)
+            if res.returncode != 0:
+                raise FasttrackError(f"sbatch {a['script']} failed (exit {res.returncode}): {res.stderr.strip()}")
+            ids[a["script"]] = res.stdout.strip().split(";")[0]
+    merge = sbatch(job_dir / job["merge"]["script"], dependency="afterany:" + ":".join(ids.values()))
+    record = {
+        "at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "shards": sorted(shards),
+        "arrays": ids,
+        "merge": merge,
+    }
+    job["submitted"].setdefault("resubmits", []).append(record)
+    save_job(job_dir, job)
+    return record
+
+
 def task_states(job: dict[str, Any]) -> dict[int, TaskState]:
     """What the controller says about each shard's array task (shards it forgot are left out)."""
-    sub = job.get("submitted") or {}
+    latest = shard_jobs(job)
     out: dict[int, TaskState] = {}
-    for a in job["arrays"]:
-        jid = (sub.get("arrays") or {}).get(a["script"])
-        if not jid:
-            continue
+    for a, jid in {(latest[i][0]["script"], latest[i][1]): latest[i] for i in latest}.values():
         for rec in scontrol_records(jid):
             for task in _task_ids(rec.get("ArrayTaskId", "")):
-                if task not in a["shards"]:
+                if task not in latest or latest[task][1] != jid:
                     continue
                 std = rec.get("StdOut", "")
                 single = rec.get("ArrayTaskId") == str(task)
@@ -142,9 +186,7 @@ def task_states(job: dict[str, Any]) -> dict[int, TaskState]:
                     state=rec.get("JobState", "UNKNOWN"),
                     reason=None if rec.get("Reason") in (None, "None") else rec.get("Reason"),
                     exit_code=rec.get("ExitCode"),
-                    log=log
-                    if log and "%" not in log and rec.get("ArrayTaskId") == str(task)
-                    else _log_path(job, a, jid, task),
+                    log=log,
                     nodes=None if rec.get("NodeList") in (None, "(null)") else rec.get("NodeList"),
                 )
     return out
@@ -170,10 +212,8 @@ def describe_absent(job: dict[str, Any], states: dict[int, TaskState]) -> Descri
     def describe(shard: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         index = int(shard["shard"].split("/")[0])
         st = states.get(index)
-        sub = job.get("submitted") or {}
         if st is None:
-            array = next((a for a in job["arrays"] if index in a["shards"]), None)
-            jid = (sub.get("arrays") or {}).get(array["script"]) if array else None
+            array, jid = shard_jobs(job).get(index, (None, None))
             if not jid or array is None:
                 return "wrote no bundle; the job folder records no Slurm submission for it", {}
             log = _log_path(job, array, jid, index)
@@ -228,8 +268,9 @@ def status(job_dir: Path) -> dict[str, Any]:
         )
     merge_state = None
     sub = job.get("submitted") or {}
-    if sub.get("merge"):
-        recs = scontrol_records(sub["merge"])
+    merge_id = ((sub.get("resubmits") or [{}])[-1].get("merge") or sub.get("merge")) if sub else None
+    if merge_id:
+        recs = scontrol_records(merge_id)
         merge_state = recs[0].get("JobState") if recs else None
     summary_path = job_dir / MERGED_DIR / MERGE_SUMMARY
     merged = None
@@ -243,7 +284,7 @@ def status(job_dir: Path) -> dict[str, Any]:
         "tier": job["tier"],
         "submitted": sub or None,
         "shards": shards,
-        "merge": {"job_id": sub.get("merge"), "state": merge_state},
+        "merge": {"job_id": merge_id, "state": merge_state},
         "merged": {"bundle": merged.get("merged"), "verdict": merged.get("verdict"), "error": merged.get("error")}
         if merged
         else None,
