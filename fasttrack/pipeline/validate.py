@@ -1,13 +1,17 @@
 """``fasttrack validate``: scope -> host check -> plan -> checks over real engines -> bundle.
 
-After the last engine, each engine check judges its evidence. An engine crash or Ctrl-C
+After the last engine, each engine check judges its evidence. An engine crash, Ctrl-C or
+a termination signal (SIGTERM, SIGHUP: a scheduler's scancel, time limit or pod deletion)
 stops the run: every engine is torn down, the checks that could not finish are
-``not_run`` with the reason, and a partial bundle with the logs is still written.
+``not_run`` with the reason ("terminated by signal 15 (SIGTERM)"), and a partial bundle
+with the logs is still written; after a signal the process exits with 128 + its number.
 """
 
 from __future__ import annotations
 
 import shutil
+import signal
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -16,9 +20,12 @@ from pathlib import Path
 
 from fasttrack.checks.base import Check, EngineCheck, EnginelessCheck, registry
 from fasttrack.checks.context import RunContext
+from fasttrack.engine.argcheck import raise_for_issues
+from fasttrack.engine.launchers import LAUNCHERS, get_launcher
 from fasttrack.errors import FasttrackError, HardwareMismatch, ScopeError
 from fasttrack.hardware import HostInfo, detect_host, match_hardware
 from fasttrack.isolation import IsolationResult, check_isolation
+from fasttrack.passability import analyze, engine_arg_check
 from fasttrack.pipeline.engines import RunState, drive_engines
 from fasttrack.pipeline.record import RunFacts, write_outputs
 from fasttrack.plan import Plan, build_plan
@@ -47,6 +54,11 @@ class ValidateOptions:
     eval_data: dict[str, Path] = field(default_factory=dict)
     """Eval name -> data file or folder (``--eval-data NAME=PATH``), instead of the scope's data."""
     force: bool = False
+    run_anyway: bool = False
+    """Run a tier the passability analysis says can never pass (the bundle is then ``incomplete``)."""
+    launcher: str | None = None
+    """How node processes of multi-node engines start (``local``, ``slurm``; None: slurm inside a Slurm
+    allocation of several nodes, else local)."""
 
 
 @dataclass
@@ -71,19 +83,47 @@ def prepare(opts: ValidateOptions, *, log: Callable[[str], None]) -> tuple[Loade
         )
     host = detect_host()
     assert scope.hardware is not None
-    match = match_hardware(scope.hardware, host)
+    # the GPUs of the engines this run starts (a tier of TP8 engines needs fewer nodes than one of TP16)
+    engine_gpus = sorted({g.gpus for g in build_plan(scope, tier=opts.tier, shard=opts.shard).groups if g.gpus})
+    match = match_hardware(scope.hardware, host, engine_gpus=engine_gpus or None)
     if match.ok:
         return loaded, host, False, None
     reason = f"requires {match.required}; found {match.found} ({'; '.join(match.problems)})"
     if not opts.allow_hardware_mismatch:
         raise HardwareMismatch(
             f"this host does not match scope {scope.name!r}: it requires {match.required}, and this host has "
-            f"{match.found} ({'; '.join(match.problems)}).",
+            f"{match.found} ({'; '.join(match.problems)}).\nFound: " + "; ".join(match.facts) + ".",
             hint=f"Run it on matching hardware. To see what the run involves: fasttrack plan --model {scope.name} "
             f"--tier {opts.tier}. To rehearse anyway (not valid evidence): add --allow-hardware-mismatch.",
         )
     log(f"rehearsal: hardware mismatch: {reason}. Results will be marked as a rehearsal, not valid evidence.")
     return loaded, host, True, reason
+
+
+def preflight(loaded: LoadedScope, plan: Plan, opts: ValidateOptions, *, log: Callable[[str], None]) -> None:
+    """Before any engine starts: the passability analysis of the tier (refused unless ``run_anyway``)
+    and the engine arguments against the installed vLLM's own parser (when engines will be started)."""
+    scope = loaded.scope
+    reg = registry()
+    selected = [n for n in reg if (opts.checks is None or n in opts.checks) and plan.runs_check(n)]
+    analysis = analyze(scope, build_plan(scope, tier=opts.tier), base_dir=loaded.base_dir)
+    blockers = [b for b in analysis.blockers if b.check in selected]
+    if blockers:
+        lines = "\n  ".join(b.line() for b in blockers)
+        if not opts.run_anyway:
+            raise FasttrackError(
+                f"the {opts.tier} tier of {scope.name!r} can never pass: these required items cannot run:\n  {lines}",
+                hint="Fix the scope (see 'fasttrack plan'), or pass --run-anyway for a run whose bundle is incomplete.",
+            )
+        log(f"--run-anyway: the {opts.tier} tier cannot pass (the bundle will be incomplete):\n  {lines}")
+    owned = not (opts.baseline_url and opts.candidate_url)
+    if owned and any(reg[n].needs_engine for n in selected):
+        if opts.launcher is not None and opts.launcher not in LAUNCHERS:
+            raise FasttrackError(f"unknown launcher {opts.launcher!r}.", hint=f"Use one of {', '.join(LAUNCHERS)}.")
+        args = engine_arg_check(plan)
+        if args.skipped:
+            log(f"engine arguments not checked: {args.skipped}")
+        raise_for_issues(args, scope_name=scope.name)
 
 
 def select_checks(plan: Plan, wanted: list[str] | None) -> tuple[list[Check], dict[str, str]]:
@@ -117,6 +157,60 @@ def _prepare_run_dir(out: Path, force: bool) -> Path:
     return out
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP (scancel, a time limit, pod deletion, a closed terminal): stop like Ctrl-C."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+    @property
+    def reason(self) -> str:
+        return f"terminated by signal {self.signum} ({signal.Signals(self.signum).name})"
+
+
+_TERM_SIGNALS = tuple(s for s in (signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None)
+
+
+def _termination_handlers() -> tuple[Callable[[], None], Callable[[], int | None]]:
+    """SIGTERM/SIGHUP raise :class:`Terminated` (once; later ones are ignored while the partial bundle is
+    written). Engines stop fast first, so a scheduler's grace period (Slurm's KillWait and Kubernetes'
+    terminationGracePeriodSeconds, 30 s by default) covers the teardown and the bundle. Returns ``disarm``
+    (from then on a signal is only recorded: the outputs get written) and ``restore`` (the previous
+    handlers back; returns the signal recorded while disarmed, if any)."""
+    armed = [True]
+    if threading.current_thread() is not threading.main_thread():
+        return (lambda: None), (lambda: None)
+    fired: list[int] = []
+
+    def handler(signum: int, frame: object) -> None:
+        if fired:
+            return
+        fired.append(signum)
+        if not armed[0]:  # the outputs are being written: let them finish, exit afterwards
+            return
+        from fasttrack.engine import stop_all_engines
+
+        stop_all_engines(fast=True)
+        raise Terminated(signum)
+
+    prev = {}
+    for sig in _TERM_SIGNALS:
+        if signal.getsignal(sig) is signal.SIG_IGN:  # e.g. SIGHUP under nohup: keep ignoring it
+            continue
+        prev[sig] = signal.signal(sig, handler)
+
+    def disarm() -> None:
+        armed[0] = False
+
+    def restore() -> int | None:
+        for sig, h in prev.items():
+            signal.signal(sig, h)
+        return fired[0] if fired and not armed[0] else None
+
+    return disarm, restore
+
+
 def run_validate(
     opts: ValidateOptions, *, log: Callable[[str], None] = print, progress: Callable[[str], None] | None = None
 ) -> ValidateOutcome:
@@ -124,6 +218,7 @@ def run_validate(
     loaded, host, rehearsal, rehearsal_reason = prepare(opts, log=log)
     scope = loaded.scope
     plan = build_plan(scope, tier=opts.tier, shard=opts.shard, scope_sha256=loaded.sha256)
+    preflight(loaded, plan, opts, log=log)
     isolation: IsolationResult | None = None
     if opts.repo is not None:
         if not (opts.base and opts.head):
@@ -163,6 +258,9 @@ def run_validate(
         else:
             active.append(chk)
 
+    disarm_signals, restore_signals = _termination_handlers()
+    why_stopped = "the run was interrupted (Ctrl-C) before this check finished"
+    terminated: Terminated | None = None
     try:
         for echk in [c for c in active if isinstance(c, EnginelessCheck)]:
             progress(f"check {echk.name}: running")
@@ -170,28 +268,36 @@ def run_validate(
         engine_checks = [c for c in active if isinstance(c, EngineCheck)]
         if engine_checks:
             attach: dict[Side, str | None] = {"baseline": opts.baseline_url, "candidate": opts.candidate_url}
-            drive_engines(ctx, plan, engine_checks, state, attach=attach, progress=progress, log=log)
+            launcher = get_launcher(opts.launcher) if opts.launcher else None
+            drive_engines(ctx, plan, engine_checks, state, attach=attach, progress=progress, log=log, launcher=launcher)
             for chk in engine_checks:
                 if chk.name in state.results:
                     state.results[chk.name] = _declared(chk, state.results[chk.name])
                     continue
                 progress(f"check {chk.name}: judging")
                 state.results[chk.name] = _guard(chk, lambda c=chk: c.judge(ctx))  # type: ignore[misc]
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         state.interrupted = True
-        log("interrupted: engines were stopped; writing a partial bundle")
+        if isinstance(exc, Terminated):
+            terminated = exc
+            why_stopped = f"the run was {exc.reason} before this check finished"
+            log(f"{exc.reason}: engines were stopped; writing a partial bundle")
+        else:
+            log("interrupted: engines were stopped; writing a partial bundle")
         for chk in active:
             state.results.setdefault(
                 chk.name,
                 _declared(
                     chk,
-                    CheckResult.not_run(
-                        chk.name, "the run was interrupted (Ctrl-C) before this check finished", required=chk.required
-                    ),
+                    CheckResult.not_run(chk.name, why_stopped, required=chk.required),
                 ),
             )
+    except BaseException:
+        restore_signals()
+        raise
     finally:
         state.finished = time.time()
+        disarm_signals()  # from here a termination signal waits until the outputs are written
 
     results = [state.results[n] for n in ordered_checks(state.results)]
     facts = RunFacts(
@@ -207,7 +313,15 @@ def run_validate(
         head=opts.head,
         sign_keys=sign_keys,
     )
-    bundle_path = write_outputs(facts, ctx, results, state, log=log)
+    try:
+        bundle_path = write_outputs(facts, ctx, results, state, log=log)
+    finally:
+        late = restore_signals()
+    if terminated is None and late is not None:  # the signal came while the outputs were written
+        terminated = Terminated(late)
+    if terminated is not None:
+        log(f"{terminated.reason}: partial bundle {bundle_path}")
+        raise SystemExit(128 + terminated.signum)
     if state.interrupted:
         raise KeyboardInterrupt
     return ValidateOutcome(
