@@ -313,6 +313,15 @@ def validate_cmd(
         None, "--eval-data", help="NAME=PATH: data file or folder for eval NAME instead of the scope's; repeatable."
     ),
     force: bool = typer.Option(False, "--force", help="Replace a non-empty --out folder."),
+    run_anyway: bool = typer.Option(
+        False, "--run-anyway", help="Run a tier that can never pass (see 'fasttrack plan'); the bundle is incomplete."
+    ),
+    launcher: str = typer.Option(
+        None,
+        "--launcher",
+        help="How multi-node engines start their node processes: local (all on this host) or slurm (one srun "
+        "task per node). Default: slurm inside a Slurm allocation of several nodes, else local.",
+    ),
 ) -> None:
     """Run the scope's checks on baseline and candidate engines and write a bundle."""
     import re
@@ -357,6 +366,8 @@ def validate_cmd(
         pr_number=pr_num,
         eval_data=data,
         force=force,
+        run_anyway=run_anyway,
+        launcher=launcher,
     )
     with Progress(
         SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err_console, transient=True

@@ -88,7 +88,7 @@ def probe_deployment(
         return DeploymentOutcome(
             args=list(args),
             started=False,
-            exit_code=exc.exit_code,
+            exit_code=exc.process_exit_code,
             seconds=round(time.monotonic() - t0, 1),
             log=exc.log_path,
             log_tail=exc.log_tail[-4000:],

@@ -26,7 +26,7 @@ class EngineStartError(EngineError):
         side: str,
         log_path: str | None = None,
         log_tail: str = "",
-        exit_code: int | None = None,
+        process_exit_code: int | None = None,
         hint: str | None = None,
         node: int | None = None,
     ) -> None:
@@ -35,9 +35,9 @@ class EngineStartError(EngineError):
         """The node rank of a multi-node engine that failed (None: a single-node engine)."""
         self.log_path = log_path
         self.log_tail = log_tail
-        # the server process's exit code, recorded by the pipeline's crash record; it shadows
-        # FasttrackError.exit_code (the CLI's), as it always has
-        self.exit_code = exit_code  # type: ignore[assignment]  # process exit code, may be None
+        self.process_exit_code = process_exit_code
+        """The server process's exit code (None: it had not exited). Not ``exit_code``: that is the
+        CLI's exit status of every :class:`~fasttrack.errors.FasttrackError`."""
         super().__init__(_with_tail(message, log_tail), hint=hint)
 
 
@@ -49,7 +49,7 @@ class EngineCrashed(EngineError):
         message: str,
         *,
         side: str,
-        exit_code: int | None = None,
+        process_exit_code: int | None = None,
         log_path: str | None = None,
         log_tail: str = "",
         node: int | None = None,
@@ -57,7 +57,8 @@ class EngineCrashed(EngineError):
         self.side = side
         self.node = node
         """The node rank of a multi-node engine that died (None: a single-node engine)."""
-        self.exit_code = exit_code  # type: ignore[assignment]  # process exit code, may be None (see above)
+        self.process_exit_code = process_exit_code
+        """The server process's exit code (None: unknown or still running); see :class:`EngineStartError`."""
         self.log_path = log_path
         self.log_tail = log_tail
         super().__init__(_with_tail(message, log_tail))

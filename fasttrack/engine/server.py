@@ -318,7 +318,7 @@ class ManagedEngine(EngineBase):
                         side=self.side,
                         log_path=log_path,
                         log_tail=tail,
-                        exit_code=code,
+                        process_exit_code=code,
                         node=node,
                         hint="Read the log lines above: a wrong model path, an unsupported argument "
                         "or an out-of-memory error are the usual causes.",
@@ -377,7 +377,7 @@ class ManagedEngine(EngineBase):
                 raise EngineCrashed(
                     f"{who} {reason} (log: {log_path})",
                     side=self.side,
-                    exit_code=code,
+                    process_exit_code=code,
                     log_path=log_path,
                     log_tail=tail,
                     node=node,
@@ -397,7 +397,7 @@ class ManagedEngine(EngineBase):
                     + (f"; the server then exited with code {then}" if then is not None else "")
                     + f" (log: {self.log_path})",
                     side=self.side,
-                    exit_code=then,
+                    process_exit_code=then,
                     log_path=str(self.log_path),
                     log_tail=self.log_tail(60),
                 )

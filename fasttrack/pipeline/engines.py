@@ -23,7 +23,7 @@ from fasttrack.checks.context import EngineSession, RunContext
 from fasttrack.results import SIDES, CheckResult, Side, Verdict
 
 if TYPE_CHECKING:  # pragma: no cover
-    from fasttrack.engine import EngineHandle, ManagedEngine
+    from fasttrack.engine import EngineHandle, Launcher, ManagedEngine
     from fasttrack.models import ResolvedModel
     from fasttrack.plan import EngineGroup, Plan
 
@@ -45,7 +45,13 @@ class EngineLaunch:
     args: list[str] | None = None
     env: dict[str, str] | None = None
     log: str | None = None
-    """The engine log, relative to the run folder."""
+    """The engine log, relative to the run folder (a multi-node engine's: node 0's)."""
+    nodes: int | None = None
+    """Nodes a multi-node engine spans (None: one)."""
+    launcher: str | None = None
+    """How a multi-node engine's node processes were started (``local``, ``slurm``)."""
+    node_logs: list[str] | None = None
+    """Every node's log, relative to the run folder (multi-node engines)."""
     startup_s: float | None = None
     environment: dict[str, Any] | None = None
     environment_error: str | None = None
@@ -121,8 +127,12 @@ def drive_engines(
     attach: Mapping[Side, str | None],
     progress: Callable[[str], None],
     log: Callable[[str], None],
+    launcher: Launcher | None = None,
 ) -> None:
     """Run every engine check's ``collect`` over the plan's engine lifetimes (see the module docstring).
+
+    An engine group whose side spans several nodes starts its node processes with ``launcher``
+    (default: ``slurm`` inside a Slurm allocation of several nodes, else all on this host).
 
     An engine that fails to start or crashes ends the drive: the checks without a result are
     ``not_run`` with the reason, and ``state.crash`` says what happened."""
@@ -171,7 +181,16 @@ def drive_engines(
                             together = " (up together with the other side)" if len(up) > 1 else ""
                             progress(f"{labels[side]}: starting engine{together}")
                             engines[side] = stack.enter_context(
-                                _launch(ctx, group, side, lifetime, attach.get(side), record, exclusive=not engines)
+                                _launch(
+                                    ctx,
+                                    group,
+                                    side,
+                                    lifetime,
+                                    attach.get(side),
+                                    record,
+                                    exclusive=not engines,
+                                    launcher=launcher,
+                                )
                             )
                             progress(f"{labels[side]}: engine up at {engines[side].base_url}")
                         run_loop(_collect_launch(ctx, launch, engines, progress))
@@ -241,7 +260,8 @@ def _record_crash(
         "check": current,
         "error": type(exc).__name__,
         "message": first_line,
-        "exit_code": getattr(exc, "exit_code", None),
+        "process_exit_code": getattr(exc, "process_exit_code", None),
+        "node": getattr(exc, "node", None),
         "log": record.log,
     }
     log(f"engine {what} ({where}): {first_line}")
@@ -290,11 +310,20 @@ def _launch(
     record: EngineLaunch,
     *,
     exclusive: bool = True,
+    launcher: Launcher | None = None,
 ) -> Iterator[EngineHandle]:
     """Start (or attach to) one side's engine; always torn down when the block exits.
 
-    ``exclusive=False`` lets it start while the other side's engine is up (interleaved perf)."""
-    from fasttrack.engine import attach_engine, per_request_metrics_args, profiler_args, start_engine
+    ``exclusive=False`` lets it start while the other side's engine is up (interleaved perf). A side
+    that spans several nodes (``group.side_nodes``) starts one process per node through ``launcher``."""
+    from fasttrack.engine import (
+        MultiNodeEngine,
+        attach_engine,
+        get_launcher,
+        per_request_metrics_args,
+        profiler_args,
+        start_engine,
+    )
 
     engine: ManagedEngine | Any
     if url:
@@ -319,6 +348,12 @@ def _launch(
             ctx.log(f"  {side} engine starting ({p.elapsed_s:.0f} s): {p.last_log_line[-120:]}")
 
         env: dict[str, str | None] = dict(group.env[side])
+        nodes = group.side_nodes.get(side, group.nodes)
+        node_launcher = None
+        if nodes > 1:
+            node_launcher = launcher or get_launcher(None)
+            record.nodes, record.launcher = nodes, node_launcher.name
+            ctx.log(f"{group.id} {side}: the engine spans {nodes} nodes (launcher {node_launcher.name})")
         engine = start_engine(
             side=side,
             model=resolved.model,
@@ -329,9 +364,14 @@ def _launch(
             startup_timeout=ctx.scope.engine.startup_timeout_s,
             progress=on_progress,
             exclusive=exclusive,
+            nodes=nodes,
+            launcher=node_launcher,
+            gpus_per_node=group.gpus_per_node,
         )
         if engine.log_path is not None:
             record.log = _relative(Path(engine.log_path), ctx.run_dir)
+        if isinstance(engine, MultiNodeEngine):
+            record.node_logs = [_relative(p, ctx.run_dir) for p in engine.node_logs.values()]
         record.startup_s = engine.startup_s
     try:
         record.base_url = engine.base_url

@@ -20,9 +20,12 @@ from pathlib import Path
 
 from fasttrack.checks.base import Check, EngineCheck, EnginelessCheck, registry
 from fasttrack.checks.context import RunContext
+from fasttrack.engine.argcheck import raise_for_issues
+from fasttrack.engine.launchers import LAUNCHERS, get_launcher
 from fasttrack.errors import FasttrackError, HardwareMismatch, ScopeError
 from fasttrack.hardware import HostInfo, detect_host, match_hardware
 from fasttrack.isolation import IsolationResult, check_isolation
+from fasttrack.passability import analyze, engine_arg_check
 from fasttrack.pipeline.engines import RunState, drive_engines
 from fasttrack.pipeline.record import RunFacts, write_outputs
 from fasttrack.plan import Plan, build_plan
@@ -51,6 +54,11 @@ class ValidateOptions:
     eval_data: dict[str, Path] = field(default_factory=dict)
     """Eval name -> data file or folder (``--eval-data NAME=PATH``), instead of the scope's data."""
     force: bool = False
+    run_anyway: bool = False
+    """Run a tier the passability analysis says can never pass (the bundle is then ``incomplete``)."""
+    launcher: str | None = None
+    """How node processes of multi-node engines start (``local``, ``slurm``; None: slurm inside a Slurm
+    allocation of several nodes, else local)."""
 
 
 @dataclass
@@ -75,19 +83,47 @@ def prepare(opts: ValidateOptions, *, log: Callable[[str], None]) -> tuple[Loade
         )
     host = detect_host()
     assert scope.hardware is not None
-    match = match_hardware(scope.hardware, host)
+    # the GPUs of the engines this run starts (a tier of TP8 engines needs fewer nodes than one of TP16)
+    engine_gpus = sorted({g.gpus for g in build_plan(scope, tier=opts.tier, shard=opts.shard).groups if g.gpus})
+    match = match_hardware(scope.hardware, host, engine_gpus=engine_gpus or None)
     if match.ok:
         return loaded, host, False, None
     reason = f"requires {match.required}; found {match.found} ({'; '.join(match.problems)})"
     if not opts.allow_hardware_mismatch:
         raise HardwareMismatch(
             f"this host does not match scope {scope.name!r}: it requires {match.required}, and this host has "
-            f"{match.found} ({'; '.join(match.problems)}).",
+            f"{match.found} ({'; '.join(match.problems)}).\nFound: " + "; ".join(match.facts) + ".",
             hint=f"Run it on matching hardware. To see what the run involves: fasttrack plan --model {scope.name} "
             f"--tier {opts.tier}. To rehearse anyway (not valid evidence): add --allow-hardware-mismatch.",
         )
     log(f"rehearsal: hardware mismatch: {reason}. Results will be marked as a rehearsal, not valid evidence.")
     return loaded, host, True, reason
+
+
+def preflight(loaded: LoadedScope, plan: Plan, opts: ValidateOptions, *, log: Callable[[str], None]) -> None:
+    """Before any engine starts: the passability analysis of the tier (refused unless ``run_anyway``)
+    and the engine arguments against the installed vLLM's own parser (when engines will be started)."""
+    scope = loaded.scope
+    reg = registry()
+    selected = [n for n in reg if (opts.checks is None or n in opts.checks) and plan.runs_check(n)]
+    analysis = analyze(scope, build_plan(scope, tier=opts.tier), base_dir=loaded.base_dir)
+    blockers = [b for b in analysis.blockers if b.check in selected]
+    if blockers:
+        lines = "\n  ".join(b.line() for b in blockers)
+        if not opts.run_anyway:
+            raise FasttrackError(
+                f"the {opts.tier} tier of {scope.name!r} can never pass: these required items cannot run:\n  {lines}",
+                hint="Fix the scope (see 'fasttrack plan'), or pass --run-anyway for a run whose bundle is incomplete.",
+            )
+        log(f"--run-anyway: the {opts.tier} tier cannot pass (the bundle will be incomplete):\n  {lines}")
+    owned = not (opts.baseline_url and opts.candidate_url)
+    if owned and any(reg[n].needs_engine for n in selected):
+        if opts.launcher is not None and opts.launcher not in LAUNCHERS:
+            raise FasttrackError(f"unknown launcher {opts.launcher!r}.", hint=f"Use one of {', '.join(LAUNCHERS)}.")
+        args = engine_arg_check(plan)
+        if args.skipped:
+            log(f"engine arguments not checked: {args.skipped}")
+        raise_for_issues(args, scope_name=scope.name)
 
 
 def select_checks(plan: Plan, wanted: list[str] | None) -> tuple[list[Check], dict[str, str]]:
@@ -182,6 +218,7 @@ def run_validate(
     loaded, host, rehearsal, rehearsal_reason = prepare(opts, log=log)
     scope = loaded.scope
     plan = build_plan(scope, tier=opts.tier, shard=opts.shard, scope_sha256=loaded.sha256)
+    preflight(loaded, plan, opts, log=log)
     isolation: IsolationResult | None = None
     if opts.repo is not None:
         if not (opts.base and opts.head):
@@ -231,7 +268,8 @@ def run_validate(
         engine_checks = [c for c in active if isinstance(c, EngineCheck)]
         if engine_checks:
             attach: dict[Side, str | None] = {"baseline": opts.baseline_url, "candidate": opts.candidate_url}
-            drive_engines(ctx, plan, engine_checks, state, attach=attach, progress=progress, log=log)
+            launcher = get_launcher(opts.launcher) if opts.launcher else None
+            drive_engines(ctx, plan, engine_checks, state, attach=attach, progress=progress, log=log, launcher=launcher)
             for chk in engine_checks:
                 if chk.name in state.results:
                     state.results[chk.name] = _declared(chk, state.results[chk.name])

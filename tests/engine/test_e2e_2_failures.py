@@ -35,7 +35,7 @@ def test_failed_start_reports_the_log_tail(engine_slot, tmp_path: Path) -> None:
     with pytest.raises(EngineStartError) as ei:
         eng.start()
     err = ei.value
-    assert err.exit_code not in (None, 0)
+    assert err.process_exit_code not in (None, 0)
     assert err.log_tail.strip() and "no-such-model" in err.log_tail
     assert err.log_path == str(eng.log_path)
     assert group_members(eng.pgid) == []

@@ -120,7 +120,7 @@ def test_exit_before_healthy_raises_with_log_tail(fake_python: str, tmp_path: Pa
     with pytest.raises(EngineStartError) as ei:
         eng.start()
     err = ei.value
-    assert err.exit_code == 3
+    assert err.process_exit_code == 3 and err.exit_code == 2  # the process's code; the CLI's
     assert "something is wrong with the model" in err.log_tail
     assert "something is wrong with the model" in str(err)
     assert err.log_path and Path(err.log_path).exists()
@@ -146,7 +146,7 @@ def test_child_death_is_reported_as_crash(fake_python: str, tmp_path: Path) -> N
         os.kill(core, signal.SIGKILL)
         with pytest.raises(EngineCrashed) as ei:
             eng.check_alive(grace=10.0)
-        assert ei.value.exit_code == 1
+        assert ei.value.process_exit_code == 1
         assert "engine core died" in ei.value.log_tail
         assert "exited with code 1" in str(ei.value)
     finally:
@@ -211,7 +211,7 @@ def test_killed_server_is_a_crash_and_its_orphans_are_killed(fake_python: str, t
         os.kill(eng.pid, signal.SIGKILL)
         with pytest.raises(EngineCrashed) as ei:
             eng.check_alive(grace=10.0)
-        assert ei.value.exit_code == -signal.SIGKILL
+        assert ei.value.process_exit_code == -signal.SIGKILL
         assert "serving" in ei.value.log_tail
         # the orphaned "engine core" was taken down with the group
         with pytest.raises(ProcessLookupError):

@@ -162,3 +162,30 @@ def test_plan_refuses_a_scope_with_a_removed_flag(tmp_path: Path) -> None:
     assert res.returncode == 2, (res.stdout, res.stderr)
     assert "Traceback" not in res.stderr
     assert "--disable-log-requests" in res.stderr and "vLLM 0.32" in res.stderr
+
+
+def test_validate_refuses_a_tier_that_can_never_pass(tmp_path: Path) -> None:
+    text = (ROOT / "suites/kimi-k3/scope.yaml").read_text().replace("evals: [aime25]", "evals: [aime25, mrcr]")
+    scope_dir = tmp_path / "k3"
+    scope_dir.mkdir()
+    (scope_dir / "scope.yaml").write_text(text)
+    (scope_dir / "kernels").symlink_to(ROOT / "suites/kimi-k3/kernels")
+    out = tmp_path / "run"
+    res = _ft("validate", "--model", str(scope_dir / "scope.yaml"), "--allow-hardware-mismatch", "--out", str(out))
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    assert "Traceback" not in res.stderr
+    assert "the smoke tier of 'kimi-k3' can never pass" in res.stderr and "eval mrcr" in res.stderr
+    assert "--run-anyway" in res.stderr
+    assert not out.exists() or not any(out.iterdir())  # refused before any run folder or engine
+    # with --checks that leave the evals out, nothing blocks the run (it goes on to the argument check)
+    res = _ft(
+        "validate",
+        "--model",
+        str(scope_dir / "scope.yaml"),
+        "--allow-hardware-mismatch",
+        "--out",
+        str(out),
+        "--checks",
+        "kernels",
+    )
+    assert "can never pass" not in res.stderr

@@ -93,7 +93,10 @@ class EvalsCheck(EngineCheck):
                 hint=f"The scope's evals: {', '.join(e.name for e in ctx.scope.evals) or '(none)'}.",
             )
 
+        in_tier = set(ctx.plan.tier_evals([e.name for e in ctx.scope.evals]))
         for spec in ctx.scope.evals:
+            if spec.name not in in_tier:  # the tier leaves it out (tiers.<tier>.evals)
+                continue
             try:
                 ds = resolve_dataset(
                     name=spec.name,

@@ -86,7 +86,7 @@ class FeaturesCheck(EngineCheck):
         side = SideData()
         self.sides[(group.id, session.side)] = side
         base = self.sides.get((group.id, "baseline")) if session.side == "candidate" else None
-        feats: set[str] = set(ctx.scope.features)
+        feats: set[str] = set(ctx.plan.tier_features(list(ctx.scope.features)))  # tiers.<tier>.features
         gp = GroupPlan(ctx, group, wave=self.wave_pref, batches=self.batches)
         tasks: list[tuple[str, Step]] = []
         for test in FEATURES:
@@ -139,7 +139,7 @@ class FeaturesCheck(EngineCheck):
             ctx.provenance.input_file(PASSAGES)
 
     def judge(self, ctx: RunContext) -> CheckResult:
-        feats: list[str] = list(dict.fromkeys(ctx.scope.features))
+        feats: list[str] = list(dict.fromkeys(ctx.plan.tier_features(list(ctx.scope.features))))
         fg = ctx.scope.gates.features
         gate = self.gate(ctx)
         groups = sorted({gid for gid, _ in self.sides})
