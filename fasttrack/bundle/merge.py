@@ -164,23 +164,31 @@ def _merge_plans(plans: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _merge_check(
-    name: str, per_shard: list[tuple[str, Any]], absent: Mapping[str, str] | None = None
+    name: str,
+    per_shard: list[tuple[str, Any]],
+    absent: Mapping[str, str] | None = None,
+    notes: Mapping[str, str] | None = None,
 ) -> tuple[Verdict, str, bool]:
     """Merged (verdict, reason, required) of one check from ``[(shard, entry|None)]``."""
     absent = absent or {}
+    notes = notes or {}
+
+    def why(s: str, reason: str) -> str:
+        return f"{reason} [{notes[s]}]" if s in notes else reason
+
     required = any(e is None or e.required for _, e in per_shard)
     failed = [(s, e) for s, e in per_shard if e is not None and e.verdict is Verdict.FAIL]
     missing_req = [(s, e) for s, e in per_shard if e is None or (e.required and e.verdict is Verdict.NOT_RUN)]
     passed = [s for s, e in per_shard if e is not None and e.verdict is Verdict.PASS]
     idle = [s for s, e in per_shard if e is not None and not e.required and e.verdict is Verdict.NOT_RUN]
     if failed:
-        return Verdict.FAIL, "failed in " + "; ".join(f"shard {s}: {e.reason}" for s, e in failed), required
+        return Verdict.FAIL, "failed in " + "; ".join(f"shard {s}: {why(s, e.reason)}" for s, e in failed), required
     if missing_req:
         return (
             Verdict.NOT_RUN,
             "did not run in "
             + "; ".join(
-                f"shard {s}: " + (e.reason if e is not None else absent.get(s, "absent from that shard bundle"))
+                f"shard {s}: " + (why(s, e.reason) if e is not None else absent.get(s, "absent from that shard bundle"))
                 for s, e in missing_req
             ),
             required,
@@ -203,6 +211,7 @@ def merge_bundles(
     trust_dir: str | os.PathLike[str] | None = None,
     created: str | None = None,
     absent: Mapping[str, str] | None = None,
+    notes: Mapping[str, str] | None = None,
 ) -> Manifest:
     """Merge shard bundles (directories or tarballs) into ``out`` (a directory, or a
     ``.tar.gz`` when the name ends so) and sign it with ``sign_keys``.
@@ -211,6 +220,8 @@ def merge_bundles(
     shards are checked for integrity (hashes, files, schema, verdicts, tables) only.
     ``created`` defaults to the latest shard's time, so merging is reproducible.
     ``absent`` maps shards (``"i/n"``) that wrote no bundle to why; they count as not run.
+    ``notes`` maps shards that are present to what the scheduler says about them (e.g. the job was
+    cancelled, and its log), added to their reasons where a check did not run or failed there.
     """
     from fasttrack.bundle.pack import pack_bundle
     from fasttrack.bundle.writer import write_bundle
@@ -265,7 +276,7 @@ def merge_bundles(
             per = [(m.plan.shard, m.checks.get(name)) for _, _, m in ordered]
             gone = sorted(absent, key=lambda x: parse_shard(x)[0])
             verdict, reason, required = _merge_check(
-                name, sorted(per + [(s, None) for s in gone], key=lambda x: parse_shard(x[0])[0]), absent
+                name, sorted(per + [(s, None) for s in gone], key=lambda x: parse_shard(x[0])[0]), absent, notes
             )
             gate = next((e.gate for _, e in per if e is not None and e.gate is not None), None)
             title = next((e.title for _, e in per if e is not None and e.title), None)

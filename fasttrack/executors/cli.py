@@ -249,7 +249,7 @@ def slurm_merge(
     state and log, sign; exit 0 only when the merged verdict is pass."""
     from fasttrack.bundle.keys import load_private_key
     from fasttrack.executors.collect import load_job, merge_job
-    from fasttrack.executors.slurm_jobs import describe_absent, task_details, task_states
+    from fasttrack.executors.slurm_jobs import describe_absent, task_details, task_note, task_states
 
     job_dir = job_dir.resolve()
     job = load_job(job_dir)
@@ -260,6 +260,7 @@ def slurm_merge(
         job_dir,
         describe_absent=describe_absent(job, states),
         details=task_details(states),
+        present_note=task_note,
         sign_keys=keys,
         log=lambda m: console.print(m, highlight=False, markup=False),
     )

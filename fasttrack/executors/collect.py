@@ -121,11 +121,14 @@ def merge_job(
     describe_absent: Callable[[dict[str, Any]], tuple[str, dict[str, Any]]],
     sign_keys: list[SigningKey] | None = None,
     details: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    present_note: Callable[[dict[str, Any]], str | None] | None = None,
     log: Callable[[str], None] = print,
 ) -> MergeOutcome:
     """Merge the shard bundles present in ``job_dir``; ``describe_absent(shard)`` says what
     the scheduler knows about a shard without a bundle: (note, details); ``details(shard)``
-    what it knows about one with a bundle (recorded in the merge summary)."""
+    what it knows about one with a bundle (recorded in the merge summary); ``present_note(details)`` what the
+    merged bundle says about such a shard where a check did not run or failed there (e.g. its job
+    was cancelled, and its log)."""
     from fasttrack.bundle.merge import merge_bundles
 
     job_dir = Path(job_dir).resolve()
@@ -133,6 +136,7 @@ def merge_job(
     sign_keys = list(sign_keys or [])
     outcomes: list[ShardOutcome] = []
     present: list[Path] = []
+    notes: dict[str, str] = {}
     for shard in job["shards"]:
         path = shard_bundle(job_dir, shard)
         if path.is_file():
@@ -140,6 +144,9 @@ def merge_job(
             if problem is None:
                 info = details(shard) if details is not None else {}
                 outcomes.append(ShardOutcome(shard["shard"], str(path), verdict, scheduler=info))
+                said = present_note(info) if present_note is not None else None
+                if said:
+                    notes[shard["shard"]] = said
                 present.append(path)
                 continue
         else:
@@ -163,6 +170,7 @@ def merge_job(
                 sign_keys=sign_keys,
                 keys=[k.public for k in sign_keys],
                 absent=outcome.absent,
+                notes=notes,
             )
         except FasttrackError as exc:
             outcome.error = exc.message

@@ -245,6 +245,19 @@ def task_details(states: dict[int, TaskState]) -> Callable[[dict[str, Any]], dic
     return details
 
 
+def task_note(info: dict[str, Any]) -> str | None:
+    """For a shard with a bundle: its job, when the job did not complete (cancelled, timed out, failed)."""
+    state = info.get("state")
+    if not state or state == "COMPLETED":
+        return None
+    code = info.get("exit_code")
+    return (
+        f"Slurm job {info['job_id']} ended {state}"
+        + (f" (exit code {code})" if code and code != "0:0" else "")
+        + f"; log {info['log']}"
+    )
+
+
 def status(job_dir: Path) -> dict[str, Any]:
     """Each shard's Slurm state and bundle, the merge job's state and the merged bundle."""
     from fasttrack.executors.collect import check_bundle

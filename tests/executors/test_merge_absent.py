@@ -112,3 +112,20 @@ def test_shards_with_different_engines_merge_their_models_and_seeds(tmp_path: Pa
             [_shard(tmp_path / "x", 1, 2, provenance=p1), _shard(tmp_path / "x", 2, 2, provenance=p2bad)],
             tmp_path / "m2",
         )
+
+
+def test_a_present_shard_whose_job_did_not_complete_is_named_with_it(tmp_path: Path) -> None:
+    """A partial bundle (e.g. written on SIGTERM) carries its own reasons; the merge adds what the scheduler
+    says about its job where a check did not run there."""
+    res = [
+        r
+        if r.check != "perf"
+        else r.model_copy(update={"verdict": Verdict.NOT_RUN, "reason": "terminated by signal 15"})
+        for r in make_results()
+    ]
+    s1, s2 = _shard(tmp_path, 1, 2, results=res), _shard(tmp_path, 2, 2)
+    note = "Slurm job 5_1 ended CANCELLED (exit code 0:15); log /jobs/logs/x-5_1.out"
+    m = B.merge_bundles([s1, s2], tmp_path / "merged", notes={"1/2": note})
+    assert m.verdict == "incomplete"
+    assert m.checks["perf"].reason == f"did not run in shard 1/2: terminated by signal 15 [{note}]"
+    assert note not in m.checks["equivalence"].reason  # passed there: nothing to explain
