@@ -203,8 +203,11 @@ def test_a_cancelled_shard_makes_the_merge_incomplete_naming_it(
     if s1["absent"] is not None:  # no partial bundle: the merge names the Slurm job and its log
         for name in ("kernels", "equivalence"):
             assert f"Slurm job {array}_1 ended CANCELLED" in reasons[name] and s1["scheduler"]["log"] in reasons[name]
-    else:  # a partial bundle written on SIGTERM says so, within the schedulers' grace period
+    else:  # a partial bundle written on SIGTERM says so, within the schedulers' grace period, and the merge
+        # adds the Slurm job and its log
         assert "terminated by signal 15" in reasons["equivalence"], reasons
+        assert f"Slurm job {array}_1 ended CANCELLED" in reasons["equivalence"]
+        assert s1["scheduler"]["log"] in reasons["equivalence"]
         bundle = job / "shards" / "shard-1-of-2" / "bundle.tar.gz"
         assert bundle.stat().st_mtime - t_cancel < 30
     assert not _leftovers(job), _leftovers(job)
