@@ -14,6 +14,10 @@ verdict depends on it (``required``); :meth:`Check.gate` is the pass rule it app
 * :class:`PairedCheck` is the opt-in capability of an engine check that measures both
   sides' ``lifetime``-th engines up together (perf with ``gates.perf.interleave``):
   the pipeline hands it both in ``await collect_pair(ctx, sessions)``.
+* :class:`DeploymentCheck` is the opt-in capability of an engine check that needs an engine
+  started outside the envelope (coverage's ``unsupported_deployment``): after the plan's
+  engines, the pipeline starts each :class:`Deployment` it asks for once (a refusal to start
+  is an outcome, not an error) and hands it the outcome in ``record_deployment``.
 
 Adding a check = one module with a ``@register`` class, plus its module name in
 ``fasttrack.checks.CHECK_MODULES``.
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from fasttrack.checks.context import EngineSession, RunContext
@@ -39,6 +44,7 @@ from fasttrack.results import (  # the results names are re-exported for callers
 )
 
 if TYPE_CHECKING:  # pragma: no cover
+    from fasttrack.engine.deployment import DeploymentOutcome
     from fasttrack.plan import EngineGroup
 
 __all__ = [
@@ -46,6 +52,8 @@ __all__ = [
     "SIDES",
     "Check",
     "CheckResult",
+    "Deployment",
+    "DeploymentCheck",
     "Gate",
     "PathEvidence",
     "Verdict",
@@ -130,6 +138,31 @@ class PairedCheck(EngineCheck):
     @abstractmethod
     async def collect_pair(self, ctx: RunContext, sessions: Mapping[Side, EngineSession]) -> None:
         """Exercise both sides' engines, up together; ``sessions`` by side."""
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """An engine start outside the envelope that a check asks the pipeline for."""
+
+    name: str
+    """What it probes, e.g. 'unsupported_deployment' (used in log names)."""
+    side: Side
+    group: str
+    """The engine group whose arguments it starts from."""
+    args: tuple[str, ...]
+    """The full server arguments (the group's side arguments plus what puts it outside the envelope)."""
+
+
+class DeploymentCheck(ABC):
+    """Capability of an engine check that needs engines started outside the envelope (see the module docstring)."""
+
+    @abstractmethod
+    def deployments(self, ctx: RunContext) -> list[Deployment]:
+        """The engines to start once each after the plan's engines ([]: none)."""
+
+    @abstractmethod
+    def record_deployment(self, ctx: RunContext, dep: Deployment, outcome: DeploymentOutcome | None, note: str) -> None:
+        """What the start did (``outcome`` None: it was not attempted; ``note`` says why)."""
 
 
 C = TypeVar("C", bound=type[Check])

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fasttrack.checks.base import EngineCheck, PairedCheck
+from fasttrack.checks.base import Deployment, DeploymentCheck, EngineCheck, PairedCheck
 from fasttrack.checks.context import EngineSession, RunContext
 from fasttrack.results import SIDES, CheckResult, Side, Verdict
 
@@ -197,6 +197,61 @@ def drive_engines(
                 except EngineError as exc:
                     _record_crash(ctx, launch, exc, checks, state, crashed=isinstance(exc, EngineCrashed), log=log)
                     return
+    for chk in checks:
+        if isinstance(chk, DeploymentCheck):
+            for dep in chk.deployments(ctx):
+                if attach.get(dep.side):
+                    chk.record_deployment(ctx, dep, None, f"not probed: the {dep.side} engine is attached by URL")
+                    continue
+                progress(f"{dep.name}: starting the {dep.side} engine outside its envelope ({dep.group})")
+                chk.record_deployment(ctx, dep, _deploy(ctx, dep, state, chk.name, launcher), "")
+
+
+def _deploy(ctx: RunContext, dep: Deployment, state: RunState, check: str, launcher: Launcher | None) -> Any:
+    """Start one engine outside the envelope (:class:`~fasttrack.checks.base.Deployment`) and record it."""
+    from fasttrack.engine import get_launcher
+    from fasttrack.engine.deployment import probe_deployment
+    from fasttrack.plan import effective_tp
+
+    group = next(g for g in ctx.plan.groups if g.id == dep.group)
+    assert ctx.model is not None, "the model is resolved before the first engine starts"
+    args = list(dep.args)
+    served = ctx.scope.model.served_name
+    if served and "--served-model-name" not in args:
+        args += ["--served-model-name", served]
+    hw = ctx.scope.hardware
+    nodes = hw.nodes_for(effective_tp(args, group.tp)) if hw is not None else 1
+    record = EngineLaunch(side=dep.side, group=dep.group, lifetime=0, checks=[check], owned=True, args=args)
+    record.env = dict(group.env[dep.side])
+    state.engines.append(record)
+    fb = ctx.scope.fallback
+    outcome = probe_deployment(
+        side=dep.side,
+        model=ctx.model.model,
+        args=args,
+        env=dict(group.env[dep.side]),
+        log_dir=ctx.run_dir / "logs",
+        log_name=f"{dep.group}.{dep.side}.{dep.name}",
+        startup_timeout=ctx.scope.engine.startup_timeout_s,
+        served_model=served,
+        reject_regex=fb.reject_regex if fb else None,
+        log_regex=fb.log_regex if fb else None,
+        nodes=nodes,
+        launcher=(launcher or get_launcher(None)) if nodes > 1 else None,
+    )
+    if outcome.log:
+        record.log = _relative(Path(outcome.log), ctx.run_dir)
+    record.startup_s = outcome.seconds
+    record.stop = "refused to start" if not outcome.started else "stopped after the probe requests"
+    ctx.log(
+        f"{dep.name}: the {dep.side} engine "
+        + (
+            f"refused to start (exit {outcome.exit_code})"
+            if not outcome.started
+            else f"served {outcome.served} request(s)"
+        )
+    )
+    return outcome
 
 
 async def _collect_launch(

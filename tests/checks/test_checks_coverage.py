@@ -6,9 +6,11 @@ from pathlib import Path
 
 from helpers_checks import demo_ctx, window
 
+from fasttrack.checks.base import Deployment
 from fasttrack.checks.coverage import CoverageCheck, SituationProbe, max_num_seqs
 from fasttrack.checks.outcome import used_standard_path
 from fasttrack.checks.windows import WindowRecord, in_range_fraction
+from fasttrack.engine.deployment import DeploymentOutcome
 from fasttrack.results import PathEvidence, Verdict
 
 GID = "tp1-dcp1-none"
@@ -65,8 +67,13 @@ def _probe(
     lines: list[str] | None = None,
     earlier: list[str] | None = None,
 ) -> SituationProbe:
-    kind = {"prefill": "prefill", "mixed_prefill_decode": "mixed", "batch_above_range": "decode"}[situation]
-    batch = 9 if situation == "batch_above_range" else 2
+    kind = {
+        "prefill": "prefill",
+        "mixed_prefill_decode": "mixed",
+        "batch_above_range": "decode",
+        "out_of_envelope_request": "decode",
+    }[situation]
+    batch = 9 if situation in ("batch_above_range", "out_of_envelope_request") else 2
     extra = [
         {"kind": kind, "batch": batch, "optimized_ops": 8 if i < optimized else 0, "stock_ops": 4 if i < stock else 0}
         for i in range(steps)
@@ -87,11 +94,16 @@ def _probe(
 
 
 def _probes(chk: CoverageCheck, **cand_kwargs) -> None:
-    for s in ("prefill", "mixed_prefill_decode", "batch_above_range"):
+    for s in ("prefill", "mixed_prefill_decode", "batch_above_range", "out_of_envelope_request"):
         chk.probes.append(_probe(s, "baseline", stock=0))
         kw = dict(lines=[f"INFO fasttrack-demo fallback reason={s} batch=2 tokens=40 count=1 suppressed=0"])
         kw.update(cand_kwargs.get(s, {}))
         chk.probes.append(_probe(s, "candidate", **kw))
+    # the demo candidate refuses the deployment outside its envelope, as its scope declares
+    refusal = "DemoBackendConfigError: decode_backend=latency_specialized does not support this deployment"
+    dep = Deployment(name="unsupported_deployment", side="candidate", group=GID, args=("--speculative-config", "{}"))
+    out = DeploymentOutcome(args=list(dep.args), started=False, exit_code=1, reject_lines=[refusal])
+    chk.deployed.append((dep, out, ""))
 
 
 def test_clean_evidence_passes_with_coverage_table(tmp_path: Path) -> None:
@@ -107,7 +119,13 @@ def test_clean_evidence_passes_with_coverage_table(tmp_path: Path) -> None:
         (f"{GID}-b8-ctxfull", "features"),
     }
     assert all(r["candidate_optimized_fraction"] == 1.0 for r in cov)
-    assert {r["situation"] for r in res.tables["fallback"]} == {"prefill", "mixed_prefill_decode", "batch_above_range"}
+    assert {r["situation"] for r in res.tables["fallback"]} == {
+        "prefill",
+        "mixed_prefill_decode",
+        "batch_above_range",
+        "out_of_envelope_request",
+        "unsupported_deployment",
+    }
     assert res.summary["points_not_exercised"] == []
 
 
@@ -185,10 +203,20 @@ def test_unobservable_stock_markers_are_a_note_not_a_failure(tmp_path: Path) -> 
     ctx = demo_ctx(tmp_path)
     _all_points(ctx)
     chk = CoverageCheck()
-    _probes(chk, prefill={"stock": 0}, mixed_prefill_decode={"stock": 0}, batch_above_range={"stock": 0})
+    no_stock = {"stock": 0}
+    _probes(
+        chk,
+        prefill=no_stock,
+        mixed_prefill_decode=no_stock,
+        batch_above_range=no_stock,
+        out_of_envelope_request=no_stock,
+    )
     res = chk.judge(ctx)
     assert res.verdict is Verdict.PASS, res.failures
-    assert all("stock markers matched no op" in r["detail"] for r in res.tables["fallback"] if r["side"] == "candidate")
+    probed = [
+        r for r in res.tables["fallback"] if r["side"] == "candidate" and r["situation"] != "unsupported_deployment"
+    ]
+    assert probed and all("stock markers matched no op" in r["detail"] for r in probed)
 
 
 def test_no_profiler_is_not_run_never_pass(tmp_path: Path) -> None:

@@ -37,9 +37,9 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from fasttrack.checks.base import EngineCheck, register
+from fasttrack.checks.base import Deployment, DeploymentCheck, EngineCheck, register
 from fasttrack.checks.context import EngineSession, RunContext
-from fasttrack.checks.coverage.judge import judge_situations, merge_sizes
+from fasttrack.checks.coverage.judge import judge_deployments, judge_situations, merge_sizes
 from fasttrack.checks.coverage.probes import (
     PROBE_TOKENS,
     SITUATION_KIND,
@@ -52,13 +52,19 @@ from fasttrack.checks.coverage.probes import (
 from fasttrack.checks.outcome import fold_verdicts, write_artifact
 from fasttrack.checks.points import group_batches, short_point
 from fasttrack.checks.windows import EvidenceWindow, WindowRecord, in_range_fraction
+from fasttrack.engine.deployment import DeploymentOutcome
 from fasttrack.inputs import load_prompt_set, prompt_set_path
 from fasttrack.plan import EngineGroup
 from fasttrack.results import CheckResult, Gate, PathEvidence, Side, Verdict
 
+CONTEXT_NOTE = (
+    "requests beyond the envelope: a decode batch above its range (a longer context cannot be sent: the "
+    "envelope's longest context is the engine's --max-model-len)"
+)
+
 
 @register
-class CoverageCheck(EngineCheck):
+class CoverageCheck(EngineCheck, DeploymentCheck):
     """Path coverage: optimized path at every in-scope point, visible stock fallback outside."""
 
     name: ClassVar[str] = "coverage"
@@ -71,6 +77,8 @@ class CoverageCheck(EngineCheck):
         self.stock_seen: dict[tuple[str, str], bool] = {}
         self.artifacts: list[str] = []
         self.lifetimes: set[tuple[str, str]] = set()
+        self.deployed: list[tuple[Deployment, DeploymentOutcome | None, str]] = []
+        """The ``unsupported_deployment`` starts: (deployment, outcome or None, note)."""
 
     def skip_reason(self, ctx: RunContext) -> str | None:
         if ctx.scope.path_markers is None:
@@ -79,6 +87,25 @@ class CoverageCheck(EngineCheck):
 
     def wants(self, ctx: RunContext, group: EngineGroup, side: Side, lifetime: int) -> bool:
         return lifetime == 0
+
+    def deployments(self, ctx: RunContext) -> list[Deployment]:
+        """``unsupported_deployment``: the candidate once with ``fallback.unsupported_deployment_args``
+        appended to the first engine group's candidate arguments."""
+        fb = ctx.scope.fallback
+        if fb is None or "unsupported_deployment" not in fb.stock_path_for or not ctx.plan.groups:
+            return []
+        if not fb.unsupported_deployment_args:
+            return []
+        g = ctx.plan.groups[0]
+        args = (*g.args["candidate"], *fb.unsupported_deployment_args)
+        return [Deployment(name="unsupported_deployment", side="candidate", group=g.id, args=args)]
+
+    def record_deployment(self, ctx: RunContext, dep: Deployment, outcome: DeploymentOutcome | None, note: str) -> None:
+        self.deployed.append((dep, outcome, note))
+        if outcome is not None:
+            self.artifacts.append(
+                write_artifact(ctx, self.name, f"{dep.group}.{dep.name}.json", outcome.model_dump(mode="json"))
+            )
 
     def gate(self, ctx: RunContext) -> Gate:
         thr = ctx.scope.gates.coverage.min_optimized_decode_fraction
@@ -130,6 +157,8 @@ class CoverageCheck(EngineCheck):
             for s in situations:
                 if s == "prefill":
                     continue
+                if s == "unsupported_deployment":
+                    continue  # an engine of its own, started after the plan's (deployments())
                 if s not in SITUATION_KIND:
                     self.probes.append(
                         SituationProbe(
@@ -140,7 +169,10 @@ class CoverageCheck(EngineCheck):
                         )
                     )
                     continue
-                self.probes.append(await probe_situation(ctx, session, client, s, prompts))
+                probe = await probe_situation(ctx, session, client, s, prompts)
+                if s == "out_of_envelope_request":
+                    probe.note = "; ".join(x for x in (probe.note, CONTEXT_NOTE) if x)
+                self.probes.append(probe)
         self.artifacts.append(
             write_artifact(
                 ctx,
@@ -251,6 +283,8 @@ class CoverageCheck(EngineCheck):
         not_exercised = sorted(plan_points - exercised)
         # out-of-scope situations
         fb_rows, fb_verdicts, fb_fail = judge_situations(ctx, self.probes, self.stock_seen)
+        dep_rows, dep_verdicts, dep_fail = judge_deployments(ctx, self.deployed)
+        fb_rows, fb_verdicts, fb_fail = fb_rows + dep_rows, fb_verdicts + dep_verdicts, fb_fail + dep_fail
         verdicts.extend(fb_verdicts)
         failures.extend(fb_fail)
         verdict = fold_verdicts(verdicts)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from fasttrack.checks.base import Deployment
 from fasttrack.checks.context import RunContext
 from fasttrack.checks.coverage.probes import SITUATION_KIND, SituationProbe
+from fasttrack.engine.deployment import DeploymentOutcome
 from fasttrack.results import PathEvidence, Verdict
 
 
@@ -98,6 +100,69 @@ def judge_situations(
                 ),
                 "fallback_line": (p.fallback_lines_window or p.fallback_lines_earlier or [""])[0][-200:],
                 "fallback_metric_delta": p.fallback_metric_delta,
+                "detail": "; ".join(problems + notes),
+            }
+        )
+    return rows, verdicts, failures
+
+
+def judge_deployments(
+    ctx: RunContext, deployed: list[tuple[Deployment, DeploymentOutcome | None, str]]
+) -> tuple[list[dict[str, Any]], list[Verdict], list[str]]:
+    """The ``unsupported_deployment`` row: the candidate started outside its envelope did what the scope
+    declares (``reject_at_startup``: it refused to start, with the ``reject_regex`` line where one is
+    declared; ``fallback``: it served, with a visible fallback line)."""
+    fb = ctx.scope.fallback
+    if fb is None or "unsupported_deployment" not in fb.stock_path_for:
+        return [], [], []
+    expect = fb.unsupported_deployment
+    entries: list[tuple[Deployment | None, DeploymentOutcome | None, str]] = list(deployed)
+    if not entries and not fb.unsupported_deployment_args:
+        # like the situations probed on running engines, a probe that ran is judged; this one cannot run at all
+        entries = [(None, None, "not probed: the scope names no fallback.unsupported_deployment_args")]
+    rows, verdicts, failures = [], [], []
+    for dep, out, note in entries:
+        problems: list[str] = []
+        notes: list[str] = [note] if note else []
+        if out is None:
+            v = Verdict.NOT_RUN
+        elif expect == "reject_at_startup":
+            if out.started:
+                problems.append(
+                    f"the candidate started and served {out.served} request(s) outside its envelope instead of "
+                    "refusing the deployment"
+                )
+            elif fb.reject_regex and not out.reject_lines:
+                last = out.log_tail.strip().splitlines()[-1:] or [""]
+                problems.append(
+                    f"the start failed (exit {out.exit_code}) without the declared refusal ({fb.reject_regex!r}); "
+                    f"last log line: {last[0][-200:]!r}"
+                )
+            v = Verdict.FAIL if problems else Verdict.PASS
+        else:  # fallback: it serves on the stock path, visibly
+            if not out.started:
+                problems.append(f"the candidate refused to start (exit {out.exit_code}); the scope says it falls back")
+            elif not out.served:
+                problems.append(f"the candidate came up but answered no request ({out.error})")
+            elif fb.visible and not out.fallback_lines:
+                problems.append(f"the fallback is not visible: no log line matches {fb.log_regex!r}")
+            notes.append("the path is read from the fallback line (no profiler window on this engine)")
+            v = Verdict.FAIL if problems else Verdict.PASS
+        verdicts.append(v)
+        if v is Verdict.FAIL:
+            failures.append(f"{dep.group if dep else '-'}:unsupported_deployment [candidate]: " + "; ".join(problems))
+        rows.append(
+            {
+                "group": dep.group if dep else "",
+                "situation": "unsupported_deployment",
+                "side": "candidate",
+                "verdict": v.value,
+                "expected": expect,
+                "started": out.started if out else None,
+                "exit_code": out.exit_code if out else None,
+                "args": " ".join(dep.args[-4:]) if dep else "",
+                "fallback_visible": bool(out and (out.fallback_lines or out.reject_lines)),
+                "fallback_line": ((out.reject_lines or out.fallback_lines or [""])[0][-200:]) if out else "",
                 "detail": "; ".join(problems + notes),
             }
         )

@@ -30,8 +30,18 @@ PROBE_ATTEMPTS = 3
 """Windows a situation probe may take before it is judged on a window without the situation's step.
 Each retry doubles the decode length."""
 
-SITUATION_KIND = {"prefill": "prefill", "mixed_prefill_decode": "mixed", "batch_above_range": "decode"}
-"""Engine step kind each probed situation is judged on."""
+SITUATION_KIND = {
+    "prefill": "prefill",
+    "mixed_prefill_decode": "mixed",
+    "batch_above_range": "decode",
+    "out_of_envelope_request": "decode",
+}
+"""Engine step kind each situation probed on a running engine is judged on (``unsupported_deployment``
+needs an engine of its own: :class:`~fasttrack.checks.base.DeploymentCheck`)."""
+ABOVE_RANGE = ("batch_above_range", "out_of_envelope_request")
+"""Situations probed with a decode batch above the envelope's range. For ``out_of_envelope_request``
+that is the request-side dimension an engine inside the envelope can serve beyond it: its context
+cannot exceed the envelope, whose longest context is the engine's own ``--max-model-len``."""
 
 
 class _Model(BaseModel):
@@ -76,7 +86,7 @@ async def probe_situation(
     fb = ctx.scope.fallback
     probe = SituationProbe(situation=situation, side=session.side, group=group.id)
     env = ctx.scope.envelope
-    if situation == "batch_above_range":
+    if situation in ABOVE_RANGE:
         if env is None:
             probe.note = "not probed: the scope has no envelope"
             return probe
@@ -97,7 +107,7 @@ async def probe_situation(
         ) as win:
             if situation == "mixed_prefill_decode":
                 await mixed(client, prompts, MIXED_DECODE_TOKENS * 2 ** (attempt - 1))
-            else:
+            else:  # a decode batch above the range (batch_above_range, out_of_envelope_request)
                 assert env is not None
                 n = env.batch.max + 1
                 await batched(
@@ -138,7 +148,7 @@ def read_probe(
     kind = SITUATION_KIND[probe.situation]
     if rec is not None and rec.available:
         steps = [s for s in rec.steps if s.get("kind") == kind]
-        if probe.situation == "batch_above_range" and env is not None:
+        if probe.situation in ABOVE_RANGE and env is not None:
             steps = [s for s in steps if int(s.get("batch", 0)) > env.batch.max]
         probe.steps = len(steps)
         probe.optimized_steps = sum(1 for s in steps if s.get("optimized_ops"))
