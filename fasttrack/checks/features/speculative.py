@@ -3,7 +3,10 @@
 Where the engine group has a speculative config: acceptance from the ``vllm:spec_decode_*``
 counters over a fixed greedy workload; the candidate's acceptance rate (accepted / draft
 tokens) must not be below the baseline's (its Wilson 95% upper bound reaches the baseline's
-rate). Not applicable otherwise.
+rate). The row shows each side's measured acceptance length (1 + accepted / drafts) next to
+the configured one: a group run with synthetic acceptance (``rejection_sample_method:
+synthetic``) must also measure that length on both sides, within
+:data:`SYNTHETIC_TOLERANCE`, or the setting did not reach the engine. Not applicable otherwise.
 """
 
 from __future__ import annotations
@@ -17,6 +20,9 @@ from fasttrack.stats import wilson_interval
 
 SPEC_ACCEPTANCE_PROMPTS = 4
 SPEC_ACCEPTANCE_TOKENS = 64
+SYNTHETIC_TOLERANCE = 0.1
+"""Largest relative difference between a measured and the configured synthetic acceptance length (the
+synthetic sampler draws acceptances at the configured rates; a few hundred drafts keep the mean this close)."""
 
 
 def steps(gp: GroupPlan) -> list[Step]:
@@ -45,9 +51,11 @@ async def collect(env: FeatureEnv, batch: int) -> None:
             ]
         )
     d = metrics_diff(before, await scrape_metrics(env.session.engine))
+    cfg = env.session.group.speculative_config or {}
     env.side.data["speculative_acceptance"] = {
         "point": pid,
         "points": [pid],
+        "configured_acceptance_length": cfg.get("synthetic_acceptance_length"),
         "drafts": d.delta("vllm:spec_decode_num_drafts_total") or d.delta("vllm:spec_decode_num_drafts"),
         "draft_tokens": d.delta("vllm:spec_decode_num_draft_tokens_total")
         or d.delta("vllm:spec_decode_num_draft_tokens"),
@@ -70,8 +78,14 @@ def judge(ctx: RunContext, gid: str, base: SideData, cand: SideData) -> Outcome:
     rate_b = bd["accepted_tokens"] / bd["draft_tokens"]
     ci_c = wilson_interval(int(cd["accepted_tokens"]), int(cd["draft_tokens"]))
     ok = ci_c.ci_high >= rate_b
-    v = Verdict.PASS if ok else Verdict.FAIL
     al = {k: (1 + d["accepted_tokens"] / d["drafts"]) if d.get("drafts") else None for k, d in (("b", bd), ("c", cd))}
+    configured = cd.get("configured_acceptance_length")
+    synthetic_off = [
+        f"the {side} measured acceptance length {a:.2f}"
+        for side, a in (("baseline", al["b"]), ("candidate", al["c"]))
+        if configured is not None and a is not None and abs(a - configured) > SYNTHETIC_TOLERANCE * configured
+    ]
+    v = Verdict.PASS if ok and not synthetic_off else Verdict.FAIL
     rows.append(
         {
             "feature": "speculative_acceptance",
@@ -81,6 +95,7 @@ def judge(ctx: RunContext, gid: str, base: SideData, cand: SideData) -> Outcome:
             "baseline_acceptance_rate": rate_b,
             "candidate_acceptance_rate": ci_c.proportion,
             "candidate_ci_high": ci_c.ci_high,
+            "configured_acceptance_length": configured,
             "baseline_acceptance_length": al["b"],
             "candidate_acceptance_length": al["c"],
         }
@@ -93,10 +108,17 @@ def judge(ctx: RunContext, gid: str, base: SideData, cand: SideData) -> Outcome:
             f"acceptance length {al['c']}) is below the baseline's {rate_b:.3f} (acceptance length {al['b']})"
         ]
     )
+    if synthetic_off:
+        failures.append(
+            f"{cd['point']}: synthetic acceptance length {configured} configured, but "
+            + " and ".join(synthetic_off)
+            + f" (more than {SYNTHETIC_TOLERANCE:.0%} off): the synthetic setting did not reach the engine"
+        )
+    measured = f"acceptance length candidate {al['c']} vs baseline {al['b']}"
     return Outcome(
         feature="speculative_acceptance",
         verdict=v,
-        reason=f"acceptance length candidate {al['c']} vs baseline {al['b']}",
+        reason=measured + (f" (configured: {configured}, synthetic)" if configured is not None else ""),
         rows=rows,
         failures=failures,
     )
