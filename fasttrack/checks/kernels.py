@@ -1,15 +1,47 @@
-"""The kernels check: run the scope's kernel suites and judge their rows (see :mod:`fasttrack.kernels.suites`)."""
+"""The kernels check: run the scope's kernel suites and judge their rows (see :mod:`fasttrack.kernels.suites`).
+
+A suite names the PR's kernels as its ``candidate``. In a rehearsal (``--allow-hardware-mismatch``)
+where that module cannot be imported, the suite's ``example_candidate`` (the shipped example
+kernels) stands in: every row of that suite says "example kernels, not the PR's", and the check is
+``not_run`` whatever those rows say, so such a bundle is never evidence for the PR's kernels.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.util
+from pathlib import Path
 from typing import ClassVar
 
 from fasttrack.checks.base import EnginelessCheck, RunContext, register
-from fasttrack.kernels.spec import from_scope_section
+from fasttrack.kernels.spec import SuiteSpec, from_scope_section
 from fasttrack.kernels.suites import GATE, cuda_available, judge, run_suite
-from fasttrack.results import CheckResult, Gate
+from fasttrack.results import CheckResult, Gate, Verdict
 
-__all__ = ["KernelsCheck", "cuda_available", "judge", "run_suite"]
+__all__ = ["EXAMPLE_LABEL", "KernelsCheck", "cuda_available", "judge", "module_available", "run_suite"]
+
+EXAMPLE_LABEL = "example kernels, not the PR's"
+
+
+def module_available(name: str) -> bool:
+    """Whether a candidate (a dotted module name or a ``.py`` path) exists here, found without importing it
+    (importing the PR's model module would import vLLM into the harness)."""
+    if name.endswith(".py") or "/" in name:
+        return Path(name).is_file()
+    top, _, rest = name.partition(".")
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return False
+    if spec is None:
+        return False
+    if not rest:
+        return True
+    for root in spec.submodule_search_locations or []:
+        base = Path(root, *rest.split("."))
+        if base.with_suffix(".py").is_file() or (base / "__init__.py").is_file():
+            return True
+    return False
 
 
 @register
@@ -33,7 +65,40 @@ class KernelsCheck(EnginelessCheck):
         if not section:
             return CheckResult.not_run(self.name, "the scope declares no kernel suites")
         specs = from_scope_section(section, base_dir=ctx.base_dir)
+        examples: dict[str, str] = {}
+        for i, (entry, spec) in enumerate(zip(section, specs, strict=True)):
+            example = getattr(entry, "example_candidate", None)
+            if example and spec.candidate and ctx.rehearsal and not module_available(spec.candidate):
+                specs[i] = dataclasses.replace(spec, candidate=_resolve(example, spec))
+                examples[spec.name] = f"{EXAMPLE_LABEL} ({spec.candidate} is not importable here)"
+                ctx.log(f"kernels: suite {spec.name}: {examples[spec.name]}; its rows cannot be evidence")
         out_dir = ctx.artifact_dir(self.name)
         has_cuda = cuda_available()
         docs = [run_suite(s, tier=ctx.tier, out_dir=out_dir, log=ctx.log, has_cuda=has_cuda) for s in specs]
-        return judge(docs, run_dir=ctx.run_dir)
+        res = judge(docs, run_dir=ctx.run_dir)
+        return label_examples(res, examples, scope=ctx.scope.name)
+
+
+def _resolve(example: str, spec: SuiteSpec) -> str:
+    """A file example relative to the suite folder becomes absolute; a module name stays."""
+    if example.endswith(".py") or "/" in example:
+        p = Path(example)
+        return str(p if p.is_absolute() else (spec.path / p).resolve())
+    return example
+
+
+def label_examples(res: CheckResult, examples: dict[str, str], *, scope: str) -> CheckResult:
+    """Rows of the suites that ran the example kernels say so, and the result cannot pass."""
+    if not examples:
+        return res
+    tables = {
+        name: [({**r, "candidate": examples[r["suite"]]} if r.get("suite") in examples else r) for r in rows]
+        for name, rows in res.tables.items()
+    }
+    summary = {**res.summary, "example_kernels": dict(examples)}
+    verdict = Verdict.NOT_RUN if res.verdict is not Verdict.NOT_RUN else res.verdict
+    reason = (
+        f"{EXAMPLE_LABEL}: suite(s) {', '.join(sorted(examples))} tested the shipped example kernels "
+        f"(they said: {res.verdict.value}: {res.reason}); they cannot be evidence for {scope}"
+    )
+    return res.model_copy(update={"tables": tables, "summary": summary, "verdict": verdict, "reason": reason})
