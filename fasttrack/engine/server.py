@@ -33,6 +33,7 @@ from typing import Any, Callable, Sequence
 import httpx
 
 from fasttrack.engine.base import EngineBase
+from fasttrack.engine.compile_cache import compile_cache_env
 from fasttrack.engine.environment import EngineEnvironment, local_environment
 from fasttrack.engine.errors import EngineCrashed, EngineError, EngineStartError
 from fasttrack.engine.flags import profiler_dir_from_args, server_module
@@ -290,6 +291,7 @@ class ManagedEngine(EngineBase):
         for k in self.env_unset:
             full_env.pop(k, None)
         full_env.update(self.env_overrides)
+        full_env.update(compile_cache_env(self.python, full_env))  # reuse compiled code across starts
         self._full_env = full_env
         return full_env
 
