@@ -68,7 +68,11 @@ def test_two_local_nodes_start_serve_and_stop_clean(fake_python: str, tmp_path: 
         assert follow[follow.index("--node-rank") + 1] == "1" and "--headless" in follow
         assert follow[follow.index("--master-port") + 1] == lead[lead.index("--master-port") + 1]
         assert "--port" not in follow  # followers serve no API
+        deadline = time.monotonic() + 60  # each node spawns its child after it starts: wait for it on a busy host
         pids = eng.group_pids()
+        while len(pids) < 4 and time.monotonic() < deadline:
+            time.sleep(0.2)
+            pids = eng.group_pids()
         assert len(pids) >= 4  # two nodes, each with its "engine core" child
         assert "workers up" in eng.node_logs[1].read_text()
         eng.check_alive()
