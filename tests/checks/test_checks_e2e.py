@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import shutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -215,6 +216,8 @@ def test_a_demo_bundle_lists_the_seeds_and_datasets_its_checks_used(
     if "candidate-clean" not in demo.runs:
         _candidate(demo, baseline, engine_slot, None, ["equivalence", "features", "coverage"])
     ctx, results = demo.runs["candidate-clean"]
+    # one run folder, as in a pipeline run: the baseline's artifacts next to the candidate's
+    shutil.copytree(demo.root / "baseline" / "artifacts", ctx.run_dir / "artifacts", dirs_exist_ok=True)
     facts = RunFacts(loaded=demo.loaded, plan=demo.plan, host=None, rehearsal=True, rehearsal_reason="checks e2e")
     record = finished_run(facts, ctx, list(results.values()), RunState())
     written = write_run_bundle(record, log=lambda m: None)
