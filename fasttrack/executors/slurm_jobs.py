@@ -246,11 +246,12 @@ def task_details(states: dict[int, TaskState]) -> Callable[[dict[str, Any]], dic
 
 
 def task_note(info: dict[str, Any]) -> str | None:
-    """For a shard with a bundle: its job, when the job did not complete (cancelled, timed out, failed)."""
+    """For a shard with a bundle: its job, when the scheduler stopped it (cancelled, timed out, preempted,
+    a node failed) or fasttrack did not end normally (an exit other than 0, or 1 for a verdict short of pass)."""
     state = info.get("state")
-    if not state or state == "COMPLETED":
-        return None
     code = info.get("exit_code")
+    if not state or state == "COMPLETED" or (state == "FAILED" and code == "1:0"):
+        return None
     return (
         f"Slurm job {info['job_id']} ended {state}"
         + (f" (exit code {code})" if code and code != "0:0" else "")

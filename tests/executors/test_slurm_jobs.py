@@ -124,3 +124,20 @@ def test_failed_sbatch_cancels_what_was_submitted(fake_slurm: Path, tmp_path: Pa
         submit(d)
     assert fake_slurm.read_text().splitlines()[-1] == "scancel 101"
     assert json.loads((d / "fasttrack-job.json").read_text())["submitted"] is None
+
+
+def test_task_note_only_for_jobs_the_scheduler_stopped() -> None:
+    from fasttrack.executors.slurm_jobs import task_note
+
+    base = {"job_id": "5_1", "log": "/j/logs/x-5_1.out"}
+    assert task_note({**base, "state": "COMPLETED", "exit_code": "0:0"}) is None
+    assert task_note({**base, "state": "FAILED", "exit_code": "1:0"}) is None  # a verdict short of pass
+    assert task_note({**base, "state": "CANCELLED", "exit_code": "0:15"}) == (
+        "Slurm job 5_1 ended CANCELLED (exit code 0:15); log /j/logs/x-5_1.out"
+    )
+    assert (
+        task_note({**base, "state": "TIMEOUT", "exit_code": "0:0"})
+        == "Slurm job 5_1 ended TIMEOUT; log /j/logs/x-5_1.out"
+    )
+    assert "FAILED (exit code 2:0)" in (task_note({**base, "state": "FAILED", "exit_code": "2:0"}) or "")
+    assert task_note({}) is None
