@@ -24,6 +24,7 @@ import os
 from dataclasses import dataclass
 from itertools import accumulate, repeat
 from pathlib import Path
+from typing import Any
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -194,40 +195,52 @@ def yaml_problem(text: str, what: str) -> str | None:
 
     if len(text) > YAML_MAX_BYTES:
         return f"{what} is {len(text)} characters, over the limit of {YAML_MAX_BYTES}"
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    c_loader = getattr(yaml, "CSafeLoader", None)
+    if c_loader is not None:
+        try:
+            return _yaml_events_problem(text, what, c_loader)
+        except yaml.YAMLError:
+            pass  # libyaml scans ahead and may stop (e.g. at its own nesting limit) before the events show why
+    try:
+        return _yaml_events_problem(text, what, yaml.SafeLoader)
+    except yaml.YAMLError:
+        return None
+
+
+def _yaml_events_problem(text: str, what: str, loader: Any) -> str | None:
+    """:func:`yaml_problem` over the events of one parser (``yaml.YAMLError`` propagates)."""
+    import yaml
+
     sizes: dict[str, int] = {}  # anchor -> nodes it stands for
     anchors: list[str | None] = []  # per open collection
     counts: list[int] = []  # nodes so far per open collection
     done = 0  # nodes of finished top-level documents
-    try:
-        for ev in yaml.parse(text, Loader=loader):
-            if isinstance(ev, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
-                anchors.append(ev.anchor)
-                counts.append(1)
-                if len(counts) > YAML_MAX_DEPTH:
-                    return f"{what} nests mappings or sequences more than {YAML_MAX_DEPTH} deep (the limit)"
-                n = 0
-            elif isinstance(ev, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
-                anchor, n = anchors.pop(), counts.pop()
-                if anchor:
-                    sizes[anchor] = n
-            elif isinstance(ev, yaml.ScalarEvent):
-                n = 1
-                if ev.anchor:
-                    sizes[ev.anchor] = 1
-            elif isinstance(ev, yaml.AliasEvent):
-                n = sizes.get(ev.anchor or "", 1)
-            else:
-                continue
-            if counts and n:
-                counts[-1] += n
-            elif n:
-                done += n
-            if done + sum(counts) > YAML_MAX_NODES:
-                return (
-                    f"{what} expands to more than {YAML_MAX_NODES:,} nodes through its aliases (the limit; "
-                    "a 'billion laughs' document?)"
-                )
-    except yaml.YAMLError:
-        return None
+    for ev in yaml.parse(text, Loader=loader):
+        if isinstance(ev, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            anchors.append(ev.anchor)
+            counts.append(1)
+            if len(counts) > YAML_MAX_DEPTH:
+                return f"{what} nests mappings or sequences more than {YAML_MAX_DEPTH} deep (the limit)"
+            n = 0
+        elif isinstance(ev, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            anchor, n = anchors.pop(), counts.pop()
+            if anchor:
+                sizes[anchor] = n
+        elif isinstance(ev, yaml.ScalarEvent):
+            n = 1
+            if ev.anchor:
+                sizes[ev.anchor] = 1
+        elif isinstance(ev, yaml.AliasEvent):
+            n = sizes.get(ev.anchor or "", 1)
+        else:
+            continue
+        if counts and n:
+            counts[-1] += n
+        elif n:
+            done += n
+        if done + sum(counts) > YAML_MAX_NODES:
+            return (
+                f"{what} expands to more than {YAML_MAX_NODES:,} nodes through its aliases (the limit; "
+                "a 'billion laughs' document?)"
+            )
     return None
