@@ -290,7 +290,9 @@ class _DeadEngine:
 
     def check_alive(self, *, grace: float = 0.0, probe_health: bool = True) -> None:
         self.calls += 1
-        raise EngineCrashed("the baseline engine exited with code -9", side="baseline", process_exit_code=-9, log_tail="killed")
+        raise EngineCrashed(
+            "the baseline engine exited with code -9", side="baseline", process_exit_code=-9, log_tail="killed"
+        )
 
 
 class _LiveEngine(_DeadEngine):
