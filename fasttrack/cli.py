@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -40,9 +41,15 @@ def _root(
         raise typer.Exit(0)
 
 
+_registered: list[str] = []
+
+
 def _register_subcommands() -> None:
+    """Add every module's subcommands to ``app``, once (``main`` may run many times in one process)."""
     for mod in SUBCOMMAND_MODULES:
-        importlib.import_module(mod).register(app)
+        if mod not in _registered:
+            importlib.import_module(mod).register(app)
+            _registered.append(mod)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -52,24 +59,74 @@ def main(argv: list[str] | None = None) -> None:
         rc = app(args=argv, standalone_mode=False)
         sys.exit(rc if isinstance(rc, int) else 0)
     except FasttrackError as exc:
-        err_console.print(f"[bold red]error:[/] {exc.message}", highlight=False)
+        from fasttrack.bundle.cli import shown
+
+        # messages quote user and bundle text (file and member names): printed as text, never as
+        # console markup, and with no control character (no escape sequence reaches the terminal)
+        err_console.print(f"[bold red]error:[/] {shown(exc.message)}", highlight=False)
         if exc.hint:
-            err_console.print(exc.hint, highlight=False)
+            err_console.print(shown(exc.hint), highlight=False)
         sys.exit(exc.exit_code)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         err_console.print("interrupted")
         sys.exit(130)
-    except Exception as exc:  # click usage errors
-        import click
+    except RecursionError:
+        # every input that is parsed is bounded first (fasttrack.limits); this is the net under them
+        err_console.print(
+            "[bold red]error:[/] the input nests too deeply to read (a hostile or corrupt file?); "
+            "see README.md, 'Security', for the limits",
+            highlight=False,
+        )
+        sys.exit(2)
+    except MemoryError:
+        err_console.print(
+            "[bold red]error:[/] out of memory reading the input; see README.md, 'Security', for the limits",
+            highlight=False,
+        )
+        sys.exit(2)
+    except OSError as exc:
+        # a path given on the command line that cannot be read or written (the commands name the
+        # paths they expect; this covers devices, full disks and permissions they do not foresee)
+        from fasttrack.bundle.cli import shown
 
-        if isinstance(exc, click.exceptions.UsageError):
-            exc.show()
+        where = f" {exc.filename}" if exc.filename else ""
+        err_console.print(f"[bold red]error:[/] {shown(f'cannot use{where}: {exc.strerror or exc}')}", highlight=False)
+        sys.exit(2)
+    except Exception as exc:  # click usage errors (click's own classes, or the copy typer ships)
+        from rich.errors import MarkupError
+
+        if isinstance(exc, MarkupError):
+            # text from a scope or bundle that looks like console markup reached a print that does not
+            # escape it; refuse with the reason rather than a traceback
+            err_console.print(
+                "[bold red]error:[/] text from the scope or bundle holds console markup (square brackets such "
+                "as '\\[/x]') that cannot be printed; remove the brackets from it",
+                highlight=False,
+            )
             sys.exit(2)
-        if isinstance(exc, click.exceptions.Abort):
+        clicks = _click_exception_modules()
+        if any(isinstance(exc, m.ClickException) for m in clicks):
+            exc.show()  # type: ignore[attr-defined]  # a ClickException: one paragraph, with the usage line
+            sys.exit(2 if any(isinstance(exc, m.UsageError) for m in clicks) else exc.exit_code)  # type: ignore[attr-defined]
+        if isinstance(exc, typer.Abort) or any(isinstance(exc, getattr(m, "Abort", ())) for m in clicks):
             sys.exit(130)
         raise
+
+
+def _click_exception_modules() -> list[Any]:
+    """``click.exceptions`` and, where typer carries its own copy of click, that copy's."""
+    import click
+
+    mods: list[Any] = [click.exceptions]
+    try:
+        from typer._click import exceptions as typer_click_exceptions  # typer >= 0.24 ships click inside
+    except ImportError:
+        pass
+    else:
+        mods.append(typer_click_exceptions)
+    return mods
 
 
 # --------------------------------------------------------------------------- plan

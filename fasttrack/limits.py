@@ -24,6 +24,7 @@ import os
 from dataclasses import dataclass
 from itertools import accumulate, repeat
 from pathlib import Path
+from typing import Any
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -31,7 +32,7 @@ GiB = 1024 * MiB
 
 # --------------------------------------------------------------------------- bundle tarballs
 
-BUNDLE_MAX_MEMBERS = 20_000
+BUNDLE_MAX_MEMBERS = 10_000
 """Members (files and directories) of one bundle tarball at most."""
 BUNDLE_MAX_MEMBER_BYTES = 2 * GiB
 """Unpacked bytes of one member at most (from its tar header, before it is inflated)."""
@@ -46,6 +47,8 @@ BUNDLE_MAX_NAME_CHARS = 1024
 """Characters of one member name at most."""
 TAR_MAX_READ = 16 * MiB
 """Bytes of one read from the decompressed stream at most (caps pax and GNU long-name headers)."""
+TAR_MAX_HEADER_BYTES_PER_MEMBER = 64 * KiB
+"""Bytes of tar headers (pax records, long names) per member at most, on average."""
 TAR_MAX_TRAILER = 1 * MiB
 """Bytes of zero padding allowed after the tar end-of-archive marker."""
 
@@ -101,7 +104,9 @@ class Limit:
 
 
 def table() -> list[Limit]:
-    """Every limit with what the tool does when it is reached (the README's table)."""
+    """Every limit with what the tool does when it is reached (the README's table). "tarball
+    refused": nothing is unpacked; ``verify`` fails its ``archive`` item, ``report`` and the
+    dashboard show the bundle as unreadable, ``merge``, ``sign`` and ``reproduce`` exit 2."""
 
     def size(n: int) -> str:
         for unit, k in (("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
@@ -109,32 +114,52 @@ def table() -> list[Limit]:
                 return f"{n // k} {unit}"
         return f"{n} bytes"
 
-    refused = "the archive is refused (verify: the `archive` item fails; report, dashboard: unreadable)"
+    refused = "tarball refused"
     return [
-        Limit("bundle members", f"{BUNDLE_MAX_MEMBERS:,}", f"{refused} at the first member past the limit"),
-        Limit("bundle member size", size(BUNDLE_MAX_MEMBER_BYTES), f"{refused} from the member's header"),
-        Limit("bundle unpacked size", size(BUNDLE_MAX_TOTAL_BYTES), f"{refused} from the headers"),
+        Limit("bundle members", f"{BUNDLE_MAX_MEMBERS:,}", f"{refused}, at the first member past the limit"),
+        Limit("bundle member size", size(BUNDLE_MAX_MEMBER_BYTES), f"{refused}, from the member's tar header"),
+        Limit("bundle unpacked size", size(BUNDLE_MAX_TOTAL_BYTES), f"{refused}, from the tar headers"),
         Limit(
-            "compression ratio",
-            f"{BUNDLE_MAX_RATIO}x past {size(BUNDLE_RATIO_FLOOR)}",
-            f"{refused} while inflating",
+            "unpacked per packed byte",
+            f"{BUNDLE_MAX_RATIO}x, past {size(BUNDLE_RATIO_FLOOR)} unpacked",
+            f"{refused}, from the tar headers (a gzip bomb)",
         ),
+        Limit("tar header bytes", f"{size(TAR_MAX_HEADER_BYTES_PER_MEMBER)} per member on average", refused),
         Limit("member name", f"{BUNDLE_MAX_NAME_CHARS} characters", refused),
-        Limit("manifest, attestation", size(MANIFEST_MAX_BYTES), "the `schema` / `attestation` item fails"),
         Limit(
-            "JSON nesting", str(JSON_MAX_DEPTH), "the `schema` / `attestation` item fails; a table cell shows as text"
+            "manifest, attestation",
+            size(MANIFEST_MAX_BYTES),
+            "not parsed: `verify` fails `schema` / `attestation`; `report` shows the bundle as unreadable",
         ),
         Limit(
-            "result tables in memory",
+            "JSON nesting",
+            f"{JSON_MAX_DEPTH} levels",
+            "not parsed: `verify` fails `schema` / `attestation`; a table cell nested deeper is shown as its text "
+            "in the report, and `merge` / `reproduce` exit 2 naming it",
+        ),
+        Limit(
+            "result tables held in memory while verifying",
             f"{size(TABLE_KEEP_BYTES)} each, {size(TABLES_KEEP_TOTAL_BYTES)} together",
-            "the `tables` item fails naming the table",
+            "`verify` fails `tables` naming the table (too large to check)",
         ),
-        Limit("file sent by dashboard serve", size(SERVE_MAX_MEMBER_BYTES), "404"),
-        Limit("scope YAML", size(YAML_MAX_BYTES), "exit 2 naming the file"),
-        Limit("scope expansion (aliases counted)", f"{YAML_MAX_NODES:,} nodes", "exit 2 naming the file"),
-        Limit("scope nesting", str(YAML_MAX_DEPTH), "exit 2 naming the file"),
-        Limit("key file", size(KEY_FILE_MAX_BYTES), "exit 2 naming the file"),
-        Limit("shards", f"n <= {MAX_SHARDS}", "exit 2 (`--shard`); a bundle recording more fails `schema`"),
+        Limit("file sent by `dashboard serve`", size(SERVE_MAX_MEMBER_BYTES), "404 for that file"),
+        Limit(
+            "scope YAML",
+            size(YAML_MAX_BYTES),
+            "exit 2 naming the file (`reproduce` of a bundle recording such a scope too)",
+        ),
+        Limit(
+            "scope expansion, every alias counted as a copy",
+            f"{YAML_MAX_NODES:,} nodes",
+            "exit 2 naming the file, before anything is built (a 'billion laughs')",
+        ),
+        Limit("scope nesting", f"{YAML_MAX_DEPTH} levels", "exit 2 naming the file"),
+        Limit("key file (public, private, `allowed_signers`)", size(KEY_FILE_MAX_BYTES), "exit 2 naming the file"),
+        Limit(
+            "shards",
+            f"n <= {MAX_SHARDS:,}",
+            "`--shard` exits 2; a bundle recording more fails `verify`'s `schema` item",
+        ),
     ]
 
 
@@ -194,40 +219,52 @@ def yaml_problem(text: str, what: str) -> str | None:
 
     if len(text) > YAML_MAX_BYTES:
         return f"{what} is {len(text)} characters, over the limit of {YAML_MAX_BYTES}"
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    c_loader = getattr(yaml, "CSafeLoader", None)
+    if c_loader is not None:
+        try:
+            return _yaml_events_problem(text, what, c_loader)
+        except yaml.YAMLError:
+            pass  # libyaml scans ahead and may stop (e.g. at its own nesting limit) before the events show why
+    try:
+        return _yaml_events_problem(text, what, yaml.SafeLoader)
+    except yaml.YAMLError:
+        return None
+
+
+def _yaml_events_problem(text: str, what: str, loader: Any) -> str | None:
+    """:func:`yaml_problem` over the events of one parser (``yaml.YAMLError`` propagates)."""
+    import yaml
+
     sizes: dict[str, int] = {}  # anchor -> nodes it stands for
     anchors: list[str | None] = []  # per open collection
     counts: list[int] = []  # nodes so far per open collection
     done = 0  # nodes of finished top-level documents
-    try:
-        for ev in yaml.parse(text, Loader=loader):
-            if isinstance(ev, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
-                anchors.append(ev.anchor)
-                counts.append(1)
-                if len(counts) > YAML_MAX_DEPTH:
-                    return f"{what} nests mappings or sequences more than {YAML_MAX_DEPTH} deep (the limit)"
-                n = 0
-            elif isinstance(ev, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
-                anchor, n = anchors.pop(), counts.pop()
-                if anchor:
-                    sizes[anchor] = n
-            elif isinstance(ev, yaml.ScalarEvent):
-                n = 1
-                if ev.anchor:
-                    sizes[ev.anchor] = 1
-            elif isinstance(ev, yaml.AliasEvent):
-                n = sizes.get(ev.anchor or "", 1)
-            else:
-                continue
-            if counts and n:
-                counts[-1] += n
-            elif n:
-                done += n
-            if done + sum(counts) > YAML_MAX_NODES:
-                return (
-                    f"{what} expands to more than {YAML_MAX_NODES:,} nodes through its aliases (the limit; "
-                    "a 'billion laughs' document?)"
-                )
-    except yaml.YAMLError:
-        return None
+    for ev in yaml.parse(text, Loader=loader):
+        if isinstance(ev, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            anchors.append(ev.anchor)
+            counts.append(1)
+            if len(counts) > YAML_MAX_DEPTH:
+                return f"{what} nests mappings or sequences more than {YAML_MAX_DEPTH} deep (the limit)"
+            n = 0
+        elif isinstance(ev, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            anchor, n = anchors.pop(), counts.pop()
+            if anchor:
+                sizes[anchor] = n
+        elif isinstance(ev, yaml.ScalarEvent):
+            n = 1
+            if ev.anchor:
+                sizes[ev.anchor] = 1
+        elif isinstance(ev, yaml.AliasEvent):
+            n = sizes.get(ev.anchor or "", 1)
+        else:
+            continue
+        if counts and n:
+            counts[-1] += n
+        elif n:
+            done += n
+        if done + sum(counts) > YAML_MAX_NODES:
+            return (
+                f"{what} expands to more than {YAML_MAX_NODES:,} nodes through its aliases (the limit; "
+                "a 'billion laughs' document?)"
+            )
     return None

@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from fasttrack.errors import PlanError
+from fasttrack.limits import MAX_SHARDS, SHARD_SPEC_MAX_CHARS
 from fasttrack.scope import TIER_ORDER, Envelope, Estimates, Scope, SpecDecodeSpec, expand_spec_names
 
 SIDES = ("baseline", "candidate")
@@ -140,15 +141,26 @@ class Plan(_Model):
 
 
 def parse_shard(spec: str | None) -> tuple[int, int]:
-    """'i/n' with 1 <= i <= n -> (i, n)."""
+    """'i/n' with 1 <= i <= n <= MAX_SHARDS -> (i, n); ASCII digits only, no spaces inside."""
     if spec is None:
         return 1, 1
-    m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", spec)
+    m = re.fullmatch(r"([0-9]+)/([0-9]+)", spec.strip()) if len(spec) <= 200 else None
     if not m:
         raise PlanError(
-            f"shard {spec!r} is not of the form i/n.", hint="Use e.g. --shard 1/3 (shards are numbered from 1)."
+            f"shard {spec[:40]!r} is not of the form i/n.",
+            hint="Use e.g. --shard 1/3: two ASCII numbers and a slash, no spaces (shards are numbered from 1).",
+        )
+    if len(spec.strip()) > SHARD_SPEC_MAX_CHARS:
+        raise PlanError(
+            f"shard {spec[:40]!r} has numbers far past the limit of {MAX_SHARDS} shards.",
+            hint="A plan has at most one shard per config point; use fewer shards.",
         )
     i, n = int(m.group(1)), int(m.group(2))
+    if n > MAX_SHARDS:
+        raise PlanError(
+            f"shard {spec!r} asks for {n} shards, more than the limit of {MAX_SHARDS}.",
+            hint="A plan has at most one shard per config point; use fewer shards.",
+        )
     if n < 1 or not 1 <= i <= n:
         raise PlanError(
             f"shard {spec!r} is out of range: i must satisfy 1 <= i <= n.",

@@ -18,6 +18,7 @@ reviewer to judge.
 
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -142,18 +143,30 @@ def _recorded_tables(view: Any, check: str) -> dict[str, list[dict[str, Any]]]:
     return {t: view.rows(check, t) for t in (entry.tables if entry else {})}
 
 
+_SUITE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+
+
 def _scope_file(name: str, text: str, sha: str | None, tmp: Path) -> Path:
-    """Use the local suite when it is byte-identical; else a copy of it with the recorded text."""
+    """Use the local suite when it is byte-identical; else a copy of it with the recorded text.
+
+    ``name`` comes from the bundle: it is only ever compared with the names of the suites
+    under ``suites/``, never used as a path component; the copy lives at the fixed path
+    ``tmp/scope/scope.yaml``."""
     import hashlib
 
-    local = ROOT / "suites" / name
-    if (local / "scope.yaml").is_file():
+    suites = ROOT / "suites"
+    local: Path | None = None
+    if _SUITE_NAME.match(name) and ".." not in name:
+        known = {p.name: p for p in suites.iterdir() if p.is_dir()} if suites.is_dir() else {}
+        local = known.get(name)
+    target = tmp / "scope"
+    if local is not None and (local / "scope.yaml").is_file():
         if hashlib.sha256((local / "scope.yaml").read_bytes()).hexdigest() == hashlib.sha256(text.encode()).hexdigest():
             return local / "scope.yaml"
-        shutil.copytree(local, tmp / name)
+        shutil.copytree(local, target)
     else:
-        (tmp / name).mkdir(parents=True)
-    p = tmp / name / "scope.yaml"
+        target.mkdir()
+    p = target / "scope.yaml"
     p.write_text(text, encoding="utf-8")
     return p
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import unicodedata
 from pathlib import Path
 from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from fasttrack.bundle.errors import BundleError
@@ -17,6 +19,18 @@ from fasttrack.bundle.keys import generate_keypair, load_private_key, load_publi
 TRUST_ENV = "FASTTRACK_TRUST_DIR"
 
 console = Console()
+
+
+def shown(text: object) -> str:
+    """User or bundle text fit for the terminal: control and bidi-override characters replaced
+    (no escape sequence from a bundle reaches it), console markup escaped (printed as written)."""
+    out = []
+    for ch in str(text):
+        cat = unicodedata.category(ch)
+        out.append(ch if ch == "\n" or not (cat in ("Cc", "Cs", "Co") or cat == "Cf") else "\ufffd")
+    return escape("".join(out))
+
+
 keys_app = typer.Typer(help="Create and inspect Ed25519 signing keys.", no_args_is_help=True)
 
 
@@ -29,14 +43,14 @@ def keys_generate(
     """Write a new Ed25519 key pair: DIR/NAME (PEM PKCS8, mode 0600) and DIR/NAME.pub (OpenSSH)."""
     priv, pub = generate_keypair(out, name=name, comment=comment)
     key = load_private_key(priv)
-    console.print(f"private key: {priv}\npublic key:  {pub}\nkey id:      {key.keyid}", highlight=False)
+    console.print(shown(f"private key: {priv}\npublic key:  {pub}\nkey id:      {key.keyid}"), highlight=False)
 
 
 @keys_app.command("show")
 def keys_show(path: Path = typer.Argument(..., help="A public or private key file (PEM or OpenSSH).")) -> None:
     """Print the key id and OpenSSH public line of every Ed25519 key in a file."""
     for k in load_public_keys(path, allow_private=True):
-        console.print(f"{k.keyid}  {openssh_public_line(k.key, k.comment)}", highlight=False, soft_wrap=True)
+        console.print(shown(f"{k.keyid}  {openssh_public_line(k.key, k.comment)}"), highlight=False, soft_wrap=True)
 
 
 def sign_cmd(
@@ -52,7 +66,8 @@ def sign_cmd(
     sk = load_private_key(key)
     env = sign_bundle(bundle, sk, replace=replace)
     console.print(
-        f"signed {bundle} with key {sk.keyid} ({len(env.signatures)} signature(s) on the bundle)", highlight=False
+        shown(f"signed {bundle} with key {sk.keyid} ({len(env.signatures)} signature(s) on the bundle)"),
+        highlight=False,
     )
 
 
@@ -91,13 +106,13 @@ def verify_cmd(
         table.add_column("detail", overflow="fold")
         for it in res.items:
             mark = "[green]ok[/]" if it.ok else ("[dim]-[/]" if it.ok is None else "[bold red]FAIL[/]")
-            table.add_row(it.name, mark, it.detail)
+            table.add_row(it.name, mark, shown(it.detail))
         console.print(table)
         signed = [f"{s['identity']} (key {s['keyid'][:16]})" for s in res.signatures if s.get("identity")]
         if signed:
-            console.print("signed by: " + ", ".join(signed), highlight=False, markup=False)
+            console.print(shown("signed by: " + ", ".join(signed)), highlight=False)
         status = "[green]verified[/]" if res.verified else "[bold red]NOT verified[/]"
-        console.print(f"{bundle}: {status}; bundle verdict: [bold]{res.verdict}[/]", highlight=False)
+        console.print(f"{shown(bundle)}: {status}; bundle verdict: [bold]{res.verdict}[/]", highlight=False)
         if res.verified and require_pass and res.verdict != "pass":
             console.print("--require-pass: the verdict is not pass", highlight=False)
     if not ok:
@@ -119,7 +134,9 @@ def merge_cmd(
     sks = [load_private_key(k) for k in sign_key]
     m = merge_bundles(shards, out, sign_keys=sks, keys=key, trust_dir=trust)
     signed = f", signed by {len(sks)} key(s)" if sks else ", unsigned (sign it with `fasttrack sign`)"
-    console.print(f"merged {len(shards)} shard(s) into {out}: verdict [bold]{m.verdict}[/]{signed}", highlight=False)
+    console.print(
+        f"merged {len(shards)} shard(s) into {shown(out)}: verdict [bold]{m.verdict}[/]{signed}", highlight=False
+    )
 
 
 def register(app: typer.Typer) -> None:

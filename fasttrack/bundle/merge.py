@@ -234,8 +234,10 @@ def merge_bundles(
         opened: list[tuple[Path, Path, Manifest]] = []
         for s in shards:
             sp = Path(s)
+            if not sp.exists():
+                raise MergeError(f"shard bundle {sp} does not exist")
+            _check_integrity(sp, sp, keys=keys, trust_dir=trust_dir)  # a tarball is verified before it is unpacked
             root = _open_shard(sp, stack)
-            _check_integrity(sp, root, keys=keys, trust_dir=trust_dir)
             m = load_manifest((root / MANIFEST).read_bytes())
             if m.plan.merged_from:
                 raise MergeError(f"{sp} is already a merged bundle; merge the original shard bundles instead")

@@ -46,7 +46,7 @@ class Limits:
     """Unpacked bytes per packed byte at most, past ``ratio_floor`` unpacked bytes."""
     ratio_floor: int = lim.BUNDLE_RATIO_FLOOR
     """Unpacked bytes below which the ratio is not checked."""
-    header_bytes_per_member: int = 64 * 1024
+    header_bytes_per_member: int = lim.TAR_MAX_HEADER_BYTES_PER_MEMBER
     """Bytes of tar headers (pax records, long names) per member at most, on average."""
 
     def unpacked_allowed(self, packed: int) -> int:

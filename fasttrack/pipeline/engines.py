@@ -302,6 +302,8 @@ def _record_crash(
     log_path = getattr(exc, "log_path", None)
     if log_path and record.log is None:
         record.log = _relative(Path(log_path), ctx.run_dir)
+    # the log of the process that failed (a multi-node engine's failing node, not node 0)
+    failed_log = _relative(Path(log_path), ctx.run_dir) if log_path else record.log
     what = "crashed" if crashed else "failed"
     current = launch.current
     where = f"{launch.group.id}/{side} lifetime {launch.lifetime + 1}" + (
@@ -317,10 +319,10 @@ def _record_crash(
         "message": first_line,
         "process_exit_code": getattr(exc, "process_exit_code", None),
         "node": getattr(exc, "node", None),
-        "log": record.log,
+        "log": failed_log,
     }
     log(f"engine {what} ({where}): {first_line}")
-    reason = f"engine {what} in {where}: {first_line} (log: {record.log})"
+    reason = f"engine {what} in {where}: {first_line}" + ("" if "(log: " in first_line else f" (log: {failed_log})")
     for chk in checks:
         state.results.setdefault(
             chk.name,

@@ -9,6 +9,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 
+from fasttrack.bundle.cli import shown
 from fasttrack.errors import FasttrackError
 
 TRUST_ENV = "FASTTRACK_TRUST_DIR"
@@ -60,12 +61,13 @@ def report_cmd(
     )
     v = "[green]verified[/]" if data.verification.verified else "[bold red]NOT verified[/]"
     console.print(
-        f"wrote {out}" + (f" and {comment}" if comment else "") + f": verdict [bold]{data.verdict}[/], {v}",
+        shown(f"wrote {out}" + (f" and {comment}" if comment else ""))
+        + f": verdict [bold]{shown(data.verdict)}[/], {v}",
         highlight=False,
         soft_wrap=True,
     )
     if not data.verification.verified:
-        err_console.print(data.verification.headline, highlight=False, markup=False, soft_wrap=True)
+        err_console.print(shown(data.verification.headline), highlight=False, soft_wrap=True)
         if require_verified:
             raise typer.Exit(1)
 
@@ -105,13 +107,13 @@ def dashboard_build(
         force=force,
     )
     console.print(
-        f"{stats.bundles} bundles in {out}/index.html: {stats.read} read, {stats.reused} unchanged, "
+        f"{stats.bundles} bundles in {shown(out)}/index.html: {stats.read} read, {stats.reused} unchanged, "
         f"{stats.removed} removed in {stats.seconds:.1f} s",
         highlight=False,
         soft_wrap=True,
     )
     for e in stats.errors[:20]:
-        err_console.print(f"[yellow]skipped[/] {e}", highlight=False, soft_wrap=True)
+        err_console.print(f"[yellow]skipped[/] {shown(e)}", highlight=False, soft_wrap=True)
 
 
 @dashboard_app.command("serve")
@@ -138,7 +140,7 @@ def dashboard_serve(
         keys=[str(k) for k in key],
         trust_dir=str(t) if t else None,
         jobs=jobs,
-        log=lambda m: console.print(m, highlight=False, markup=False, soft_wrap=True),
+        log=lambda m: console.print(shown(m), highlight=False, soft_wrap=True),
     )
 
 

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from fasttrack.errors import FasttrackError
 from fasttrack.report.records import BundleRecord
 
 SCHEMA_VERSION = "1"
@@ -56,12 +57,18 @@ class Index:
     """A thin wrapper over the SQLite file."""
 
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self.db = sqlite3.connect(str(path), timeout=30)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=NORMAL")
-        self.db.executescript(_SCHEMA)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.db = sqlite3.connect(str(path), timeout=30)
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            self.db.executescript(_SCHEMA)
+        except (sqlite3.Error, OSError) as exc:
+            raise FasttrackError(
+                f"cannot open the dashboard index {path}: {exc}",
+                hint="Give --cache a file path in a writable folder (or leave it out: SITE/index.sqlite).",
+            ) from None
         if self.meta("schema_version") not in (None, SCHEMA_VERSION):
             self.clear()
         self.set_meta("schema_version", SCHEMA_VERSION)

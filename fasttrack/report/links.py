@@ -6,6 +6,11 @@ built as ``<base>/<percent-encoded segments>`` where ``base`` is computed by the
 from local paths (never from bundle data). Every segment is percent-encoded with no safe
 characters, so a member named ``javascript:alert(1)`` becomes the relative path
 ``javascript%3Aalert%281%29`` and can never carry a scheme.
+
+What a link opens is decided by an allow-list of inert content types (:data:`INERT_TYPES`),
+never by a list of dangerous extensions: only those types are linked as themselves;
+every other file is published under a ``.txt`` name (static site), sent as text or as a
+download (``dashboard serve``), or not linked at all (links straight into a bundle folder).
 """
 
 from __future__ import annotations
@@ -41,29 +46,72 @@ def relative_base(target_dir: Path, from_dir: Path) -> str:
     return "/".join(parts) or "."
 
 
-#: Extensions a browser would run as a page or script when opened from disk or a static host.
-ACTIVE_EXTENSIONS = frozenset(
-    {".html", ".htm", ".xhtml", ".shtml", ".svg", ".svgz", ".xml", ".xsl", ".xslt", ".js", ".mjs", ".pdf", ".swf"}
-)
+#: The only file types linked as themselves, by extension, with the type they are served as.
+#: Each is inert in a browser whoever serves it: opened from disk (``file://``), from a plain
+#: static server that types files by extension (``python -m http.server``, nginx, a Pages
+#: host) and from ``dashboard serve``; a browser never runs script from these types, and
+#: never sniffs them into a page. Everything else (``.html``, ``.xht``, ``.svg``, ``.rss``,
+#: ``.xml``, ``.pdf``, unknown extensions, ...) is active or may be typed as active by some
+#: server, so it is published renamed (:func:`served_name`) or served as text or a download.
+INERT_TYPES: dict[str, str] = {
+    ".txt": "text/plain; charset=utf-8",
+    ".json": "application/json",
+    ".csv": "text/csv; charset=utf-8",
+    ".png": "image/png",
+    ".jpg": "image/jpeg",
+    ".jpeg": "image/jpeg",
+    ".gif": "image/gif",
+    ".webp": "image/webp",
+}
+#: The suffix a published copy of any other file gets: every static server and every
+#: browser (also for ``file://``) types it ``text/plain``, which a browser shows as text
+#: (or offers as a download when it holds binary data), never as a page.
+TEXT_SUFFIX = ".txt"
+
+
+def inert_type(member: str) -> str | None:
+    """The content type ``member`` is linked and served as, when its type is on the allow-list."""
+    return INERT_TYPES.get(PurePosixPath(member.lower()).suffix)
 
 
 def is_active(member: str) -> bool:
-    """Whether opening ``member`` in a browser could run content from the bundle."""
-    return PurePosixPath(member.lower()).suffix in ACTIVE_EXTENSIONS
+    """Whether opening ``member`` as itself could run content from the bundle (not on the allow-list)."""
+    return inert_type(member) is None
 
 
 def served_name(member: str) -> str:
-    """The name a published copy of ``member`` gets: active content gets a ``.txt`` suffix
-    so static hosts serve it as text."""
-    return member + ".txt" if is_active(member) else member
+    """The name a published copy of ``member`` gets: files whose type is not on the
+    allow-list get a ``.txt`` suffix, so static hosts and browsers treat them as text."""
+    return member if inert_type(member) is not None else member + TEXT_SUFFIX
+
+
+def served_headers(member: str, body: bytes) -> tuple[str, str]:
+    """``(Content-Type, Content-Disposition type)`` for sending ``member`` over HTTP.
+
+    Allow-listed types go as themselves, inline; any other text goes as ``text/plain``,
+    inline (shown escaped, never as a page); anything else as ``application/octet-stream``,
+    ``attachment`` (a download)."""
+    t = inert_type(member)
+    if t is not None:
+        return t, "inline"
+    if b"\0" not in body[:65536]:
+        try:
+            body.decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+        else:
+            return "text/plain; charset=utf-8", "inline"
+    return "application/octet-stream", "attachment"
 
 
 class LinkPolicy:
     """Which bundle members may be linked, and where they are.
 
-    ``rename`` maps a member to its published name (see :func:`served_name`); without it
-    (links straight into a bundle directory) members that a browser would run as a page
-    are listed but not linked.
+    - ``served``: a server that sets every file's headers itself (``dashboard serve``)
+      answers the links, so every member is linked under its own name.
+    - ``rename``: members are published under ``rename(member)`` (see :func:`served_name`).
+    - neither (links straight into a bundle directory): only members whose type is on the
+      allow-list are linked; the others are listed, not linked.
     """
 
     def __init__(
@@ -73,6 +121,7 @@ class LinkPolicy:
         members: Iterable[str] = (),
         reason: str = "",
         rename: Callable[[str], str] | None = None,
+        served: bool = False,
     ) -> None:
         if base is not None and not _BASE_OK.match(base):
             raise ValueError(f"link base {base!r} is not a plain relative path")
@@ -81,18 +130,26 @@ class LinkPolicy:
         self.reason = reason
         """Why members are not linked (shown in the report), when ``base`` is None."""
         self.rename = rename
+        self.served = served
+        self.clashes: frozenset[str] = frozenset()
+        """Members whose published name is another member's name (never linked: the link could open the other)."""
+        if rename is not None and not served:
+            self.clashes = frozenset(m for m in self.members if rename(m) != m and rename(m) in self.members)
 
     @classmethod
     def none(cls, reason: str) -> "LinkPolicy":
         return cls(base=None, reason=reason)
 
+    def _direct_and_active(self, member: str) -> bool:
+        return self.rename is None and not self.served and is_active(member)
+
     def href(self, member: str) -> str | None:
         """The relative URL of ``member``, or None when it must not be linked."""
         if self.base is None or member not in self.members:
             return None
-        if self.rename is None and is_active(member):
+        if self._direct_and_active(member) or member in self.clashes:
             return None
-        q = quote_path(self.rename(member) if self.rename else member)
+        q = quote_path(self.rename(member) if self.rename and not self.served else member)
         if q is None:
             return None
         url = f"{self.base}/{q}" if self.base not in ("", ".") else f"./{q}"
@@ -106,6 +163,12 @@ class LinkPolicy:
             return self.reason
         if member not in self.members:
             return "not an attested member of the bundle"
-        if self.rename is None and is_active(member):
-            return "not linked: a browser would open it as a page; read it from the bundle"
+        if self._direct_and_active(member):
+            kinds = ", ".join(sorted(INERT_TYPES))
+            return (
+                f"not linked: only files of inert types ({kinds}) are linked straight into a bundle folder; "
+                "read it from the bundle, or open it from the dashboard"
+            )
+        if member in self.clashes:
+            return "not linked: its published name is the name of another file of the bundle"
         return "not a plain relative path"

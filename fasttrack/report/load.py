@@ -23,8 +23,15 @@ from fasttrack.bundle.errors import BundleError
 from fasttrack.bundle.keys import resolve_keys
 from fasttrack.bundle.layout import ATTESTATION
 from fasttrack.bundle.manifest import Manifest
-from fasttrack.bundle.reader import open_bundle
+from fasttrack.bundle.reader import BundleView, open_bundle
 from fasttrack.bundle.verify import VerifyResult, verify_bundle
+from fasttrack.limits import (
+    MANIFEST_MAX_BYTES,
+    REPORT_MAX_FILES_LISTED,
+    REPORT_MAX_PLAN_POINTS,
+    read_capped,
+    yaml_problem,
+)
 from fasttrack.report import fmt
 from fasttrack.report.check_views import (
     CHECK_TITLES,
@@ -47,16 +54,18 @@ from fasttrack.results import ordered_checks
 #: Names that callers found here before the views moved to their own modules.
 __all__ = ["CHECK_TITLES", "Links", "build_report_data", "default_links", "perf_rows", "verify_view"]
 
-MAX_ARTIFACTS_SHOWN = 2000
+MAX_ARTIFACTS_SHOWN = REPORT_MAX_FILES_LISTED
 
 
 @dataclass
 class Links:
-    """How the report links bundle members: a relative base (or None) and a rename rule."""
+    """How the report links bundle members: a relative base (or None), a rename rule, or
+    ``served`` (a server that sets each file's headers answers the links)."""
 
     base: str | None
     reason: str = ""
     rename: Callable[[str], str] | None = None
+    served: bool = False
 
 
 def default_links(bundle: Path, out_html: Path) -> Links:
@@ -89,20 +98,29 @@ def build_report_data(
     bhash = content_hash or bundle_hash(path)
     links = links or Links(base=None, reason="not linked")
     name = fmt.one_line(path.name, 200)
-    try:
-        with open_bundle(path) as view:
-            return _read(view.root, view.manifest, vr, vv, name, bhash, links)
-    except BundleError as exc:
+
+    def unreadable(reason: str) -> ReportData:
         return ReportData(
             bundle_name=name,
             bundle_hash=bhash,
             verification=vv,
             readable=False,
-            unreadable_reason=fmt.one_line(exc.message, 2000),
+            unreadable_reason=fmt.one_line(reason, 2000),
         )
 
+    archive = next((it for it in vr.items if it.name == "archive"), None)
+    if archive is not None and archive.ok is False:
+        # verifying streamed the tarball and refused it: it is never unpacked
+        return unreadable(f"the archive is refused, so nothing in it is read: {archive.detail}")
+    try:
+        with open_bundle(path) as view:
+            return _read(view, vr, vv, name, bhash, links)
+    except BundleError as exc:
+        return unreadable(exc.message)
 
-def _read(root: Path, m: Manifest, vr: VerifyResult, vv: VerifyView, name: str, bhash: str, links: Links) -> ReportData:
+
+def _read(view: BundleView, vr: VerifyResult, vv: VerifyView, name: str, bhash: str, links: Links) -> ReportData:
+    root, m = view.root, view.manifest
     subjects = _subjects(root)
     by = {it.name: it for it in vr.items}
     files_ok = by["hashes"].ok is True and by["files"].ok is True and subjects is not None
@@ -114,7 +132,7 @@ def _read(root: Path, m: Manifest, vr: VerifyResult, vv: VerifyView, name: str, 
     elif not signed:
         policy = LinkPolicy.none("not linked: the attestation listing these files is not signed by a trusted key")
     else:
-        policy = LinkPolicy(base=links.base, members=subjects or (), rename=links.rename)
+        policy = LinkPolicy(base=links.base, members=subjects or (), rename=links.rename, served=links.served)
     tables = load_tables(root, m)
     plan_pts = plan_points(m)
     scope_obj = scope_yaml(m)
@@ -133,7 +151,7 @@ def _read(root: Path, m: Manifest, vr: VerifyResult, vv: VerifyView, name: str, 
     order = ordered_checks(m.checks)
     checks = [check_view(n, m.checks[n], tables.get(n, {}), policy) for n in order]
     claims, claims_note = claims_view(m, tables, scope_obj)
-    artifacts, art_note = _artifacts(root, subjects, vr, policy)
+    artifacts, art_note = _artifacts(view, subjects, policy)
     if policy.base is None and not art_note:
         art_note = policy.reason
     title = scope_obj.get("title") if isinstance(scope_obj.get("title"), str) else ""
@@ -188,7 +206,7 @@ def plan_points(manifest: Manifest) -> PlanPoints:
     pts = manifest.plan.plan.get("points")
     out: dict[str, dict[str, Any]] = {}
     if isinstance(pts, list):
-        for p in pts[:5000]:
+        for p in pts[:REPORT_MAX_PLAN_POINTS]:
             if isinstance(p, dict) and isinstance(p.get("id"), str):
                 out[p["id"]] = p
     return out
@@ -198,7 +216,7 @@ def scope_yaml(manifest: Manifest) -> dict[str, Any]:
     import yaml
 
     text = manifest.scope.yaml
-    if len(text) > 1_000_000:
+    if yaml_problem(text, "the recorded scope") is not None:  # too large, too deep, or a billion laughs
         return {}
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
@@ -211,30 +229,26 @@ def scope_yaml(manifest: Manifest) -> dict[str, Any]:
 def _subjects(root: Path) -> list[str] | None:
     p = root / ATTESTATION
     try:
-        st = read_envelope(p.read_bytes()).statement()
+        if p.is_symlink():
+            return None
+        data = read_capped(p, MANIFEST_MAX_BYTES)
+        if data is None:
+            return None
+        st = read_envelope(data).statement()
     except (BundleError, OSError):
         return None
     return [s["name"] for s in st["subject"]]
 
 
-def _artifacts(
-    root: Path, subjects: list[str] | None, vr: VerifyResult, links: LinkPolicy
-) -> tuple[list[ArtifactView], str]:
+def _artifacts(view: BundleView, subjects: list[str] | None, links: LinkPolicy) -> tuple[list[ArtifactView], str]:
     names = subjects if subjects is not None else []
     note = ""
     if subjects is None:
         note = "the attestation is unreadable, so no file is linked"
     out = []
-    real_root = root.resolve()
     for n in sorted(names)[:MAX_ARTIFACTS_SHOWN]:
-        size = None
-        if quote_path(n) is not None:  # never look outside the bundle for a hostile name
-            try:
-                f = root / n
-                if not f.is_symlink() and f.resolve().is_relative_to(real_root) and f.is_file():
-                    size = f.stat().st_size
-            except (OSError, ValueError):
-                size = None
+        # never look outside the bundle for a hostile name
+        size = view.size(n) if quote_path(n) is not None else None
         href = links.href(n)
         out.append(
             ArtifactView(

@@ -2,14 +2,17 @@
 
 The site is built into a cache folder with ``artifacts="serve"``: bundle files are not
 copied; ``/bundles/<id>/<file>`` is answered from the bundle itself, only for files its
-verified attestation lists, always as plain text or a download (never as a page), with
-``nosniff`` and a sandboxing Content-Security-Policy. Only GET and HEAD are answered.
+verified attestation lists. A file whose type is on the inert allow-list
+(:data:`fasttrack.report.links.INERT_TYPES`) goes as that type; any other file as plain
+text, or as a download when it is not text: never as a page. Every file goes with
+``nosniff`` and a sandboxing Content-Security-Policy. Only GET and HEAD are answered, and
+only for the host names the server is bound to (``127.0.0.1``, ``localhost``, with the
+port): a page on another site that rebinds its own name to 127.0.0.1 gets nothing.
 """
 
 from __future__ import annotations
 
 import hashlib
-import mimetypes
 import os
 import threading
 import time
@@ -20,13 +23,15 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from fasttrack.errors import FasttrackError
+from fasttrack.limits import SERVE_MAX_MEMBER_BYTES
 from fasttrack.report.index_db import Index
-from fasttrack.report.links import served_name
+from fasttrack.report.links import inert_type, served_headers
 from fasttrack.report.site import INDEX_DB, build_site
 
 #: Seconds between rebuild checks triggered by page loads.
 REFRESH_S = 5.0
-_TEXT_SUFFIXES = {".txt", ".log", ".json", ".jsonl", ".yaml", ".yml", ".md", ".csv", ".tsv", ".out", ".err"}
+#: Host names the server answers to (with its port); anything else is refused (DNS rebinding).
+BOUND_HOSTS = ("127.0.0.1", "localhost")
 
 PAGE_HEADERS = {
     "X-Content-Type-Options": "nosniff",
@@ -92,8 +97,7 @@ class Dashboard:
             rec = idx.find(short)
             if rec is None or len(short) != 16:
                 return None, None, ""
-            names = {served_name(m): m for m in rec.members}
-            member = names.get(served)
+            member = served if served in rec.members else None
             src = idx.source_of(rec.id)
         finally:
             idx.close()
@@ -105,12 +109,14 @@ class Dashboard:
             f = root / member
             if f.is_symlink() or not f.resolve().is_relative_to(root) or not f.is_file():
                 return None, None, ""
+            if f.stat().st_size > SERVE_MAX_MEMBER_BYTES:
+                return None, None, ""
             return f, None, member
         from fasttrack.bundle.safe_tar import iter_members
 
         for m in iter_members(path):
             if m.name == member and m.stream is not None:
-                if m.size > 256 * 1024 * 1024:
+                if m.size > SERVE_MAX_MEMBER_BYTES:
                     return None, None, ""
                 return None, m.stream.read(), member
         return None, None, ""
@@ -143,7 +149,21 @@ def make_handler(dash: Dashboard) -> type[BaseHTTPRequestHandler]:
         def do_HEAD(self) -> None:  # noqa: N802
             self.do_GET()
 
+        def _host_ok(self) -> bool:
+            """The Host header names this server: a bound name and its port (DNS rebinding)."""
+            host = (self.headers.get("Host") or "").strip().lower()
+            address = self.server.server_address
+            port = address[1] if isinstance(address, tuple) else None
+            return host in {f"{h}:{port}" for h in BOUND_HOSTS} or (port == 80 and host in BOUND_HOSTS)
+
         def do_GET(self) -> None:  # noqa: N802
+            if not self._host_ok():
+                return self._send(
+                    HTTPStatus.MISDIRECTED_REQUEST,
+                    b"this server answers only to 127.0.0.1 and localhost\n",
+                    "text/plain; charset=utf-8",
+                    FILE_HEADERS,
+                )
             path = urlsplit(self.path).path
             if path in ("/", "/index.html"):
                 try:
@@ -184,13 +204,11 @@ def make_handler(dash: Dashboard) -> type[BaseHTTPRequestHandler]:
             if f is None and data is None:
                 return self._not_found()
             body = data if data is not None else f.read_bytes()  # type: ignore[union-attr]
-            suffix = Path(member).suffix.lower()
-            guessed = mimetypes.guess_type(member)[0] or ""
-            if suffix in _TEXT_SUFFIXES or guessed.startswith("text/") or served != member:
-                ctype, disp = "text/plain; charset=utf-8", "inline"
-            else:
-                ctype, disp = "application/octet-stream", "attachment"
-            name = Path(member).name.encode("ascii", "replace").decode().replace('"', "_").replace("\\", "_")
+            ctype, disp = served_headers(member, body)
+            name = Path(member).name
+            if disp == "attachment" and inert_type(name) is None:
+                name += ".download"  # saved under a name no browser opens as a page
+            name = "".join(c if c.isascii() and c.isprintable() and c not in '"\\;' else "_" for c in name)
             self._send(HTTPStatus.OK, body, ctype, FILE_HEADERS, {"Content-Disposition": f'{disp}; filename="{name}"'})
 
         def _refuse(self) -> None:

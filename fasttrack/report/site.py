@@ -9,7 +9,9 @@ Layout of the site::
     reports/<id>.html       one report per bundle (id = first 16 hex digits of its content hash)
     compare/<group>.html    independent bundles for one PR head and model, side by side
     bundles/<id>/<file>     attested files of verified bundles (``--artifacts copy``);
-                            files a browser would run as a page get a ``.txt`` suffix
+                            files whose type is not on the inert allow-list
+                            (:data:`fasttrack.report.links.INERT_TYPES`) get a ``.txt``
+                            suffix, so any static server and any browser shows them as text
 
 Every page is rendered from the bundles only, after verifying each one.
 """
@@ -155,8 +157,10 @@ def process_bundle(job: _Job) -> tuple[str, str, str, str | None, str | None]:
         return job.rel, job.fingerprint, h, None, None
     short = h[:16]
     site = Path(job.site)
-    if job.artifacts in ("copy", "serve"):
+    if job.artifacts == "copy":
         links = Links(base=f"../bundles/{short}", rename=served_name)
+    elif job.artifacts == "serve":  # dashboard serve sets each file's headers itself
+        links = Links(base=f"../bundles/{short}", served=True)
     else:
         links = Links(base=None, reason="not linked: this site was built without the bundles' files")
     try:

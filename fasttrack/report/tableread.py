@@ -16,9 +16,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from fasttrack.bundle.tables import ENCODING_KEY, JSON_ENCODING
+from fasttrack.limits import REPORT_MAX_TABLE_ROWS, json_problem
 
 #: Rows read from one table at most (charts and displays work on this prefix).
-MAX_ROWS = 20_000
+MAX_ROWS = REPORT_MAX_TABLE_ROWS
 
 
 @dataclass
@@ -40,6 +41,8 @@ def _decode(f: pa.Field, value: Any) -> Any:
     if value is None:
         return None
     if f.metadata and f.metadata.get(ENCODING_KEY) == JSON_ENCODING and isinstance(value, str):
+        if json_problem(value, "a cell") is not None:  # nested too deeply to parse: shown as its text
+            return value
         try:
             return json.loads(value)
         except ValueError:

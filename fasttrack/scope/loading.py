@@ -11,6 +11,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from fasttrack.errors import ScopeError
+from fasttrack.limits import YAML_MAX_BYTES, read_capped, yaml_problem
 from fasttrack.scope.common import SUITES_DIR
 from fasttrack.scope.manifest import Scope
 
@@ -94,6 +95,11 @@ def _loc_line(loc: tuple[Any, ...], lines: dict[tuple[Any, ...], int]) -> int | 
 
 def parse_scope(text: str, *, source: str = "<scope>") -> Scope:
     """Parse YAML text into a Scope; raise ScopeError naming file, line and field."""
+    problem = yaml_problem(text, source)  # size, nesting and alias expansion, before anything is built
+    if problem:
+        raise ScopeError(
+            f"{problem}.", hint="A scope is a few KiB of plain YAML; see README.md, 'Security' for the limits."
+        )
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -131,7 +137,10 @@ def parse_scope(text: str, *, source: str = "<scope>") -> Scope:
 def load_scope(name_or_path: str) -> LoadedScope:
     path = find_scope(name_or_path)
     try:
-        text = path.read_text(encoding="utf-8")
+        data = read_capped(path, YAML_MAX_BYTES)
+        if data is None:
+            raise ScopeError(f"scope file {str(path)!r} is larger than {YAML_MAX_BYTES} bytes (the limit).")
+        text = data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")  # as read_text() reads it
     except (OSError, UnicodeDecodeError) as exc:
         raise ScopeError(f"cannot read scope file {str(path)!r}: {exc}.") from None
     scope = parse_scope(text, source=str(path))

@@ -180,6 +180,16 @@ def test_validate_smoke_writes_a_signed_bundle_that_verifies(tmp_path: Path, key
     # (features are exercised against real engines, defects included, in tests/checks/test_checks_e2e.py)
     for name in ("equivalence", "coverage"):
         assert manifest["checks"][name]["verdict"] == "pass", (name, manifest["checks"][name]["reason"])
+    # the situations that need a request beyond the envelope or another deployment are probed too: a decode
+    # batch above the range, and the candidate started with speculative decoding, which it refuses
+    from fasttrack.bundle import open_bundle
+
+    with open_bundle(run_dir / "bundle.tar.gz") as b:
+        fallback = {(r["situation"], r["side"]): r for r in b.rows("coverage", "fallback")}
+    assert fallback[("out_of_envelope_request", "candidate")]["verdict"] == "pass"
+    refused = fallback[("unsupported_deployment", "candidate")]
+    assert refused["verdict"] == "pass" and refused["started"] in (False, 0), refused  # it refused to start
+    assert "does not support this deployment" in refused["fallback_line"]
     # checks that were not selected are not_run, so the bundle cannot say pass
     assert manifest["checks"]["perf"]["verdict"] == "not_run"
     assert manifest["verdict"] == "incomplete" == info["verdict"]

@@ -12,6 +12,7 @@ import pytest
 
 from fasttrack.bundle.pack import pack_bundle
 from fasttrack.report import render_report
+from fasttrack.report.links import inert_type
 from fasttrack.report.load import build_report_data
 from fasttrack.report.report import report_html
 
@@ -263,7 +264,12 @@ def test_links_are_relative_and_only_to_attested_files(bundle_factory, keys, tmp
         target = (out_dir / h).resolve()
         rel = target.relative_to(b.resolve()).as_posix()
         assert rel in subjects, rel
-    assert len(d.linkable) == len(subjects)
+    # straight into a bundle folder, exactly the attested files whose type is on the inert allow-list are linked
+    assert set(d.linkable) == {n for n in subjects if inert_type(n) is not None}
+    assert d.linkable and len(d.linkable) < len(subjects)
+    for a in d.artifacts:
+        assert (a.href is not None) == (inert_type(a.name) is not None), a
+        assert a.href or "only files of inert types" in a.why_not
 
 
 def test_active_members_are_listed_not_linked(bundle_factory, keys, tmp_path: Path) -> None:
@@ -272,7 +278,7 @@ def test_active_members_are_listed_not_linked(bundle_factory, keys, tmp_path: Pa
     d = render_report(b, out, keys=[keys.trusted_pub])
     html_member = [a for a in d.artifacts if a.name.endswith(".html")]
     assert html_member and html_member[0].href is None
-    assert "a browser would open it as a page" in html_member[0].why_not
+    assert "only files of inert types" in html_member[0].why_not
 
 
 def test_unreadable_bundle_still_renders(tmp_path: Path) -> None:

@@ -1,0 +1,173 @@
+"""A multi-node engine rehearsed on CPU: the demo target with tensor parallel 2 over two "nodes" of
+this host (two node ranks on loopback, vLLM's multiprocessing backend over gloo).
+
+* the two-node engine passes equivalence against the single-node stock engine (a scope whose
+  candidate is the stock path at ``--tensor-parallel-size 2`` on nodes of one rank);
+* killing one node's process mid-run gives a partial bundle that names that node, and no
+  process of the run is left behind.
+
+Three engine starts: the single-node baseline and the two-node candidate of the first run,
+and the two-node baseline the second run kills a node of."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fasttrack import ROOT
+
+pytestmark = pytest.mark.e2e
+
+FT = [sys.executable, "-m", "fasttrack"]
+DEMO = ROOT / "suites" / "demo-llama"
+
+
+def _env(cache: Path | None = None) -> dict[str, str]:
+    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1", "PYTHONUNBUFFERED": "1"}
+    env.pop("FASTTRACK_DEMO_DEFECT", None)
+    if cache is not None:
+        # a compile cache of this run's own: with a shared one, seen once here, one rank loaded a compiled
+        # graph another run had saved while its peer compiled afresh, and both waited in warm-up for good
+        env["VLLM_CACHE_ROOT"] = str(cache)
+    return env
+
+
+def rehearsal_scope(folder: Path, *, both_sides: bool) -> Path:
+    """The demo scope on nodes of one rank; the candidate (or both sides) at TP2, i.e. on two nodes."""
+    text = (DEMO / "scope.yaml").read_text()
+    swaps = {
+        "hardware:\n  device: cpu\n": (
+            'hardware:\n  device: cpu\n  node: {gpus: 1, fabric: network, name: "loopback rehearsal node (one rank)"}\n'
+        ),
+        # the stock path on both sides (the example fast path supports tensor parallel 1 only)
+        '  candidate:\n    args: ["--additional-config", \'{"decode_backend": "latency_specialized"}\']': (
+            '  candidate:\n    args: ["--tensor-parallel-size", "2"]'
+        ),
+        "    batch: [1, 2, 3, 4, 8]\n    context: [32, full]": "    batch: [1, 4]\n    context: [32]",
+        # the deployment is what is rehearsed: its marker is the tensor-parallel all-reduce between the two
+        # nodes (gloo on CPU), which the single-node stock engine never runs
+        'optimized: ["^fasttrack_demo::fused_decode_"]': 'optimized: ["^c10d::allreduce_$"]',
+        # two node processes plus their workers start slowly on a loaded two-core host
+        "  startup_timeout_s: 300": "  startup_timeout_s: 1800",
+    }
+    if both_sides:
+        swaps["  baseline:\n    args: []"] = '  baseline:\n    args: ["--tensor-parallel-size", "2"]'
+    for old, new in swaps.items():
+        assert old in text, old
+        text = text.replace(old, new)
+    folder.mkdir(parents=True, exist_ok=True)
+    for sub in ("data", "prompts", "traces", "kernels"):
+        (folder / sub).symlink_to(DEMO / sub)
+    (folder / "scope.yaml").write_text(text)
+    return folder / "scope.yaml"
+
+
+def _run_pids(run_dir: Path) -> list[int]:
+    """Processes whose command line names this run folder (every node's server and workers)."""
+    out = subprocess.run(["pgrep", "-f", str(run_dir / "profiles")], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def _follower_pid(run_dir: Path) -> int | None:
+    for pid in _run_pids(run_dir):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(c.endswith(b"node_main.py") for c in cmd) and b"follower" in cmd:
+            return pid
+    return None
+
+
+@pytest.fixture(scope="module")
+def _no_other_engine(engine_slot) -> None:
+    engine_slot.release()
+
+
+def test_two_node_engine_passes_equivalence_against_the_single_node_stock_engine(
+    tmp_path: Path, _no_other_engine
+) -> None:
+    scope = rehearsal_scope(tmp_path / "scope", both_sides=False)
+    plan = json.loads(
+        subprocess.run(
+            [*FT, "plan", "--model", str(scope), "--json", "--no-arg-check"],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env=_env(),
+            check=True,
+        ).stdout
+    )
+    assert [g["side_nodes"] for g in plan["groups"]] == [{"baseline": 1, "candidate": 2}]
+    run_dir = tmp_path / "run"
+    res = subprocess.run(
+        [*FT, "validate", "--model", str(scope), "--checks", "equivalence", "--out", str(run_dir)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=_env(tmp_path / "vllm-cache"),
+        timeout=2400,
+    )
+    out = res.stdout + res.stderr
+    assert "Traceback" not in out
+    summary = json.loads((run_dir / "run-summary.json").read_text())
+    eq = summary["checks"]["equivalence"]
+    assert eq["verdict"] == "pass", (eq, out[-4000:])
+    launches = {e["side"]: e for e in summary["engines"]}
+    assert launches["baseline"].get("nodes", 1) == 1
+    cand = launches["candidate"]
+    assert cand["nodes"] == 2 and cand["launcher"] == "local"
+    assert len(cand["node_logs"]) == 2
+    logs = sorted(p.name for p in (run_dir / "bundle" / "logs").glob("*.node*.log"))
+    assert [n.rsplit(".", 2)[-2] for n in logs] == ["node0", "node1"], logs
+    assert not _run_pids(run_dir)
+
+
+def test_killing_one_node_gives_a_partial_bundle_naming_it(tmp_path: Path, _no_other_engine) -> None:
+    scope = rehearsal_scope(tmp_path / "scope", both_sides=True)
+    run_dir = tmp_path / "run"
+    log = tmp_path / "validate.log"
+    with log.open("w") as fh:
+        proc = subprocess.Popen(
+            [*FT, "validate", "--model", str(scope), "--checks", "equivalence", "--out", str(run_dir)],
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            env=_env(tmp_path / "vllm-cache"),
+        )
+    try:
+        t0 = time.time()
+        while "engine up at" not in log.read_text(errors="replace"):
+            assert proc.poll() is None, log.read_text(errors="replace")[-3000:]
+            assert time.time() - t0 < 1500, "the two-node engine did not come up"
+            time.sleep(1)
+        follower = _follower_pid(run_dir)
+        assert follower is not None, "no follower node process found"
+        os.kill(follower, signal.SIGKILL)
+        rc = proc.wait(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    out = log.read_text(errors="replace")
+    assert rc == 1, out[-3000:]
+    assert "Traceback" not in out
+    summary = json.loads((run_dir / "run-summary.json").read_text())
+    assert summary["verdict"] == "incomplete"
+    crash = summary["crash"]
+    assert crash["side"] == "baseline" and crash["node"] == 1, crash
+    assert "node 1 of 2" in crash["message"] and crash["log"].endswith(".node1.log")
+    assert "node 1 of 2" in summary["checks"]["equivalence"]["reason"]
+    # every node's log is in the partial bundle, and nothing of the run is left running
+    logs = sorted(p.name for p in (run_dir / "bundle" / "logs").glob("*.node*.log"))
+    assert len(logs) == 2, logs
+    deadline = time.time() + 30
+    while _run_pids(run_dir) and time.time() < deadline:
+        time.sleep(1)
+    assert not _run_pids(run_dir)
