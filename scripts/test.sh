@@ -39,11 +39,20 @@ set +e
 # Without an explicit -m, tests marked `pending` (unfinished capabilities) are deselected.
 marker=()
 [[ " $* " == *" -m "* ]] || marker=(-m "not pending")
+# The suite writes its counts here (tests/enginecount.py): end-to-end tests run, engine starts.
+export FASTTRACK_SUITE_SUMMARY="$PWD/.artifacts/suite-summary.txt"
+rm -f "$FASTTRACK_SUITE_SUMMARY"
 "$VENV/bin/python" -m pytest -p no:cacheprovider --timeout=1800 --durations=15 "${marker[@]}" "$@"
 rc=$?
 set -e
 if [[ $rc == 5 ]]; then
   echo "error: pytest collected no tests" >&2
+  exit 1
+fi
+# A run meant to include the end-to-end tests (no -m deselecting them) fails when none of them ran.
+if [[ -f $FASTTRACK_SUITE_SUMMARY ]] && grep -qx "e2e_meant=1" "$FASTTRACK_SUITE_SUMMARY" \
+  && grep -qx "e2e_ran=0" "$FASTTRACK_SUITE_SUMMARY"; then
+  echo "error: no end-to-end test ran (all skipped or errored); -m \"not e2e\" runs the fast tests alone" >&2
   exit 1
 fi
 exit $rc

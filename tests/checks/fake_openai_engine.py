@@ -7,7 +7,9 @@ strings, ``max_tokens`` and ``response_format`` behave like vLLM's API and can b
 checked exactly. ``mode`` plants a defect: ``ignore-temperature`` samples at
 T/2, ``broken-json`` returns unfinished JSON, ``numerics`` shifts every request's
 logits. ``/metrics`` reports ``vllm:num_requests_running`` (requests in flight).
-There is no profiler, so path evidence is unavailable.
+There is no profiler, so path evidence is unavailable. ``serve(..., pause=True)`` also
+serves vLLM's development endpoints ``/pause`` and ``/resume``: no step runs while
+paused, so a round of requests held that way starts (and finishes) in one step.
 """
 
 from __future__ import annotations
@@ -119,12 +121,15 @@ class _State:
         self.lock = threading.Lock()
         self.active: list[list[Any]] = []  # [remaining steps, threading.Event]
         self.stopped = threading.Event()
+        self.paused = False
         threading.Thread(target=self._loop, daemon=True).start()
 
     def _loop(self) -> None:
         while not self.stopped.is_set():
             time.sleep(STEP_S)
             with self.lock:
+                if self.paused:
+                    continue
                 batch = [r for r in self.active if r[0] > 0]
                 self.last_batch = len(batch)
                 for r in batch:
@@ -236,8 +241,9 @@ def _generate(state: _State, body: dict[str, Any], prompt_ids: list[int]) -> dic
     }
 
 
-def serve(mode: str = "") -> tuple[ThreadingHTTPServer, str]:
-    """Start the fake engine on a free port; returns (server, base_url). Stop with ``server.shutdown()``."""
+def serve(mode: str = "", *, pause: bool = False) -> tuple[ThreadingHTTPServer, str]:
+    """Start the fake engine on a free port; returns (server, base_url). Stop with ``server.shutdown()``.
+    ``pause``: serve ``/pause`` and ``/resume`` (as vLLM does with ``VLLM_SERVER_DEV_MODE=1``)."""
     state = _State(mode)
 
     class H(BaseHTTPRequestHandler):
@@ -313,6 +319,11 @@ def serve(mode: str = "") -> tuple[ThreadingHTTPServer, str]:
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
             if self.path == "/tokenize":
                 self._send(200, {"tokens": _tokenize(body["prompt"], body.get("add_special_tokens", True))})
+                return
+            if pause and self.path.split("?")[0] in ("/pause", "/resume"):
+                with state.lock:
+                    state.paused = self.path.startswith("/pause")
+                self._send(200, {})
                 return
             if self.path == "/detokenize":
                 self._send(200, {"prompt": "".join(tok_text(t) for t in body["tokens"])})

@@ -1,7 +1,8 @@
 """The three correctness checks against real vLLM engines of the demo target.
 
 One baseline engine lifetime is collected once (all three checks) and shared; each
-candidate variant then gets one engine lifetime:
+candidate variant then gets one engine lifetime (the session's engine of that
+configuration, shared with the other modules that use it):
 
 * the clean candidate passes equivalence, features and coverage;
 * ``numerics-batch`` is caught by equivalence at batch 3 only;
@@ -9,10 +10,10 @@ candidate variant then gets one engine lifetime:
 * ``broken-json`` is caught by the structured-output test;
 * ``silent-fallback`` is caught by coverage ("used the standard path").
 
-Each defect run collects only the check (and feature) meant to catch it, so the
-module needs six engine starts and stays within a few minutes on two cores. The
-check instances of the baseline run are deep-copied for every candidate, so each
-judgement compares one candidate lifetime with the same baseline lifetime.
+Each defect run collects only the check (and feature) meant to catch it, so each
+candidate's collection takes a minute or less on two cores. The check instances of
+the baseline run are deep-copied for every candidate, so each judgement compares one
+candidate lifetime with the same baseline lifetime.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from demo_engines import demo_engine, engine_phase, require_demo_target
 
 from fasttrack.checks.context import EngineSession, RunContext
 from fasttrack.checks.coverage import CoverageCheck
@@ -40,7 +42,6 @@ from fasttrack.scope import load_scope
 
 pytestmark = pytest.mark.e2e
 
-DEFECT_ENV = "FASTTRACK_DEMO_DEFECT"
 SAMPLES = 400
 """Sampling-test samples per side in CI (the demo scope asks for 2000 in real runs); at 400 the
 chi-square test still rejects sampling at half the temperature with p far below 1e-10."""
@@ -92,14 +93,9 @@ class Collected:
     evidence: list[Any]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def demo(demo_model: Any, tmp_path_factory: pytest.TempPathFactory) -> Demo:
-    import importlib.util
-
-    if importlib.util.find_spec("fasttrack_demo_plugin") is None:
-        pytest.skip("the demo plugin is not installed (pip install -e examples/demo_plugin)")
-    if demo_model.kind != "demo":
-        pytest.skip(f"the demo model is not available: {demo_model.note}")
+    require_demo_target(demo_model)
     loaded = load_scope("demo-llama")
     scope = loaded.scope
     gates = scope.gates.model_copy(deep=True)
@@ -111,21 +107,6 @@ def demo(demo_model: Any, tmp_path_factory: pytest.TempPathFactory) -> Demo:
     )
 
 
-def _engine(demo: Demo, engine_slot: Any, side: str, defect: str | None) -> Any:
-    g = demo.group
-    key = f"checks-{side}" + (f"-{defect}" if defect else "")
-    t0 = time.perf_counter()
-    eng = engine_slot.acquire(
-        key,
-        side=side,
-        model=demo.model,
-        args=[*g.args[side], "--served-model-name", "demo-llama"],
-        env={**g.env[side], DEFECT_ENV: defect},
-    )
-    demo.timings[f"start {key}"] = round(time.perf_counter() - t0, 1)
-    return eng
-
-
 def _collect(demo: Demo, ctx: RunContext, checks: dict[str, Any], eng: Any, side: str, label: str) -> None:
     for name, chk in checks.items():
         t0 = time.perf_counter()
@@ -134,9 +115,11 @@ def _collect(demo: Demo, ctx: RunContext, checks: dict[str, Any], eng: Any, side
         print(f"[checks-e2e] {label} {name}: {demo.timings[f'{label} {name}']} s", file=sys.stderr)
 
 
-@pytest.fixture(scope="module")
-def baseline(demo: Demo, engine_slot: Any) -> Collected:
-    eng = _engine(demo, engine_slot, "baseline", None)
+@pytest.fixture(scope="session")
+@engine_phase("baseline")
+def baseline(demo: Demo, engine_slot: Any, demo_model: Any, demo_target: Any) -> Collected:
+    """The baseline's side of every comparison: all three checks collected on the session's baseline engine."""
+    eng = demo_engine(engine_slot, demo_model, demo_target, "baseline")
     ctx = demo.ctx("baseline")
     checks = {
         "equivalence": EquivalenceCheck(requests_per_point=REQUESTS_PER_POINT),
@@ -150,19 +133,19 @@ def baseline(demo: Demo, engine_slot: Any) -> Collected:
 def _candidate(
     demo: Demo,
     baseline: Collected,
-    engine_slot: Any,
+    eng: Any,
     defect: str | None,
     names: list[str],
     feature_batches: list[int] | None = None,
     **scope_updates: Any,
 ) -> dict[str, CheckResult]:
     label = f"candidate-{defect or 'clean'}"
+    assert eng.side == "candidate"
     ctx = demo.ctx(label, **scope_updates)
     checks = {n: copy.deepcopy(baseline.checks[n]) for n in names}
     if feature_batches is not None:
         checks["features"].batches = feature_batches
     ctx.evidence = [copy.deepcopy(e) for e in baseline.evidence if e.check in names]
-    eng = _engine(demo, engine_slot, "candidate", defect)
     _collect(demo, ctx, checks, eng, "candidate", label)
     results = {n: c.judge(ctx) for n, c in checks.items()}
     demo.record(label, results)
@@ -176,8 +159,24 @@ def _show(results: dict[str, CheckResult]) -> str:
     )
 
 
-def test_clean_candidate_passes_all_three_checks(demo: Demo, baseline: Collected, engine_slot: Any) -> None:
-    res = _candidate(demo, baseline, engine_slot, None, ["equivalence", "features", "coverage"])
+def test_baseline_collection_ran_the_stock_path_at_every_batch(demo: Demo, baseline: Collected) -> None:
+    """The baseline's side of the comparisons (collected while the session's baseline engine is up):
+    every equivalence window decoded at its point's batch size, and no window ran an optimized-path op."""
+    windows = [e for e in baseline.evidence if "unavailable" not in e.detail]
+    assert windows and all(e.side == "baseline" for e in windows)
+    assert all(e.optimized_ops == 0 and e.optimized_decode_steps == 0 for e in windows), [
+        (e.check, e.point, e.optimized_ops) for e in windows if e.optimized_ops
+    ]
+    batch_of = {p.id: p.batch for p in demo.plan.points}
+    eq = [e for e in windows if e.check == "equivalence"]
+    assert {batch_of[e.point] for e in eq} == set(batch_of.values())
+    for e in eq:
+        sizes = e.detail["decode_batch_sizes"]
+        assert sizes.get(str(batch_of[e.point]), 0) > 0, (e.point, e.window, sizes)
+
+
+def test_clean_candidate_passes_all_three_checks(demo: Demo, baseline: Collected, candidate_engine: Any) -> None:
+    res = _candidate(demo, baseline, candidate_engine, None, ["equivalence", "features", "coverage"])
     assert all(r.verdict is Verdict.PASS for r in res.values()), _show(res)
     eq = res["equivalence"]
     assert eq.summary["per_batch_verdict"] == {"1": "pass", "2": "pass", "3": "pass", "4": "pass", "8": "pass"}
@@ -237,9 +236,9 @@ def test_a_demo_bundle_lists_the_seeds_and_datasets_its_checks_used(
 
 
 def test_numerics_batch_is_caught_by_equivalence_at_batch_3_only(
-    demo: Demo, baseline: Collected, engine_slot: Any
+    demo: Demo, baseline: Collected, numerics_batch_engine: Any
 ) -> None:
-    res = _candidate(demo, baseline, engine_slot, "numerics-batch", ["equivalence"])
+    res = _candidate(demo, baseline, numerics_batch_engine, "numerics-batch", ["equivalence"])
     eq = res["equivalence"]
     assert eq.verdict is Verdict.FAIL, _show(res)
     assert eq.summary["per_batch_verdict"] == {"1": "pass", "2": "pass", "3": "fail", "4": "pass", "8": "pass"}, _show(
@@ -250,8 +249,17 @@ def test_numerics_batch_is_caught_by_equivalence_at_batch_3_only(
     assert "first divergence at generated token" in msg and "baseline top-5" in msg
 
 
-def test_ignore_temperature_is_caught_by_the_sampling_test(demo: Demo, baseline: Collected, engine_slot: Any) -> None:
-    res = _candidate(demo, baseline, engine_slot, "ignore-temperature", ["features"], features=["temperature_sampling"])
+def test_ignore_temperature_is_caught_by_the_sampling_test(
+    demo: Demo, baseline: Collected, ignore_temperature_engine: Any
+) -> None:
+    res = _candidate(
+        demo,
+        baseline,
+        ignore_temperature_engine,
+        "ignore-temperature",
+        ["features"],
+        features=["temperature_sampling"],
+    )
     f = res["features"]
     assert f.verdict is Verdict.FAIL, _show(res)
     assert f.summary["per_feature"]["temperature_sampling"]["verdict"] == "fail"
@@ -261,10 +269,16 @@ def test_ignore_temperature_is_caught_by_the_sampling_test(demo: Demo, baseline:
     assert "-b8-ctx32 (batch 8)" in msg and "p=" in msg
 
 
-def test_broken_json_is_caught_by_structured_output(demo: Demo, baseline: Collected, engine_slot: Any) -> None:
+def test_broken_json_is_caught_by_structured_output(demo: Demo, baseline: Collected, broken_json_engine: Any) -> None:
     # every request of a broken candidate runs to max_tokens, so one batch size (8) is enough here
     res = _candidate(
-        demo, baseline, engine_slot, "broken-json", ["features"], feature_batches=[8], features=["structured_output"]
+        demo,
+        baseline,
+        broken_json_engine,
+        "broken-json",
+        ["features"],
+        feature_batches=[8],
+        features=["structured_output"],
     )
     f = res["features"]
     assert f.verdict is Verdict.FAIL, _show(res)
@@ -275,8 +289,8 @@ def test_broken_json_is_caught_by_structured_output(demo: Demo, baseline: Collec
     assert any("-b8-ctx32 (batch 8), schema" in m and "output" in m for m in f.failures)
 
 
-def test_silent_fallback_is_caught_by_coverage(demo: Demo, baseline: Collected, engine_slot: Any) -> None:
-    res = _candidate(demo, baseline, engine_slot, "silent-fallback", ["coverage"])
+def test_silent_fallback_is_caught_by_coverage(demo: Demo, baseline: Collected, silent_fallback_engine: Any) -> None:
+    res = _candidate(demo, baseline, silent_fallback_engine, "silent-fallback", ["coverage"])
     cov = res["coverage"]
     assert cov.verdict is Verdict.FAIL, _show(res)
     assert cov.summary["checks_on_standard_path"] == ["coverage"]

@@ -1,29 +1,27 @@
 """The demo plugin in real vLLM engines: the candidate is faithful to the baseline,
 logs its fallbacks, and each planted defect has its effect.
 
-The faithfulness tests use the session's shared ``baseline`` and ``candidate``
-engines (same keys and arguments as the fixtures in ``tests/conftest.py``), so a
-session that also runs the engine tests does not start them twice. The defect
-tests start one engine per defect; they run only with
-``FASTTRACK_DEMO_DEFECT_TESTS=1`` (five extra engine starts, about six minutes on
-two cores).
+The tests use the session's engines (``tests/conftest.py``), shared with the other
+modules: the baseline's greedy outputs are taken while its engine is up
+(``baseline_greedy``), the candidates' when their turn comes, and the ``slow-batch``
+candidate runs next to the baseline, as in the interleaved perf test. So the defect
+tests cost no engine start of their own.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
 import statistics
 import time
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from demo_engines import demo_engine, engine_phase, require_demo_target
 
 pytestmark = pytest.mark.e2e
 
-DEFECT_ENV = "FASTTRACK_DEMO_DEFECT"
 BATCHES = (1, 2, 3, 4, 8)
 MAX_TOKENS = 24
 LOGPROB_TOL = 1e-3
@@ -57,11 +55,6 @@ class Greedy:
 
     tokens: dict[int, list[list[str]]]
     logprobs: dict[int, list[list[float]]]
-
-
-def _skip_without_demo(demo_model: Any) -> None:
-    if demo_model.kind != "demo":
-        pytest.skip(f"the demo model is not available: {demo_model.note}")
 
 
 async def _post(client: Any, engine: Any, path: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -167,34 +160,27 @@ def _tpot_ms(engine: Any, batch: int, *, tokens: int = 96, reps: int = 3) -> flo
     return asyncio.run(go())
 
 
-@pytest.fixture(scope="module")
-def baseline_greedy(engine_slot: Any, demo_model: Any, demo_engine_args: Any) -> Greedy:
-    _skip_without_demo(demo_model)
-    engine = engine_slot.acquire(
-        "baseline", side="baseline", model=demo_model.path, args=demo_engine_args.common, env={DEFECT_ENV: None}
-    )
-    return _greedy(engine)
+@pytest.fixture(scope="session")
+@engine_phase("baseline")
+def baseline_greedy(engine_slot: Any, demo_model: Any, demo_target: Any) -> Greedy:
+    """The session's baseline engine's greedy completions (taken while it is up)."""
+    require_demo_target(demo_model)
+    return _greedy(demo_engine(engine_slot, demo_model, demo_target, "baseline"))
 
 
-def _candidate(engine_slot: Any, demo_model: Any, demo_engine_args: Any, defect: str | None = None) -> Any:
-    key = "candidate" if defect is None else f"candidate-{defect}"
-    return engine_slot.acquire(
-        key,
-        side="candidate",
-        model=demo_model.path,
-        args=(*demo_engine_args.common, *demo_engine_args.candidate),
-        env={DEFECT_ENV: defect},
-    )
+def test_baseline_greedy_completions_are_whole(baseline_greedy: Greedy) -> None:
+    for b in BATCHES:
+        assert len(baseline_greedy.tokens[b]) == b and len(baseline_greedy.logprobs[b]) == b
+        assert all(len(t) == MAX_TOKENS for t in baseline_greedy.tokens[b]), b
+        assert all(lp is None or lp <= 0 for lps in baseline_greedy.logprobs[b] for lp in lps), b
 
 
 def _first_divergence(a: list[str], b: list[str]) -> int | None:
     return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
 
 
-def test_candidate_is_faithful_to_the_baseline(
-    baseline_greedy: Greedy, engine_slot, demo_model, demo_engine_args
-) -> None:
-    engine = _candidate(engine_slot, demo_model, demo_engine_args)
+def test_candidate_is_faithful_to_the_baseline(baseline_greedy: Greedy, candidate_engine) -> None:
+    engine = candidate_engine
     start = engine.log_offset()
     cand = _greedy(engine)
     for b in BATCHES:
@@ -207,25 +193,16 @@ def test_candidate_is_faithful_to_the_baseline(
     assert "fasttrack-demo fallback reason=prefill" in log or "fasttrack-demo fallback reason=mixed" in log
 
 
-def test_candidate_keeps_structured_output(engine_slot, demo_model, demo_engine_args) -> None:
-    _skip_without_demo(demo_model)
-    ok = _json_conformance(_candidate(engine_slot, demo_model, demo_engine_args))
+def test_candidate_keeps_structured_output(candidate_engine) -> None:
+    ok = _json_conformance(candidate_engine)
     assert all(ok), f"conforming JSON outputs: {ok}"
 
 
-# --- planted defects (opt-in) -----------------------------------------------------
-
-defect_tests = pytest.mark.skipif(
-    os.environ.get("FASTTRACK_DEMO_DEFECT_TESTS") != "1",
-    reason="set FASTTRACK_DEMO_DEFECT_TESTS=1 to start one engine per planted defect (about six minutes)",
-)
+# --- planted defects ----------------------------------------------------------
 
 
-@defect_tests
-def test_numerics_batch_defect_diverges_at_batch_3(
-    baseline_greedy: Greedy, engine_slot, demo_model, demo_engine_args
-) -> None:
-    cand = _greedy(_candidate(engine_slot, demo_model, demo_engine_args, "numerics-batch"))
+def test_numerics_batch_defect_diverges_at_batch_3(baseline_greedy: Greedy, numerics_batch_engine) -> None:
+    cand = _greedy(numerics_batch_engine)
     for b in (1, 2):
         assert cand.tokens[b] == baseline_greedy.tokens[b], f"batch {b} should match the baseline"
     diverged = [_first_divergence(ct, bt) for ct, bt in zip(cand.tokens[3], baseline_greedy.tokens[3], strict=False)]
@@ -234,11 +211,10 @@ def test_numerics_batch_defect_diverges_at_batch_3(
     # out of step, so they are not asserted either way)
 
 
-@defect_tests
 def test_ignore_temperature_defect_keeps_greedy_but_changes_logprobs(
-    baseline_greedy: Greedy, engine_slot, demo_model, demo_engine_args
+    baseline_greedy: Greedy, ignore_temperature_engine
 ) -> None:
-    cand = _greedy(_candidate(engine_slot, demo_model, demo_engine_args, "ignore-temperature"))
+    cand = _greedy(ignore_temperature_engine)
     assert cand.tokens == baseline_greedy.tokens
     # decode-step logprobs (positions >= 1) come from logits scaled by 2: sharper
     diffs = [
@@ -257,21 +233,17 @@ def test_ignore_temperature_defect_keeps_greedy_but_changes_logprobs(
     assert max(first) <= LOGPROB_TOL
 
 
-@defect_tests
-def test_broken_json_defect_breaks_structured_output_only(
-    baseline_greedy: Greedy, engine_slot, demo_model, demo_engine_args
-) -> None:
-    engine = _candidate(engine_slot, demo_model, demo_engine_args, "broken-json")
+def test_broken_json_defect_breaks_structured_output_only(baseline_greedy: Greedy, broken_json_engine) -> None:
+    engine = broken_json_engine
     ok = _json_conformance(engine)
     assert not any(ok), f"conforming JSON outputs: {ok}"
     assert _greedy(engine).tokens == baseline_greedy.tokens
 
 
-@defect_tests
 def test_silent_fallback_defect_claims_the_fast_path_and_runs_stock(
-    baseline_greedy: Greedy, engine_slot, demo_model, demo_engine_args
+    baseline_greedy: Greedy, silent_fallback_engine
 ) -> None:
-    engine = _candidate(engine_slot, demo_model, demo_engine_args, "silent-fallback")
+    engine = silent_fallback_engine
     start = engine.log_offset()
     assert _greedy(engine).tokens == baseline_greedy.tokens
     log = engine.read_log(0)
@@ -282,8 +254,7 @@ def test_silent_fallback_defect_claims_the_fast_path_and_runs_stock(
     assert reasons <= {"prefill", "mixed"}, reasons
 
 
-@defect_tests
-def test_slow_batch_defect_slows_batch_4(engine_slot, demo_model, demo_engine_args) -> None:
-    engine = _candidate(engine_slot, demo_model, demo_engine_args, "slow-batch")
+def test_slow_batch_defect_slows_batch_4(slow_batch_engine) -> None:
+    engine = slow_batch_engine
     t3, t4, t5 = (_tpot_ms(engine, b) for b in (3, 4, 5))
     assert t4 > 1.5 * max(t3, t5), f"median TPOT ms: batch 3 {t3:.2f}, batch 4 {t4:.2f}, batch 5 {t5:.2f}"

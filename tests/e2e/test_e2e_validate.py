@@ -1,5 +1,11 @@
-"""`fasttrack validate` end to end on the demo target: real vLLM engines, a signed bundle
-that `fasttrack verify` accepts, the report, and what a crash or Ctrl-C leaves behind."""
+"""`fasttrack validate` end to end on the demo target: real vLLM engines, a planted defect
+through the whole pipeline to a failed, signed bundle that `fasttrack verify` accepts and the
+report shows, `fasttrack reproduce` agreeing with it, and what a crash or Ctrl-C leaves behind.
+
+The defect run attaches the session's baseline engine (``--baseline-url``: the stock path,
+started as validate would start it) and starts its own candidate, with the defect planted
+the way a user plants it, ``FASTTRACK_DEMO_DEFECT=numerics-batch fasttrack validate``. The
+reproduction, the crash and the Ctrl-C runs own all their engines (``no_session_engine``)."""
 
 from __future__ import annotations
 
@@ -12,8 +18,10 @@ import time
 from pathlib import Path
 
 import pytest
+from demo_engines import demo_engine, engine_phase, require_demo_target
 
 from fasttrack import ROOT
+from fasttrack.bundle import open_bundle
 
 pytestmark = pytest.mark.e2e
 
@@ -37,7 +45,12 @@ def _engine_pids(run_dir: Path) -> list[int]:
     return [int(p) for p in out.split()]
 
 
-@pytest.fixture(scope="module")
+DEFECT = "numerics-batch"
+DEFECT_BATCH = 3
+"""The planted defect's batch size: its optimized decode path is wrong there only."""
+
+
+@pytest.fixture(scope="session")
 def keys(tmp_path_factory: pytest.TempPathFactory) -> Path:
     d = tmp_path_factory.mktemp("keys")
     res = _run("keys", "generate", "-o", str(d), "--name", "ci")
@@ -45,10 +58,33 @@ def keys(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return d
 
 
-@pytest.fixture(scope="module")
-def _no_other_engine(engine_slot) -> None:
-    """Stop the session's shared engine first: these runs start their own."""
-    engine_slot.release()
+@pytest.fixture(scope="session")
+@engine_phase("baseline")
+def defect_run(
+    engine_slot, demo_model, demo_target, keys: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """``FASTTRACK_DEMO_DEFECT=numerics-batch fasttrack validate --model demo-llama --tier smoke``, signed,
+    on the equivalence and coverage checks, with the session's baseline engine attached."""
+    require_demo_target(demo_model)
+    baseline = demo_engine(engine_slot, demo_model, demo_target, "baseline")
+    run_dir = tmp_path_factory.mktemp("validate") / DEFECT
+    res = _run(
+        "validate",
+        "--model",
+        "demo-llama",
+        "--tier",
+        "smoke",
+        "--out",
+        str(run_dir),
+        "--sign-key",
+        str(keys / "ci"),
+        "--checks",
+        "equivalence,coverage",
+        "--baseline-url",
+        baseline.api_url,
+        FASTTRACK_DEMO_DEFECT=DEFECT,
+    )
+    return run_dir, res
 
 
 def _wait_for(path: Path, needle: str, proc: subprocess.Popen, timeout: float) -> None:
@@ -85,7 +121,7 @@ def _start_validate(run_dir: Path, log: Path, *args: str) -> subprocess.Popen:
 
 
 def test_engine_crash_leaves_a_partial_bundle_that_says_what_crashed(
-    tmp_path: Path, keys: Path, _no_other_engine
+    tmp_path: Path, keys: Path, no_session_engine
 ) -> None:
     run_dir = tmp_path / "crash"
     log = tmp_path / "crash.log"
@@ -123,7 +159,7 @@ def test_engine_crash_leaves_a_partial_bundle_that_says_what_crashed(
     assert not _engine_pids(run_dir)
 
 
-def test_ctrl_c_tears_every_engine_down(tmp_path: Path, keys: Path, _no_other_engine) -> None:
+def test_ctrl_c_tears_every_engine_down(tmp_path: Path, keys: Path, no_session_engine) -> None:
     """The demo scope's perf check interleaves, so the baseline and the candidate engine are up
     together: Ctrl-C then tears both down."""
     run_dir = tmp_path / "sigint"
@@ -155,53 +191,60 @@ def test_ctrl_c_tears_every_engine_down(tmp_path: Path, keys: Path, _no_other_en
     assert summary["checks"]["perf"]["verdict"] == "not_run" and "interrupted" in summary["checks"]["perf"]["reason"]
 
 
-def test_validate_smoke_writes_a_signed_bundle_that_verifies(tmp_path: Path, keys: Path, _no_other_engine) -> None:
-    run_dir = tmp_path / "smoke"
-    res = _run(
-        "validate",
-        "--model",
-        "demo-llama",
-        "--tier",
-        "smoke",
-        "--out",
-        str(run_dir),
-        "--sign-key",
-        str(keys / "ci"),
-        "--checks",
-        "equivalence,coverage",
-    )
+def test_planted_defect_fails_the_signed_bundle_at_exactly_its_batch(defect_run, keys: Path) -> None:
+    run_dir, res = defect_run
     out = res.stdout + res.stderr
     assert "Traceback" not in out
+    assert res.returncode == 1, out[-4000:]  # validate exits 0 only for a pass
     assert (run_dir / "bundle.tar.gz").is_file(), out[-4000:]
     v = _run("verify", str(run_dir / "bundle.tar.gz"), "--key", str(keys / "ci.pub"), "--json")
     info = json.loads(v.stdout)
-    assert v.returncode == 0 and info["verified"] is True, v.stdout
+    assert info["verified"] is True and info["verdict"] == "fail", v.stdout
     manifest = json.loads((run_dir / "bundle" / "manifest.json").read_text())
-    # (features are exercised against real engines, defects included, in tests/checks/test_checks_e2e.py)
-    for name in ("equivalence", "coverage"):
-        assert manifest["checks"][name]["verdict"] == "pass", (name, manifest["checks"][name]["reason"])
+    assert manifest["verdict"] == "fail"
+    eq = manifest["checks"]["equivalence"]
+    assert eq["verdict"] == "fail", eq["reason"]
+    # the equivalence rows fail at exactly the defect's batch size
+    with open_bundle(run_dir / "bundle.tar.gz") as view:
+        points = view.rows("equivalence", "equivalence_points")
+    failing = {r["point"] for r in points if r["verdict"] == "fail"}
+    assert failing and {p.split("-b")[1].split("-")[0] for p in failing} == {str(DEFECT_BATCH)}, sorted(failing)
+    assert all(r["verdict"] == "pass" for r in points if r["point"] not in failing), [
+        (r["point"], r["verdict"], r.get("problems")) for r in points if r["point"] not in failing
+    ]
+    # the defect is numerical: the optimized path ran where it should, so coverage passes
+    assert manifest["checks"]["coverage"]["verdict"] == "pass", manifest["checks"]["coverage"]["reason"]
     # the situations that need a request beyond the envelope or another deployment are probed too: a decode
     # batch above the range, and the candidate started with speculative decoding, which it refuses
-    from fasttrack.bundle import open_bundle
-
     with open_bundle(run_dir / "bundle.tar.gz") as b:
         fallback = {(r["situation"], r["side"]): r for r in b.rows("coverage", "fallback")}
     assert fallback[("out_of_envelope_request", "candidate")]["verdict"] == "pass"
     refused = fallback[("unsupported_deployment", "candidate")]
     assert refused["verdict"] == "pass" and refused["started"] in (False, 0), refused  # it refused to start
     assert "does not support this deployment" in refused["fallback_line"]
-    # checks that were not selected are not_run, so the bundle cannot say pass
+    # checks that were not selected are not_run
     assert manifest["checks"]["perf"]["verdict"] == "not_run"
-    assert manifest["verdict"] == "incomplete" == info["verdict"]
-    assert res.returncode == 1
+    # the baseline was attached, the candidate started by validate with the defect in its environment
+    engines = {e["side"]: e for e in json.loads((run_dir / "run-summary.json").read_text())["engines"]}
+    assert engines["baseline"]["owned"] is False and engines["candidate"]["owned"] is True
+    assert engines["candidate"]["environment"]["env_relevant"].get("FASTTRACK_DEMO_DEFECT") == DEFECT
     assert manifest["provenance"]["engines"] and manifest["provenance"]["models"]
+    # the report shows the failure
     html = (run_dir / "report.html").read_text()
     assert "demo-llama" in html and "Content-Security-Policy" in html
-    assert (run_dir / "pr-comment.md").stat().st_size < 65536
+    assert all(p in html for p in failing), "every failing point is in the report"
+    comment = (run_dir / "pr-comment.md").read_text()
+    assert len(comment.encode()) < 65536 and "fail" in comment.lower() and "equivalence" in comment
     # a different PR head is refused
     bad = _run("verify", str(run_dir / "bundle.tar.gz"), "--key", str(keys / "ci.pub"), "--pr-head", "0" * 40)
     assert bad.returncode != 0
-    # reproduce: the recorded settings rerun equivalence on fresh engines, and it agrees row by row
+
+
+def test_reproduce_agrees_with_the_failed_bundle(defect_run, keys: Path, tmp_path: Path, no_session_engine) -> None:
+    """The recorded settings rerun equivalence on fresh engines, both owned this time, the defect planted
+    the same way: the verdict (fail) and every row agree."""
+    run_dir, _ = defect_run
+    assert (run_dir / "bundle.tar.gz").is_file()
     rep = _run(
         "reproduce",
         str(run_dir / "bundle.tar.gz"),
@@ -212,10 +255,11 @@ def test_validate_smoke_writes_a_signed_bundle_that_verifies(tmp_path: Path, key
         "--out",
         str(tmp_path / "reproduce"),
         "--json",
+        FASTTRACK_DEMO_DEFECT=DEFECT,
     )
     assert "Traceback" not in rep.stderr, rep.stderr[-3000:]
     info = json.loads(rep.stdout)
     assert rep.returncode == 0 and info["all_agree"] is True and info["verified"] is True, rep.stdout[-3000:]
     (agreement,) = info["agreements"]
-    assert agreement["check"] == "equivalence" and agreement["new_verdict"] == "pass"
+    assert agreement["check"] == "equivalence" and agreement["recorded_verdict"] == agreement["new_verdict"] == "fail"
     assert agreement["rows_compared"] >= 5, agreement  # at least one row per batch size of the sweep

@@ -1,6 +1,7 @@
 """A real vLLM engine (baseline side): start, health, requests, streaming, probes, clean stop.
 
-The tests share one engine lifetime (the session's engine slot); the last one stops it.
+The tests share the session's baseline engine (the demo target's, as ``fasttrack validate``
+starts it); the clean-stop test runs after every other user of it (``retiring_baseline_engine``).
 """
 
 from __future__ import annotations
@@ -28,9 +29,11 @@ def run(coro):
     return asyncio.run(coro)
 
 
-def test_health_and_served_model(baseline_engine, demo_model_dir) -> None:
+def test_health_and_served_model(baseline_engine, demo_model_dir, demo_target) -> None:
     assert baseline_engine.health() == 200
-    assert baseline_engine.model == str(demo_model_dir)
+    assert baseline_engine.model == demo_target.served_name == "demo-llama"
+    argv = baseline_engine.argv
+    assert argv[argv.index("--model") + 1] == str(demo_model_dir)
     assert baseline_engine.owned and baseline_engine.running
     assert baseline_engine.log_path.exists() and "Application startup complete" in baseline_engine.read_log()
     assert len(baseline_engine.group_pids()) >= 2  # API server + engine core (+ worker)
@@ -178,12 +181,13 @@ def test_attach_mode_uses_the_running_engine_without_owning_it(baseline_engine) 
     assert att.environment().source == "endpoint"
 
 
-def test_clean_stop_leaves_no_process(engine_slot, baseline_engine) -> None:
+def test_clean_stop_leaves_no_process(engine_slot, retiring_baseline_engine) -> None:
+    baseline_engine = retiring_baseline_engine
     pgid = baseline_engine.pgid
     pids = baseline_engine.group_pids()
     assert pgid in pids and len(pids) >= 2
     t0 = time.monotonic()
-    engine_slot.release()
+    engine_slot.release(extras=False)  # a candidate up next to it (interleaved perf) stays up
     report = baseline_engine.stop_report
     assert report is not None and report.clean
     assert report.signals_sent[0] == "SIGINT"

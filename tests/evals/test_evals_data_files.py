@@ -9,8 +9,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import pytest
-
 from fasttrack.evals.datasets import read_rows, validate_rows
 from fasttrack.evals.mrcr import MRCR_COLUMNS, grade, parse_prompt
 from fasttrack.evals.synthetic import aime_problems, mrcr_samples
@@ -81,8 +79,9 @@ def test_synthetic_aime_answers_are_integers_below_1000() -> None:
 
 
 def test_demo_mrcr_prompts_fit_the_demo_engine(demo_model: Any) -> None:
-    if getattr(demo_model, "kind", None) != "demo":
-        pytest.skip(f"the demo model is not available: {getattr(demo_model, 'note', '?')}")
+    from demo_engines import require_demo_target
+
+    require_demo_target(demo_model)
     from transformers import AutoTokenizer
 
     from fasttrack.scope import load_scope

@@ -7,18 +7,25 @@ demo scope's evals (AIME25 and MRCR at batch 3) on the fixtures in
 comparisons. Expected: the clean candidate passes both gates; the defective one
 fails the output-agreement gate of both evals at batch 3 (the task scores of the
 random-weights demo model are 0 on both sides, so only agreement can see it).
+
+The engines are the session's (shared with the other modules): the baseline's runs
+are collected while its engine is up (``evals_baseline``), each candidate's when its
+turn comes.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import importlib.util
+import shutil
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from demo_engines import demo_engine, engine_phase, missing_prerequisite, require_demo_target
 
 from fasttrack.checks.base import EngineSession, RunContext, Verdict
 from fasttrack.checks.evals import EvalsCheck
@@ -27,7 +34,6 @@ from fasttrack.plan import build_plan
 from fasttrack.scope import load_scope
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
-DEFECT_ENV = "FASTTRACK_DEMO_DEFECT"
 
 pytestmark = pytest.mark.e2e
 
@@ -50,17 +56,6 @@ def _ctx(run_dir: Path) -> RunContext:
     )
 
 
-def _engine(slot: Any, demo_model: Any, ctx: RunContext, side: str, key: str, defect: str | None = None) -> Any:
-    group = ctx.plan.groups[0]
-    args = [*group.args[side], "--served-model-name", ctx.scope.model.served_name or "demo-llama"]
-    t0 = time.perf_counter()
-    eng = slot.acquire(
-        key, side=side, model=demo_model.path, args=args, env=dict(group.env[side]), process_env={DEFECT_ENV: defect}
-    )
-    TIMINGS[f"start {key}"] = round(time.perf_counter() - t0, 1)
-    return eng
-
-
 def _collect(chk: EvalsCheck, ctx: RunContext, side: str, engine: Any, label: str) -> None:
     session = EngineSession(side=side, group=ctx.plan.groups[0], lifetime=0, engine=engine)
     assert chk.wants(ctx, session.group, side, 0)
@@ -69,42 +64,96 @@ def _collect(chk: EvalsCheck, ctx: RunContext, side: str, engine: Any, label: st
     TIMINGS[f"evals {label}"] = round(time.perf_counter() - t0, 1)
 
 
-@pytest.fixture(scope="module")
-def evals_results(engine_slot: Any, demo_model: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    if getattr(demo_model, "kind", None) != "demo":
-        pytest.skip(f"the demo model with its plugin is not available: {getattr(demo_model, 'note', '?')}")
-    root = tmp_path_factory.mktemp("evals-e2e")
-    clean_ctx = _ctx(root / "clean")
-    clean = EvalsCheck()
-    assert clean.skip_reason(clean_ctx) is None
-    engine = _engine(engine_slot, demo_model, clean_ctx, "baseline", "evals-baseline")
-    _collect(clean, clean_ctx, "baseline", engine, "baseline (primary + reference, both evals)")
+def _timed_engine(key: str, get: Any) -> Any:
+    t0 = time.perf_counter()
+    eng = get()
+    TIMINGS[f"engine {key}"] = round(time.perf_counter() - t0, 1)
+    return eng
 
-    defect_ctx = dataclasses.replace(
-        clean_ctx, run_dir=root / "defect", evidence=list(clean_ctx.evidence), eval_data=dict(clean_ctx.eval_data)
-    )
-    defect = copy.deepcopy(clean)
 
-    engine = _engine(engine_slot, demo_model, clean_ctx, "candidate", "evals-candidate")
-    _collect(clean, clean_ctx, "candidate", engine, "clean candidate")
-    engine = _engine(
-        engine_slot, demo_model, defect_ctx, "candidate", "evals-candidate-numerics-batch", defect="numerics-batch"
-    )
-    _collect(defect, defect_ctx, "candidate", engine, "numerics-batch candidate")
-    engine_slot.release()
-    out = {"clean": (clean.judge(clean_ctx), clean_ctx), "defect": (defect.judge(defect_ctx), defect_ctx)}
+def _report(name: str, res: Any) -> None:
     print("\nevals e2e timings (s): " + ", ".join(f"{k}: {v}" for k, v in TIMINGS.items()), file=sys.stderr)
-    for k, (res, _) in out.items():
-        print(f"evals e2e {k}: {res.verdict.value}: {res.reason}", file=sys.stderr)
-    return out
+    print(f"evals e2e {name}: {res.verdict.value}: {res.reason}", file=sys.stderr)
+
+
+@pytest.fixture(scope="session")
+@engine_phase("baseline")
+def evals_baseline(
+    engine_slot: Any, demo_model: Any, demo_target: Any, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[EvalsCheck, RunContext]:
+    """The baseline's runs (primary, reference, evidence) of both evals, on the session's baseline engine."""
+    require_demo_target(demo_model)
+    if importlib.util.find_spec("lm_eval") is None:
+        missing_prerequisite("the lm-eval extra is not installed (pip install -e '.[cpu]' installs lm-eval[api])")
+    ctx = _ctx(tmp_path_factory.mktemp("evals-e2e") / "baseline")
+    chk = EvalsCheck()
+    assert chk.skip_reason(ctx) is None
+    engine = _timed_engine("baseline", lambda: demo_engine(engine_slot, demo_model, demo_target, "baseline"))
+    _collect(chk, ctx, "baseline", engine, "baseline (primary + reference, both evals)")
+    return chk, ctx
+
+
+def _candidate_result(evals_baseline: tuple[EvalsCheck, RunContext], engine: Any, name: str) -> tuple[Any, RunContext]:
+    """A copy of the baseline's collection, the candidate ``engine``'s runs added, judged."""
+    base_chk, base_ctx = evals_baseline
+    assert engine.side == "candidate"
+    run_dir = base_ctx.run_dir.parent / name
+    shutil.copytree(base_ctx.run_dir, run_dir)  # the baseline's artifacts, as in one run folder
+    ctx = dataclasses.replace(
+        base_ctx, run_dir=run_dir, evidence=list(base_ctx.evidence), eval_data=dict(base_ctx.eval_data)
+    )
+    chk = copy.deepcopy(base_chk)
+    _collect(chk, ctx, "candidate", engine, f"{name} candidate")
+    res = chk.judge(ctx)
+    _report(name, res)
+    return res, ctx
+
+
+@pytest.fixture(scope="session")
+@engine_phase("candidate")
+def evals_clean(
+    evals_baseline: tuple[EvalsCheck, RunContext], engine_slot: Any, demo_model: Any, demo_target: Any
+) -> tuple[Any, RunContext]:
+    engine = _timed_engine("candidate", lambda: demo_engine(engine_slot, demo_model, demo_target, "candidate"))
+    return _candidate_result(evals_baseline, engine, "clean")
+
+
+@pytest.fixture(scope="session")
+@engine_phase("numerics-batch")
+def evals_numerics_batch(
+    evals_baseline: tuple[EvalsCheck, RunContext], engine_slot: Any, demo_model: Any, demo_target: Any
+) -> tuple[Any, RunContext]:
+    engine = _timed_engine(
+        "candidate-numerics-batch",
+        lambda: demo_engine(engine_slot, demo_model, demo_target, "candidate", "numerics-batch"),
+    )
+    return _candidate_result(evals_baseline, engine, "numerics-batch")
+
+
+def test_baseline_runs_answer_every_sample_at_batch_3(evals_baseline: tuple[EvalsCheck, RunContext]) -> None:
+    """The baseline's side (collected while the session's baseline engine is up): both evals ran
+    every sample, primary and reference, and the evidence windows decoded at batch 3 on the stock path."""
+    chk, ctx = evals_baseline
+    assert not chk.state.errors, chk.state.errors
+    runs = sorted((r.eval, r.side, r.role) for r in chk.state.runs)
+    assert runs == sorted(
+        (e, "baseline", role) for e in ("aime25", "mrcr") for role in ("primary", "reference", "evidence")
+    )
+    for r in chk.state.runs:
+        assert r.batch == 3 and (r.role == "evidence" or len(r.outcomes) == 6), (r.eval, r.role, len(r.outcomes))
+    ev = [e for e in ctx.evidence if e.check == "evals"]
+    assert {"evals-aime25-b3", "evals-mrcr-b3"} <= {e.window for e in ev}
+    for e in ev:
+        assert e.side == "baseline" and e.decode_steps > 0 and e.optimized_ops == 0, e
+        assert e.detail["decode_batch_sizes"].get("3", 0) > 0, e.detail
 
 
 def _comparisons(res: Any) -> dict[tuple[str, str], dict[str, Any]]:
     return {(r["eval"], r["point"]): r for r in res.tables["eval_comparisons"]}
 
 
-def test_clean_candidate_passes_both_evals(evals_results: dict[str, Any]) -> None:
-    res, ctx = evals_results["clean"]
+def test_clean_candidate_passes_both_evals(evals_clean: tuple[Any, RunContext]) -> None:
+    res, ctx = evals_clean
     assert res.verdict is Verdict.PASS, (res.reason, res.failures, res.summary.get("not_run"))
     cmps = _comparisons(res)
     assert {e for e, _ in cmps} == {"aime25", "mrcr"}
@@ -145,8 +194,8 @@ def test_clean_candidate_passes_both_evals(evals_results: dict[str, Any]) -> Non
         assert (ctx.run_dir / rel).is_file(), rel
 
 
-def test_eval_runs_carry_path_evidence(evals_results: dict[str, Any]) -> None:
-    res, ctx = evals_results["clean"]
+def test_eval_runs_carry_path_evidence(evals_clean: tuple[Any, RunContext]) -> None:
+    res, ctx = evals_clean
     ev = [e for e in ctx.evidence if e.check == "evals"]
     sides = {(e.side, e.window) for e in ev}
     assert {
@@ -165,8 +214,8 @@ def test_eval_runs_carry_path_evidence(evals_results: dict[str, Any]) -> None:
             assert e.optimized_ops == 0, e
 
 
-def test_numerics_defect_at_batch3_fails_the_agreement_gate(evals_results: dict[str, Any]) -> None:
-    res, _ = evals_results["defect"]
+def test_numerics_defect_at_batch3_fails_the_agreement_gate(evals_numerics_batch: tuple[Any, RunContext]) -> None:
+    res, _ = evals_numerics_batch
     assert res.verdict is Verdict.FAIL, res.reason
     cmps = _comparisons(res)
     for name in ("aime25", "mrcr"):

@@ -1,20 +1,21 @@
 """End to end: the perf check against real demo engines on the smoke tier, interleaved.
 
 The demo scope interleaves (``gates.perf.interleave``): the baseline engine and a
-candidate engine are up together, and each point's runs alternate between them. One
-baseline engine stays up while two candidate engines take turns next to it: the clean
-candidate, then one with the planted ``slow-batch`` defect (it busy-waits 60 ms in
-every decode step at batch 4). Each candidate is a separate check run against its own
-interleaved baseline runs, as the pipeline would measure it.
+candidate engine are up together, and each point's runs alternate between them. The
+session's baseline engine stays up while two candidate engines take turns next to it
+(``engine_pair``): one with the planted ``slow-batch`` defect (it busy-waits 60 ms in
+every decode step at batch 4), then the clean candidate, which stays up afterwards for
+the tests of the clean candidate. Each candidate is a separate check run against its
+own interleaved baseline runs, as the pipeline would measure it.
 
 Expected:
 
 * the clean candidate's check produces a full table (interval, minimum detectable
   effect, raw runs at every point, paired intervals) and a verdict that is exactly what
-  its rows say. Its verdict itself is not asserted: the demo fast path's own speed
-  relative to the stock path differs by batch size and by engine lifetime on these
-  hosts (one lifetime per side is the smoke tier), and that is what the check is there
-  to measure;
+  its rows say, and it passes: the demo fast path runs at about the stock path's speed,
+  and the scope's noise margin (0.6) is set so that two engine lifetimes of the same
+  configuration pass on these hosts (``docs/perf.md``). Its speedups are figures, not
+  assertions: they go to the log here and to ``benchmarks/false_alarm.py``;
 * the ``slow-batch`` candidate fails the gate at both batch-4 points and nowhere else,
   with the estimate itself below the threshold there. The demo scope's noise margin
   (0.6, threshold 0.4) is set by the lifetime-to-lifetime noise of these hosts
@@ -32,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from demo_engines import engine_phase
 
 from fasttrack.checks.base import EngineSession, RunContext, Verdict
 from fasttrack.checks.perf import PerfCheck
@@ -39,7 +41,6 @@ from fasttrack.perf.loadgen import run_loop
 from fasttrack.plan import build_plan
 from fasttrack.scope import load_scope
 
-DEFECT_ENV = "FASTTRACK_DEMO_DEFECT"
 SLOW_BATCH = 4
 E2E_REQUESTS_PER_RUN = 4
 """CI budget: at most this many requests per run (rounded up to one wave at batches 3 and 8)."""
@@ -62,17 +63,10 @@ def _ctx(run_dir: Path) -> RunContext:
     )
 
 
-def _engine(
-    slot: Any, demo_model: Any, ctx: RunContext, side: str, key: str, defect: str | None = None, *, also: bool = False
-) -> Any:
-    group = ctx.plan.groups[0]
-    args = [*group.args[side], "--served-model-name", ctx.scope.model.served_name or "demo-llama"]
+def _timed(key: str, get: Any) -> Any:
     t0 = time.perf_counter()
-    start = slot.acquire_also if also else slot.acquire
-    eng = start(
-        key, side=side, model=demo_model.path, args=args, env=dict(group.env[side]), process_env={DEFECT_ENV: defect}
-    )
-    TIMINGS[f"start {key}"] = round(time.perf_counter() - t0, 1)
+    eng = get()
+    TIMINGS[f"engine {key}"] = round(time.perf_counter() - t0, 1)
     return eng
 
 
@@ -85,33 +79,20 @@ def _collect_pair(chk: PerfCheck, ctx: RunContext, engines: dict[str, Any], labe
     TIMINGS[f"perf {label}"] = round(time.perf_counter() - t0, 1)
 
 
-@pytest.fixture(scope="module")
-def perf_results(engine_slot: Any, demo_model: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    if getattr(demo_model, "kind", None) != "demo":
-        pytest.skip(f"the demo model with its plugin is not available: {getattr(demo_model, 'note', '?')}")
+@pytest.fixture(scope="session")
+@engine_phase("pair")
+def perf_results(engine_pair: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("perf-e2e")
     clean_ctx = _ctx(root / "clean")
     assert clean_ctx.scope.gates.perf.interleave, "the demo scope interleaves"
     defect_ctx = dataclasses.replace(clean_ctx, run_dir=root / "defect")
     clean, defect = PerfCheck(), PerfCheck()
     assert clean.skip_reason(clean_ctx) is None and defect.skip_reason(defect_ctx) is None
-    try:
-        baseline = _engine(engine_slot, demo_model, clean_ctx, "baseline", "perf-baseline")
-        cand = _engine(engine_slot, demo_model, clean_ctx, "candidate", "perf-candidate", also=True)
-        _collect_pair(clean, clean_ctx, {"baseline": baseline, "candidate": cand}, "clean candidate")
-        engine_slot.release_also("perf-candidate")
-        slow = _engine(
-            engine_slot,
-            demo_model,
-            defect_ctx,
-            "candidate",
-            "perf-candidate-slow-batch",
-            defect="slow-batch",
-            also=True,
-        )
-        _collect_pair(defect, defect_ctx, {"baseline": baseline, "candidate": slow}, "slow-batch candidate")
-    finally:
-        engine_slot.release()
+    baseline = engine_pair.baseline
+    slow = _timed("candidate-slow-batch", lambda: engine_pair.candidate("slow-batch"))
+    _collect_pair(defect, defect_ctx, {"baseline": baseline, "candidate": slow}, "slow-batch candidate")
+    cand = _timed("candidate", lambda: engine_pair.candidate())  # stops the slow one first
+    _collect_pair(clean, clean_ctx, {"baseline": baseline, "candidate": cand}, "clean candidate")
     t0 = time.perf_counter()
     out = {"clean": (clean.judge(clean_ctx), clean_ctx), "defect": (defect.judge(defect_ctx), defect_ctx)}
     TIMINGS["judge all"] = round(time.perf_counter() - t0, 1)
@@ -178,15 +159,17 @@ def test_clean_candidate_full_table(perf_results: dict[str, Any]) -> None:
             sd for k in range(len(b)) for sd in (("baseline", "candidate") if k % 2 == 0 else ("candidate", "baseline"))
         ], pid
     assert "ignore lifetime variance" in res.reason
-    claims = {c["id"]: c for c in res.tables["claims"]}
-    assert claims["demo-b1"]["status"] in ("confirmed", "not_confirmed")
-    assert claims["demo-b1"]["point"] and "-b1-" in claims["demo-b1"]["point"]
-    # the verdict is derived from the rows: pass iff every point's lower bound clears the threshold
+    # each row's verdict is its interval against the threshold
     for pid, r in rows.items():
         assert r["verdict"] == ("pass" if r["ci_low"] >= r["threshold"] else "fail"), (pid, r["ci_low"], r["verdict"])
-    failing = sorted(pid for pid, r in rows.items() if r["verdict"] == "fail")
-    assert res.verdict is (Verdict.FAIL if failing else Verdict.PASS), (res.reason, failing)
-    assert all(any(pid in f for f in res.failures) for pid in failing)
+    # and the clean candidate passes at every point: the fast path runs at about the stock path's speed, far
+    # inside the demo scope's noise margin (the speedups themselves are in the log, and in docs/perf.md)
+    figures = {pid: (round(r["speedup"], 3), round(r["ci_low"], 3), round(r["ci_high"], 3)) for pid, r in rows.items()}
+    assert res.verdict is Verdict.PASS and not res.failures, (res.reason, res.failures, figures)
+    # so the demo's claim (not slower than stock at batch 1, within the noise margin) is confirmed
+    claims = {c["id"]: c for c in res.tables["claims"]}
+    assert claims["demo-b1"]["status"] == "confirmed", claims["demo-b1"]
+    assert claims["demo-b1"]["point"] and "-b1-" in claims["demo-b1"]["point"]
 
 
 def _fails_exactly_at_the_slow_batch(res: Any, ctx: RunContext) -> None:

@@ -342,7 +342,8 @@ def _simulate(
                 if s.item.group != group.id or s.final:
                     continue
                 base = 1.0 + 0.3 * (s.item.batch or 1)
-                tpot = base * shift * (SLOW_FACTOR if side == "candidate" and s.item.batch == slow_batch else 1.0)
+                slow = side == "candidate" and slow_batch is not None and s.item.batch == slow_batch
+                tpot = base * shift * (SLOW_FACTOR if slow else 1.0)
 
                 async def run_once(k: int, s=s, side=side, lt=lt, tpot=tpot) -> RunMetrics:
                     return fake_run(s.item, side, lt, k, tpot=tpot, rng=rng, engine_timed=side in engine_timed)
@@ -423,7 +424,8 @@ def test_standard_tier_resamples_lifetimes_and_checks_drift(tmp_path: Path) -> N
     )
     rows = [r for r in res.tables["points"] if r["gated"]]
     assert all(r["lifetimes_baseline"] == 2 and r["lifetimes_candidate"] == 2 for r in rows)
-    assert res.verdict in (Verdict.PASS, Verdict.FAIL)
+    # a 2% lifetime-to-lifetime effect is far inside the demo scope's noise margin: every point passes
+    assert res.verdict is Verdict.PASS, res.failures
 
 
 def test_nothing_measured_is_not_run(tmp_path: Path) -> None:

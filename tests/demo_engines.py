@@ -1,0 +1,424 @@
+"""The demo target's engines in tests: the session's engine slot, the engine schedule, and
+what a missing prerequisite of an end-to-end test does (the fixtures are in ``conftest.py``).
+
+Test modules import what they need from here (``from demo_engines import ...``): the
+name ``conftest`` is ambiguous (there are several).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import importlib.util
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator, NoReturn, TypeVar
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DEMO_BUILDER = ROOT / "examples" / "demo_model" / "build.py"
+
+#: Engine arguments both sides share in the engine tests (0.2 of the NUMA node for the KV cache).
+#: float32: with `auto` vLLM would downcast the float32 checkpoint to bfloat16 (emulated on
+#: AVX2-only CPUs); the demo's numeric tolerances are for float32 (examples/README.md).
+COMMON_ENGINE_ARGS: tuple[str, ...] = (
+    "--dtype",
+    "float32",
+    "--max-model-len",
+    "2048",
+    "--gpu-memory-utilization",
+    "0.2",
+    "--max-num-seqs",
+    "16",
+    "--seed",
+    "0",
+)
+#: What turns the demo model's optimized decode path on.
+CANDIDATE_ENGINE_ARGS: tuple[str, ...] = (
+    "--additional-config",
+    json.dumps({"decode_backend": "latency_specialized"}),
+)
+#: The cheapest engine that still runs real vLLM (no compilation at all, a short context): for
+#: tests of the lifecycle alone, when no engine of the session is up to use instead.
+CHEAPEST_ENGINE_ARGS: tuple[str, ...] = (
+    "--dtype",
+    "float32",
+    "--max-model-len",
+    "512",
+    "--gpu-memory-utilization",
+    "0.2",
+    "--max-num-seqs",
+    "4",
+    "--compilation-config",
+    json.dumps({"mode": 0}),
+)
+#: Path markers and the fallback log line of the demo plugin (examples/README.md): the
+#: fused ops run only on the candidate's fast decode steps, `stock_step` only on the
+#: candidate's stock steps. The baseline runs neither (GEMM names are no marker: both
+#: paths multiply through oneDNN).
+DEMO_OPTIMIZED_MARKERS: tuple[str, ...] = (r"^fasttrack_demo::fused_decode_",)
+DEMO_STOCK_MARKERS: tuple[str, ...] = (r"^fasttrack_demo::stock_step$",)
+DEMO_FALLBACK_PATTERN = r"fasttrack-demo fallback reason="
+DEFECT_ENV = "FASTTRACK_DEMO_DEFECT"
+
+#: The session's engine schedule: tests run in this order of the engines they use, so each
+#: engine configuration starts once per session. A fixture that uses an engine declares its
+#: phase (:func:`engine_phase`); a test's phase is the latest among the fixtures it uses,
+#: directly or through other fixtures. Tests that use none run first, in their usual order.
+ENGINE_SCHEDULE: tuple[str, ...] = (
+    "baseline",
+    "pair",  # interleaved pairs: the baseline with a candidate next to it
+    "baseline-stop",  # the baseline's clean stop; the candidate next to it stays up
+    "candidate",
+    "numerics-batch",
+    "ignore-temperature",
+    "broken-json",
+    "silent-fallback",
+    "last",  # a test that ends the session's last engine (a crash)
+    "own",  # tests that start engines of their own (fasttrack validate runs)
+)
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def engine_phase(phase: str) -> Callable[[_F], _F]:
+    """Declare the :data:`ENGINE_SCHEDULE` phase of a fixture (put it under ``@pytest.fixture``).
+
+    A session fixture that collects results on an engine (e.g. the baseline's side of a
+    comparison) declares that engine's phase, so the tests that use it wait for it."""
+    if phase not in ENGINE_SCHEDULE:
+        raise ValueError(f"unknown engine phase {phase!r}; one of {ENGINE_SCHEDULE}")
+
+    def mark(func: _F) -> _F:
+        func._engine_phase = phase  # type: ignore[attr-defined]
+        return func
+
+    return mark
+
+
+def in_ci() -> bool:
+    """Whether ``CI`` is set (to anything but an empty string, 0 or false)."""
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def missing_prerequisite(what: str) -> NoReturn:
+    """A prerequisite of an end-to-end test is missing: skip, saying what is missing; with
+    ``CI`` set, fail instead (a green CI run must mean the end-to-end tests ran)."""
+    if in_ci():
+        pytest.fail(f"CI is set and a prerequisite of this end-to-end test is missing: {what}", pytrace=False)
+    pytest.skip(what)
+
+
+def demo_plugin_missing() -> str | None:
+    """Why the demo plugin cannot be used (None when it is installed and registered)."""
+    if importlib.util.find_spec("fasttrack_demo_plugin") is None:
+        return "the demo plugin is not installed (pip install -e examples/demo_plugin)"
+    eps = importlib.metadata.entry_points(group="vllm.general_plugins")
+    if not any(ep.value.startswith("fasttrack_demo_plugin") for ep in eps):
+        return "the demo plugin is importable but not registered as a vllm.general_plugins entry point"
+    return None
+
+
+@dataclass(frozen=True)
+class DemoModel:
+    """The model the engine tests serve."""
+
+    path: Path
+    kind: str
+    """`demo` (examples/demo_model, needs the plugin) or `tiny-llama` (stand-in)."""
+    note: str
+
+
+def _load_demo_builder() -> Callable[..., Any] | None:
+    if not DEMO_BUILDER.exists():
+        return None
+    spec = importlib.util.spec_from_file_location("fasttrack_demo_model_build", DEMO_BUILDER)
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return getattr(mod, "build_model", None)
+
+
+def require_demo_target(demo_model: DemoModel) -> None:
+    """The demo plugin and the demo model, or :func:`missing_prerequisite`."""
+    missing = demo_plugin_missing()
+    if missing:
+        missing_prerequisite(missing)
+    if demo_model.kind != "demo":
+        missing_prerequisite(f"the demo model is not available: {demo_model.note}")
+
+
+@contextlib.contextmanager
+def _environ(**values: str | None) -> Iterator[None]:
+    """Temporarily set (or, with None, remove) environment variables of this process."""
+    old = {k: os.environ.get(k) for k in values}
+    try:
+        for k, v in values.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+class EngineSlot:
+    """The session's live engine (plus, for interleaved perf, engines started next to it)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.key: str | None = None
+        self.signature: tuple[Any, ...] | None = None
+        self.engine: Any = None
+        self.extras: dict[str, tuple[Any, tuple[Any, ...]]] = {}
+        """Engines started next to the live one (``acquire_also``), by key, with their launch signature."""
+        self.starts: list[str] = []
+
+    def profiler_dir(self, key: str) -> Path:
+        d = self.root / "profiles" / key
+        d.mkdir(parents=True, exist_ok=True)
+        return d
+
+    @staticmethod
+    def _signature(
+        side: str,
+        model: Path,
+        args: tuple[str, ...] | list[str],
+        env: dict[str, str | None] | None,
+        process_env: dict[str, str | None] | None,
+    ) -> tuple[Any, ...]:
+        return (
+            side,
+            str(model),
+            tuple(args),
+            tuple(sorted((env or {}).items(), key=str)),
+            tuple(sorted((process_env or {}).items(), key=str)),
+        )
+
+    def acquire(
+        self,
+        key: str,
+        *,
+        side: str,
+        model: Path,
+        args: tuple[str, ...] | list[str],
+        env: dict[str, str | None] | None = None,
+        process_env: dict[str, str | None] | None = None,
+        fresh: bool = False,
+    ) -> Any:
+        """The live engine for ``key``; stops whatever else runs and starts it if needed.
+
+        The live engine is reused only when ``key`` and the launch (side, model, args,
+        env) are the same as when it was started. An engine of that key and launch
+        running next to the live one (``acquire_also``) becomes the live one.
+
+        ``process_env`` is set in this process while the engine starts (as if set
+        where fasttrack runs); ``env`` is given to the engine as overrides.
+        """
+        signature = self._signature(side, model, args, env, process_env)
+        if (
+            not fresh
+            and self.key == key
+            and self.signature == signature
+            and self.engine is not None
+            and self.engine.running
+        ):
+            return self.engine
+        extra = self.extras.get(key)
+        if not fresh and extra is not None and extra[1] == signature and extra[0].running:
+            del self.extras[key]
+            self.release()
+            self.key, self.engine, self.signature = key, extra[0], signature
+            return self.engine
+        self.release()
+        eng = self._start(key, side=side, model=model, args=args, env=env, process_env=process_env)
+        self.key, self.engine, self.signature = key, eng, signature
+        return eng
+
+    def acquire_also(
+        self,
+        key: str,
+        *,
+        side: str,
+        model: Path,
+        args: tuple[str, ...] | list[str],
+        env: dict[str, str | None] | None = None,
+        process_env: dict[str, str | None] | None = None,
+    ) -> Any:
+        """An engine next to the live one (interleaved perf): reused when one of this key and launch
+        runs, else started; stopped by ``release`` (or ``release_also``)."""
+        if self.engine is None or not self.engine.running:
+            raise RuntimeError("acquire_also needs a live engine from acquire()")
+        signature = self._signature(side, model, args, env, process_env)
+        extra = self.extras.get(key)
+        if extra is not None and extra[1] == signature and extra[0].running:
+            return extra[0]
+        self.release_also(key)
+        eng = self._start(key, side=side, model=model, args=args, env=env, process_env=process_env, exclusive=False)
+        self.extras[key] = (eng, signature)
+        return eng
+
+    def release_also(self, key: str) -> None:
+        """Stop the extra engine ``key``, if it runs."""
+        extra = self.extras.pop(key, None)
+        if extra is not None:
+            extra[0].stop()
+
+    def _start(
+        self,
+        key: str,
+        *,
+        side: str,
+        model: Path,
+        args: tuple[str, ...] | list[str],
+        env: dict[str, str | None] | None,
+        process_env: dict[str, str | None] | None,
+        exclusive: bool = True,
+    ) -> Any:
+        from fasttrack.engine import ManagedEngine, per_request_metrics_args, profiler_args
+
+        eng = ManagedEngine(
+            side=side,
+            model=model,
+            args=[*args, *profiler_args(self.profiler_dir(key)), *per_request_metrics_args(args)],
+            env={"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **(env or {})},
+            log_dir=self.root / "logs",
+            log_name=key,
+            startup_timeout=900.0,
+            progress=lambda p: print(
+                f"[{p.side}] starting, {p.elapsed_s:.0f} s: {p.last_log_line[:120]}", file=sys.stderr
+            ),
+            exclusive=exclusive,
+        )
+        with _environ(**(process_env or {})):
+            eng.start()
+        self.starts.append(key)
+        return eng
+
+    def release(self, *, extras: bool = True) -> None:
+        """Stop the live engine and (unless ``extras=False``) the ones next to it.
+
+        With ``extras=False`` an engine that ran next to the live one stays up, to be
+        taken over by the next ``acquire`` of its key."""
+        if extras:
+            for key in list(self.extras):
+                self.release_also(key)
+        if self.engine is not None:
+            self.engine.stop()
+        self.key, self.engine, self.signature = None, None, None
+
+
+@dataclass(frozen=True)
+class DemoTarget:
+    """The demo target's engines as ``fasttrack validate --model demo-llama --tier smoke`` starts them."""
+
+    loaded: Any
+    """The loaded demo scope (``fasttrack.scope.LoadedScope``)."""
+    plan: Any
+    """Its smoke-tier plan (one engine group)."""
+
+    @property
+    def group(self) -> Any:
+        return self.plan.groups[0]
+
+    @property
+    def served_name(self) -> str:
+        return str(self.loaded.scope.model.served_name or "demo-llama")
+
+    def args(self, side: str) -> list[str]:
+        return [*self.group.args[side], "--served-model-name", self.served_name]
+
+    def env(self, side: str) -> dict[str, str | None]:
+        return dict(self.group.env[side])
+
+
+def engine_key(side: str, defect: str | None = None) -> str:
+    """The slot key of a demo-target engine: ``baseline``, ``candidate``, ``candidate-<defect>``."""
+    return side + (f"-{defect}" if defect else "")
+
+
+def demo_engine(
+    slot: EngineSlot,
+    model: DemoModel,
+    target: DemoTarget,
+    side: str,
+    defect: str | None = None,
+    *,
+    also: bool = False,
+) -> Any:
+    """The session's engine of one demo-target configuration (started on first use).
+
+    ``defect`` is planted through the environment of this process while the engine
+    starts (as if set where fasttrack runs; the baseline ignores it and gets none).
+    ``also``: next to the live engine (an interleaved pair) instead of in its place."""
+    if side == "candidate":
+        require_demo_target(model)
+    start = slot.acquire_also if also else slot.acquire
+    return start(
+        engine_key(side, defect),
+        side=side,
+        model=model.path,
+        args=target.args(side),
+        env=target.env(side),
+        process_env={DEFECT_ENV: defect},
+    )
+
+
+@dataclass
+class EnginePair:
+    """The baseline engine with candidates started next to it, one at a time (interleaved perf)."""
+
+    slot: EngineSlot
+    model: DemoModel
+    target: DemoTarget
+    baseline: Any
+
+    def candidate(self, defect: str | None = None) -> Any:
+        """The candidate (with ``defect``) next to the baseline; another candidate next to it is stopped."""
+        key = engine_key("candidate", defect)
+        for other in [k for k in self.slot.extras if k != key]:
+            self.slot.release_also(other)
+        return demo_engine(self.slot, self.model, self.target, "candidate", defect, also=True)
+
+
+def _engine_phase(item: pytest.Item) -> int:
+    info = getattr(item, "_fixtureinfo", None)
+    phases = [
+        ENGINE_SCHEDULE.index(phase)
+        for defs in (info.name2fixturedefs.values() if info is not None else ())
+        if defs and (phase := getattr(defs[-1].func, "_engine_phase", None))
+    ]
+    return max(phases, default=-1)
+
+
+@dataclass(frozen=True)
+class DemoPathMarkers:
+    """What proves which path the demo target ran."""
+
+    optimized: tuple[str, ...] = DEMO_OPTIMIZED_MARKERS
+    stock: tuple[str, ...] = DEMO_STOCK_MARKERS
+    fallback_pattern: str = DEMO_FALLBACK_PATTERN
+
+    def marker_set(self) -> Any:
+        from fasttrack.engine import MarkerSet
+
+        return MarkerSet(optimized=list(self.optimized), stock=list(self.stock))
+
+
+@dataclass(frozen=True)
+class DemoEngineArgs:
+    """Engine arguments of the demo target in tests."""
+
+    common: tuple[str, ...] = COMMON_ENGINE_ARGS
+    candidate: tuple[str, ...] = CANDIDATE_ENGINE_ARGS
+    cheapest: tuple[str, ...] = CHEAPEST_ENGINE_ARGS
