@@ -42,7 +42,6 @@ import pytest
 from demo_engines import (
     CHEAPEST_ENGINE_ARGS,
     ROOT,
-    DemoEngineArgs,
     DemoModel,
     DemoPathMarkers,
     DemoTarget,
@@ -190,12 +189,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_configure(config: pytest.Config) -> None:
     if not config.pluginmanager.has_plugin(enginecount.PLUGIN_NAME):
         config.pluginmanager.register(enginecount.EngineCount(config), enginecount.PLUGIN_NAME)
-
-
-@pytest.fixture(scope="session")
-def demo_engine_args() -> DemoEngineArgs:
-    """Engine arguments both sides share, the candidate's switch, and the cheapest engine's."""
-    return DemoEngineArgs()
 
 
 @pytest.fixture(scope="session")

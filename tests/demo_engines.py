@@ -22,26 +22,6 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 DEMO_BUILDER = ROOT / "examples" / "demo_model" / "build.py"
 
-#: Engine arguments both sides share in the engine tests (0.2 of the NUMA node for the KV cache).
-#: float32: with `auto` vLLM would downcast the float32 checkpoint to bfloat16 (emulated on
-#: AVX2-only CPUs); the demo's numeric tolerances are for float32 (examples/README.md).
-COMMON_ENGINE_ARGS: tuple[str, ...] = (
-    "--dtype",
-    "float32",
-    "--max-model-len",
-    "2048",
-    "--gpu-memory-utilization",
-    "0.2",
-    "--max-num-seqs",
-    "16",
-    "--seed",
-    "0",
-)
-#: What turns the demo model's optimized decode path on.
-CANDIDATE_ENGINE_ARGS: tuple[str, ...] = (
-    "--additional-config",
-    json.dumps({"decode_backend": "latency_specialized"}),
-)
 #: The cheapest engine that still runs real vLLM (no compilation at all, a short context): for
 #: tests of the lifecycle alone, when no engine of the session is up to use instead.
 CHEAPEST_ENGINE_ARGS: tuple[str, ...] = (
@@ -413,12 +393,3 @@ class DemoPathMarkers:
         from fasttrack.engine import MarkerSet
 
         return MarkerSet(optimized=list(self.optimized), stock=list(self.stock))
-
-
-@dataclass(frozen=True)
-class DemoEngineArgs:
-    """Engine arguments of the demo target in tests."""
-
-    common: tuple[str, ...] = COMMON_ENGINE_ARGS
-    candidate: tuple[str, ...] = CANDIDATE_ENGINE_ARGS
-    cheapest: tuple[str, ...] = CHEAPEST_ENGINE_ARGS

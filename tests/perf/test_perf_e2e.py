@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from demo_engines import engine_phase
+from demo_engines import EnginePair, demo_engine, engine_phase, require_demo_target
 
 from fasttrack.checks.base import EngineSession, RunContext, Verdict
 from fasttrack.checks.perf import PerfCheck
@@ -81,7 +81,13 @@ def _collect_pair(chk: PerfCheck, ctx: RunContext, engines: dict[str, Any], labe
 
 @pytest.fixture(scope="session")
 @engine_phase("pair")
-def perf_results(engine_pair: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def perf_results(
+    engine_slot: Any, demo_model: Any, demo_target: Any, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Any]:
+    require_demo_target(demo_model)
+    engine_pair = EnginePair(
+        engine_slot, demo_model, demo_target, demo_engine(engine_slot, demo_model, demo_target, "baseline")
+    )
     root = tmp_path_factory.mktemp("perf-e2e")
     clean_ctx = _ctx(root / "clean")
     assert clean_ctx.scope.gates.perf.interleave, "the demo scope interleaves"

@@ -3,12 +3,12 @@ real bundle layer; their figures are invented, see fasttrack.report.synthetic)."
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from demo_engines import missing_prerequisite
 
 from fasttrack.bundle.keys import SigningKey, generate_keypair, load_private_key
 from fasttrack.report.synthetic import Spec, make_bundle
@@ -68,10 +68,7 @@ def chromium_or_skip() -> str:
     """Path of Debian's chromium; skip (locally) or fail (in CI) when it is missing."""
     if CHROMIUM.exists():
         return str(CHROMIUM)
-    if os.environ.get("CI"):
-        pytest.fail(
-            "CI is set but /usr/bin/chromium is missing: the browser tests need Debian's chromium "
-            "(apt-get install -y chromium; scripts/setup.sh --browser does it)"
-        )
-    pytest.skip("/usr/bin/chromium is not installed (apt-get install -y chromium) and CI is unset")
-    raise AssertionError  # unreachable
+    missing_prerequisite(
+        "/usr/bin/chromium is missing: the browser tests need Debian's chromium "
+        "(apt-get install -y chromium; scripts/setup.sh --browser does it)"
+    )
