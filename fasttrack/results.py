@@ -22,8 +22,14 @@ SIDES: tuple[Side, Side] = ("baseline", "candidate")
 CHECK_ORDER: tuple[str, ...] = ("kernels", "equivalence", "features", "coverage", "evals", "perf")
 """The canonical order checks are run and reported in; other names follow, sorted."""
 
-BundleVerdict = Literal["pass", "fail", "incomplete"]
-"""A bundle's verdict: the overall check verdict, with ``not_run`` called ``incomplete``."""
+BundleVerdict = Literal["pass", "fail", "incomplete", "rehearsal"]
+"""A bundle's verdict: the overall check verdict, with ``not_run`` called ``incomplete``.
+
+``rehearsal`` is what a run on hardware the scope does not declare gets when every
+required check passed: it is never ``pass``, so nothing that asks for ``pass`` (the exit
+code of ``validate``, ``verify --require-pass``, the PR body's "passing" state) accepts it.
+A rehearsal whose checks failed or did not all run is ``fail`` or ``incomplete`` as usual.
+"""
 
 
 def check_sort_key(name: str) -> tuple[int, str]:
@@ -128,10 +134,23 @@ def overall_verdict(results: Iterable[CheckResult]) -> Verdict:
     return Verdict.PASS
 
 
-def bundle_verdict(verdict: Verdict) -> BundleVerdict:
-    """Map a check verdict to the bundle's vocabulary (``not_run`` -> ``incomplete``)."""
+def bundle_verdict(verdict: Verdict, *, rehearsal: bool = False) -> BundleVerdict:
+    """Map a check verdict to the bundle's vocabulary (``not_run`` -> ``incomplete``).
+
+    A passing rehearsal (``rehearsal=True``) is ``rehearsal``, never ``pass``.
+    """
     if verdict is Verdict.NOT_RUN:
         return "incomplete"
     if verdict is Verdict.PASS:
-        return "pass"
+        return "rehearsal" if rehearsal else "pass"
     return "fail"
+
+
+def effective_verdict(recorded: str, rehearsal: bool) -> str:
+    """The verdict a consumer acts on: a recorded ``pass`` of a rehearsal reads ``rehearsal``.
+
+    Bundles written before the ``rehearsal`` verdict existed recorded ``pass`` for a passing
+    rehearsal (with the manifest's ``rehearsal`` flag set); they still load, and every view
+    shows them as the rehearsal they were.
+    """
+    return "rehearsal" if rehearsal and recorded == "pass" else recorded

@@ -6,7 +6,8 @@ reports each one as an item. Every rule reads only what one pass over the bundle
 
 - schema: ``manifest.json`` validates against the JSON Schema and the models.
 - predicate: the signed summary is derived from the manifest, nothing else.
-- verdicts: the bundle verdict follows from the check entries; no check fails without a reason.
+- verdicts: the bundle verdict follows from the check entries and the rehearsal flag; no check
+  fails without a reason.
 - tables: every check table exists where recorded, with the recorded rows and columns; every
   listed artifact exists; no stray table.
 - PR head: the tested head commit matches the one asked for.
@@ -84,8 +85,9 @@ def predicate_problems(manifest: Manifest, signed: dict[str, Any]) -> list[str]:
 def verdict_problems(manifest: Manifest) -> list[str]:
     """The recorded bundle verdict must follow from the check entries; failures need a reason."""
     problems = []
-    recomputed = recompute_verdict(manifest.checks)
-    if recomputed != manifest.verdict:
+    recomputed = recompute_verdict(manifest.checks, rehearsal=manifest.rehearsal)
+    # an older bundle recorded ``pass`` for a passing rehearsal: it reads as ``rehearsal`` (still consistent)
+    if recomputed != manifest.effective_verdict:
         required = [f"{n}={e.verdict.value}" for n, e in manifest.checks.items() if e.required]
         problems.append(
             f"manifest verdict is {manifest.verdict!r} but the check entries give {recomputed!r} "

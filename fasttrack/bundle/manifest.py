@@ -8,7 +8,7 @@ models into ``schemas/bundle-manifest.schema.json``; regenerate it with::
 The bundle verdict is never taken from the caller: :func:`build_manifest` derives it from
 the check results with :func:`fasttrack.checks.base.overall_verdict`, and verification
 recomputes it with :func:`recompute_verdict`. A bundle therefore cannot say ``pass`` while
-any required check is ``fail`` or ``not_run``.
+any required check is ``fail`` or ``not_run``, nor while it is a rehearsal (``rehearsal``).
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from fasttrack.results import (
     Side,
     Verdict,
     bundle_verdict,
+    effective_verdict,
     ordered_checks,
     overall_verdict,
 )
@@ -263,8 +264,11 @@ class Manifest(_Model):
     schema_version: Literal["fasttrack.bundle/v1"] = SCHEMA_VERSION
     """The manifest format version."""
     verdict: BundleVerdict
-    """``pass`` only when every required check passed; ``fail`` when a required check
-    failed; ``incomplete`` when a required check did not run."""
+    """``pass`` only when every required check passed on the scope's hardware; ``rehearsal``
+    when every required check passed on other hardware (``rehearsal`` is true: never valid
+    evidence); ``fail`` when a required check failed; ``incomplete`` when a required check
+    did not run. Bundles written before ``rehearsal`` existed record ``pass`` for a passing
+    rehearsal; readers take it as ``rehearsal`` (:attr:`effective_verdict`)."""
     checks: dict[str, CheckEntry]
     """Check entries keyed by check name (``kernels``, ``equivalence``, ``features``,
     ``coverage``, ``evals``, ``perf``, or a plugin's name)."""
@@ -300,6 +304,11 @@ class Manifest(_Model):
             raise ValueError(f"created must be an ISO 8601 time, got {v!r}") from exc
         return v
 
+    @property
+    def effective_verdict(self) -> str:
+        """The verdict to act on: a rehearsal's recorded ``pass`` (older bundles) reads ``rehearsal``."""
+        return effective_verdict(self.verdict, self.rehearsal)
+
     @model_validator(mode="after")
     def _rehearsal(self) -> "Manifest":
         if self.rehearsal and not self.rehearsal_reason:
@@ -325,12 +334,12 @@ def parse_shard(shard: str) -> tuple[int, int]:
     return i, n
 
 
-def recompute_verdict(checks: Mapping[str, CheckEntry]) -> BundleVerdict:
-    """The bundle verdict implied by the check entries (same rule as at write time)."""
+def recompute_verdict(checks: Mapping[str, CheckEntry], *, rehearsal: bool = False) -> BundleVerdict:
+    """The bundle verdict implied by the check entries and the rehearsal flag (same rule as at write time)."""
     results = [
         CheckResult(check=name, verdict=e.verdict, reason=e.reason, required=e.required) for name, e in checks.items()
     ]
-    return bundle_verdict(overall_verdict(results))
+    return bundle_verdict(overall_verdict(results), rehearsal=rehearsal)
 
 
 def utc_now() -> str:
@@ -419,7 +428,7 @@ def build_manifest(
     tables = tables or {}
     artifacts = artifacts or {}
     entries = {n: check_entry(by_name[n], tables=tables.get(n), artifacts=artifacts.get(n)) for n in ordered}
-    verdict = bundle_verdict(overall_verdict([by_name[n] for n in ordered]))
+    verdict = bundle_verdict(overall_verdict([by_name[n] for n in ordered]), rehearsal=rehearsal)
     try:
         return Manifest(
             verdict=verdict,

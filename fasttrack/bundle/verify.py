@@ -89,7 +89,10 @@ class VerifyResult(BaseModel):
     verified: bool
     """True only when every item holds."""
     verdict: str | None
-    """The manifest's verdict (None when the manifest is unreadable)."""
+    """The manifest's verdict (None when the manifest is unreadable); a rehearsal's is ``rehearsal``
+    (also for older bundles that recorded ``pass`` with the rehearsal flag)."""
+    rehearsal: bool = False
+    """Whether the manifest says the run was a rehearsal on hardware the scope does not declare."""
     signers: list[str]
     """Key ids of the distinct trusted keys whose signatures verified (the keys' own ids, not
     the ids the signatures claim)."""
@@ -144,7 +147,8 @@ def verify_bundle(
         return VerifyResult(
             bundle=str(p),
             verified=all(it.ok is not False for it in ordered),
-            verdict=manifest.verdict if manifest else None,
+            verdict=manifest.effective_verdict if manifest else None,
+            rehearsal=bool(manifest and manifest.rehearsal),
             signers=sorted({s["key"] for s in sigs if s["status"] == "valid"}),
             signatures=sigs,
             identities=sorted({s["identity"] for s in sigs if s["status"] == "valid" and s.get("identity")}),

@@ -147,7 +147,7 @@ def write_summary(facts: RunFacts, ctx: RunContext, results: Sequence[CheckResul
         "shard": facts.plan.shard,
         "rehearsal": facts.rehearsal,
         "rehearsal_reason": facts.rehearsal_reason,
-        "verdict": bundle_verdict(overall_verdict(results)),
+        "verdict": bundle_verdict(overall_verdict(results), rehearsal=facts.rehearsal),
         "checks": {r.check: {"verdict": r.verdict.value, "reason": r.reason} for r in results},
         "engines": [e.to_json(redact=redact_env) for e in state.engines],
         "crash": state.crash,

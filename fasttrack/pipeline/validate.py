@@ -326,7 +326,7 @@ def run_validate(
         raise KeyboardInterrupt
     return ValidateOutcome(
         run_dir=run_dir,
-        verdict=bundle_verdict(overall_verdict(results)),
+        verdict=bundle_verdict(overall_verdict(results), rehearsal=rehearsal),
         results=results,
         bundle=bundle_path,
         rehearsal=rehearsal,

@@ -161,7 +161,7 @@ def _read(view: BundleView, vr: VerifyResult, vv: VerifyView, name: str, bhash: 
         bundle_hash=bhash,
         verification=vv,
         readable=True,
-        verdict=m.verdict,
+        verdict=m.effective_verdict,
         model=fmt.one_line(m.scope.model, 200),
         tier=fmt.one_line(m.scope.tier, 40),
         scope_title=fmt.one_line(title, 300),

@@ -145,6 +145,7 @@ class Claim(ScopeModel):
         "output_throughput",
         "speedup_output_throughput",
         "speedup_tpot",
+        "speedup_engine_tpot",
         "interactivity_p90",
         "kernels_per_layer",
         "latency_per_layer_us",

@@ -78,17 +78,24 @@ def test_write_run_bundle_signed_and_verifiable(run, keydir: Path) -> None:
         finished_run(facts, run.ctx, make_results(), run.state), sign_keys=[key], log=lambda m: None
     )
     tgz = written.tarball
+    from fasttrack.pipeline.record import write_summary
+
+    no_engines = SimpleNamespace(engines=[], crash=None, interrupted=False)  # (engine records would count as starts)
+    summary = json.loads(write_summary(facts, run.ctx, make_results(), no_engines).read_text())  # type: ignore[arg-type]  # a stand-in state without engines
+    assert summary["verdict"] == "rehearsal" and summary["rehearsal"] is True
     assert tgz == run.run_dir / "bundle.tar.gz"
     assert written.verification.verified, written.verification.failures
     with pytest.raises(B.BundleError, match="run folder"):
         B.verify_bundle(run.run_dir, keys=[keydir / "contrib.pub"])
     res = B.verify_bundle(tgz, keys=[keydir / "contrib.pub"], pr_head=head[:8])
     assert res.verified, res.failures
+    assert res.verdict == "rehearsal" and res.rehearsal
     with B.open_bundle(tgz) as view:
         m = view.manifest
         assert m.scope.sha256 == run.loaded.sha256 and m.scope.model == "demo-llama"
         assert m.plan.fingerprint == run.plan.fingerprint and m.plan.shard == "1/1"
         assert m.rehearsal and "GPU" in m.rehearsal_reason
+        assert m.verdict == "rehearsal", "every check passed, on hardware the scope does not declare"
         assert m.pr.number == 12 and m.pr.isolation == "not_run"
         assert m.provenance.models == {"fasttrack/demo-llama": "2" * 64}
         assert m.provenance.seeds == {"sampling": 1234}
