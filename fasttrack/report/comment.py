@@ -10,8 +10,8 @@ a note: its "speedup" measures how the stream was delivered, not the decode.
 
 The size is counted in UTF-8 bytes, so it stays under the limit however GitHub counts.
 Bundle text is escaped for Markdown and HTML (:func:`md`): punctuation is backslash-escaped,
-``<``/``>``/``&`` become entities, and zero-width spaces break ``scheme://``, ``www.`` and ``@mention`` so no bundle text
-becomes a link or pings anyone. When the comment would be too long, tables are cut
+``<``/``>``/``&`` become entities, and zero-width spaces break ``scheme://``, ``www.`` and
+``@mention`` so no bundle text becomes a link or pings anyone. When the comment would be too long, tables are cut
 (with a note saying how many rows were left out) until it fits.
 """
 
@@ -100,7 +100,7 @@ def largest_deltas(r: ReportData, n: int) -> list[PerfRow]:
 def pr_link_state(r: ReportData) -> str:
     """The PR link in a few words: which PR and head the bundle vouches for, or that it is not PR evidence."""
     if r.pr is None:
-        return "none (not PR evidence: the bundle records no PR)"
+        return "none, so the bundle is not PR evidence"
     where = (r.pr.repository or "repository not recorded") + (f" #{r.pr.number}" if r.pr.number else "")
     return f"{where} at {r.pr.head_sha[:12]}, isolation {r.pr.isolation.replace('_', ' ')}"
 
@@ -109,7 +109,7 @@ def rehearsal_state(r: ReportData) -> str:
     """Whether the run was a rehearsal, in words."""
     if not r.readable:
         return "unknown"
-    return "yes: not valid evidence" if r.rehearsal else "no"
+    return "yes, not valid evidence" if r.rehearsal else "no"
 
 
 def _render(r: ReportData, *, report_ref: str, report_url: str | None, cap: int) -> str:
