@@ -212,8 +212,11 @@ def test_planted_defect_fails_the_signed_bundle_at_exactly_its_batch(defect_run,
     assert all(r["verdict"] == "pass" for r in points if r["point"] not in failing), [
         (r["point"], r["verdict"], r.get("problems")) for r in points if r["point"] not in failing
     ]
-    # the defect is numerical: the optimized path ran where it should, so coverage passes
-    assert manifest["checks"]["coverage"]["verdict"] == "pass", manifest["checks"]["coverage"]["reason"]
+    # the defect is numerical: the optimized path ran where it should, so coverage finds no failure; without the
+    # features check nothing visits the full-context points, so coverage is not_run there (no decode evidence)
+    cov = manifest["checks"]["coverage"]
+    assert cov["verdict"] == "not_run", cov["reason"]
+    assert "no decode evidence at 5 in-tier point(s)" in cov["reason"] and "ctxfull" in cov["reason"], cov["reason"]
     # the situations that need a request beyond the envelope or another deployment are probed too: a decode
     # batch above the range, and the candidate started with speculative decoding, which it refuses
     with open_bundle(run_dir / "bundle.tar.gz") as b:
