@@ -71,6 +71,11 @@ class PathMarkers(ScopeModel):
     """Regexes over op/kernel names that prove the optimized path ran."""
     stock: list[str]
     """Regexes over op/kernel names that prove the stock path ran."""
+    stock_on_baseline: bool = True
+    """Whether the stock markers name ops the baseline (the stock build) runs: then each stock marker must match
+    an op on the baseline, or the coverage check reports a scope error. False when they mark only the candidate's
+    own steps off the optimized path (an op the optimized build calls when it falls back, which stock vLLM never
+    runs); each must then match an op on the candidate."""
 
     @model_validator(mode="after")
     def _compile_all(self) -> "PathMarkers":
