@@ -10,8 +10,8 @@ reports each one as an item. Every rule reads only what one pass over the bundle
 - tables: every check table exists where recorded, with the recorded rows and columns; every
   listed artifact exists; no stray table.
 - PR head: the tested head commit matches the one asked for, and the link is proven
-  (:func:`pr_link_state`): a passing isolation row over exactly the recorded base..head, and
-  every engine reported serving that commit.
+  (:func:`pr_link_state`): an isolation row judged exactly the recorded base..head, and every
+  engine reported serving that commit.
 """
 
 from __future__ import annotations
@@ -171,34 +171,44 @@ def pr_head_problem(manifest: Manifest, pr_head: str) -> tuple[bool, str]:
 
 def pr_link_state(manifest: Manifest) -> tuple[str, str]:
     """Whether the bundle is evidence for the PR it records: ``none`` (no PR link: not PR evidence),
-    ``proven`` (a passing isolation row over exactly the recorded base..head, and every engine reported
-    serving the head commit), ``mismatch`` (an engine served another commit), ``unproven`` (anything
-    else: the diff not checked or not passing, a commit that could not be read), with the detail."""
+    ``proven`` (a required isolation row judged the diff over exactly the recorded base..head, and every
+    engine reported serving the head commit; the row's verdict, pass or fail, is the bundle verdict's
+    business), ``mismatch`` (an engine served another commit), ``unproven`` (anything else: the diff not
+    checked, a commit that could not be read, no engine ran), with the detail."""
     pr = manifest.pr
     if pr is None:
         return "none", NOT_PR_EVIDENCE
     iso = manifest.checks.get(ISOLATION)
     if iso is None:
         return "unproven", "the bundle has no isolation row, so the diff base..head was not checked"
-    got = {k: iso.summary.get(k) for k in ("base_sha", "head_sha", "diff_sha256")}
+    shards = iso.summary.get("shards")  # a merged bundle: every shard's row must have checked the range
+    summaries = (
+        list(shards.values()) if "diff_sha256" not in iso.summary and isinstance(shards, dict) else [iso.summary]
+    )
     want = {"base_sha": pr.base_sha, "head_sha": pr.head_sha, "diff_sha256": pr.diff_sha256}
-    if not iso.summary.get("diff_sha256"):
-        return "unproven", f"the diff base..head was not checked (isolation {iso.verdict.value}: {iso.reason[:300]})"
-    differ = [k for k in want if str(got[k] or "").lower() != str(want[k] or "").lower()]
-    if differ:
-        return "unproven", "the isolation row checked another range than the PR link records (" + ", ".join(
-            f"{k}: {got[k]} vs {want[k]}" for k in differ
-        ) + ")"
+    for summary in summaries or [{}]:
+        got = {k: summary.get(k) if isinstance(summary, dict) else None for k in want}
+        if not got["diff_sha256"]:
+            return (
+                "unproven",
+                f"the diff base..head was not checked (isolation {iso.verdict.value}: {iso.reason[:300]})",
+            )
+        differ = [k for k in want if str(got[k] or "").lower() != str(want[k] or "").lower()]
+        if differ:
+            return "unproven", "the isolation row checked another range than the PR link records (" + ", ".join(
+                f"{k}: {got[k]} vs {want[k]}" for k in differ
+            ) + ")"
     engines = manifest.provenance.engines
     builds = [(f"{e.group}/{e.side}#{(e.lifetime or 0) + 1}", e.vllm_commit) for e in engines]
     state, detail = head_binding(pr.head_sha, builds)
     if state == "mismatch":
         return "mismatch", detail
-    if iso.verdict is not Verdict.PASS or not iso.required:
-        return "unproven", f"the isolation row did not pass ({iso.verdict.value}): {iso.reason[:300]}"
+    if iso.verdict is Verdict.NOT_RUN or not iso.required:
+        return "unproven", f"the isolation row is {iso.verdict.value} and required={iso.required}: {iso.reason[:300]}"
+    checked = f"isolation {iso.verdict.value} over exactly {pr.base_sha}..{pr.head_sha}"
     if state == "unproven":
-        return "unproven", f"isolation passed over {pr.base_sha}..{pr.head_sha}, but {detail}"
-    return "proven", f"isolation passed over {pr.base_sha}..{pr.head_sha}; {detail}"
+        return "unproven", f"{checked}, but {detail}"
+    return "proven", f"{checked}; {detail}"
 
 
 def consistency_problems(root: Path) -> list[str]:

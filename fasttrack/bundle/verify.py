@@ -16,8 +16,8 @@ Each property is one named item of the result:
   recorded one, and no check fails without a reason.
 - ``tables``: every check table exists where recorded, with the recorded rows and
   columns; no table or listed artifact is missing; no stray table.
-- ``pr_head``: the tested head commit equals ``--pr-head`` and the link to it is proven: a passing
-  isolation row over exactly the recorded base..head, and every engine served that commit (skipped
+- ``pr_head``: the tested head commit equals ``--pr-head`` and the link to it is proven: the
+  isolation row judged exactly the recorded base..head, and every engine served that commit (skipped
   when not given). ``pr_link`` says, also without ``--pr-head``, whether the bundle is PR evidence.
 
 The pass is :mod:`scan`, the envelope and signatures :mod:`dsse`, and the rules behind
