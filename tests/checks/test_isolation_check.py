@@ -238,3 +238,50 @@ def test_a_merged_bundle_needs_every_shard_to_have_checked_the_range(tmp_path: P
     one = row.model_copy(update={"summary": {"shards": {"1/2": row.summary, "2/2": {"pr_link": False}}}})
     state, detail = pr_link_state(_bundle(tmp_path, commit=head, results=[one]))
     assert state == "unproven" and "not checked" in detail
+
+
+def test_validate_runs_isolation_first_and_names_a_bad_ref_before_anything(tmp_path: Path, repo: Path) -> None:
+    from fasttrack.errors import IsolationError
+    from fasttrack.pipeline import ValidateOptions, run_validate
+
+    out = tmp_path / "run"
+    opts = ValidateOptions(model="demo-llama", out=out, checks=["isolation"], repo=repo, base="main", head="nope")
+    with pytest.raises(IsolationError, match="head ref 'nope'"):
+        run_validate(opts, log=lambda m: None)
+    assert not out.exists()
+
+    write(repo, "vllm/v1/sample/sampler.py", "def sample(): return 2\n")
+    head = commit(repo)
+    opts = ValidateOptions(model="demo-llama", out=out, checks=["isolation"], repo=repo, base="main", head="pr")
+    res = run_validate(opts, log=lambda m: None)
+    assert res.verdict == "fail" and res.state is not None and res.state.engines == []
+    iso = next(r for r in res.results if r.check == "isolation")
+    assert iso.verdict is Verdict.FAIL and "vllm/v1/sample/sampler.py" in iso.reason
+    assert iso.summary["head_sha"] == head and iso.summary["head_binding"] == "unproven"
+    assert iso.title == "Isolation and PR head" and iso.view == "generic"
+
+
+def test_pipeline_binds_the_head_to_the_engines_builds() -> None:
+    from fasttrack.pipeline.engines import EngineLaunch, RunState
+    from fasttrack.pipeline.validate import _bind_pr_head
+
+    head, other = "a" * 40, "c" * 40
+    state = RunState()
+    state.results["isolation"] = _passing_row(head)
+    for side, commit_ in (("baseline", head), ("candidate", other)):
+        launch = EngineLaunch(side=side, group="g0", lifetime=0, checks=["perf"])  # type: ignore[arg-type]
+        launch.environment = {
+            "vllm_version": "0.32.0",
+            "vllm_commit": commit_,
+            "vllm_commit_source": "vllm/_version.py",
+        }
+        state.engines.append(launch)
+    _bind_pr_head(state, lambda m: None)
+    iso = state.results["isolation"]
+    assert iso.verdict is Verdict.FAIL and iso.summary["head_binding"] == "mismatch"
+    assert "g0/candidate#1 served vLLM commit " + other in iso.reason and head in iso.reason
+
+    from fasttrack.pipeline.record import engine_record
+
+    rec = engine_record(state.engines[1])
+    assert (rec.vllm_version, rec.vllm_commit, rec.vllm_commit_source) == ("0.32.0", other, "vllm/_version.py")
