@@ -114,6 +114,8 @@ def verify_cmd(
             console.print(shown("signed by: " + ", ".join(signed)), highlight=False)
         status = "[green]verified[/]" if res.verified else "[bold red]NOT verified[/]"
         console.print(f"{shown(bundle)}: {status}; bundle verdict: [bold]{res.verdict}[/]", highlight=False)
+        if res.pr_link is not None:
+            console.print(shown(f"PR link: {res.pr_link}: {res.pr_link_detail}"), highlight=False)
         if res.verified and require_pass and res.verdict != "pass":
             why = (
                 " (a rehearsal on hardware the scope does not declare is not evidence)"

@@ -31,6 +31,8 @@ from fasttrack.bundle.layout import NAME_RE
 from fasttrack.limits import MANIFEST_MAX_BYTES, MAX_SHARDS, SHARD_SPEC_MAX_CHARS, json_problem
 from fasttrack.results import (
     CHECK_ORDER,
+    ISOLATION,
+    NOT_PR_EVIDENCE,
     BundleVerdict,
     CheckResult,
     Gate,
@@ -217,6 +219,13 @@ class EngineRecord(_Model):
     """Bundle-relative path of this engine's log."""
     shard: str | None = Field(default=None, pattern=_SHARD_RE.pattern)
     """The shard that ran this engine (set when bundles are merged)."""
+    vllm_version: str | None = None
+    """The vLLM version the engine served (its installation's, or what an attached engine reports)."""
+    vllm_commit: str | None = None
+    """The vLLM git commit the engine served, when the build records one or runs from a git checkout."""
+    vllm_commit_source: str | None = None
+    """Where ``vllm_commit`` was read (``vllm/_version.py``, or ``git rev-parse HEAD`` in the source tree),
+    or why it could not be read."""
 
 
 class Provenance(_Model):
@@ -413,7 +422,8 @@ def build_manifest(
     """Assemble the manifest; the verdict is derived from ``results`` only.
 
     Every name in ``expected_checks`` without a result gets a required ``not_run`` entry
-    ("no result was produced"), so a run that skipped a check cannot pass. Pass
+    ("no result was produced"), so a run that skipped a check cannot pass. A missing ``isolation``
+    row is required only when ``pr`` is given; without a PR link it says the bundle is not PR evidence. Pass
     ``expected_checks=()`` to record only the given results.
     """
     by_name: dict[str, CheckResult] = {}
@@ -422,7 +432,14 @@ def build_manifest(
             raise BundleError(f"two results for check {r.check!r}; each check contributes exactly one CheckResult")
         by_name[r.check] = r
     for name in expected_checks:
-        if name not in by_name:
+        if name == ISOLATION and name not in by_name:
+            # without a PR link the missing isolation row only says so; with one, the link is unchecked
+            by_name[name] = (
+                CheckResult.not_run(name, NOT_PR_EVIDENCE, required=False)
+                if pr is None
+                else CheckResult.not_run(name, "the bundle records a PR link but no isolation result")
+            )
+        elif name not in by_name:
             by_name[name] = CheckResult.not_run(name, "no result was produced for this check in this run")
     ordered = ordered_checks(by_name)
     tables = tables or {}

@@ -16,7 +16,9 @@ Each property is one named item of the result:
   recorded one, and no check fails without a reason.
 - ``tables``: every check table exists where recorded, with the recorded rows and
   columns; no table or listed artifact is missing; no stray table.
-- ``pr_head``: the tested head commit equals ``--pr-head`` (skipped when not given).
+- ``pr_head``: the tested head commit equals ``--pr-head`` and the link to it is proven: the
+  isolation row judged exactly the recorded base..head, and every engine served that commit (skipped
+  when not given). ``pr_link`` says, also without ``--pr-head``, whether the bundle is PR evidence.
 
 The pass is :mod:`scan`, the envelope and signatures :mod:`dsse`, and the rules behind
 ``schema``, ``predicate``, ``verdicts``, ``tables`` and ``pr_head`` :mod:`consistency`
@@ -34,6 +36,7 @@ from pydantic import BaseModel, ConfigDict
 
 from fasttrack.bundle.consistency import (
     pr_head_problem,
+    pr_link_state,
     predicate_problems,
     schema_problems,
     table_problems,
@@ -105,6 +108,12 @@ class VerifyResult(BaseModel):
     """One entry per property, in ``ITEMS`` order."""
     bytes_hashed: int = 0
     """Bytes read and hashed."""
+    pr_link: str | None = None
+    """Whether the bundle is evidence for a PR: ``none`` (no PR link: not PR evidence), ``proven``,
+    ``unproven`` or ``mismatch`` (see :func:`fasttrack.bundle.consistency.pr_link_state`); None when the
+    manifest is unreadable."""
+    pr_link_detail: str = ""
+    """Why, in one sentence."""
 
     def item(self, name: str) -> VerifyItem:
         for it in self.items:
@@ -144,7 +153,10 @@ def verify_bundle(
             if name not in items:
                 put(name, False, "not checked: an earlier step failed")
         ordered = [items[n] for n in ITEMS]
+        link, link_detail = pr_link_state(manifest) if manifest else (None, "")
         return VerifyResult(
+            pr_link=link,
+            pr_link_detail=link_detail,
             bundle=str(p),
             verified=all(it.ok is not False for it in ordered),
             verdict=manifest.effective_verdict if manifest else None,

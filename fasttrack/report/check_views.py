@@ -24,6 +24,7 @@ from fasttrack.results import ordered_checks
 
 #: Titles of the shipped checks, for bundles written before checks recorded their own title.
 CHECK_TITLES = {
+    "isolation": "Isolation and PR head",
     "kernels": "Kernels",
     "equivalence": "Output equivalence",
     "features": "Serving features",

@@ -195,6 +195,8 @@ def check_results(spec: Spec, points: list[dict[str, Any]], rng: random.Random) 
             )
         )
 
+    results.append(isolation_result(spec))
+
     # kernels
     krows, kfail = [], []
     for k in ("fused_decode_attention", "fused_rmsnorm_residual"):
@@ -419,3 +421,42 @@ def check_results(spec: Spec, points: list[dict[str, Any]], rng: random.Random) 
         f"no regression at any of {len(points)} points",
     )
     return results
+
+
+#: The diff hash every synthetic PR link records.
+DIFF_SHA256 = "3" * 64
+
+_ISOLATION_CHANGES = {
+    "pass": ("vllm/model_executor/models/kimi_k3/fast_decode.py", "owned", None),
+    "fail": ("vllm/v1/sample/sampler.py", "shared", "sampling"),
+    "review": ("vllm/envs.py", "elsewhere", None),
+}
+
+
+def isolation_result(spec: Spec) -> CheckResult:
+    """The isolation row of the synthetic PR link: over exactly its base..head, with its verdict
+    (``review``: a path the scope does not allow, which fails the row like a shared component)."""
+    name = recorded_name(spec, "isolation")
+    if spec.isolation == "not_run":
+        return CheckResult.not_run(name, plant(spec, "--head was given without --repo: the diff was not checked"))
+    path, cls, component = _ISOLATION_CHANGES[spec.isolation]
+    failures = [] if cls == "owned" else [plant(spec, f"{path} (M) is {cls}" + (f": {component}" if component else ""))]
+    row: dict[str, Any] = {"path": path, "status": "M", "class": cls, "component": component}
+    if spec.payload:
+        row[spec.payload] = spec.payload
+    return CheckResult(
+        check=name,
+        title=None if spec.legacy_entries else plant(spec, "Isolation and PR head"),
+        view=None if spec.legacy_entries else "generic",
+        verdict=Verdict.FAIL if failures else Verdict.PASS,
+        reason=plant(spec, failures[0] if failures else "every changed path is owned by the scope"),
+        summary={
+            "pr_link": True,
+            "base_sha": spec.base_sha,
+            "head_sha": spec.head_sha,
+            "diff_sha256": DIFF_SHA256,
+            "head_binding": "proven",
+        },
+        failures=failures,
+        tables={"changed": [row]},
+    )

@@ -12,6 +12,8 @@ from typing import Any
 
 from markupsafe import Markup
 
+from fasttrack.results import NOT_PR_EVIDENCE
+
 
 @dataclass
 class Tri:
@@ -253,6 +255,10 @@ class PRView:
     diff_sha256: str
     isolation: str
     isolation_reason: str
+    link: str = ""
+    """Whether the bundle is evidence for this PR: ``proven``, ``unproven`` or ``mismatch`` (see
+    :func:`fasttrack.bundle.consistency.pr_link_state`)."""
+    link_detail: str = ""
 
 
 @dataclass
@@ -273,6 +279,8 @@ class ReportData:
     shard: str = ""
     created: str = ""
     pr: PRView | None = None
+    not_pr_evidence: str = NOT_PR_EVIDENCE
+    """What the report says when the bundle records no PR link."""
     hardware: str = ""
     rehearsal: bool = False
     rehearsal_reason: str = ""

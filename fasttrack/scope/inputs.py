@@ -57,6 +57,10 @@ class IsolationSpec(ScopeModel):
     """Globs (repo-relative) of the code the optimization owns."""
     shared_components: dict[SharedComponent, list[str]] = Field(default_factory=lambda: dict(DEFAULT_SHARED_COMPONENTS))
     """Off-limits components and their path globs; defaults cover vLLM's tree."""
+    allowed_paths: list[str] = Field(default_factory=list)
+    """Globs outside the owned paths that the change may also touch (e.g. its tests or docs): listed in the
+    isolation row, not failed. Any other path outside the owned ones fails isolation. Shared components
+    are never allowed."""
 
     @field_validator("owned_paths")
     @classmethod
