@@ -215,7 +215,7 @@ def test_clean_candidate_passes_all_three_checks(demo: Demo, baseline: Collected
 
 
 def test_a_demo_bundle_lists_the_seeds_and_datasets_its_checks_used(
-    demo: Demo, baseline: Collected, engine_slot: Any
+    demo: Demo, baseline: Collected, candidate_engine: Any
 ) -> None:
     """The clean candidate's run (reused, no new engine) written as a bundle through the pipeline's typed
     record: its provenance names the sampling seeds and the shipped inputs the checks read."""
@@ -227,7 +227,7 @@ def test_a_demo_bundle_lists_the_seeds_and_datasets_its_checks_used(
     from fasttrack.pipeline.record import RunFacts, finished_run
 
     if "candidate-clean" not in demo.runs:
-        _candidate(demo, baseline, engine_slot, None, ["equivalence", "features", "coverage"])
+        _candidate(demo, baseline, candidate_engine, None, ["equivalence", "features", "coverage"])
     ctx, results = demo.runs["candidate-clean"]
     # one run folder, as in a pipeline run: the baseline's artifacts next to the candidate's
     shutil.copytree(demo.root / "baseline" / "artifacts", ctx.run_dir / "artifacts", dirs_exist_ok=True)
