@@ -73,10 +73,6 @@ def head_binding(head: str, builds: Iterable[tuple[str, str | None]]) -> tuple[H
     return "proven", f"all {len(items)} engine(s) served vLLM commit {want}"
 
 
-BundleVerdict = Literal["pass", "fail", "incomplete"]
-"""A bundle's verdict: the overall check verdict, with ``not_run`` called ``incomplete``."""
-
-
 def check_sort_key(name: str) -> tuple[int, str]:
     """Sort key for check names: CHECK_ORDER first, in its order, then the rest by name."""
     try:

@@ -16,7 +16,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from bundle_testlib import CREATED, HEAD, make_provenance, make_results, make_run_dir
+from bundle_testlib import BASE, CREATED, DIFF, HEAD, isolation_result, make_provenance, make_results, make_run_dir
 
 from fasttrack import ROOT
 from fasttrack import bundle as B
@@ -37,11 +37,19 @@ def _ft(*args: str | Path) -> subprocess.CompletedProcess[str]:
 def _write(out: Path, *, rehearsal: bool, perf: Verdict = Verdict.PASS, sign: list[B.SigningKey] = ()) -> B.Manifest:
     return B.write_bundle(
         out,
-        results=make_results(perf=perf),
+        results=[isolation_result(), *make_results(perf=perf)],  # a PR run: its isolation row over base..head
         scope=B.scope_info("name: demo-llama\n", model="demo-llama", tier="smoke"),
         plan=B.plan_info({"points": [{"id": "b1"}], "fingerprint": "f" * 64}),
-        provenance=make_provenance(),
-        pr=B.PRLink(repository="org/repo", number=7, head_sha=HEAD, isolation="pass", isolation_reason="owned"),
+        provenance=make_provenance(vllm_commit=HEAD),
+        pr=B.PRLink(
+            repository="org/repo",
+            number=7,
+            base_sha=BASE,
+            head_sha=HEAD,
+            diff_sha256=DIFF,
+            isolation="pass",
+            isolation_reason="owned",
+        ),
         rehearsal=rehearsal,
         rehearsal_reason=REASON if rehearsal else None,
         created=CREATED,
