@@ -231,7 +231,9 @@ def test_planted_defect_fails_the_signed_bundle_at_exactly_its_batch(defect_run,
     # checks that were not selected are not_run
     assert manifest["checks"]["perf"]["verdict"] == "not_run"
     # the baseline was attached, the candidate started by validate with the defect in its environment
-    engines = {e["side"]: e for e in json.loads((run_dir / "run-summary.json").read_text())["engines"]}
+    # (the engines that collected equivalence: the unsupported-deployment probe's refused start is a record too)
+    launches = json.loads((run_dir / "run-summary.json").read_text())["engines"]
+    engines = {e["side"]: e for e in launches if "equivalence" in e["checks"]}
     assert engines["baseline"]["owned"] is False and engines["candidate"]["owned"] is True
     assert engines["candidate"]["environment"]["env_relevant"].get("FASTTRACK_DEMO_DEFECT") == DEFECT
     assert manifest["provenance"]["engines"] and manifest["provenance"]["models"]
