@@ -102,7 +102,9 @@ def pr_link_state(r: ReportData) -> str:
     if r.pr is None:
         return "none, so the bundle is not PR evidence"
     where = (r.pr.repository or "repository not recorded") + (f" #{r.pr.number}" if r.pr.number else "")
-    return f"{where} at {r.pr.head_sha[:12]}, isolation {r.pr.isolation.replace('_', ' ')}"
+    words = f"{where} at {r.pr.head_sha[:12]}, isolation {r.pr.isolation.replace('_', ' ')}"
+    # whether the bundle proves the link (bundle.consistency's state, loaded into the PR view)
+    return f"{words}, link {r.pr.link}" if r.pr.link else words
 
 
 def rehearsal_state(r: ReportData) -> str:
