@@ -472,6 +472,8 @@ def reproduce_cmd(
         False, "--allow-unverified", help="Rerun even if the bundle does not verify."
     ),
     force: bool = typer.Option(False, "--force", help="Replace a non-empty --out folder."),
+    baseline_url: str = typer.Option(None, "--baseline-url", help="Attach a running baseline engine."),
+    candidate_url: str = typer.Option(None, "--candidate-url", help="Attach a running candidate engine."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
     """Rerun chosen checks with a bundle's recorded settings and report agreement."""
@@ -489,6 +491,8 @@ def reproduce_cmd(
         trust=Path(trust) if trust else None,
         allow_unverified=allow_unverified,
         force=force,
+        baseline_url=baseline_url,
+        candidate_url=candidate_url,
         log=lambda m: err_console.print(m, highlight=False),
     )
     if as_json:
