@@ -486,8 +486,7 @@ def test_logits_defects(ops, monkeypatch) -> None:
 def test_envelope_check_names_every_unsupported_deployment_feature() -> None:
     from types import SimpleNamespace
 
-    pytest.importorskip("vllm", reason="the model module builds on vLLM's Llama")
-    from fasttrack_demo_plugin.model import _check_envelope
+    from fasttrack_demo_plugin.settings import check_envelope as _check_envelope
 
     def config(**kw):
         base = dict(

@@ -24,3 +24,22 @@ def register() -> None:
 
     if ARCHITECTURE not in ModelRegistry.get_supported_archs():
         ModelRegistry.register_model(ARCHITECTURE, "fasttrack_demo_plugin.model:FasttrackDemoLlamaForCausalLM")
+    _register_deployment_check()
+
+
+def _register_deployment_check() -> None:
+    """Refuse an unsupported deployment when vLLM builds its configuration (in the API server, seconds
+    after the start), not only when the model is built in the worker after every process has started:
+    vLLM runs the per-architecture hook of ``MODELS_CONFIG_MAP`` from ``VllmConfig.__post_init__``.
+    Quantization is known only later (``quant_config``); the model's own check still refuses it."""
+    from vllm.model_executor.models.config import MODELS_CONFIG_MAP, VerifyAndUpdateConfig
+
+    class DemoDeploymentCheck(VerifyAndUpdateConfig):
+        @staticmethod
+        def verify_and_update_config(vllm_config) -> None:  # type: ignore[no-untyped-def]  # vLLM's hook
+            from fasttrack_demo_plugin.settings import check_envelope, parse_settings
+
+            if parse_settings(vllm_config.additional_config).enabled:
+                check_envelope(vllm_config)
+
+    MODELS_CONFIG_MAP.setdefault(ARCHITECTURE, DemoDeploymentCheck)

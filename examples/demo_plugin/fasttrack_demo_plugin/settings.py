@@ -85,3 +85,28 @@ def parse_settings(additional_config: Any, environ: dict[str, str] | None = None
             f"{DEFECT_ENV}={defect!r} is not a known planted defect; use one of {', '.join(DEFECTS)} or leave it unset."
         )
     return BackendSettings(backend="latency_specialized", defect=defect)
+
+
+def check_envelope(vllm_config: Any) -> None:
+    """Refuse a deployment the optimized path does not support (raises :class:`DemoBackendConfigError`).
+
+    Run twice: from vLLM's per-architecture configuration hook, in the API server seconds after the
+    start (``fasttrack_demo_plugin.register``), and when the model is built (quantization is known then)."""
+    parallel = vllm_config.parallel_config
+    problems = []
+    if parallel.tensor_parallel_size != 1:
+        problems.append(f"tensor_parallel_size={parallel.tensor_parallel_size} (supported: 1)")
+    if parallel.pipeline_parallel_size != 1:
+        problems.append(f"pipeline_parallel_size={parallel.pipeline_parallel_size} (supported: 1)")
+    if vllm_config.quant_config is not None:
+        problems.append("quantization (supported: none)")
+    if vllm_config.lora_config is not None:
+        problems.append("LoRA (supported: none)")
+    if getattr(vllm_config, "speculative_config", None) is not None:
+        problems.append("speculative decoding (supported: none)")
+    if problems:
+        raise DemoBackendConfigError(
+            "decode_backend=latency_specialized does not support this deployment: "
+            + "; ".join(problems)
+            + ". Remove decode_backend from --additional-config to use the stock path."
+        )
