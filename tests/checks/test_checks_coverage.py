@@ -441,3 +441,15 @@ def test_stock_marker_never_matching_on_the_baseline_is_a_scope_error(tmp_path: 
     assert err in res.reason and "ops seen there: aten::mm, vllm::unified_attention" in res.reason
     (row,) = res.tables["markers"]
     assert row["verdict"] == "not_run" and err in row["detail"] and row["expected_on"] == "baseline"
+
+
+def test_a_long_refusal_line_keeps_the_part_that_matched() -> None:
+    """A refusal raised while vLLM builds its configuration is one long line (the message and the whole
+    configuration): the row keeps the part the scope's regex matched, not the line's tail."""
+    from fasttrack.checks.coverage.judge import LINE_CHARS, _clip
+
+    line = "Value error, " + "x" * 300 + " the backend does not support this deployment: LoRA " + "y" * 500
+    kept = _clip(line, "does not support this deployment")
+    assert "does not support this deployment" in kept and len(kept) == LINE_CHARS
+    assert _clip("short line", "nothing") == "short line"
+    assert _clip(line, None) == line[-LINE_CHARS:]
