@@ -8,9 +8,11 @@ import json
 from pathlib import Path
 
 from fasttrack.bundle.attest import sign_bundle
+from fasttrack.bundle.consistency import pr_link_state
 from fasttrack.bundle.layout import MANIFEST
+from fasttrack.bundle.manifest import load_manifest
 from fasttrack.report import render_report
-from fasttrack.report.comment import GITHUB_LIMIT, render_comment, shown_perf_rows, size
+from fasttrack.report.comment import GITHUB_LIMIT, md, pr_headline_words, render_comment, shown_perf_rows, size
 from fasttrack.report.load import build_report_data
 from fasttrack.report.perf_view import burst_by_point, perf_rows
 from fasttrack.report.site import build_site
@@ -88,6 +90,22 @@ def test_the_comment_headline_without_a_pr_says_it_is_not_pr_evidence(bundle_fac
         and "PR link: none, so the bundle is not PR evidence" in state
         and "rehearsal: no" in state
     )
+
+
+def test_the_comment_headline_takes_the_pr_link_state_from_the_bundle(bundle_factory, keys) -> None:
+    b = bundle_factory("pr-link", model="demo-llama", seed=8, head_sha="e" * 40)
+    d = build_report_data(b, keys=[keys.trusted_pub])
+    assert d.pr is not None
+    state, _ = pr_link_state(load_manifest((b / MANIFEST).read_bytes()))
+    assert d.pr.link == state != "none", "the PR view carries the bundle's consistency rule's state"
+    words = pr_headline_words(d)
+    assert words.startswith(d.pr.repository) and f"at {'e' * 12}, isolation {d.pr.isolation}" in words
+    assert words.endswith(f", link {state}")
+    assert f"PR link: {md(words, 300)} · rehearsal:" in render_comment(d).splitlines()[3]
+    for other in ("mismatch", "unproven", "proven"):
+        d.pr.link = other
+        assert pr_headline_words(d).endswith(f", link {other}")
+        assert f"link {other}" in render_comment(d).splitlines()[3]
 
 
 def test_gated_metric_first_and_burst_distorted_rows_left_out(bundle_factory, keys) -> None:
