@@ -4,17 +4,19 @@ context, and a driver of the check's adaptive loop as the pipeline drives it."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 
 import numpy as np
 
 from fasttrack.checks.base import RunContext
 from fasttrack.checks.perf import PerfCheck, measure_item
+from fasttrack.perf.analysis import ItemState
 from fasttrack.perf.metrics import RunMetrics
+from fasttrack.perf.schedule import LookSchedule
 from fasttrack.perf.workloads import WorkItem
 from fasttrack.plan import build_plan
-from fasttrack.scope import load_scope
+from fasttrack.scope import PerfGate, load_scope
 
 SLOW_FACTOR = 4.0
 """The synthetic slow batch's slowdown (the demo's ``slow-batch`` defect is 4-10x)."""
@@ -80,6 +82,29 @@ def demo_perf_ctx(tier: str, tmp: Path, *, interleave: bool = False) -> RunConte
     return RunContext(scope=scope, plan=plan, tier=tier, run_dir=tmp, loaded=loaded, log=lambda m: None)
 
 
+def measure(
+    state: ItemState,
+    sched: LookSchedule,
+    gate: PerfGate,
+    side: str,
+    lifetime: int,
+    run_once: Callable[[int], Awaitable[RunMetrics]],
+) -> int:
+    """One lifetime's runs of one point, as the check measures them (looking where the schedule allows);
+    how many runs it made."""
+    return asyncio.run(
+        measure_item(
+            state,
+            side=side,
+            lifetime=lifetime,
+            looks_here=sched.looks_allowed(side, lifetime),
+            sched=sched,
+            gate=gate,
+            run_once=run_once,
+        )
+    )
+
+
 def simulate(
     chk: PerfCheck,
     ctx: RunContext,
@@ -127,14 +152,4 @@ def simulate(
                     )
 
                 s.gpus[side] = 0
-                asyncio.run(
-                    measure_item(
-                        s,
-                        side=side,
-                        lifetime=lt,
-                        looks_here=sched.looks_allowed(side, lt),
-                        sched=sched,
-                        gate=gate,
-                        run_once=run_once,
-                    )
-                )
+                measure(s, sched, gate, side, lt, run_once)

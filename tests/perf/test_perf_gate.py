@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from perf_testlib import SLOW_FACTOR, demo_perf_ctx, fake_run, simulate
+from perf_testlib import SLOW_FACTOR, demo_perf_ctx, fake_run, measure, simulate
 
 from fasttrack.checks.base import Verdict
 from fasttrack.checks.perf import PerfCheck, gpus_from_args, measure_item
@@ -60,17 +60,7 @@ def _measure(
         return fake_run(state.item, side, lifetime, k, tpot=tpot, rng=rng, sd=sd, failed=failed, gpus=gpus)
 
     state.gpus[side] = gpus
-    return asyncio.run(
-        measure_item(
-            state,
-            side=side,
-            lifetime=lifetime,
-            looks_here=sched.looks_allowed(side, lifetime),
-            sched=sched,
-            gate=gate,
-            run_once=run_once,
-        )
-    )
+    return measure(state, sched, gate, side, lifetime, run_once)
 
 
 # ---------------------------------------------------------------------------------- schedule
@@ -382,17 +372,7 @@ def test_trailing_baseline_lifetime_is_a_drift_check(tmp_path: Path) -> None:
             if sched.is_drift_lifetime(side, lt):
                 assert asyncio.run(measure_drift(s, gate=gate, run_once=run_once)) == gate.min_runs
             elif not s.final:
-                asyncio.run(
-                    measure_item(
-                        s,
-                        side=side,
-                        lifetime=lt,
-                        looks_here=sched.looks_allowed(side, lt),
-                        sched=sched,
-                        gate=gate,
-                        run_once=run_once,
-                    )
-                )
+                measure(s, sched, gate, side, lt, run_once)
     res = chk.judge(ctx)
     assert res.verdict is Verdict.PASS, res.failures  # the drift lifetime never enters the gate
     assert len(res.tables["drift"]) == len(ctx.plan.points)
