@@ -27,12 +27,12 @@ from fasttrack.bundle.manifest import (
     EngineRecord,
     Hardware,
     PlanInfo,
-    PRLink,
     Provenance,
     ScopeInfo,
     plan_info,
     scope_info,
 )
+from fasttrack.bundle.prlink import PRLink
 from fasttrack.bundle.writer import write_bundle
 from fasttrack.report.synthetic_results import DIFF_SHA256, Spec, check_results, plant, recorded_name
 from fasttrack.results import CHECK_ORDER
