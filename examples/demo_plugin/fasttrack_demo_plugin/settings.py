@@ -60,6 +60,9 @@ class BackendSettings:
     """Smallest decode batch the optimized path takes."""
     max_batch: int = MAX_BATCH
     """Largest decode batch the optimized path takes."""
+    spec_tokens: int = 0
+    """Draft tokens per step with n-gram speculative decoding (0 without): steps that verify drafts run the
+    stock path (fallback reason ``spec_verify``)."""
 
     @property
     def enabled(self) -> bool:
