@@ -298,6 +298,11 @@ def run_validate(
             attach: dict[Side, str | None] = {"baseline": opts.baseline_url, "candidate": opts.candidate_url}
             launcher = get_launcher(opts.launcher) if opts.launcher else None
             driven = select_groups(plan, opts.groups)
+            if driven is not plan:
+                left = [g.id for g in plan.groups if g not in driven.groups]
+                log(
+                    f"--group: starting {', '.join(g.id for g in driven.groups)} only; not exercised: {', '.join(left)}"
+                )
             drive_engines(
                 ctx, driven, engine_checks, state, attach=attach, progress=progress, log=log, launcher=launcher
             )
