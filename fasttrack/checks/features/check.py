@@ -3,7 +3,9 @@
 Each feature the scope lists (``scope.features``) is one sub-test, an entry of the table
 :data:`~fasttrack.checks.features.table.FEATURES` (when it runs, what it collects, how it
 is judged); the candidate is judged against the baseline and against absolute thresholds
-(``gates.features``, and ``gates.equivalence`` where outputs are compared).
+(``gates.features``, and ``gates.equivalence`` where outputs are compared). On an engine group
+with synthetic acceptance only ``speculative_acceptance`` runs (:data:`SYNTHETIC_FEATURES`): the
+others compare outputs, which that sampler changes by design.
 
 Path evidence comes from two short profiler windows per engine lifetime (trace
 export costs seconds per window and tens of ms per step on small hosts): the
