@@ -52,6 +52,21 @@ def test_a_synthetic_length_that_did_not_reach_the_engine_fails(tmp_path: Path) 
     )
 
 
+def test_synthetic_rates_are_not_compared_between_the_sides(tmp_path: Path) -> None:
+    # both sides accept at the configured rates: a candidate whose draws came out lower than the baseline's (below
+    # the natural rule's Wilson bound) still passes when both lengths are within tolerance of the configured one
+    base, cand = _side("baseline"), _side("candidate")
+    base.data["speculative_acceptance"] = _data(170, configured=2.5)
+    cand.data["speculative_acceptance"] = _data(130, configured=2.5)
+    chk, ctx = _check(tmp_path, base, cand, features=["speculative_acceptance"])
+    res = chk.judge(ctx)
+    assert res.verdict is Verdict.PASS, res.failures
+    # the same numbers without synthetic acceptance fail the natural rule
+    base.data["speculative_acceptance"] = _data(170, configured=None)
+    cand.data["speculative_acceptance"] = _data(130, configured=None)
+    assert chk.judge(ctx).verdict is Verdict.FAIL
+
+
 def test_natural_acceptance_has_no_configured_length(tmp_path: Path) -> None:
     base, cand = _side("baseline"), _side("candidate")
     base.data["speculative_acceptance"] = _data(80, configured=None)
