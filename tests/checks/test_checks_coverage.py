@@ -101,7 +101,7 @@ def _probes(chk: CoverageCheck, **cand_kwargs) -> None:
         chk.probes.append(_probe(s, "candidate", **kw))
     # the demo candidate refuses the deployment outside its envelope, as its scope declares
     refusal = "DemoBackendConfigError: decode_backend=latency_specialized does not support this deployment"
-    dep = Deployment(name="unsupported_deployment", side="candidate", group=GID, args=("--speculative-config", "{}"))
+    dep = Deployment(name="unsupported_deployment", side="candidate", group=GID, args=("--enable-lora",))
     out = DeploymentOutcome(args=list(dep.args), started=False, exit_code=1, reject_lines=[refusal])
     chk.deployed.append((dep, out, ""))
 

@@ -188,13 +188,13 @@ def test_planted_defect_fails_the_signed_bundle_at_exactly_its_batch(defect_run,
     assert f"no decode evidence at {len(unseen)} in-tier point(s)" in cov["reason"], cov["reason"]
     assert not cov["summary"]["scope_errors"], cov["summary"]["scope_errors"]
     # the situations that need a request beyond the envelope or another deployment are probed too: a decode
-    # batch above the range, and the candidate started with speculative decoding, which it refuses
+    # batch above the range, and the candidate started with LoRA enabled, which it refuses
     with open_bundle(run_dir / "bundle.tar.gz") as b:
         fallback = {(r["situation"], r["side"]): r for r in b.rows("coverage", "fallback")}
     assert fallback[("out_of_envelope_request", "candidate")]["verdict"] == "pass"
     refused = fallback[("unsupported_deployment", "candidate")]
     assert refused["verdict"] == "pass" and refused["started"] in (False, 0), refused  # it refused to start
-    assert "does not support this deployment" in refused["fallback_line"]
+    assert "does not support this deployment: LoRA" in refused["fallback_line"]
     # checks that were not selected are not_run
     assert manifest["checks"]["perf"]["verdict"] == "not_run"
     # the baseline was attached, the candidate started by validate with the defect in its environment

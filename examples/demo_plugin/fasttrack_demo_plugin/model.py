@@ -16,11 +16,14 @@
   final norm and sampling are always stock.
 
 Envelope (checked at startup; anything else is rejected with an error): tensor
-and pipeline parallel size 1, no quantization, no LoRA, no speculative decoding.
+and pipeline parallel size 1, no quantization, no LoRA; speculative decoding only
+with n-gram drafting, whose verify steps (several query tokens per request) run the
+stock path, logged with reason ``spec_verify``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterable
 
@@ -75,6 +78,9 @@ class FasttrackDemoLlamaForCausalLM(LlamaForCausalLM):
         settings = parse_settings(vllm_config.additional_config)
         if settings.enabled:
             check_envelope(vllm_config)
+            spec = getattr(vllm_config, "speculative_config", None)
+            if spec is not None:
+                settings = dataclasses.replace(settings, spec_tokens=int(spec.num_speculative_tokens))
         layer_type = FastDecodeLlamaDecoderLayer if settings.enabled else LlamaDecoderLayer
         super().__init__(vllm_config=vllm_config, prefix=prefix, layer_type=layer_type)
         self.fast_settings: BackendSettings = settings
@@ -90,6 +96,12 @@ class FasttrackDemoLlamaForCausalLM(LlamaForCausalLM):
                 settings.min_batch,
                 settings.max_batch,
             )
+            if settings.spec_tokens:
+                logger.info(
+                    "fasttrack-demo n-gram speculative decoding (%d draft tokens): steps that verify drafts run "
+                    "the stock path (fallback reason=spec_verify)",
+                    settings.spec_tokens,
+                )
             ops.load_native()
             logger.info("fasttrack-demo %s", ops.native_status())
             logger.debug("fasttrack-demo planted defect: %s", settings.defect)

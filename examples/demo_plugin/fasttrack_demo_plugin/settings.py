@@ -60,6 +60,9 @@ class BackendSettings:
     """Smallest decode batch the optimized path takes."""
     max_batch: int = MAX_BATCH
     """Largest decode batch the optimized path takes."""
+    spec_tokens: int = 0
+    """Draft tokens per step with n-gram speculative decoding (0 without): steps that verify drafts run the
+    stock path (fallback reason ``spec_verify``)."""
 
     @property
     def enabled(self) -> bool:
@@ -102,8 +105,9 @@ def check_envelope(vllm_config: Any) -> None:
         problems.append("quantization (supported: none)")
     if vllm_config.lora_config is not None:
         problems.append("LoRA (supported: none)")
-    if getattr(vllm_config, "speculative_config", None) is not None:
-        problems.append("speculative decoding (supported: none)")
+    spec = getattr(vllm_config, "speculative_config", None)
+    if spec is not None and getattr(spec, "method", None) != "ngram":
+        problems.append(f"speculative decoding method {getattr(spec, 'method', None)!r} (supported: ngram)")
     if problems:
         raise DemoBackendConfigError(
             "decode_backend=latency_specialized does not support this deployment: "
