@@ -252,7 +252,7 @@ def run_validate(
     loaded, host, rehearsal, rehearsal_reason = prepare(opts, log=log)
     scope = loaded.scope
     plan = build_plan(scope, tier=opts.tier, shard=opts.shard, scope_sha256=loaded.sha256)
-    select_groups(plan, opts.groups)  # an unknown group fails before anything else
+    driven = select_groups(plan, opts.groups)  # the groups to start; an unknown group fails before anything else
     preflight(loaded, plan, opts, log=log)
     change = change_request(opts)
     from fasttrack.bundle.keys import load_private_key
@@ -297,7 +297,6 @@ def run_validate(
         if engine_checks:
             attach: dict[Side, str | None] = {"baseline": opts.baseline_url, "candidate": opts.candidate_url}
             launcher = get_launcher(opts.launcher) if opts.launcher else None
-            driven = select_groups(plan, opts.groups)
             if driven is not plan:
                 left = [g.id for g in plan.groups if g not in driven.groups]
                 log(
