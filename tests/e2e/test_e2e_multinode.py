@@ -6,9 +6,10 @@ this host (two node ranks on loopback, vLLM's multiprocessing backend over gloo)
 * killing one node's process mid-run gives a partial bundle that names that node, and no
   process of the run is left behind.
 
-Three engine starts: the single-node baseline and the two-node candidate of the first run,
-and the two-node baseline the second run kills a node of; all eager (``--enforce-eager``), the
-cheapest configuration that still runs real vLLM, since the deployment is what is tested."""
+Two engine starts: the two-node candidate of the first run (its single-node baseline is the
+session's stock engine, attached by URL) and the two-node baseline the second run kills a node
+of; both eager (``--enforce-eager``), the cheapest configuration that still runs real vLLM,
+since the deployment is what is tested."""
 
 from __future__ import annotations
 
@@ -95,7 +96,7 @@ def _no_other_engine(engine_slot) -> None:
 
 
 def test_two_node_engine_passes_equivalence_against_the_single_node_stock_engine(
-    tmp_path: Path, _no_other_engine
+    tmp_path: Path, baseline_engine
 ) -> None:
     scope = rehearsal_scope(tmp_path / "scope", both_sides=False)
     plan = json.loads(
@@ -111,7 +112,8 @@ def test_two_node_engine_passes_equivalence_against_the_single_node_stock_engine
     assert [g["side_nodes"] for g in plan["groups"]] == [{"baseline": 1, "candidate": 2}]
     run_dir = tmp_path / "run"
     res = subprocess.run(
-        [*FT, "validate", "--model", str(scope), "--checks", "equivalence", "--out", str(run_dir)],
+        [*FT, "validate", "--model", str(scope), "--checks", "equivalence", "--out", str(run_dir)]
+        + ["--baseline-url", baseline_engine.api_url],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -124,7 +126,7 @@ def test_two_node_engine_passes_equivalence_against_the_single_node_stock_engine
     eq = summary["checks"]["equivalence"]
     assert eq["verdict"] == "pass", (eq, out[-4000:])
     launches = {e["side"]: e for e in summary["engines"]}
-    assert launches["baseline"].get("nodes", 1) == 1
+    assert launches["baseline"].get("nodes", 1) == 1 and launches["baseline"]["owned"] is False
     cand = launches["candidate"]
     assert cand["nodes"] == 2 and cand["launcher"] == "local"
     assert len(cand["node_logs"]) == 2
