@@ -22,13 +22,13 @@ import time
 from pathlib import Path
 
 import pytest
+from scope_testlib import EAGER, demo_scope_variant
 
 from fasttrack import ROOT
 
 pytestmark = pytest.mark.e2e
 
 FT = [sys.executable, "-m", "fasttrack"]
-DEMO = ROOT / "suites" / "demo-llama"
 
 
 def _env(cache: Path | None = None) -> dict[str, str]:
@@ -43,7 +43,6 @@ def _env(cache: Path | None = None) -> dict[str, str]:
 
 def rehearsal_scope(folder: Path, *, both_sides: bool) -> Path:
     """The demo scope on nodes of one rank; the candidate (or both sides) at TP2, i.e. on two nodes."""
-    text = (DEMO / "scope.yaml").read_text()
     swaps = {
         "hardware:\n  device: cpu\n": (
             'hardware:\n  device: cpu\n  node: {gpus: 1, fabric: network, name: "loopback rehearsal node (one rank)"}\n'
@@ -59,18 +58,11 @@ def rehearsal_scope(folder: Path, *, both_sides: bool) -> Path:
         # two node processes plus their workers start slowly on a loaded two-core host
         "  startup_timeout_s: 300": "  startup_timeout_s: 1800",
         # the deployment is under test, not the compiled model: eager engines start without compiling
-        '"--seed", "0"]': '"--seed", "0", "--enforce-eager"]',
+        **EAGER,
     }
     if both_sides:
         swaps["  baseline:\n    args: []"] = '  baseline:\n    args: ["--tensor-parallel-size", "2"]'
-    for old, new in swaps.items():
-        assert old in text, old
-        text = text.replace(old, new)
-    folder.mkdir(parents=True, exist_ok=True)
-    for sub in ("data", "prompts", "traces", "kernels"):
-        (folder / sub).symlink_to(DEMO / sub)
-    (folder / "scope.yaml").write_text(text)
-    return folder / "scope.yaml"
+    return demo_scope_variant(folder, swaps)
 
 
 def _run_pids(run_dir: Path) -> list[int]:
