@@ -59,6 +59,8 @@ def rehearsal_scope(folder: Path, *, both_sides: bool) -> Path:
         "  startup_timeout_s: 300": "  startup_timeout_s: 1800",
         # the deployment is under test, not the compiled model: eager engines start without compiling
         **EAGER,
+        # vLLM's multiprocessing executor spans the nodes: the single-rank setting stays out
+        '    VLLM_ENABLE_V1_MULTIPROCESSING: "0"\n': "",
     }
     if both_sides:
         swaps["  baseline:\n    args: []"] = '  baseline:\n    args: ["--tensor-parallel-size", "2"]'
