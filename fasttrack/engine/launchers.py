@@ -17,36 +17,31 @@ waits for health, watches every node and tears them all down.
 
 from __future__ import annotations
 
-import getpass
 import os
 import re
 import shlex
 import shutil
 import subprocess
-import tempfile
 import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from fasttrack.engine.compile_cache import INDUCTOR_CACHE_ENV, inductor_cache_dir
 from fasttrack.engine.procs import parent_death_preexec
 
 NODE_MAIN = Path(__file__).with_name("node_main.py")
 """The node entry script (run by path under the engine's interpreter)."""
-INDUCTOR_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
 
 
 def local_node_env(env: dict[str, str], rank: int) -> dict[str, str]:
     """The environment of node ``rank`` on this host: inductor's cache in a folder of its own
-    (``<cache>/node<rank>``, under ``TORCHINDUCTOR_CACHE_DIR`` or inductor's default). Node processes
+    (``<cache>/node<rank>``, under :func:`inductor_cache_dir`). Node processes
     of one host compile the same graphs at the same moment, and inductor's compiled-kernel cache is
     not safe for that: one rank loaded a kernel library the other was still writing (``ImportError:
     ... .so: file too short``) and its engine died on its first request."""
-    base = env.get(INDUCTOR_CACHE_ENV) or os.path.join(
-        tempfile.gettempdir(), "torchinductor_" + re.sub(r"[\\/:*?\"<>|]", "_", getpass.getuser())
-    )
-    return {**env, INDUCTOR_CACHE_ENV: os.path.join(base, f"node{rank}")}
+    return {**env, INDUCTOR_CACHE_ENV: os.path.join(inductor_cache_dir(env), f"node{rank}")}
 
 
 def node_args(*, nnodes: int, rank: int | None, master_addr: str, master_port: int, headless: bool) -> list[str]:
