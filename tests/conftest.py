@@ -53,6 +53,7 @@ from demo_engines import (
     demo_plugin_missing,
     engine_phase,
     require_demo_target,
+    split_items,
 )
 
 
@@ -180,10 +181,12 @@ def no_session_engine(engine_slot: EngineSlot) -> None:
     engine_slot.release()
 
 
-@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Run the tests in the order of :data:`ENGINE_SCHEDULE` (stable within one phase)."""
+    """Run the tests in the order of :data:`ENGINE_SCHEDULE` (stable within one phase), and only this
+    process's share of them when ``FASTTRACK_TEST_SPLIT`` names one (:func:`split_items`: ``schedule``
+    or ``other``). Runs before the end-to-end test count (``tests/enginecount.py``, a trylast hook)."""
     items[:] = sorted(items, key=_engine_phase)
+    split_items(config, items)
 
 
 def pytest_configure(config: pytest.Config) -> None:
