@@ -50,14 +50,17 @@ t0=$(date +%s)
 summaries=("$FASTTRACK_SUITE_SUMMARY")
 if [[ $# == 0 && "${FASTTRACK_SIDE_BY_SIDE:-1}" != 0 ]]; then
   # The whole suite (what CI runs) in two pytest processes side by side (tests/demo_engines.py,
-  # FASTTRACK_TEST_SPLIT): one runs the end-to-end tests on the engine schedule (those that use the
-  # session's engines, then those that stop them and start their own), the other every other test
-  # (the fast tests, and the end-to-end tests that start engines of their own from the outset).
+  # FASTTRACK_TEST_SPLIT, tests/sidebyside.py): one runs the end-to-end tests on the engine schedule
+  # (those that use the session's engines, then those that stop them and start their own), the other
+  # every other test (the fast tests, and the end-to-end tests that start engines of their own).
+  # The other process pauses while the first one times engines (perf pairs; FASTTRACK_QUIET_FILE).
   # vLLM's CPU worker binds to one core (core 0 on two cores); the second process's engines bind
   # to the last core and keep their compiled code in a cache of their own (two processes compiling
   # one graph into one cache can load each other's half-written files).
   # FASTTRACK_SIDE_BY_SIDE=0 runs everything in one process.
   other_log="$PWD/.artifacts/other-tests.log"
+  export FASTTRACK_QUIET_FILE="$PWD/.artifacts/quiet-window"
+  rm -f "$FASTTRACK_QUIET_FILE"
   other_summary="$PWD/.artifacts/suite-summary-other.txt"
   rm -f "$other_summary"
   summaries+=("$other_summary")

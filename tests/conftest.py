@@ -39,6 +39,7 @@ from typing import Any, Iterator
 
 import enginecount
 import pytest
+import sidebyside
 from demo_engines import (
     CHEAPEST_ENGINE_ARGS,
     ROOT,
@@ -53,7 +54,6 @@ from demo_engines import (
     demo_plugin_missing,
     engine_phase,
     require_demo_target,
-    split_items,
 )
 
 
@@ -183,15 +183,19 @@ def no_session_engine(engine_slot: EngineSlot) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Run the tests in the order of :data:`ENGINE_SCHEDULE` (stable within one phase), and only this
-    process's share of them when ``FASTTRACK_TEST_SPLIT`` names one (:func:`split_items`: ``schedule``
-    or ``other``). Runs before the end-to-end test count (``tests/enginecount.py``, a trylast hook)."""
+    process's share of them when ``FASTTRACK_TEST_SPLIT`` names one (``tests/sidebyside.py``). Runs
+    before the end-to-end test count (``tests/enginecount.py``, a trylast hook)."""
     items[:] = sorted(items, key=_engine_phase)
-    split_items(config, items)
+    plugin = config.pluginmanager.get_plugin(sidebyside.PLUGIN_NAME)
+    if plugin is not None:
+        plugin.split_items(config, items)
 
 
 def pytest_configure(config: pytest.Config) -> None:
     if not config.pluginmanager.has_plugin(enginecount.PLUGIN_NAME):
         config.pluginmanager.register(enginecount.EngineCount(config), enginecount.PLUGIN_NAME)
+    if not config.pluginmanager.has_plugin(sidebyside.PLUGIN_NAME):
+        config.pluginmanager.register(sidebyside.SideBySide(), sidebyside.PLUGIN_NAME)
 
 
 @pytest.fixture(scope="session")

@@ -387,35 +387,6 @@ def _engine_phase(item: pytest.Item) -> int:
     return max(phases, default=-1)
 
 
-SPLIT_ENV = "FASTTRACK_TEST_SPLIT"
-"""Which share of the tests this pytest process runs, when the suite runs in two processes side by
-side (``scripts/test.sh``): ``schedule`` (the tests on the :data:`ENGINE_SCHEDULE`: those that use the
-session's engines, then those that stop them and start their own) or ``other`` (every other test: the
-fast tests, and the end-to-end tests that start engines of their own without touching the session's).
-Unset or empty: all of them."""
-SPLITS = ("schedule", "other")
-
-
-def on_engine_schedule(item: pytest.Item) -> bool:
-    """Whether ``item`` has a phase of :data:`ENGINE_SCHEDULE` (through the fixtures it uses)."""
-    return _engine_phase(item) >= 0
-
-
-def split_items(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Deselect the tests outside this process's share (:data:`SPLIT_ENV`)."""
-    split = os.environ.get(SPLIT_ENV, "").strip()
-    if not split:
-        return
-    if split not in SPLITS:
-        raise pytest.UsageError(f"{SPLIT_ENV}={split!r}: expected one of {', '.join(SPLITS)} (or unset: all tests)")
-    scheduled = split == "schedule"
-    kept = [it for it in items if on_engine_schedule(it) == scheduled]
-    dropped = [it for it in items if on_engine_schedule(it) != scheduled]
-    if dropped:
-        config.hook.pytest_deselected(items=dropped)
-    items[:] = kept
-
-
 @dataclass(frozen=True)
 class DemoPathMarkers:
     """What proves which path the demo target ran."""

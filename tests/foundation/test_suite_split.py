@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,25 +33,83 @@ def _collect(split: str | None) -> tuple[int, list[str], str]:
 def test_the_two_shares_partition_the_suite_in_schedule_order() -> None:
     rc, whole, out = _collect(None)
     assert rc == 0, out
-    rc, schedule, out = _collect("schedule")
+    rc, scheduled, out = _collect("schedule")
     assert rc == 0, out
     rc, other, out = _collect("other")
     assert rc == 0, out
-    assert not set(schedule) & set(other)
-    assert sorted(schedule + other) == sorted(whole)
-    # Each share keeps the order of the whole suite (the engine schedule).
-    assert schedule == [t for t in whole if t in set(schedule)]
-    assert other == [t for t in whole if t in set(other)]
-    # Tests that use the session's engines, or stop them to start their own, are on the schedule ...
-    assert "tests/checks/test_checks_e2e.py::test_baseline_collection_ran_the_stock_path_at_every_batch" in schedule
-    assert "tests/engine/test_e2e_2_failures.py::test_failed_start_reports_the_log_tail" in schedule
-    # ... end-to-end tests with engines of their own from the outset, and fast tests, are not.
+    assert not set(scheduled) & set(other)
+    assert sorted(scheduled + other) == sorted(whole)
+    # The scheduled share keeps the order of the whole suite (the engine schedule) ...
+    assert scheduled == [t for t in whole if t in set(scheduled)]
+    # ... but the other share runs its end-to-end tests first (then its fast tests), each part in that order
+    slurm = "tests/executors/test_slurm_e2e.py::test_sharded_validation_through_slurm_merges_and_verifies"
+    fast = [t for t in other if t.startswith("tests/checks/test_checks_collect_fake.py::")]
+    assert other.index(slurm) < other.index(fast[0])
+    # Tests on the engine schedule (the session's engines, then those that stop them to start their own) ...
+    assert "tests/checks/test_checks_e2e.py::test_baseline_collection_ran_the_stock_path_at_every_batch" in scheduled
+    assert "tests/engine/test_e2e_2_failures.py::test_failed_start_reports_the_log_tail" in scheduled
+    # ... end-to-end tests with engines of their own from the outset, and fast tests, are the other share.
     assert "tests/executors/test_slurm_e2e.py::test_sharded_validation_through_slurm_merges_and_verifies" in other
     assert any(t.startswith("tests/checks/test_checks_collect_fake.py::") for t in other)
-    assert not any(t.startswith("tests/checks/test_checks_collect_fake.py::") for t in schedule)
+    assert not any(t.startswith("tests/checks/test_checks_collect_fake.py::") for t in scheduled)
 
 
 def test_an_unknown_share_is_a_usage_error_naming_the_variable() -> None:
     rc, _, out = _collect("half")
     assert rc == 4, out  # pytest's exit code for a usage error: nothing ran
     assert "FASTTRACK_TEST_SPLIT='half'" in out and "schedule, other" in out
+
+
+def _plugin(monkeypatch, tmp_path: Path, split: str):
+    import sidebyside
+
+    monkeypatch.setenv("FASTTRACK_TEST_SPLIT", split)
+    monkeypatch.setenv("FASTTRACK_QUIET_FILE", str(tmp_path / "quiet"))
+    return sidebyside, sidebyside.SideBySide()
+
+
+def test_the_scheduled_process_opens_the_quiet_window_for_the_pair_phase_only(monkeypatch, tmp_path: Path) -> None:
+    sidebyside, plugin = _plugin(monkeypatch, tmp_path, "schedule")
+    from demo_engines import ENGINE_SCHEDULE
+
+    phases = {"b": "baseline", "p1": "pair", "p2": "pair", "c": "candidate", "o": "own"}
+    monkeypatch.setattr(sidebyside, "_engine_phase", lambda item: ENGINE_SCHEDULE.index(phases[item.nodeid]))
+    quiet = tmp_path / "quiet"
+
+    class Item:
+        def __init__(self, nodeid: str) -> None:
+            self.nodeid = nodeid
+
+    states = []
+    for nodeid in ["b", "p1", "p2", "c", "o"]:
+        plugin.pytest_runtest_protocol(Item(nodeid))
+        states.append(quiet.read_text().strip() if quiet.exists() else None)
+    assert states == [None, "open", "open", "closed", "closed"]
+
+
+def test_a_session_that_ends_in_the_window_closes_it(monkeypatch, tmp_path: Path) -> None:
+    _, plugin = _plugin(monkeypatch, tmp_path, "schedule")
+    plugin._write("open")
+    plugin.pytest_sessionfinish()
+    assert (tmp_path / "quiet").read_text().strip() == "closed"
+
+
+def test_the_other_process_waits_while_the_window_is_open(monkeypatch, tmp_path: Path) -> None:
+    import threading
+
+    _, plugin = _plugin(monkeypatch, tmp_path, "other")
+    quiet = tmp_path / "quiet"
+    quiet.write_text("open\n")
+    timer = threading.Timer(1.5, lambda: quiet.write_text("closed\n"))
+    timer.start()
+    try:
+        t0 = time.monotonic()
+        plugin.pytest_runtest_protocol(type("Item", (), {"nodeid": "tests/x.py::t"})())
+        waited = time.monotonic() - t0
+    finally:
+        timer.cancel()
+    assert 1.4 <= waited < 10 and plugin.waited_s >= 1.4
+    # a closed window (or none) does not wait
+    t0 = time.monotonic()
+    plugin.pytest_runtest_protocol(type("Item", (), {"nodeid": "tests/x.py::u"})())
+    assert time.monotonic() - t0 < 1
