@@ -49,10 +49,10 @@ pytest_cmd=("$VENV/bin/python" -m pytest -p no:cacheprovider --timeout=1800 --du
 t0=$(date +%s)
 summaries=("$FASTTRACK_SUITE_SUMMARY")
 if [[ $# == 0 && "${FASTTRACK_SIDE_BY_SIDE:-1}" != 0 ]]; then
-  # The whole suite (what CI runs) in two pytest processes side by side (tests/demo_engines.py,
-  # FASTTRACK_TEST_SPLIT, tests/sidebyside.py): one runs the end-to-end tests on the engine schedule
-  # (those that use the session's engines, then those that stop them and start their own), the other
-  # every other test (the fast tests, and the end-to-end tests that start engines of their own).
+  # The whole suite (what CI runs) in two pytest processes side by side (tests/sidebyside.py,
+  # FASTTRACK_TEST_SPLIT): one runs the end-to-end tests on the engine schedule (those that use the
+  # session's engines, then those that stop them and start their own), the other every other test
+  # (first the end-to-end tests that start engines of their own from the outset, then the fast tests).
   # The other process pauses while the first one times engines (perf pairs; FASTTRACK_QUIET_FILE).
   # vLLM's CPU worker binds to one core (core 0 on two cores); the second process's engines bind
   # to the last core and keep their compiled code in a cache of their own (two processes compiling
