@@ -237,10 +237,13 @@ def test_numerics_defect_at_batch3_fails_the_task_score_gate(evals_numerics_batc
 
 
 def test_numerics_defect_at_batch3_fails_the_agreement_gate(evals_numerics_batch: tuple[Any, RunContext]) -> None:
+    """MRCR's 20-odd-token answers diverge from the baseline's. (The trained model's AIME answers are
+    one to three tokens and an end token; the defect corrupts decode steps from the second batch-3
+    step on, so they mostly survive it: AIME's agreement is not expected to fail.)"""
     res, _ = evals_numerics_batch
     assert res.verdict is Verdict.FAIL, res.reason
     cmps = _comparisons(res)
-    for name in ("aime25", "mrcr"):
+    for name in ("mrcr",):
         row = next(r for (e, _), r in cmps.items() if e == name)
         assert row["agreement_pass"] is False, row
         assert row["agreement"] < row["reference_agreement"]
