@@ -1,7 +1,7 @@
 """False-regression rate of the perf gate under the measured noise structure (pure statistics, no engines).
 
 The candidate is simulated as *identical* to the baseline, with the timing noise
-measured on the 2-core CPU hosts (see DESIGN.md):
+measured on the 2-core CPU hosts (docs/perf.md, "Statistics", measured timing noise):
 
 * between engine lifetimes: coefficient of variation ~20% (1.35 ms vs 1.9 ms median TPOT
   after a restart);

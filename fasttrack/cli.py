@@ -443,10 +443,16 @@ def validate_cmd(
     for r in outcome.results:
         table.add_row(r.check, f"[{color[r.verdict.value]}]{r.verdict.value}[/]", r.reason)
     console.print(table)
-    vcolor = {"pass": "green", "fail": "red", "incomplete": "yellow"}[outcome.verdict]
+    vcolor = {"pass": "green", "fail": "red", "incomplete": "yellow", "rehearsal": "yellow"}[outcome.verdict]
     console.print(
         f"verdict: [bold {vcolor}]{outcome.verdict.upper()}[/]"
-        + (" (rehearsal: not valid evidence)" if outcome.rehearsal else "")
+        + (
+            " (every check passed on hardware the scope does not declare: not valid evidence)"
+            if outcome.verdict == "rehearsal"
+            else " (rehearsal: not valid evidence)"
+            if outcome.rehearsal
+            else ""
+        )
     )
     console.print(f"run folder: {outcome.run_dir}" + (f"\nbundle: {outcome.bundle}" if outcome.bundle else ""))
     raise typer.Exit(0 if outcome.verdict == "pass" else 1)

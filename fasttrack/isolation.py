@@ -7,7 +7,8 @@ off-limits components: input preparation, sampling, KV-cache management) or
 
 - every path owned -> ``pass``
 - any shared component touched -> ``fail`` ("needs core-maintainer review")
-- otherwise, paths elsewhere -> ``review`` (reported for a maintainer to look at)
+- otherwise, paths elsewhere -> ``review`` (reported for a maintainer to look at), unless the
+  scope's ``allowed_paths`` cover them (then they are listed and the verdict is ``pass``)
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ class ChangedPath(BaseModel):
     """The shared component this path belongs to, when classification is 'shared'."""
     matched: str | None = None
     """The glob that matched."""
+    allowed: bool = False
+    """An 'elsewhere' path the scope allows a change to touch (``isolation.allowed_paths``): listed, not failed."""
 
 
 class IsolationResult(BaseModel):
@@ -103,7 +106,23 @@ def classify(path: str, spec: IsolationSpec) -> tuple[Classification, str | None
     for g in spec.owned_paths:
         if glob_match(path, g):
             return "owned", None, g
+    for g in spec.allowed_paths:
+        if glob_match(path, g):
+            return "elsewhere", None, g
     return "elsewhere", None, None
+
+
+def _changed(path: str, status: str, spec: IsolationSpec, old_path: str | None = None) -> ChangedPath:
+    cls, comp, g = classify(path, spec)
+    return ChangedPath(
+        path=path,
+        status=status,
+        old_path=old_path,
+        classification=cls,
+        component=comp,
+        matched=g,
+        allowed=cls == "elsewhere" and g is not None,
+    )
 
 
 def _git(repo: Path, *args: str, binary: bool = False) -> str | bytes:
@@ -132,8 +151,8 @@ def _resolve(repo: Path, ref: str, which: str) -> str:
     return res.stdout.strip()
 
 
-def check_isolation(repo: Path | str, base: str, head: str, spec: IsolationSpec) -> IsolationResult:
-    """Classify every path changed from the merge base of ``base`` and ``head`` to ``head``."""
+def resolve_refs(repo: Path | str, base: str, head: str) -> tuple[str, str]:
+    """The commits ``base`` and ``head`` name in ``repo`` (raises :class:`IsolationError` naming what is wrong)."""
     repo = Path(repo)
     if not repo.is_dir():
         raise IsolationError(f"repository path {str(repo)!r} does not exist or is not a folder.")
@@ -143,8 +162,13 @@ def check_isolation(repo: Path | str, base: str, head: str, spec: IsolationSpec)
             f"{str(repo)!r} is not a git repository.",
             hint="Point --repo at a clone of the vLLM tree that contains the PR's commits.",
         )
-    base_sha = _resolve(repo, base, "base")
-    head_sha = _resolve(repo, head, "head")
+    return _resolve(repo, base, "base"), _resolve(repo, head, "head")
+
+
+def check_isolation(repo: Path | str, base: str, head: str, spec: IsolationSpec) -> IsolationResult:
+    """Classify every path changed from the merge base of ``base`` and ``head`` to ``head``."""
+    repo = Path(repo)
+    base_sha, head_sha = resolve_refs(repo, base, head)
     mb = subprocess.run(["git", "-C", str(repo), "merge-base", base_sha, head_sha], capture_output=True, text=True)
     merge_base = mb.stdout.strip() if mb.returncode == 0 and mb.stdout.strip() else base_sha
     raw = _git(repo, "diff", "--name-status", "-z", "-M", "-C", "--no-ext-diff", merge_base, head_sha)
@@ -160,31 +184,21 @@ def check_isolation(repo: Path | str, base: str, head: str, spec: IsolationSpec)
             k += 3
             # both ends of a rename count: moving a shared file out of its place touches it
             for p, old_p in ((new, old), (old, None)):
-                cls, comp, g = classify(p, spec)
-                changed.append(
-                    ChangedPath(
-                        path=p,
-                        status=letter if old_p else "D" if letter == "R" else letter,
-                        old_path=old_p,
-                        classification=cls,
-                        component=comp,
-                        matched=g,
-                    )
-                )
+                changed.append(_changed(p, letter if old_p else "D" if letter == "R" else letter, spec, old_p))
             if letter == "C":
                 changed.pop()  # the source of a copy is unchanged
         else:
             p = parts[k + 1]
             k += 2
-            cls, comp, g = classify(p, spec)
-            changed.append(ChangedPath(path=p, status=letter, classification=cls, component=comp, matched=g))
+            changed.append(_changed(p, letter, spec))
     diff = _git(repo, "diff", "--binary", "--no-ext-diff", "--full-index", merge_base, head_sha, binary=True)
     assert isinstance(diff, bytes)
     digest = hashlib.sha256(diff).hexdigest()
 
     verdict: IsolationVerdict
     shared = [c for c in changed if c.classification == "shared"]
-    elsewhere = [c for c in changed if c.classification == "elsewhere"]
+    elsewhere = [c for c in changed if c.classification == "elsewhere" and not c.allowed]
+    allowed = [c for c in changed if c.allowed]
     if not changed:
         verdict, msg = "pass", "no paths changed"
     elif shared:
@@ -197,7 +211,16 @@ def check_isolation(repo: Path | str, base: str, head: str, spec: IsolationSpec)
             + ", ".join(c.path for c in elsewhere),
         )
     else:
-        verdict, msg = "pass", f"all {len(changed)} changed path(s) are owned by the optimization"
+        owned = len(changed) - len(allowed)
+        verdict, msg = (
+            "pass",
+            f"all {len(changed)} changed path(s) are owned by the optimization"
+            + (
+                f" ({owned}) or in the scope's allowed paths ({len(allowed)}: {', '.join(c.path for c in allowed)})"
+                if allowed
+                else ""
+            ),
+        )
     return IsolationResult(
         verdict=verdict,
         message=msg,

@@ -19,11 +19,58 @@ Side = Literal["baseline", "candidate"]
 """``baseline`` is the stock path, ``candidate`` the optimized path."""
 SIDES: tuple[Side, Side] = ("baseline", "candidate")
 
-CHECK_ORDER: tuple[str, ...] = ("kernels", "equivalence", "features", "coverage", "evals", "perf")
+CHECK_ORDER: tuple[str, ...] = ("isolation", "kernels", "equivalence", "features", "coverage", "evals", "perf")
 """The canonical order checks are run and reported in; other names follow, sorted."""
 
-BundleVerdict = Literal["pass", "fail", "incomplete"]
-"""A bundle's verdict: the overall check verdict, with ``not_run`` called ``incomplete``."""
+BundleVerdict = Literal["pass", "fail", "incomplete", "rehearsal"]
+"""A bundle's verdict: the overall check verdict, with ``not_run`` called ``incomplete``.
+
+``rehearsal`` is what a run on hardware the scope does not declare gets when every
+required check passed: it is never ``pass``, so nothing that asks for ``pass`` (the exit
+code of ``validate``, ``verify --require-pass``, the PR body's "passing" state) accepts it.
+A rehearsal whose checks failed or did not all run is ``fail`` or ``incomplete`` as usual.
+"""
+
+ISOLATION = "isolation"
+"""The check that ties a bundle to a pull request: the diff base..head and the vLLM build the engines served."""
+
+NOT_PR_EVIDENCE = (
+    "no PR link: the run was given no --repo/--base/--head, so this bundle is not evidence for any pull request"
+)
+"""What a bundle without a PR link says about itself (isolation row, report, comment, ``verify``)."""
+
+HeadBinding = Literal["proven", "mismatch", "unproven"]
+"""Whether the engines served the PR head: every engine reported that commit (``proven``), one reported
+another commit (``mismatch``), or some commit could not be read or no engine ran (``unproven``)."""
+
+
+def head_binding(head: str, builds: Iterable[tuple[str, str | None]]) -> tuple[HeadBinding, str]:
+    """Whether every engine's vLLM build is the commit ``head``; ``builds`` is (engine label, commit or None).
+
+    A commit matches when it equals ``head`` (case-insensitive) or one is a prefix of the other with at
+    least 7 hex digits on the shorter side (vLLM's ``__commit_id__`` may be abbreviated)."""
+    want = head.strip().lower()
+    items = list(builds)
+    if not items:
+        return "unproven", "no engine ran, so no served vLLM build was observed"
+
+    def same(c: str) -> bool:
+        c = c.strip().lower()
+        short, long_ = sorted((c, want), key=len)
+        return len(short) >= 7 and long_.startswith(short)
+
+    wrong = [(label, c) for label, c in items if c and not same(c)]
+    if wrong:
+        names = "; ".join(f"{label} served vLLM commit {c}" for label, c in wrong)
+        return "mismatch", f"the PR head is {want} but {names}"
+    unknown = [label for label, c in items if not c]
+    if unknown:
+        return "unproven", (
+            f"the vLLM commit of {len(unknown)} of {len(items)} engine(s) could not be read ({', '.join(unknown[:4])}"
+            + (", ..." if len(unknown) > 4 else "")
+            + "): the build reports no commit and does not run from a git checkout"
+        )
+    return "proven", f"all {len(items)} engine(s) served vLLM commit {want}"
 
 
 def check_sort_key(name: str) -> tuple[int, str]:
@@ -128,10 +175,23 @@ def overall_verdict(results: Iterable[CheckResult]) -> Verdict:
     return Verdict.PASS
 
 
-def bundle_verdict(verdict: Verdict) -> BundleVerdict:
-    """Map a check verdict to the bundle's vocabulary (``not_run`` -> ``incomplete``)."""
+def bundle_verdict(verdict: Verdict, *, rehearsal: bool = False) -> BundleVerdict:
+    """Map a check verdict to the bundle's vocabulary (``not_run`` -> ``incomplete``).
+
+    A passing rehearsal (``rehearsal=True``) is ``rehearsal``, never ``pass``.
+    """
     if verdict is Verdict.NOT_RUN:
         return "incomplete"
     if verdict is Verdict.PASS:
-        return "pass"
+        return "rehearsal" if rehearsal else "pass"
     return "fail"
+
+
+def effective_verdict(recorded: str, rehearsal: bool) -> str:
+    """The verdict a consumer acts on: a recorded ``pass`` of a rehearsal reads ``rehearsal``.
+
+    Bundles written before the ``rehearsal`` verdict existed recorded ``pass`` for a passing
+    rehearsal (with the manifest's ``rehearsal`` flag set); they still load, and every view
+    shows them as the rehearsal they were.
+    """
+    return "rehearsal" if rehearsal and recorded == "pass" else recorded

@@ -115,6 +115,8 @@ class EngineCount:
             return []
         out = []
         for path in sorted(Path(base).rglob("run-summary.json")):
+            if "logs" in path.relative_to(base).parts[:-1]:
+                continue  # the copy a bundle keeps among its logs: the same run, counted once
             try:
                 summary = json.loads(path.read_text())
             except (OSError, ValueError):

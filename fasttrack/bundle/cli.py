@@ -84,7 +84,8 @@ def verify_cmd(
 ) -> None:
     """Check signatures, every hash, the file list, the schema, the verdicts and the PR head.
 
-    Exits 0 only when every check holds (and, with --require-pass, the verdict is pass).
+    Exits 0 only when every check holds (and, with --require-pass, the verdict is pass: a
+    rehearsal's verdict is ``rehearsal``, which --require-pass refuses).
     """
     from fasttrack.bundle.verify import verify_bundle
 
@@ -113,8 +114,15 @@ def verify_cmd(
             console.print(shown("signed by: " + ", ".join(signed)), highlight=False)
         status = "[green]verified[/]" if res.verified else "[bold red]NOT verified[/]"
         console.print(f"{shown(bundle)}: {status}; bundle verdict: [bold]{res.verdict}[/]", highlight=False)
+        if res.pr_link is not None:
+            console.print(shown(f"PR link: {res.pr_link}: {res.pr_link_detail}"), highlight=False)
         if res.verified and require_pass and res.verdict != "pass":
-            console.print("--require-pass: the verdict is not pass", highlight=False)
+            why = (
+                " (a rehearsal on hardware the scope does not declare is not evidence)"
+                if res.verdict == "rehearsal"
+                else ""
+            )
+            console.print(f"--require-pass: the verdict is not pass{why}", highlight=False)
     if not ok:
         raise SystemExit(1)
 

@@ -6,10 +6,13 @@ reports each one as an item. Every rule reads only what one pass over the bundle
 
 - schema: ``manifest.json`` validates against the JSON Schema and the models.
 - predicate: the signed summary is derived from the manifest, nothing else.
-- verdicts: the bundle verdict follows from the check entries; no check fails without a reason.
+- verdicts: the bundle verdict follows from the check entries and the rehearsal flag; no check
+  fails without a reason.
 - tables: every check table exists where recorded, with the recorded rows and columns; every
   listed artifact exists; no stray table.
-- PR head: the tested head commit matches the one asked for.
+- PR head: the tested head commit matches the one asked for, and the link is proven
+  (:func:`pr_link_state`): an isolation row judged exactly the recorded base..head, and every
+  engine reported serving that commit.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from fasttrack.bundle.manifest import Manifest, json_schema, load_manifest, reco
 from fasttrack.bundle.scan import Contents, scan_dir
 from fasttrack.bundle.tables import parquet_num_rows
 from fasttrack.limits import MANIFEST_MAX_BYTES, json_problem
-from fasttrack.results import Verdict
+from fasttrack.results import ISOLATION, NOT_PR_EVIDENCE, Verdict, head_binding
 
 
 def predicate_of(manifest: Manifest) -> dict[str, Any]:
@@ -84,8 +87,9 @@ def predicate_problems(manifest: Manifest, signed: dict[str, Any]) -> list[str]:
 def verdict_problems(manifest: Manifest) -> list[str]:
     """The recorded bundle verdict must follow from the check entries; failures need a reason."""
     problems = []
-    recomputed = recompute_verdict(manifest.checks)
-    if recomputed != manifest.verdict:
+    recomputed = recompute_verdict(manifest.checks, rehearsal=manifest.rehearsal)
+    # an older bundle recorded ``pass`` for a passing rehearsal: it reads as ``rehearsal`` (still consistent)
+    if recomputed != manifest.effective_verdict:
         required = [f"{n}={e.verdict.value}" for n, e in manifest.checks.items() if e.required]
         problems.append(
             f"manifest verdict is {manifest.verdict!r} but the check entries give {recomputed!r} "
@@ -156,10 +160,57 @@ def pr_head_problem(manifest: Manifest, pr_head: str) -> tuple[bool, str]:
             f"matched against {want}; a bundle must record the full commit SHA it tested"
         )
     if have == want:
-        return True, f"tested head {have} matches {want}"
-    if have.startswith(want):
-        return True, f"tested head {have} matches the abbreviated --pr-head {want}"
-    return False, f"the bundle tested head {have}, expected {want}"
+        matched = f"tested head {have} matches {want}"
+    elif have.startswith(want):
+        matched = f"tested head {have} matches the abbreviated --pr-head {want}"
+    else:
+        return False, f"the bundle tested head {have}, expected {want}"
+    state, detail = pr_link_state(manifest)
+    if state != "proven":
+        return False, f"{matched}, but the link to that head is {state}, not verified: {detail}"
+    return True, f"{matched}; {detail}"
+
+
+def pr_link_state(manifest: Manifest) -> tuple[str, str]:
+    """Whether the bundle is evidence for the PR it records: ``none`` (no PR link: not PR evidence),
+    ``proven`` (a required isolation row judged the diff over exactly the recorded base..head, and every
+    engine reported serving the head commit; the row's verdict, pass or fail, is the bundle verdict's
+    business), ``mismatch`` (an engine served another commit), ``unproven`` (anything else: the diff not
+    checked, a commit that could not be read, no engine ran), with the detail."""
+    pr = manifest.pr
+    if pr is None:
+        return "none", NOT_PR_EVIDENCE
+    iso = manifest.checks.get(ISOLATION)
+    if iso is None:
+        return "unproven", "the bundle has no isolation row, so the diff base..head was not checked"
+    shards = iso.summary.get("shards")  # a merged bundle: every shard's row must have checked the range
+    summaries = (
+        list(shards.values()) if "diff_sha256" not in iso.summary and isinstance(shards, dict) else [iso.summary]
+    )
+    want = {"base_sha": pr.base_sha, "head_sha": pr.head_sha, "diff_sha256": pr.diff_sha256}
+    for summary in summaries or [{}]:
+        got = {k: summary.get(k) if isinstance(summary, dict) else None for k in want}
+        if not got["diff_sha256"]:
+            return (
+                "unproven",
+                f"the diff base..head was not checked (isolation {iso.verdict.value}: {iso.reason[:300]})",
+            )
+        differ = [k for k in want if str(got[k] or "").lower() != str(want[k] or "").lower()]
+        if differ:
+            return "unproven", "the isolation row checked another range than the PR link records (" + ", ".join(
+                f"{k}: {got[k]} vs {want[k]}" for k in differ
+            ) + ")"
+    engines = manifest.provenance.engines
+    builds = [(f"{e.group}/{e.side}#{(e.lifetime or 0) + 1}", e.vllm_commit) for e in engines]
+    state, detail = head_binding(pr.head_sha, builds)
+    if state == "mismatch":
+        return "mismatch", detail
+    if iso.verdict is Verdict.NOT_RUN or not iso.required:
+        return "unproven", f"the isolation row is {iso.verdict.value} and required={iso.required}: {iso.reason[:300]}"
+    checked = f"isolation {iso.verdict.value} over exactly {pr.base_sha}..{pr.head_sha}"
+    if state == "unproven":
+        return "unproven", f"{checked}, but {detail}"
+    return "proven", f"{checked}; {detail}"
 
 
 def consistency_problems(root: Path) -> list[str]:

@@ -8,7 +8,7 @@ models into ``schemas/bundle-manifest.schema.json``; regenerate it with::
 The bundle verdict is never taken from the caller: :func:`build_manifest` derives it from
 the check results with :func:`fasttrack.checks.base.overall_verdict`, and verification
 recomputes it with :func:`recompute_verdict`. A bundle therefore cannot say ``pass`` while
-any required check is ``fail`` or ``not_run``.
+any required check is ``fail`` or ``not_run``, nor while it is a rehearsal (``rehearsal``).
 """
 
 from __future__ import annotations
@@ -31,12 +31,15 @@ from fasttrack.bundle.layout import NAME_RE
 from fasttrack.limits import MANIFEST_MAX_BYTES, MAX_SHARDS, SHARD_SPEC_MAX_CHARS, json_problem
 from fasttrack.results import (
     CHECK_ORDER,
+    ISOLATION,
+    NOT_PR_EVIDENCE,
     BundleVerdict,
     CheckResult,
     Gate,
     Side,
     Verdict,
     bundle_verdict,
+    effective_verdict,
     ordered_checks,
     overall_verdict,
 )
@@ -216,6 +219,13 @@ class EngineRecord(_Model):
     """Bundle-relative path of this engine's log."""
     shard: str | None = Field(default=None, pattern=_SHARD_RE.pattern)
     """The shard that ran this engine (set when bundles are merged)."""
+    vllm_version: str | None = None
+    """The vLLM version the engine served (its installation's, or what an attached engine reports)."""
+    vllm_commit: str | None = None
+    """The vLLM git commit the engine served, when the build records one or runs from a git checkout."""
+    vllm_commit_source: str | None = None
+    """Where ``vllm_commit`` was read (``vllm/_version.py``, or ``git rev-parse HEAD`` in the source tree),
+    or why it could not be read."""
 
 
 class Provenance(_Model):
@@ -263,8 +273,11 @@ class Manifest(_Model):
     schema_version: Literal["fasttrack.bundle/v1"] = SCHEMA_VERSION
     """The manifest format version."""
     verdict: BundleVerdict
-    """``pass`` only when every required check passed; ``fail`` when a required check
-    failed; ``incomplete`` when a required check did not run."""
+    """``pass`` only when every required check passed on the scope's hardware; ``rehearsal``
+    when every required check passed on other hardware (``rehearsal`` is true: never valid
+    evidence); ``fail`` when a required check failed; ``incomplete`` when a required check
+    did not run. Bundles written before ``rehearsal`` existed record ``pass`` for a passing
+    rehearsal; readers take it as ``rehearsal`` (:attr:`effective_verdict`)."""
     checks: dict[str, CheckEntry]
     """Check entries keyed by check name (``kernels``, ``equivalence``, ``features``,
     ``coverage``, ``evals``, ``perf``, or a plugin's name)."""
@@ -300,6 +313,11 @@ class Manifest(_Model):
             raise ValueError(f"created must be an ISO 8601 time, got {v!r}") from exc
         return v
 
+    @property
+    def effective_verdict(self) -> str:
+        """The verdict to act on: a rehearsal's recorded ``pass`` (older bundles) reads ``rehearsal``."""
+        return effective_verdict(self.verdict, self.rehearsal)
+
     @model_validator(mode="after")
     def _rehearsal(self) -> "Manifest":
         if self.rehearsal and not self.rehearsal_reason:
@@ -325,12 +343,12 @@ def parse_shard(shard: str) -> tuple[int, int]:
     return i, n
 
 
-def recompute_verdict(checks: Mapping[str, CheckEntry]) -> BundleVerdict:
-    """The bundle verdict implied by the check entries (same rule as at write time)."""
+def recompute_verdict(checks: Mapping[str, CheckEntry], *, rehearsal: bool = False) -> BundleVerdict:
+    """The bundle verdict implied by the check entries and the rehearsal flag (same rule as at write time)."""
     results = [
         CheckResult(check=name, verdict=e.verdict, reason=e.reason, required=e.required) for name, e in checks.items()
     ]
-    return bundle_verdict(overall_verdict(results))
+    return bundle_verdict(overall_verdict(results), rehearsal=rehearsal)
 
 
 def utc_now() -> str:
@@ -404,7 +422,8 @@ def build_manifest(
     """Assemble the manifest; the verdict is derived from ``results`` only.
 
     Every name in ``expected_checks`` without a result gets a required ``not_run`` entry
-    ("no result was produced"), so a run that skipped a check cannot pass. Pass
+    ("no result was produced"), so a run that skipped a check cannot pass. A missing ``isolation``
+    row is required only when ``pr`` is given; without a PR link it says the bundle is not PR evidence. Pass
     ``expected_checks=()`` to record only the given results.
     """
     by_name: dict[str, CheckResult] = {}
@@ -413,13 +432,20 @@ def build_manifest(
             raise BundleError(f"two results for check {r.check!r}; each check contributes exactly one CheckResult")
         by_name[r.check] = r
     for name in expected_checks:
-        if name not in by_name:
+        if name == ISOLATION and name not in by_name:
+            # without a PR link the missing isolation row only says so; with one, the link is unchecked
+            by_name[name] = (
+                CheckResult.not_run(name, NOT_PR_EVIDENCE, required=False)
+                if pr is None
+                else CheckResult.not_run(name, "the bundle records a PR link but no isolation result")
+            )
+        elif name not in by_name:
             by_name[name] = CheckResult.not_run(name, "no result was produced for this check in this run")
     ordered = ordered_checks(by_name)
     tables = tables or {}
     artifacts = artifacts or {}
     entries = {n: check_entry(by_name[n], tables=tables.get(n), artifacts=artifacts.get(n)) for n in ordered}
-    verdict = bundle_verdict(overall_verdict([by_name[n] for n in ordered]))
+    verdict = bundle_verdict(overall_verdict([by_name[n] for n in ordered]), rehearsal=rehearsal)
     try:
         return Manifest(
             verdict=verdict,

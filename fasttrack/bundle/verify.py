@@ -16,7 +16,9 @@ Each property is one named item of the result:
   recorded one, and no check fails without a reason.
 - ``tables``: every check table exists where recorded, with the recorded rows and
   columns; no table or listed artifact is missing; no stray table.
-- ``pr_head``: the tested head commit equals ``--pr-head`` (skipped when not given).
+- ``pr_head``: the tested head commit equals ``--pr-head`` and the link to it is proven: the
+  isolation row judged exactly the recorded base..head, and every engine served that commit (skipped
+  when not given). ``pr_link`` says, also without ``--pr-head``, whether the bundle is PR evidence.
 
 The pass is :mod:`scan`, the envelope and signatures :mod:`dsse`, and the rules behind
 ``schema``, ``predicate``, ``verdicts``, ``tables`` and ``pr_head`` :mod:`consistency`
@@ -34,6 +36,7 @@ from pydantic import BaseModel, ConfigDict
 
 from fasttrack.bundle.consistency import (
     pr_head_problem,
+    pr_link_state,
     predicate_problems,
     schema_problems,
     table_problems,
@@ -89,7 +92,10 @@ class VerifyResult(BaseModel):
     verified: bool
     """True only when every item holds."""
     verdict: str | None
-    """The manifest's verdict (None when the manifest is unreadable)."""
+    """The manifest's verdict (None when the manifest is unreadable); a rehearsal's is ``rehearsal``
+    (also for older bundles that recorded ``pass`` with the rehearsal flag)."""
+    rehearsal: bool = False
+    """Whether the manifest says the run was a rehearsal on hardware the scope does not declare."""
     signers: list[str]
     """Key ids of the distinct trusted keys whose signatures verified (the keys' own ids, not
     the ids the signatures claim)."""
@@ -102,6 +108,12 @@ class VerifyResult(BaseModel):
     """One entry per property, in ``ITEMS`` order."""
     bytes_hashed: int = 0
     """Bytes read and hashed."""
+    pr_link: str | None = None
+    """Whether the bundle is evidence for a PR: ``none`` (no PR link: not PR evidence), ``proven``,
+    ``unproven`` or ``mismatch`` (see :func:`fasttrack.bundle.consistency.pr_link_state`); None when the
+    manifest is unreadable."""
+    pr_link_detail: str = ""
+    """Why, in one sentence."""
 
     def item(self, name: str) -> VerifyItem:
         for it in self.items:
@@ -141,10 +153,14 @@ def verify_bundle(
             if name not in items:
                 put(name, False, "not checked: an earlier step failed")
         ordered = [items[n] for n in ITEMS]
+        link, link_detail = pr_link_state(manifest) if manifest else (None, "")
         return VerifyResult(
+            pr_link=link,
+            pr_link_detail=link_detail,
             bundle=str(p),
             verified=all(it.ok is not False for it in ordered),
-            verdict=manifest.verdict if manifest else None,
+            verdict=manifest.effective_verdict if manifest else None,
+            rehearsal=bool(manifest and manifest.rehearsal),
             signers=sorted({s["key"] for s in sigs if s["status"] == "valid"}),
             signatures=sigs,
             identities=sorted({s["identity"] for s in sigs if s["status"] == "valid" and s.get("identity")}),

@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 
 #: Modules that define checks. Adding a check = one module + one line here.
-CHECK_MODULES: list[str] = ["kernels", "equivalence", "features", "coverage", "evals", "perf"]
+CHECK_MODULES: list[str] = ["isolation", "kernels", "equivalence", "features", "coverage", "evals", "perf"]
 
 _loaded = False
 

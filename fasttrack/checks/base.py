@@ -1,11 +1,11 @@
 """The check interface and the registry of checks.
 
-A check is one kind of evidence (kernels, equivalence, features, coverage, evals, perf).
+A check is one kind of evidence (isolation, kernels, equivalence, features, coverage, evals, perf).
 It declares, as class attributes, its ``name``, its ``title`` and ``report_view`` (both
 recorded in the bundle, so the report needs no list of checks) and whether the bundle
 verdict depends on it (``required``); :meth:`Check.gate` is the pass rule it applies.
 
-* :class:`EnginelessCheck` (kernels) does everything in ``run(ctx)``.
+* :class:`EnginelessCheck` (isolation, kernels) does everything in ``run(ctx)``.
 * :class:`EngineCheck` works in two phases. ``await collect(ctx, session)`` is called by
   the pipeline once per engine lifetime it ``wants`` (one side of one engine group); the
   check sends its requests to ``session.engine`` and keeps what it measured on ``self``.
@@ -80,6 +80,13 @@ class Check(ABC):
     required: ClassVar[bool] = True
     """Whether the bundle verdict depends on this check."""
     needs_engine: ClassVar[bool]
+    every_tier: ClassVar[bool] = False
+    """Whether the check runs in every tier, whatever the tier's ``checks`` list says (isolation)."""
+
+    @classmethod
+    def required_in(cls, ctx: RunContext) -> bool:
+        """Whether the bundle verdict depends on this check in this run (default: ``required``)."""
+        return cls.required
 
     def skip_reason(self, ctx: RunContext) -> str | None:
         """Why this check cannot run for this scope, tier and host (it is then ``not_run``), or None."""

@@ -89,6 +89,16 @@ def _put(store: dict, name: str, value: object, what: str) -> None:
     store[name] = value
 
 
+@dataclass(frozen=True)
+class ChangeRequest:
+    """The pull request (or commit range) a run ties its bundle to (``--repo``, ``--base``, ``--head``)."""
+
+    repo: Path | None
+    """The git repository holding base and head (None: only ``--head`` was given, the diff cannot be checked)."""
+    base: str | None
+    head: str | None
+
+
 @dataclass
 class RunContext:
     """Everything a check may read while it runs."""
@@ -111,6 +121,8 @@ class RunContext:
     """Path evidence contributed by every check; the coverage check judges it."""
     provenance: ProvenanceRecorder = field(default_factory=ProvenanceRecorder)
     """Seeds and datasets the checks used, for the bundle's provenance."""
+    change: ChangeRequest | None = None
+    """The PR the bundle is tied to; None: the bundle is not PR evidence."""
 
     @property
     def base_dir(self) -> Path:

@@ -24,6 +24,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from fasttrack.engine import EngineHandle, MarkerSet, WindowEvidence
 
 
+MARKER_OPS_KEPT = 50
+"""Distinct op names per marker kind a window summary keeps (the coverage check matches each marker against them)."""
+TOP_OPS_KEPT = 20
+"""The most frequent op names a window summary keeps (named when a marker matches none of them)."""
+
+
 def marker_set(ctx: RunContext) -> "MarkerSet | None":
     from fasttrack.engine import MarkerSet
 
@@ -65,8 +71,9 @@ def window_summary(ev: "WindowEvidence") -> dict[str, Any]:
         "optimized_decode_batch_sizes": {str(k): v for k, v in ev.optimized_decode_batch_sizes.items()},
         "optimized_ops": ev.optimized_ops,
         "stock_ops": ev.stock_ops,
-        "optimized_op_counts": dict(list(ev.optimized_op_counts.items())[:10]),
-        "stock_op_counts": dict(list(ev.stock_op_counts.items())[:10]),
+        "optimized_op_counts": dict(list(ev.optimized_op_counts.items())[:MARKER_OPS_KEPT]),
+        "stock_op_counts": dict(list(ev.stock_op_counts.items())[:MARKER_OPS_KEPT]),
+        "top_ops": dict(list(ev.op_counts.items())[:TOP_OPS_KEPT]),
         "fallback_events": ev.fallback_events,
         "fallback_lines": ev.fallback_lines[:3],
         "kernels_per_decode_step": ev.kernels_per_decode_step,

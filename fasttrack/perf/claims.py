@@ -1,6 +1,19 @@
 """Published claims (scope ``claims``) matched to what the perf check measured.
 
-Each claim is reported as **confirmed**, **not confirmed** or **not measured**:
+Each claim is reported as **confirmed**, **contradicted**, **inconclusive** or **not measured**,
+judged by the measured interval against the claimed figure less the noise margin
+(``bound = claimed x (1 - noise_margin)``, for figures where higher is better):
+
+* **confirmed** iff the interval's lower end reaches the bound (the measurement shows the
+  claim holds, within the margin);
+* **contradicted** iff the interval's upper end falls short of the bound (the measurement
+  shows the claim does not hold);
+* **inconclusive** otherwise (the interval straddles the bound: the run cannot tell).
+
+For a figure where lower is better the rule is mirrored: ``bound = claimed x (1 + noise_margin)``,
+confirmed iff the upper end is at most the bound, contradicted iff the lower end exceeds it.
+Speedups are direction-aware (above 1 always means the candidate is better), so they are
+always judged as "higher is better".
 
 * A claim is matched to the measured (workload, point) cells whose point agrees
   with every dimension the claim names (tp, dcp, spec, draft_length,
@@ -9,16 +22,15 @@ Each claim is reported as **confirmed**, **not confirmed** or **not measured**:
   decode is preferred). Of several matches the shortest context is used (claims
   such as "ISL 1" are about short prompts); the others are listed. A trace-replay
   workload sets its own concurrency, so batch and context are not matched there.
-* Speedup claims (``speedup_tpot``, ``speedup_output_throughput``, or any claim
-  with ``speedup``) compare the claimed speedup with the measured interval:
-  **confirmed** iff the interval's upper end reaches ``claimed * (1 - noise_margin)``
-  (the measurement does not contradict the claim beyond the noise margin),
-  else **not confirmed**. The interval is the nominal-level hierarchical
-  bootstrap interval of the point, so a very wide interval confirms weakly: its
-  minimum detectable effect is reported next to it.
+* Speedup claims (``speedup_tpot``, ``speedup_engine_tpot``, ``speedup_output_throughput``,
+  or any claim with ``speedup``) compare the claimed speedup with the measured speedup's
+  interval: the nominal-level hierarchical bootstrap interval of the point (its minimum
+  detectable effect is reported next to it).
 * Absolute claims (``candidate``/``baseline`` tokens/s or tokens/s/user) are only
-  comparable on the claim's hardware: on a rehearsal host they are not measured.
-  Otherwise **confirmed** iff the measured value reaches ``claimed * (1 - noise_margin)``.
+  comparable on the claim's hardware: on a rehearsal host the claimed ratio is compared
+  instead, or the claim is not measured. Otherwise the interval is the range of the
+  candidate's per-run values (every run must reach the bound to confirm, none may to
+  contradict); without per-run values the claim is inconclusive.
 * ``kernels_per_layer`` and ``latency_per_layer_us`` come from profiler traces,
   not from serving metrics: not measured here.
 * ``like_for_like: false`` claims are flagged: the published comparison used
@@ -35,11 +47,12 @@ from pydantic import BaseModel, ConfigDict
 
 from fasttrack.stats import normalize_speedup_per_gpu
 
-ClaimStatus = Literal["confirmed", "not_confirmed", "not_measured"]
+ClaimStatus = Literal["confirmed", "contradicted", "inconclusive", "not_measured"]
 
 #: claim metric -> (measured metric, what is compared)
 CLAIM_METRICS: dict[str, tuple[str | None, str]] = {
     "speedup_tpot": ("median_tpot_ms", "speedup"),
+    "speedup_engine_tpot": ("median_engine_tpot_ms", "speedup"),
     "speedup_output_throughput": ("output_throughput", "speedup"),
     "output_throughput": ("output_throughput", "absolute"),
     "interactivity_p90": ("p90_interactivity", "absolute"),
@@ -67,6 +80,10 @@ class MeasuredMetric(BaseModel):
     detectable_slowdown: float | None = None
     normalized: bool = False
     """True when speedup and interval are per GPU (unequal resources)."""
+    candidate_low: float | None = None
+    """The smallest of the candidate's per-run values (in the metric's display unit), when known."""
+    candidate_high: float | None = None
+    """The largest of the candidate's per-run values, when known."""
 
 
 class ClaimResult(BaseModel):
@@ -84,7 +101,11 @@ class ClaimResult(BaseModel):
     """The claimed number compared (speedup, or candidate absolute value)."""
     measured: float | None
     ci_low: float | None = None
+    """Lower end of the interval the claim was judged by (speedup interval, or the candidate's run range)."""
     ci_high: float | None = None
+    """Upper end of that interval."""
+    bound: float | None = None
+    """What the interval was compared with: claimed x (1 - noise_margin)."""
     confidence: float | None = None
     measured_baseline: float | None = None
     claimed_baseline: float | None = None
@@ -131,6 +152,42 @@ def point_matches(claim_point: dict[str, Any], dims: dict[str, Any], *, trace: b
 
 def _fmt(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.4g}"
+
+
+def interval_status(
+    claimed: float, low: float, high: float, *, noise_margin: float, higher_is_better: bool = True
+) -> tuple[ClaimStatus, float]:
+    """Judge a claimed figure by a measured interval ``[low, high]``; returns (status, bound).
+
+    Higher is better: ``bound = claimed x (1 - noise_margin)``; confirmed iff ``low >= bound``,
+    contradicted iff ``high < bound``, else inconclusive. Lower is better, mirrored:
+    ``bound = claimed x (1 + noise_margin)``; confirmed iff ``high <= bound``, contradicted iff
+    ``low > bound``.
+    """
+    if low > high:
+        low, high = high, low
+    if higher_is_better:
+        bound = claimed * (1.0 - noise_margin)
+        if low >= bound:
+            return "confirmed", bound
+        if high < bound:
+            return "contradicted", bound
+        return "inconclusive", bound
+    bound = claimed * (1.0 + noise_margin)
+    if high <= bound:
+        return "confirmed", bound
+    if low > bound:
+        return "contradicted", bound
+    return "inconclusive", bound
+
+
+def _why(status: ClaimStatus, low: float, high: float, bound: float, claimed: float, noise_margin: float) -> str:
+    rule = f"{claimed:.3g} x (1 - {noise_margin:g}) = {bound:.3g}"
+    if status == "confirmed":
+        return f"the lower end {low:.3g} reaches {rule}: confirmed"
+    if status == "contradicted":
+        return f"the upper end {high:.3g} is below {rule}: contradicted"
+    return f"the interval [{low:.3g}, {high:.3g}] straddles {rule}: inconclusive (the run cannot tell)"
 
 
 def match_claims(
@@ -228,26 +285,22 @@ def _one(
                 else "the claim states neither a speedup nor a candidate value"
             )
             return not_measured(why, c.candidate)
-        ok = m.ci_high >= claimed_speedup * tol
+        status, bound = interval_status(claimed_speedup, m.ci_low, m.ci_high, noise_margin=noise_margin)
         why = (
             f"measured speedup {m.speedup:.3f} [{m.ci_low:.3f}, {m.ci_high:.3f}] ({m.confidence:.0%}) at {m.point}"
             f"{' per GPU' if m.normalized else ''}; "
-            + (
-                f"the upper end reaches {claimed_speedup:.3g} x (1 - {noise_margin:g})"
-                if ok
-                else f"the upper end is below {claimed_speedup:.3g} x (1 - {noise_margin:g}) = "
-                f"{claimed_speedup * tol:.3g}"
-            )
+            + _why(status, m.ci_low, m.ci_high, bound, claimed_speedup, noise_margin)
         )
         if how == "absolute":
             why += " (absolute numbers are not comparable on this host, so the claimed ratio is compared)"
         return ClaimResult(
-            status="confirmed" if ok else "not_confirmed",
+            status=status,
             reason=why + flag,
             claimed=claimed_speedup,
             measured=m.speedup,
             ci_low=m.ci_low,
             ci_high=m.ci_high,
+            bound=bound,
             confidence=m.confidence,
             measured_baseline=None,
             **base,
@@ -257,17 +310,31 @@ def _one(
     v = m.candidate_value
     if v is None:
         return not_measured(f"{mmetric} has no candidate value at {m.point}", c.candidate)
-    ok = v >= c.candidate * tol
-    why = (
-        f"measured candidate {mmetric} {_fmt(v)} (baseline {_fmt(m.baseline_value)}) at {m.point}; "
-        + ("it reaches" if ok else "it is below")
-        + f" the claimed {c.candidate:g} x (1 - {noise_margin:g})"
-    )
+    lo, hi = m.candidate_low, m.candidate_high
+    measured_at = f"measured candidate {mmetric} {_fmt(v)} (baseline {_fmt(m.baseline_value)}) at {m.point}"
+    if lo is None or hi is None:
+        bound = c.candidate * tol
+        return ClaimResult(
+            status="inconclusive",
+            reason=f"{measured_at}; no per-run values to judge it by, so it cannot be compared with "
+            f"{c.candidate:g} x (1 - {noise_margin:g}) = {bound:.3g}" + flag,
+            claimed=c.candidate,
+            measured=v,
+            bound=bound,
+            measured_baseline=m.baseline_value,
+            **base,
+            **common,
+        )
+    status, bound = interval_status(c.candidate, lo, hi, noise_margin=noise_margin)
+    why = f"{measured_at}, runs [{_fmt(lo)}, {_fmt(hi)}]; " + _why(status, lo, hi, bound, c.candidate, noise_margin)
     return ClaimResult(
-        status="confirmed" if ok else "not_confirmed",
+        status=status,
         reason=why + flag,
         claimed=c.candidate,
         measured=v,
+        ci_low=lo,
+        ci_high=hi,
+        bound=bound,
         measured_baseline=m.baseline_value,
         **base,
         **common,

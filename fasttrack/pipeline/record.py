@@ -22,12 +22,11 @@ from fasttrack.bundle.writer import FinishedRun, WrittenBundle, write_run_bundle
 from fasttrack.checks.context import RunContext
 from fasttrack.errors import FasttrackError
 from fasttrack.pipeline.engines import EngineLaunch, RunState
-from fasttrack.results import CheckResult, bundle_verdict, overall_verdict
+from fasttrack.results import ISOLATION, CheckResult, bundle_verdict, overall_verdict
 
 if TYPE_CHECKING:  # pragma: no cover
     from fasttrack.bundle.keys import SigningKey
     from fasttrack.hardware import HostInfo
-    from fasttrack.isolation import IsolationResult
     from fasttrack.plan import Plan
     from fasttrack.scope import LoadedScope
 
@@ -44,7 +43,6 @@ class RunFacts:
     host: HostInfo | None
     rehearsal: bool = False
     rehearsal_reason: str | None = None
-    isolation: IsolationResult | None = None
     pr_repository: str | None = None
     pr_number: int | None = None
     base: str | None = None
@@ -54,8 +52,16 @@ class RunFacts:
 
 
 def engine_record(launch: EngineLaunch) -> EngineRecord:
-    """One engine lifetime as the bundle's provenance lists it (secret-looking environment values hidden)."""
+    """One engine lifetime as the bundle's provenance lists it (secret-looking environment values hidden),
+    with the vLLM build it served (version; commit where the build records one or runs from a git checkout)."""
+    env = launch.environment or {}
+    source = env.get("vllm_commit_source")
+    if launch.environment_error and not source:
+        source = f"not recorded: the engine's environment could not be captured ({launch.environment_error})"
     return EngineRecord(
+        vllm_version=env.get("vllm_version"),
+        vllm_commit=env.get("vllm_commit"),
+        vllm_commit_source=source,
         side=launch.side,
         group=launch.group,
         mode="attached" if launch.owned is False else "owned",
@@ -80,18 +86,24 @@ def host_hardware(host: HostInfo) -> Hardware:
     return Hardware(kind="cpu", cpu_model=host.cpu_model, cpu_count=host.cpu_count)
 
 
-def pr_link(facts: RunFacts) -> PRLink | None:
-    """The PR the run tested: from the isolation check, else from a ``--head`` that is a commit."""
-    iso = facts.isolation
+def isolation_row(results: Sequence[CheckResult]) -> CheckResult | None:
+    """The isolation row when it classified a diff (it then holds the resolved base and head SHAs)."""
+    iso = next((r for r in results if r.check == ISOLATION), None)
+    return iso if iso is not None and iso.summary.get("diff_sha256") else None
+
+
+def pr_link(facts: RunFacts, results: Sequence[CheckResult] = ()) -> PRLink | None:
+    """The PR the run tested: the base..head the isolation row checked, else a ``--head`` that is a commit."""
+    iso = isolation_row(results)
     if iso is not None:
         return PRLink(
             repository=facts.pr_repository,
             number=facts.pr_number,
-            base_sha=iso.base_sha,
-            head_sha=iso.head_sha,
-            diff_sha256=iso.diff_sha256,
-            isolation=iso.verdict,
-            isolation_reason=iso.message,
+            base_sha=iso.summary["base_sha"],
+            head_sha=iso.summary["head_sha"],
+            diff_sha256=iso.summary["diff_sha256"],
+            isolation="pass" if iso.verdict.value == "pass" else "fail" if iso.verdict.value == "fail" else "not_run",
+            isolation_reason=iso.reason,
         )
     head, base = facts.head, facts.base
     if head and _SHA_RE.match(head):
@@ -101,7 +113,7 @@ def pr_link(facts: RunFacts) -> PRLink | None:
             base_sha=base.lower() if base and _SHA_RE.match(base) else None,
             head_sha=head.lower(),
             isolation="not_run",
-            isolation_reason="no --repo was given, so the diff was not checked",
+            isolation_reason="no --repo was given, so the diff was not checked: the PR link is unproven",
         )
     return None
 
@@ -131,7 +143,7 @@ def finished_run(facts: RunFacts, ctx: RunContext, results: Sequence[CheckResult
         scope=scope_info(loaded.text, model=loaded.scope.name, tier=facts.plan.tier, path=scope_path),
         plan=plan_info(facts.plan),
         provenance=provenance,
-        pr=pr_link(facts),
+        pr=pr_link(facts, results),
         rehearsal=facts.rehearsal,
         rehearsal_reason=facts.rehearsal_reason,
         logs={SUMMARY: summary} if summary.is_file() else {},
@@ -147,7 +159,7 @@ def write_summary(facts: RunFacts, ctx: RunContext, results: Sequence[CheckResul
         "shard": facts.plan.shard,
         "rehearsal": facts.rehearsal,
         "rehearsal_reason": facts.rehearsal_reason,
-        "verdict": bundle_verdict(overall_verdict(results)),
+        "verdict": bundle_verdict(overall_verdict(results), rehearsal=facts.rehearsal),
         "checks": {r.check: {"verdict": r.verdict.value, "reason": r.reason} for r in results},
         "engines": [e.to_json(redact=redact_env) for e in state.engines],
         "crash": state.crash,
@@ -168,7 +180,8 @@ def write_outputs(
 ) -> Path:
     """The summary, the bundle (signed and verified once) and the report next to it; returns the tarball."""
     write_summary(facts, ctx, results, state)
-    pr_head = facts.isolation.head_sha if facts.isolation else None
+    iso = isolation_row(results)
+    pr_head = str(iso.summary["head_sha"]) if iso is not None else None
     written = write_run_bundle(
         finished_run(facts, ctx, results, state), sign_keys=facts.sign_keys, pr_head=pr_head, log=log
     )

@@ -19,17 +19,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fasttrack.checks.base import Check, EngineCheck, EnginelessCheck, registry
-from fasttrack.checks.context import RunContext
+from fasttrack.checks.context import ChangeRequest, RunContext
+from fasttrack.checks.isolation import bind_served_builds, engine_builds
 from fasttrack.engine.argcheck import raise_for_issues
 from fasttrack.engine.launchers import LAUNCHERS, get_launcher
 from fasttrack.errors import FasttrackError, HardwareMismatch, ScopeError
 from fasttrack.hardware import HostInfo, detect_host, match_hardware
-from fasttrack.isolation import IsolationResult, check_isolation
+from fasttrack.isolation import resolve_refs
 from fasttrack.passability import analyze, engine_arg_check
 from fasttrack.pipeline.engines import RunState, drive_engines
 from fasttrack.pipeline.record import RunFacts, write_outputs
 from fasttrack.plan import Plan, build_plan
-from fasttrack.results import CheckResult, Side, Verdict, bundle_verdict, ordered_checks, overall_verdict
+from fasttrack.results import ISOLATION, CheckResult, Side, Verdict, bundle_verdict, ordered_checks, overall_verdict
 from fasttrack.scope import LoadedScope, load_scope
 
 
@@ -126,6 +127,21 @@ def preflight(loaded: LoadedScope, plan: Plan, opts: ValidateOptions, *, log: Ca
         raise_for_issues(args, scope_name=scope.name)
 
 
+def change_request(opts: ValidateOptions) -> ChangeRequest | None:
+    """The PR the run is tied to (None without ``--repo``/``--base``/``--head``). With ``--repo``, its refs are
+    resolved here, so a wrong path or ref fails before any engine starts."""
+    if opts.repo is not None:
+        if not (opts.base and opts.head):
+            raise FasttrackError(
+                "--repo needs --base and --head.", hint="e.g. --repo ../vllm --base main --head pr-123"
+            )
+        resolve_refs(opts.repo, opts.base, opts.head)
+        return ChangeRequest(repo=Path(opts.repo), base=opts.base, head=opts.head)
+    if opts.head:
+        return ChangeRequest(repo=None, base=opts.base, head=opts.head)
+    return None
+
+
 def select_checks(plan: Plan, wanted: list[str] | None) -> tuple[list[Check], dict[str, str]]:
     """Instantiate the checks to run; return (checks, {name: why not selected})."""
     reg = registry()
@@ -138,7 +154,7 @@ def select_checks(plan: Plan, wanted: list[str] | None) -> tuple[list[Check], di
         if wanted is not None and name not in wanted:
             skipped[name] = "not selected with --checks"
             continue
-        if plan.checks is not None and name not in plan.checks:
+        if plan.checks is not None and name not in plan.checks and not cls.every_tier:
             skipped[name] = f"the {plan.tier} tier does not run it"
             continue
         out.append(cls())
@@ -219,15 +235,7 @@ def run_validate(
     scope = loaded.scope
     plan = build_plan(scope, tier=opts.tier, shard=opts.shard, scope_sha256=loaded.sha256)
     preflight(loaded, plan, opts, log=log)
-    isolation: IsolationResult | None = None
-    if opts.repo is not None:
-        if not (opts.base and opts.head):
-            raise FasttrackError(
-                "--repo needs --base and --head.", hint="e.g. --repo ../vllm --base main --head pr-123"
-            )
-        assert scope.isolation is not None  # a complete scope has one
-        isolation = check_isolation(opts.repo, opts.base, opts.head, scope.isolation)
-        log(f"isolation: {isolation.verdict}: {isolation.message}")
+    change = change_request(opts)
     from fasttrack.bundle.keys import load_private_key
 
     sign_keys = [load_private_key(p) for p in opts.sign_keys]  # loaded once; a bad key fails before any engine
@@ -244,17 +252,18 @@ def run_validate(
         eval_data=dict(opts.eval_data),
         rehearsal=rehearsal,
         log=log,
+        change=change,
     )
     state = RunState()
     reg = registry()
     for name, why in skipped.items():
-        state.results[name] = _declared(reg[name], CheckResult.not_run(name, why, required=reg[name].required))
+        state.results[name] = _declared(reg[name], CheckResult.not_run(name, why, required=reg[name].required_in(ctx)))
 
     active: list[Check] = []
     for chk in checks:
         skip = chk.skip_reason(ctx)
         if skip:
-            state.results[chk.name] = _declared(chk, CheckResult.not_run(chk.name, skip, required=chk.required))
+            state.results[chk.name] = _declared(chk, CheckResult.not_run(chk.name, skip, required=chk.required_in(ctx)))
         else:
             active.append(chk)
 
@@ -289,7 +298,7 @@ def run_validate(
                 chk.name,
                 _declared(
                     chk,
-                    CheckResult.not_run(chk.name, why_stopped, required=chk.required),
+                    CheckResult.not_run(chk.name, why_stopped, required=chk.required_in(ctx)),
                 ),
             )
     except BaseException:
@@ -299,6 +308,7 @@ def run_validate(
         state.finished = time.time()
         disarm_signals()  # from here a termination signal waits until the outputs are written
 
+    _bind_pr_head(state, log)
     results = [state.results[n] for n in ordered_checks(state.results)]
     facts = RunFacts(
         loaded=loaded,
@@ -306,7 +316,6 @@ def run_validate(
         host=host,
         rehearsal=rehearsal,
         rehearsal_reason=rehearsal_reason,
-        isolation=isolation,
         pr_repository=opts.pr_repository,
         pr_number=opts.pr_number,
         base=opts.base,
@@ -326,12 +335,32 @@ def run_validate(
         raise KeyboardInterrupt
     return ValidateOutcome(
         run_dir=run_dir,
-        verdict=bundle_verdict(overall_verdict(results)),
+        verdict=bundle_verdict(overall_verdict(results), rehearsal=rehearsal),
         results=results,
         bundle=bundle_path,
         rehearsal=rehearsal,
         state=state,
     )
+
+
+def _bind_pr_head(state: RunState, log: Callable[[str], None]) -> None:
+    """The isolation row, when the run has a PR link, with the PR head compared to the build every engine served."""
+    iso = state.results.get(ISOLATION)
+    if iso is None or not iso.summary.get("pr_link"):
+        return
+    records = [
+        {
+            "group": e.group,
+            "side": e.side,
+            "lifetime": e.lifetime,
+            "environment": e.environment,
+            "environment_error": e.environment_error,
+        }
+        for e in state.engines
+    ]
+    bound = bind_served_builds(iso, engine_builds(records))
+    state.results[ISOLATION] = bound
+    log(f"isolation: PR head {bound.summary.get('head_binding')}: {bound.summary.get('head_binding_reason')}")
 
 
 def _declared(chk: Check | type[Check], res: CheckResult) -> CheckResult:

@@ -24,6 +24,7 @@ from fasttrack.results import ordered_checks
 
 #: Titles of the shipped checks, for bundles written before checks recorded their own title.
 CHECK_TITLES = {
+    "isolation": "Isolation and PR head",
     "kernels": "Kernels",
     "equivalence": "Output equivalence",
     "features": "Serving features",
@@ -220,6 +221,11 @@ def coverage_view(
     return view
 
 
+def _num(v: Any) -> str:
+    x = F.as_float(v)
+    return f"{x:.4g}" if x is not None else ""
+
+
 def claims_view(manifest: Manifest, tables: Tables, scope_obj: dict[str, Any]) -> tuple[list[ClaimView], str]:
     for check, tabs in tables.items():
         t = tabs.get("claims")
@@ -232,17 +238,29 @@ def claims_view(manifest: Manifest, tables: Tables, scope_obj: dict[str, Any]) -
             s = str(status).strip().lower().replace(" ", "_").replace("-", "_") if status is not None else ""
             if s in ("confirmed", "pass", "passed", "true"):
                 s = "confirmed"
-            elif s in ("not_confirmed", "fail", "failed", "false", "refuted"):
+            elif s in ("contradicted", "fail", "failed", "false", "refuted"):
+                s = "contradicted"
+            elif s in ("inconclusive", "undecided"):
+                s = "inconclusive"
+            elif s == "not_confirmed":  # older bundles: judged by the interval's upper end only
                 s = "not_confirmed"
             else:
                 s = "not_measured"
             parts = []
-            for k in ("claimed", "measured", "ci_low", "ci_high", "point", "detail", "reason"):
+            for k in ("point", "detail", "reason"):
                 if r.get(k) is not None:
                     parts.append(f"{k} {fmt.value(r.get(k), 200)}")
+            lo, hi = F.as_float(r.get("ci_low")), F.as_float(r.get("ci_high"))
             out.append(
                 ClaimView(
-                    id=fmt.one_line(cid, 120), text=fmt.one_line(r.get("text"), 600), status=s, detail="; ".join(parts)
+                    id=fmt.one_line(cid, 120),
+                    text=fmt.one_line(r.get("text"), 600),
+                    status=s,
+                    detail="; ".join(parts),
+                    claimed=_num(r.get("claimed")),
+                    measured=_num(r.get("measured")),
+                    interval=f"[{lo:.4g}, {hi:.4g}]" if lo is not None and hi is not None else "",
+                    bound=_num(r.get("bound")),
                 )
             )
         return out, f"from results/{check}/claims.parquet"

@@ -1,10 +1,17 @@
-"""The PR comment: GitHub-flavoured Markdown under GitHub's 65,536-character limit.
+"""The PR comment: GitHub-flavoured Markdown under GitHub's 65,536-character limit (counted in bytes).
 
-Order: verdict and verification, failed gates first, the largest performance deltas,
-coverage gaps, then where the full report is. Bundle text is escaped for Markdown and
-HTML (:func:`md`): punctuation is backslash-escaped, ``<``/``>``/``&`` become entities,
-and zero-width spaces break ``scheme://``, ``www.`` and ``@mention`` so no bundle text
-becomes a link or pings anyone. When the comment would be too long, tables are cut
+It leads with the gate. The headline is the verdict, and the line under it gives the four
+states a maintainer acts on: verdict, verification, PR link, rehearsal. Then come the gates
+(failed first), the performance table, the claims, the coverage gaps, and where the full
+report is. The performance table ranks the gated metric's rows first (failing rows first,
+then the largest |log speedup|). A non-gated, client-timed figure (TTFT, TPOT, ITL timed as
+the stream arrived) whose runs show burst delivery is left out of the table and counted in
+a note: its "speedup" measures how the stream was delivered, not the decode.
+
+The size is counted in UTF-8 bytes, so it stays under the limit however GitHub counts.
+Bundle text is escaped for Markdown and HTML (:func:`md`): punctuation is backslash-escaped,
+``<``/``>``/``&`` become entities, and zero-width spaces break ``scheme://``, ``www.`` and
+``@mention`` so no bundle text becomes a link or pings anyone. When the comment would be too long, tables are cut
 (with a note saying how many rows were left out) until it fits.
 """
 
@@ -73,17 +80,46 @@ class Delta:
         return abs(math.log(s)) if s and s > 0 else 0.0
 
 
-def largest_deltas(r: ReportData, n: int) -> list[PerfRow]:
-    """Perf rows ordered by |log speedup| (largest first), failing rows first."""
+def shown_perf_rows(r: ReportData) -> tuple[list[PerfRow], list[PerfRow]]:
+    """(rows the comment may show, in its order; rows left out as burst-distorted).
+
+    Order: the gated metric's rows first; within each, failing rows first, then the largest
+    |log speedup|, then by point."""
     rows = [x for x in (r.perf.all_rows if r.perf else []) if x.speedup is not None]
-    rows.sort(key=lambda x: (x.verdict != "fail", -Delta(x).size, x.point))
-    return rows[:n]
+    dropped = [x for x in rows if x.burst_distorted]
+    rows = [x for x in rows if not x.burst_distorted]
+    rows.sort(key=lambda x: (not x.gated, x.verdict != "fail", -Delta(x).size, x.point))
+    return rows, dropped
+
+
+def largest_deltas(r: ReportData, n: int) -> list[PerfRow]:
+    """The first ``n`` rows of :func:`shown_perf_rows` (gated metric first, failing first)."""
+    return shown_perf_rows(r)[0][:n]
+
+
+def pr_link_state(r: ReportData) -> str:
+    """The PR link in a few words: which PR and head the bundle vouches for, or that it is not PR evidence."""
+    if r.pr is None:
+        return "none, so the bundle is not PR evidence"
+    where = (r.pr.repository or "repository not recorded") + (f" #{r.pr.number}" if r.pr.number else "")
+    words = f"{where} at {r.pr.head_sha[:12]}, isolation {r.pr.isolation.replace('_', ' ')}"
+    # whether the bundle proves the link (bundle.consistency's state, loaded into the PR view)
+    return f"{words}, link {r.pr.link}" if r.pr.link else words
+
+
+def rehearsal_state(r: ReportData) -> str:
+    """Whether the run was a rehearsal, in words."""
+    if not r.readable:
+        return "unknown"
+    return "yes, not valid evidence" if r.rehearsal else "no"
 
 
 def _render(r: ReportData, *, report_ref: str, report_url: str | None, cap: int) -> str:
     failed = [g for g in r.gates if g.verdict == "fail"]
     others = [g for g in r.gates if g.verdict != "fail"]
-    deltas = largest_deltas(r, min(cap, 10))
+    rows, dropped = shown_perf_rows(r)
+    deltas = rows[: min(cap, 10)]
+    gated_metrics = sorted({x.metric for x in rows if x.gated})
     gaps = r.coverage.gaps if r.coverage else []
     fails = [(c.name, f) for c in r.checks if c.verdict == "fail" for f in c.failures]
     return (
@@ -94,7 +130,13 @@ def _render(r: ReportData, *, report_ref: str, report_url: str | None, cap: int)
             failed=failed,
             others=others,
             deltas=deltas,
-            n_deltas=len(r.perf.all_rows) if r.perf else 0,
+            n_deltas=len(rows),
+            dropped=dropped,
+            gated_metrics=gated_metrics,
+            claims=r.claims[:cap],
+            claims_total=len(r.claims),
+            pr_link=pr_link_state(r),
+            rehearsal=rehearsal_state(r),
             gaps=gaps[:cap],
             gaps_total=len(gaps),
             fails=fails[:cap],
@@ -109,16 +151,22 @@ def _render(r: ReportData, *, report_ref: str, report_url: str | None, cap: int)
 def render_comment(
     r: ReportData, *, report_ref: str = "report.html", report_url: str | None = None, limit: int = DEFAULT_LIMIT
 ) -> str:
-    """The comment text; always at most ``limit`` characters (and never above GitHub's limit)."""
+    """The comment text; always at most ``limit`` UTF-8 bytes (and never above GitHub's limit)."""
     limit = min(limit, GITHUB_LIMIT)
     if report_url is not None:
         check_url(report_url)
     text = ""
     for cap in (200, 100, 50, 20, 10, 5, 2, 0):
         text = _render(r, report_ref=report_ref, report_url=report_url, cap=cap)
-        if len(text) <= limit:
+        if size(text) <= limit:
             return text
     note = "\n\n> **Truncated:** this comment hit the length limit; the full report has everything.\n"
-    cut = text[: max(0, limit - len(note) - 1)]
+    room = max(0, limit - size(note) - 1)
+    cut = text.encode("utf-8")[:room].decode("utf-8", errors="ignore")
     cut = cut[: cut.rfind("\n")] if "\n" in cut else cut
     return cut + note
+
+
+def size(text: str) -> int:
+    """The comment's size as GitHub's limit is checked here: UTF-8 bytes (never fewer than characters)."""
+    return len(text.encode("utf-8"))

@@ -20,7 +20,8 @@ detectable effect  ``mde`` / ``detectable_slowdown`` (a fraction: 0.07 = 7 %)
 eval bin           ``bin``, ``context_bin``, ``needles``, ``needle_count``
 eval item          ``problem``, ``problem_id``, ``sample_id``, ``doc_id``
 claim              table named ``claims``: ``id``/``claim``, ``text``, ``status``
-                   (``confirmed``/``not_confirmed``/``not_measured``), ``claimed``, ``measured``
+                   (``confirmed``/``contradicted``/``inconclusive``/``not_measured``), ``claimed``,
+                   ``measured``, ``ci_low``/``ci_high``, ``bound``
 =================  ==========================================================================
 
 The perf check's per-point table is its ``points`` table (or else the first perf table with
@@ -54,12 +55,28 @@ BIN = ("bin", "context_bin", "needles", "needle_count")
 ITEM = ("problem", "problem_id", "sample_id", "doc_id")
 DIRECTION = ("direction",)
 RUNS = ("runs", "n_runs", "runs_used", "runs_candidate")
+BURST = ("burst_delivered", "burst_delivered_requests")
 CLAIM_ID = ("id", "claim", "claim_id")
+
+#: Metrics timed by the client as the stream arrived, for tables that do not say (``client_timed``).
+CLIENT_TIMED_METRICS = ("median_tpot_ms", "median_itl_ms", "median_ttft_ms", "p90_interactivity")
+
+
+def client_timed(row: Mapping[str, Any], metric: str) -> bool:
+    """Whether a perf row's metric is client-timed: the row's ``client_timed``, else by the metric's name."""
+    v = row.get("client_timed")
+    if isinstance(v, bool):
+        return v
+    name = row.get("metric_name")
+    name = name if isinstance(name, str) else metric.rsplit("/", 1)[-1]
+    return name in CLIENT_TIMED_METRICS
+
+
 CLAIM_STATUS = ("status", "verdict", "result")
 
 _PASS_WORDS = {"pass", "passed", "ok", "true", "confirmed", "agree", "match", "yes"}
-_FAIL_WORDS = {"fail", "failed", "false", "not_confirmed", "regression", "mismatch", "no", "error"}
-_NOT_RUN_WORDS = {"not_run", "skipped", "not_measured", "none", "n/a", "incomplete", "undecided"}
+_FAIL_WORDS = {"fail", "failed", "false", "not_confirmed", "contradicted", "regression", "mismatch", "no", "error"}
+_NOT_RUN_WORDS = {"not_run", "skipped", "not_measured", "none", "n/a", "incomplete", "undecided", "inconclusive"}
 
 
 def pick(columns: Sequence[str], names: Sequence[str]) -> str | None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fasttrack.bundle.consistency import pr_link_state
 from fasttrack.bundle.dsse import read_envelope
 from fasttrack.bundle.errors import BundleError
 from fasttrack.bundle.keys import resolve_keys
@@ -139,6 +140,7 @@ def _read(view: BundleView, vr: VerifyResult, vv: VerifyView, name: str, bhash: 
     env, engines, hardware = _environment(m)
     pr = None
     if m.pr is not None:
+        link, link_detail = pr_link_state(m)
         pr = PRView(
             repository=fmt.one_line(m.pr.repository or "", 200),
             number=str(m.pr.number) if m.pr.number else "",
@@ -147,6 +149,8 @@ def _read(view: BundleView, vr: VerifyResult, vv: VerifyView, name: str, bhash: 
             diff_sha256=m.pr.diff_sha256 or "",
             isolation=str(getattr(m.pr.isolation, "value", m.pr.isolation)),
             isolation_reason=fmt.one_line(m.pr.isolation_reason, 1000),
+            link=link,
+            link_detail=fmt.one_line(link_detail, 1000),
         )
     order = ordered_checks(m.checks)
     checks = [check_view(n, m.checks[n], tables.get(n, {}), policy) for n in order]
@@ -161,7 +165,7 @@ def _read(view: BundleView, vr: VerifyResult, vv: VerifyView, name: str, bhash: 
         bundle_hash=bhash,
         verification=vv,
         readable=True,
-        verdict=m.verdict,
+        verdict=m.effective_verdict,
         model=fmt.one_line(m.scope.model, 200),
         tier=fmt.one_line(m.scope.tier, 40),
         scope_title=fmt.one_line(title, 300),

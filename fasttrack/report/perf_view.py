@@ -37,8 +37,23 @@ def _perf_table(tabs: dict[str, LoadedTable]) -> tuple[str, LoadedTable] | None:
     return None
 
 
-def perf_rows(t: LoadedTable, plan_pts: PlanPoints) -> list[PerfRow]:
-    """Normalise a perf table's rows (speedup direction-aware: > 1 means the candidate is better)."""
+def burst_by_point(runs: LoadedTable | None) -> dict[str, int]:
+    """Burst-delivered requests per point from a ``runs`` table (for points tables that do not carry them)."""
+    out: dict[str, int] = {}
+    if runs is None or runs.error is not None:
+        return out
+    for r in runs.rows:
+        pid, n = r.get("point"), F.as_int(F.get(r, F.BURST))
+        if isinstance(pid, str) and n:
+            out[pid] = out.get(pid, 0) + n
+    return out
+
+
+def perf_rows(t: LoadedTable, plan_pts: PlanPoints, *, bursts: dict[str, int] | None = None) -> list[PerfRow]:
+    """Normalise a perf table's rows (speedup direction-aware: > 1 means the candidate is better).
+
+    ``bursts`` (point -> burst-delivered requests, from the runs table) fills in rows without a
+    ``burst_delivered`` column."""
     out = []
     has_speedup = F.pick(t.columns, F.SPEEDUP) is not None
     for r in t.rows:
@@ -65,6 +80,9 @@ def perf_rows(t: LoadedTable, plan_pts: PlanPoints) -> list[PerfRow]:
         group = group if isinstance(group, str) else ""
         full = pp.get("full_context") is True or r.get("full_context") is True
         direction = F.get(r, F.DIRECTION)
+        burst = F.as_int(F.get(r, F.BURST))
+        if burst is None:
+            burst = (bursts or {}).get(pid, 0)
         out.append(
             PerfRow(
                 point=fmt.one_line(pid, 160),
@@ -82,6 +100,8 @@ def perf_rows(t: LoadedTable, plan_pts: PlanPoints) -> list[PerfRow]:
                 mde=mde,
                 verdict=F.row_verdict(r),
                 runs=F.as_int(F.get(r, F.RUNS)),
+                client_timed=F.client_timed(r, metric),
+                burst_delivered=max(0, burst),
             )
         )
     return out
@@ -102,7 +122,8 @@ def perf_view(manifest: Manifest, tables: Tables, plan_pts: PlanPoints) -> PerfV
             reason=f"the perf check wrote no per-point table with a speedup and its interval (tables: {names})",
         )
     name, t = found
-    rows = perf_rows(t, plan_pts)
+    runs_t = tables.get(check, {}).get("runs") if name != "runs" else None
+    rows = perf_rows(t, plan_pts, bursts=burst_by_point(runs_t))
     thr = entry.gate.threshold if entry.gate is not None else None
     threshold = F.as_float(thr)
     metrics: dict[str, list[PerfRow]] = {}

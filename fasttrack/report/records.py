@@ -52,7 +52,7 @@ class BundleRecord(_Model):
     readable: bool
     """Whether the manifest could be read."""
     verdict: str
-    """Bundle verdict: pass, fail, incomplete (or unknown when unreadable)."""
+    """Bundle verdict: pass, fail, incomplete, rehearsal (or unknown when unreadable)."""
     model: str = ""
     """Validated model (from the scope)."""
     tier: str = ""

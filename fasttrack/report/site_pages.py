@@ -152,6 +152,7 @@ def write_index(site: Path, records: list[BundleRecord], *, errors: Sequence[str
         "pass": sum(r.verdict == "pass" for r in records),
         "fail": sum(r.verdict == "fail" for r in records),
         "incomplete": sum(r.verdict == "incomplete" for r in records),
+        "rehearsal": sum(r.verdict == "rehearsal" for r in records),
         "heads": len({r.head_sha for r in records if r.head_sha}),
         "disagree": sum(1 for g in multi if g.status == "disagree"),
     }

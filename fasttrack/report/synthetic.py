@@ -34,7 +34,7 @@ from fasttrack.bundle.manifest import (
     scope_info,
 )
 from fasttrack.bundle.writer import write_bundle
-from fasttrack.report.synthetic_results import Spec, check_results, plant, recorded_name
+from fasttrack.report.synthetic_results import DIFF_SHA256, Spec, check_results, plant, recorded_name
 from fasttrack.results import CHECK_ORDER
 
 __all__ = ["PAYLOADS", "SUITES", "Spec", "make_bundle", "payload_text"]
@@ -186,6 +186,9 @@ def _write(
                 args=[plant(spec, "--max-num-seqs"), "64"],
                 env={"VLLM_FLAG": plant(spec, "1")},
                 url=plant(spec, "http://127.0.0.1:8000"),
+                vllm_version=plant(spec, "0.32.0"),
+                vllm_commit=spec.head_sha,
+                vllm_commit_source="vllm/_version.py",
             )
             for s in ("baseline", "candidate")
         ],
@@ -195,7 +198,7 @@ def _write(
         number=spec.pr_number,
         base_sha=spec.base_sha,
         head_sha=spec.head_sha,
-        diff_sha256="3" * 64,
+        diff_sha256=DIFF_SHA256,
         isolation=spec.isolation,  # type: ignore[arg-type]
         isolation_reason=plant(
             spec,

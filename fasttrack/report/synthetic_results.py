@@ -113,6 +113,13 @@ def _rows_perf(
                     "statement": plant(spec, "hierarchical bootstrap over engine lifetimes"),
                 }
             )
+    first = rows[0] if rows else None
+    bound = 1.0 * (1 - margin)
+    status = "not_measured"
+    if first is not None:  # the perf check's claim rule: the interval against claimed x (1 - margin)
+        status = (
+            "confirmed" if first["ci_low"] >= bound else "contradicted" if first["ci_high"] < bound else "inconclusive"
+        )
     claims = [
         {
             "id": "claim-b1",
@@ -120,9 +127,12 @@ def _rows_perf(
             "metric": "speedup_tpot",
             "reason": plant(spec, "matched to the first batch-1 point"),
             "claimed": 1.0,
-            "measured": rows[0]["speedup"] if rows else None,
-            "point": rows[0]["point"] if rows else None,
-            "status": "confirmed" if rows and rows[0]["speedup"] >= 1.0 else "not_confirmed",
+            "measured": first["speedup"] if first else None,
+            "ci_low": first["ci_low"] if first else None,
+            "ci_high": first["ci_high"] if first else None,
+            "bound": bound,
+            "point": first["point"] if first else None,
+            "status": status,
         },
         {
             "id": "claim-b64",
@@ -184,6 +194,8 @@ def check_results(spec: Spec, points: list[dict[str, Any]], rng: random.Random) 
                 artifacts=[f"artifacts/{name}/notes.txt"],
             )
         )
+
+    results.append(isolation_result(spec))
 
     # kernels
     krows, kfail = [], []
@@ -409,3 +421,42 @@ def check_results(spec: Spec, points: list[dict[str, Any]], rng: random.Random) 
         f"no regression at any of {len(points)} points",
     )
     return results
+
+
+#: The diff hash every synthetic PR link records.
+DIFF_SHA256 = "3" * 64
+
+_ISOLATION_CHANGES = {
+    "pass": ("vllm/model_executor/models/kimi_k3/fast_decode.py", "owned", None),
+    "fail": ("vllm/v1/sample/sampler.py", "shared", "sampling"),
+    "review": ("vllm/envs.py", "elsewhere", None),
+}
+
+
+def isolation_result(spec: Spec) -> CheckResult:
+    """The isolation row of the synthetic PR link: over exactly its base..head, with its verdict
+    (``review``: a path the scope does not allow, which fails the row like a shared component)."""
+    name = recorded_name(spec, "isolation")
+    if spec.isolation == "not_run":
+        return CheckResult.not_run(name, plant(spec, "--head was given without --repo: the diff was not checked"))
+    path, cls, component = _ISOLATION_CHANGES[spec.isolation]
+    failures = [] if cls == "owned" else [plant(spec, f"{path} (M) is {cls}" + (f": {component}" if component else ""))]
+    row: dict[str, Any] = {"path": path, "status": "M", "class": cls, "component": component}
+    if spec.payload:
+        row[spec.payload] = spec.payload
+    return CheckResult(
+        check=name,
+        title=None if spec.legacy_entries else plant(spec, "Isolation and PR head"),
+        view=None if spec.legacy_entries else "generic",
+        verdict=Verdict.FAIL if failures else Verdict.PASS,
+        reason=plant(spec, failures[0] if failures else "every changed path is owned by the scope"),
+        summary={
+            "pr_link": True,
+            "base_sha": spec.base_sha,
+            "head_sha": spec.head_sha,
+            "diff_sha256": DIFF_SHA256,
+            "head_binding": "proven",
+        },
+        failures=failures,
+        tables={"changed": [row]},
+    )

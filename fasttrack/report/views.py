@@ -12,6 +12,8 @@ from typing import Any
 
 from markupsafe import Markup
 
+from fasttrack.results import NOT_PR_EVIDENCE
+
 
 @dataclass
 class Tri:
@@ -130,6 +132,21 @@ class PerfRow:
     runs: int | None = None
     direction: str | None = None
     """``lower_is_better`` / ``higher_is_better`` when the table says so."""
+    client_timed: bool = False
+    """The metric is timed by the client as the stream arrived (TTFT, TPOT, ITL), not by the engine."""
+    burst_delivered: int = 0
+    """Burst-delivered requests in this point's runs (both sides)."""
+
+    @property
+    def gated(self) -> bool:
+        """Rows with a verdict are the gated metric's; the others are reported, not gated."""
+        return self.verdict is not None
+
+    @property
+    def burst_distorted(self) -> bool:
+        """A non-gated, client-timed figure whose runs show burst delivery: its speedup measures the
+        delivery of the stream, not the decode, so it is not shown as a speedup."""
+        return not self.gated and self.client_timed and self.burst_delivered > 0
 
 
 @dataclass
@@ -198,8 +215,16 @@ class ClaimView:
     id: str
     text: str
     status: str
-    """confirmed, not_confirmed or not_measured."""
+    """confirmed, contradicted, inconclusive or not_measured (``not_confirmed`` in older bundles)."""
     detail: str
+    claimed: str = ""
+    """The claimed figure, formatted ("" when the row has none)."""
+    measured: str = ""
+    """The measured figure."""
+    interval: str = ""
+    """The interval the claim was judged by, ``[low, high]``."""
+    bound: str = ""
+    """What the interval was compared with (claimed less the noise margin)."""
 
 
 @dataclass
@@ -230,6 +255,10 @@ class PRView:
     diff_sha256: str
     isolation: str
     isolation_reason: str
+    link: str = ""
+    """Whether the bundle is evidence for this PR: ``proven``, ``unproven`` or ``mismatch`` (see
+    :func:`fasttrack.bundle.consistency.pr_link_state`)."""
+    link_detail: str = ""
 
 
 @dataclass
@@ -250,6 +279,8 @@ class ReportData:
     shard: str = ""
     created: str = ""
     pr: PRView | None = None
+    not_pr_evidence: str = NOT_PR_EVIDENCE
+    """What the report says when the bundle records no PR link."""
     hardware: str = ""
     rehearsal: bool = False
     rehearsal_reason: str = ""

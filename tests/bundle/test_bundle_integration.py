@@ -78,18 +78,31 @@ def test_write_run_bundle_signed_and_verifiable(run, keydir: Path) -> None:
         finished_run(facts, run.ctx, make_results(), run.state), sign_keys=[key], log=lambda m: None
     )
     tgz = written.tarball
+    from fasttrack.pipeline.record import write_summary
+
+    no_engines = SimpleNamespace(engines=[], crash=None, interrupted=False)  # (engine records would count as starts)
+    summary = json.loads(write_summary(facts, run.ctx, make_results(), no_engines).read_text())  # type: ignore[arg-type]  # a stand-in state without engines
+    assert summary["verdict"] == "rehearsal" and summary["rehearsal"] is True
     assert tgz == run.run_dir / "bundle.tar.gz"
     assert written.verification.verified, written.verification.failures
     with pytest.raises(B.BundleError, match="run folder"):
         B.verify_bundle(run.run_dir, keys=[keydir / "contrib.pub"])
-    res = B.verify_bundle(tgz, keys=[keydir / "contrib.pub"], pr_head=head[:8])
+    res = B.verify_bundle(tgz, keys=[keydir / "contrib.pub"])
     assert res.verified, res.failures
+    assert res.rehearsal  # a rehearsal, whose verdict is incomplete: the PR link's diff was not checked
+    assert res.pr_link == "unproven" and "diff base..head was not checked" in res.pr_link_detail
+    # --head without --repo: the head matches, but nothing proves the link, so --pr-head does not verify it
+    res = B.verify_bundle(tgz, keys=[keydir / "contrib.pub"], pr_head=head[:8])
+    assert not res.verified and res.item("pr_head").ok is False
+    assert "matches" in res.item("pr_head").detail and "unproven, not verified" in res.item("pr_head").detail
     with B.open_bundle(tgz) as view:
         m = view.manifest
         assert m.scope.sha256 == run.loaded.sha256 and m.scope.model == "demo-llama"
         assert m.plan.fingerprint == run.plan.fingerprint and m.plan.shard == "1/1"
         assert m.rehearsal and "GPU" in m.rehearsal_reason
         assert m.pr.number == 12 and m.pr.isolation == "not_run"
+        assert m.verdict == "incomplete" and m.checks["isolation"].required  # a PR link without a checked diff
+        assert m.checks["isolation"].verdict.value == "not_run"
         assert m.provenance.models == {"fasttrack/demo-llama": "2" * 64}
         assert m.provenance.seeds == {"sampling": 1234}
         eng = {(e.side, e.mode) for e in m.provenance.engines}

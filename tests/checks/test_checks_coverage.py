@@ -162,8 +162,13 @@ def test_out_of_range_decode_steps_do_not_count_against_the_fraction(tmp_path: P
     ctx.evidence.append(_ev("equivalence", f"{GID}-b8-ctx32", "baseline", decode={8: 18, 9: 4}))
     chk = CoverageCheck()
     res = chk.judge(ctx)
-    assert res.verdict is Verdict.PASS, res.failures
+    row = next(r for r in res.tables["coverage"] if r["point"] == f"{GID}-b8-ctx32")
+    assert row["verdict"] == "pass" and row["candidate_optimized_fraction"] == 1.0, row
     assert f"{GID}-b1-ctx32" in res.summary["points_not_exercised"]
+    # the other in-tier points have no decode evidence at all: not_run with the reason, never pass
+    assert res.verdict is Verdict.NOT_RUN, (res.verdict, res.reason)
+    assert f"{GID}-b1-ctx32" in res.summary["points_without_decode_evidence"]
+    assert "no decode evidence at 9 in-tier point(s)" in res.reason
 
 
 def test_baseline_running_optimized_ops_fails(tmp_path: Path) -> None:
@@ -199,7 +204,10 @@ def test_rate_limited_fallback_logged_earlier_counts_as_visible(tmp_path: Path) 
     assert "earlier" in row["detail"]
 
 
-def test_unobservable_stock_markers_are_a_note_not_a_failure(tmp_path: Path) -> None:
+def test_unobservable_stock_markers_are_not_run_never_pass(tmp_path: Path) -> None:
+    """The stock markers matched no op on the candidate: its fallback steps cannot be shown to run the stock
+    path (it is not inferred from the absence of optimized ops), so the situations are not_run with a scope
+    error naming the markers."""
     ctx = demo_ctx(tmp_path)
     _all_points(ctx)
     chk = CoverageCheck()
@@ -212,11 +220,15 @@ def test_unobservable_stock_markers_are_a_note_not_a_failure(tmp_path: Path) -> 
         out_of_envelope_request=no_stock,
     )
     res = chk.judge(ctx)
-    assert res.verdict is Verdict.PASS, res.failures
+    assert res.verdict is Verdict.NOT_RUN, (res.verdict, res.reason)
     probed = [
         r for r in res.tables["fallback"] if r["side"] == "candidate" and r["situation"] != "unsupported_deployment"
     ]
     assert probed and all("stock markers matched no op" in r["detail"] for r in probed)
+    assert all(r["verdict"] == "not_run" and "scope error" in r["detail"] for r in probed), probed
+    assert "the stock path could not be seen" in probed[0]["detail"]
+    assert "scope error" in res.reason and "^fasttrack_demo::stock_step$" in res.reason
+    assert res.summary["scope_errors"] and res.tables["markers"][0]["verdict"] == "not_run"
 
 
 def test_no_profiler_is_not_run_never_pass(tmp_path: Path) -> None:
@@ -339,3 +351,93 @@ def test_situation_probe_retries_with_a_longer_decode_until_the_step_forms(tmp_p
     probe = asyncio.run(coverage.probe_situation(ctx, session, None, "mixed_prefill_decode", []))
     assert probe.steps == 0 and probe.attempts == coverage.PROBE_ATTEMPTS
     assert len(windows_opened) == coverage.PROBE_ATTEMPTS
+
+
+def test_in_tier_point_without_decode_evidence_is_not_run_never_pass(tmp_path: Path) -> None:
+    """Every check's candidate windows at b3 ctx32 contain no decode step (its rounds formed smaller batches):
+    the point's path was never seen, so it is not_run with the reason instead of being dropped as not exercised."""
+    ctx = demo_ctx(tmp_path)
+    _all_points(ctx)
+    gap = f"{GID}-b3-ctx32"
+    ctx.evidence = [e for e in ctx.evidence if not (e.point == gap and e.side == "candidate")]
+    for check in ("equivalence", "features"):
+        ctx.evidence.append(_ev(check, gap, "candidate", decode={}))
+    chk = CoverageCheck()
+    _probes(chk)
+    res = chk.judge(ctx)
+    assert res.verdict is Verdict.NOT_RUN, (res.verdict, res.reason)
+    assert res.summary["points_without_decode_evidence"] == [gap]
+    assert f"no decode evidence at 1 in-tier point(s): {gap}" in res.reason
+    rows = [r for r in res.tables["coverage"] if r["point"] == gap]
+    assert len(rows) == 2 and all(r["verdict"] == "not_run" for r in rows), rows
+    assert "no check's candidate window contains a decode step" in rows[0]["detail"]
+    # a point no selected check recorded a window for gets a row of its own
+    ctx.evidence = [e for e in ctx.evidence if e.point != gap]
+    res = chk.judge(ctx)
+    assert res.verdict is Verdict.NOT_RUN and res.summary["points_without_decode_evidence"] == [gap]
+    (row,) = [r for r in res.tables["coverage"] if r["point"] == gap]
+    assert row["verdict"] == "not_run" and "no selected check recorded a window" in row["detail"]
+
+
+def _stock_windows(chk: CoverageCheck, *, base_stock: dict[str, int], cand_mixed: int = 0) -> None:
+    """The coverage decode windows of both sides, with the op names the engines reported."""
+    b = window("baseline", [f"{GID}-b2-ctx32"], decode={2: 6}, name="coverage-decode-baseline")
+    b.summary.update(stock_op_counts=base_stock, top_ops={"aten::mm": 120, "vllm::unified_attention": 40})
+    c = window(
+        "candidate",
+        [f"{GID}-b2-ctx32"],
+        decode={2: 6},
+        name="coverage-decode-candidate",
+        extra_steps=[{"kind": "prefill", "batch": 0, "optimized_ops": 0, "stock_ops": 1}],
+    )
+    for s in c.steps[:cand_mixed]:
+        s["stock_ops"] = 1
+    c.summary.update(
+        stock_op_counts={"fasttrack_demo::stock_step": 1 + cand_mixed},
+        optimized_op_counts={"fasttrack_demo::fused_decode_mlp": 6},
+        top_ops={"fasttrack_demo::fused_decode_mlp": 6, "aten::mm": 30},
+    )
+    chk.windows += [b, c]
+
+
+def test_stock_marker_matching_the_candidates_optimized_steps_is_a_scope_error(tmp_path: Path) -> None:
+    ctx = demo_ctx(tmp_path)
+    _all_points(ctx)
+    clean = CoverageCheck()
+    _probes(clean)
+    _stock_windows(clean, base_stock={})
+    assert clean.judge(ctx).verdict is Verdict.PASS  # the demo's markers: a candidate-only fallback marker
+    chk = CoverageCheck()
+    _probes(chk)
+    _stock_windows(chk, base_stock={}, cand_mixed=2)
+    res = chk.judge(ctx)
+    assert res.verdict is Verdict.NOT_RUN, (res.verdict, res.reason)
+    assert res.reason.startswith("1 scope error(s) in path_markers: scope error: the stock markers")
+    assert "match ops in 2 of the candidate's 6 steps that ran the optimized path" in res.reason
+    assert "fasttrack_demo::stock_step" in res.summary["scope_errors"][0] and res.failures[0].startswith("scope error")
+    (row,) = res.tables["markers"]
+    assert row["verdict"] == "not_run" and row["candidate_optimized_steps_with_stock_ops"] == 2
+
+
+def test_stock_marker_never_matching_on_the_baseline_is_a_scope_error(tmp_path: Path) -> None:
+    from fasttrack.scope import load_scope
+
+    pm = load_scope("demo-llama").scope.path_markers
+    assert pm is not None and pm.stock_on_baseline is False
+    ctx = demo_ctx(tmp_path, path_markers=pm.model_copy(update={"stock_on_baseline": True}))
+    _all_points(ctx)
+    ok = CoverageCheck()
+    _probes(ok)
+    _stock_windows(ok, base_stock={"fasttrack_demo::stock_step": 3})
+    res = ok.judge(ctx)
+    assert res.verdict is Verdict.PASS, res.reason
+    assert res.tables["markers"][0]["baseline_ops"] == "fasttrack_demo::stock_step"
+    chk = CoverageCheck()
+    _probes(chk)
+    _stock_windows(chk, base_stock={})
+    res = chk.judge(ctx)
+    assert res.verdict is Verdict.NOT_RUN, (res.verdict, res.reason)
+    err = "scope error: stock marker '^fasttrack_demo::stock_step$' matched no op on the baseline"
+    assert err in res.reason and "ops seen there: aten::mm, vllm::unified_attention" in res.reason
+    (row,) = res.tables["markers"]
+    assert row["verdict"] == "not_run" and err in row["detail"] and row["expected_on"] == "baseline"

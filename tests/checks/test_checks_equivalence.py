@@ -71,6 +71,9 @@ def _fill(chk: EquivalenceCheck, ctx, *, cand_change=None, cand_window=None, bas
                 if cand_change:
                     rec = cand_change(p, rec) or rec
                 cr.records.append(rec)
+        # every measured round carries its batch check (the running-requests gauge peaked at the batch size)
+        br.round_checks = [verify_batch(p.batch, running_samples=[p.batch]) for _ in range(rounds)]
+        cr.round_checks = [verify_batch(p.batch, running_samples=[p.batch]) for _ in range(rounds)]
         dec = {p.batch: 20}
         br.window = base_window(p) if base_window else window("baseline", [p.id], decode=dec)
         cr.window = cand_window(p) if cand_window else window("candidate", [p.id], decode=dec)
@@ -255,3 +258,42 @@ def test_verify_batch_from_metrics_samples() -> None:
     bc = verify_batch(4, running_samples=[0, 1, 1])
     assert not bc.verified and bc.source == "metrics"
     assert verify_batch(4).source == "none"
+
+
+def test_no_profiled_candidate_window_is_not_run_never_pass(tmp_path: Path) -> None:
+    """Identical outputs, but the candidate had no profiler at one point: whether it ran the optimized path there
+    was not observed, so that point (and the check) is not_run with the reason."""
+    ctx = demo_ctx(tmp_path)
+    chk = EquivalenceCheck()
+    _fill(
+        chk,
+        ctx,
+        cand_window=lambda p: (
+            window("candidate", [p.id], decode={}, available=False)
+            if p.batch == 3
+            else window("candidate", [p.id], decode={p.batch: 20})
+        ),
+    )
+    res = chk.judge(ctx)
+    assert res.verdict is Verdict.NOT_RUN, (res.verdict, res.reason)
+    assert res.summary["per_batch_verdict"]["3"] == "not_run" and res.summary["per_batch_verdict"]["4"] == "pass"
+    row = next(r for r in res.tables["equivalence_points"] if r["batch"] == 3)
+    assert row["verdict"] == "not_run" and "no profiled window of the candidate" in row["missing_evidence"]
+    assert "no profiler" in row["missing_evidence"]
+    assert "b3-ctx32 (batch 3): not judged: no profiled window" in res.reason
+
+
+def test_no_round_checks_is_not_run_never_pass(tmp_path: Path) -> None:
+    """A point whose measured rounds carry no batch check: the batch composition of its requests was not
+    verified, so the point is not_run with the reason (the probe's trace alone does not cover the rounds)."""
+    ctx = demo_ctx(tmp_path)
+    chk = EquivalenceCheck()
+    _fill(chk, ctx)
+    gid = ctx.plan.groups[0].id
+    chk.runs[(gid, "baseline")]["tp1-dcp1-none-b2-ctx32"].round_checks = []
+    res = chk.judge(ctx)
+    assert res.verdict is Verdict.NOT_RUN, (res.verdict, res.reason)
+    assert res.summary["per_batch_verdict"]["2"] == "not_run"
+    row = next(r for r in res.tables["equivalence_points"] if r["batch"] == 2)
+    assert "the baseline's rounds have no batch check" in row["missing_evidence"]
+    assert any("b2-ctx32 (batch 2): not judged: the baseline's rounds have no batch check" in f for f in res.failures)

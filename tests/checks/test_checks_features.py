@@ -348,3 +348,22 @@ def test_validate_json_reasons() -> None:
 def test_logprob_well_formedness(top, ok) -> None:
     d = {"token_ids": [5], "logprobs": [-0.1], "top": top}
     assert (not logprob_problems(d, 3)) is ok
+
+
+def test_no_profiled_candidate_window_is_not_run_never_pass(tmp_path: Path) -> None:
+    """Every measurement agrees, but the candidate's windows at the full-context points produced no trace: whether
+    the candidate ran the optimized path there was not observed, so full_context is not_run with the reason."""
+    cand = _side("candidate")
+    for pid in (FULL[1], FULL[8]):
+        name = f"features-full_context-{pid}"
+        cand.windows[name] = window("candidate", [pid], decode={}, available=False, name=name)
+    chk, ctx = _check(tmp_path, _side("baseline"), cand)
+    res = chk.judge(ctx)
+    assert res.verdict is Verdict.NOT_RUN, (res.verdict, res.reason)
+    per = res.summary["per_feature"]
+    assert per["full_context"]["verdict"] == "not_run"
+    assert f"no profiled window of the candidate at {FULL[1]}, {FULL[8]} (no profiler)" in per["full_context"]["reason"]
+    assert all(d["verdict"] == "pass" for f, d in per.items() if f != "full_context"), per
+    rows = [r for r in res.tables["features"] if r["feature"] == "full_context"]
+    assert rows and all(r["verdict"] == "not_run" for r in rows)
+    assert "full_context" in res.reason and "no profiled window" in res.reason

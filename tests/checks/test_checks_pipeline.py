@@ -27,7 +27,7 @@ def test_every_check_declares_title_view_and_kind() -> None:
         assert cls.name == name and cls.title and cls.report_view
         assert issubclass(cls, EnginelessCheck) != issubclass(cls, EngineCheck), name
     assert [n for n, c in reg.items() if issubclass(c, PairedCheck)] == ["perf"]
-    assert [n for n, c in reg.items() if issubclass(c, EnginelessCheck)] == ["kernels"]
+    assert [n for n, c in reg.items() if issubclass(c, EnginelessCheck)] == ["isolation", "kernels"]
 
 
 def test_the_feature_table_covers_the_scope_features_once() -> None:

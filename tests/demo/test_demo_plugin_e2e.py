@@ -202,11 +202,20 @@ def test_candidate_keeps_structured_output(candidate_engine) -> None:
 
 
 def test_numerics_batch_defect_diverges_at_batch_3(baseline_greedy: Greedy, numerics_batch_engine) -> None:
-    cand = _greedy(numerics_batch_engine)
-    for b in (1, 2):
-        assert cand.tokens[b] == baseline_greedy.tokens[b], f"batch {b} should match the baseline"
-    diverged = [_first_divergence(ct, bt) for ct, bt in zip(cand.tokens[3], baseline_greedy.tokens[3], strict=False)]
-    assert all(d is not None for d in diverged), f"first divergence per request at batch 3: {diverged}"
+    # three requests sent together share their decode steps only when the engine admits them together; on a
+    # busy host one can lag behind, so up to three tries (a clean candidate diverges in none of them)
+    tries = []
+    for _ in range(3):
+        cand = _greedy(numerics_batch_engine)
+        for b in (1, 2):
+            assert cand.tokens[b] == baseline_greedy.tokens[b], f"batch {b} should match the baseline"
+        diverged = [
+            _first_divergence(ct, bt) for ct, bt in zip(cand.tokens[3], baseline_greedy.tokens[3], strict=False)
+        ]
+        tries.append(diverged)
+        if all(d is not None for d in diverged):
+            break
+    assert all(d is not None for d in tries[-1]), f"first divergence per request at batch 3, per try: {tries}"
     # (runs at batch 4 and 8 can contain batch-3 steps where requests start or end
     # out of step, so they are not asserted either way)
 

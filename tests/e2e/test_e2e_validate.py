@@ -212,8 +212,14 @@ def test_planted_defect_fails_the_signed_bundle_at_exactly_its_batch(defect_run,
     assert all(r["verdict"] == "pass" for r in points if r["point"] not in failing), [
         (r["point"], r["verdict"], r.get("problems")) for r in points if r["point"] not in failing
     ]
-    # the defect is numerical: the optimized path ran where it should, so coverage passes
-    assert manifest["checks"]["coverage"]["verdict"] == "pass", manifest["checks"]["coverage"]["reason"]
+    # the defect is numerical: the optimized path ran where it should, so coverage finds no failure; without the
+    # features check nothing visits the full-context points, so coverage is not_run there (no decode evidence)
+    cov = manifest["checks"]["coverage"]
+    assert cov["verdict"] == "not_run", cov["reason"]
+    unseen = cov["summary"]["points_without_decode_evidence"]
+    assert sorted(unseen) == [f"tp1-dcp1-none-b{b}-ctxfull" for b in (1, 2, 3, 4, 8)], (unseen, cov["reason"])
+    assert f"no decode evidence at {len(unseen)} in-tier point(s)" in cov["reason"], cov["reason"]
+    assert not cov["summary"]["scope_errors"], cov["summary"]["scope_errors"]
     # the situations that need a request beyond the envelope or another deployment are probed too: a decode
     # batch above the range, and the candidate started with speculative decoding, which it refuses
     with open_bundle(run_dir / "bundle.tar.gz") as b:
@@ -225,7 +231,9 @@ def test_planted_defect_fails_the_signed_bundle_at_exactly_its_batch(defect_run,
     # checks that were not selected are not_run
     assert manifest["checks"]["perf"]["verdict"] == "not_run"
     # the baseline was attached, the candidate started by validate with the defect in its environment
-    engines = {e["side"]: e for e in json.loads((run_dir / "run-summary.json").read_text())["engines"]}
+    # (the engines that collected equivalence: the unsupported-deployment probe's refused start is a record too)
+    launches = json.loads((run_dir / "run-summary.json").read_text())["engines"]
+    engines = {e["side"]: e for e in launches if "equivalence" in e["checks"]}
     assert engines["baseline"]["owned"] is False and engines["candidate"]["owned"] is True
     assert engines["candidate"]["environment"]["env_relevant"].get("FASTTRACK_DEMO_DEFECT") == DEFECT
     assert manifest["provenance"]["engines"] and manifest["provenance"]["models"]

@@ -68,9 +68,11 @@ def test_two_local_nodes_start_serve_and_stop_clean(fake_python: str, tmp_path: 
         assert follow[follow.index("--node-rank") + 1] == "1" and "--headless" in follow
         assert follow[follow.index("--master-port") + 1] == lead[lead.index("--master-port") + 1]
         assert "--port" not in follow  # followers serve no API
-        deadline = time.monotonic() + 60  # each node spawns its child after it starts: wait for it on a busy host
+        # each node spawns its child after it starts, and the follower says "workers up" once its child is
+        # ready, which on a busy host can come after the leader answers /health: wait for both
+        deadline = time.monotonic() + 60
         pids = eng.group_pids()
-        while len(pids) < 4 and time.monotonic() < deadline:
+        while (len(pids) < 4 or "workers up" not in eng.node_logs[1].read_text()) and time.monotonic() < deadline:
             time.sleep(0.2)
             pids = eng.group_pids()
         assert len(pids) >= 4  # two nodes, each with its "engine core" child

@@ -38,6 +38,8 @@ def scope_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
             (d / sub).symlink_to(DEMO / sub)
     s = yaml.safe_load((DEMO / "scope.yaml").read_text())
     s["tiers"]["smoke"].update({"batch": [1], "context": [32], "checks": ["kernels", "equivalence"]})
+    # the scale-out is under test, not the compiled model: eager engines start without compiling
+    s["engine"]["common_args"] = [*s["engine"]["common_args"], "--enforce-eager"]
     s["engine"]["startup_timeout_s"] = 900  # shared CI hosts: an engine start can take minutes under load
     (d / "scope.yaml").write_text(yaml.safe_dump(s, sort_keys=False))
     return d / "scope.yaml"

@@ -1,10 +1,10 @@
-"""Claims matching: confirmed / not confirmed / not measured."""
+"""Claims matching and the interval rule: confirmed / contradicted / inconclusive / not measured."""
 
 from __future__ import annotations
 
 import pytest
 
-from fasttrack.perf.claims import MeasuredMetric, match_claims, point_matches
+from fasttrack.perf.claims import MeasuredMetric, interval_status, match_claims, point_matches
 from fasttrack.scope import Claim
 
 
@@ -22,6 +22,7 @@ def _m(
     kind: str = "pure_decode",
     cand: float | None = None,
     base: float | None = None,
+    runs: tuple[float, float] | None = None,
 ) -> MeasuredMetric:
     return MeasuredMetric(
         workload=workload,
@@ -44,13 +45,15 @@ def _m(
         baseline_value=base,
         candidate_value=cand,
         detectable_slowdown=0.1,
+        candidate_low=runs[0] if runs else None,
+        candidate_high=runs[1] if runs else None,
     )
 
 
 MEASURED = [
     _m("b1-ctx32", "median_tpot_ms", 1.02, 0.95, 1.10, batch=1),
     _m("b1-ctxfull", "median_tpot_ms", 0.99, 0.90, 1.08, batch=1, context=1000, full=True),
-    _m("b1-ctx32", "output_throughput", 1.01, 0.97, 1.05, batch=1, cand=500.0, base=495.0),
+    _m("b1-ctx32", "output_throughput", 1.01, 0.97, 1.05, batch=1, cand=500.0, base=495.0, runs=(490.0, 510.0)),
     _m("b4-ctx32", "median_tpot_ms", 0.50, 0.45, 0.55, batch=4),
     _m(
         "g-trace",
@@ -93,20 +96,67 @@ def test_speedup_claims_confirmed_or_not() -> None:
     )
     assert ok.status == "confirmed" and ok.point == "b1-ctx32" and ok.other_matches == ["b1-ctxfull"]
     assert ok.measured == pytest.approx(1.02) and ok.ci_high == pytest.approx(1.10)
-    assert bad.status == "not_confirmed" and "below 1.5" in bad.reason
+    assert ok.ci_low == pytest.approx(0.95) and ok.bound == pytest.approx(0.95)
+    assert bad.status == "contradicted" and "below 1.5" in bad.reason
 
 
 def test_claim_context_full_matches_the_full_point() -> None:
-    (r,) = _match([_claim(metric="speedup_tpot", speedup=1.0, point={"batch": 1, "context": "full"})])
+    # the full point's interval [0.90, 1.08] reaches 0.9 x 0.95 at its lower end
+    (r,) = _match([_claim(metric="speedup_tpot", speedup=0.9, point={"batch": 1, "context": "full"})])
     assert r.point == "b1-ctxfull" and r.status == "confirmed"
+
+
+def test_a_claim_is_confirmed_only_by_the_lower_bound() -> None:
+    # the old rule (upper end reaches claimed x (1 - margin)) confirmed this; the interval cannot tell
+    (r,) = _match([_claim(metric="speedup_tpot", speedup=1.0, point={"batch": 1, "context": "full"})])
+    assert r.status == "inconclusive" and "straddles" in r.reason
+    assert (r.ci_low, r.ci_high, r.bound) == (pytest.approx(0.90), pytest.approx(1.08), pytest.approx(0.95))
+
+
+def test_engine_tpot_claims_match_the_engine_timed_metric() -> None:
+    measured = [*MEASURED, _m("b1-ctx32", "median_engine_tpot_ms", 0.9, 0.8, 1.0, batch=1)]
+    (r,) = match_claims(
+        [_claim(metric="speedup_engine_tpot", speedup=1.0, workload="decode")],
+        measured,
+        workload_kinds={"decode": "pure_decode"},
+        workloads_run={"decode"},
+        noise_margin=0.6,
+        rehearsal=True,
+    )
+    # the demo's claim: no slowdown beyond the 60% margin, from engine-timed TPOT
+    assert r.status == "confirmed" and r.measured == pytest.approx(0.9) and r.bound == pytest.approx(0.4)
+
+
+@pytest.mark.parametrize(
+    ("claimed", "low", "high", "higher", "status"),
+    [
+        (1.0, 0.96, 1.2, True, "confirmed"),  # lower end reaches 1.0 x 0.95
+        (1.0, 0.95, 1.2, True, "confirmed"),  # exactly at the bound
+        (1.0, 0.80, 0.94, True, "contradicted"),  # upper end short of the bound
+        (1.0, 0.90, 1.20, True, "inconclusive"),  # straddles the bound
+        (1.0, 1.20, 0.96, True, "confirmed"),  # ends given in either order
+        (10.0, 8.0, 10.4, False, "confirmed"),  # lower is better: upper end within 10 x 1.05
+        (10.0, 10.6, 12.0, False, "contradicted"),  # lower end beyond the bound
+        (10.0, 9.0, 11.0, False, "inconclusive"),
+    ],
+)
+def test_interval_rule(claimed: float, low: float, high: float, higher: bool, status: str) -> None:
+    got, bound = interval_status(claimed, low, high, noise_margin=0.05, higher_is_better=higher)
+    assert got == status
+    assert bound == pytest.approx(claimed * (0.95 if higher else 1.05))
 
 
 def test_absolute_claims_need_the_claims_hardware() -> None:
     claim = _claim(metric="output_throughput", candidate=480.0, baseline=470.0, speedup=1.02)
     (r,) = _match([claim])
     assert r.status == "confirmed" and r.measured == 500.0 and r.measured_baseline == 495.0
+    assert (r.ci_low, r.ci_high) == (490.0, 510.0), "judged by the candidate's per-run range"
     (r,) = _match([_claim(metric="output_throughput", candidate=900.0)])
-    assert r.status == "not_confirmed"
+    assert r.status == "contradicted"
+    (r,) = _match([_claim(metric="output_throughput", candidate=505.0)])
+    assert r.status == "confirmed", "every run reaches 505 x 0.95"
+    (r,) = _match([_claim(metric="output_throughput", candidate=530.0)])
+    assert r.status == "inconclusive", "the runs straddle 530 x 0.95 = 503.5"
     # on a rehearsal host the ratio is compared instead, or nothing when there is none
     (r,) = _match([claim], rehearsal=True)
     assert r.status == "confirmed" and r.claimed == pytest.approx(1.02) and "not comparable" in r.reason
@@ -134,7 +184,7 @@ def test_trace_claim_ignores_batch_and_flags_unequal_resources() -> None:
     claim = _claim(metric="interactivity_p90", candidate=403.2, baseline=223.7, workload="agent", like_for_like=False)
     (r,) = _match([claim], rehearsal=True)
     # on a rehearsal host: the claimed ratio 403.2 / 223.7 is compared with the measured interval
-    assert r.status == "not_confirmed" and r.claimed == pytest.approx(403.2 / 223.7)
+    assert r.status == "contradicted" and r.claimed == pytest.approx(403.2 / 223.7)
     assert "not like-for-like" in r.reason and r.like_for_like is False
 
 

@@ -64,11 +64,11 @@ def test_failed_gates_first_deltas_gaps_and_report_link(bundle_factory, keys, tm
     text = comment.read_text()
     assert len(text) < GITHUB_LIMIT
     assert text.splitlines()[1].startswith("## ❌ fasttrack: FAIL")
-    gates = text[text.index("### Gates") : text.index("### Largest")]
+    gates = text[text.index("### Gates") : text.index("### Performance")]
     rows = [ln for ln in gates.splitlines() if ln.startswith("| ") and "check |" not in ln]
     verdicts = [ln.split("|")[1].strip() for ln in rows]
     assert verdicts[:2] == ["❌ fail", "❌ fail"] and all("fail" not in v for v in verdicts[2:])
-    deltas = text[text.index("### Largest") : text.index("### Coverage")]
+    deltas = text[text.index("### Performance") : text.index("### Claims")]
     assert deltas.count("❌ fail") >= 1
     first = [ln for ln in deltas.splitlines() if ln.startswith("| tp1")][0]
     assert "❌ fail" in first  # failing points lead the deltas

@@ -88,10 +88,12 @@ def test_build_incremental_and_queue(bundles_dir: Path, keys, tmp_path: Path) ->
     assert (site / "index.sqlite").is_file() and (site / "index.json").is_file()
     doc = json.loads((site / "index.json").read_text())
     assert doc["counts"]["bundles"] == 6 and doc["counts"]["unverified"] == 1
-    # review queue: unverified first, then failed gates, then the isolation violation
+    # review queue: unverified first, then the isolation violation (it fails the verdict too), then failed gates
     order_ids = [b["path"] for b in doc["bundles"]]
     assert order_ids[0] == "unsigned"
-    assert order_ids.index("nested/fail") < order_ids.index("iso") < order_ids.index("rehearsal.tar.gz")
+    assert order_ids.index("iso") < order_ids.index("nested/fail") < order_ids.index("rehearsal.tar.gz")
+    iso = next(b for b in doc["bundles"] if b["path"] == "iso")
+    assert iso["verdict"] == "fail" and "isolation violated" in iso["risk"]["reasons"]
     assert doc["bundles"][0]["risk"]["reasons"][0].startswith("unverified")
     # two independent bundles of one head: compared, agreeing
     (grp,) = doc["groups"]

@@ -240,7 +240,9 @@ def test_claims_from_table(bundle_factory, keys) -> None:
     slow = build_report_data(
         bundle_factory("slow-claim", model="demo-llama", seed=1, speedup=0.8), keys=[keys.trusted_pub]
     )
-    assert {c.id: c.status for c in slow.claims}["claim-b1"] == "not_confirmed"
+    slow_b1 = {c.id: c for c in slow.claims}["claim-b1"]
+    assert slow_b1.status == "contradicted"  # about 0.8x: the interval's upper end is below 1.0 x 0.95
+    assert slow_b1.claimed == "1" and slow_b1.bound == "0.95" and slow_b1.interval.startswith("[0.")
 
 
 def test_tarball_renders_and_verifies_without_links(bundle_factory, keys, tmp_path: Path) -> None:

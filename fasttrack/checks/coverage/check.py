@@ -11,7 +11,9 @@ run the optimized path: ``optimized decode steps / decode steps >=
 gates.coverage.min_optimized_decode_fraction``. The baseline's windows must contain
 no optimized-path op (otherwise the baseline is not the stock path). A check whose
 candidate never reached the optimized path in any window fails here with
-"used the standard path", whatever its own verdict said.
+"used the standard path", whatever its own verdict said. An in-tier point where no
+check's candidate window holds a decode step is ``not_run`` with the reason (its path
+was never seen), never left out of the verdict.
 
 Out-of-scope situations (``fallback.stock_path_for``), probed on both sides by
 this check's ``collect``:
@@ -22,12 +24,17 @@ this check's ``collect``:
 * ``batch_above_range``: ``envelope.batch.max + 1`` requests decoding at once.
 
 On the candidate, the steps of that kind must contain no optimized-path op, must
-show the stock markers (when the stock markers are observable in this engine at
-all), and the fallback must be visible: a line matching ``fallback.log_regex`` in
+show the stock markers, and the fallback must be visible: a line matching ``fallback.log_regex`` in
 the engine log (during the probe, or earlier in the engine's life for loggers
 that rate-limit) or an increase of ``fallback.metric``. Other situations
 (``out_of_envelope_request``, ``unsupported_deployment``) need other deployments and
-are reported as not probed.
+are reported as not probed. When the stock markers match no op in any window of the
+candidate, the stock path is not inferred from the absence of optimized ops: the
+situations are ``not_run`` with a scope error. The markers are also checked against
+the op names the engines reported (:mod:`~fasttrack.checks.coverage.markers`): a stock
+marker that matches the candidate's optimized steps, or that never matches where the
+scope says the stock path runs, is a scope error (table ``markers``), and the check is
+``not_run``.
 
 The result carries a coverage table (config point x check -> path evidence) and a
 fallback table (situation x side).
@@ -39,7 +46,8 @@ from typing import Any, ClassVar
 
 from fasttrack.checks.base import Deployment, DeploymentCheck, EngineCheck, register
 from fasttrack.checks.context import EngineSession, RunContext
-from fasttrack.checks.coverage.judge import judge_deployments, judge_situations, merge_sizes
+from fasttrack.checks.coverage.judge import judge_deployments, judge_situations, merge_sizes, no_decode_evidence
+from fasttrack.checks.coverage.markers import audit_markers
 from fasttrack.checks.coverage.probes import (
     PROBE_TOKENS,
     SITUATION_KIND,
@@ -116,9 +124,10 @@ class CoverageCheck(EngineCheck, DeploymentCheck):
             ),
             threshold=thr,
             rule=(
-                f"fraction >= {thr:g} at every exercised in-scope point; no optimized op on the baseline; every "
-                "out-of-scope situation on the candidate runs no optimized op, shows the stock markers (when "
-                "observable) and a visible fallback (log line or metric); no check used only the standard path"
+                f"fraction >= {thr:g} at every in-scope point (a point without decode evidence is not run); no "
+                "optimized op on the baseline; every out-of-scope situation on the candidate runs no optimized op, "
+                "shows the stock markers and a visible fallback (log line or metric); no check used only the "
+                "standard path; the stock markers match only the stock path (otherwise a scope error)"
             ),
         )
 
@@ -186,6 +195,10 @@ class CoverageCheck(EngineCheck, DeploymentCheck):
                 },
             )
         )
+
+    def _profiled_windows(self) -> list[WindowRecord]:
+        """This check's own windows (decode probes and situation probes, both sides)."""
+        return self.windows + [p.window for p in self.probes if p.window is not None]
 
     def judge(self, ctx: RunContext) -> CheckResult:
         thr = ctx.scope.gates.coverage.min_optimized_decode_fraction
@@ -281,6 +294,14 @@ class CoverageCheck(EngineCheck, DeploymentCheck):
                 verdicts.append(Verdict.FAIL)
         exercised = {r["point"] for r in rows if r["verdict"] in ("pass", "fail")}
         not_exercised = sorted(plan_points - exercised)
+        # an in-tier point without decode evidence is not_run, never dropped: no check showed its path
+        unseen = no_decode_evidence(rows, not_exercised)
+        verdicts.extend(Verdict.NOT_RUN for _ in unseen)
+        # the markers themselves, checked against the op names the engines reported
+        marker_rows, scope_errors = audit_markers(ctx.scope, self._profiled_windows())
+        if scope_errors:
+            verdicts.append(Verdict.NOT_RUN)
+            failures[:0] = scope_errors
         # out-of-scope situations
         fb_rows, fb_verdicts, fb_fail = judge_situations(ctx, self.probes, self.stock_seen)
         dep_rows, dep_verdicts, dep_fail = judge_deployments(ctx, self.deployed)
@@ -300,6 +321,14 @@ class CoverageCheck(EngineCheck, DeploymentCheck):
                 reason = f"check(s) {', '.join(standard_checks)} used the standard path"
             else:
                 reason = f"{len(failures)} coverage problem(s): " + failures[0].split(":")[0]
+        elif scope_errors:
+            reason = f"{len(scope_errors)} scope error(s) in path_markers: {scope_errors[0]}"
+        elif unseen:
+            reason = (
+                f"no decode evidence at {len(unseen)} in-tier point(s): {', '.join(unseen[:4])}"
+                + (f" and {len(unseen) - 4} more" if len(unseen) > 4 else "")
+                + f"; {n_pass} of {n_in} (point, check) pairs verified"
+            )
         else:
             missing = [
                 f"{r['point']} [{r['check']}]: {r['detail']}"
@@ -333,10 +362,12 @@ class CoverageCheck(EngineCheck, DeploymentCheck):
                 "pairs_passing": n_pass,
                 "checks_on_standard_path": standard_checks,
                 "points_not_exercised": not_exercised,
+                "points_without_decode_evidence": unseen,
+                "scope_errors": scope_errors,
                 "windows_without_profiler": unavailable,
                 "stock_markers_observable": {f"{g}/{s}": v for (g, s), v in sorted(self.stock_seen.items())},
             },
             failures=failures,
-            tables={"coverage": rows, "fallback": fb_rows},
+            tables={"coverage": rows, "fallback": fb_rows, "markers": marker_rows},
             artifacts=list(self.artifacts),
         )

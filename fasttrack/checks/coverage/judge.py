@@ -19,6 +19,46 @@ def merge_sizes(evs: list[PathEvidence]) -> dict[str, int]:
     return dict(sorted(out.items(), key=lambda kv: int(kv[0])))
 
 
+def no_decode_evidence(rows: list[dict[str, Any]], not_exercised: list[str]) -> list[str]:
+    """The in-tier points without decode evidence that no row already reports as not run (missing path
+    evidence): each becomes ``not_run``. Their "not exercised" rows are marked ``not_run`` with the reason, and a
+    point no check recorded evidence for gets a row of its own."""
+    out: list[str] = []
+    for point in not_exercised:
+        mine = [r for r in rows if r["point"] == point]
+        if any(r["verdict"] == "not_run" for r in mine):
+            continue  # already not run: its evidence is missing (no profiler)
+        out.append(point)
+        why = "no decode evidence at this in-tier point: no check's candidate window contains a decode step for it" + (
+            f" (checks that recorded windows here: {', '.join(sorted({r['check'] for r in mine}))})" if mine else ""
+        )
+        for r in mine:
+            r["verdict"] = "not_run"
+            r["detail"] = why
+        if not mine:
+            rows.append(
+                {
+                    "point": point,
+                    "check": "",
+                    "in_plan": True,
+                    "verdict": "not_run",
+                    "candidate_decode_steps": 0,
+                    "candidate_optimized_decode_steps": 0,
+                    "candidate_optimized_fraction": None,
+                    "threshold": None,
+                    "candidate_optimized_ops": 0,
+                    "candidate_stock_ops": 0,
+                    "candidate_fallback_events": 0,
+                    "baseline_decode_steps": 0,
+                    "baseline_optimized_ops": 0,
+                    "baseline_stock_ops": 0,
+                    "windows": "",
+                    "detail": "no decode evidence at this in-tier point: no selected check recorded a window here",
+                }
+            )
+    return out
+
+
 def stock_observable(
     ctx: RunContext, probes: list[SituationProbe], stock_seen: dict[tuple[str, str], bool], group: str, side: str
 ) -> bool:
@@ -54,14 +94,23 @@ def judge_situations(
         else:
             if p.optimized_steps:
                 problems.append(f"{p.optimized_steps} of {p.steps} {p.situation} steps ran optimized-path ops")
+            unseen = False
             if p.side == "candidate":
                 if stock_observable(ctx, probes, stock_seen, p.group, p.side):
                     if p.stock_steps < p.steps:
                         problems.append(f"only {p.stock_steps} of {p.steps} {p.situation} steps show the stock markers")
                 else:
+                    # the stock path is not inferred from the absence of optimized ops: it was not seen
+                    unseen = True
+                    pm = ctx.scope.path_markers
                     notes.append(
-                        "the stock markers matched no op in any window of this engine; the stock path is "
-                        "inferred from the absence of optimized ops"
+                        "scope error: the stock markers matched no op in any window of this engine "
+                        f"({', '.join(pm.stock) if pm else 'none declared'}), so the stock path could not be seen"
+                        + (
+                            f" (ops seen in the probe: {', '.join(list(p.window.summary.get('top_ops') or {})[:8])})"
+                            if p.window.summary.get("top_ops")
+                            else ""
+                        )
                     )
                 if fb is not None and fb.visible:
                     visible = bool(
@@ -74,7 +123,7 @@ def judge_situations(
                         )
                     elif not p.fallback_lines_window and p.fallback_lines_earlier:
                         notes.append("the fallback line was logged earlier in this engine's life (rate-limited logger)")
-            v = Verdict.FAIL if problems else Verdict.PASS
+            v = Verdict.FAIL if problems else Verdict.NOT_RUN if unseen else Verdict.PASS
         if p.side == "candidate" or v is Verdict.FAIL:
             verdicts.append(v)
         if v is Verdict.FAIL:

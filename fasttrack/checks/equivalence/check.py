@@ -31,6 +31,10 @@ chosen token, KL estimate from top-k). A point passes when
 * the batch composition was verified on both sides, and
 * the candidate's window ran the optimized path (a point whose candidate used only
   the standard path proves nothing about the optimization).
+
+A condition that could not be observed makes the point ``not_run`` (with the reason),
+never ``pass``: a candidate without a profiled window at the point (no profiler, or
+a window that produced no trace), or a side whose rounds carry no batch check.
 """
 
 from __future__ import annotations

@@ -89,6 +89,7 @@ def judge_point(
     for who, bc in (("baseline", bcheck_b), ("candidate", bcheck_c)):
         if bc is not None and not bc.verified:
             problems.append(f"the {who}'s batch composition was not verified: {bc.detail}")
+    missing = missing_evidence(brun, crun)
     if crun.window and crun.window.available:
         n_at, opt_at = crun.window.steps_at(b)
         if n_at and opt_at == 0:
@@ -98,10 +99,15 @@ def judge_point(
             )
     if problems:
         verdict = Verdict.FAIL
+    elif missing and verdict is Verdict.PASS:
+        # a required condition that could not be observed is never a pass
+        verdict = Verdict.NOT_RUN
     if verdict is Verdict.FAIL:
         msg = f"{pid} (batch {b}): " + "; ".join(problems)
         evidence = evidence_lines(gid, pid, brun, crun, comps, gate.top_k, explanations, explain_limit)
         failures.append(msg + ("\n" + "\n".join(evidence) if evidence else ""))
+    elif verdict is Verdict.NOT_RUN and missing:
+        failures.append(f"{pid} (batch {b}): not judged: " + "; ".join(missing))
     row = {
         "group": gid,
         "point": pid,
@@ -124,8 +130,27 @@ def judge_point(
         "candidate_optimized_decode_steps": crun.window.optimized_decode_steps if crun.window else None,
         "candidate_path_evidence": crun.window.available if crun.window else False,
         "problems": "; ".join(problems),
+        "missing_evidence": "; ".join(missing),
     }
     return verdict, row, req_rows, failures
+
+
+def missing_evidence(brun: PointRun, crun: PointRun) -> list[str]:
+    """The point's required conditions that could not be observed (each makes the point ``not_run``, never
+    ``pass``): a side whose rounds carry no batch check, and a candidate without a profiled window at the point
+    (whether it ran the optimized path is then unknown)."""
+    out: list[str] = []
+    for who, run in (("baseline", brun), ("candidate", crun)):
+        if run.records and not run.round_checks:
+            out.append(
+                f"the {who}'s rounds have no batch check, so whether its requests decoded as one batch of "
+                f"{run.batch} was not observed"
+            )
+    w = crun.window
+    if w is None or not w.available:
+        why = (w.unavailable_reason if w is not None else None) or "no profiler window covered this point"
+        out.append(f"no profiled window of the candidate at this point ({why}), so the optimized path is unproven")
+    return out
 
 
 def evidence_lines(

@@ -11,7 +11,8 @@ short-context points (a structured-output round of a few tokens at every batch
 size, and two sampling requests at the sampling batch) and the full-context points
 (each point's prompts, a few tokens). Evidence is split by batch size and recorded
 for the coverage check; a sub-test whose points never reached the optimized path on
-the candidate fails with "used the standard path".
+the candidate fails with "used the standard path", and one with a point that has no
+profiled candidate window (no profiler, or no trace) is ``not_run``, never ``pass``.
 """
 
 from __future__ import annotations
@@ -107,6 +108,10 @@ class FeaturesCheck(EngineCheck):
             probe_batches = gp.selected_short_batches or short_batches
             if "structured_output" not in feats and "temperature_sampling" in feats:
                 probe_batches = [nearest_batch(short_batches, self.wave_pref)]
+            # every short-context point a feature runs at is probed, so each feature has path evidence
+            probe_batches = sorted(
+                set(probe_batches) | {s.batch for _, s in tasks if s.point is not None and s.point == gp.point(s.batch)}
+            )
             sampling_wave = (
                 nearest_batch(short_batches, self.wave_pref)
                 if "temperature_sampling" in feats and short_batches
@@ -253,4 +258,36 @@ class FeaturesCheck(EngineCheck):
             out.verdict = Verdict.FAIL
             out.failures.insert(0, f"{f} at {', '.join(p for p in pts if p)}: {std}")
             out.reason = f"{f}: {std}"
+        elif out.verdict is Verdict.PASS:
+            missing = unprofiled(pts, cand)
+            if missing:
+                # "the candidate ran the optimized path" could not be observed: never a pass
+                out.verdict = Verdict.NOT_RUN
+                out.reason = f"{gid}: {missing}"
+                for r in out.rows:
+                    if r.get("verdict") == "pass":
+                        r["verdict"] = "not_run"
+                out.rows.append({"feature": f, "group": gid, "verdict": "not_run", "detail": missing})
         return out
+
+
+def unprofiled(points: list[str | None], cand: SideData) -> str | None:
+    """Why the feature's "the candidate ran the optimized path" condition was not observed (None when every point
+    it ran at has a profiled candidate window)."""
+    bare = [
+        p for p in dict.fromkeys(points) if p and not any(w.available and p in w.points for w in cand.windows.values())
+    ]
+    if not bare:
+        return None
+    reasons = sorted(
+        {
+            w.unavailable_reason
+            for w in cand.windows.values()
+            if not w.available and w.unavailable_reason and set(bare) & set(w.points)
+        }
+    )
+    why = "; ".join(reasons) or "no profiler window covered these points"
+    return (
+        f"no profiled window of the candidate at {', '.join(bare)} ({why}), so whether it ran the "
+        "optimized path is unknown"
+    )

@@ -21,6 +21,12 @@ def confidence_note(gate: PerfGate, schedules: Mapping[str, LookSchedule]) -> st
     return f"{gate.confidence:.0%} nominal, Bonferroni-corrected to {per_look:.4g} per look"
 
 
+def _run_range(values: Any) -> dict[str, float]:
+    """``candidate_low``/``candidate_high``: the range of a row's candidate per-run values (none when absent)."""
+    flat = [float(v) for lt in values or [] for v in lt or [] if isinstance(v, (int, float))]
+    return {"candidate_low": min(flat), "candidate_high": max(flat)} if flat else {}
+
+
 def perf_gate(gate: PerfGate, schedules: Mapping[str, LookSchedule]) -> Gate:
     """The perf check's pass rule for this run."""
     m = gate.noise_margin
@@ -90,6 +96,7 @@ def judge(ctx: RunContext, st: PerfState) -> CheckResult:
                         candidate_value=r["candidate"],
                         detectable_slowdown=r.get("detectable_slowdown"),
                         normalized=bool(r.get("per_gpu")),
+                        **_run_range(r.get("candidate_run_values")),
                     )
                 )
         dr = drift_row(s, metric=gate.gated_metric, confidence=gate.confidence, tolerance=m)

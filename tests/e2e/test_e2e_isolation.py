@@ -1,0 +1,108 @@
+"""Isolation inside the verdict, end to end through ``fasttrack validate`` on a fresh git repository.
+
+A repository whose head touches a sampler file gets verdict ``fail`` naming the file; an owned-only
+head (the demo scope owns ``examples/demo_plugin/**``) gets a passing isolation row over exactly its
+base..head. Only the isolation check is selected (``--checks isolation``), so no engine starts: the
+bundle's other rows are ``not_run`` ("not selected with --checks"), which makes the owned-only
+bundle ``incomplete``, never ``pass``, and its PR link unproven (no engine served the head)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fasttrack import ROOT
+from fasttrack.bundle import open_bundle
+
+pytestmark = pytest.mark.e2e
+
+FT = [sys.executable, "-m", "fasttrack"]
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def write(repo: Path, rel: str, text: str) -> None:
+    p = repo / rel
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(text)
+
+
+def commit(repo: Path, msg: str) -> str:
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", msg)
+    return git(repo, "rev-parse", "HEAD")
+
+
+@pytest.fixture()
+def repo(tmp_path: Path) -> tuple[Path, str]:
+    r = tmp_path / "vllm"
+    r.mkdir()
+    git(r, "init", "-q", "-b", "main")
+    git(r, "config", "user.email", "t@example.com")
+    git(r, "config", "user.name", "t")
+    write(r, "vllm/v1/sample/sampler.py", "def sample(logits):\n    return logits.argmax(-1)\n")
+    write(r, "examples/demo_plugin/demo_plugin/fast_path.py", "FAST = True\n")
+    return r, commit(r, "base")
+
+
+def validate(tmp_path: Path, repo: Path, base: str, head: str, name: str) -> tuple[subprocess.CompletedProcess, Path]:
+    out = tmp_path / name
+    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
+    env.pop("FASTTRACK_DEMO_DEFECT", None)
+    res = subprocess.run(
+        [*FT, "validate", "--model", "demo-llama", "--repo", str(repo), "--base", base, "--head", head]
+        + ["--checks", "isolation", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=600,
+    )
+    return res, out
+
+
+def test_sampler_head_fails_and_owned_head_passes_isolation(tmp_path: Path, repo: tuple[Path, str]) -> None:
+    r, base = repo
+    git(r, "checkout", "-q", "-b", "touches-sampler", "main")
+    write(r, "vllm/v1/sample/sampler.py", "def sample(logits):\n    return logits.softmax(-1).argmax(-1)\n")
+    write(r, "examples/demo_plugin/demo_plugin/fast_path.py", "FAST = 1\n")
+    bad_head = commit(r, "sampler")
+
+    res, out = validate(tmp_path, r, base, bad_head, "sampler")
+    assert res.returncode == 1, res.stdout + res.stderr
+    summary = json.loads((out / "run-summary.json").read_text())
+    assert summary["engines"] == [], "no engine starts when no selected check needs one"
+    with open_bundle(out / "bundle.tar.gz") as view:
+        m = view.manifest
+        iso = m.checks["isolation"]
+        assert m.verdict == "fail" and iso.verdict.value == "fail" and iso.required
+        assert "vllm/v1/sample/sampler.py" in iso.reason and "sampling" in iso.reason
+        assert any("vllm/v1/sample/sampler.py" in f for f in iso.failures)
+        assert (m.pr.base_sha, m.pr.head_sha) == (base, bad_head) and m.pr.isolation == "fail"
+        assert iso.summary["diff_sha256"] == m.pr.diff_sha256 and "changed" in iso.tables
+
+    git(r, "checkout", "-q", "-b", "owned-only", "main")
+    write(r, "examples/demo_plugin/demo_plugin/fast_path.py", "FAST = 2\n")
+    good_head = commit(r, "owned")
+    res, out = validate(tmp_path, r, base, good_head, "owned")
+    summary = json.loads((out / "run-summary.json").read_text())
+    assert summary["engines"] == []
+    with open_bundle(out / "bundle.tar.gz") as view:
+        m = view.manifest
+        iso = m.checks["isolation"]
+        assert iso.verdict.value == "pass", iso.reason
+        assert (iso.summary["base_sha"], iso.summary["head_sha"]) == (base, good_head)
+        assert iso.summary["changed"] == 1 and iso.summary["owned"] == 1
+        assert iso.summary["head_binding"] == "unproven" and "no engine ran" in iso.summary["head_binding_reason"]
+        assert m.pr.isolation == "pass" and m.pr.head_sha == good_head
+        # the other checks were not selected: required, not run, so the bundle is incomplete, not pass
+        assert m.verdict == "incomplete"
+        assert m.checks["equivalence"].verdict.value == "not_run"
+    assert res.returncode != 0
