@@ -81,8 +81,10 @@ BIAS_DIM = 0
 """Hidden dimension that carries a constant feature from the embeddings to the output
 layer, so output rows can make tokens unlikely in every context (Llama has no bias)."""
 EMBED_BIAS = 1.0
-SUPPRESS_WEIGHT = -8.0
-"""Output-layer weight on ``BIAS_DIM`` for suppressed tokens (their only nonzero weight)."""
+SUPPRESS_WEIGHT = -1000.0
+"""Output-layer weight on ``BIAS_DIM`` for suppressed tokens (their only nonzero weight). The final
+norm divides the constant by the hidden state's scale, so the weight is large: suppressed tokens stay
+hundreds of logits below the rest, also under a JSON grammar that allows whitespace anywhere."""
 RMS_NORM_EPS = 1e-5
 ROPE_THETA = 10000.0
 

@@ -22,6 +22,10 @@ remainders, word problems), graded by exact integer match, sent as lm-eval's
 ``aime25`` task sends them ("Question: ...\\nAnswer:"). The model answers with the
 number alone and stops.
 
+JSON replies (:func:`json_conversation`): a request for JSON answered with a compact
+object shaped like the structured-output prompts' schemas (:data:`JSON_SCHEMAS`), so the
+model's replies under a JSON-schema grammar close.
+
 Randomness comes from :class:`Rng` (SplitMix64 on Python integers), so the same seed
 gives the same data on every platform and Python version.
 """
@@ -237,15 +241,15 @@ def mrcr_rows(n: int, *, seed: int, turns: tuple[int, int] = MRCR_TURNS) -> list
     return rows
 
 
-def training_conversation(rng: Rng, *, max_turns: int, queries: int) -> Conversation:
-    """A training conversation: asks and items (some kinds repeated up to 10 times), then
+def training_conversation(rng: Rng, *, max_turns: int, queries: int, max_repeats: int = 10) -> Conversation:
+    """A training conversation: asks and items (some kinds repeated up to ``max_repeats`` times), then
     ``queries`` 'Prepend' requests, each answered, about kinds that occur in it."""
     n_turns = rng.between(min(3, max_turns), max_turns)
     n_needle_kinds = rng.between(1, 3)
     needles = [rng.choice(KINDS) for _ in range(n_needle_kinds)]
     asks: list[tuple[str, str]] = []
     for kind in needles:
-        asks += [kind] * rng.between(1, 10)
+        asks += [kind] * rng.between(1, max_repeats)
     asks = asks[:n_turns]
     asks += [rng.choice(KINDS) for _ in range(n_turns - len(asks))]
     asks = rng.shuffled(asks)
@@ -326,6 +330,107 @@ def aime_rows(n: int, *, seed: int) -> list[dict[str, Any]]:
         problem, answer = arithmetic_problem(rng, i % ARITHMETIC_KINDS)
         rows.append({"problem": problem, "answer": str(answer), "id": i})
     return rows
+
+
+# --------------------------------------------------------------------------- JSON replies
+
+_PERSON = (
+    '{"type":"object","properties":{"name":{"type":"string","maxLength":12},'
+    '"age":{"type":"integer","minimum":0,"maximum":120},"ok":{"type":"boolean"}},'
+    '"required":["name","age","ok"],"additionalProperties":false}'
+)
+_CITY = (
+    '{"type":"object","properties":{"name":{"type":"string","minLength":1,"maxLength":24},'
+    '"country":{"type":"string","minLength":1,"maxLength":24},'
+    '"climate":{"enum":["tropical","dry","temperate","continental","polar"]},'
+    '"location":{"type":"object","properties":{"coastal":{"type":"boolean"},'
+    '"region":{"enum":["north","south","east","west","central"]}},"required":["coastal","region"]}},'
+    '"required":["name","country","climate","location"]}'
+)
+_RECIPE = (
+    '{"type":"object","properties":{"title":{"type":"string","minLength":1,"maxLength":24},'
+    '"difficulty":{"enum":["easy","medium","hard"]},'
+    '"ingredients":{"type":"array","minItems":1,"maxItems":2,"items":{"type":"object","properties":'
+    '{"item":{"type":"string","minLength":1,"maxLength":12},"unit":{"enum":["g","ml","cup","spoon","piece"]}},'
+    '"required":["item","unit"]}},"vegetarian":{"type":"boolean"}},'
+    '"required":["title","difficulty","ingredients","vegetarian"]}'
+)
+_TICKET = (
+    '{"type":"object","properties":{"category":{"enum":["billing","delivery","account","product","other"]},'
+    '"priority":{"enum":["low","normal","high","urgent"]},'
+    '"tags":{"type":"array","minItems":1,"maxItems":3,"items":{"enum":["refund","broken","late","password","question"]}},'
+    '"customer":{"type":"object","properties":{"returning":{"type":"boolean"},'
+    '"tier":{"enum":["free","standard","premium"]}},"required":["returning","tier"]}},'
+    '"required":["category","priority","tags","customer"]}'
+)
+_EVENT = (
+    '{"type":"object","properties":{"summary":{"type":"string","minLength":1,"maxLength":32},'
+    '"when":{"type":"object","properties":{"day":{"enum":["monday","tuesday","wednesday","thursday","friday",'
+    '"saturday","sunday"]},"start":{"type":"object","properties":{"hour":{"type":"integer","minimum":0,'
+    '"maximum":23},"minute":{"enum":[0,15,30,45]}},"required":["hour","minute"]}},"required":["day","start"]},'
+    '"online":{"type":"boolean"}},"required":["summary","when","online"]}'
+)
+JSON_SCHEMAS = {
+    name: json.loads(text)
+    for name, text in (
+        ("person", _PERSON),
+        ("city", _CITY),
+        ("recipe", _RECIPE),
+        ("support_ticket", _TICKET),
+        ("calendar_event", _EVENT),
+    )
+}
+"""Object shapes of the JSON replies the model is taught: a small person record and the shapes of
+the structured-output prompts' schemas (a frozen copy, so the recipe does not follow later edits)."""
+JSON_ASKS = {
+    "person": ("Describe {w} as a person.", "{w} and the {n}.", "Tell me about the {n}.", "The {a} {n}"),
+    "city": ("Describe the city of {W} as a JSON object.", "Give a short profile of {W} in JSON."),
+    "recipe": ("Write a simple {n} recipe as JSON.", "Describe a recipe for {a} {n} in JSON form."),
+    "support_ticket": ("Turn this complaint into a JSON ticket: 'The {n} is {a}.'",),
+    "calendar_event": ("Create a JSON calendar event for a {n} meeting on {d}.",),
+}
+
+
+def _json_string(rng: Rng, lo: int, hi: int) -> str:
+    words = [rng.choice(ADJECTIVES), rng.choice(NOUNS), rng.choice(TOPICS)][: rng.between(1, 3)]
+    text = " ".join(words)
+    if rng.random() < 0.5:
+        text = text.title()
+    return text[:hi].rstrip() if len(text) >= lo else text + "x" * (lo - len(text))
+
+
+def json_instance(rng: Rng, schema: dict[str, Any]) -> Any:
+    """A random value that conforms to ``schema`` (objects, enums, strings, integers, booleans, arrays)."""
+    if "enum" in schema:
+        return rng.choice(schema["enum"])
+    kind = schema["type"]
+    if kind == "object":
+        return {key: json_instance(rng, sub) for key, sub in schema["properties"].items()}
+    if kind == "array":
+        return [json_instance(rng, schema["items"]) for _ in range(rng.between(schema["minItems"], schema["maxItems"]))]
+    if kind == "string":
+        return _json_string(rng, schema.get("minLength", 1), schema.get("maxLength", 24))
+    if kind == "integer":
+        return rng.between(schema["minimum"], schema["maximum"])
+    return rng.random() < 0.5
+
+
+def json_conversation(rng: Rng) -> Conversation:
+    """A request for JSON and a compact JSON object of one of :data:`JSON_SCHEMAS`' shapes."""
+    name = rng.choice(list(JSON_SCHEMAS))
+    ask_text = rng.choice(JSON_ASKS[name]).format(
+        w=rng.choice(NOUNS),
+        W=rng.choice(TOPICS).title(),
+        n=rng.choice(NOUNS),
+        a=rng.choice(ADJECTIVES),
+        d=rng.choice(JSON_SCHEMAS["calendar_event"]["properties"]["when"]["properties"]["day"]["enum"]).title(),
+    )
+    if rng.random() < 0.7:
+        ask_text += " Reply in JSON."
+    reply = json.dumps(json_instance(rng, JSON_SCHEMAS[name]), separators=(",", ":"))
+    return Conversation(
+        messages=[{"role": "user", "content": ask_text}, {"role": "assistant", "content": reply}], answers=[1]
+    )
 
 
 # --------------------------------------------------------------------------- tokenizer text

@@ -14,9 +14,12 @@ steps, batch shapes, learning-rate schedule, seed). Both run with deterministic 
   code paths. A test checks its first steps against the hash recorded in ``train-log.json``.
 * the GPU recipe (``--device cuda``) runs in float32 without TF32, with torch's
   deterministic algorithms, cuBLAS's fixed workspace (``CUBLAS_WORKSPACE_CONFIG=:4096:8``)
-  and attention as plain matrix products; the shipped weights are its output, and three
-  runs on two NVIDIA H200 machines (torch 2.11.0+cu130) gave the same sha256
+  and attention as plain matrix products; the shipped weights are its output, and two
+  runs on one NVIDIA H200 (torch 2.11.0+cu130) gave the same sha256
   (``train-log.json``). Another GPU model or torch build may compute differently.
+
+The data also hold requests for JSON answered with compact JSON objects
+(:func:`demo_tasks.json_conversation`), so replies under a JSON-schema grammar close.
 
 The output is ``weights.safetensors`` (float16, tensor names as in the served
 checkpoint) and ``train-log.json`` (recipe, versions, loss curve, sha256 of the
@@ -29,9 +32,10 @@ in the ``rotate_half`` layout, grouped-query attention, SiLU-gated MLP, separate
 layer). Hidden dimension ``BIAS_DIM`` carries a constant that no layer writes to (its
 embedding column and its rows of every output projection are held fixed), and the
 output rows of *suppressed* tokens (whitespace-only, control and partial-UTF-8 tokens,
-and the role markers) read only that constant with a large negative weight and are
-never trained: those tokens stay far below the rest in every context, so constrained
-JSON stays compact. The stop tokens (``<|eot|>``, ``<|end_of_text|>``) are trained.
+and the role markers) read only that constant with a large negative weight
+(:attr:`Recipe.suppress_weight`) and are never trained: those tokens stay far below the
+rest in every context, so JSON under a grammar that allows whitespace stays compact. The
+stop tokens (``<|eot|>``, ``<|end_of_text|>``) are trained.
 """
 
 from __future__ import annotations
@@ -94,7 +98,11 @@ class Recipe:
     init_std: float = 0.02
     bias_dim: int = 0
     embed_bias: float = 1.0
-    suppress_weight: float = -8.0
+    suppress_weight: float = -1000.0
+    """Weight of the suppressed tokens' output rows on the constant feature. The final norm divides
+    the constant by the hidden state's scale (about 8 in trained layers), so the weight is large:
+    a suppressed token's logit stays hundreds below the rest, also where a JSON grammar leaves only
+    unlikely tokens beside whitespace."""
     seed: int = 0
     steps: int = 1500
     tokens_per_step: int = 4096
@@ -103,6 +111,10 @@ class Recipe:
     arithmetic_rows: float = 0.25
     """Fraction of rows that hold only arithmetic problems (other rows: a conversation, then problems)."""
     max_queries: int = 8
+    json_rows: float = 0.05
+    """Fraction of rows that hold JSON requests and compact JSON replies (``demo_tasks.json_conversation``)."""
+    curriculum_steps: int = 0
+    """Steps over which the repeats of a kind in a training conversation grow from 1 to 10 (0: always 10)."""
     context_weight: float = 0.1
     """Loss weight of tokens that are not answers (asks, items, problems)."""
     lr: float = 2e-3
@@ -122,7 +134,8 @@ RECIPE = Recipe()
 """The CPU recipe: single-threaded, bit-reproducible on an x86-64 CPU (hours)."""
 GPU_RECIPE = Recipe(steps=3000, tokens_per_step=16384)
 """The recipe of the shipped weights: eight times the CPU recipe's tokens (twice the steps, four
-times the tokens per step), trained on one NVIDIA H200 in about six minutes, deterministic there
+times the tokens per step), trained on one NVIDIA H200 in about six minutes (four runs sharing
+the GPU), deterministic there
 (``--recipe gpu --device cuda``: float32 without TF32, deterministic algorithms, cuBLAS workspace
 ``:4096:8``, attention as plain matrix products)."""
 RECIPES = {"cpu": RECIPE, "gpu": GPU_RECIPE}
@@ -329,15 +342,22 @@ def problem_tokens(vocab: Vocab, problem: str, answer: int, w_ctx: float) -> tup
     return prompt + ans, [w_ctx] * len(prompt) + [1.0] * len(ans)
 
 
-def make_row(rng: Any, vocab: Vocab, r: Recipe, length: int) -> tuple[list[int], list[float]]:
+def make_row(rng: Any, vocab: Vocab, r: Recipe, length: int, step: int = 0) -> tuple[list[int], list[float]]:
     """One training row of ``length + 1`` tokens (inputs and shifted targets)."""
     ids: list[int] = []
     weights: list[float] = []
-    if rng.random() >= r.arithmetic_rows:
+    if r.json_rows and rng.random() < r.json_rows:
+        while len(ids) < length + 1:
+            conv = tasks.json_conversation(rng)
+            c_ids, c_w = conversation_tokens(vocab, conv.messages, conv.answers, r.context_weight)
+            ids += c_ids
+            weights += c_w
+    elif rng.random() >= r.arithmetic_rows:
+        repeats = 10 if step >= r.curriculum_steps else 1 + 9 * step // r.curriculum_steps
         queries = rng.between(1, r.max_queries)
         max_turns = max(3, (length - queries * QUERY_TOKENS - 8) // TOKENS_PER_TURN)
         while True:
-            conv = tasks.training_conversation(rng, max_turns=max_turns, queries=queries)
+            conv = tasks.training_conversation(rng, max_turns=max_turns, queries=queries, max_repeats=repeats)
             ids, weights = conversation_tokens(vocab, conv.messages, conv.answers, r.context_weight)
             if len(ids) <= length + 1:
                 break
@@ -354,7 +374,7 @@ def make_row(rng: Any, vocab: Vocab, r: Recipe, length: int) -> tuple[list[int],
 
 def make_batch(rng: Any, vocab: Vocab, r: Recipe, step: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     length = r.lengths[step % len(r.lengths)]
-    rows = [make_row(rng, vocab, r, length) for _ in range(max(1, r.tokens_per_step // length))]
+    rows = [make_row(rng, vocab, r, length, step) for _ in range(max(1, r.tokens_per_step // length))]
     ids = torch.tensor([row[0] for row in rows], dtype=torch.long)
     w = torch.tensor([row[1] for row in rows], dtype=torch.float32)
     return ids[:, :-1], ids[:, 1:], w[:, 1:]
