@@ -348,6 +348,12 @@ def validate_cmd(
     shard: str = typer.Option(None, "--shard", help="Run only shard i of n, e.g. 2/3."),
     out: str = typer.Option("runs/latest", "--out", "-o", help="Run folder (the bundle is written here)."),
     checks: str = typer.Option(None, "--checks", help="Comma-separated subset of checks to run."),
+    group: str = typer.Option(
+        None,
+        "--group",
+        help="Comma-separated engine groups to start (ids as 'fasttrack plan' lists them); the other groups' "
+        "points are not exercised, so the bundle cannot pass.",
+    ),
     allow_hardware_mismatch: bool = typer.Option(
         False,
         "--allow-hardware-mismatch",
@@ -412,6 +418,7 @@ def validate_cmd(
         shard=shard,
         out=Path(out),
         checks=[c.strip() for c in checks.split(",") if c.strip()] if checks else None,
+        groups=[g.strip() for g in group.split(",") if g.strip()] if group else None,
         allow_hardware_mismatch=allow_hardware_mismatch,
         baseline_url=baseline_url,
         candidate_url=candidate_url,
@@ -472,6 +479,8 @@ def reproduce_cmd(
         False, "--allow-unverified", help="Rerun even if the bundle does not verify."
     ),
     force: bool = typer.Option(False, "--force", help="Replace a non-empty --out folder."),
+    baseline_url: str = typer.Option(None, "--baseline-url", help="Attach a running baseline engine."),
+    candidate_url: str = typer.Option(None, "--candidate-url", help="Attach a running candidate engine."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
     """Rerun chosen checks with a bundle's recorded settings and report agreement."""
@@ -489,6 +498,8 @@ def reproduce_cmd(
         trust=Path(trust) if trust else None,
         allow_unverified=allow_unverified,
         force=force,
+        baseline_url=baseline_url,
+        candidate_url=candidate_url,
         log=lambda m: err_console.print(m, highlight=False),
     )
     if as_json:

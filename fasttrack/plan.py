@@ -80,6 +80,13 @@ class EngineGroup(_Model):
     order: list[str]
     """Launch order of sides, e.g. ['baseline', 'candidate', 'baseline', 'candidate']."""
 
+    @property
+    def synthetic_acceptance(self) -> bool:
+        """Whether the group runs vLLM's synthetic rejection sampler: draft tokens are accepted at configured
+        rates whatever the model says, so its outputs differ from plain decoding by design (a speed measurement
+        at a fixed acceptance; checks that compare outputs skip such a group)."""
+        return (self.speculative_config or {}).get("rejection_sample_method") == "synthetic"
+
 
 class PlanEstimate(_Model):
     engine_starts: int

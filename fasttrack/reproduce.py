@@ -180,6 +180,8 @@ def reproduce(
     trust: Path | None = None,
     allow_unverified: bool = False,
     force: bool = False,
+    baseline_url: str | None = None,
+    candidate_url: str | None = None,
     log=print,
 ) -> ReproduceResult:
     from fasttrack.bundle import open_bundle, verify_bundle
@@ -212,6 +214,8 @@ def reproduce(
             checks=checks,
             allow_hardware_mismatch=True,
             force=force,
+            baseline_url=baseline_url,
+            candidate_url=candidate_url,
         )
         outcome = run_validate(opts, log=log)
     new = {r.check: r for r in outcome.results}

@@ -44,6 +44,9 @@ class Start:
     """The test that started it (its node id), or the run folder of a subprocess run."""
     real: bool = True
     """False for a stand-in server (unit tests of the lifecycle)."""
+    outcome: str = ""
+    """Why a start that never answered ended (``failed``, ``refused``: a probe the engine refused at
+    start-up, ``stopped``: stopped while starting, by Ctrl-C or a signal); empty when it came up."""
 
 
 def _is_real(engine: Any) -> bool:
@@ -126,7 +129,25 @@ class EngineCount:
                     continue  # attached (started by someone else), or never launched
                 secs = rec.get("startup_s")
                 name = f"{path.parent.name}: {rec.get('group')}.{rec.get('side')}.{rec.get('lifetime')}"
-                out.append(Start(name=name, seconds=round(secs, 1) if secs else None, ok=secs is not None, where=""))
+                stop = rec.get("stop") if isinstance(rec.get("stop"), str) else ""
+                outcome = (
+                    ""
+                    if secs is not None
+                    else "stopped"
+                    if stop.startswith("stopped while starting")
+                    else "refused"
+                    if stop == "refused to start"
+                    else "failed"
+                )
+                out.append(
+                    Start(
+                        name=name,
+                        seconds=round(secs, 1) if secs else None,
+                        ok=secs is not None,
+                        where="",
+                        outcome=outcome,
+                    )
+                )
         return out
 
     # -- hooks
@@ -158,14 +179,15 @@ class EngineCount:
         stand_ins = [s for s in self.starts if not s.real]
         tr.section("engine starts")
         for s in real:
-            secs = f"{s.seconds:7.1f} s" if s.seconds is not None else " failed  "
+            secs = f"{s.seconds:7.1f} s" if s.seconds is not None else f" {s.outcome or 'failed':<8}"
             where = s.where if s.where else "(fasttrack subprocess)"
             tr.write_line(f"{secs}  {s.name:<42} {where}")
         total = sum(s.seconds or 0.0 for s in real)
         failed = sum(1 for s in real if not s.ok)
         tr.write_line(
             f"engine starts: {len(real)} ({len(real) - len(subprocess_starts)} in this process, "
-            f"{len(subprocess_starts)} in fasttrack subprocesses; {failed} failed), {total:.0f} s until healthy"
+            f"{len(subprocess_starts)} in fasttrack subprocesses; {failed} did not come up: failed, refused "
+            f"or stopped while starting), {total:.0f} s until healthy"
             + (f"; plus {len(stand_ins)} stand-in server start(s)" if stand_ins else "")
         )
         e = self.e2e

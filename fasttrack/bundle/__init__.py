@@ -44,7 +44,7 @@ _EXPORTS: dict[str, str] = {
     "Hardware": "manifest",
     "Manifest": "manifest",
     "PlanInfo": "manifest",
-    "PRLink": "manifest",
+    "PRLink": "prlink",
     "Provenance": "manifest",
     "ScopeInfo": "manifest",
     "build_manifest": "manifest",
@@ -134,7 +134,6 @@ if TYPE_CHECKING:  # pragma: no cover
         Hardware,
         Manifest,
         PlanInfo,
-        PRLink,
         Provenance,
         ScopeInfo,
         build_manifest,
@@ -146,6 +145,7 @@ if TYPE_CHECKING:  # pragma: no cover
     )
     from fasttrack.bundle.merge import merge_bundles
     from fasttrack.bundle.pack import pack_bundle
+    from fasttrack.bundle.prlink import PRLink
     from fasttrack.bundle.provenance import collect_provenance, hash_tree
     from fasttrack.bundle.reader import BundleView, open_bundle
     from fasttrack.bundle.safe_tar import Limits, extract_bundle

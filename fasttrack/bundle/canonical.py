@@ -13,6 +13,8 @@ from pydantic import BaseModel
 
 #: Read size for hashing. Large reads keep the per-call overhead far below the hash cost.
 HASH_BUFFER = 4 * 1024 * 1024
+#: A sha256 digest as this module writes it: 64 lower-case hex digits.
+SHA256_PATTERN = r"^[0-9a-f]{64}$"
 
 
 def to_jsonable(value: Any) -> Any:

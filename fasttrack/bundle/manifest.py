@@ -25,14 +25,14 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from fasttrack.bundle.canonical import canonical_json, sha256_bytes, sha256_json
+from fasttrack.bundle.canonical import SHA256_PATTERN, canonical_json, sha256_bytes, sha256_json
 from fasttrack.bundle.errors import BundleError
 from fasttrack.bundle.layout import NAME_RE
+from fasttrack.bundle.prlink import PRLink, missing_isolation
 from fasttrack.limits import MANIFEST_MAX_BYTES, MAX_SHARDS, SHARD_SPEC_MAX_CHARS, json_problem
 from fasttrack.results import (
     CHECK_ORDER,
     ISOLATION,
-    NOT_PR_EVIDENCE,
     BundleVerdict,
     CheckResult,
     Gate,
@@ -50,8 +50,6 @@ SCHEMA_VERSION: Final = "fasttrack.bundle/v1"
 SCHEMA_FILE = Path("schemas") / "bundle-manifest.schema.json"
 
 
-_SHA256_RE = r"^[0-9a-f]{64}$"
-_GIT_SHA_RE = r"^[0-9a-f]{7,64}$"
 _SHARD_RE = re.compile(r"^([1-9][0-9]*)/([1-9][0-9]*)$")
 
 
@@ -108,7 +106,7 @@ class ScopeInfo(_Model):
 
     yaml: str
     """The scope file's text, exactly as read."""
-    sha256: str = Field(pattern=_SHA256_RE)
+    sha256: str = Field(pattern=SHA256_PATTERN)
     """sha256 of the UTF-8 bytes of ``yaml``."""
     model: str
     """The validated model's name (as the scope names it)."""
@@ -130,9 +128,9 @@ class ShardRef(_Model):
 
     shard: str = Field(pattern=_SHARD_RE.pattern)
     """The shard, ``i/n``."""
-    manifest_sha256: str = Field(pattern=_SHA256_RE)
+    manifest_sha256: str = Field(pattern=SHA256_PATTERN)
     """sha256 of that shard's ``manifest.json``."""
-    plan_sha256: str = Field(pattern=_SHA256_RE)
+    plan_sha256: str = Field(pattern=SHA256_PATTERN)
     """sha256 of that shard's plan."""
     created: str
     """When that shard bundle was written."""
@@ -144,7 +142,7 @@ class PlanInfo(_Model):
     plan: dict[str, Any]
     """The plan this bundle ran, as JSON (a shard's plan holds that shard's points only;
     a merged bundle's plan holds the points of every shard)."""
-    sha256: str = Field(pattern=_SHA256_RE)
+    sha256: str = Field(pattern=SHA256_PATTERN)
     """sha256 of the compact canonical JSON of ``plan``."""
     fingerprint: str | None = None
     """Identifies the unsharded plan (scope hash + tier): equal for every shard of one plan."""
@@ -160,27 +158,6 @@ class PlanInfo(_Model):
             raise ValueError(f"plan.sha256 is {self.sha256} but the plan hashes to {actual}")
         parse_shard(self.shard)
         return self
-
-
-class PRLink(_Model):
-    """The pull request (or commit range) that was tested."""
-
-    repository: str | None = None
-    """``owner/name`` or a URL of the repository."""
-    number: int | None = Field(default=None, ge=1)
-    """The pull request number."""
-    base_sha: str | None = Field(default=None, pattern=_GIT_SHA_RE)
-    """The base commit the change is measured against."""
-    head_sha: str = Field(pattern=_GIT_SHA_RE)
-    """The exact head commit that was tested."""
-    diff_sha256: str | None = Field(default=None, pattern=_SHA256_RE)
-    """sha256 of ``git diff base..head`` (binary-safe, full index)."""
-    isolation: Literal["pass", "fail", "review", "not_run"] = "not_run"
-    """Verdict of the isolation check: the diff touches only owned paths (``pass``), touches
-    off-limits paths (``fail``), touches paths a maintainer must look at (``review``), or
-    was not checked (``not_run``)."""
-    isolation_reason: str = ""
-    """Why isolation passed, failed or did not run."""
 
 
 class Hardware(_Model):
@@ -253,7 +230,7 @@ class Provenance(_Model):
     """GPU model and count, or CPU model."""
     container_image_digest: str | None = None
     """The container image digest (``sha256:...``) when run in one, else None."""
-    packages_sha256: str = Field(pattern=_SHA256_RE)
+    packages_sha256: str = Field(pattern=SHA256_PATTERN)
     """sha256 of the sorted ``name==version`` list of installed distributions."""
     packages_count: int = Field(default=0, ge=0)
     """How many distributions that list holds."""
@@ -433,12 +410,7 @@ def build_manifest(
         by_name[r.check] = r
     for name in expected_checks:
         if name == ISOLATION and name not in by_name:
-            # without a PR link the missing isolation row only says so; with one, the link is unchecked
-            by_name[name] = (
-                CheckResult.not_run(name, NOT_PR_EVIDENCE, required=False)
-                if pr is None
-                else CheckResult.not_run(name, "the bundle records a PR link but no isolation result")
-            )
+            by_name[name] = missing_isolation(pr)
         elif name not in by_name:
             by_name[name] = CheckResult.not_run(name, "no result was produced for this check in this run")
     ordered = ordered_checks(by_name)

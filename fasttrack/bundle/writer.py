@@ -31,13 +31,13 @@ from fasttrack.bundle.layout import ARTIFACTS_DIR, ATTESTATION, LOGS_DIR, MANIFE
 from fasttrack.bundle.manifest import (
     Manifest,
     PlanInfo,
-    PRLink,
     Provenance,
     ScopeInfo,
     TableRef,
     build_manifest,
     manifest_bytes,
 )
+from fasttrack.bundle.prlink import PRLink
 from fasttrack.bundle.tables import parquet_bytes
 from fasttrack.results import CHECK_ORDER, CheckResult
 

@@ -411,20 +411,24 @@ def _launch(
             node_launcher = launcher or get_launcher(None)
             record.nodes, record.launcher = nodes, node_launcher.name
             ctx.log(f"{group.id} {side}: the engine spans {nodes} nodes (launcher {node_launcher.name})")
-        engine = start_engine(
-            side=side,
-            model=resolved.model,
-            args=args,
-            env=env,
-            log_dir=ctx.run_dir / "logs",
-            log_name=log_name,
-            startup_timeout=ctx.scope.engine.startup_timeout_s,
-            progress=on_progress,
-            exclusive=exclusive,
-            nodes=nodes,
-            launcher=node_launcher,
-            gpus_per_node=group.gpus_per_node,
-        )
+        try:
+            engine = start_engine(
+                side=side,
+                model=resolved.model,
+                args=args,
+                env=env,
+                log_dir=ctx.run_dir / "logs",
+                log_name=log_name,
+                startup_timeout=ctx.scope.engine.startup_timeout_s,
+                progress=on_progress,
+                exclusive=exclusive,
+                nodes=nodes,
+                launcher=node_launcher,
+                gpus_per_node=group.gpus_per_node,
+            )
+        except KeyboardInterrupt as exc:  # Ctrl-C or a termination signal: the engine stopped itself
+            record.stop = f"stopped while starting ({str(exc) or 'interrupted by Ctrl-C'})"
+            raise
         if engine.log_path is not None:
             record.log = _relative(Path(engine.log_path), ctx.run_dir)
         if isinstance(engine, MultiNodeEngine):

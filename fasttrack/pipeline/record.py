@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fasttrack import __version__
-from fasttrack.bundle.manifest import EngineRecord, Hardware, PRLink, plan_info, scope_info
+from fasttrack.bundle.manifest import EngineRecord, Hardware, plan_info, scope_info
+from fasttrack.bundle.prlink import PRLink
 from fasttrack.bundle.provenance import collect_provenance, redact_env
 from fasttrack.bundle.writer import FinishedRun, WrittenBundle, write_run_bundle
 from fasttrack.checks.context import RunContext

@@ -60,6 +60,9 @@ class ValidateOptions:
     launcher: str | None = None
     """How node processes of multi-node engines start (``local``, ``slurm``; None: slurm inside a Slurm
     allocation of several nodes, else local)."""
+    groups: list[str] | None = None
+    """Engine groups to start (``--group``; None: every group of the plan). The plan stays whole: the points of
+    the other groups are simply not exercised, which the checks that look at every in-tier point report."""
 
 
 @dataclass
@@ -125,6 +128,21 @@ def preflight(loaded: LoadedScope, plan: Plan, opts: ValidateOptions, *, log: Ca
         if args.skipped:
             log(f"engine arguments not checked: {args.skipped}")
         raise_for_issues(args, scope_name=scope.name)
+
+
+def select_groups(plan: Plan, ids: list[str] | None) -> Plan:
+    """The plan whose engine groups ``validate --group`` starts: ``plan`` itself without a selection, else a copy
+    with only the named groups (their order kept). An id the plan does not have is an input error naming them."""
+    if ids is None:
+        return plan
+    known = [g.id for g in plan.groups]
+    unknown = [i for i in ids if i not in known]
+    if unknown:
+        raise FasttrackError(
+            f"--group {', '.join(unknown)}: not an engine group of this plan.",
+            hint=f"Engine groups of the {plan.tier} tier: {', '.join(known) or '(none)'} (see 'fasttrack plan').",
+        )
+    return plan.model_copy(update={"groups": [g for g in plan.groups if g.id in ids]})
 
 
 def change_request(opts: ValidateOptions) -> ChangeRequest | None:
@@ -234,6 +252,7 @@ def run_validate(
     loaded, host, rehearsal, rehearsal_reason = prepare(opts, log=log)
     scope = loaded.scope
     plan = build_plan(scope, tier=opts.tier, shard=opts.shard, scope_sha256=loaded.sha256)
+    driven = select_groups(plan, opts.groups)  # the groups to start; an unknown group fails before anything else
     preflight(loaded, plan, opts, log=log)
     change = change_request(opts)
     from fasttrack.bundle.keys import load_private_key
@@ -278,7 +297,14 @@ def run_validate(
         if engine_checks:
             attach: dict[Side, str | None] = {"baseline": opts.baseline_url, "candidate": opts.candidate_url}
             launcher = get_launcher(opts.launcher) if opts.launcher else None
-            drive_engines(ctx, plan, engine_checks, state, attach=attach, progress=progress, log=log, launcher=launcher)
+            if driven is not plan:
+                left = [g.id for g in plan.groups if g not in driven.groups]
+                log(
+                    f"--group: starting {', '.join(g.id for g in driven.groups)} only; not exercised: {', '.join(left)}"
+                )
+            drive_engines(
+                ctx, driven, engine_checks, state, attach=attach, progress=progress, log=log, launcher=launcher
+            )
             for chk in engine_checks:
                 if chk.name in state.results:
                     state.results[chk.name] = _declared(chk, state.results[chk.name])

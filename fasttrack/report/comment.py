@@ -97,14 +97,15 @@ def largest_deltas(r: ReportData, n: int) -> list[PerfRow]:
     return shown_perf_rows(r)[0][:n]
 
 
-def pr_link_state(r: ReportData) -> str:
-    """The PR link in a few words: which PR and head the bundle vouches for, or that it is not PR evidence."""
+def pr_headline_words(r: ReportData) -> str:
+    """The headline's words for the PR link: which PR and head the bundle records, its isolation word
+    and whether the bundle proves the link (``r.pr.link``, the state
+    :func:`fasttrack.bundle.consistency.pr_link_state` gave when the bundle was loaded); without a PR
+    link, that the bundle is not PR evidence (that rule's ``none``)."""
     if r.pr is None:
         return "none, so the bundle is not PR evidence"
     where = (r.pr.repository or "repository not recorded") + (f" #{r.pr.number}" if r.pr.number else "")
-    words = f"{where} at {r.pr.head_sha[:12]}, isolation {r.pr.isolation.replace('_', ' ')}"
-    # whether the bundle proves the link (bundle.consistency's state, loaded into the PR view)
-    return f"{words}, link {r.pr.link}" if r.pr.link else words
+    return f"{where} at {r.pr.head_sha[:12]}, isolation {r.pr.isolation.replace('_', ' ')}, link {r.pr.link}"
 
 
 def rehearsal_state(r: ReportData) -> str:
@@ -135,7 +136,7 @@ def _render(r: ReportData, *, report_ref: str, report_url: str | None, cap: int)
             gated_metrics=gated_metrics,
             claims=r.claims[:cap],
             claims_total=len(r.claims),
-            pr_link=pr_link_state(r),
+            pr_link=pr_headline_words(r),
             rehearsal=rehearsal_state(r),
             gaps=gaps[:cap],
             gaps_total=len(gaps),

@@ -255,7 +255,7 @@ class PRView:
     diff_sha256: str
     isolation: str
     isolation_reason: str
-    link: str = ""
+    link: str
     """Whether the bundle is evidence for this PR: ``proven``, ``unproven`` or ``mismatch`` (see
     :func:`fasttrack.bundle.consistency.pr_link_state`)."""
     link_detail: str = ""

@@ -15,6 +15,8 @@ HEAD = "0123456789abcdef0123456789abcdef01234567"
 BASE = "fedcba9876543210fedcba9876543210fedcba98"
 DIFF = "2" * 64
 SCOPE_YAML = "name: demo-llama\ntitle: Demo\n"
+#: Why :func:`build`'s rehearsal bundles are rehearsals.
+REHEARSAL_REASON = "host has 2 CPUs; the scope declares NVIDIA GB300 x16"
 
 
 def make_results(*, perf: Verdict = Verdict.PASS) -> list[CheckResult]:
@@ -110,8 +112,11 @@ def build(
     scope_yaml: str = SCOPE_YAML,
     provenance: Provenance | None = None,
     head: str = HEAD,
+    rehearsal: bool = False,
 ) -> Path:
-    """A bundle of a PR run: a passing isolation row over BASE..head is added when ``results`` has none."""
+    """A bundle of a PR run: a passing isolation row over BASE..head is added when ``results`` has none.
+
+    ``rehearsal``: the run was a rehearsal on hardware the scope does not declare (:data:`REHEARSAL_REASON`)."""
     run = make_run_dir(out.parent / f"{out.name}-src")
     results = list(results if results is not None else make_results())
     if not any(r.check == "isolation" for r in results):
@@ -131,6 +136,8 @@ def build(
             isolation="pass",
             isolation_reason="owned paths only",
         ),
+        rehearsal=rehearsal,
+        rehearsal_reason=REHEARSAL_REASON if rehearsal else None,
         created=CREATED,
         artifacts_from=run,
         sign_keys=list(sign),

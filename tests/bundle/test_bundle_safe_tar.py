@@ -8,32 +8,11 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from tar_testlib import hostile_tgz, reg, special
 
 from fasttrack import bundle as B
 from fasttrack.bundle.errors import UnsafeArchiveError
 from fasttrack.bundle.safe_tar import Limits, iter_members
-
-
-def make_tgz(path: Path, members: list[tuple[tarfile.TarInfo, bytes | None]], *, fmt=tarfile.PAX_FORMAT) -> Path:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=fmt) as tf:
-        for ti, data in members:
-            tf.addfile(ti, io.BytesIO(data) if data is not None else None)
-    path.write_bytes(gzip.compress(buf.getvalue(), mtime=0))
-    return path
-
-
-def reg(name: str, data: bytes = b"x") -> tuple[tarfile.TarInfo, bytes]:
-    ti = tarfile.TarInfo(name)
-    ti.size = len(data)
-    return ti, data
-
-
-def special(name: str, typ: bytes, linkname: str = "") -> tuple[tarfile.TarInfo, None]:
-    ti = tarfile.TarInfo(name)
-    ti.type = typ
-    ti.linkname = linkname
-    return ti, None
 
 
 def refuse(path: Path, match: str, *, limits: Limits | None = None) -> None:
@@ -49,24 +28,24 @@ def refuse(path: Path, match: str, *, limits: Limits | None = None) -> None:
 
 @pytest.mark.parametrize("name", ["../evil", "a/../../evil", "a/b/../../../evil"])
 def test_traversal_is_refused(tmp_path: Path, name: str) -> None:
-    p = make_tgz(tmp_path / "t.tar.gz", [reg("ok"), reg(name)])
+    p = hostile_tgz(tmp_path / "t.tar.gz", [reg("ok"), reg(name)])
     refuse(p, r"'\.\.'")
     assert not (tmp_path / "evil").exists()
 
 
 @pytest.mark.parametrize("name", ["/etc/evil", "C:/evil"])
 def test_absolute_path_is_refused(tmp_path: Path, name: str) -> None:
-    p = make_tgz(tmp_path / "a.tar.gz", [reg(name)])
+    p = hostile_tgz(tmp_path / "a.tar.gz", [reg(name)])
     refuse(p, "absolute path")
 
 
 def test_symlink_is_refused(tmp_path: Path) -> None:
-    p = make_tgz(tmp_path / "s.tar.gz", [special("manifest.json", tarfile.SYMTYPE, "/etc/passwd")])
+    p = hostile_tgz(tmp_path / "s.tar.gz", [special("manifest.json", tarfile.SYMTYPE, "/etc/passwd")])
     refuse(p, "symbolic link to '/etc/passwd'")
 
 
 def test_hardlink_is_refused(tmp_path: Path) -> None:
-    p = make_tgz(tmp_path / "h.tar.gz", [reg("ok"), special("link", tarfile.LNKTYPE, "/etc/shadow")])
+    p = hostile_tgz(tmp_path / "h.tar.gz", [reg("ok"), special("link", tarfile.LNKTYPE, "/etc/shadow")])
     refuse(p, "hard link")
 
 
@@ -74,17 +53,17 @@ def test_hardlink_is_refused(tmp_path: Path) -> None:
     "typ,what", [(tarfile.CHRTYPE, "device"), (tarfile.BLKTYPE, "device"), (tarfile.FIFOTYPE, "FIFO")]
 )
 def test_devices_and_fifos_are_refused(tmp_path: Path, typ: bytes, what: str) -> None:
-    p = make_tgz(tmp_path / "d.tar.gz", [special("dev", typ)])
+    p = hostile_tgz(tmp_path / "d.tar.gz", [special("dev", typ)])
     refuse(p, what)
 
 
 def test_too_many_members_are_refused(tmp_path: Path) -> None:
-    p = make_tgz(tmp_path / "m.tar.gz", [reg(f"f{i}") for i in range(30)])
+    p = hostile_tgz(tmp_path / "m.tar.gz", [reg(f"f{i}") for i in range(30)])
     refuse(p, "more than 20 members", limits=Limits(max_members=20))
 
 
 def test_oversized_member_is_refused(tmp_path: Path) -> None:
-    p = make_tgz(tmp_path / "o.tar.gz", [reg("big", b"\0" * 5000)])
+    p = hostile_tgz(tmp_path / "o.tar.gz", [reg("big", b"\0" * 5000)])
     refuse(p, "over the limit of 4096", limits=Limits(max_member_size=4096))
 
 
@@ -92,7 +71,7 @@ def test_gzip_bomb_is_refused_from_headers(tmp_path: Path) -> None:
     # 64 MiB of zeros per member compress to ~64 KiB each; the total limit stops it
     # before the data is inflated.
     big = b"\0" * (64 * 1024 * 1024)
-    p = make_tgz(tmp_path / "bomb.tar.gz", [reg(f"z{i}", big) for i in range(3)])
+    p = hostile_tgz(tmp_path / "bomb.tar.gz", [reg(f"z{i}", big) for i in range(3)])
     assert p.stat().st_size < 1024 * 1024
     refuse(p, "decompression bomb", limits=Limits(max_total_size=100 * 1024 * 1024))
 
@@ -121,12 +100,12 @@ def test_huge_pax_header_is_refused(tmp_path: Path) -> None:
 
 
 def test_duplicate_member_is_refused(tmp_path: Path) -> None:
-    p = make_tgz(tmp_path / "dup.tar.gz", [reg("manifest.json", b"a"), reg("manifest.json", b"b")])
+    p = hostile_tgz(tmp_path / "dup.tar.gz", [reg("manifest.json", b"a"), reg("manifest.json", b"b")])
     refuse(p, "more than once")
 
 
 def test_backslash_and_nul_names_are_refused(tmp_path: Path) -> None:
-    p = make_tgz(tmp_path / "bs.tar.gz", [reg("..\\evil")])
+    p = hostile_tgz(tmp_path / "bs.tar.gz", [reg("..\\evil")])
     refuse(p, "backslash")
 
 
@@ -143,7 +122,7 @@ def test_data_after_end_of_archive_is_refused(tmp_path: Path) -> None:
 
 
 def test_truncated_archive_is_a_bundle_error(tmp_path: Path) -> None:
-    p = make_tgz(tmp_path / "ok.tar.gz", [reg("a", b"y" * 100_000)])
+    p = hostile_tgz(tmp_path / "ok.tar.gz", [reg("a", b"y" * 100_000)])
     p.write_bytes(p.read_bytes()[:-200])
     with pytest.raises(B.BundleError):
         B.extract_bundle(p, tmp_path / "t-out")
@@ -157,7 +136,7 @@ def test_garbage_is_a_bundle_error(tmp_path: Path) -> None:
 
 
 def test_extract_into_non_empty_directory_is_refused(tmp_path: Path) -> None:
-    p = make_tgz(tmp_path / "ok.tar.gz", [reg("a")])
+    p = hostile_tgz(tmp_path / "ok.tar.gz", [reg("a")])
     dest = tmp_path / "dest"
     dest.mkdir()
     (dest / "existing").write_text("x")
@@ -170,7 +149,7 @@ def test_good_archive_extracts_with_fixed_modes(tmp_path: Path) -> None:
     ti.mode = 0o4777  # setuid bits in the archive are not honoured
     d = tarfile.TarInfo("results")
     d.type = tarfile.DIRTYPE
-    p = make_tgz(tmp_path / "ok.tar.gz", [(d, None), (ti, data), reg("./manifest.json", b"{}")])
+    p = hostile_tgz(tmp_path / "ok.tar.gz", [(d, None), (ti, data), reg("./manifest.json", b"{}")])
     names = B.extract_bundle(p, tmp_path / "out")
     assert sorted(names) == ["manifest.json", "results/evals/t.parquet"]
     f = tmp_path / "out" / "results" / "evals" / "t.parquet"
@@ -179,7 +158,7 @@ def test_good_archive_extracts_with_fixed_modes(tmp_path: Path) -> None:
 
 
 def test_file_then_directory_of_the_same_name_is_refused(tmp_path: Path) -> None:
-    p = make_tgz(tmp_path / "fd.tar.gz", [reg("a", b"file"), reg("a/b", b"under a file")])
+    p = hostile_tgz(tmp_path / "fd.tar.gz", [reg("a", b"file"), reg("a/b", b"under a file")])
     with pytest.raises(UnsafeArchiveError, match="cannot be created"):
         B.extract_bundle(p, tmp_path / "fd-out")
     assert not (tmp_path / "fd-out").exists()

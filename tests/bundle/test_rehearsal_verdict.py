@@ -16,14 +16,12 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from bundle_testlib import BASE, CREATED, DIFF, HEAD, isolation_result, make_provenance, make_results, make_run_dir
+from bundle_testlib import REHEARSAL_REASON, build, make_results
 
 from fasttrack import ROOT
 from fasttrack import bundle as B
 from fasttrack.bundle.layout import MANIFEST
 from fasttrack.results import Verdict, bundle_verdict, effective_verdict
-
-REASON = "host has 2 CPUs; the scope declares NVIDIA GB300 x16"
 
 
 def _ft(*args: str | Path) -> subprocess.CompletedProcess[str]:
@@ -34,28 +32,8 @@ def _ft(*args: str | Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def _write(out: Path, *, rehearsal: bool, perf: Verdict = Verdict.PASS, sign: list[B.SigningKey] = ()) -> B.Manifest:
-    return B.write_bundle(
-        out,
-        results=[isolation_result(), *make_results(perf=perf)],  # a PR run: its isolation row over base..head
-        scope=B.scope_info("name: demo-llama\n", model="demo-llama", tier="smoke"),
-        plan=B.plan_info({"points": [{"id": "b1"}], "fingerprint": "f" * 64}),
-        provenance=make_provenance(vllm_commit=HEAD),
-        pr=B.PRLink(
-            repository="org/repo",
-            number=7,
-            base_sha=BASE,
-            head_sha=HEAD,
-            diff_sha256=DIFF,
-            isolation="pass",
-            isolation_reason="owned",
-        ),
-        rehearsal=rehearsal,
-        rehearsal_reason=REASON if rehearsal else None,
-        created=CREATED,
-        artifacts_from=make_run_dir(out.parent / f"{out.name}-src"),
-        sign_keys=list(sign),
-    )
+def _manifest(b: Path) -> B.Manifest:
+    return B.load_manifest((b / MANIFEST).read_bytes())
 
 
 def test_the_verdict_vocabulary() -> None:
@@ -68,9 +46,9 @@ def test_the_verdict_vocabulary() -> None:
 
 
 def test_rehearsal_bundle_is_never_pass(tmp_path: Path, contrib: B.SigningKey, keydir: Path) -> None:
-    m = _write(tmp_path / "r", rehearsal=True, sign=[contrib])
+    m = _manifest(build(tmp_path / "r", rehearsal=True, sign=[contrib]))
     assert m.verdict == "rehearsal" and m.effective_verdict == "rehearsal"
-    failed = _write(tmp_path / "f", rehearsal=True, perf=Verdict.FAIL)
+    failed = _manifest(build(tmp_path / "f", rehearsal=True, results=make_results(perf=Verdict.FAIL)))
     assert failed.verdict == "fail", "a rehearsal can still fail"
     res = B.verify_bundle(tmp_path / "r", keys=[keydir / "contrib.pub"])
     assert res.verified and res.verdict == "rehearsal" and res.rehearsal
@@ -79,7 +57,7 @@ def test_rehearsal_bundle_is_never_pass(tmp_path: Path, contrib: B.SigningKey, k
 
 def test_verify_require_pass_refuses_a_rehearsal(tmp_path: Path, contrib: B.SigningKey, keydir: Path) -> None:
     b = tmp_path / "r"
-    _write(b, rehearsal=True, sign=[contrib])
+    build(b, rehearsal=True, sign=[contrib])
     pub = keydir / "contrib.pub"
     assert _ft("verify", b, "--key", pub).returncode == 0  # it verifies: it is what it says it is
     r = _ft("verify", b, "--key", pub, "--require-pass")
@@ -89,7 +67,7 @@ def test_verify_require_pass_refuses_a_rehearsal(tmp_path: Path, contrib: B.Sign
     doc = json.loads(r.stdout)
     assert r.returncode == 1 and doc["verdict"] == "rehearsal" and doc["rehearsal"] is True and doc["ok"] is False
     ok = tmp_path / "ok"
-    _write(ok, rehearsal=False, sign=[contrib])
+    build(ok, sign=[contrib])
     doc = json.loads(_ft("verify", ok, "--key", pub, "--require-pass", "--json").stdout)
     assert doc["verdict"] == "pass" and doc["rehearsal"] is False and doc["ok"] is True
 
@@ -98,9 +76,9 @@ def test_an_older_rehearsal_bundle_recorded_pass_and_reads_as_rehearsal(
     tmp_path: Path, contrib: B.SigningKey, keydir: Path
 ) -> None:
     b = tmp_path / "old"
-    _write(b, rehearsal=False)
+    build(b)
     doc = json.loads((b / MANIFEST).read_text())
-    doc.update(rehearsal=True, rehearsal_reason=REASON)  # what older versions wrote: verdict pass, flag set
+    doc.update(rehearsal=True, rehearsal_reason=REHEARSAL_REASON)  # what older versions wrote: verdict pass, flag set
     assert doc["verdict"] == "pass"
     (b / MANIFEST).write_text(json.dumps(doc, indent=2, sort_keys=True))
     B.sign_bundle(b, contrib)  # signing checks consistency: the old spelling is consistent
@@ -115,7 +93,7 @@ def test_an_older_rehearsal_bundle_recorded_pass_and_reads_as_rehearsal(
 
 def test_a_rehearsal_verdict_without_the_flag_does_not_follow(tmp_path: Path) -> None:
     b = tmp_path / "forged"
-    _write(b, rehearsal=True)
+    build(b, rehearsal=True)
     doc = json.loads((b / MANIFEST).read_text())
     doc.update(rehearsal=False, rehearsal_reason=None)  # says "rehearsal" but is not one: inconsistent
     m = B.load_manifest(json.dumps(doc))

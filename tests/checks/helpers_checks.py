@@ -14,12 +14,17 @@ OPT = r"^fasttrack_demo::fused_decode_"
 
 
 def demo_ctx(tmp_path: Path, *, batches: list[int] | None = None, **scope_updates: Any) -> RunContext:
-    """A run context for the demo scope (smoke tier, optionally fewer batch sizes) without engines."""
+    """A run context for the demo scope (smoke tier, optionally fewer batch sizes) without engines. Given
+    ``features``, the smoke tier checks exactly those (the demo's smoke tier otherwise leaves out
+    ``speculative_acceptance``, which needs the speculative group of the standard tier)."""
     loaded = load_scope("demo-llama")
     scope = loaded.scope
-    if batches is not None:
+    if batches is not None or "features" in scope_updates:
         tiers = {k: v.model_copy() for k, v in scope.tiers.items()}
-        tiers["smoke"] = tiers["smoke"].model_copy(update={"batch": batches})
+        smoke: dict[str, Any] = {"batch": batches} if batches is not None else {}
+        if "features" in scope_updates:
+            smoke["features"] = None
+        tiers["smoke"] = tiers["smoke"].model_copy(update=smoke)
         scope_updates["tiers"] = tiers
     if scope_updates:
         scope = scope.model_copy(update=scope_updates)

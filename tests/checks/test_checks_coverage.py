@@ -101,7 +101,7 @@ def _probes(chk: CoverageCheck, **cand_kwargs) -> None:
         chk.probes.append(_probe(s, "candidate", **kw))
     # the demo candidate refuses the deployment outside its envelope, as its scope declares
     refusal = "DemoBackendConfigError: decode_backend=latency_specialized does not support this deployment"
-    dep = Deployment(name="unsupported_deployment", side="candidate", group=GID, args=("--speculative-config", "{}"))
+    dep = Deployment(name="unsupported_deployment", side="candidate", group=GID, args=("--enable-lora",))
     out = DeploymentOutcome(args=list(dep.args), started=False, exit_code=1, reject_lines=[refusal])
     chk.deployed.append((dep, out, ""))
 
@@ -441,3 +441,15 @@ def test_stock_marker_never_matching_on_the_baseline_is_a_scope_error(tmp_path: 
     assert err in res.reason and "ops seen there: aten::mm, vllm::unified_attention" in res.reason
     (row,) = res.tables["markers"]
     assert row["verdict"] == "not_run" and err in row["detail"] and row["expected_on"] == "baseline"
+
+
+def test_a_long_refusal_line_keeps_the_part_that_matched() -> None:
+    """A refusal raised while vLLM builds its configuration is one long line (the message and the whole
+    configuration): the row keeps the part the scope's regex matched, not the line's tail."""
+    from fasttrack.checks.coverage.judge import LINE_CHARS, _clip
+
+    line = "Value error, " + "x" * 300 + " the backend does not support this deployment: LoRA " + "y" * 500
+    kept = _clip(line, "does not support this deployment")
+    assert "does not support this deployment" in kept and len(kept) == LINE_CHARS
+    assert _clip("short line", "nothing") == "short line"
+    assert _clip(line, None) == line[-LINE_CHARS:]

@@ -185,7 +185,10 @@ def test_clean_candidate_passes_all_three_checks(demo: Demo, baseline: Collected
     assert eq.summary["per_batch_verdict"] == {"1": "pass", "2": "pass", "3": "pass", "4": "pass", "8": "pass"}
     assert all(r["candidate_batch_verified"] and r["baseline_batch_verified"] for r in eq.tables["equivalence_points"])
     feats = res["features"].summary["per_feature"]
-    assert set(feats) == set(demo.scope.features) and all(d["verdict"] == "pass" for d in feats.values())
+    # every feature of the smoke tier (the scope's speculative_acceptance starts at the standard tier)
+    tier_features = demo.scope.tiers["smoke"].features
+    assert tier_features and set(tier_features) < set(demo.scope.features)
+    assert set(feats) == set(tier_features) and all(d["verdict"] == "pass" for d in feats.values())
     gof = [r for r in res["features"].tables["features"] if r.get("test") == "goodness_of_fit"]
     assert gof and all(r["n_tested"] == SAMPLES for r in gof)
     cov = res["coverage"]

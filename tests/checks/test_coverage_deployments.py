@@ -18,17 +18,18 @@ REFUSAL = "DemoBackendConfigError: decode_backend=latency_specialized does not s
 
 
 def _dep() -> Deployment:
-    return Deployment(name="unsupported_deployment", side="candidate", group=GID, args=("--speculative-config", "{}"))
+    return Deployment(name="unsupported_deployment", side="candidate", group=GID, args=("--enable-lora",))
 
 
-def test_the_demo_asks_for_its_candidate_with_speculative_decoding(tmp_path: Path) -> None:
+def test_the_demo_asks_for_its_candidate_with_lora(tmp_path: Path) -> None:
     ctx = demo_ctx(tmp_path)
     deps = CoverageCheck().deployments(ctx)
     assert len(deps) == 1
     d = deps[0]
     assert d.side == "candidate" and d.group == ctx.plan.groups[0].id
     assert list(d.args[: len(ctx.plan.groups[0].args["candidate"])]) == ctx.plan.groups[0].args["candidate"]
-    assert d.args[-2] == "--speculative-config" and '"ngram"' in d.args[-1]
+    # LoRA: the example fast path refuses it when the model is built (n-gram speculation is inside its envelope)
+    assert d.args[-1] == "--enable-lora" and "--speculative-config" not in d.args
 
 
 def test_a_refusal_with_the_declared_message_passes(tmp_path: Path) -> None:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from git_testlib import commit, git, init_repo, write
 from helpers_checks import demo_ctx
 
 from fasttrack import bundle as B
@@ -20,33 +20,17 @@ from fasttrack.engine.environment import probe_local_environment
 from fasttrack.results import NOT_PR_EVIDENCE, CheckResult, Verdict, head_binding
 
 
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout.strip()
-
-
-def write(repo: Path, rel: str, text: str) -> None:
-    p = repo / rel
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(text)
-
-
-def commit(repo: Path, msg: str = "change") -> str:
-    git(repo, "add", "-A")
-    git(repo, "commit", "-qm", msg)
-    return git(repo, "rev-parse", "HEAD")
-
-
 @pytest.fixture()
 def repo(tmp_path: Path) -> Path:
     r = tmp_path / "vllm"
-    r.mkdir()
-    git(r, "init", "-q", "-b", "main")
-    git(r, "config", "user.email", "t@example.com")
-    git(r, "config", "user.name", "t")
-    write(r, "vllm/v1/sample/sampler.py", "def sample(): pass\n")
-    write(r, "examples/demo_plugin/fast.py", "x = 1\n")
-    write(r, "README.md", "vllm\n")
-    commit(r, "base")
+    init_repo(
+        r,
+        {
+            "vllm/v1/sample/sampler.py": "def sample(): pass\n",
+            "examples/demo_plugin/fast.py": "x = 1\n",
+            "README.md": "vllm\n",
+        },
+    )
     git(r, "checkout", "-q", "-b", "pr", "main")
     return r
 

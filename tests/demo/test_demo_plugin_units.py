@@ -56,19 +56,20 @@ def test_bad_settings_are_rejected_with_a_clear_message() -> None:
 # --- step classification ----------------------------------------------------------
 
 
-def _meta(query_lens: list[int], pad: int = 0):
+def _meta(query_lens: list[int], pad: int = 0, seq_lens: list[int] | None = None):
     torch = pytest.importorskip("torch")
     starts = [0]
     for q in query_lens:
         starts.append(starts[-1] + q)
     starts += [starts[-1]] * pad  # padded request slots have zero query tokens
-    return {
-        "model.layers.0.self_attn.attn": SimpleNamespace(
-            num_actual_tokens=sum(query_lens),
-            max_query_len=max(query_lens),
-            query_start_loc=torch.tensor(starts, dtype=torch.int32),
-        )
-    }
+    meta = SimpleNamespace(
+        num_actual_tokens=sum(query_lens),
+        max_query_len=max(query_lens),
+        query_start_loc=torch.tensor(starts, dtype=torch.int32),
+    )
+    if seq_lens is not None:
+        meta.seq_lens = torch.tensor(seq_lens + [0] * pad, dtype=torch.int32)
+    return {"model.layers.0.self_attn.attn": meta}
 
 
 @pytest.mark.parametrize(
@@ -86,6 +87,38 @@ def _meta(query_lens: list[int], pad: int = 0):
 def test_classify(query_lens: list[int], fast: bool, reason: str | None, batch: int) -> None:
     plan = dispatch_mod.classify(_meta(query_lens, pad=2), ENABLED)
     assert (plan.fast, plan.reason, plan.batch, plan.tokens) == (fast, reason, batch, sum(query_lens))
+
+
+NGRAM3 = BackendSettings(backend="latency_specialized", defect=None, spec_tokens=3)
+
+
+@pytest.mark.parametrize(
+    ("query_lens", "seq_lens", "fast", "reason"),
+    [
+        # decode steps where no request carries draft tokens stay on the fast path
+        ([1, 1], [40, 50], True, None),
+        # steps that verify drafts (context before them, 2..1+3 query tokens) run the stock path, visibly
+        ([4, 4], [44, 54], False, "spec_verify"),
+        ([1, 3], [41, 53], False, "spec_verify"),
+        # a prefill is still a prefill: a fresh sequence, or more query tokens than a verify step has
+        ([4], [4], False, "prefill"),
+        ([1, 9], [41, 9], False, "mixed"),
+        ([1, 5], [41, 60], False, "mixed"),
+    ],
+)
+def test_classify_with_ngram_speculation(
+    query_lens: list[int], seq_lens: list[int], fast: bool, reason: str | None
+) -> None:
+    plan = dispatch_mod.classify(_meta(query_lens, pad=2, seq_lens=seq_lens), NGRAM3)
+    assert (plan.fast, plan.reason, plan.batch) == (fast, reason, len(query_lens))
+
+
+def test_without_speculation_a_short_multi_token_step_is_no_verify_step() -> None:
+    plan = dispatch_mod.classify(_meta([1, 3], seq_lens=[41, 53]), ENABLED)
+    assert (plan.fast, plan.reason) == (False, "mixed")
+    # metadata without seq_lens cannot tell a verify step from a short prefill: not called one
+    plan = dispatch_mod.classify(_meta([1, 3]), NGRAM3)
+    assert plan.reason == "mixed"
 
 
 def test_no_metadata_is_a_warm_up_step_and_not_a_fallback() -> None:
@@ -486,8 +519,7 @@ def test_logits_defects(ops, monkeypatch) -> None:
 def test_envelope_check_names_every_unsupported_deployment_feature() -> None:
     from types import SimpleNamespace
 
-    pytest.importorskip("vllm", reason="the model module builds on vLLM's Llama")
-    from fasttrack_demo_plugin.model import _check_envelope
+    from fasttrack_demo_plugin.settings import check_envelope as _check_envelope
 
     def config(**kw):
         base = dict(
@@ -503,8 +535,13 @@ def test_envelope_check_names_every_unsupported_deployment_feature() -> None:
         _check_envelope(
             config(
                 parallel_config=SimpleNamespace(tensor_parallel_size=2, pipeline_parallel_size=1),
-                speculative_config=object(),
+                speculative_config=SimpleNamespace(method="eagle", num_speculative_tokens=3),
             )
         )
-    assert "tensor_parallel_size=2" in str(err.value) and "speculative decoding" in str(err.value)
+    assert "tensor_parallel_size=2" in str(err.value) and "speculative decoding method 'eagle'" in str(err.value)
     assert "Remove decode_backend" in str(err.value)
+    # n-gram speculation is inside the envelope (its verify steps fall back); LoRA is not (the demo's
+    # unsupported-deployment probe)
+    _check_envelope(config(speculative_config=SimpleNamespace(method="ngram", num_speculative_tokens=3)))
+    with pytest.raises(DemoBackendConfigError, match="does not support this deployment: LoRA"):
+        _check_envelope(config(lora_config=object()))

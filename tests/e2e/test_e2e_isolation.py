@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from git_testlib import commit, git, init_repo, write
 
 from fasttrack import ROOT
 from fasttrack.bundle import open_bundle
@@ -24,32 +25,17 @@ pytestmark = pytest.mark.e2e
 FT = [sys.executable, "-m", "fasttrack"]
 
 
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout.strip()
-
-
-def write(repo: Path, rel: str, text: str) -> None:
-    p = repo / rel
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(text)
-
-
-def commit(repo: Path, msg: str) -> str:
-    git(repo, "add", "-A")
-    git(repo, "commit", "-qm", msg)
-    return git(repo, "rev-parse", "HEAD")
-
-
 @pytest.fixture()
 def repo(tmp_path: Path) -> tuple[Path, str]:
     r = tmp_path / "vllm"
-    r.mkdir()
-    git(r, "init", "-q", "-b", "main")
-    git(r, "config", "user.email", "t@example.com")
-    git(r, "config", "user.name", "t")
-    write(r, "vllm/v1/sample/sampler.py", "def sample(logits):\n    return logits.argmax(-1)\n")
-    write(r, "examples/demo_plugin/demo_plugin/fast_path.py", "FAST = True\n")
-    return r, commit(r, "base")
+    base = init_repo(
+        r,
+        {
+            "vllm/v1/sample/sampler.py": "def sample(logits):\n    return logits.argmax(-1)\n",
+            "examples/demo_plugin/demo_plugin/fast_path.py": "FAST = True\n",
+        },
+    )
+    return r, base
 
 
 def validate(tmp_path: Path, repo: Path, base: str, head: str, name: str) -> tuple[subprocess.CompletedProcess, Path]:

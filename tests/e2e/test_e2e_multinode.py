@@ -134,12 +134,17 @@ def test_two_node_engine_passes_equivalence_against_the_single_node_stock_engine
 
 
 def test_killing_one_node_gives_a_partial_bundle_naming_it(tmp_path: Path, _no_other_engine) -> None:
+    """An engine that crashes mid-run (here one node of a two-node engine, the harder case) leaves a
+    signed partial bundle that says what crashed, with every node's log, and no process behind."""
+    keys = tmp_path / "keys"
+    subprocess.run([*FT, "keys", "generate", "-o", str(keys), "--name", "ci"], cwd=ROOT, env=_env(), check=True)
     scope = rehearsal_scope(tmp_path / "scope", both_sides=True)
     run_dir = tmp_path / "run"
     log = tmp_path / "validate.log"
     with log.open("w") as fh:
         proc = subprocess.Popen(
-            [*FT, "validate", "--model", str(scope), "--checks", "equivalence", "--out", str(run_dir)],
+            [*FT, "validate", "--model", str(scope), "--checks", "equivalence", "--out", str(run_dir)]
+            + ["--sign-key", str(keys / "ci")],
             stdout=fh,
             stderr=subprocess.STDOUT,
             cwd=ROOT,
@@ -165,11 +170,22 @@ def test_killing_one_node_gives_a_partial_bundle_naming_it(tmp_path: Path, _no_o
     assert summary["verdict"] == "incomplete"
     crash = summary["crash"]
     assert crash["side"] == "baseline" and crash["node"] == 1, crash
+    assert crash["error"] in {"EngineCrashed", "EngineRequestError", "EngineUnreachable"}, crash
     assert "node 1 of 2" in crash["message"] and crash["log"].endswith(".node1.log")
     assert "node 1 of 2" in summary["checks"]["equivalence"]["reason"]
     # every node's log is in the partial bundle, and nothing of the run is left running
-    logs = sorted(p.name for p in (run_dir / "bundle" / "logs").glob("*.node*.log"))
-    assert len(logs) == 2, logs
+    logs = sorted((run_dir / "bundle" / "logs").glob("*.node*.log"))
+    assert len(logs) == 2 and all(p.stat().st_size > 0 for p in logs), logs
+    # the partial bundle is signed, verifies, and cannot say pass
+    res = subprocess.run(
+        [*FT, "verify", str(run_dir / "bundle.tar.gz"), "--key", str(keys / "ci.pub"), "--json"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=_env(),
+    )
+    v = json.loads(res.stdout)
+    assert v["verified"] is True and v["verdict"] == "incomplete", res.stdout
     deadline = time.time() + 30
     while _run_pids(run_dir) and time.time() < deadline:
         time.sleep(1)

@@ -41,6 +41,15 @@ def test_demo_scope_evals_run_at_batch_3_only(tmp_path: Path) -> None:
         assert [(u.batch, u.points) for u in units] == [(3, ["tp1-dcp1-none-b3-ctx32", "tp1-dcp1-none-b3-ctxfull"])]
 
 
+def test_evals_skip_the_synthetic_acceptance_group(tmp_path: Path) -> None:
+    # the standard tier adds the n-gram group with synthetic acceptance: its outputs come from drafts accepted at
+    # fixed rates, so the evals run on the stock-decode group only
+    ctx = _ctx(tmp_path, tier="standard")
+    assert any(g.synthetic_acceptance for g in ctx.plan.groups)
+    for spec in ctx.scope.evals:
+        assert {u.group for u in matching_units(ctx, spec)} == {"tp1-dcp1-none"}
+
+
 def test_demo_scope_data_resolves(tmp_path: Path) -> None:
     chk = EvalsCheck()
     assert chk.skip_reason(_ctx(tmp_path)) is None

@@ -113,3 +113,22 @@ def test_validate_partial_scope_refused(tmp_path: Path) -> None:
     res = ft("validate", "--model", "glm-5.3", "--out", str(tmp_path / "run"))
     assert_clean_error(res)
     assert "incomplete" in res.stderr
+
+
+def test_validate_group_selection_keeps_the_plan_whole_and_names_unknown_groups(tmp_path: Path) -> None:
+    from fasttrack.errors import FasttrackError
+    from fasttrack.pipeline.validate import select_groups
+    from fasttrack.plan import build_plan
+    from fasttrack.scope import load_scope
+
+    plan = build_plan(load_scope("demo-llama").scope, tier="standard")
+    assert select_groups(plan, None) is plan
+    only = select_groups(plan, ["tp1-dcp1-ngram-synth.dl3"])
+    assert [g.id for g in only.groups] == ["tp1-dcp1-ngram-synth.dl3"]
+    assert len(plan.groups) == 2 and only.points == plan.points  # the run's plan (and its points) stay whole
+    with pytest.raises(FasttrackError, match="--group tp9: not an engine group"):
+        select_groups(plan, ["tp9"])
+    # on the command line: exit 2 before any engine, naming the groups there are
+    res = ft("validate", "--model", "demo-llama", "--tier", "standard", "--group", "tp9", "--out", str(tmp_path / "r"))
+    assert_clean_error(res)
+    assert "tp1-dcp1-none" in res.stderr and "tp1-dcp1-ngram-synth.dl3" in res.stderr

@@ -2,39 +2,28 @@
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
+from git_testlib import commit, git, init_repo, write
 
 from fasttrack.errors import IsolationError
 from fasttrack.isolation import check_isolation, glob_match
 from fasttrack.scope import load_scope
 
 
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout.strip()
-
-
-def write(repo: Path, rel: str, text: str) -> None:
-    p = repo / rel
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(text)
-
-
 @pytest.fixture()
 def repo(tmp_path: Path) -> Path:
     r = tmp_path / "vllm"
-    r.mkdir()
-    git(r, "init", "-q", "-b", "main")
-    git(r, "config", "user.email", "t@example.com")
-    git(r, "config", "user.name", "t")
-    write(r, "vllm/v1/sample/sampler.py", "def sample(): pass\n")
-    write(r, "vllm/model_executor/models/kimi_k3/model.py", "x = 1\n")
-    write(r, "vllm/v1/core/block_pool.py", "class BlockPool: pass\n")
-    write(r, "README.md", "vllm\n")
-    git(r, "add", "-A")
-    git(r, "commit", "-qm", "base")
+    init_repo(
+        r,
+        {
+            "vllm/v1/sample/sampler.py": "def sample(): pass\n",
+            "vllm/model_executor/models/kimi_k3/model.py": "x = 1\n",
+            "vllm/v1/core/block_pool.py": "class BlockPool: pass\n",
+            "README.md": "vllm\n",
+        },
+    )
     return r
 
 
@@ -45,11 +34,6 @@ def spec():
 
 def branch(repo: Path, name: str) -> None:
     git(repo, "checkout", "-q", "-b", name, "main")
-
-
-def commit(repo: Path, msg: str = "change") -> None:
-    git(repo, "add", "-A")
-    git(repo, "commit", "-qm", msg)
 
 
 def test_owned_only_passes(repo: Path, spec) -> None:

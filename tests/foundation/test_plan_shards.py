@@ -108,3 +108,31 @@ def test_speculative_configs_reach_the_engine_arguments(k3) -> None:
             assert json.loads(args[args.index("--speculative-config") + 1]) == want
     none = next(g for g in plan.groups if g.spec == "none")
     assert none.speculative_config is None and "--speculative-config" not in none.args["candidate"]
+
+
+def test_the_demo_speculative_group_starts_at_the_standard_tier_with_synthetic_acceptance() -> None:
+    import json
+
+    from fasttrack.scope import load_scope
+
+    scope = load_scope("demo-llama").scope
+    # the smoke tier does not grow: the one stock-decode group, as before
+    smoke = build_plan(scope, tier="smoke")
+    assert [g.id for g in smoke.groups] == ["tp1-dcp1-none"] and len(smoke.points) == 10
+    std = build_plan(scope, tier="standard")
+    spec = next(g for g in std.groups if g.spec == "ngram-synth")
+    want = {
+        "method": "ngram",
+        "num_speculative_tokens": 3,
+        "prompt_lookup_max": 3,
+        "prompt_lookup_min": 2,
+        "rejection_sample_method": "synthetic",
+        "synthetic_acceptance_length": 2.5,
+    }
+    assert spec.id == "tp1-dcp1-ngram-synth.dl3" and spec.speculative_config == want and spec.synthetic_acceptance
+    for side in ("baseline", "candidate"):
+        args = spec.args[side]
+        assert json.loads(args[args.index("--speculative-config") + 1]) == want
+    assert {p.acceptance_length for p in std.points if p.group == spec.id} == {2.5}
+    none = next(g for g in std.groups if g.spec == "none")
+    assert not none.synthetic_acceptance

@@ -67,8 +67,9 @@ _fa_spec.loader.exec_module(false_alarm)
 def _interleaved_data(host: list[float], *, b_factor: float = 1.0, pairs: int = 2, runs: int = 6) -> dict:
     """Stored interleaved runs of identical engines; run pair k slowed by ``host[k]`` on both sides."""
     import numpy as np
+    from perf_testlib import fake_run
 
-    from tests.perf.test_perf_gate import _item, fake_run
+    from tests.perf.test_perf_gate import _item
 
     rng = np.random.default_rng(0)
     out = []

@@ -8,61 +8,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from perf_testlib import SLOW_FACTOR, demo_perf_ctx, fake_run, measure, simulate
 
-from fasttrack.checks.base import RunContext, Verdict
+from fasttrack.checks.base import Verdict
 from fasttrack.checks.perf import PerfCheck, gpus_from_args, measure_item
 from fasttrack.perf.analysis import ItemState, judge_item
 from fasttrack.perf.loadgen import run_loop
 from fasttrack.perf.metrics import RunMetrics
 from fasttrack.perf.schedule import LookSchedule
 from fasttrack.perf.workloads import WorkItem
-from fasttrack.plan import build_plan
-from fasttrack.scope import PerfGate, load_scope
-
-
-def fake_run(
-    item: WorkItem,
-    side: str,
-    lifetime: int,
-    run: int,
-    *,
-    tpot: float,
-    rng: np.random.Generator,
-    sd: float = 0.03,
-    n: int = 24,
-    failed: int = 0,
-    gpus: int = 0,
-    engine_timed: bool = True,
-) -> RunMetrics:
-    samples = list(tpot * np.exp(rng.normal(0, sd, n)))
-    engine = [x * 0.98 for x in samples] if engine_timed else []
-    thr = 1000.0 / tpot * (item.batch or 1)
-    return RunMetrics(
-        workload=item.workload,
-        point=item.point,
-        side=side,
-        lifetime=lifetime,
-        run=run,
-        requests=n + failed,
-        failed=failed,
-        errors=[f"r{k}: HTTP 500: boom" for k in range(failed)],
-        duration_s=1.0,
-        prompt_tokens=0,
-        output_tokens=64 * n,
-        output_throughput=thr,
-        decode_throughput=thr,
-        per_gpu_throughput=None,
-        gpus=gpus,
-        ttft_ms=[10.0] * n,
-        tpot_ms=samples,
-        itl_ms=samples,
-        e2e_ms=[100.0] * n,
-        engine_tpot_ms=engine,
-        percentiles={},
-        client_cpu_s=0.01,
-        client_cpu_us_per_token=50.0,
-        content_chunks=64 * n,
-    )
+from fasttrack.scope import PerfGate
 
 
 def _item(point: str = "p-b1", batch: int = 1) -> WorkItem:
@@ -105,17 +60,7 @@ def _measure(
         return fake_run(state.item, side, lifetime, k, tpot=tpot, rng=rng, sd=sd, failed=failed, gpus=gpus)
 
     state.gpus[side] = gpus
-    return asyncio.run(
-        measure_item(
-            state,
-            side=side,
-            lifetime=lifetime,
-            looks_here=sched.looks_allowed(side, lifetime),
-            sched=sched,
-            gate=gate,
-            run_once=run_once,
-        )
-    )
+    return measure(state, sched, gate, side, lifetime, run_once)
 
 
 # ---------------------------------------------------------------------------------- schedule
@@ -306,67 +251,11 @@ def test_candidate_request_failures_fail_the_point() -> None:
 # ------------------------------------------------------------------------ the check end to end (synthetic engines)
 
 
-def _ctx(tier: str, tmp: Path, *, interleave: bool = False) -> RunContext:
-    """The demo scope's context; one engine at a time unless ``interleave`` (the demo scope interleaves)."""
-    loaded = load_scope("demo-llama")
-    scope = loaded.scope.model_copy(deep=True)
-    scope.gates.perf.interleave = interleave
-    scope.gates.perf.interleave_settle_s = 0.0
-    plan = build_plan(scope, tier=tier, scope_sha256=loaded.sha256)
-    return RunContext(scope=scope, plan=plan, tier=tier, run_dir=tmp, loaded=loaded, log=lambda m: None)
-
-
-SLOW_FACTOR = 4.0
-"""The synthetic slow batch's slowdown (the demo's ``slow-batch`` defect is 4-10x)."""
-
-
-def _simulate(
-    chk: PerfCheck,
-    ctx: RunContext,
-    *,
-    slow_batch: int | None,
-    lifetime_effect: float = 0.0,
-    engine_timed: tuple[str, ...] = ("baseline", "candidate"),
-) -> None:
-    """Drive the check's adaptive loop as the pipeline would, with synthetic runs instead of engines."""
-    gate = ctx.scope.gates.perf
-    rng = np.random.default_rng(0)
-    for group in ctx.plan.groups:
-        sched = chk.state.schedules[group.id]
-        counts = {"baseline": 0, "candidate": 0}
-        for side in group.order:
-            lt = counts[side]
-            counts[side] += 1
-            shift = float(np.exp(rng.normal(0, lifetime_effect))) if lifetime_effect else 1.0
-            for s in chk.state.items.values():
-                if s.item.group != group.id or s.final:
-                    continue
-                base = 1.0 + 0.3 * (s.item.batch or 1)
-                slow = side == "candidate" and slow_batch is not None and s.item.batch == slow_batch
-                tpot = base * shift * (SLOW_FACTOR if slow else 1.0)
-
-                async def run_once(k: int, s=s, side=side, lt=lt, tpot=tpot) -> RunMetrics:
-                    return fake_run(s.item, side, lt, k, tpot=tpot, rng=rng, engine_timed=side in engine_timed)
-
-                s.gpus[side] = 0
-                asyncio.run(
-                    measure_item(
-                        s,
-                        side=side,
-                        lifetime=lt,
-                        looks_here=sched.looks_allowed(side, lt),
-                        sched=sched,
-                        gate=gate,
-                        run_once=run_once,
-                    )
-                )
-
-
 def test_smoke_check_fails_exactly_the_slow_batch_and_reports_every_point(tmp_path: Path) -> None:
-    ctx = _ctx("smoke", tmp_path)
+    ctx = demo_perf_ctx("smoke", tmp_path)
     chk = PerfCheck()
     assert chk.skip_reason(ctx) is None
-    _simulate(chk, ctx, slow_batch=4)
+    simulate(chk, ctx, slow_batch=4)
     res = chk.judge(ctx)
     assert res.verdict is Verdict.FAIL
     failing = {r["point"] for r in res.tables["points"] if r.get("verdict") == "fail"}
@@ -391,11 +280,11 @@ def test_smoke_check_fails_exactly_the_slow_batch_and_reports_every_point(tmp_pa
 
 
 def test_engine_timed_gate_without_engine_timing_is_not_run_and_says_why(tmp_path: Path) -> None:
-    ctx = _ctx("smoke", tmp_path)
+    ctx = demo_perf_ctx("smoke", tmp_path)
     assert ctx.scope.gates.perf.gated_metric == "median_engine_tpot_ms"
     chk = PerfCheck()
     assert chk.skip_reason(ctx) is None
-    _simulate(chk, ctx, slow_batch=None, engine_timed=("candidate",))  # e.g. an attached baseline without the flag
+    simulate(chk, ctx, slow_batch=None, engine_timed=("candidate",))  # e.g. an attached baseline without the flag
     res = chk.judge(ctx)
     assert res.verdict is Verdict.NOT_RUN
     assert (
@@ -407,22 +296,22 @@ def test_engine_timed_gate_without_engine_timing_is_not_run_and_says_why(tmp_pat
 
 
 def test_clean_smoke_check_passes(tmp_path: Path) -> None:
-    ctx = _ctx("smoke", tmp_path)
+    ctx = demo_perf_ctx("smoke", tmp_path)
     chk = PerfCheck()
     assert chk.skip_reason(ctx) is None
-    _simulate(chk, ctx, slow_batch=None)
+    simulate(chk, ctx, slow_batch=None)
     res = chk.judge(ctx)
     assert res.verdict is Verdict.PASS, res.failures
     assert res.summary["passed"] == len(ctx.plan.points) and not res.failures
 
 
 def test_standard_tier_resamples_lifetimes_and_checks_drift(tmp_path: Path) -> None:
-    ctx = _ctx("standard", tmp_path)
+    ctx = demo_perf_ctx("standard", tmp_path)
     chk = PerfCheck()
     assert chk.skip_reason(ctx) is None
     kinds = {s.item.kind for s in chk.state.items.values()}
     assert kinds == {"pure_decode", "context_sweep", "mixed", "prompts", "trace_replay"}
-    _simulate(chk, ctx, slow_batch=None, lifetime_effect=0.02)
+    simulate(chk, ctx, slow_batch=None, lifetime_effect=0.02)
     res = chk.judge(ctx)
     assert res.summary["ignores_lifetime_variance"] is False
     assert res.tables["drift"] and all(
@@ -435,7 +324,7 @@ def test_standard_tier_resamples_lifetimes_and_checks_drift(tmp_path: Path) -> N
 
 
 def test_nothing_measured_is_not_run(tmp_path: Path) -> None:
-    ctx = _ctx("smoke", tmp_path)
+    ctx = demo_perf_ctx("smoke", tmp_path)
     chk = PerfCheck()
     assert chk.skip_reason(ctx) is None
     res = chk.judge(ctx)
@@ -443,7 +332,7 @@ def test_nothing_measured_is_not_run(tmp_path: Path) -> None:
 
 
 def test_missing_trace_makes_the_check_not_run(tmp_path: Path) -> None:
-    ctx = _ctx("standard", tmp_path)
+    ctx = demo_perf_ctx("standard", tmp_path)
     ctx.scope = ctx.scope.model_copy(deep=True)
     for w in ctx.scope.workloads:
         if w.kind == "trace_replay":
@@ -456,7 +345,7 @@ def test_trailing_baseline_lifetime_is_a_drift_check(tmp_path: Path) -> None:
     sched = LookSchedule.for_group(["baseline", "candidate", "baseline"], min_runs=3, max_runs=6)
     assert sched.drift_position == 2 and sched.look_positions() == [1] and sched.planned_looks == 4
     assert sched.is_drift_lifetime("baseline", 1) and not sched.looks_allowed("baseline", 1)
-    ctx = _ctx("smoke", tmp_path)
+    ctx = demo_perf_ctx("smoke", tmp_path)
     for g in ctx.plan.groups:
         g.order = ["baseline", "candidate", "baseline"]
     chk = PerfCheck()
@@ -483,17 +372,7 @@ def test_trailing_baseline_lifetime_is_a_drift_check(tmp_path: Path) -> None:
             if sched.is_drift_lifetime(side, lt):
                 assert asyncio.run(measure_drift(s, gate=gate, run_once=run_once)) == gate.min_runs
             elif not s.final:
-                asyncio.run(
-                    measure_item(
-                        s,
-                        side=side,
-                        lifetime=lt,
-                        looks_here=sched.looks_allowed(side, lt),
-                        sched=sched,
-                        gate=gate,
-                        run_once=run_once,
-                    )
-                )
+                measure(s, sched, gate, side, lt, run_once)
     res = chk.judge(ctx)
     assert res.verdict is Verdict.PASS, res.failures  # the drift lifetime never enters the gate
     assert len(res.tables["drift"]) == len(ctx.plan.points)
@@ -513,7 +392,7 @@ def test_a_harness_failure_in_collect_is_recorded_not_raised(tmp_path: Path) -> 
         def check_alive(self, **kw) -> None:
             return None
 
-    ctx = _ctx("smoke", tmp_path)
+    ctx = demo_perf_ctx("smoke", tmp_path)
     chk = PerfCheck()
     assert chk.skip_reason(ctx) is None
     session = EngineSession(side="baseline", group=ctx.plan.groups[0], lifetime=0, engine=NoTokenizer())  # type: ignore[arg-type] - a stand-in engine without a tokenizer
@@ -764,7 +643,7 @@ def test_interleaved_gate_holds_through_host_slowdowns_that_fail_the_sequential_
 def test_an_interleaving_check_is_measured_on_pairs_and_fails_exactly_the_slow_batch(tmp_path: Path) -> None:
     from fasttrack.checks.perf import measure_pair
 
-    ctx = _ctx("smoke", tmp_path, interleave=True)
+    ctx = demo_perf_ctx("smoke", tmp_path, interleave=True)
     chk = PerfCheck()
     assert chk.skip_reason(ctx) is None and chk.paired(ctx)
     group = ctx.plan.groups[0]

@@ -5,16 +5,15 @@ nowhere it should not."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from dashboard_testlib import served_dashboard
 from report_testlib import CHROMIUM_ARGS, SCREENSHOTS, chromium_or_skip
 
 from fasttrack.report import render_report
-from fasttrack.report.server import Dashboard, make_server
 from fasttrack.report.site import build_site
 from fasttrack.report.synthetic import PAYLOADS, payload_text
 
@@ -159,18 +158,9 @@ def test_unverified_report_is_marked_in_browser(page: Any, bundle_factory, tmp_p
 
 @pytest.fixture(scope="module")
 def served(site_bundles: Path, keys, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    dash = Dashboard(
-        site_bundles, tmp_path_factory.mktemp("served-site"), keys=[str(keys.trusted_pub)], jobs=2, log=lambda m: None
-    )
-    dash.build()
-    httpd = make_server(dash, port=0)
-    t = threading.Thread(target=httpd.serve_forever, daemon=True)
-    t.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    out = tmp_path_factory.mktemp("served-site")
+    with served_dashboard(site_bundles, out, keys=[str(keys.trusted_pub)], jobs=2) as base:
+        yield base
 
 
 def test_dashboard_served_filter_and_drill_down(page: Any, served: str) -> None:
@@ -287,12 +277,7 @@ def test_malicious_bundle_runs_nothing_and_links_nowhere(page: Any, bundle_facto
         page.wait_for_timeout(100)
         _assert_inert(page.evaluate(DOM_AUDIT), allowed_prefixes=prefix, scripts=0)
     # 3. the served dashboard: click through to a report and open every linked file
-    dash = Dashboard(evil_dir, tmp_path / "served", keys=[str(keys.trusted_pub)], jobs=1, log=lambda m: None)
-    dash.build()
-    httpd = make_server(dash, port=0)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    base = f"http://127.0.0.1:{httpd.server_address[1]}"
-    try:
+    with served_dashboard(evil_dir, tmp_path / "served", keys=[str(keys.trusted_pub)]) as base:
         page.goto(base + "/")
         _assert_inert(page.evaluate(DOM_AUDIT), allowed_prefixes=(base + "/",), scripts=1)
         page.select_option("#f-verified", "verified")
@@ -313,7 +298,4 @@ def test_malicious_bundle_runs_nothing_and_links_nowhere(page: Any, bundle_facto
                 "() => [typeof window.__pwned, document.title, document.querySelectorAll('script,img,iframe').length]"
             )
             assert got[0] == "undefined" and got[1] != "PWNED" and got[2] == 0, (url, got)
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
     assert page.errors == []  # type: ignore[attr-defined]

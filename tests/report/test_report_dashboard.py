@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import json
 import shutil
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+from dashboard_testlib import served_dashboard
 
 from fasttrack.bundle.pack import pack_bundle
 from fasttrack.report.agreement import compare, group
 from fasttrack.report.records import BundleRecord, PerfPoint
 from fasttrack.report.risk import assess, order
-from fasttrack.report.server import Dashboard, make_server
 from fasttrack.report.site import build_site, discover
 
 HEAD = "c0ffee" + "1" * 34
@@ -193,16 +192,8 @@ def test_risk_order() -> None:
 
 @pytest.fixture()
 def server(bundles_dir: Path, keys, tmp_path: Path) -> Iterator[str]:
-    dash = Dashboard(bundles_dir, tmp_path / "served", keys=[str(keys.trusted_pub)], jobs=2, log=lambda m: None)
-    dash.build()
-    httpd = make_server(dash, port=0)
-    t = threading.Thread(target=httpd.serve_forever, daemon=True)
-    t.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with served_dashboard(bundles_dir, tmp_path / "served", keys=[str(keys.trusted_pub)], jobs=2) as base:
+        yield base
 
 
 def test_server_pages_files_and_refusals(server: str) -> None:

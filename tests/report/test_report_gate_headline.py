@@ -7,15 +7,21 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from perf_testlib import demo_perf_ctx, simulate
+
 from fasttrack.bundle.attest import sign_bundle
+from fasttrack.bundle.consistency import pr_link_state
 from fasttrack.bundle.layout import MANIFEST
+from fasttrack.bundle.manifest import load_manifest
+from fasttrack.checks.perf import PerfCheck
 from fasttrack.report import render_report
-from fasttrack.report.comment import GITHUB_LIMIT, render_comment, shown_perf_rows, size
+from fasttrack.report.comment import GITHUB_LIMIT, md, pr_headline_words, render_comment, shown_perf_rows, size
 from fasttrack.report.load import build_report_data
 from fasttrack.report.perf_view import burst_by_point, perf_rows
 from fasttrack.report.site import build_site
 from fasttrack.report.tableread import LoadedTable
 from fasttrack.report.views import PerfMetricView, PerfRow
+from fasttrack.results import Verdict
 
 
 def _row(point: str, metric: str, speedup: float, verdict: str | None, **kw: object) -> PerfRow:
@@ -90,6 +96,22 @@ def test_the_comment_headline_without_a_pr_says_it_is_not_pr_evidence(bundle_fac
     )
 
 
+def test_the_comment_headline_takes_the_pr_link_state_from_the_bundle(bundle_factory, keys) -> None:
+    b = bundle_factory("pr-link", model="demo-llama", seed=8, head_sha="e" * 40)
+    d = build_report_data(b, keys=[keys.trusted_pub])
+    assert d.pr is not None
+    state, _ = pr_link_state(load_manifest((b / MANIFEST).read_bytes()))
+    assert d.pr.link == state != "none", "the PR view carries the bundle's consistency rule's state"
+    words = pr_headline_words(d)
+    assert words.startswith(d.pr.repository) and f"at {'e' * 12}, isolation {d.pr.isolation}" in words
+    assert words.endswith(f", link {state}")
+    assert f"PR link: {md(words, 300)} · rehearsal:" in render_comment(d).splitlines()[3]
+    for other in ("mismatch", "unproven", "proven"):
+        d.pr.link = other
+        assert pr_headline_words(d).endswith(f", link {other}")
+        assert f"link {other}" in render_comment(d).splitlines()[3]
+
+
 def test_gated_metric_first_and_burst_distorted_rows_left_out(bundle_factory, keys) -> None:
     d = build_report_data(bundle_factory("perf-order", model="demo-llama", seed=6), keys=[keys.trusted_pub])
     assert d.perf is not None and d.perf.status == "shown"
@@ -115,6 +137,37 @@ def test_gated_metric_first_and_burst_distorted_rows_left_out(bundle_factory, ke
     assert "3.401" not in perf and "1 non-gated client-timed row(s) left out" in perf
     assert "not gated" in table[-1] and "unknown" not in perf
     assert "Gated metric: `decode/median_engine_tpot_ms`" in perf
+
+
+def test_a_demo_shaped_bundle_leads_the_comments_performance_table_with_the_gated_metric(
+    bundle_factory, keys, tmp_path: Path
+) -> None:
+    # the perf check's own tables for the demo scope (gated metric: engine-timed TPOT), from synthetic runs:
+    # the batch-3 candidate delivers in bursts and reads 3.401x faster client-timed (the fresh-clone demo's
+    # figure), the batch-1 candidate reads 1.5x faster client-timed without bursts; engine-timed, no change
+    ctx = demo_perf_ctx("smoke", tmp_path)
+    assert ctx.scope.gates.perf.gated_metric == "median_engine_tpot_ms"
+    chk = PerfCheck()
+    assert chk.skip_reason(ctx) is None  # prepares the check's per-point state
+    simulate(chk, ctx, slow_batch=None, client={3: (3.401, 12), 1: (1.5, 0)})
+    res = chk.judge(ctx)
+    assert res.verdict is Verdict.PASS, res.failures
+    bursty = [r for r in res.tables["points"] if r["metric_name"] == "median_tpot_ms" and r["batch"] == 3]
+    assert bursty and all(r["burst_delivered"] > 0 and r["speedup"] > 3 for r in bursty)
+    tables = {"points": res.tables["points"], "runs": res.tables["runs"]}
+    b = bundle_factory("demo-perf", model="demo-llama", seed=9, extra_tables={"perf": tables})
+    d = build_report_data(b, keys=[keys.trusted_pub])
+    rows, dropped = shown_perf_rows(d)
+    assert rows[0].metric == "decode/median_engine_tpot_ms" and rows[0].gated and rows[0].verdict == "pass"
+    assert {(r.metric, r.batch) for r in dropped} == {("decode/median_tpot_ms", 3)}
+    steady = [r for r in rows if r.metric == "decode/median_tpot_ms" and r.batch == 1]
+    assert steady and all(not r.gated and r.speedup and r.speedup > 1.3 for r in steady), "shown, after the gate"
+    assert all(r.gated for r in rows[: rows.index(steady[0])])
+    text = render_comment(d)
+    perf = text[text.index("### Performance") : text.index("### Claims")]
+    first = next(ln for ln in perf.splitlines() if ln.startswith("| ") and "tpot" in ln)
+    assert "median\\_engine\\_tpot\\_ms" in first and "✅ pass" in first, first
+    assert not any(f"{r['speedup']:.3f}" in perf for r in bursty), "the burst-distorted 3.4x is not shown"
 
 
 def test_perf_rows_read_burst_delivery_from_the_row_or_the_runs_table() -> None:

@@ -80,8 +80,12 @@ def test_verified_report_shows_verdict_sections_and_charts(bundle_factory, keys,
     ):
         assert page.by_id(section) is not None, section
     assert page.by_id("unverified-banner") is None
-    # perf: one row per (point, metric) and two charts per metric, drawn as inline SVG
-    points = len(data.heatmap.points)  # type: ignore[union-attr]
+    # perf: one row per (point, metric) and two charts per metric, drawn as inline SVG; the rows cover the plain
+    # decoding groups' points (a group with synthetic acceptance, whose points carry the forced acceptance length,
+    # gets no rows in a synthetic bundle), and the heatmap shows every point of the plan
+    plan_points = json.loads((b / "manifest.json").read_text())["plan"]["plan"]["points"]
+    points = len([p for p in plan_points if p.get("acceptance_length") is None])
+    assert 0 < points < len(plan_points) == len(data.heatmap.points)  # type: ignore[union-attr]
     assert len(data.perf.all_rows) == 2 * points  # type: ignore[union-attr]
     assert html.count("<svg") >= 4 + 2  # perf charts + eval charts
     assert "speedup per batch size" in html.lower()

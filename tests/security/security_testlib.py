@@ -9,11 +9,8 @@ corpus needs bundles that are *trusted-signed* and still hostile.
 
 from __future__ import annotations
 
-import gzip
-import io
 import json
 import shutil
-import tarfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -34,14 +31,10 @@ __all__ = [
     "add_members",
     "base_bundle",
     "force_sign",
-    "hostile_tgz",
     "keys",
     "nested_json",
-    "reg",
     "resign",
     "rewrite_manifest",
-    "special",
-    "tgz_bytes",
     "variant",
 ]
 
@@ -134,32 +127,6 @@ def nested_json(depth: int, leaf: str = "1") -> str:
 
 
 # --------------------------------------------------------------------------- hostile archives
-
-
-def reg(name: str, data: bytes = b"x") -> tuple[tarfile.TarInfo, bytes]:
-    ti = tarfile.TarInfo(name)
-    ti.size = len(data)
-    return ti, data
-
-
-def special(name: str, typ: bytes, linkname: str = "") -> tuple[tarfile.TarInfo, None]:
-    ti = tarfile.TarInfo(name)
-    ti.type = typ
-    ti.linkname = linkname
-    return ti, None
-
-
-def tgz_bytes(members: list[tuple[tarfile.TarInfo, bytes | None]], *, level: int = 6) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
-        for ti, data in members:
-            tf.addfile(ti, io.BytesIO(data) if data is not None else None)
-    return gzip.compress(buf.getvalue(), compresslevel=level, mtime=0)
-
-
-def hostile_tgz(path: Path, members: list[tuple[tarfile.TarInfo, bytes | None]], *, level: int = 6) -> Path:
-    path.write_bytes(tgz_bytes(members, level=level))
-    return path
 
 
 def packed(root: Path, dest: Path) -> Path:

@@ -15,16 +15,14 @@ import pytest
 from security_testlib import (
     Keys,
     force_sign,
-    hostile_tgz,
     kept_temp_dirs,
     nested_json,
     packed,
-    reg,
     rewrite_manifest,
-    special,
     tree_bytes,
     variant,
 )
+from tar_testlib import hostile_tgz, reg, special
 
 from fasttrack import limits
 from fasttrack.bundle.errors import BundleError, MergeError

@@ -19,11 +19,11 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+from dashboard_testlib import served_dashboard
 from security_testlib import HEAD, Keys, add_members, resign, variant
 
 from fasttrack.report import render_report
 from fasttrack.report.links import INERT_TYPES
-from fasttrack.report.server import Dashboard, make_server
 from fasttrack.report.site import build_site
 from fasttrack.report.synthetic import Spec, make_bundle, payload_text
 
@@ -179,12 +179,7 @@ def test_hostile_bundle_runs_nothing_anywhere(browser: Any, hostile: Path, keys:
             httpd.server_close()
 
         # 3. dashboard serve
-        dash = Dashboard(hostile, tmp_path / "served", keys=[str(keys.trusted_pub)], jobs=1, log=lambda m: None)
-        dash.build()
-        srv = make_server(dash, port=0)
-        threading.Thread(target=srv.serve_forever, daemon=True).start()
-        base = f"http://127.0.0.1:{srv.server_address[1]}"
-        try:
+        with served_dashboard(hostile, tmp_path / "served", keys=[str(keys.trusted_pub)]) as base:
             assert audit.open(base + "/") == "inert"
             reports = [u for u in audit.links() if "/reports/" in u]
             assert reports
@@ -193,9 +188,6 @@ def test_hostile_bundle_runs_nothing_anywhere(browser: Any, hostile: Path, keys:
                 files = [u for u in audit.links() if "/bundles/" in u]
                 assert len(files) >= len(ACTIVE_FILES)  # served: every attested file is linked
                 outcomes.update(_open_all(audit, files))
-        finally:
-            srv.shutdown()
-            srv.server_close()
 
         # 4. the PR comment, rendered as Markdown (raw HTML allowed, as GitHub allows some)
         from markdown_it import MarkdownIt
@@ -247,24 +239,20 @@ def test_the_allow_list_holds_in_chromium(browser: Any, tmp_path: Path) -> None:
 def test_dashboard_serve_answers_only_its_own_host_names(hostile: Path, keys: Keys, tmp_path: Path) -> None:
     import http.client
 
-    dash = Dashboard(hostile, tmp_path / "served", keys=[str(keys.trusted_pub)], jobs=1, log=lambda m: None)
-    dash.build()
-    srv = make_server(dash, port=0)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    port = srv.server_address[1]
+    with served_dashboard(hostile, tmp_path / "served", keys=[str(keys.trusted_pub)]) as base:
+        port = int(base.rsplit(":", 1)[1])
 
-    def get(host: str | None, path: str = "/index.html") -> tuple[int, dict[str, str], bytes]:
-        c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-        c.putrequest("GET", path, skip_host=True)
-        if host is not None:
-            c.putheader("Host", host)
-        c.endheaders()
-        r = c.getresponse()
-        body = r.read()
-        c.close()
-        return r.status, {k.lower(): v for k, v in r.getheaders()}, body
+        def get(host: str | None, path: str = "/index.html") -> tuple[int, dict[str, str], bytes]:
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            c.putrequest("GET", path, skip_host=True)
+            if host is not None:
+                c.putheader("Host", host)
+            c.endheaders()
+            r = c.getresponse()
+            body = r.read()
+            c.close()
+            return r.status, {k.lower(): v for k, v in r.getheaders()}, body
 
-    try:
         assert get(f"127.0.0.1:{port}")[0] == 200
         assert get(f"localhost:{port}")[0] == 200
         for host in ("evil.example", f"evil.example:{port}", "127.0.0.1", f"127.0.0.1.evil.example:{port}", "", None):
@@ -285,6 +273,3 @@ def test_dashboard_serve_answers_only_its_own_host_names(hostile: Path, keys: Ke
             status, headers, _ = get(f"127.0.0.1:{port}", f"/bundles/{short}/{member}")
             assert status == 200 and headers["content-type"].startswith(want), (member, headers)
             assert headers["x-content-type-options"] == "nosniff" and "sandbox" in headers["content-security-policy"]
-    finally:
-        srv.shutdown()
-        srv.server_close()

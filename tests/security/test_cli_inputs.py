@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
-from security_testlib import Keys, force_sign, hostile_tgz, nested_json, packed, reg, rewrite_manifest, variant
+from security_testlib import Keys, force_sign, nested_json, packed, rewrite_manifest, variant
+from tar_testlib import hostile_tgz, reg
 
 from fasttrack import ROOT, limits
 from fasttrack.cli import main

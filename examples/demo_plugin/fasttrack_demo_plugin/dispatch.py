@@ -10,8 +10,13 @@ The optimized path takes decode-only batches (every request has exactly one
 query token) of ``min_batch..max_batch`` requests. Everything else falls back to
 the stock path and is logged as (one line)::
 
-    fasttrack-demo fallback reason=<prefill|mixed|batch_out_of_range> batch=<requests>
+    fasttrack-demo fallback reason=<prefill|mixed|batch_out_of_range|spec_verify> batch=<requests>
         tokens=<tokens> count=<n> suppressed=<m>
+
+``spec_verify``: with n-gram speculative decoding, a step that verifies draft tokens (a
+request with context before it and 2..1 + num_speculative_tokens query tokens; no
+prefill) is not a decode-only batch, so it runs the stock path; decode steps in which
+no request carries draft tokens still take the optimized path.
 
 ``count`` is the cumulative number of fallback steps for that reason in this
 engine; lines are rate-limited to one per reason per ``LOG_INTERVAL_S`` and
@@ -32,7 +37,7 @@ logger = logging.getLogger("vllm.fasttrack_demo_plugin")
 """Child of vLLM's logger, so lines use vLLM's handler and format."""
 
 LOG_INTERVAL_S = 1.0
-FALLBACK_REASONS = ("prefill", "mixed", "batch_out_of_range")
+FALLBACK_REASONS = ("prefill", "mixed", "batch_out_of_range", "spec_verify")
 
 
 @dataclass(frozen=True)
@@ -129,11 +134,25 @@ def classify(attn_metadata: Any, settings: BackendSettings) -> StepPlan:
     multi = sum(1 for q in query_lens if q > 1)
     batch = single + multi
     if int(meta.max_query_len) != 1 or multi:
-        reason = "mixed" if single else "prefill"
+        if _verifies_drafts(meta, query_lens, settings.spec_tokens):
+            reason = "spec_verify"
+        else:
+            reason = "mixed" if single else "prefill"
         return StepPlan(fast=False, batch=batch, tokens=tokens, reason=reason)
     if not settings.min_batch <= batch <= settings.max_batch:
         return StepPlan(fast=False, batch=batch, tokens=tokens, reason="batch_out_of_range")
     return StepPlan(fast=True, batch=batch, tokens=tokens)
+
+
+def _verifies_drafts(meta: Any, query_lens: list[int], spec_tokens: int) -> bool:
+    """Whether every multi-token request of the step verifies draft tokens: it has 2..1 + ``spec_tokens``
+    query tokens and context before them (its sequence is longer than its query). Never without speculation,
+    or without ``seq_lens`` in the metadata to tell a short prefill apart."""
+    seq_lens = getattr(meta, "seq_lens", None)
+    if not spec_tokens or seq_lens is None:
+        return False
+    multi = [(q, s) for q, s in zip(query_lens, seq_lens.tolist(), strict=False) if q > 1]
+    return bool(multi) and all(q <= 1 + spec_tokens and s > q for q, s in multi)
 
 
 @dataclass

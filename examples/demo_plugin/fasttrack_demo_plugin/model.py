@@ -16,11 +16,14 @@
   final norm and sampling are always stock.
 
 Envelope (checked at startup; anything else is rejected with an error): tensor
-and pipeline parallel size 1, no quantization, no LoRA, no speculative decoding.
+and pipeline parallel size 1, no quantization, no LoRA; speculative decoding only
+with n-gram drafting, whose verify steps (several query tokens per request) run the
+stock path, logged with reason ``spec_verify``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterable
 
@@ -32,7 +35,7 @@ from fasttrack_demo_plugin import ops
 from fasttrack_demo_plugin.dispatch import Dispatcher, logger
 from fasttrack_demo_plugin.settings import (
     BackendSettings,
-    DemoBackendConfigError,
+    check_envelope,
     parse_settings,
 )
 
@@ -74,7 +77,10 @@ class FasttrackDemoLlamaForCausalLM(LlamaForCausalLM):
     def __init__(self, *, vllm_config, prefix: str = "") -> None:
         settings = parse_settings(vllm_config.additional_config)
         if settings.enabled:
-            _check_envelope(vllm_config)
+            check_envelope(vllm_config)
+            spec = getattr(vllm_config, "speculative_config", None)
+            if spec is not None:
+                settings = dataclasses.replace(settings, spec_tokens=int(spec.num_speculative_tokens))
         layer_type = FastDecodeLlamaDecoderLayer if settings.enabled else LlamaDecoderLayer
         super().__init__(vllm_config=vllm_config, prefix=prefix, layer_type=layer_type)
         self.fast_settings: BackendSettings = settings
@@ -90,6 +96,12 @@ class FasttrackDemoLlamaForCausalLM(LlamaForCausalLM):
                 settings.min_batch,
                 settings.max_batch,
             )
+            if settings.spec_tokens:
+                logger.info(
+                    "fasttrack-demo n-gram speculative decoding (%d draft tokens): steps that verify drafts run "
+                    "the stock path (fallback reason=spec_verify)",
+                    settings.spec_tokens,
+                )
             ops.load_native()
             logger.info("fasttrack-demo %s", ops.native_status())
             logger.debug("fasttrack-demo planted defect: %s", settings.defect)
@@ -141,27 +153,6 @@ class FasttrackDemoLlamaForCausalLM(LlamaForCausalLM):
 
 def _transposed(weight: torch.Tensor) -> torch.Tensor:
     return weight.detach().t().contiguous()
-
-
-def _check_envelope(vllm_config) -> None:
-    parallel = vllm_config.parallel_config
-    problems = []
-    if parallel.tensor_parallel_size != 1:
-        problems.append(f"tensor_parallel_size={parallel.tensor_parallel_size} (supported: 1)")
-    if parallel.pipeline_parallel_size != 1:
-        problems.append(f"pipeline_parallel_size={parallel.pipeline_parallel_size} (supported: 1)")
-    if vllm_config.quant_config is not None:
-        problems.append("quantization (supported: none)")
-    if vllm_config.lora_config is not None:
-        problems.append("LoRA (supported: none)")
-    if getattr(vllm_config, "speculative_config", None) is not None:
-        problems.append("speculative decoding (supported: none)")
-    if problems:
-        raise DemoBackendConfigError(
-            "decode_backend=latency_specialized does not support this deployment: "
-            + "; ".join(problems)
-            + ". Remove decode_backend from --additional-config to use the stock path."
-        )
 
 
 def _whitespace_token_ids(tokenizer_path: str) -> torch.Tensor:

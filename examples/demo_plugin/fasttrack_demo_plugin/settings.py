@@ -60,6 +60,9 @@ class BackendSettings:
     """Smallest decode batch the optimized path takes."""
     max_batch: int = MAX_BATCH
     """Largest decode batch the optimized path takes."""
+    spec_tokens: int = 0
+    """Draft tokens per step with n-gram speculative decoding (0 without): steps that verify drafts run the
+    stock path (fallback reason ``spec_verify``)."""
 
     @property
     def enabled(self) -> bool:
@@ -85,3 +88,29 @@ def parse_settings(additional_config: Any, environ: dict[str, str] | None = None
             f"{DEFECT_ENV}={defect!r} is not a known planted defect; use one of {', '.join(DEFECTS)} or leave it unset."
         )
     return BackendSettings(backend="latency_specialized", defect=defect)
+
+
+def check_envelope(vllm_config: Any) -> None:
+    """Refuse a deployment the optimized path does not support (raises :class:`DemoBackendConfigError`).
+
+    Run twice: from vLLM's per-architecture configuration hook, in the API server seconds after the
+    start (``fasttrack_demo_plugin.register``), and when the model is built (quantization is known then)."""
+    parallel = vllm_config.parallel_config
+    problems = []
+    if parallel.tensor_parallel_size != 1:
+        problems.append(f"tensor_parallel_size={parallel.tensor_parallel_size} (supported: 1)")
+    if parallel.pipeline_parallel_size != 1:
+        problems.append(f"pipeline_parallel_size={parallel.pipeline_parallel_size} (supported: 1)")
+    if vllm_config.quant_config is not None:
+        problems.append("quantization (supported: none)")
+    if vllm_config.lora_config is not None:
+        problems.append("LoRA (supported: none)")
+    spec = getattr(vllm_config, "speculative_config", None)
+    if spec is not None and getattr(spec, "method", None) != "ngram":
+        problems.append(f"speculative decoding method {getattr(spec, 'method', None)!r} (supported: ngram)")
+    if problems:
+        raise DemoBackendConfigError(
+            "decode_backend=latency_specialized does not support this deployment: "
+            + "; ".join(problems)
+            + ". Remove decode_backend from --additional-config to use the stock path."
+        )

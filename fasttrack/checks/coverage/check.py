@@ -98,13 +98,14 @@ class CoverageCheck(EngineCheck, DeploymentCheck):
 
     def deployments(self, ctx: RunContext) -> list[Deployment]:
         """``unsupported_deployment``: the candidate once with ``fallback.unsupported_deployment_args``
-        appended to the first engine group's candidate arguments."""
+        appended to the candidate arguments of the first engine group without speculative decoding (the first
+        group when every group has it)."""
         fb = ctx.scope.fallback
         if fb is None or "unsupported_deployment" not in fb.stock_path_for or not ctx.plan.groups:
             return []
         if not fb.unsupported_deployment_args:
             return []
-        g = ctx.plan.groups[0]
+        g = next((g for g in ctx.plan.groups if g.speculative_config is None), ctx.plan.groups[0])
         args = (*g.args["candidate"], *fb.unsupported_deployment_args)
         return [Deployment(name="unsupported_deployment", side="candidate", group=g.id, args=args)]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from fasttrack.checks.base import Deployment
@@ -211,8 +212,28 @@ def judge_deployments(
                 "exit_code": out.exit_code if out else None,
                 "args": " ".join(dep.args[-4:]) if dep else "",
                 "fallback_visible": bool(out and (out.fallback_lines or out.reject_lines)),
-                "fallback_line": ((out.reject_lines or out.fallback_lines or [""])[0][-200:]) if out else "",
+                "fallback_line": (
+                    _clip(out.reject_lines[0], fb.reject_regex)
+                    if out and out.reject_lines
+                    else _clip(out.fallback_lines[0], fb.log_regex)
+                    if out and out.fallback_lines
+                    else ""
+                ),
                 "detail": "; ".join(problems + notes),
             }
         )
     return rows, verdicts, failures
+
+
+LINE_CHARS = 200
+"""How much of a log line a coverage row keeps."""
+
+
+def _clip(line: str, pattern: str | None) -> str:
+    """At most :data:`LINE_CHARS` characters of ``line``, from a little before the part ``pattern``
+    matched (a refusal is often one long line: an exception message with the whole configuration)."""
+    if len(line) <= LINE_CHARS:
+        return line
+    m = re.search(pattern, line) if pattern else None
+    start = max(0, m.start() - 40) if m else len(line) - LINE_CHARS
+    return line[start : start + LINE_CHARS]

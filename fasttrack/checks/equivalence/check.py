@@ -105,8 +105,13 @@ class EquivalenceCheck(EngineCheck):
         return None
 
     def wants(self, ctx: RunContext, group: EngineGroup, side: Side, lifetime: int) -> bool:
-        # Greedy outputs are deterministic; one engine lifetime per side is enough.
-        return lifetime == 0 and any(not p.full_context for p in ctx.plan.group_points(group))
+        # Greedy outputs are deterministic; one engine lifetime per side is enough. A group with synthetic
+        # acceptance accepts draft tokens at random, whatever the model says: its outputs are not comparable.
+        return (
+            lifetime == 0
+            and not group.synthetic_acceptance
+            and any(not p.full_context for p in ctx.plan.group_points(group))
+        )
 
     def gate(self, ctx: RunContext) -> Gate:
         gate = ctx.scope.gates.equivalence

@@ -112,6 +112,8 @@ def matching_units(ctx: RunContext, spec: EvalSpec) -> list[EvalUnit]:
         )
     units: dict[tuple[str, int], EvalUnit] = {}
     for group in ctx.plan.groups:
+        if group.synthetic_acceptance:  # drafts accepted at fixed rates, whatever the model says: no accuracy
+            continue
         for p in ctx.plan.group_points(group):
             if all(str(_point_value(p, d)) in {str(v) for v in vals} for d, vals in spec.points.items()):
                 u = units.setdefault(

@@ -3,7 +3,9 @@
 Each feature the scope lists (``scope.features``) is one sub-test, an entry of the table
 :data:`~fasttrack.checks.features.table.FEATURES` (when it runs, what it collects, how it
 is judged); the candidate is judged against the baseline and against absolute thresholds
-(``gates.features``, and ``gates.equivalence`` where outputs are compared).
+(``gates.features``, and ``gates.equivalence`` where outputs are compared). On an engine group
+with synthetic acceptance only ``speculative_acceptance`` runs (:data:`SYNTHETIC_FEATURES`): the
+others compare outputs, which that sampler changes by design.
 
 Path evidence comes from two short profiler windows per engine lifetime (trace
 export costs seconds per window and tens of ms per step on small hosts): the
@@ -87,7 +89,7 @@ class FeaturesCheck(EngineCheck):
         side = SideData()
         self.sides[(group.id, session.side)] = side
         base = self.sides.get((group.id, "baseline")) if session.side == "candidate" else None
-        feats: set[str] = set(ctx.plan.tier_features(list(ctx.scope.features)))  # tiers.<tier>.features
+        feats: set[str] = group_features(ctx, group)
         gp = GroupPlan(ctx, group, wave=self.wave_pref, batches=self.batches)
         tasks: list[tuple[str, Step]] = []
         for test in FEATURES:
@@ -177,7 +179,15 @@ class FeaturesCheck(EngineCheck):
             applicable = [o for o in outs if o.reason != "n/a"]
             if not applicable:
                 optional = BY_NAME[f].optional if f in BY_NAME else None
-                o = Outcome(feature=f, verdict=Verdict.NOT_RUN, reason=optional or "not applicable to any engine group")
+                o = Outcome(
+                    feature=f,
+                    verdict=Verdict.NOT_RUN,
+                    reason=optional
+                    or (
+                        "not applicable to any engine group that ran (groups with synthetic acceptance run only "
+                        f"{SYNTHETIC_FEATURES[0]})"
+                    ),
+                )
                 applicable = [o]
             v = fold_verdicts(o.verdict for o in applicable)
             verdicts.append(v)
@@ -216,6 +226,9 @@ class FeaturesCheck(EngineCheck):
 
     def _judge_feature(self, ctx: RunContext, gid: str, f: str, base: SideData, cand: SideData) -> Outcome:
         test = BY_NAME[f]
+        group = next((g for g in ctx.plan.groups if g.id == gid), None)
+        if group is not None and f not in group_features(ctx, group):
+            return Outcome(feature=f, verdict=Verdict.NOT_RUN, reason="n/a")
         if test.optional and f not in cand.data and f not in cand.errors and f not in base.errors:
             return Outcome(feature=f, verdict=Verdict.NOT_RUN, reason="n/a")
         if f in base.errors:
@@ -269,6 +282,17 @@ class FeaturesCheck(EngineCheck):
                         r["verdict"] = "not_run"
                 out.rows.append({"feature": f, "group": gid, "verdict": "not_run", "detail": missing})
         return out
+
+
+SYNTHETIC_FEATURES = ("speculative_acceptance",)
+"""The features judged on an engine group with synthetic acceptance: the others compare outputs or output
+distributions, which the synthetic rejection sampler changes by design."""
+
+
+def group_features(ctx: RunContext, group: EngineGroup) -> set[str]:
+    """The tier's features (``tiers.<tier>.features``) that run on ``group``."""
+    feats = set(ctx.plan.tier_features(list(ctx.scope.features)))
+    return feats & set(SYNTHETIC_FEATURES) if group.synthetic_acceptance else feats
 
 
 def unprofiled(points: list[str | None], cand: SideData) -> str | None:

@@ -5,8 +5,9 @@ counters over a fixed greedy workload; the candidate's acceptance rate (accepted
 tokens) must not be below the baseline's (its Wilson 95% upper bound reaches the baseline's
 rate). The row shows each side's measured acceptance length (1 + accepted / drafts) next to
 the configured one: a group run with synthetic acceptance (``rejection_sample_method:
-synthetic``) must also measure that length on both sides, within
-:data:`SYNTHETIC_TOLERANCE`, or the setting did not reach the engine. Not applicable otherwise.
+synthetic``) must measure that length on both sides, within :data:`SYNTHETIC_TOLERANCE`, or
+the setting did not reach the engine; there the rate comparison is left out (both sides accept
+at the configured rates, whatever the model says). Not applicable otherwise.
 """
 
 from __future__ import annotations
@@ -77,9 +78,11 @@ def judge(ctx: RunContext, gid: str, base: SideData, cand: SideData) -> Outcome:
         )
     rate_b = bd["accepted_tokens"] / bd["draft_tokens"]
     ci_c = wilson_interval(int(cd["accepted_tokens"]), int(cd["draft_tokens"]))
-    ok = ci_c.ci_high >= rate_b
-    al = {k: (1 + d["accepted_tokens"] / d["drafts"]) if d.get("drafts") else None for k, d in (("b", bd), ("c", cd))}
     configured = cd.get("configured_acceptance_length")
+    # with synthetic acceptance both sides accept at the configured rates whatever the model says: comparing their
+    # rates would compare random draws; each side's measured length against the configured one is the rule
+    ok = configured is not None or ci_c.ci_high >= rate_b
+    al = {k: (1 + d["accepted_tokens"] / d["drafts"]) if d.get("drafts") else None for k, d in (("b", bd), ("c", cd))}
     synthetic_off = [
         f"the {side} measured acceptance length {a:.2f}"
         for side, a in (("baseline", al["b"]), ("candidate", al["c"]))
