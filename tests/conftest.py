@@ -11,19 +11,19 @@ Everything heavy is built lazily, only when a test asks for it, so unit tests st
   it, and it stops the live engine before starting another: one engine up at a time
   (an idle vLLM engine busy-polls and would disturb the other one), two only where a
   test needs a pair (interleaved perf, :meth:`EngineSlot.acquire_also`).
-- One engine per configuration for the whole session: ``baseline_engine``,
-  ``candidate_engine`` and one candidate per planted defect (``numerics_batch_engine``,
-  ``ignore_temperature_engine``, ``broken_json_engine``, ``silent_fallback_engine``,
-  ``slow_batch_engine``) are the demo target exactly as ``fasttrack validate`` starts
-  it (the demo scope's smoke-tier engine arguments and environment; a defect is planted
-  through the environment of the process that starts the engine, as
-  ``FASTTRACK_DEMO_DEFECT=... fasttrack validate`` does). :data:`ENGINE_SCHEDULE` orders
-  the tests by the engines they need (``pytest_collection_modifyitems``), across
-  modules, so each configuration starts once: everything that needs the baseline, the
-  interleaved pairs, then each candidate in turn, then the tests that end an engine or
-  start their own. A module's results that depend on an earlier engine (say the
-  baseline's side of a comparison) come from session fixtures that a test of that
-  earlier phase asks for first.
+- Two engines for the whole session, the demo target exactly as ``fasttrack validate``
+  starts it (the demo scope's smoke-tier engine arguments and environment):
+  ``baseline_engine`` and one candidate. ``candidate_engine`` and the planted-defect
+  fixtures (``numerics_batch_engine``, ``ignore_temperature_engine``,
+  ``broken_json_engine``, ``silent_fallback_engine``, ``slow_batch_engine``) all return
+  that candidate, with their defect planted through the demo plugin's run-time defect
+  file (``FASTTRACK_DEMO_DEFECT_FILE``; the clean fixture clears it), so a defect costs
+  no engine start. :data:`ENGINE_SCHEDULE` orders the tests by the engines they need
+  (``pytest_collection_modifyitems``), across modules: everything that needs the
+  baseline, the interleaved pairs, then the candidate clean and with each defect in
+  turn, then the tests that end an engine or start their own. A module's results that
+  depend on an earlier engine (say the baseline's side of a comparison) come from
+  session fixtures that a test of that earlier phase asks for first.
 - ``tests/enginecount.py`` (registered here) counts the session's engine starts and
   end-to-end tests and prints them at the end of the run.
 

@@ -44,6 +44,9 @@ DEMO_OPTIMIZED_MARKERS: tuple[str, ...] = (r"^fasttrack_demo::fused_decode_",)
 DEMO_STOCK_MARKERS: tuple[str, ...] = (r"^fasttrack_demo::stock_step$",)
 DEMO_FALLBACK_PATTERN = r"fasttrack-demo fallback reason="
 DEFECT_ENV = "FASTTRACK_DEMO_DEFECT"
+DEFECT_FILE_ENV = "FASTTRACK_DEMO_DEFECT_FILE"
+"""The demo plugin's run-time defect switch (examples/README.md): the session's one candidate engine
+serves the clean candidate and every planted defect in turn, so the defects cost no engine start."""
 
 #: The session's engine schedule: tests run in this order of the engines they use, so each
 #: engine configuration starts once per session. A fixture that uses an engine declares its
@@ -163,6 +166,8 @@ class EngineSlot:
         self.extras: dict[str, tuple[Any, tuple[Any, ...]]] = {}
         """Engines started next to the live one (``acquire_also``), by key, with their launch signature."""
         self.starts: list[str] = []
+        self.defect_file = root / "candidate-defect"
+        """The candidate's defect switch (:func:`set_defect`)."""
 
     def profiler_dir(self, key: str) -> Path:
         d = self.root / "profiles" / key
@@ -322,9 +327,12 @@ class DemoTarget:
         return dict(self.group.env[side])
 
 
-def engine_key(side: str, defect: str | None = None) -> str:
-    """The slot key of a demo-target engine: ``baseline``, ``candidate``, ``candidate-<defect>``."""
-    return side + (f"-{defect}" if defect else "")
+def set_defect(slot: EngineSlot, defect: str | None) -> None:
+    """Plant ``defect`` (None: none) in the session's candidate engine, through its defect file: the engine
+    takes it at its next forward step. Replaced atomically, so the engine never reads half a name."""
+    tmp = slot.defect_file.with_suffix(".tmp")
+    tmp.write_text(defect or "", encoding="utf-8")
+    tmp.replace(slot.defect_file)
 
 
 def demo_engine(
@@ -336,22 +344,23 @@ def demo_engine(
     *,
     also: bool = False,
 ) -> Any:
-    """The session's engine of one demo-target configuration (started on first use).
+    """The session's engine of one side of the demo target (started on first use).
 
-    ``defect`` is planted through the environment of this process while the engine
-    starts (as if set where fasttrack runs; the baseline ignores it and gets none).
+    The candidate is one engine for the whole session: ``defect`` is planted in it through the demo
+    plugin's defect file (:func:`set_defect`) before it is returned, and every call without one clears
+    it, so a test gets the candidate it asked for whatever ran before. (That ``FASTTRACK_DEMO_DEFECT`` set
+    where fasttrack runs reaches the engine is what the ``fasttrack validate`` end-to-end tests show.)
     ``also``: next to the live engine (an interleaved pair) instead of in its place."""
     if side == "candidate":
         require_demo_target(model)
+    elif defect is not None:
+        raise ValueError("only the candidate carries a planted defect")
     start = slot.acquire_also if also else slot.acquire
-    return start(
-        engine_key(side, defect),
-        side=side,
-        model=model.path,
-        args=target.args(side),
-        env=target.env(side),
-        process_env={DEFECT_ENV: defect},
-    )
+    env = target.env(side)
+    if side == "candidate":
+        env[DEFECT_FILE_ENV] = str(slot.defect_file)
+        set_defect(slot, defect)
+    return start(side, side=side, model=model.path, args=target.args(side), env=env, process_env={DEFECT_ENV: None})
 
 
 @dataclass
@@ -364,10 +373,7 @@ class EnginePair:
     baseline: Any
 
     def candidate(self, defect: str | None = None) -> Any:
-        """The candidate (with ``defect``) next to the baseline; another candidate next to it is stopped."""
-        key = engine_key("candidate", defect)
-        for other in [k for k in self.slot.extras if k != key]:
-            self.slot.release_also(other)
+        """The session's candidate (with ``defect`` planted) next to the baseline."""
         return demo_engine(self.slot, self.model, self.target, "candidate", defect, also=True)
 
 

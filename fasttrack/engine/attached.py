@@ -1,7 +1,10 @@
 """Attach mode: an engine someone else runs, reached by URL (``--baseline-url``).
 
-The harness never stops an attached engine and says so (``owned: false``); its log and
-profiler directory are known only when the caller names them.
+The harness never stops an attached engine and says so (``owned: false``); its log is known
+only when the caller names it. Its torch profiler folder (where its traces appear, the path
+evidence of the checks) is the one the caller names, or else the one the engine reports on
+vLLM's development endpoint ``/server_info`` (served with ``VLLM_SERVER_DEV_MODE=1``, as on
+every engine fasttrack starts) when that folder exists on this host.
 """
 
 from __future__ import annotations
@@ -10,6 +13,8 @@ import os
 import time
 from pathlib import Path
 from typing import Any, Sequence
+
+import httpx
 
 from fasttrack.engine.base import EngineBase, normalize_base_url
 from fasttrack.engine.environment import EngineEnvironment, endpoint_environment
@@ -49,7 +54,22 @@ class AttachedEngine(EngineBase):
                 hint="Start the engine first, or leave out --baseline-url/--candidate-url to let fasttrack start it.",
             )
         self._served_model = self._fetch_served_model()
+        if self.profiler_dir is None:
+            self.profiler_dir = self.reported_profiler_dir()
         return self
+
+    def reported_profiler_dir(self) -> Path | None:
+        """The torch profiler folder the engine reports on ``/server_info`` (its ``--profiler-config``), when it
+        is a folder on this host; None when the endpoint is not served or names none."""
+        try:
+            r = httpx.get(self.base_url + "/server_info", params={"config_format": "json"}, timeout=60.0)
+            if r.status_code != 200:
+                return None
+            profiler = (r.json().get("vllm_config") or {}).get("profiler_config") or {}
+            folder = profiler.get("torch_profiler_dir") if isinstance(profiler, dict) else None
+        except (httpx.HTTPError, ValueError, AttributeError):
+            return None
+        return Path(folder) if isinstance(folder, str) and folder and Path(folder).is_dir() else None
 
     def check_alive(self, *, grace: float = 0.0, probe_health: bool = True) -> None:
         deadline = time.monotonic() + grace

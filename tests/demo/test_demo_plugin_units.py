@@ -180,6 +180,29 @@ def test_silent_fallback_defect_diverts_eligible_steps_without_a_trace_in_the_lo
     assert any("fast-path first decode step" in line for line in lines)  # it still claims the fast path
 
 
+def test_a_defect_file_switches_the_planted_defect_while_the_engine_runs(plugin_log, tmp_path) -> None:
+    path = tmp_path / "defect"
+    s = parse_settings(
+        {"decode_backend": "latency_specialized"},
+        environ={"FASTTRACK_DEMO_DEFECT": "slow-batch", "FASTTRACK_DEMO_DEFECT_FILE": str(path)},
+    )
+    assert s.defect == "slow-batch" and s.defect_file == str(path)
+    d = dispatch_mod.Dispatcher(s)
+    assert d.plan_step(_meta([1, 1, 1])).fast and d.defect == "slow-batch"  # no file yet: the environment's
+    path.write_text("silent-fallback\n")
+    plan = d.plan_step(_meta([1, 1, 1]))
+    assert d.defect == "silent-fallback" and not plan.fast and plan.reason is None
+    tmp = tmp_path / "next"
+    tmp.write_text("")
+    tmp.replace(path)  # emptied (replaced): no defect
+    assert d.plan_step(_meta([1, 1, 1])).fast and d.defect is None
+    assert any("planted defect now silent-fallback" in line for line in _lines(plugin_log))
+    assert any("planted defect now none" in line for line in _lines(plugin_log))
+    path.write_text("typo")
+    with pytest.raises(DemoBackendConfigError, match="FASTTRACK_DEMO_DEFECT_FILE"):
+        d.plan_step(_meta([1]))
+
+
 # --- fused ops vs independent formulas --------------------------------------------
 
 TOL = dict(rtol=1e-5, atol=1e-5)

@@ -6,9 +6,10 @@ this host (two node ranks on loopback, vLLM's multiprocessing backend over gloo)
 * killing one node's process mid-run gives a partial bundle that names that node, and no
   process of the run is left behind.
 
-Three engine starts: the single-node baseline and the two-node candidate of the first run,
-and the two-node baseline the second run kills a node of; all eager (``--enforce-eager``), the
-cheapest configuration that still runs real vLLM, since the deployment is what is tested."""
+Two engine starts: the two-node candidate of the first run (its single-node baseline is the
+session's stock engine, attached by URL) and the two-node baseline the second run kills a node
+of; both eager (``--enforce-eager``), the cheapest configuration that still runs real vLLM,
+since the deployment is what is tested."""
 
 from __future__ import annotations
 
@@ -21,13 +22,13 @@ import time
 from pathlib import Path
 
 import pytest
+from scope_testlib import EAGER, demo_scope_variant
 
 from fasttrack import ROOT
 
 pytestmark = pytest.mark.e2e
 
 FT = [sys.executable, "-m", "fasttrack"]
-DEMO = ROOT / "suites" / "demo-llama"
 
 
 def _env(cache: Path | None = None) -> dict[str, str]:
@@ -42,7 +43,6 @@ def _env(cache: Path | None = None) -> dict[str, str]:
 
 def rehearsal_scope(folder: Path, *, both_sides: bool) -> Path:
     """The demo scope on nodes of one rank; the candidate (or both sides) at TP2, i.e. on two nodes."""
-    text = (DEMO / "scope.yaml").read_text()
     swaps = {
         "hardware:\n  device: cpu\n": (
             'hardware:\n  device: cpu\n  node: {gpus: 1, fabric: network, name: "loopback rehearsal node (one rank)"}\n'
@@ -58,18 +58,13 @@ def rehearsal_scope(folder: Path, *, both_sides: bool) -> Path:
         # two node processes plus their workers start slowly on a loaded two-core host
         "  startup_timeout_s: 300": "  startup_timeout_s: 1800",
         # the deployment is under test, not the compiled model: eager engines start without compiling
-        '"--seed", "0"]': '"--seed", "0", "--enforce-eager"]',
+        **EAGER,
+        # vLLM's multiprocessing executor spans the nodes: the single-rank setting stays out
+        '    VLLM_ENABLE_V1_MULTIPROCESSING: "0"\n': "",
     }
     if both_sides:
         swaps["  baseline:\n    args: []"] = '  baseline:\n    args: ["--tensor-parallel-size", "2"]'
-    for old, new in swaps.items():
-        assert old in text, old
-        text = text.replace(old, new)
-    folder.mkdir(parents=True, exist_ok=True)
-    for sub in ("data", "prompts", "traces", "kernels"):
-        (folder / sub).symlink_to(DEMO / sub)
-    (folder / "scope.yaml").write_text(text)
-    return folder / "scope.yaml"
+    return demo_scope_variant(folder, swaps)
 
 
 def _run_pids(run_dir: Path) -> list[int]:
@@ -95,7 +90,7 @@ def _no_other_engine(engine_slot) -> None:
 
 
 def test_two_node_engine_passes_equivalence_against_the_single_node_stock_engine(
-    tmp_path: Path, _no_other_engine
+    tmp_path: Path, baseline_engine
 ) -> None:
     scope = rehearsal_scope(tmp_path / "scope", both_sides=False)
     plan = json.loads(
@@ -111,7 +106,8 @@ def test_two_node_engine_passes_equivalence_against_the_single_node_stock_engine
     assert [g["side_nodes"] for g in plan["groups"]] == [{"baseline": 1, "candidate": 2}]
     run_dir = tmp_path / "run"
     res = subprocess.run(
-        [*FT, "validate", "--model", str(scope), "--checks", "equivalence", "--out", str(run_dir)],
+        [*FT, "validate", "--model", str(scope), "--checks", "equivalence", "--out", str(run_dir)]
+        + ["--baseline-url", baseline_engine.api_url],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -124,7 +120,7 @@ def test_two_node_engine_passes_equivalence_against_the_single_node_stock_engine
     eq = summary["checks"]["equivalence"]
     assert eq["verdict"] == "pass", (eq, out[-4000:])
     launches = {e["side"]: e for e in summary["engines"]}
-    assert launches["baseline"].get("nodes", 1) == 1
+    assert launches["baseline"].get("nodes", 1) == 1 and launches["baseline"]["owned"] is False
     cand = launches["candidate"]
     assert cand["nodes"] == 2 and cand["launcher"] == "local"
     assert len(cand["node_logs"]) == 2

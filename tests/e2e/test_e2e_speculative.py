@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from scope_testlib import EAGER, demo_scope_variant
 
 from fasttrack import ROOT
 from fasttrack.bundle import open_bundle
@@ -23,27 +24,14 @@ from fasttrack.bundle import open_bundle
 pytestmark = pytest.mark.e2e
 
 FT = [sys.executable, "-m", "fasttrack"]
-DEMO = ROOT / "suites" / "demo-llama"
 GROUP = "tp1-dcp1-ngram-synth.dl3"
 CONFIGURED = 2.5
 
 
 def eager_scope(folder: Path) -> Path:
     """The demo scope with eager engines (no compile on a start)."""
-    text = (DEMO / "scope.yaml").read_text()
-    swaps = {
-        '"--seed", "0"]': '"--seed", "0", "--enforce-eager"]',
-        # an engine start took over 300 s once on a two-core host shared with other engines
-        "  startup_timeout_s: 300": "  startup_timeout_s: 900",
-    }
-    for old, new in swaps.items():
-        assert old in text, old
-        text = text.replace(old, new)
-    folder.mkdir(parents=True, exist_ok=True)
-    for sub in ("data", "prompts", "traces", "kernels"):
-        (folder / sub).symlink_to(DEMO / sub)
-    (folder / "scope.yaml").write_text(text)
-    return folder / "scope.yaml"
+    # an engine start took over 300 s once on a two-core host shared with other engines
+    return demo_scope_variant(folder, {**EAGER, "  startup_timeout_s: 300": "  startup_timeout_s: 900"})
 
 
 def test_speculative_group_measures_the_configured_synthetic_acceptance(

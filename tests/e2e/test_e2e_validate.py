@@ -2,11 +2,12 @@
 through the whole pipeline to a failed, signed bundle that `fasttrack verify` accepts and the
 report shows, `fasttrack reproduce` agreeing with it, and what a crash or Ctrl-C leaves behind.
 
-The defect run and its reproduction attach the session's baseline engine (``--baseline-url``:
-the stock path, started as validate would start it) and start their own candidate, with the
-defect planted the way a user plants it, ``FASTTRACK_DEMO_DEFECT=numerics-batch fasttrack
-validate`` (and ``reproduce``); the candidate must be owned by the run for the coverage
-check's evidence (its profiler traces, the unsupported-deployment probe). The Ctrl-C run
+The defect run attaches the session's baseline engine (``--baseline-url``: the stock path,
+started as validate would start it) and starts its own candidate, with the defect planted the
+way a user plants it, ``FASTTRACK_DEMO_DEFECT=numerics-batch fasttrack validate``; the candidate
+must be owned by the run for the coverage check's evidence (its profiler traces, the
+unsupported-deployment probe). Its reproduction attaches both of the session's engines, the
+candidate with the same defect planted through the demo plugin's defect file. The Ctrl-C run
 owns its engines (``no_session_engine``). What an engine crash leaves behind is tested on a
 two-node engine (``test_e2e_multinode.py``), whose one killed node is the harder case."""
 
@@ -215,11 +216,12 @@ def test_planted_defect_fails_the_signed_bundle_at_exactly_its_batch(defect_run,
     assert bad.returncode != 0
 
 
-def test_reproduce_agrees_with_the_failed_bundle(defect_run, keys: Path, tmp_path: Path, baseline_engine) -> None:
-    """The recorded settings rerun equivalence against the session's baseline and a fresh candidate that
-    reproduce starts, the defect planted the way a user plants it: the verdict (fail) and every row agree."""
+def test_reproduce_agrees_with_the_failed_bundle(defect_run, keys: Path, tmp_path: Path, engine_pair) -> None:
+    """The recorded settings rerun equivalence against the session's engines, attached by URL: the baseline
+    and, next to it, the candidate with the same defect planted: the verdict (fail) and every row agree."""
     run_dir, _ = defect_run
     assert (run_dir / "bundle.tar.gz").is_file()
+    candidate = engine_pair.candidate(DEFECT)
     rep = _run(
         "reproduce",
         str(run_dir / "bundle.tar.gz"),
@@ -230,9 +232,10 @@ def test_reproduce_agrees_with_the_failed_bundle(defect_run, keys: Path, tmp_pat
         "--out",
         str(tmp_path / "reproduce"),
         "--baseline-url",
-        baseline_engine.api_url,
+        engine_pair.baseline.api_url,
+        "--candidate-url",
+        candidate.api_url,
         "--json",
-        FASTTRACK_DEMO_DEFECT=DEFECT,
     )
     assert "Traceback" not in rep.stderr, rep.stderr[-3000:]
     info = json.loads(rep.stdout)
@@ -240,8 +243,8 @@ def test_reproduce_agrees_with_the_failed_bundle(defect_run, keys: Path, tmp_pat
     (agreement,) = info["agreements"]
     assert agreement["check"] == "equivalence" and agreement["recorded_verdict"] == agreement["new_verdict"] == "fail"
     assert agreement["rows_compared"] >= 5, agreement  # at least one row per batch size of the sweep
-    # the candidate was started by reproduce, with the defect in its environment
+    # both engines were attached: reproduce started none
     launches = json.loads((tmp_path / "reproduce" / "run-summary.json").read_text())["engines"]
     engines = {e["side"]: e for e in launches if "equivalence" in e["checks"]}
-    assert engines["baseline"]["owned"] is False and engines["candidate"]["owned"] is True, engines
-    assert engines["candidate"]["environment"]["env_relevant"].get("FASTTRACK_DEMO_DEFECT") == DEFECT
+    assert engines["baseline"]["owned"] is False and engines["candidate"]["owned"] is False, engines
+    assert str(engines["candidate"]["base_url"]).startswith(candidate.base_url), engines

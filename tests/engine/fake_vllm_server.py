@@ -2,7 +2,8 @@
 
 It accepts the same command line (``-m MODULE --model M --host H --port P ...``),
 spawns one child process (like vLLM's engine core) in its own process group and
-serves /health, /v1/models and /version. ``FAKE_VLLM_MODE`` selects a behaviour:
+serves /health, /v1/models, /version and /server_info (its ``--profiler-config``).
+``FAKE_VLLM_MODE`` selects a behaviour:
 
 - ``ok``: well-behaved; SIGINT stops the child and exits.
 - ``stubborn``: server and child ignore SIGINT and SIGTERM (only SIGKILL works).
@@ -95,6 +96,9 @@ def main() -> None:
                 self._send(200, {"object": "list", "data": [{"id": model, "object": "model"}]})
             elif self.path == "/version":
                 self._send(200, {"version": "0.0-fake"})
+            elif self.path.split("?")[0] == "/server_info":
+                profiler = json.loads(_arg("--profiler-config", "{}") or "{}")
+                self._send(200, {"vllm_config": {"profiler_config": profiler}, "vllm_env": {}})
             else:
                 self._send(404, {"error": {"message": f"no route {self.path}", "code": 404}})
 

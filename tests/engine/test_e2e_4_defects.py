@@ -1,4 +1,7 @@
-"""A planted defect set where fasttrack runs reaches the engine, and path evidence catches it."""
+"""A planted defect reaches the session's candidate engine, and path evidence catches it.
+
+(That ``FASTTRACK_DEMO_DEFECT`` set where fasttrack runs reaches the engines it starts is shown by the
+``fasttrack validate`` end-to-end tests, whose bundles fail by the defect.)"""
 
 from __future__ import annotations
 
@@ -11,10 +14,14 @@ from fasttrack.engine import ProfilerWindow, Request
 pytestmark = pytest.mark.e2e
 
 
-def test_silent_fallback_decode_windows_have_no_optimized_ops(silent_fallback_engine, demo_path_markers) -> None:
+def test_silent_fallback_decode_windows_have_no_optimized_ops(
+    silent_fallback_engine, engine_slot, demo_path_markers
+) -> None:
     env = silent_fallback_engine.environment()
-    assert env.env_relevant.get("FASTTRACK_DEMO_DEFECT") == "silent-fallback"
-    assert "FASTTRACK_DEMO_DEFECT" not in env.env_overrides  # inherited, not injected
+    # the session's candidate takes its defect from the demo plugin's defect file, set for this test
+    assert env.env_overrides.get("FASTTRACK_DEMO_DEFECT_FILE") == str(engine_slot.defect_file)
+    assert engine_slot.defect_file.read_text() == "silent-fallback"
+    assert "FASTTRACK_DEMO_DEFECT" not in env.env_relevant
 
     async def go():
         async with silent_fallback_engine.client() as c:

@@ -196,12 +196,26 @@ def test_attach_mode_does_not_own_the_engine(fake_python: str, tmp_path: Path) -
         assert owned.running  # attach-mode stop is a no-op
         env = att.environment()
         assert env.owned is False and env.source == "endpoint" and env.vllm_version == "0.0-fake"
+        assert att.profiler_dir is None  # the engine reports no profiler folder
         assert att.describe()["owned"] is False
         url = owned.base_url
     with pytest.raises(EngineCrashed):
         att.check_alive()
     with pytest.raises(EngineUnreachable, match="no healthy vLLM engine answers"):
         AttachedEngine(side="candidate", url=url)
+
+
+def test_an_attached_engine_on_this_host_reports_its_profiler_folder(fake_python: str, tmp_path: Path) -> None:
+    """The path evidence of an attached engine: its traces are read from the folder it reports (``/server_info``)."""
+    from fasttrack.engine import profiler_args
+
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    with _engine(fake_python, tmp_path, "ok", args=["--seed", "0", *profiler_args(traces)]).start() as owned:
+        att = AttachedEngine(side="candidate", url=owned.base_url)
+        assert att.profiler_dir == traces.resolve()
+        named = tmp_path / "named"
+        assert AttachedEngine(side="candidate", url=owned.base_url, profiler_dir=named).profiler_dir == named
 
 
 def test_killed_server_is_a_crash_and_its_orphans_are_killed(fake_python: str, tmp_path: Path) -> None:

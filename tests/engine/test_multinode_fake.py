@@ -15,7 +15,14 @@ from pathlib import Path
 import pytest
 
 from fasttrack.engine import EngineCrashed, EngineStartError, MultiNodeEngine, live_engines, start_engine
-from fasttrack.engine.launchers import NODE_MAIN, LaunchRequest, LocalLauncher, SlurmLauncher, default_launcher
+from fasttrack.engine.launchers import (
+    NODE_MAIN,
+    LaunchRequest,
+    LocalLauncher,
+    SlurmLauncher,
+    default_launcher,
+    local_node_env,
+)
 from fasttrack.engine.procs import group_members
 
 FAKE = Path(__file__).with_name("fake_vllm_server.py")
@@ -51,6 +58,19 @@ def _engine(fake_python: str, tmp_path: Path, **env: str) -> MultiNodeEngine:
     )
 
 
+def _environ(pid: int) -> dict[str, str]:
+    entries = Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace").split("\0")
+    return dict(e.split("=", 1) for e in entries if "=" in e)
+
+
+def test_local_nodes_get_inductor_caches_of_their_own() -> None:
+    assert local_node_env({"TORCHINDUCTOR_CACHE_DIR": "/c", "A": "1"}, 1) == {
+        "TORCHINDUCTOR_CACHE_DIR": "/c/node1",
+        "A": "1",
+    }
+    assert local_node_env({}, 0)["TORCHINDUCTOR_CACHE_DIR"].endswith("/node0")
+
+
 def _gone(pids: list[int]) -> bool:
     return all(not Path(f"/proc/{p}").exists() or "Z" in Path(f"/proc/{p}/stat").read_text().split()[2] for p in pids)
 
@@ -79,6 +99,10 @@ def test_two_local_nodes_start_serve_and_stop_clean(fake_python: str, tmp_path: 
         assert "workers up" in eng.node_logs[1].read_text()
         eng.check_alive()
         assert eng in live_engines()
+        # each node of this host compiles into an inductor cache of its own
+        caches = [_environ(np.proc.pid).get("TORCHINDUCTOR_CACHE_DIR", "") for np in eng.node_procs]
+        assert [Path(c).name for c in caches] == ["node0", "node1"], caches
+        assert Path(caches[0]).parent == Path(caches[1]).parent
     finally:
         report = eng.stop()
     assert report is not None and report.clean

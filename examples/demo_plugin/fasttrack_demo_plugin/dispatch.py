@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from fasttrack_demo_plugin.settings import BackendSettings
+from fasttrack_demo_plugin.settings import DEFECT_FILE_ENV, BackendSettings, check_defect
 
 logger = logging.getLogger("vllm.fasttrack_demo_plugin")
 """Child of vLLM's logger, so lines use vLLM's handler and format."""
@@ -74,11 +74,16 @@ class Dispatcher:
         self._reasons = {reason: _ReasonLog() for reason in FALLBACK_REASONS}
         self._announced_fast = False
         self._metrics = _Metrics.create()
+        self.defect: str | None = settings.defect
+        """The planted defect in effect (``settings.defect``, or the defect file's content when one is set)."""
+        self._defect_file_state: tuple[int, int, int] | None = None
 
     def plan_step(self, attn_metadata: Any) -> StepPlan:
         """Classify this step from the forward context's attention metadata."""
+        if self.settings.defect_file:
+            self._read_defect_file(self.settings.defect_file)
         plan = classify(attn_metadata, self.settings)
-        if plan.fast and self.settings.defect == "silent-fallback":
+        if plan.fast and self.defect == "silent-fallback":
             # Planted defect: the eligible step is routed to the stock path, and
             # the fallback is neither logged nor counted.
             self._announce_fast(plan)
@@ -92,6 +97,27 @@ class Dispatcher:
             self._log_fallback(plan)
         self.current = plan
         return plan
+
+    def _read_defect_file(self, path: str) -> None:
+        """Take the planted defect from ``path`` when the file changed: its content, or no defect when it is
+        empty or was removed (until the file first appears, ``FASTTRACK_DEMO_DEFECT``'s defect holds)."""
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            state = None
+        else:
+            state = (st.st_ino, st.st_mtime_ns, st.st_size)
+        if state == self._defect_file_state:
+            return
+        self._defect_file_state = state
+        text = None
+        if state is not None:
+            with open(path, encoding="utf-8") as f:
+                text = f.read().strip() or None
+        defect = check_defect(text, f"{DEFECT_FILE_ENV} ({path})")
+        if defect != self.defect:
+            logger.info("fasttrack-demo planted defect now %s (from %s)", defect or "none", path)
+        self.defect = defect
 
     def _announce_fast(self, plan: StepPlan) -> None:
         if not self._announced_fast:

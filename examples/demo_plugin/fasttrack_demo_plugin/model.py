@@ -89,7 +89,7 @@ class FasttrackDemoLlamaForCausalLM(LlamaForCausalLM):
         if settings.enabled:
             self.dispatcher = Dispatcher(settings)
             ops.set_dispatcher(self.dispatcher)
-            if settings.defect == "broken-json":
+            if settings.defect == "broken-json" or settings.defect_file:
                 ops.set_whitespace_ids(_whitespace_token_ids(vllm_config.model_config.tokenizer))
             logger.info(
                 "fasttrack-demo decode_backend=latency_specialized enabled batch_range=%d..%d",

@@ -107,7 +107,7 @@ def set_whitespace_ids(ids: Tensor | None) -> None:
 
 def _defect() -> str | None:
     dispatcher = _STATE["dispatcher"]
-    return dispatcher.settings.defect if dispatcher is not None else None
+    return dispatcher.defect if dispatcher is not None else None
 
 
 def _batch(default: int) -> int:
@@ -427,7 +427,7 @@ def fast_decoder_layer(
 def _maybe_slow_step(dispatcher: Any, layer: Any) -> None:
     """Planted defect `slow-batch`: a busy-wait once per decode step (in the
     first layer) at one batch size."""
-    if dispatcher.settings.defect != "slow-batch" or dispatcher.current.batch != SLOW_BATCH:
+    if dispatcher.defect != "slow-batch" or dispatcher.current.batch != SLOW_BATCH:
         return
     if getattr(layer, "layer_index", None) != 0:
         return

@@ -14,6 +14,10 @@ DECODE_BACKEND_KEY = "decode_backend"
 """Key in vLLM's ``--additional-config`` that selects the decode backend."""
 DEFECT_ENV = "FASTTRACK_DEMO_DEFECT"
 """Environment variable that plants a defect in the optimized path (testing only)."""
+DEFECT_FILE_ENV = "FASTTRACK_DEMO_DEFECT_FILE"
+"""Environment variable naming a file whose content (a defect name, or nothing) selects the planted
+defect while the engine runs: checked once per forward step and re-read when it changed (for test
+suites: one candidate engine serves every defect in turn; testing only)."""
 NATIVE_ENV = "FASTTRACK_DEMO_NATIVE"
 """``0`` keeps the optimized path on its Python ops instead of the native float32 kernels."""
 
@@ -56,6 +60,8 @@ class BackendSettings:
     """``stock`` (default) or ``latency_specialized``."""
     defect: str | None
     """Planted defect (``FASTTRACK_DEMO_DEFECT``), read only when the optimized path is enabled."""
+    defect_file: str | None = None
+    """``FASTTRACK_DEMO_DEFECT_FILE``: when set, that file selects the defect at run time instead."""
     min_batch: int = MIN_BATCH
     """Smallest decode batch the optimized path takes."""
     max_batch: int = MAX_BATCH
@@ -82,12 +88,19 @@ def parse_settings(additional_config: Any, environ: dict[str, str] | None = None
         )
     if backend != "latency_specialized":
         return BackendSettings(backend="stock", defect=None)
-    defect = environ.get(DEFECT_ENV, "").strip() or None
+    defect = check_defect(environ.get(DEFECT_ENV, "").strip() or None, DEFECT_ENV)
+    defect_file = environ.get(DEFECT_FILE_ENV, "").strip() or None
+    return BackendSettings(backend="latency_specialized", defect=defect, defect_file=defect_file)
+
+
+def check_defect(defect: str | None, source: str) -> str | None:
+    """``defect`` if it names a planted defect (or is None); raises :class:`DemoBackendConfigError` naming
+    ``source`` otherwise."""
     if defect is not None and defect not in DEFECTS:
         raise DemoBackendConfigError(
-            f"{DEFECT_ENV}={defect!r} is not a known planted defect; use one of {', '.join(DEFECTS)} or leave it unset."
+            f"{source}={defect!r} is not a known planted defect; use one of {', '.join(DEFECTS)} or leave it unset."
         )
-    return BackendSettings(backend="latency_specialized", defect=defect)
+    return defect
 
 
 def check_envelope(vllm_config: Any) -> None:

@@ -148,7 +148,9 @@ def judge_situations(
                 "fallback_visible": bool(
                     p.fallback_lines_window or p.fallback_lines_earlier or (p.fallback_metric_delta or 0) > 0
                 ),
-                "fallback_line": (p.fallback_lines_window or p.fallback_lines_earlier or [""])[0][-200:],
+                "fallback_line": _clip(
+                    (p.fallback_lines_window or p.fallback_lines_earlier or [""])[0], fb.log_regex if fb else None
+                ),
                 "fallback_metric_delta": p.fallback_metric_delta,
                 "detail": "; ".join(problems + notes),
             }
@@ -186,7 +188,7 @@ def judge_deployments(
                 last = out.log_tail.strip().splitlines()[-1:] or [""]
                 problems.append(
                     f"the start failed (exit {out.exit_code}) without the declared refusal ({fb.reject_regex!r}); "
-                    f"last log line: {last[0][-200:]!r}"
+                    f"last log line: {last[0][-LINE_CHARS:]!r}"
                 )
             v = Verdict.FAIL if problems else Verdict.PASS
         else:  # fallback: it serves on the stock path, visibly

@@ -1,0 +1,26 @@
+"""A copy of the demo scope with some of its text swapped, for end-to-end tests that run ``fasttrack validate``
+on a variant of the demo target (eager engines, another deployment)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fasttrack import ROOT
+
+DEMO = ROOT / "suites" / "demo-llama"
+EAGER = {'"--seed", "0"]': '"--seed", "0", "--enforce-eager"]'}
+"""Eager engines (``--enforce-eager``): no compile on a start, the cheapest engine that still runs real vLLM."""
+
+
+def demo_scope_variant(folder: Path, swaps: dict[str, str]) -> Path:
+    """``folder/scope.yaml``: the demo scope with each key of ``swaps`` (which must occur in it) replaced by its
+    value; the scope's data folders are linked, not copied."""
+    text = (DEMO / "scope.yaml").read_text()
+    for old, new in swaps.items():
+        assert old in text, f"not in the demo scope: {old!r}"
+        text = text.replace(old, new)
+    folder.mkdir(parents=True, exist_ok=True)
+    for sub in ("data", "prompts", "traces", "kernels"):
+        (folder / sub).symlink_to(DEMO / sub)
+    (folder / "scope.yaml").write_text(text)
+    return folder / "scope.yaml"
