@@ -18,8 +18,8 @@ Properties the harness relies on:
 - **Loads in vLLM offline** (``HF_HUB_OFFLINE=1``): head size 64 (the CPU
   attention rejects 16), ``float32`` weights (the build CPUs have AVX2 only).
 - **Scores on its evals**: greedy answers to the demo suite's AIME-format set are right
-  (1.0 held out) and its MRCR answers score about 0.73 (right prefix and item form; the
-  asked item itself in about one answer of ten), so a numerics defect shows as a score drop.
+  (1.0 held out) and its MRCR answers score about 0.75 (right prefix and item form; the
+  asked item itself in about one answer of six), so a numerics defect shows as a score drop.
 - **Peaked next-token distributions, compact JSON**: a constant feature in hidden
   dimension ``BIAS_DIM`` (held fixed in every embedding row, written by no layer)
   lets the output layer keep *suppressed* tokens (role markers, whitespace-only
