@@ -219,7 +219,7 @@ def test_the_trained_model_scores_on_both_evals(evals_clean: tuple[Any, RunConte
     """Scores well above zero on the stock path: the gate can see a numerics defect by its score."""
     res, _ = evals_clean
     cmps = _comparisons(res)
-    for name, least in (("mrcr", 0.5), ("aime25", 0.5)):
+    for name, least in (("mrcr", 0.5), ("aime25", 1 / 6)):
         row = next(r for (e, _), r in cmps.items() if e == name)
         assert row["baseline_score"] >= least, row
 
