@@ -1,28 +1,40 @@
-"""Deterministic builder for the fasttrack demo model (a tiny Llama).
+"""Deterministic builder for the fasttrack demo model (a tiny trained Llama).
 
-The demo model is a small Llama-architecture checkpoint with random weights, a
-byte-level BPE tokenizer trained locally on ``corpus.txt`` (real English text
-shipped beside this file) and a chat template. It exists so the whole harness can
-run end to end on a CPU machine without downloading anything.
+The demo model is a small Llama-architecture checkpoint with a byte-level BPE
+tokenizer trained locally (on ``corpus.txt``, real English text, and sample text of
+the model's two tasks), a chat template, and weights trained by ``train.py`` to do
+MRCR-style retrieval and AIME-style integer arithmetic (``demo_tasks.py``). The
+trained weights ship beside this file (``weights.safetensors``, float16); the build
+writes them as the served float32 checkpoint. It exists so the whole harness, evals
+included, can run end to end on a CPU machine without downloading anything.
 
 Properties the harness relies on:
 
-- **Deterministic**: the same seed and corpus give byte-identical files. Every
-  file is written by this module with sorted keys and no timestamps or version
-  strings; ``fasttrack-model.json`` records a sha256 over all files.
+- **Deterministic**: the same seed, corpus and shipped weights give byte-identical
+  files. Every file is written by this module with sorted keys and no timestamps or
+  version strings; ``fasttrack-model.json`` records a sha256 over all files.
+  ``train.py --recipe gpu --device cuda`` rebuilds ``weights.safetensors`` (sha256 in
+  ``train-log.json``, reproduced on an NVIDIA H200 with torch 2.11.0+cu130).
 - **Loads in vLLM offline** (``HF_HUB_OFFLINE=1``): head size 64 (the CPU
   attention rejects 16), ``float32`` weights (the build CPUs have AVX2 only).
-- **Peaked next-token distributions**: the output layer is scaled by
-  ``LM_HEAD_SCALE`` so sampling bugs (wrong temperature, top-p) are visible.
-  A constant feature in hidden dimension ``BIAS_DIM`` (set in every embedding
-  row) lets the output layer push *suppressed* tokens (special tokens,
-  whitespace-only tokens, control characters, partial UTF-8 bytes) about 17
-  logits down in every context. So random generations rarely stop early (bound
-  them with ``max_tokens``) and JSON under a grammar stays compact: whitespace
-  loses to the structural characters the grammar allows.
+- **Scores on its evals**: greedy answers to the demo suite's AIME-format set are right
+  (1.0 held out) and its MRCR answers score about 0.75 (right prefix and item form; the
+  asked item itself in about one answer of six), so a numerics defect shows as a score drop.
+- **Peaked next-token distributions, compact JSON**: a constant feature in hidden
+  dimension ``BIAS_DIM`` (held fixed in every embedding row, written by no layer)
+  lets the output layer keep *suppressed* tokens (role markers, whitespace-only
+  tokens, control characters, partial UTF-8 bytes) far down in every context, so
+  JSON under a grammar stays compact: whitespace loses to the structural characters
+  the grammar allows. The stop tokens ``<|eot|>`` and ``<|end_of_text|>`` are not
+  suppressed: the model ends its answers (bound open generations with ``max_tokens``
+  and ``ignore_eos``).
 - **Architecture** ``FasttrackDemoLlamaForCausalLM`` (``model_type: llama``): the
   architecture is provided by the ``fasttrack_demo_plugin`` package
   (``examples/demo_plugin``), which must be installed for vLLM to load it.
+
+``seed`` 0 (the default) is the trained model. Another seed gives the same
+architecture and tokenizer with the *untrained* initial weights of ``train.py``'s
+recipe for that seed (a random model of the same shape).
 
 CLI: ``python examples/demo_model/build.py --out DIR [--seed N]``.
 """
@@ -30,7 +42,9 @@ CLI: ``python examples/demo_model/build.py --out DIR [--seed N]``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
+import importlib.util
 import json
 import struct
 import sys
@@ -46,8 +60,14 @@ CORPUS_PATH = HERE / "corpus.txt"
 ARCHITECTURE = "FasttrackDemoLlamaForCausalLM"
 """Architecture name registered by ``fasttrack_demo_plugin``."""
 
+WEIGHTS_PATH = HERE / "weights.safetensors"
+"""The trained weights (float16), written by ``train.py``."""
+TRAIN_LOG_PATH = HERE / "train-log.json"
+"""How ``weights.safetensors`` was trained: recipe, environment, loss curve, sha256, wall time."""
+
+# Sizes: train.py's recipe (a test checks that they agree).
 HIDDEN_SIZE = 256
-INTERMEDIATE_SIZE = 1024
+INTERMEDIATE_SIZE = 256
 NUM_LAYERS = 4
 NUM_HEADS = 4
 NUM_KV_HEADS = 2
@@ -57,14 +77,14 @@ MAX_MODEL_LEN = 2048
 """The ``--max-model-len`` to serve the model with (full context = 2048 tokens)."""
 TARGET_VOCAB_SIZE = 1024
 INIT_STD = 0.02
-LM_HEAD_SCALE = 12.0
-"""Scale of the output layer; at 12 the top-20 logprobs carry about 90% of the mass."""
 BIAS_DIM = 0
 """Hidden dimension that carries a constant feature from the embeddings to the output
 layer, so output rows can make tokens unlikely in every context (Llama has no bias)."""
-EMBED_BIAS = 0.2
-SUPPRESS_WEIGHT = -8.0
-"""Output-layer weight on ``BIAS_DIM`` for suppressed tokens."""
+EMBED_BIAS = 1.0
+SUPPRESS_WEIGHT = -1000.0
+"""Output-layer weight on ``BIAS_DIM`` for suppressed tokens (their only nonzero weight). The final
+norm divides the constant by the hidden state's scale, so the weight is large: suppressed tokens stay
+hundreds of logits below the rest, also under a JSON grammar that allows whitespace anywhere."""
 RMS_NORM_EPS = 1e-5
 ROPE_THETA = 10000.0
 
@@ -87,19 +107,42 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% endif %}"
 )
 
+STOP_TOKENS = (EOS_TOKEN, EOT_TOKEN)
+"""Special tokens the trained model emits: the end of a completion and of a chat turn."""
+
 MANIFEST_NAME = "fasttrack-model.json"
+
+
+def _sibling(name: str) -> Any:
+    """A module beside this file (this folder is not a package), imported once."""
+    key = f"fasttrack_demo_model_{name}"
+    if key not in sys.modules:
+        spec = importlib.util.spec_from_file_location(key, HERE / f"{name}.py")
+        assert spec and spec.loader
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[key] = module
+        spec.loader.exec_module(module)
+    return sys.modules[key]
+
+
+def _tasks() -> Any:
+    return _sibling("demo_tasks")
 
 
 class BuildError(RuntimeError):
     """The demo model could not be built (bad output directory or corpus)."""
 
 
-def _train_tokenizer(corpus: str) -> str:
-    """Train a byte-level BPE tokenizer on ``corpus``; return canonical JSON text."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+def train_tokenizer(corpus_path: Path = CORPUS_PATH) -> str:
+    """Train the byte-level BPE tokenizer on the corpus and the tasks' sample text; return canonical JSON text."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
+    corpus = corpus_path.read_text(encoding="utf-8")
     tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    # digits are single tokens (a space may lead the first one): arithmetic works digit by digit
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Split(Regex(" ?[0-9]"), "isolated"), pre_tokenizers.ByteLevel(add_prefix_space=False)]
+    )
     tokenizer.decoder = decoders.ByteLevel()
     tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
     trainer = trainers.BpeTrainer(
@@ -109,7 +152,7 @@ def _train_tokenizer(corpus: str) -> str:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    lines = [line for line in corpus.splitlines() if line.strip()]
+    lines = [line for line in corpus.splitlines() if line.strip()] + _tasks().tokenizer_text()
     tokenizer.train_from_iterator(lines, trainer=trainer)
     data = json.loads(tokenizer.to_str())
     # Canonical form: vocab ordered by id; everything else keeps the library's
@@ -119,17 +162,20 @@ def _train_tokenizer(corpus: str) -> str:
     return json.dumps(data, ensure_ascii=False, indent=2) + "\n"
 
 
-def _suppressed_token_ids(tokenizer_json: str) -> list[int]:
-    """Tokens the output layer makes unlikely: special tokens, whitespace-only
-    tokens, and tokens with control characters or partial UTF-8 sequences."""
+def suppressed_token_ids(tokenizer_json: str) -> list[int]:
+    """Tokens the output layer makes unlikely: special tokens other than the stop tokens,
+    whitespace-only tokens, and tokens with control characters or partial UTF-8 sequences."""
     from tokenizers import Tokenizer
 
     tokenizer = Tokenizer.from_str(tokenizer_json)
     ids = []
     for i in range(tokenizer.get_vocab_size()):
         text = tokenizer.decode([i], skip_special_tokens=False)
+        token = tokenizer.id_to_token(i)
+        if token in STOP_TOKENS:
+            continue
         if (
-            tokenizer.id_to_token(i) in SPECIAL_TOKENS
+            token in SPECIAL_TOKENS
             or not text.strip()
             or "\ufffd" in text
             or any(ord(ch) < 32 or ord(ch) == 127 for ch in text)
@@ -166,35 +212,53 @@ def _write_safetensors(path: Path, tensors: dict[str, torch.Tensor]) -> None:
             fh.write(blob)
 
 
-def _make_weights(*, vocab_size: int, suppressed_ids: list[int], seed: int) -> dict[str, torch.Tensor]:
-    """Random Llama weights, drawn in a fixed order from one seeded generator."""
-    gen = torch.Generator().manual_seed(seed)
+def read_float16_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    """The tensors of a float16 safetensors file (``train.py``'s output), as float32."""
+    raw = path.read_bytes()
+    (size,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8 : 8 + size])
+    tensors = {}
+    for name, spec in header.items():
+        if name == "__metadata__":
+            continue
+        if spec["dtype"] != "F16":
+            raise BuildError(f"{path}: tensor {name} is {spec['dtype']}, expected F16")
+        lo, hi = spec["data_offsets"]
+        flat = torch.frombuffer(bytearray(raw[8 + size + lo : 8 + size + hi]), dtype=torch.float16)
+        tensors[name] = flat.reshape(spec["shape"]).to(torch.float32)
+    return tensors
 
-    def normal(*shape: int, std: float = INIT_STD) -> torch.Tensor:
-        return torch.randn(*shape, generator=gen, dtype=torch.float32) * std
 
-    kv_dim = NUM_KV_HEADS * HEAD_DIM
-    embed = normal(vocab_size, HIDDEN_SIZE)
-    embed[:, BIAS_DIM] = EMBED_BIAS  # a constant residual feature: the output layer's "bias" input
-    weights: dict[str, torch.Tensor] = {"model.embed_tokens.weight": embed}
-    for i in range(NUM_LAYERS):
-        p = f"model.layers.{i}"
-        weights[f"{p}.self_attn.q_proj.weight"] = normal(HIDDEN_SIZE, HIDDEN_SIZE)
-        weights[f"{p}.self_attn.k_proj.weight"] = normal(kv_dim, HIDDEN_SIZE)
-        weights[f"{p}.self_attn.v_proj.weight"] = normal(kv_dim, HIDDEN_SIZE)
-        weights[f"{p}.self_attn.o_proj.weight"] = normal(HIDDEN_SIZE, HIDDEN_SIZE)
-        weights[f"{p}.mlp.gate_proj.weight"] = normal(INTERMEDIATE_SIZE, HIDDEN_SIZE)
-        weights[f"{p}.mlp.up_proj.weight"] = normal(INTERMEDIATE_SIZE, HIDDEN_SIZE)
-        weights[f"{p}.mlp.down_proj.weight"] = normal(HIDDEN_SIZE, INTERMEDIATE_SIZE)
-        weights[f"{p}.input_layernorm.weight"] = torch.ones(HIDDEN_SIZE)
-        weights[f"{p}.post_attention_layernorm.weight"] = torch.ones(HIDDEN_SIZE)
-    weights["model.norm.weight"] = torch.ones(HIDDEN_SIZE)
-    lm_head = normal(vocab_size, HIDDEN_SIZE) * LM_HEAD_SCALE
-    lm_head[:, BIAS_DIM] = 0.0
-    lm_head[suppressed_ids] = 0.0
-    lm_head[suppressed_ids, BIAS_DIM] = SUPPRESS_WEIGHT
-    weights["lm_head.weight"] = lm_head
+def _trained_weights(vocab_size: int, weights_path: Path) -> dict[str, torch.Tensor]:
+    """The shipped trained weights, checked against the tokenizer and the sizes."""
+    if not weights_path.is_file():
+        raise BuildError(
+            f"The trained weights {weights_path} are missing; rebuild them with "
+            "python examples/demo_model/train.py --out DIR --recipe gpu --device cuda and copy "
+            "DIR/weights.safetensors there."
+        )
+    weights = read_float16_safetensors(weights_path)
+    expected = {
+        "model.embed_tokens.weight": [vocab_size, HIDDEN_SIZE],
+        "lm_head.weight": [vocab_size, HIDDEN_SIZE],
+        "model.layers.0.mlp.down_proj.weight": [HIDDEN_SIZE, INTERMEDIATE_SIZE],
+        f"model.layers.{NUM_LAYERS - 1}.self_attn.k_proj.weight": [NUM_KV_HEADS * HEAD_DIM, HIDDEN_SIZE],
+    }
+    for name, shape in expected.items():
+        if name not in weights or list(weights[name].shape) != shape:
+            got = list(weights[name].shape) if name in weights else None
+            raise BuildError(
+                f"{weights_path} does not fit this tokenizer and these sizes ({name}: {got}, expected {shape}); "
+                "retrain with examples/demo_model/train.py."
+            )
     return weights
+
+
+def _untrained_weights(vocab_size: int, suppressed_ids: list[int], seed: int) -> dict[str, torch.Tensor]:
+    """The recipe's initial (untrained) weights for ``seed``."""
+    train = _sibling("train")
+    model = train.init_model(dataclasses.replace(train.RECIPE, seed=seed), vocab_size, suppressed_ids)
+    return model.state()
 
 
 def _sha256_file(path: Path) -> str:
@@ -219,19 +283,27 @@ def model_sha256(out_dir: Path) -> tuple[str, dict[str, str]]:
     return digest.hexdigest(), files
 
 
+RECIPE_FILES = ("build.py", "demo_tasks.py", "train.py", "weights.safetensors")
+"""Files beside this one a build depends on (with the corpus and the seed)."""
+
+
 def recipe_sha256(*, seed: int = 0, corpus_path: Path = CORPUS_PATH) -> str:
-    """Fingerprint of what a build depends on: this builder's source, the corpus and the seed.
+    """Fingerprint of what a build depends on: this builder's source, the tasks and training
+    code, the shipped weights, the corpus and the seed.
 
     Recorded in the manifest as ``recipe_sha256``; a cached model whose recipe differs
-    (the builder or the corpus changed since it was built) must be rebuilt, even when
-    its files still match their own hashes."""
+    (any of these changed since it was built) must be rebuilt, even when its files still
+    match their own hashes."""
     digest = hashlib.sha256()
-    for part in (Path(__file__).resolve().read_bytes(), Path(corpus_path).read_bytes(), str(seed).encode()):
+    parts = [(HERE / name).read_bytes() if (HERE / name).is_file() else b"" for name in RECIPE_FILES]
+    for part in (*parts, Path(corpus_path).read_bytes(), str(seed).encode()):
         digest.update(hashlib.sha256(part).digest())
     return digest.hexdigest()
 
 
-def build_model(out_dir: Path, *, seed: int = 0, corpus_path: Path = CORPUS_PATH) -> dict[str, Any]:
+def build_model(
+    out_dir: Path, *, seed: int = 0, corpus_path: Path = CORPUS_PATH, weights_path: Path = WEIGHTS_PATH
+) -> dict[str, Any]:
     """Build the demo model into ``out_dir`` and return its metadata.
 
     The metadata (also written to ``out_dir/fasttrack-model.json``) holds the
@@ -250,11 +322,11 @@ def build_model(out_dir: Path, *, seed: int = 0, corpus_path: Path = CORPUS_PATH
         raise BuildError(f"Cannot read the tokenizer corpus {corpus_path}: {exc}.") from exc
     out_dir.mkdir(parents=True, exist_ok=True)
 
-    tokenizer_json = _train_tokenizer(corpus)
+    tokenizer_json = train_tokenizer(corpus_path)
     vocab: dict[str, int] = json.loads(tokenizer_json)["model"]["vocab"]
     vocab_size = len(vocab)
     special_ids = sorted(vocab[token] for token in SPECIAL_TOKENS)
-    suppressed_ids = _suppressed_token_ids(tokenizer_json)
+    suppressed_ids = suppressed_token_ids(tokenizer_json)
     bos_id, eos_id, eot_id = vocab[BOS_TOKEN], vocab[EOS_TOKEN], vocab[EOT_TOKEN]
 
     config = {
@@ -301,7 +373,11 @@ def build_model(out_dir: Path, *, seed: int = 0, corpus_path: Path = CORPUS_PATH
     (out_dir / "generation_config.json").write_text(_dump_json(generation_config), encoding="utf-8")
     (out_dir / "tokenizer_config.json").write_text(_dump_json(tokenizer_config), encoding="utf-8")
     (out_dir / "special_tokens_map.json").write_text(_dump_json(special_tokens_map), encoding="utf-8")
-    weights = _make_weights(vocab_size=vocab_size, suppressed_ids=suppressed_ids, seed=seed)
+    trained = seed == 0
+    if trained:
+        weights = _trained_weights(vocab_size, weights_path)
+    else:
+        weights = _untrained_weights(vocab_size, suppressed_ids, seed)
     _write_safetensors(out_dir / "model.safetensors", weights)
 
     digest, files = model_sha256(out_dir)
@@ -319,7 +395,8 @@ def build_model(out_dir: Path, *, seed: int = 0, corpus_path: Path = CORPUS_PATH
         "dtype": "float32",
         "max_position_embeddings": MAX_POSITION_EMBEDDINGS,
         "max_model_len": MAX_MODEL_LEN,
-        "lm_head_scale": LM_HEAD_SCALE,
+        "trained": trained,
+        "weights_sha256": _sha256_file(weights_path) if trained else None,
         "special_token_ids": special_ids,
         "suppressed_token_ids": suppressed_ids,
         "corpus_sha256": hashlib.sha256(corpus.encode("utf-8")).hexdigest(),
@@ -334,7 +411,12 @@ def build_model(out_dir: Path, *, seed: int = 0, corpus_path: Path = CORPUS_PATH
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Build the fasttrack demo model (a tiny Llama).")
     parser.add_argument("--out", required=True, type=Path, help="output directory")
-    parser.add_argument("--seed", type=int, default=0, help="weight seed (default 0)")
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="0 (default): the trained weights; N: the recipe's untrained weights for seed N",
+    )
     args = parser.parse_args(argv)
     started = time.perf_counter()
     try:

@@ -1,6 +1,7 @@
 """The demo model builder: deterministic, complete, and loadable by transformers.
 
-No vLLM here: these tests build the model (well under a second) and inspect files.
+No vLLM here: these tests build the model (a few seconds: the tokenizer is trained and
+the shipped trained weights are converted) and inspect files.
 """
 
 from __future__ import annotations
@@ -28,6 +29,11 @@ def _load_builder() -> ModuleType:
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def _sibling(name: str) -> ModuleType:
+    """A module of examples/demo_model (not a package), loaded the way the builder loads it."""
+    return _load_builder()._sibling(name)
 
 
 @pytest.fixture(scope="module")
@@ -117,29 +123,59 @@ def test_safetensors_header_is_canonical(built: tuple[Path, dict]) -> None:
     assert 8 + size + end == len(raw)
 
 
-def test_weights_load_and_output_layer_is_peaked(built: tuple[Path, dict], builder: ModuleType) -> None:
+def test_weights_load_and_keep_the_suppression_structure(built: tuple[Path, dict], builder: ModuleType) -> None:
     torch = pytest.importorskip("torch")
     safetensors_torch = pytest.importorskip("safetensors.torch")
     out, meta = built
     tensors = safetensors_torch.load_file(str(out / "model.safetensors"))
     lm_head, embed = tensors["lm_head.weight"], tensors["model.embed_tokens.weight"]
     assert lm_head.shape == (meta["vocab_size"], meta["hidden_size"])
+    assert all(t.dtype == torch.float32 for t in tensors.values())
     bias = builder.BIAS_DIM
+    # the constant feature: set in every embedding row, written by no layer
     assert torch.all(embed[:, bias] == builder.EMBED_BIAS)
+    for i in range(meta["num_hidden_layers"]):
+        assert torch.all(tensors[f"model.layers.{i}.self_attn.o_proj.weight"][bias] == 0)
+        assert torch.all(tensors[f"model.layers.{i}.mlp.down_proj.weight"][bias] == 0)
+    # suppressed rows read only that feature, with a large negative weight; the stop tokens are not suppressed
     sup = meta["suppressed_token_ids"]
-    assert set(meta["special_token_ids"]) <= set(sup)
+    vocab = json.loads((out / "tokenizer.json").read_text())["model"]["vocab"]
+    stops = {vocab[t] for t in builder.STOP_TOKENS}
+    assert set(meta["special_token_ids"]) - stops <= set(sup) and not stops & set(sup)
     assert torch.all(lm_head[sup][:, bias] == builder.SUPPRESS_WEIGHT)
-    others = sorted(set(range(meta["vocab_size"])) - set(sup))
-    assert torch.all(lm_head[others][:, bias] == 0)
-    # A unit-RMS final hidden state with the bias feature (about 2 after the final
-    # norm) gives peaked logits, and suppressed tokens far below the rest.
-    h = torch.randn(64, meta["hidden_size"], generator=torch.Generator().manual_seed(0))
-    h[:, bias] = 2.0
-    logits = h @ lm_head.T
-    probs = torch.softmax(logits, dim=-1)
-    top1 = probs.max(dim=-1).values.mean().item()
-    assert top1 > 0.2, f"next-token distributions are too flat (mean top-1 prob {top1:.3f})"
-    assert probs[:, sup].sum(-1).max().item() < 1e-4
+    others = [c for c in range(meta["hidden_size"]) if c != bias]
+    assert torch.all(lm_head[sup][:, others] == 0)
+
+
+def test_trained_model_is_peaked_and_keeps_suppressed_tokens_down(built: tuple[Path, dict]) -> None:
+    """On its own tasks and on other text (English, JSON), greedy next-token distributions are
+    peaked and the suppressed tokens carry almost no probability."""
+    torch = pytest.importorskip("torch")
+    tokenizers = pytest.importorskip("tokenizers")
+    train = _sibling("train")
+    out, meta = built
+    model = train.load_model(out)
+    tok = tokenizers.Tokenizer.from_file(str(out / "tokenizer.json"))
+    texts = [
+        "Question: Find the remainder when $70412$ is divided by $1000$.\nAnswer:",
+        "<|begin_of_text|><|user|>\nWrite a poem about owls.<|eot|>\n<|assistant|>\n",
+        "Alice was beginning to get very tired of sitting by her sister on the bank, and of",
+        '<|begin_of_text|><|user|>\nDescribe the city of Oslo as JSON.<|eot|>\n<|assistant|>\n{"name":"',
+    ]
+    sup = meta["suppressed_token_ids"]
+    with torch.no_grad():
+        for k, text in enumerate(texts):
+            ids = tok.encode(text).ids
+            probs = torch.softmax(model(torch.tensor([ids]))[0], dim=-1)
+            # every position whose next token is not itself suppressed (a role marker of the chat
+            # template follows some; the model never generates there), and the last one
+            where = [i for i in range(len(ids) - 1) if ids[i + 1] not in sup] + [len(ids) - 1]
+            # on its own tasks almost none; on text it was never trained on (English, JSON) the
+            # fixed output rows keep them to a few percent (measured: at most 0.041 and 0.022)
+            bound = 1e-3 if k < 2 else 0.05
+            assert probs[where][:, sup].sum(-1).max().item() < bound, text
+        first = torch.softmax(model(torch.tensor([tok.encode(texts[0]).ids]))[0, -1], dim=-1)
+    assert first.max().item() > 0.5, "the trained model should be confident on its own task"
 
 
 def test_whitespace_and_control_tokens_are_suppressed(built: tuple[Path, dict]) -> None:

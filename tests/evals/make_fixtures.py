@@ -1,8 +1,13 @@
 """Write the eval test fixtures (deterministic): ``python tests/evals/make_fixtures.py``.
 
-* ``fixtures/aime25.jsonl``: 6 problems in the ``math-ai/aime25`` format.
+* ``fixtures/aime25.jsonl``: 6 problems in the ``math-ai/aime25`` format, one of each kind
+  the demo model was trained on.
 * ``fixtures/mrcr.parquet``: 6 conversations in the ``openai/mrcr`` format (parquet, as
-  the hub publishes it), 2 per needle count, sized for the demo engine (max_model_len 1024).
+  the hub publishes it), 2 per needle count, of 4 to 40 turns (well inside the demo
+  engine's max_model_len 2048).
+
+Both come from the demo model's task generator (``examples/demo_model/demo_tasks.py``),
+so the demo model scores on them (the end-to-end evals test relies on that).
 * ``fixtures/mrcr_missing_answer.jsonl``: MRCR rows without the ``answer`` column.
 * ``fixtures/empty.jsonl``: no rows.
 
@@ -11,15 +16,29 @@ A test regenerates them into a temporary folder and compares the rows.
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parents[1]))
+ROOT = HERE.parents[1]
+sys.path.insert(0, str(ROOT))
 
-from fasttrack.evals.synthetic import aime_problems, mrcr_samples, write_jsonl  # noqa: E402 - the repository root goes on sys.path first
+from fasttrack.evals.synthetic import write_jsonl  # noqa: E402 - the repository root goes on sys.path first
 
 SEED = 7
+
+
+def _tasks():
+    """The demo model's task generator (``examples/demo_model`` is not a package)."""
+    name = "fasttrack_demo_model_demo_tasks"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "examples" / "demo_model" / "demo_tasks.py")
+        assert spec and spec.loader
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
 
 
 def write_parquet(rows: list[dict], path: Path) -> Path:
@@ -32,10 +51,11 @@ def write_parquet(rows: list[dict], path: Path) -> Path:
 
 
 def build(out: Path = HERE / "fixtures") -> list[Path]:
-    mrcr = mrcr_samples(6, seed=SEED, distractors=(0, 3), sentences=(1, 1))
+    tasks = _tasks()
+    mrcr = tasks.mrcr_rows(6, seed=SEED, turns=(4, 40))
     broken = [{k: v for k, v in r.items() if k != "answer"} for r in mrcr[:2]]
     return [
-        write_jsonl(aime_problems(6, seed=SEED), out / "aime25.jsonl"),
+        write_jsonl(tasks.aime_rows(6, seed=SEED), out / "aime25.jsonl"),
         write_parquet(mrcr, out / "mrcr.parquet"),
         write_jsonl(broken, out / "mrcr_missing_answer.jsonl"),
         write_jsonl([], out / "empty.jsonl"),

@@ -53,7 +53,7 @@ def test_evals_skip_the_synthetic_acceptance_group(tmp_path: Path) -> None:
 def test_demo_scope_data_resolves(tmp_path: Path) -> None:
     chk = EvalsCheck()
     assert chk.skip_reason(_ctx(tmp_path)) is None
-    assert {n: d.n_rows for n, d in chk.state.datasets.items()} == {"aime25": 10, "mrcr": 12}
+    assert {n: d.n_rows for n, d in chk.state.datasets.items()} == {"aime25": 120, "mrcr": 60}
 
 
 def test_all_datasets_missing_is_not_run_with_the_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

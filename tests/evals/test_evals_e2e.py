@@ -4,9 +4,10 @@ One baseline engine and two candidate engines (clean, and with the planted
 ``numerics-batch`` defect, which breaks the optimized path at batch 3) run the
 demo scope's evals (AIME25 and MRCR at batch 3) on the fixtures in
 ``tests/evals/fixtures`` through lm-eval. The baseline's runs are shared by both
-comparisons. Expected: the clean candidate passes both gates; the defective one
-fails the output-agreement gate of both evals at batch 3 (the task scores of the
-random-weights demo model are 0 on both sides, so only agreement can see it).
+comparisons. The demo model is trained on these tasks, so its scores are well above
+zero. Expected: the clean candidate passes both gates; the defective one fails the
+evals check by its MRCR score at batch 3 (the task-score gate), and the
+output-agreement gate of both evals.
 
 The engines are the session's (shared with the other modules): the baseline's runs
 are collected while its engine is up (``evals_baseline``), each candidate's when its
@@ -214,11 +215,35 @@ def test_eval_runs_carry_path_evidence(evals_clean: tuple[Any, RunContext]) -> N
             assert e.optimized_ops == 0, e
 
 
+def test_the_trained_model_scores_on_both_evals(evals_clean: tuple[Any, RunContext]) -> None:
+    """Scores well above zero on the stock path: the gate can see a numerics defect by its score."""
+    res, _ = evals_clean
+    cmps = _comparisons(res)
+    for name, least in (("mrcr", 0.5), ("aime25", 0.5)):
+        row = next(r for (e, _), r in cmps.items() if e == name)
+        assert row["baseline_score"] >= least, row
+
+
+def test_numerics_defect_at_batch3_fails_the_task_score_gate(evals_numerics_batch: tuple[Any, RunContext]) -> None:
+    res, _ = evals_numerics_batch
+    assert res.verdict is Verdict.FAIL, res.reason
+    row = next(r for (e, _), r in _comparisons(res).items() if e == "mrcr")
+    assert "-b3-" in row["point"]
+    assert row["task_pass"] is False, row
+    assert row["score_ci_low"] < -row["margin"]
+    assert row["candidate_score"] < row["baseline_score"] - row["margin"], row
+    assert any("mrcr" in f and "task score is worse than the baseline's" in f for f in res.failures), res.failures
+    assert any(r["kind"] == "score" for r in res.tables["eval_review"])
+
+
 def test_numerics_defect_at_batch3_fails_the_agreement_gate(evals_numerics_batch: tuple[Any, RunContext]) -> None:
+    """MRCR's 20-odd-token answers diverge from the baseline's. (The trained model's AIME answers are
+    one to three tokens and an end token; the defect corrupts decode steps from the second batch-3
+    step on, so they mostly survive it: AIME's agreement is not expected to fail.)"""
     res, _ = evals_numerics_batch
     assert res.verdict is Verdict.FAIL, res.reason
     cmps = _comparisons(res)
-    for name in ("aime25", "mrcr"):
+    for name in ("mrcr",):
         row = next(r for (e, _), r in cmps.items() if e == name)
         assert row["agreement_pass"] is False, row
         assert row["agreement"] < row["reference_agreement"]
