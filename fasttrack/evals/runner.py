@@ -60,6 +60,8 @@ class GenerationSettings(BaseModel):
     """Requests in flight at once (the config point's batch size)."""
     until: list[str] = Field(default_factory=list)
     """Stop sequences."""
+    ignore_eos: bool = False
+    """Whether requests decode past the end-of-sequence token to ``max_tokens`` (the profiled evidence runs)."""
 
 
 class LmEvalOutput(BaseModel):
@@ -111,8 +113,11 @@ def _load_yaml(path: Path) -> dict[str, Any]:
     return dict(load_yaml(path, resolve_func=True))
 
 
-def task_config(kind: EvalKind, data_file: Path, *, max_tokens: int, temperature: float) -> tuple[dict[str, Any], str]:
-    """The lm-eval task config for one eval on a local selection file, and its source."""
+def task_config(
+    kind: EvalKind, data_file: Path, *, max_tokens: int, temperature: float, ignore_eos: bool = False
+) -> tuple[dict[str, Any], str]:
+    """The lm-eval task config for one eval on a local selection file, and its source. ``ignore_eos``:
+    every request decodes exactly ``max_tokens`` tokens (no stop sequence, vLLM's ``ignore_eos``)."""
     if kind == "aime25":
         tm = _aime_task_manager()
         entry = tm.task_index.get("aime25")
@@ -135,6 +140,9 @@ def task_config(kind: EvalKind, data_file: Path, *, max_tokens: int, temperature
     cfg["dataset_kwargs"] = {"data_files": {split: str(data_file)}}
     gen = dict(cfg.get("generation_kwargs") or {})
     gen.update(max_gen_toks=int(max_tokens), temperature=float(temperature), do_sample=temperature > 0)
+    if ignore_eos:
+        # lm-eval passes generation kwargs it does not know through to the request body
+        gen.update(until=[], ignore_eos=True)
     cfg["generation_kwargs"] = gen
     cfg["repeats"] = 1
     cfg["num_fewshot"] = 0
@@ -167,12 +175,14 @@ def run_lm_eval(
     temperature: float,
     max_retries: int = 3,
     timeout_s: int = 600,
+    ignore_eos: bool = False,
 ) -> LmEvalOutput:
-    """Run one eval through lm-eval against ``base_url`` (``http://host:port``)."""
+    """Run one eval through lm-eval against ``base_url`` (``http://host:port``); ``ignore_eos``: see
+    :func:`task_config`."""
     import lm_eval
     from lm_eval.tasks import TaskManager
 
-    cfg, source = task_config(kind, data_file, max_tokens=max_tokens, temperature=temperature)
+    cfg, source = task_config(kind, data_file, max_tokens=max_tokens, temperature=temperature, ignore_eos=ignore_eos)
     printable = _printable(copy.copy(cfg))
     task_manager = _aime_task_manager() if kind == "aime25" else TaskManager(include_defaults=False)
     loaded = task_manager.load([cfg])
@@ -197,6 +207,7 @@ def run_lm_eval(
         seed=seed,
         num_concurrent=num_concurrent,
         until=list(cfg["generation_kwargs"].get("until") or []),
+        ignore_eos=ignore_eos,
     )
     t0 = time.perf_counter()
     quiet = _quiet_lm_eval()

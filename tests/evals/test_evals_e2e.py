@@ -190,6 +190,8 @@ def test_clean_candidate_passes_both_evals(evals_clean: tuple[Any, RunContext]) 
         assert run["num_concurrent"] == 3 and run["seed"] == 0 and run["max_tokens"] == 32
         # graded runs are not profiled; the evidence runs carry the profiler window
         assert (run["profile_window"] is not None) == (run["role"] == "evidence"), run
+        # and decode past the answer (a batch's requests then overlap in decode steps)
+        assert run["ignore_eos"] is (run["role"] == "evidence"), run
     # raw per-sample artifacts exist
     for rel in res.artifacts:
         assert (ctx.run_dir / rel).is_file(), rel

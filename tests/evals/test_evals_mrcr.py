@@ -144,3 +144,15 @@ def test_aime25_is_lm_evals_own_task_pointed_at_a_local_file(tmp_path) -> None:
     assert source.endswith("suites/common/evals/mrcr/mrcr.yaml")
     assert cfg["dataset_kwargs"] == {"data_files": {"train": str(tmp_path / "m.jsonl")}}
     assert cfg["generation_kwargs"]["do_sample"] is True and cfg["generation_kwargs"]["temperature"] == 0.6
+
+
+def test_evidence_runs_decode_past_the_answer(tmp_path) -> None:
+    """The profiled evidence run asks for exactly max_tokens tokens (no stop sequence, vLLM's ignore_eos),
+    so a batch's requests overlap in decode steps even when the model's answers are a token or two."""
+    from fasttrack.evals.runner import task_config
+
+    for kind in ("aime25", "mrcr"):
+        cfg, _ = task_config(kind, tmp_path / "s.jsonl", max_tokens=64, temperature=0.0, ignore_eos=True)
+        assert cfg["generation_kwargs"]["ignore_eos"] is True and cfg["generation_kwargs"]["until"] == []
+        cfg, _ = task_config(kind, tmp_path / "s.jsonl", max_tokens=64, temperature=0.0)
+        assert "ignore_eos" not in cfg["generation_kwargs"]

@@ -8,8 +8,10 @@ decodes batches of that size. In the first engine lifetime of each side:
 * baseline: the primary run and a repeated *reference* run (same samples, seeds and
   settings), for every repeat of the eval;
 * candidate: the primary run, for every repeat;
-* both: an *evidence* run that repeats the first 2 x batch samples (at most
-  :data:`EVIDENCE_MAX_TOKENS` generated tokens each, same concurrency) inside a
+* both: an *evidence* run that repeats the first 2 x batch samples (exactly
+  :data:`EVIDENCE_MAX_TOKENS` generated tokens each, past the end of the answer, same
+  concurrency: short answers of a few tokens would finish before a late request of the
+  batch arrived, and the window would show no step at the point's batch) inside a
   profiler window (at most :data:`PROFILE_WINDOW_S` seconds). Its path evidence goes
   to ``ctx.evidence`` (check ``evals``) for the coverage check. Graded runs are never
   profiled: the profiler slows every step, which changes how requests are batched
@@ -211,6 +213,7 @@ class EvalsCheck(EngineCheck):
             samples = samples[: min(len(samples), EVIDENCE_SAMPLES_PER_BATCH * unit.batch)]
             data_file = selection.write_subset(ctx.artifact_dir("evals") / spec.name, len(samples))
             max_tokens = min(spec.max_tokens, EVIDENCE_MAX_TOKENS)
+        ignore_eos = role == "evidence"
         ctx.provenance.seed(f"evals/{spec.name}/repeat{repeat}", repeat)
         kwargs: dict[str, Any] = dict(
             kind=spec.kind,
@@ -221,6 +224,7 @@ class EvalsCheck(EngineCheck):
             seed=repeat,
             max_tokens=max_tokens,
             temperature=spec.temperature,
+            ignore_eos=ignore_eos,
         )
         label = f"{spec.name} at {unit.point} (batch {unit.batch}) on the {session.side}, {role}, repeat {repeat}"
         ctx.log(f"evals: running {label}")

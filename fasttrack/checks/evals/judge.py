@@ -119,6 +119,7 @@ def _tables(st: EvalState, comparisons: list[tuple[EvalSpec, EvalUnit, Compariso
                 "max_tokens": r.output.settings.max_tokens,
                 "temperature": r.output.settings.temperature,
                 "num_concurrent": r.output.settings.num_concurrent,
+                "ignore_eos": r.output.settings.ignore_eos,
                 "lm_model": r.output.lm_model,
                 "task_source": r.output.task_source,
                 "lm_eval_version": r.output.lm_eval_version,

@@ -23,7 +23,8 @@ PROFILE_WINDOW_S = 30.0
 EVIDENCE_SAMPLES_PER_BATCH = 2
 """The evidence run repeats the first 2 x batch samples (enough to fill the batch and drain it)."""
 EVIDENCE_MAX_TOKENS = 64
-"""Generated tokens per request in the evidence run (enough decode steps to show the path taken)."""
+"""Generated tokens per request in the evidence run, end-of-sequence ignored (enough decode steps at the batch
+to show the path taken)."""
 POINT_DIMENSIONS = ("tp", "dcp", "spec", "draft_length", "batch", "context")
 """Dimensions an eval's ``points`` filter may name (as in claims)."""
 
