@@ -169,11 +169,12 @@ def select_checks(plan: Plan, wanted: list[str] | None) -> tuple[list[Check], di
     skipped: dict[str, str] = {}
     out: list[Check] = []
     for name, cls in reg.items():
+        if not plan.runs_check(name) and not cls.every_tier:
+            runs = ", ".join(plan.checks or [])
+            skipped[name] = f"the {plan.tier} tier does not run it (its checks: {runs}), so it is not required"
+            continue
         if wanted is not None and name not in wanted:
             skipped[name] = "not selected with --checks"
-            continue
-        if plan.checks is not None and name not in plan.checks and not cls.every_tier:
-            skipped[name] = f"the {plan.tier} tier does not run it"
             continue
         out.append(cls())
     return out, skipped
@@ -276,7 +277,10 @@ def run_validate(
     state = RunState()
     reg = registry()
     for name, why in skipped.items():
-        state.results[name] = _declared(reg[name], CheckResult.not_run(name, why, required=reg[name].required_in(ctx)))
+        # A check the scope's tier leaves out is not part of that tier's verdict (the tier and its check list are
+        # in the bundle); one left out with --checks stays required, so a partial run never passes.
+        required = reg[name].required_in(ctx) and (plan.runs_check(name) or reg[name].every_tier)
+        state.results[name] = _declared(reg[name], CheckResult.not_run(name, why, required=required))
 
     active: list[Check] = []
     for chk in checks:

@@ -78,6 +78,13 @@ def test_write_run_bundle_signed_and_verifiable(run, keydir: Path) -> None:
         finished_run(facts, run.ctx, make_results(), run.state), sign_keys=[key], log=lambda m: None
     )
     tgz = written.tarball
+    # written again with the head to bind: an unproven PR link is said, not taken for a broken bundle
+    said: list[str] = []
+    again = write_run_bundle(
+        finished_run(facts, run.ctx, make_results(), run.state), sign_keys=[key], pr_head=head, log=said.append
+    )
+    assert [it.name for it in again.verification.failures] == ["pr_head"]
+    assert any(m.startswith("bundle: the PR link is unproven: ") for m in said), said
     from fasttrack.pipeline.record import write_summary
 
     no_engines = SimpleNamespace(engines=[], crash=None, interrupted=False)  # (engine records would count as starts)
