@@ -209,7 +209,7 @@ def test_a_cancelled_shard_makes_the_merge_incomplete_naming_it(
         assert "terminated by signal 15" in reasons["equivalence"], reasons
         assert f"Slurm job {array}_1 ended CANCELLED" in reasons["equivalence"]
         assert s1["scheduler"]["log"] in reasons["equivalence"]
-        # shard 2 ended normally (exit 1: its verdict is not pass): nothing to add about its job
+        # shard 2 ended normally: nothing to add about its job
         assert f"Slurm job {array}_2" not in reasons["coverage"], reasons
         bundle = job / "shards" / "shard-1-of-2" / "bundle.tar.gz"
         assert bundle.stat().st_mtime - t_cancel < 30
