@@ -162,6 +162,9 @@ def test_clean_candidate_passes_both_evals(evals_clean: tuple[Any, RunContext]) 
         assert "-b3-" in point, point
         assert row["pairs"] == 6
         assert row["task_pass"] and row["agreement_pass"]
+        # the gate's power at these 6 samples is stated beside it (the trained model scores well above 0)
+        assert 0.1 < row["min_detectable_drop"] <= 1.0 and row["min_detectable_drop_power"] == 0.8, row
+    assert "detects a score drop of" in res.reason and "at 80% power on 6 samples" in res.reason
     # every sample was run on both sides (and the baseline's reference run), with outputs recorded
     samples = res.tables["eval_samples"]
     for name in ("aime25", "mrcr"):

@@ -8,6 +8,7 @@ from fasttrack.checks.context import RunContext
 from fasttrack.checks.evals.units import PROFILE_WINDOW_S, EvalState, EvalUnit, RunRecord
 from fasttrack.evals.compare import Comparison, PairingError, SampleOutcome, breakdown, compare
 from fasttrack.evals.mrcr import similarity
+from fasttrack.evals.power import DetectableDrop, minimum_detectable_drop
 from fasttrack.results import CheckResult, Gate, Verdict
 from fasttrack.scope import EvalSpec
 
@@ -57,8 +58,9 @@ def judge(ctx: RunContext, st: EvalState, *, name: str, gate: Gate) -> CheckResu
             comparisons.append((spec, unit, cmp))
             failures.extend(cmp.failures)
 
-    tables = _tables(st, comparisons)
-    summary = _summary(ctx, st, comparisons)
+    power = {(s.name, u.point): _detectable(c) for s, u, c in comparisons}
+    tables = _tables(st, comparisons, power)
+    summary = _summary(ctx, st, comparisons, power)
     artifacts = sorted({r.artifact for r in st.runs})
     if failures:
         verdict = Verdict.FAIL
@@ -74,7 +76,7 @@ def judge(ctx: RunContext, st: EvalState, *, name: str, gate: Gate) -> CheckResu
         reason = f"{len(comparisons)} eval point(s) passed: " + "; ".join(
             f"{s.name} at {u.point}: score {c.task_gate.difference.candidate_mean:.3f} vs "
             f"{c.task_gate.difference.baseline_mean:.3f}, agreement {c.agreement_mean:.3f} "
-            f"(baseline self {c.reference_agreement_mean:.3f})"
+            f"(baseline self {c.reference_agreement_mean:.3f}); {_detectable_words(power[(s.name, u.point)])}"
             for s, u, c in comparisons
         )
     summary["not_run"] = not_run
@@ -90,7 +92,25 @@ def judge(ctx: RunContext, st: EvalState, *, name: str, gate: Gate) -> CheckResu
     )
 
 
-def _tables(st: EvalState, comparisons: list[tuple[EvalSpec, EvalUnit, Comparison]]) -> dict[str, list[dict[str, Any]]]:
+def _detectable(c: Comparison) -> DetectableDrop:
+    """The task-score gate's minimum detectable drop on this comparison's baseline scores (one per sample)."""
+    by_sample: dict[str, list[float]] = {}
+    for p in c.pairs:
+        by_sample.setdefault(p.sample_id, []).append(p.baseline_score)
+    return minimum_detectable_drop([sum(v) / len(v) for v in by_sample.values()], margin=c.margin)
+
+
+def _detectable_words(d: DetectableDrop) -> str:
+    if d.drop is None:
+        return f"no score drop is detectable on {d.samples} samples (the baseline scores about nothing)"
+    return f"detects a score drop of {d.drop:.3f} or more at {d.power:.0%} power on {d.samples} samples"
+
+
+def _tables(
+    st: EvalState,
+    comparisons: list[tuple[EvalSpec, EvalUnit, Comparison]],
+    power: dict[tuple[str, str], DetectableDrop],
+) -> dict[str, list[dict[str, Any]]]:
     sample_meta = {(name, s.sample_id): s for name, sel in st.selections.items() for s in sel.samples}
     base_out = {
         (r.eval, r.point, o.sample_id, o.repeat): o.output
@@ -174,6 +194,8 @@ def _tables(st: EvalState, comparisons: list[tuple[EvalSpec, EvalUnit, Compariso
                 "newcombe_ci_low": c.task_newcombe.ci_low if c.task_newcombe else None,
                 "newcombe_ci_high": c.task_newcombe.ci_high if c.task_newcombe else None,
                 "task_pass": c.task_gate.passed,
+                "min_detectable_drop": power[(spec.name, unit.point)].drop,
+                "min_detectable_drop_power": power[(spec.name, unit.point)].power,
                 "agreement": c.agreement_mean,
                 "reference_agreement": c.reference_agreement_mean,
                 "agreement_difference": a.difference if a else None,
@@ -212,7 +234,10 @@ def _tables(st: EvalState, comparisons: list[tuple[EvalSpec, EvalUnit, Compariso
 
 
 def _summary(
-    ctx: RunContext, st: EvalState, comparisons: list[tuple[EvalSpec, EvalUnit, Comparison]]
+    ctx: RunContext,
+    st: EvalState,
+    comparisons: list[tuple[EvalSpec, EvalUnit, Comparison]],
+    power: dict[tuple[str, str], DetectableDrop],
 ) -> dict[str, Any]:
     evals: dict[str, Any] = {}
     for spec in ctx.scope.evals:
@@ -255,6 +280,7 @@ def _summary(
                     else None,
                     "exact_match_rate": c.exact_match_rate,
                     "reference_exact_match_rate": c.reference_exact_match_rate,
+                    "min_detectable_drop": power[(s.name, u.point)].model_dump(mode="json"),
                 }
                 for s, u, c in comparisons
                 if s.name == spec.name
