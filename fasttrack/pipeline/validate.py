@@ -166,6 +166,12 @@ def select_checks(plan: Plan, wanted: list[str] | None) -> tuple[list[Check], di
     unknown = sorted(set(wanted or []) - set(reg))
     if unknown:
         raise FasttrackError(f"unknown check(s) {unknown}.", hint=f"Registered checks: {', '.join(reg) or '(none)'}.")
+    unknown_tier = sorted(set(plan.checks or []) - set(reg))
+    if unknown_tier:
+        raise FasttrackError(
+            f"the {plan.tier} tier's checks list names unknown check(s) {unknown_tier}.",
+            hint=f"Registered checks: {', '.join(reg)}.",
+        )
     skipped: dict[str, str] = {}
     out: list[Check] = []
     for name, cls in reg.items():

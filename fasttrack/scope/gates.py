@@ -98,8 +98,9 @@ class TierSpec(ScopeModel):
     """Speculative config names; 'name:dl' selects one draft length."""
     batch: list[int] | None = None
     context: list[int | Literal["full"]] | None = None
-    checks: list[str] | None = None
-    """Checks this tier runs (null = all registered)."""
+    checks: list[str] | None = Field(default=None, min_length=1)
+    """Checks this tier runs (null = all registered). A check the list leaves out is recorded ``not_run`` and
+    is not required for this tier's verdict; isolation runs in every tier."""
     workloads: list[str] | None = None
     """Perf workloads this tier runs (null = all)."""
     features: list[Feature] | None = None
