@@ -214,7 +214,7 @@ def slurm_hostnames(env: dict[str, str] | None = None) -> list[str]:
     nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
     if not nodelist:
         return []
-    scontrol = shutil.which("scontrol")
+    scontrol = shutil.which("scontrol", path=env.get("PATH"))
     if scontrol is not None:
         res = subprocess.run(
             [scontrol, "show", "hostnames", nodelist], capture_output=True, text=True, check=False, timeout=30
@@ -225,8 +225,27 @@ def slurm_hostnames(env: dict[str, str] | None = None) -> list[str]:
     return expand_nodelist(nodelist)
 
 
+def slurm_node_address(node: str, env: dict[str, str] | None = None) -> str:
+    """The address other nodes reach ``node`` at: its ``NodeAddr`` (``scontrol -o show node``), which differs
+    from the Slurm node name where the cluster names nodes apart from their hosts; the name where
+    ``scontrol`` is missing or says nothing."""
+    scontrol = shutil.which("scontrol", path=(env or os.environ).get("PATH"))
+    if scontrol is None:
+        return node
+    res = subprocess.run(
+        [scontrol, "-o", "show", "node", node], capture_output=True, text=True, check=False, timeout=30
+    )
+    if res.returncode == 0:
+        for field in res.stdout.split():
+            key, _, value = field.partition("=")
+            if key == "NodeAddr" and value and value not in ("(null)", "None"):
+                return value
+    return node
+
+
 class SlurmLauncher(Launcher):
-    """One ``srun`` step inside the allocation: one task per node, the role from ``SLURM_NODEID``."""
+    """One ``srun`` step inside the allocation: one task per node, the role from ``SLURM_NODEID``; the master
+    address is the first node's ``NodeAddr`` (:func:`slurm_node_address`)."""
 
     name = "slurm"
 
@@ -278,7 +297,13 @@ class SlurmLauncher(Launcher):
             "--port",
             str(req.api_port),
             *req.args,
-            *node_args(nnodes=req.nnodes, rank=None, master_addr=hosts[0], master_port=req.master_port, headless=False),
+            *node_args(
+                nnodes=req.nnodes,
+                rank=None,
+                master_addr=slurm_node_address(hosts[0], self.env),
+                master_port=req.master_port,
+                headless=False,
+            ),
         ]
         return [*srun, *task], logs
 

@@ -173,7 +173,18 @@ def _slurm_env() -> dict[str, str]:
 
 
 def test_slurm_launcher_runs_one_task_per_node(tmp_path: Path) -> None:
-    env = _slurm_env()
+    # a stand-in scontrol: the cluster names its nodes gb1..gb4 and reaches them at other addresses
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text(
+        "#!/bin/bash\n"
+        'if [[ "$1 $2" == "show hostnames" ]]; then printf "gb%s\\n" 1 2 3 4; exit 0; fi\n'
+        'if [[ "$1 $2 $3" == "-o show node" ]]; then echo "NodeName=$4 Arch=x86_64 NodeAddr=10.1.0.${4#gb} '
+        'NodeHostName=$4-host State=IDLE"; exit 0; fi\n'
+        "exit 1\n"
+    )
+    (bin_dir / "scontrol").chmod(0o755)
+    env = {**_slurm_env(), "PATH": f"{bin_dir}:/usr/bin:/bin"}
     launcher = default_launcher(env)
     assert isinstance(launcher, SlurmLauncher)
     launcher = SlurmLauncher(env=env, extra_args=["--mpi=none"])
@@ -205,7 +216,8 @@ def test_slurm_launcher_runs_one_task_per_node(tmp_path: Path) -> None:
         assert flag in argv, flag
     task = argv[argv.index("/opt/venv/bin/python") :]
     assert task[1:3] == [str(NODE_MAIN), "slurm"]  # the role comes from SLURM_NODEID
-    assert task[task.index("--master-addr") + 1] == "gb1" and "--node-rank" not in task
+    # the master is the first node's NodeAddr, not its Slurm name
+    assert task[task.index("--master-addr") + 1] == "10.1.0.1" and "--node-rank" not in task
     assert task[task.index("--host") + 1] == "0.0.0.0"
     assert {r: p.name for r, p in logs.items()} == {r: f"tp16.candidate.0.node{r}.log" for r in range(4)}
     assert launcher.hosts(2) == ["gb1", "gb2"]
@@ -295,3 +307,17 @@ def test_a_deployment_that_comes_up_is_served_and_stopped(fake_python: str, tmp_
     assert out.served == 0 and out.error and "HTTP 501" in out.error  # the stand-in serves no completions
     assert out.fallback_lines == ["FASTTRACK_DEMO_DEFECT="]  # found in the log, earlier in the engine's life
     assert not live_engines()
+
+
+def test_a_node_without_an_address_is_reached_by_its_name(tmp_path: Path) -> None:
+    from fasttrack.engine.launchers import slurm_node_address
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text('#!/bin/bash\necho "NodeName=$4 NodeAddr=(null)"\n')
+    (bin_dir / "scontrol").chmod(0o755)
+    assert slurm_node_address("gb7", {"PATH": f"{bin_dir}:/usr/bin:/bin"}) == "gb7"
+    (bin_dir / "scontrol").write_text("#!/bin/bash\necho 'slurm_load_node error: Invalid node name' >&2; exit 1\n")
+    assert slurm_node_address("gb7", {"PATH": f"{bin_dir}:/usr/bin:/bin"}) == "gb7"
+    (bin_dir / "scontrol").unlink()
+    assert slurm_node_address("gb7", {"PATH": str(bin_dir)}) == "gb7"  # no scontrol at all

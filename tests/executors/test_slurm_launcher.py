@@ -1,7 +1,7 @@
 """The multi-node launcher's `slurm` mode on the real local cluster: inside a two-node allocation it starts
 one srun task per node, each node learns its role from SLURM_NODEID, every node's output lands in its own
-log, and the master address is the allocation's first host. A stand-in interpreter records how each node
-was started (no engine: vLLM's own multi-node start is the engine tests' concern)."""
+log, and the master address is the address of the allocation's first node (its NodeAddr). A stand-in
+interpreter records how each node was started (no engine: vLLM's own multi-node start is the engine tests' concern)."""
 
 from __future__ import annotations
 
@@ -73,4 +73,6 @@ def test_slurm_mode_starts_one_task_per_node_with_its_role(slurm_env, tmp_path: 
         assert f"nodeid={rank} node={node}" in lines[rank], lines
         argv = lines[rank].split("argv=", 1)[1].split()
         assert argv[1] == "slurm" and argv[argv.index("--nnodes") + 1] == "2"
-        assert argv[argv.index("--master-addr") + 1] == report["hosts"][0] and "--node-rank" not in argv
+        # the first node's address (NodeAddr), not its Slurm name: the local cluster's nodes are named n1 and n2
+        # and are reached at 127.0.0.1
+        assert argv[argv.index("--master-addr") + 1] == "127.0.0.1" and "--node-rank" not in argv
