@@ -10,6 +10,14 @@ from fasttrack import ROOT
 DEMO = ROOT / "suites" / "demo-llama"
 EAGER = {'"--seed", "0"]': '"--seed", "0", "--enforce-eager"]'}
 """Eager engines (``--enforce-eager``): no compile on a start, the cheapest engine that still runs real vLLM."""
+ONE_POINT = {
+    "    batch: [1, 2, 3, 4, 8]\n    context: [32, full]\n": (
+        "    batch: [1]\n    context: [32]\n    checks: [kernels, equivalence]\n"
+    )
+}
+"""The smoke tier cut to one point (batch 1, context 32) that runs the kernel suites and equivalence only."""
+SLOW_HOST = {"  startup_timeout_s: 300": "  startup_timeout_s: 900"}
+"""Shared CI hosts: an engine start can take minutes under load."""
 
 
 def demo_scope_variant(folder: Path, swaps: dict[str, str]) -> Path:

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import yaml
+from scope_testlib import EAGER, ONE_POINT, SLOW_HOST, demo_scope_variant
 
 from fasttrack import ROOT
 from fasttrack import bundle as B
@@ -26,23 +27,12 @@ from fasttrack import bundle as B
 pytestmark = pytest.mark.e2e
 
 FT = [sys.executable, "-m", "fasttrack"]
-DEMO = ROOT / "suites" / "demo-llama"
 
 
 @pytest.fixture(scope="module")
 def scope_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """demo-llama with a one-point smoke tier running kernels and equivalence only."""
-    d = tmp_path_factory.mktemp("scope")
-    for sub in ("data", "kernels", "prompts", "traces"):
-        if (DEMO / sub).exists():
-            (d / sub).symlink_to(DEMO / sub)
-    s = yaml.safe_load((DEMO / "scope.yaml").read_text())
-    s["tiers"]["smoke"].update({"batch": [1], "context": [32], "checks": ["kernels", "equivalence"]})
-    # the scale-out is under test, not the compiled model: eager engines start without compiling
-    s["engine"]["common_args"] = [*s["engine"]["common_args"], "--enforce-eager"]
-    s["engine"]["startup_timeout_s"] = 900  # shared CI hosts: an engine start can take minutes under load
-    (d / "scope.yaml").write_text(yaml.safe_dump(s, sort_keys=False))
-    return d / "scope.yaml"
+    """demo-llama with a one-point smoke tier running kernels and equivalence only, eager engines."""
+    return demo_scope_variant(tmp_path_factory.mktemp("scope"), {**ONE_POINT, **SLOW_HOST, **EAGER})
 
 
 @pytest.fixture(scope="module")
