@@ -18,12 +18,13 @@ from collections.abc import Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from fasttrack.evals.compare import CONFIDENCE
+
 POWER = 0.8
 TRIALS = 200
 REPLICATES = 1000
 GRID = tuple(round(0.05 * i, 2) for i in range(1, 21))
 """Fractions of samples zeroed, in order."""
-CONFIDENCE = 0.95
 
 
 class DetectableDrop(BaseModel):
