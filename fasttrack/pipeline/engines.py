@@ -210,15 +210,24 @@ def drive_engines(
 def _deploy(ctx: RunContext, dep: Deployment, state: RunState, check: str, launcher: Launcher | None) -> Any:
     """Start one engine outside the envelope (:class:`~fasttrack.checks.base.Deployment`) and record it."""
     from fasttrack.engine import get_launcher
+    from fasttrack.engine.cmdline import serve_spec
     from fasttrack.engine.deployment import probe_deployment
     from fasttrack.plan import effective_tp
 
     group = next(g for g in ctx.plan.groups if g.id == dep.group)
     assert ctx.model is not None, "the model is resolved before the first engine starts"
-    args = list(dep.args)
-    served = ctx.scope.model.served_name
-    if served and "--served-model-name" not in args:
-        args += ["--served-model-name", served]
+    log_name = f"{dep.group}.{dep.side}.{dep.name}"
+    spec = serve_spec(
+        ctx.scope,
+        group,
+        dep.side,
+        model=ctx.model.model,
+        run_dir=ctx.run_dir,
+        name=log_name,
+        args=dep.args,
+        evidence=False,
+    )
+    args = list(spec.args)
     hw = ctx.scope.hardware
     nodes = hw.nodes_for(effective_tp(args, group.tp)) if hw is not None else 1
     record = EngineLaunch(side=dep.side, group=dep.group, lifetime=0, checks=[check], owned=True, args=args)
@@ -227,13 +236,13 @@ def _deploy(ctx: RunContext, dep: Deployment, state: RunState, check: str, launc
     fb = ctx.scope.fallback
     outcome = probe_deployment(
         side=dep.side,
-        model=ctx.model.model,
+        model=spec.model,
         args=args,
-        env=dict(group.env[dep.side]),
+        env=dict(spec.env),
         log_dir=ctx.run_dir / "logs",
-        log_name=f"{dep.group}.{dep.side}.{dep.name}",
+        log_name=log_name,
         startup_timeout=ctx.scope.engine.startup_timeout_s,
-        served_model=served,
+        served_model=ctx.scope.model.served_name,
         reject_regex=fb.reject_regex if fb else None,
         log_regex=fb.log_regex if fb else None,
         nodes=nodes,
@@ -373,14 +382,8 @@ def _launch(
 
     ``exclusive=False`` lets it start while the other side's engine is up (interleaved perf). A side
     that spans several nodes (``group.side_nodes``) starts one process per node through ``launcher``."""
-    from fasttrack.engine import (
-        MultiNodeEngine,
-        attach_engine,
-        get_launcher,
-        per_request_metrics_args,
-        profiler_args,
-        start_engine,
-    )
+    from fasttrack.engine import MultiNodeEngine, attach_engine, get_launcher, start_engine
+    from fasttrack.engine.cmdline import serve_spec
 
     engine: ManagedEngine | Any
     if url:
@@ -390,12 +393,8 @@ def _launch(
         resolved: ResolvedModel | None = ctx.model
         assert resolved is not None, "the model is resolved before the first engine starts"
         log_name = f"{group.id}.{side}.{lifetime}"
-        args = list(group.args[side])
-        served = ctx.scope.model.served_name
-        if served and "--served-model-name" not in args:
-            args += ["--served-model-name", served]
-        args += profiler_args(ctx.run_dir / "profiles" / log_name)
-        args += per_request_metrics_args(args)  # the engine core's own per-request timing (perf)
+        spec = serve_spec(ctx.scope, group, side, model=resolved.model, run_dir=ctx.run_dir, name=log_name)
+        args = list(spec.args)
         record.owned, record.args, record.env = True, args, dict(group.env[side])
         seed = engine_seed(args)
         if seed is not None:
@@ -404,7 +403,7 @@ def _launch(
         def on_progress(p: Any) -> None:
             ctx.log(f"  {side} engine starting ({p.elapsed_s:.0f} s): {p.last_log_line[-120:]}")
 
-        env: dict[str, str | None] = dict(group.env[side])
+        env: dict[str, str | None] = dict(spec.env)
         nodes = group.side_nodes.get(side, group.nodes)
         node_launcher = None
         if nodes > 1:

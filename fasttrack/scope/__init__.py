@@ -30,7 +30,7 @@ from fasttrack.scope.common import (
     SharedComponent,
     TierName,
 )
-from fasttrack.scope.deployment import EngineSpec, HardwareSpec, ModelSpec, NodeSpec, SideSpec
+from fasttrack.scope.deployment import HOST_SAFETY_ENV, EngineSpec, HardwareSpec, ModelSpec, NodeSpec, SideSpec
 from fasttrack.scope.envelope import (
     BatchRange,
     ContextRange,
@@ -62,6 +62,7 @@ from fasttrack.scope.manifest import Scope
 
 __all__ = [
     "DEFAULT_SHARED_COMPONENTS",
+    "HOST_SAFETY_ENV",
     "SCOPE_SCHEMA_VERSION",
     "SUITES_DIR",
     "TIER_ORDER",

@@ -10,6 +10,28 @@ from pydantic import Field, field_validator, model_validator
 
 from fasttrack.scope.common import ScopeModel
 
+HOST_SAFETY_ENV: dict[str, str] = {
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
+}
+"""The host's GPU safety settings (NVLink multicast off: it can take shared GPUs down) and their safe
+values. Every engine fasttrack starts gets the host's value of each unchanged, or the safe value where the
+host sets none (:mod:`fasttrack.engine.cmdline`); a scope's ``env`` may neither set nor clear them."""
+
+
+def _no_host_safety_env(env: dict[str, str]) -> dict[str, str]:
+    taken = [k for k in HOST_SAFETY_ENV if k in env]
+    if taken:
+        raise ValueError(
+            f"{', '.join(taken)} {'is a host safety setting' if len(taken) == 1 else 'are host safety settings'} "
+            "(NVLink multicast can take shared GPUs down), which a scope can neither set nor clear: every engine "
+            "gets the host's value unchanged, or "
+            + ", ".join(f"{k}={HOST_SAFETY_ENV[k]}" for k in taken)
+            + " where the host sets none. Remove it from this env"
+        )
+    return env
+
 
 class ModelSpec(ScopeModel):
     id: str
@@ -27,14 +49,18 @@ class SideSpec(ScopeModel):
     args: list[str] = Field(default_factory=list)
     """Extra vLLM server arguments for this side, as a free list (any switch can be expressed)."""
     env: dict[str, str] = Field(default_factory=dict)
-    """Extra environment variables for this side's engine."""
+    """Extra environment variables for this side's engine (not the host's GPU safety settings:
+    ``NCCL_NVLS_ENABLE``, ``TORCH_SYMM_MEM_DISABLE_MULTICAST``, ``NVSHMEM_DISABLE_NVLS``)."""
+
+    _env = field_validator("env")(_no_host_safety_env)
 
 
 class EngineSpec(ScopeModel):
     common_args: list[str] = Field(default_factory=list)
     """Server arguments both sides share."""
     env: dict[str, str] = Field(default_factory=dict)
-    """Environment both sides share."""
+    """Environment both sides share (not the host's GPU safety settings: ``NCCL_NVLS_ENABLE``,
+    ``TORCH_SYMM_MEM_DISABLE_MULTICAST``, ``NVSHMEM_DISABLE_NVLS``)."""
     baseline: SideSpec = Field(default_factory=SideSpec)
     """The stock path."""
     candidate: SideSpec = Field(default_factory=SideSpec)
@@ -45,6 +71,8 @@ class EngineSpec(ScopeModel):
     ``{tp}``, ``{dcp}``, ``{method}``, ``{draft_length}``, ``{max_model_len}`` placeholders."""
     startup_timeout_s: float = 900.0
     """How long to wait for ``/health`` before declaring the start failed."""
+
+    _env = field_validator("env")(_no_host_safety_env)
 
     @field_validator("point_args")
     @classmethod
