@@ -122,12 +122,15 @@ class LocalLauncher(Launcher):
     def hosts(self, nnodes: int) -> list[str]:
         return ["127.0.0.1"] * nnodes
 
+    def commands(self, req: LaunchRequest) -> list[EngineCommand]:
+        """Each node's command line, rank 0 first (they meet on loopback)."""
+        return [req.command(self.executor, rank=rank, master_addr="127.0.0.1") for rank in range(req.nnodes)]
+
     def launch(self, req: LaunchRequest) -> list[NodeProcess]:
         master = "127.0.0.1"
         out: list[NodeProcess] = []
         lock = threading.Lock()
-        for rank in range(req.nnodes):
-            cmd = req.command(self.executor, rank=rank, master_addr=master)
+        for rank, cmd in enumerate(self.commands(req)):
             log_path = free_log_path(req.log_dir, f"{req.log_name}.node{rank}")
             header = (
                 f"# fasttrack: node {rank} of {req.nnodes} ({cmd.role}), launcher local\n"
