@@ -30,6 +30,7 @@ RELEVANT_ENV_PREFIXES: tuple[str, ...] = (
     "TORCH",
     "PYTORCH_",
     "NCCL_",
+    "NVSHMEM_",
     "LD_PRELOAD",
 )
 
