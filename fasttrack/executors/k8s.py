@@ -125,6 +125,37 @@ def _resources(k: KubernetesSite, gpus: int) -> dict[str, Any]:
     return {"limits": {k.gpu_resource: gpus}} if gpus else {}
 
 
+def _container(
+    name: str, image: str, k: KubernetesSite, command: list[str], env: list[dict[str, str]], mounts: list[Any]
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "image": image,
+        "imagePullPolicy": k.image_pull_policy,
+        "command": command,
+        "env": env,
+        "volumeMounts": mounts,
+    }
+
+
+def _job(
+    name: str, base: str, role: str, k: KubernetesSite, container: dict[str, Any], vols: list[Any], **spec: Any
+) -> dict[str, Any]:
+    """A Job of one pod template (``role`` labels it), its ``spec`` fields before the template."""
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": _meta(name, k.namespace, base, **{"fasttrack.dev/role": role}),
+        "spec": {
+            **spec,
+            "template": {
+                "metadata": {"labels": {JOB_LABEL: base, "fasttrack.dev/role": role}},
+                "spec": _pod_spec(k, [container], vols, restart="Never"),
+            },
+        },
+    }
+
+
 def _validate_line(site: SiteProfile, opts: K8sOptions, layout: ShardLayout, extra: list[str]) -> str:
     argv = ["validate", "--model", opts.model, "--tier", layout.tier, "--force"]
     if opts.sign:
@@ -166,31 +197,22 @@ def _indexed_job(
     per_node = max(s.gpus_per_node for s in shards) if gpus is None else gpus
     pick = 'set -- $FASTTRACK_SHARDS; shift "$JOB_COMPLETION_INDEX"; SHARD="$1"; EXTRA_ARGS=""'
     script = _shard_script(site, _validate_line(site, opts, layout, []), layout.count, pick)
-    container = {
-        "name": "fasttrack",
-        "image": opts.image or k.image,
-        "imagePullPolicy": k.image_pull_policy,
-        "command": ["/bin/bash", "-c", script],
-        "env": _env(site, {"FASTTRACK_SHARDS": " ".join(str(s.index) for s in shards)}, opts.image),
-        "volumeMounts": mounts,
-        "resources": _resources(k, per_node),
-    }
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": _meta(f"{base}-shards", k.namespace, base, **{"fasttrack.dev/role": "shards"}),
-        "spec": {
-            "completionMode": "Indexed",
-            "completions": len(shards),
-            "parallelism": len(shards),
-            "backoffLimitPerIndex": 0,
-            "activeDeadlineSeconds": max(_deadline(k, s) for s in shards),
-            "template": {
-                "metadata": {"labels": {JOB_LABEL: base, "fasttrack.dev/role": "shards"}},
-                "spec": _pod_spec(k, [container], vols, restart="Never"),
-            },
-        },
-    }
+    env = _env(site, {"FASTTRACK_SHARDS": " ".join(str(s.index) for s in shards)}, opts.image)
+    container = _container("fasttrack", opts.image or k.image, k, ["/bin/bash", "-c", script], env, mounts)
+    container["resources"] = _resources(k, per_node)
+    return _job(
+        f"{base}-shards",
+        base,
+        "shards",
+        k,
+        container,
+        vols,
+        completionMode="Indexed",
+        completions=len(shards),
+        parallelism=len(shards),
+        backoffLimitPerIndex=0,
+        activeDeadlineSeconds=max(_deadline(k, s) for s in shards),
+    )
 
 
 class PodExecutor:
@@ -271,15 +293,9 @@ def _multi_node(
         lead, follow = engine_commands(scope, group, side, shard, site, image)
 
         def container(cname: str, cmd: EngineCommand, probe: bool) -> dict[str, Any]:
-            c: dict[str, Any] = {
-                "name": cname,
-                "image": image,
-                "imagePullPolicy": k.image_pull_policy,
-                "command": cmd.argv,
-                "env": [{"name": n, "value": v} for n, v in sorted(cmd.env.items())],
-                "volumeMounts": mounts,
-                "resources": _resources(k, per_node),
-            }
+            env = [{"name": n, "value": v} for n, v in sorted(cmd.env.items())]
+            c = _container(cname, image, k, cmd.argv, env, mounts)
+            c["resources"] = _resources(k, per_node)
             if probe:
                 c["ports"] = [{"containerPort": API_PORT, "name": "api"}]
                 c["readinessProbe"] = {"httpGet": {"path": "/health", "port": API_PORT}, "periodSeconds": 10}
@@ -339,29 +355,9 @@ def _multi_node(
         f'EXTRA_ARGS="--baseline-url {urls["baseline"]} --candidate-url {urls["candidate"]}"\n{wait}'
     )
     script = _shard_script(site, _validate_line(site, opts, layout, []), layout.count, pick)
-    driver = {
-        "name": "fasttrack",
-        "image": opts.image or k.image,
-        "imagePullPolicy": k.image_pull_policy,
-        "command": ["/bin/bash", "-c", script],
-        "env": _env(site, image=opts.image),
-        "volumeMounts": mounts,
-    }
-    out.append(
-        {
-            "apiVersion": "batch/v1",
-            "kind": "Job",
-            "metadata": _meta(f"{base}-s{shard.index}-driver", k.namespace, base, **{"fasttrack.dev/role": "driver"}),
-            "spec": {
-                "backoffLimit": 0,
-                "activeDeadlineSeconds": _deadline(k, shard),
-                "template": {
-                    "metadata": {"labels": {JOB_LABEL: base, "fasttrack.dev/role": "driver"}},
-                    "spec": _pod_spec(k, [driver], vols, restart="Never"),
-                },
-            },
-        }
-    )
+    driver = _container("fasttrack", image, k, ["/bin/bash", "-c", script], _env(site, image=opts.image), mounts)
+    name = f"{base}-s{shard.index}-driver"
+    out.append(_job(name, base, "driver", k, driver, vols, backoffLimit=0, activeDeadlineSeconds=_deadline(k, shard)))
     return out
 
 
@@ -391,26 +387,9 @@ def _merge_job(layout: ShardLayout, site: SiteProfile, opts: K8sOptions, base: s
             f"exec {merge}",
         ]
     )
-    container = {
-        "name": "merge",
-        "image": opts.image or k.image,
-        "imagePullPolicy": k.image_pull_policy,
-        "command": ["/bin/bash", "-c", script],
-        "env": _env(site, image=opts.image),
-        "volumeMounts": mounts,
-    }
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": _meta(f"{base}-merge", k.namespace, base, **{"fasttrack.dev/role": "merge"}),
-        "spec": {
-            "backoffLimit": 0,
-            "template": {
-                "metadata": {"labels": {JOB_LABEL: base, "fasttrack.dev/role": "merge"}},
-                "spec": _pod_spec(k, [container], vols, restart="Never"),
-            },
-        },
-    }
+    command = ["/bin/bash", "-c", script]
+    container = _container("merge", opts.image or k.image, k, command, _env(site, image=opts.image), mounts)
+    return _job(f"{base}-merge", base, "merge", k, container, vols, backoffLimit=0)
 
 
 def render(layout: ShardLayout, site: SiteProfile, opts: K8sOptions) -> K8sRender:
