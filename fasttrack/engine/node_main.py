@@ -44,10 +44,11 @@ LEGACY_SERVER = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.openai.
 
 
 def _has(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except ModuleNotFoundError:
-        return False
+    """Whether the installed vLLM has ``module`` (looked up in its tree, without importing anything of it)."""
+    spec = importlib.util.find_spec("vllm")
+    roots = list(spec.submodule_search_locations or []) if spec is not None else []
+    rel = module.split(".")[1:]
+    return any(os.path.isfile(os.path.join(root, *rel) + ".py") for root in roots)
 
 
 def _server() -> tuple[str, str]:

