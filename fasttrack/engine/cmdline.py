@@ -5,7 +5,8 @@ Two steps, the same for every place an engine's processes run:
 * :func:`serve_spec`: (scope, engine group, side, run folder) -> :class:`ServeSpec`, what the side's
   engine serves wherever it runs: the model, the scope's vLLM arguments with fasttrack's own (the served
   model name; the path-evidence settings: vLLM's ``--profiler-config`` writing traces under
-  ``<run folder>/profiles/<name>``, and per-request metrics) and the scope's environment;
+  ``<run folder>/profiles/<name>``, per-request metrics, the folder of the device counters a scope names)
+  and the scope's environment;
 * :func:`engine_command`: (that spec, node rank, executor) -> :class:`EngineCommand`, one node's argv
   (the executor's entry program, then vLLM's arguments: ``--model``, the API address on the node that
   serves it, the spec's arguments, the multi-node flags ``--nnodes --master-addr --master-port
@@ -46,6 +47,10 @@ engine step (:meth:`~fasttrack.engine.client.EngineClient.pause_scheduler`), and
 where a driver that attaches the engine by URL finds its profiler folder. vLLM's own
 benchmark sweep sets it for its cache resets. It adds endpoints and changes nothing on the
 model's path."""
+
+DEVICE_COUNTERS_ENV = "PROMETHEUS_MULTIPROC_DIR"
+"""Where an engine's processes publish the device counters a scope's ``path_markers.device_counters`` names:
+prometheus_client's multiprocess mode (the worker processes count, the API server serves ``/metrics``)."""
 
 Role = Literal["server", "leader", "follower", "task"]
 """What a node process does: ``server`` (a single-node engine), ``leader`` (node 0: the API server),
@@ -102,16 +107,21 @@ def serve_spec(
     per_request_metrics: bool | None = None,
 ) -> ServeSpec:
     """What ``side`` of ``group`` serves: the group's arguments for the side (or ``args``), the served model
-    name, and with ``evidence`` the profiler configuration (traces under ``<run_dir>/profiles/<name>``) and
-    per-request metrics (``per_request_metrics`` None: when the installed vLLM has them)."""
+    name, and with ``evidence`` the profiler configuration (traces under ``<run_dir>/profiles/<name>``),
+    per-request metrics (``per_request_metrics`` None: when the installed vLLM has them) and, where the scope
+    names device counters, their folder (:data:`DEVICE_COUNTERS_ENV`: ``<run_dir>/engines/<name>.prometheus``)."""
     out = [str(a) for a in (group.args[side] if args is None else args)]
     served = scope.model.served_name
     if served and "--served-model-name" not in out:
         out += ["--served-model-name", served]
+    env: dict[str, str | None] = dict(group.env[side])
     if evidence:
         out += profiler_args(Path(run_dir) / "profiles" / name)
         out += per_request_metrics_args(out, supported=per_request_metrics)  # the engine core's own timing (perf)
-    return ServeSpec(side=side, model=str(model), args=tuple(out), env=dict(group.env[side]))
+        markers = scope.path_markers
+        if markers is not None and markers.device_counters is not None:
+            env[DEVICE_COUNTERS_ENV] = str(Path(run_dir) / "engines" / f"{name}.prometheus")
+    return ServeSpec(side=side, model=str(model), args=tuple(out), env=env)
 
 
 @dataclass(frozen=True)

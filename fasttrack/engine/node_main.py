@@ -21,8 +21,9 @@ Roles:
 * ``slurm``: one task of ``srun``: the role comes from ``SLURM_NODEID`` (0 leads, the
   others follow), which also becomes ``--node-rank``; followers drop the API address.
 
-Every role first makes the profiler folder ``--profiler-config`` names, so a driver that attaches the
-engine by URL finds it before the first trace is written.
+Every role first makes the folders the engine writes its evidence to (``--profiler-config``'s, the device
+counters' ``PROMETHEUS_MULTIPROC_DIR``), so a driver that attaches the engine by URL finds the profiler folder
+before the first trace is written.
 """
 
 from __future__ import annotations
@@ -66,8 +67,11 @@ def _parse(argv: list[str]) -> Any:  # vLLM's argparse namespace
     return args
 
 
-def make_profiler_dir(argv: list[str]) -> None:
-    """Create the folder ``--profiler-config`` (JSON) names, if any."""
+def make_folders(argv: list[str]) -> None:
+    """Create the folders the engine writes its evidence to: the one ``--profiler-config`` (JSON) names and
+    the device counters' (``PROMETHEUS_MULTIPROC_DIR``), where given."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        os.makedirs(os.environ["PROMETHEUS_MULTIPROC_DIR"], exist_ok=True)
     for i, a in enumerate(argv):
         text = argv[i + 1] if a == "--profiler-config" and i + 1 < len(argv) else a.partition("=")[2]
         if a.startswith("--profiler-config") and text.startswith("{"):
@@ -125,5 +129,5 @@ if __name__ == "__main__":
     if len(sys.argv) < 2 or sys.argv[1] not in ("leader", "follower", "slurm"):
         raise SystemExit("usage: node_main.py leader|follower|slurm VLLM-SERVE-ARGS...")
     role, rest = sys.argv[1], sys.argv[2:]
-    make_profiler_dir(rest)
+    make_folders(rest)
     {"leader": run_leader, "follower": run_follower, "slurm": run_slurm}[role](rest)

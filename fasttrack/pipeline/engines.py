@@ -12,6 +12,7 @@ Every launch's collection runs on one event loop the pipeline owns (``run_loop``
 from __future__ import annotations
 
 import contextlib
+import shutil
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
@@ -383,7 +384,7 @@ def _launch(
     ``exclusive=False`` lets it start while the other side's engine is up (interleaved perf). A side
     that spans several nodes (``group.side_nodes``) starts one process per node through ``launcher``."""
     from fasttrack.engine import MultiNodeEngine, attach_engine, get_launcher, start_engine
-    from fasttrack.engine.cmdline import serve_spec
+    from fasttrack.engine.cmdline import DEVICE_COUNTERS_ENV, serve_spec
 
     engine: ManagedEngine | Any
     if url:
@@ -404,6 +405,10 @@ def _launch(
             ctx.log(f"  {side} engine starting ({p.elapsed_s:.0f} s): {p.last_log_line[-120:]}")
 
         env: dict[str, str | None] = dict(spec.env)
+        counters = env.get(DEVICE_COUNTERS_ENV)
+        if counters:  # the device counters' folder (serve_spec): a fresh one per engine
+            shutil.rmtree(counters, ignore_errors=True)
+            Path(counters).mkdir(parents=True)
         nodes = group.side_nodes.get(side, group.nodes)
         node_launcher = None
         if nodes > 1:

@@ -126,6 +126,17 @@ def test_serve_spec_adds_the_served_name_and_the_path_evidence_settings(tmp_path
     assert "--enable-per-request-metrics" in on.args and "--enable-per-request-metrics" not in off.args
     bare = serve_spec(loaded.scope, group, "baseline", model="m", run_dir=tmp_path, name="n", evidence=False)
     assert "--profiler-config" not in bare.args and bare.profiler_dir is None
+    assert "PROMETHEUS_MULTIPROC_DIR" not in spec.env  # the CPU demo names no device counters
+
+
+def test_serve_spec_gives_the_device_counters_a_folder(tmp_path: Path) -> None:
+    loaded = load_scope("demo-llama-gpu")
+    assert loaded.scope.path_markers is not None and loaded.scope.path_markers.device_counters is not None
+    group = build_plan(loaded.scope, tier="smoke").groups[0]
+    for side in ("baseline", "candidate"):
+        spec = serve_spec(loaded.scope, group, side, model="m", run_dir=tmp_path, name=f"g.{side}.0")
+        assert spec.env["PROMETHEUS_MULTIPROC_DIR"] == str(tmp_path / f"engines/g.{side}.0.prometheus")
+        assert _cmd(spec=spec, rendezvous=None).env["PROMETHEUS_MULTIPROC_DIR"] == spec.env["PROMETHEUS_MULTIPROC_DIR"]
 
 
 # --------------------------------------------------------------------------- the node script
@@ -174,9 +185,10 @@ def test_the_node_script_serves_from_the_installed_vllms_entry_point(node_main, 
     assert all(a[0] == sys.executable and a[3:] == ["--model", "m"] for a in execs)
 
 
-def test_the_node_script_makes_the_profiler_folder(node_main, tmp_path: Path) -> None:
+def test_the_node_script_makes_the_evidence_folders(node_main, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path / "counters"))
     args = flags.profiler_args(tmp_path / "p1")
-    node_main.make_profiler_dir(["--model", "m", *args])
-    node_main.make_profiler_dir([f"--profiler-config={json.dumps({'torch_profiler_dir': str(tmp_path / 'p2')})}"])
-    node_main.make_profiler_dir(["--profiler-config", "{not json"])  # left to vLLM's parser to report
-    assert (tmp_path / "p1").is_dir() and (tmp_path / "p2").is_dir()
+    node_main.make_folders(["--model", "m", *args])
+    node_main.make_folders([f"--profiler-config={json.dumps({'torch_profiler_dir': str(tmp_path / 'p2')})}"])
+    node_main.make_folders(["--profiler-config", "{not json"])  # left to vLLM's parser to report
+    assert (tmp_path / "p1").is_dir() and (tmp_path / "p2").is_dir() and (tmp_path / "counters").is_dir()
