@@ -18,7 +18,7 @@ holding its own submodules is not a cycle. Imports by name string
 The layers, bottom to top (a module imports only from its own layer or below), are
 :data:`LEVELS`; README's ``| level | modules |`` table is generated from them and from the
 components the graph finds (:func:`layer_table`), and a test fails with the diff when the
-README says otherwise.
+README says otherwise (``python tests/foundation/test_layering.py`` writes it).
 
 Every test lists all violations with module names, not just the first.
 """
@@ -54,14 +54,14 @@ LEVELS: dict[str, float] = {
     "hardware": 2,
     "models": 2,
     "inputs": 2,
-    "schemas": 2,
-    "passability": 2,  # what a tier can never run, from the scope and the plan (before any engine)
     "perf": 3,
     "evals": 3,
     "kernels": 3,
     "checks": 4,
     "pipeline": 5,
     "executors": 5,
+    "passability": 5,  # what a tier can never run: the registered checks' own rules (before any engine)
+    "schemas": 5,  # the checked-in JSON Schemas: the scope's lists every registered check's gate and feature
     "pr": 5,  # the PR flow (GitHub client, publish, sticky comment): imports bundle/, report/, level 1
     "reproduce": 5,
     "doctor": 5,  # the preflight: hardware, engine interpreter, arguments, passability (no engine started)
@@ -357,3 +357,10 @@ def test_the_table_generator_places_every_component() -> None:
     assert "`bundle/` (level 1 and its own modules only)" in table
     levels = [float(line.split("|")[1]) for line in table.splitlines()[2:]]
     assert levels == sorted(levels) and len(levels) == len(set(levels))
+
+
+if __name__ == "__main__":  # python tests/foundation/test_layering.py: write the generated table into README.md
+    readme = ROOT / "README.md"
+    text = readme.read_text(encoding="utf-8")
+    readme.write_text(text.replace(readme_layer_table(text), layer_table()), encoding="utf-8")
+    print(layer_table(), end="")

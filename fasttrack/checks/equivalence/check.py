@@ -63,6 +63,7 @@ from fasttrack.inputs import (
 )
 from fasttrack.plan import ConfigPoint, EngineGroup
 from fasttrack.results import CheckResult, Gate, Side, Verdict
+from fasttrack.scope.gates import CheckGate, EquivalenceGate
 
 if TYPE_CHECKING:  # pragma: no cover
     from fasttrack.engine import EngineHandle
@@ -80,6 +81,8 @@ class EquivalenceCheck(EngineCheck):
     name: ClassVar[str] = "equivalence"
     title: ClassVar[str] = "Output equivalence"
     report_view: ClassVar[str] = "equivalence"
+    after: ClassVar[tuple[str, ...]] = ("kernels",)
+    gate_model: ClassVar[type[CheckGate]] = EquivalenceGate
 
     explain_limit: ClassVar[int] = 3
     """Divergences per point decoded to text for the failure message."""

@@ -40,7 +40,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from fasttrack.checks.base import EngineCheck, register
+from fasttrack.checks.base import Blocker, EngineCheck, TierView, register
 from fasttrack.checks.context import EngineSession, RunContext
 from fasttrack.checks.evals.judge import judge
 from fasttrack.checks.evals.units import (
@@ -75,6 +75,20 @@ class EvalsCheck(EngineCheck):
     name: ClassVar[str] = "evals"
     title: ClassVar[str] = "Model evaluations"
     report_view: ClassVar[str] = "evals"
+    after: ClassVar[tuple[str, ...]] = ("coverage",)
+
+    @classmethod
+    def planned(cls, tier: TierView) -> list[str]:
+        return tier.plan.tier_evals([e.name for e in tier.scope.evals])
+
+    @classmethod
+    def passability(cls, tier: TierView) -> list[Blocker]:
+        """An eval's ``points`` filter must select a config point of the tier; its data must exist."""
+        out = []
+        for ev in tier.scope.evals:
+            if ev.name in cls.planned(tier):
+                out.extend(_eval_blockers(tier, ev))
+        return out
 
     def __init__(self) -> None:
         self.state = EvalState()
@@ -368,3 +382,34 @@ class EvalsCheck(EngineCheck):
     def judge(self, ctx: RunContext) -> CheckResult:
         self._prepare(ctx)
         return judge(ctx, self.state, name=self.name, gate=self.gate(ctx))
+
+
+def _eval_blockers(tier: TierView, ev: EvalSpec) -> list[Blocker]:
+    """What one eval of the tier can never run: a points filter that selects no point, data that is not there."""
+    out = []
+    matched = [
+        p
+        for p in tier.plan.points
+        if all(
+            str("full" if (d == "context" and p.full_context) else getattr(p, d, None)) in {str(v) for v in vals}
+            for d, vals in ev.points.items()
+        )
+    ]
+    if not matched:
+        want = ", ".join(f"{d} in {vals}" for d, vals in ev.points.items())
+        out.append(
+            tier.blocker(
+                f"eval {ev.name}",
+                f"its points ({want}) select no config point of the {tier.tier} tier",
+                f"add those values to {tier.hint}, or leave {ev.name} out of {tier.hint}.evals",
+            )
+        )
+    if ev.data is None and ev.hub_dataset is None:
+        out.append(
+            tier.blocker(f"eval {ev.name}", "it names no data (neither data nor hub_dataset)", "set evals[].data")
+        )
+    elif ev.data is not None and not tier.exists(ev.data):
+        out.append(
+            tier.blocker(f"eval {ev.name}", f"its data file {ev.data} does not exist", "ship the file or fix the path")
+        )
+    return out

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from fasttrack.checks.base import EngineCheck, register
+from fasttrack.checks.base import Blocker, EngineCheck, TierView, register
 from fasttrack.checks.context import EngineSession, RunContext
 from fasttrack.checks.features.env import FeatureEnv
 from fasttrack.checks.features.model import MASK_SAMPLES, SAMPLING_WAVE, Outcome, SideData
@@ -34,6 +34,7 @@ from fasttrack.errors import FasttrackError
 from fasttrack.inputs import PASSAGES, SCHEMAS_DIR, STRUCTURED_PROMPTS, prompt_set_path
 from fasttrack.plan import EngineGroup
 from fasttrack.results import CheckResult, Gate, Side, Verdict
+from fasttrack.scope.gates import CheckGate, FeaturesGate
 
 
 @register
@@ -43,6 +44,42 @@ class FeaturesCheck(EngineCheck):
     name: ClassVar[str] = "features"
     title: ClassVar[str] = "Serving features"
     report_view: ClassVar[str] = "features"
+    after: ClassVar[tuple[str, ...]] = ("equivalence",)
+    gate_model: ClassVar[type[CheckGate]] = FeaturesGate
+
+    @classmethod
+    def planned(cls, tier: TierView) -> list[str]:
+        return tier.plan.tier_features(list(tier.scope.features))
+
+    @classmethod
+    def passability(cls, tier: TierView) -> list[Blocker]:
+        """Every feature needs a short-context point (they run at short contexts) and a registered test; each
+        feature adds what it needs of the tier (its ``blockers``)."""
+        feats = cls.planned(tier)
+        if not feats:
+            return []
+        out = []
+        if not any(not p.full_context for p in tier.plan.points):
+            out.append(
+                tier.blocker(
+                    "every feature",
+                    f"the {tier.tier} tier has no short-context point (features run at short contexts)",
+                    f"add a numeric context to {tier.hint}.context",
+                )
+            )
+        for f in feats:
+            test = BY_NAME.get(f)
+            if test is None:
+                out.append(
+                    tier.blocker(
+                        f"feature {f}",
+                        f"no serving feature of that name is registered (known: {', '.join(BY_NAME)})",
+                        "fix its name in the scope's features",
+                    )
+                )
+            elif test.blockers is not None:
+                out.extend(test.blockers(tier))
+        return out
 
     def __init__(
         self, *, wave: int = SAMPLING_WAVE, mask_samples: int = MASK_SAMPLES, batches: list[int] | None = None

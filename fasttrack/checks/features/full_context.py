@@ -14,6 +14,7 @@ from fasttrack.checks.features.env import FeatureEnv
 from fasttrack.checks.features.model import Outcome, SideData, err, tops
 from fasttrack.checks.features.spec import FeatureTest, GroupPlan, Step
 from fasttrack.checks.outcome import clip, fold_verdicts
+from fasttrack.checks.tier import Blocker, TierView
 from fasttrack.plan import ConfigPoint
 from fasttrack.results import Verdict
 from fasttrack.scope import EquivalenceGate
@@ -178,4 +179,16 @@ def judge(ctx: RunContext, gid: str, base: SideData, cand: SideData) -> Outcome:
     )
 
 
-FEATURE = FeatureTest(name="full_context", steps=steps, judge=judge)
+def blockers(tier: TierView) -> list[Blocker]:
+    if any(p.full_context for p in tier.plan.points):
+        return []
+    return [
+        tier.blocker(
+            "feature full_context",
+            f"the {tier.tier} tier has no point at the full context",
+            f"add 'full' to {tier.hint}.context, or leave full_context out of {tier.hint}.features",
+        )
+    ]
+
+
+FEATURE = FeatureTest(name="full_context", steps=steps, judge=judge, blockers=blockers)

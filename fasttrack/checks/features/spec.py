@@ -14,6 +14,7 @@ from fasttrack.checks.context import RunContext
 from fasttrack.checks.features.env import FeatureEnv
 from fasttrack.checks.features.model import Outcome, SideData
 from fasttrack.checks.points import full_points, group_batches, nearest_batch, short_point
+from fasttrack.checks.tier import Blocker, TierView
 from fasttrack.plan import ConfigPoint, EngineGroup
 
 
@@ -80,3 +81,5 @@ class FeatureTest:
     optional: str | None = None
     """When set, a group that measured nothing for it is "not applicable" rather than "not run", and this is
     the reason given when no group of the plan applies (e.g. speculative decoding without speculative configs)."""
+    blockers: Callable[[TierView], list[Blocker]] | None = None
+    """What it needs from a tier that the tier can never give (its passability rule)."""

@@ -16,6 +16,7 @@ from fasttrack.checks.context import RunContext
 from fasttrack.checks.features.env import FeatureEnv
 from fasttrack.checks.features.model import Outcome, SideData
 from fasttrack.checks.features.spec import FeatureTest, GroupPlan, Step
+from fasttrack.checks.tier import Blocker, TierView
 from fasttrack.results import Verdict
 from fasttrack.stats import wilson_interval
 
@@ -127,9 +128,23 @@ def judge(ctx: RunContext, gid: str, base: SideData, cand: SideData) -> Outcome:
     )
 
 
+def blockers(tier: TierView) -> list[Blocker]:
+    if any(g.spec != "none" for g in tier.plan.groups):
+        return []
+    return [
+        tier.blocker(
+            "feature speculative_acceptance",
+            f"the {tier.tier} tier has no engine group with a speculative config",
+            f"add a speculative config to {tier.hint}.speculative, or leave speculative_acceptance out of "
+            f"{tier.hint}.features",
+        )
+    ]
+
+
 FEATURE = FeatureTest(
     name="speculative_acceptance",
     steps=steps,
     judge=judge,
+    blockers=blockers,
     optional="no engine group of the plan has a speculative-decoding configuration",
 )

@@ -19,3 +19,8 @@ FEATURES: list[FeatureTest] = [
 ]
 
 BY_NAME: dict[str, FeatureTest] = {t.name: t for t in FEATURES}
+
+
+def feature_names() -> list[str]:
+    """The names of the registered serving features, in collection order."""
+    return [t.name for t in FEATURES]
