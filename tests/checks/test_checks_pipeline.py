@@ -13,7 +13,7 @@ from helpers_checks import demo_ctx
 from fasttrack import ROOT
 from fasttrack.checks.base import EngineCheck, EnginelessCheck, PairedCheck, registry
 from fasttrack.checks.context import ProvenanceRecorder, sha256_path
-from fasttrack.checks.features import FEATURES
+from fasttrack.checks.features import features
 from fasttrack.inputs import PROMPT_SET
 from fasttrack.pipeline.engines import EngineLaunch, engine_seed
 from fasttrack.results import LEGACY_CHECK_ORDER
@@ -33,7 +33,7 @@ def test_every_check_declares_title_view_and_kind() -> None:
 def test_the_feature_table_names_each_feature_once_and_covers_the_shipped_scopes() -> None:
     from fasttrack.scope import available_suites, load_scope
 
-    names = [t.name for t in FEATURES]
+    names = [t.name for t in features()]
     assert len(names) == len(set(names))
     for suite in available_suites():
         assert set(load_scope(suite).scope.features) <= set(names), suite
