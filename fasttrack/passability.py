@@ -75,6 +75,7 @@ class PlannedCheck(BaseModel):
     """Whether the tier runs it (its ``checks`` list; isolation runs in every tier)."""
     required: bool
     after: list[str]
+    before: list[str]
     blocked_by: list[str]
     gate: str | None
     """Its section of the scope's ``gates`` (None: it has none)."""
@@ -94,6 +95,7 @@ def tier_checks(scope: Scope, plan: Plan, *, base_dir: Path | None = None) -> li
                 runs=plan.runs_check(name) or cls.every_tier,
                 required=cls.required,
                 after=list(cls.after),
+                before=list(cls.before),
                 blocked_by=list(cls.blocked_by),
                 gate=f"gates.{name}" if cls.gate_model is not None else None,
                 exercises=cls.planned(view),

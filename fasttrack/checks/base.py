@@ -6,8 +6,8 @@ is one module plus its line in :data:`fasttrack.checks.CHECK_MODULES`:
 
 * ``name``; ``title`` and ``report_view`` (both recorded in the bundle, so the report needs no list
   of checks); whether the bundle verdict depends on it (``required``);
-* its order: ``after`` names the checks it follows (:func:`registry` sorts by these, and by the
-  registry line for the rest); the bundle records that order for the report;
+* its order: ``after`` and ``before`` name the checks it follows and precedes (:func:`registry`
+  sorts by these, and by the registry line for the rest); the bundle records that order for the report;
 * ``blocked_by``: checks without whose pass its own result means nothing (it is then ``not_run``);
 * ``gate_model``: its section of the scope's ``gates`` (a
   :class:`~fasttrack.scope.gates.CheckGate`), and :meth:`Check.gate`, the pass rule it applies;
@@ -95,6 +95,8 @@ class Check(ABC):
     """Whether the check runs in every tier, whatever the tier's ``checks`` list says (isolation)."""
     after: ClassVar[tuple[str, ...]] = ()
     """Checks this one follows: it collects, judges and is reported after them (the registry's order)."""
+    before: ClassVar[tuple[str, ...]] = ()
+    """Checks this one precedes (so a new check can take its place without editing the others)."""
     blocked_by: ClassVar[tuple[str, ...]] = ()
     """Checks whose pass this one's result depends on: when one of them did not pass (it failed, or did not run),
     this check is ``not_run``, naming it: never a pass on a premise that failed or was not shown."""
@@ -239,19 +241,23 @@ def registry() -> dict[str, type[Check]]:
 
 
 def check_order(checks: Mapping[str, type[Check]]) -> list[str]:
-    """The names of ``checks`` sorted so that each comes after those its ``after`` names (ties: their order in
-    ``checks``). A name ``after`` or ``blocked_by`` does not know, or a cycle, is a declaration error."""
+    """The names of ``checks`` sorted so that each comes after those its ``after`` names and before those its
+    ``before`` names (ties: their order in ``checks``). A name these or ``blocked_by`` do not know, or a cycle, is a
+    declaration error."""
     index = {n: i for i, n in enumerate(checks)}
     for n, cls in checks.items():
-        unknown = [d for d in (*cls.after, *cls.blocked_by) if d not in checks]
+        unknown = [d for d in (*cls.after, *cls.before, *cls.blocked_by) if d not in checks]
         if unknown:
-            raise TypeError(f"check {n!r} names unregistered check(s) {unknown} in 'after' or 'blocked_by'")
+            raise TypeError(f"check {n!r} names unregistered check(s) {unknown} in 'after', 'before' or 'blocked_by'")
     waiting = {n: set(cls.after) for n, cls in checks.items()}
+    for n, cls in checks.items():
+        for later in cls.before:
+            waiting[later].add(n)
     out: list[str] = []
     while waiting:
         ready = sorted((n for n, deps in waiting.items() if not deps), key=index.__getitem__)
         if not ready:
-            raise TypeError(f"the checks' 'after' declarations form a cycle among {sorted(waiting)}")
+            raise TypeError(f"the checks' 'after' and 'before' declarations form a cycle among {sorted(waiting)}")
         out.append(ready[0])
         del waiting[ready[0]]
         for deps in waiting.values():
