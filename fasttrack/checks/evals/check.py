@@ -244,32 +244,7 @@ class EvalsCheck(EngineCheck):
         ctx.log(f"evals: running {label}")
         evidence: dict[str, Any] | None = None
         if role == "evidence":
-            window = f"evals-{spec.name}-b{unit.batch}"
-            unavailable = None
-            if engine.profiler_dir is None:
-                unavailable = f"the {session.side} engine has no profiler (no --profiler-config), so no trace was taken"
-            elif ctx.scope.path_markers is None:
-                unavailable = "the scope declares no path_markers"
-            if unavailable is None:
-                output, evidence = await self._profiled(ctx, engine, window, unit, kwargs)
-            else:
-                output = await in_thread(lambda: run_lm_eval(**kwargs), name=f"lm-eval-{window}")
-                # the coverage check reads 'unavailable' as "no path evidence could be taken", never as a pass
-                ctx.evidence.append(
-                    PathEvidence(
-                        check=self.name,
-                        point=unit.point,
-                        side=session.side,
-                        window=window,
-                        optimized_ops=0,
-                        stock_ops=0,
-                        decode_steps=0,
-                        optimized_decode_steps=0,
-                        detail={"unavailable": unavailable, "points": unit.points},
-                    )
-                )
-                evidence = {"window": window, "unavailable": unavailable}
-                self.state.notes.append(f"{spec.name} at {unit.point} on the {session.side}: {unavailable}")
+            output, evidence = await self._evidence_run(ctx, session, spec, unit, kwargs)
         else:
             output = await in_thread(lambda: run_lm_eval(**kwargs), name=f"lm-eval-{spec.name}")
         by_doc = {s.doc_id: s for s in samples}
@@ -303,6 +278,37 @@ class EvalsCheck(EngineCheck):
         )
         mean = sum(o.score for o in outcomes) / len(outcomes)
         ctx.log(f"evals: {label}: mean score {mean:.3f} over {len(outcomes)} samples in {output.wall_s:.1f} s")
+
+    async def _evidence_run(
+        self, ctx: RunContext, session: EngineSession, spec: EvalSpec, unit: EvalUnit, kwargs: dict[str, Any]
+    ) -> tuple[LmEvalOutput, dict[str, Any]]:
+        """The evidence run: inside a profiler window, or, where no trace can be taken, unprofiled with its
+        path evidence recorded as unavailable (the coverage check reads that as no evidence, never as a pass)."""
+        engine = session.engine
+        window = f"evals-{spec.name}-b{unit.batch}"
+        unavailable = None
+        if engine.profiler_dir is None:
+            unavailable = f"the {session.side} engine has no profiler (no --profiler-config), so no trace was taken"
+        elif ctx.scope.path_markers is None:
+            unavailable = "the scope declares no path_markers"
+        if unavailable is None:
+            return await self._profiled(ctx, engine, window, unit, kwargs)
+        output = await in_thread(lambda: run_lm_eval(**kwargs), name=f"lm-eval-{window}")
+        ctx.evidence.append(
+            PathEvidence(
+                check=self.name,
+                point=unit.point,
+                side=session.side,
+                window=window,
+                optimized_ops=0,
+                stock_ops=0,
+                decode_steps=0,
+                optimized_decode_steps=0,
+                detail={"unavailable": unavailable, "points": unit.points},
+            )
+        )
+        self.state.notes.append(f"{spec.name} at {unit.point} on the {session.side}: {unavailable}")
+        return output, {"window": window, "unavailable": unavailable}
 
     async def _profiled(
         self, ctx: RunContext, engine: EngineHandle, window: str, unit: EvalUnit, kwargs: dict[str, Any]
