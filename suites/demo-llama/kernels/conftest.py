@@ -1,6 +1,8 @@
 """Demo Llama kernel suite: the demo decode backend's fused ops against float64 references.
 
-Runs on the CPU (the demo backend targets vLLM's CPU build). Run it with
+On a host with CUDA the default candidate is the CUDA fast path's Triton kernels
+(``demo_triton_candidates``, torch and triton only); elsewhere the CPU fast path's ops
+(``demo_candidates``, which need vLLM's CPU build). Run it with
 ``python -m fasttrack.kernels.run --suite suites/demo-llama/kernels``.
 """
 
@@ -32,7 +34,9 @@ def suite_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def default_candidate() -> str:
-    return "demo_candidates"
+    import torch
+
+    return "demo_triton_candidates" if torch.cuda.is_available() else "demo_candidates"
 
 
 @pytest.fixture(scope="session")
