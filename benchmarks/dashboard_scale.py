@@ -1,7 +1,7 @@
 """Dashboard build time over many bundles: a cold build, an incremental rebuild with nothing
 changed, and one after a few bundles were added, changed and removed.
 
-The bundles are synthetic (fasttrack.report.synthetic: invented figures, written, signed
+The bundles are synthetic (tests/synthetic: invented figures, written, signed
 and verified with the real bundle layer) and varied: five models, several hundred PRs
 (some heads with two or three independent bundles), every verdict, isolation violations,
 rehearsals, unsigned bundles, bundles signed by an untrusted key, tampered bundles and
@@ -23,11 +23,13 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the synthetic bundles are test code
+
+from synthetic import Spec, make_bundle  # noqa: E402 - tests/ goes on sys.path first
 
 from fasttrack.bundle.keys import SigningKey, generate_keypair, load_private_key  # noqa: E402 - the repository root goes on sys.path first
 from fasttrack.bundle.pack import pack_bundle  # noqa: E402 - the repository root goes on sys.path first
 from fasttrack.report.site import build_site  # noqa: E402 - the repository root goes on sys.path first
-from fasttrack.report.synthetic import Spec, make_bundle  # noqa: E402 - the repository root goes on sys.path first
 
 MODELS = ("demo-llama", "kimi-k3", "glm-5.3", "deepseek-v4.1-flash", "muse-spark")
 CHECKS = ("kernels", "equivalence", "features", "coverage", "evals", "perf")

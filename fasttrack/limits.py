@@ -7,7 +7,7 @@ paragraph, exit code 2) or, while verifying, a failed item. The README's securit
 section lists them with what the tool does at each.
 
 The figures that justify the bundle limits: a synthetic bundle of the demo target or of
-Kimi K3 (``fasttrack.report.synthetic``, every check with tables, artifacts and logs)
+Kimi K3 (``tests/synthetic``, every check with tables, artifacts and logs)
 holds 18 files and 60-80 KB (20-25 KB packed), its manifest is 22-38 KB and nests 8
 deep; the shipped scopes are 1-8 KB of YAML with at most 602 nodes, 7 aliases and 5
 levels. The limits leave room for real runs that are thousands of times larger (per-sample

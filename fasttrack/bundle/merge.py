@@ -33,7 +33,7 @@ from fasttrack.bundle.keys import PublicKey, SigningKey
 from fasttrack.bundle.layout import ARTIFACTS_DIR, LOGS_DIR, MANIFEST
 from fasttrack.bundle.manifest import Manifest, PlanInfo, ShardRef, load_manifest, parse_shard
 from fasttrack.bundle.tables import read_rows
-from fasttrack.results import CheckResult, Verdict, ordered_checks
+from fasttrack.results import CheckResult, Verdict, ordered_checks, recorded_check_order
 
 #: Provenance fields that may differ between shards.
 _PER_SHARD_PROVENANCE = {"engines"}
@@ -272,7 +272,9 @@ def merge_bundles(
                 if (root / top).is_dir():
                     shutil.copytree(root / top, staging / top / sub)
 
-        names = ordered_checks(c for _, _, m in ordered for c in m.checks)
+        names = ordered_checks(
+            (c for _, _, m in ordered for c in m.checks), recorded_check_order(ordered[0][2].plan.plan)
+        )
         results = []
         for name in names:
             per = [(m.plan.shard, m.checks.get(name)) for _, _, m in ordered]

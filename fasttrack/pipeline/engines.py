@@ -139,7 +139,6 @@ def drive_engines(
     ``not_run`` with the reason, and ``state.crash`` says what happened."""
     from fasttrack.engine import EngineCrashed, EngineError
     from fasttrack.models import resolve_model
-    from fasttrack.perf.loadgen import run_loop
 
     if not all(attach.values()):
         ctx.model = resolve_model(ctx.scope, log=log)
@@ -148,53 +147,10 @@ def drive_engines(
     n = 0
     for group in plan.groups:
         for slot in engine_slots(group.order, paired=bool(pairing)):
-            lifetime = slot[0][1]
-            sides: list[Side] = [s for s, _ in slot]  # type: ignore[misc]  # group orders name sides only
-            wanted = {side: [c for c in checks if c.wants(ctx, group, side, lifetime)] for side in sides}
-            pair_checks = [c for c in pairing if len(slot) == 2 and c.wants_pair(ctx, group, lifetime)]
-            labels: dict[Side, str] = {}
-            for side in sides:
-                n += 1
-                labels[side] = f"[{n}/{total}] {group.id} {side} (lifetime {lifetime + 1}/{group.lifetimes_per_side})"
-            pair_label = (
-                f"[{n}/{total}] {group.id} baseline + candidate (lifetime {lifetime + 1}/{group.lifetimes_per_side})"
-            )
-            sides_up = [side for side in sides if wanted[side] or pair_checks]
-            # both engines together only for a pairing check; otherwise one at a time, as always
-            launches = [sides_up] if pair_checks else [[side] for side in sides_up]
-            for up in launches:
-                launch = _Launch(group, lifetime, up, wanted, pair_checks, labels, pair_label)
+            n, launches = _slot_launches(ctx, group, slot, checks, pairing, n=n, total=total)
+            for launch in launches:
                 try:
-                    with contextlib.ExitStack() as stack:
-                        engines: dict[Side, EngineHandle] = {}
-                        for side in up:
-                            launch.failing = side
-                            record = EngineLaunch(
-                                side=side,
-                                group=group.id,
-                                lifetime=lifetime,
-                                checks=[c.name for c in wanted[side]]
-                                + [c.name for c in pair_checks if c not in wanted[side]],
-                                up_with=[o for o in up if o != side] if len(up) > 1 else None,
-                            )
-                            launch.records[side] = record
-                            state.engines.append(record)
-                            together = " (up together with the other side)" if len(up) > 1 else ""
-                            progress(f"{labels[side]}: starting engine{together}")
-                            engines[side] = stack.enter_context(
-                                _launch(
-                                    ctx,
-                                    group,
-                                    side,
-                                    lifetime,
-                                    attach.get(side),
-                                    record,
-                                    exclusive=not engines,
-                                    launcher=launcher,
-                                )
-                            )
-                            progress(f"{labels[side]}: engine up at {engines[side].base_url}")
-                        run_loop(_collect_launch(ctx, launch, engines, progress))
+                    _run_launch(ctx, launch, state, attach=attach, progress=progress, launcher=launcher)
                 except EngineError as exc:
                     _record_crash(ctx, launch, exc, checks, state, crashed=isinstance(exc, EngineCrashed), log=log)
                     return
@@ -206,6 +162,69 @@ def drive_engines(
                     continue
                 progress(f"{dep.name}: starting the {dep.side} engine outside its envelope ({dep.group})")
                 chk.record_deployment(ctx, dep, _deploy(ctx, dep, state, chk.name, launcher), "")
+
+
+def _slot_launches(
+    ctx: RunContext,
+    group: EngineGroup,
+    slot: list[tuple[str, int]],
+    checks: list[EngineCheck],
+    pairing: list[PairedCheck],
+    *,
+    n: int,
+    total: int,
+) -> tuple[int, list[_Launch]]:
+    """The launches of one slot (one side's lifetime, or both sides' k-th lifetimes for a pairing check): the sides
+    some check wants, one at a time, or both up together for a pairing check. Returns the launch counter too."""
+    lifetime = slot[0][1]
+    sides: list[Side] = [s for s, _ in slot]  # type: ignore[misc]  # group orders name sides only
+    wanted = {side: [c for c in checks if c.wants(ctx, group, side, lifetime)] for side in sides}
+    pair_checks = [c for c in pairing if len(slot) == 2 and c.wants_pair(ctx, group, lifetime)]
+    labels: dict[Side, str] = {}
+    for side in sides:
+        n += 1
+        labels[side] = f"[{n}/{total}] {group.id} {side} (lifetime {lifetime + 1}/{group.lifetimes_per_side})"
+    pair_label = f"[{n}/{total}] {group.id} baseline + candidate (lifetime {lifetime + 1}/{group.lifetimes_per_side})"
+    sides_up = [side for side in sides if wanted[side] or pair_checks]
+    # both engines together only for a pairing check; otherwise one at a time, as always
+    ups = [sides_up] if pair_checks else [[side] for side in sides_up]
+    return n, [_Launch(group, lifetime, up, wanted, pair_checks, labels, pair_label) for up in ups]
+
+
+def _run_launch(
+    ctx: RunContext,
+    launch: _Launch,
+    state: RunState,
+    *,
+    attach: Mapping[Side, str | None],
+    progress: Callable[[str], None],
+    launcher: Launcher | None,
+) -> None:
+    """Start the launch's engines (recording each), let every check collect on them, stop them."""
+    from fasttrack.perf.loadgen import run_loop
+
+    group, lifetime, up = launch.group, launch.lifetime, launch.up
+    with contextlib.ExitStack() as stack:
+        engines: dict[Side, EngineHandle] = {}
+        for side in up:
+            launch.failing = side
+            record = EngineLaunch(
+                side=side,
+                group=group.id,
+                lifetime=lifetime,
+                checks=[c.name for c in launch.wanted[side]]
+                + [c.name for c in launch.pair_checks if c not in launch.wanted[side]],
+                up_with=[o for o in up if o != side] if len(up) > 1 else None,
+            )
+            launch.records[side] = record
+            state.engines.append(record)
+            together = " (up together with the other side)" if len(up) > 1 else ""
+            progress(f"{launch.labels[side]}: starting engine{together}")
+            engines[side] = stack.enter_context(
+                _launch(ctx, group, side, lifetime, attach.get(side), record, exclusive=not engines, launcher=launcher)
+            )
+            progress(f"{launch.labels[side]}: engine up at {engines[side].base_url}")
+        run_loop(_collect_launch(ctx, launch, engines, progress))
 
 
 def _deploy(ctx: RunContext, dep: Deployment, state: RunState, check: str, launcher: Launcher | None) -> Any:

@@ -148,6 +148,7 @@ def finished_run(facts: RunFacts, ctx: RunContext, results: Sequence[CheckResult
         rehearsal=facts.rehearsal,
         rehearsal_reason=facts.rehearsal_reason,
         logs={SUMMARY: summary} if summary.is_file() else {},
+        expected_checks=facts.plan.check_order or (),
     )
 
 

@@ -50,7 +50,6 @@ from fasttrack.report.perf_view import perf_rows, perf_view
 from fasttrack.report.tableread import read_table
 from fasttrack.report.verification import verify_view
 from fasttrack.report.views import ArtifactView, EngineView, PRView, ReportData, VerifyView
-from fasttrack.results import ordered_checks
 
 #: Names that callers found here before the views moved to their own modules.
 __all__ = ["CHECK_TITLES", "Links", "build_report_data", "default_links", "perf_rows", "verify_view"]
@@ -152,7 +151,7 @@ def _read(view: BundleView, vr: VerifyResult, vv: VerifyView, name: str, bhash: 
             link=link,
             link_detail=fmt.one_line(link_detail, 1000),
         )
-    order = ordered_checks(m.checks)
+    order = m.check_order
     checks = [check_view(n, m.checks[n], tables.get(n, {}), policy) for n in order]
     claims, claims_note = claims_view(m, tables, scope_obj)
     artifacts, art_note = _artifacts(view, subjects, policy)

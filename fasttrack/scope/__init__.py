@@ -8,11 +8,11 @@ Fields that the public material does not state are left out (or null) and named
 in ``unknown`` with what is known; such a scope loads, ``fasttrack plan`` says
 what is missing, and ``fasttrack validate`` refuses to run it.
 
-* :mod:`~fasttrack.scope.common`: schema version, tier/feature names, the model base, validators
+* :mod:`~fasttrack.scope.common`: schema version, tier names, the model base, validators
 * :mod:`~fasttrack.scope.deployment`: model, engine arguments per side, hardware
 * :mod:`~fasttrack.scope.envelope`: the envelope and whether a config point lies inside it
 * :mod:`~fasttrack.scope.inputs`: fallback, isolation, path markers, kernels, evals, workloads, claims
-* :mod:`~fasttrack.scope.gates`: gates per check, tiers, cost-estimate assumptions
+* :mod:`~fasttrack.scope.gates`: gates per check (one gate model each), tiers, cost-estimate assumptions
 * :mod:`~fasttrack.scope.manifest`: :class:`Scope` and its cross-section rules
 * :mod:`~fasttrack.scope.loading`: finding, parsing and loading scope files; the JSON Schema
 """
@@ -25,7 +25,6 @@ from fasttrack.scope.common import (
     SUITES_DIR,
     TIER_ORDER,
     FallbackSituation,
-    Feature,
     ScopeModel,
     SharedComponent,
     TierName,
@@ -40,6 +39,7 @@ from fasttrack.scope.envelope import (
     point_outside_envelope,
 )
 from fasttrack.scope.gates import (
+    CheckGate,
     CoverageGate,
     EquivalenceGate,
     Estimates,
@@ -47,6 +47,7 @@ from fasttrack.scope.gates import (
     Gates,
     PerfGate,
     TierSpec,
+    gate_models,
 )
 from fasttrack.scope.inputs import (
     Claim,
@@ -67,6 +68,7 @@ __all__ = [
     "SUITES_DIR",
     "TIER_ORDER",
     "BatchRange",
+    "CheckGate",
     "Claim",
     "ContextRange",
     "CoverageGate",
@@ -77,7 +79,6 @@ __all__ = [
     "EvalSpec",
     "FallbackSituation",
     "FallbackSpec",
-    "Feature",
     "FeaturesGate",
     "Gates",
     "HardwareSpec",
@@ -99,6 +100,7 @@ __all__ = [
     "available_suites",
     "expand_spec_names",
     "find_scope",
+    "gate_models",
     "json_schema",
     "load_scope",
     "parse_scope",

@@ -1,5 +1,5 @@
-"""What every part of the scope shares: the schema version, names of tiers, features and
-shared components, the strict model base, and the validators the sections use."""
+"""What every part of the scope shares: the schema version, names of tiers and shared
+components, the strict model base, and the validators the sections use."""
 
 from __future__ import annotations
 
@@ -20,17 +20,6 @@ FallbackSituation = Literal[
     "prefill", "mixed_prefill_decode", "batch_above_range", "out_of_envelope_request", "unsupported_deployment"
 ]
 SharedComponent = Literal["input_preparation", "sampling", "kv_cache_management"]
-Feature = Literal[
-    "structured_output",
-    "temperature_sampling",
-    "full_context",
-    "seeded_sampling",
-    "stop_sequences",
-    "max_tokens",
-    "n_best",
-    "logprobs",
-    "speculative_acceptance",
-]
 
 #: Default locations of the components a fast-track change must not touch, in vLLM's tree.
 DEFAULT_SHARED_COMPONENTS: dict[SharedComponent, list[str]] = {

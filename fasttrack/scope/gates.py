@@ -1,13 +1,23 @@
 """The pass rules per check (thresholds and statistics), the tiers (which subset of the
-matrix each runs) and the assumptions of the plan's cost estimate."""
+matrix each runs) and the assumptions of the plan's cost estimate.
+
+A check's section of ``gates`` is its gate model: a :class:`CheckGate` subclass that names its
+check (``class PerfGate(CheckGate, check="perf")``); defining one is what makes ``gates.<check>``
+part of the scope and of its JSON Schema (:func:`gate_models`). The check declares it as its
+``gate_model``. The shipped checks' gate models are here because other layers read them too (the
+plan's cost estimate reads ``gates.equivalence``, the features check compares outputs by the
+equivalence gate); a new check defines its gate model in its own module.
+"""
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, ValidationError, create_model, model_validator
+from pydantic_core import InitErrorDetails
 
-from fasttrack.scope.common import Feature, ScopeModel
+from fasttrack.scope.common import ScopeModel
 
 PerfMetric = Literal[
     "median_tpot_ms",
@@ -24,7 +34,38 @@ def _default_perf_metrics() -> list[PerfMetric]:
     return ["median_tpot_ms", "output_throughput"]
 
 
-class EquivalenceGate(ScopeModel):
+class CheckGate(ScopeModel):
+    """The gate settings of one check (its section of the scope's ``gates``); subclasses name the check."""
+
+    check_name: ClassVar[str] = ""
+    """The check whose section this is (the key under ``gates``)."""
+
+    def __init_subclass__(cls, *, check: str | None = None, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        if check is not None:
+            prior = _GATE_MODELS.get(check)
+            if prior is not None and prior.__qualname__ != cls.__qualname__:
+                raise TypeError(f"gates.{check} is declared twice ({prior.__qualname__}, {cls.__qualname__})")
+            cls.check_name = check
+            _GATE_MODELS[check] = cls
+
+
+_GATE_MODELS: dict[str, type[CheckGate]] = {}
+
+G = TypeVar("G", bound=CheckGate)
+
+
+def gate_models() -> dict[str, type[CheckGate]]:
+    """Every gate section a scope may have: check name -> its gate model (in the order they were declared)."""
+    return dict(_GATE_MODELS)
+
+
+def forget_gate_model(check: str) -> None:
+    """Drop the gate section of ``check`` (a check a test registered for its own run)."""
+    _GATE_MODELS.pop(check, None)
+
+
+class EquivalenceGate(CheckGate, check="equivalence"):
     top_k: int = Field(default=5, ge=1)
     """Logprobs requested per position; vLLM's check_logprobs_close rule uses them."""
     max_tokens: int = Field(default=32, ge=1)
@@ -36,7 +77,7 @@ class EquivalenceGate(ScopeModel):
     """Fraction of requests per batch size that must satisfy the check_logprobs_close rule."""
 
 
-class FeaturesGate(ScopeModel):
+class FeaturesGate(CheckGate, check="features"):
     min_json_conformance: float = Field(default=1.0, ge=0, le=1)
     sampling_alpha: float = Field(default=0.001, gt=0, lt=1)
     """Significance level of the chi-square goodness-of-fit test."""
@@ -44,12 +85,12 @@ class FeaturesGate(ScopeModel):
     temperatures: list[float] = Field(default_factory=lambda: [1.0])
 
 
-class CoverageGate(ScopeModel):
+class CoverageGate(CheckGate, check="coverage"):
     min_optimized_decode_fraction: float = Field(default=0.95, ge=0, le=1)
     """Fraction of decode steps at an in-scope point that must run the optimized path."""
 
 
-class PerfGate(ScopeModel):
+class PerfGate(CheckGate, check="perf"):
     noise_margin: float = Field(default=0.05, ge=0, lt=1)
     """A point passes when the lower confidence bound of its speedup is >= 1 - noise_margin."""
     confidence: float = Field(default=0.95, gt=0.5, lt=1)
@@ -84,10 +125,59 @@ class PerfGate(ScopeModel):
 
 
 class Gates(ScopeModel):
-    equivalence: EquivalenceGate = Field(default_factory=EquivalenceGate)
-    features: FeaturesGate = Field(default_factory=FeaturesGate)
-    coverage: CoverageGate = Field(default_factory=CoverageGate)
-    perf: PerfGate = Field(default_factory=PerfGate)
+    """Thresholds and statistics per check: one section per check that declares a gate, with its defaults where
+    the scope leaves it out."""
+
+    # the sections are the declared gate models (gate_models()); ``gates.perf`` reads the perf check's section,
+    # ``gates.of(PerfGate)`` the same, typed
+
+    model_config = ConfigDict(extra="allow")
+
+    if TYPE_CHECKING:  # pragma: no cover - the sections are the declared gate models, read as attributes
+
+        def __getattr__(self, name: str) -> Any: ...
+
+    @model_validator(mode="before")
+    @classmethod
+    def _sections(cls, data: Any) -> Any:
+        if isinstance(data, Gates):
+            return data
+        if data is None:
+            data = {}
+        if not isinstance(data, Mapping):
+            raise ValueError("gates must be a mapping of check name to that check's gate settings")
+        models = gate_models()
+        errors: list[InitErrorDetails] = [
+            {"type": "extra_forbidden", "loc": (str(k),), "input": v} for k, v in data.items() if k not in models
+        ]
+        out: dict[str, Any] = {}
+        for name, model in models.items():
+            given = data.get(name)
+            try:
+                out[name] = given if isinstance(given, model) else model.model_validate({} if given is None else given)
+            except ValidationError as exc:
+                for e in exc.errors(include_url=False):
+                    err: InitErrorDetails = {"type": e["type"], "loc": (name, *e["loc"]), "input": e["input"]}
+                    if "ctx" in e:
+                        err["ctx"] = e["ctx"]
+                    errors.append(err)
+        if errors:
+            raise ValidationError.from_exception_data("Gates", errors)
+        return out
+
+    def of(self, model: type[G]) -> G:
+        """The section of ``model``'s check, typed."""
+        got = getattr(self, model.check_name, None)
+        if not isinstance(got, model):
+            raise KeyError(f"gates.{model.check_name} is not a {model.__name__} (is its check registered?)")
+        return got
+
+    @classmethod
+    def declared_schema(cls) -> dict[str, Any]:
+        """The JSON Schema of ``gates`` with one property per declared gate model (for the scope's schema)."""
+        fields: dict[str, Any] = {n: (m, Field(default_factory=m)) for n, m in gate_models().items()}
+        model = create_model("Gates", __base__=ScopeModel, __doc__=cls.__doc__, **fields)
+        return model.model_json_schema(ref_template="#/$defs/{model}")
 
 
 class TierSpec(ScopeModel):
@@ -103,7 +193,7 @@ class TierSpec(ScopeModel):
     is not required for this tier's verdict; isolation runs in every tier."""
     workloads: list[str] | None = None
     """Perf workloads this tier runs (null = all)."""
-    features: list[Feature] | None = None
+    features: list[str] | None = None
     """Serving features this tier checks (null = every feature of the scope)."""
     evals: list[str] | None = None
     """Evals this tier runs, by name (null = all)."""

@@ -4,6 +4,7 @@ errors that name the file, the line and the dotted field; the JSON Schema."""
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from fasttrack.errors import ScopeError
 from fasttrack.limits import YAML_MAX_BYTES, read_capped, yaml_problem
 from fasttrack.scope.common import SUITES_DIR
+from fasttrack.scope.gates import Gates
 from fasttrack.scope.manifest import Scope
 
 
@@ -147,9 +149,19 @@ def load_scope(name_or_path: str) -> LoadedScope:
     return LoadedScope(scope=scope, path=path.resolve(), text=text, sha256=hashlib.sha256(text.encode()).hexdigest())
 
 
-def json_schema() -> dict[str, Any]:
-    """The scope's JSON Schema (checked in as schemas/scope.schema.json)."""
+def json_schema(features: Sequence[str] | None = None) -> dict[str, Any]:
+    """The scope's JSON Schema (checked in as schemas/scope.schema.json): ``gates`` has a section per declared gate
+    model, and ``features`` (and the tiers' ``features``) the names in ``features`` when they are given (the
+    features check's registry; ``fasttrack schemas`` gives them)."""
     schema = Scope.model_json_schema()
+    gates = Gates.declared_schema()
+    schema["$defs"].update(gates.pop("$defs", {}))
+    schema["$defs"]["Gates"] = gates
+    if features is not None:
+        names = {"enum": list(features), "type": "string"}
+        schema["properties"]["features"]["items"] = names
+        tier_features = schema["$defs"]["TierSpec"]["properties"]["features"]["anyOf"]
+        next(a for a in tier_features if a.get("type") == "array")["items"] = names
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["$id"] = "https://fasttrack.dev/schemas/scope.schema.json"
     return schema

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from fasttrack.scope.common import TIER_ORDER, Feature, ScopeModel, TierName, check_unique
+from fasttrack.scope.common import TIER_ORDER, ScopeModel, TierName, check_unique
 from fasttrack.scope.deployment import EngineSpec, HardwareSpec, ModelSpec
 from fasttrack.scope.envelope import Envelope, expand_spec_names, point_outside_envelope
 from fasttrack.scope.gates import Estimates, Gates, TierSpec
@@ -33,8 +33,9 @@ class Scope(ScopeModel):
     envelope: Envelope | None = None
     fallback: FallbackSpec | None = None
     isolation: IsolationSpec | None = None
-    features: list[Feature] = Field(default_factory=list)
-    """Serving features that must keep working on the optimized path."""
+    features: list[str] = Field(default_factory=list)
+    """Serving features that must keep working on the optimized path (the features check's registered features;
+    ``fasttrack plan`` names one it does not know)."""
     evals: list[EvalSpec] = Field(default_factory=list)
     kernels: list[KernelSuite] = Field(default_factory=list)
     path_markers: PathMarkers | None = None

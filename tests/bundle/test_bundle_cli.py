@@ -117,7 +117,7 @@ def test_verify_pr_head_does_not_vouch_for_an_unproven_link(tmp_path: Path) -> N
 
 def test_verify_json_says_a_bundle_without_pr_link_is_not_pr_evidence(tmp_path: Path) -> None:
     from fasttrack import bundle as B
-    from fasttrack.results import NOT_PR_EVIDENCE
+    from fasttrack.results import LEGACY_CHECK_ORDER, NOT_PR_EVIDENCE
 
     keys = tmp_path / "keys"
     assert ft("keys", "generate", "-o", keys, "--name", "ci").returncode == 0
@@ -132,6 +132,7 @@ def test_verify_json_says_a_bundle_without_pr_link_is_not_pr_evidence(tmp_path: 
         scope=B.scope_info("name: demo-llama\n", model="demo-llama", tier="smoke"),
         plan=B.plan_info({"points": [{"id": "b1"}]}),
         provenance=make_provenance(),
+        expected_checks=LEGACY_CHECK_ORDER,
         sign_keys=[B.load_private_key(keys / "ci")],
     )
     out = json.loads(ft("verify", nopr, "--key", keys / "ci.pub", "--json").stdout)
