@@ -109,7 +109,7 @@ def verify_cmd(
             mark = "[green]ok[/]" if it.ok else ("[dim]-[/]" if it.ok is None else "[bold red]FAIL[/]")
             table.add_row(it.name, mark, shown(it.detail))
         console.print(table)
-        signed = [f"{s['identity']} (key {s['keyid'][:16]})" for s in res.signatures if s.get("identity")]
+        signed = [f"{s['identity']} (key {s['key'][:16]})" for s in res.signatures if s.get("identity")]
         if signed:
             console.print(shown("signed by: " + ", ".join(signed)), highlight=False)
         status = "[green]verified[/]" if res.verified else "[bold red]NOT verified[/]"

@@ -100,7 +100,9 @@ class VerifyResult(BaseModel):
     """Key ids of the distinct trusted keys whose signatures verified (the keys' own ids, not
     the ids the signatures claim)."""
     signatures: list[dict[str, Any]]
-    """Every signature on the envelope: keyid, status (valid/invalid/untrusted), signer, identity."""
+    """Every signature on the envelope: keyid (as the envelope claims it: not signed, so only a hint; displays
+    name a signature by ``key``, the id of the trusted key that verified it), status (valid/invalid/untrusted),
+    key, signer, identity, duplicate, claims_trusted_key."""
     identities: list[str] = []
     """Who signed: the identities of the trusted keys whose signatures verified (see
     :mod:`fasttrack.bundle.trust`)."""
@@ -124,6 +126,33 @@ class VerifyResult(BaseModel):
     @property
     def failures(self) -> list[VerifyItem]:
         return [it for it in self.items if it.ok is False]
+
+
+def signatures_in_words(sigs: Sequence[dict[str, Any]], trusted_ids: set[str]) -> str:
+    """The signatures of an envelope, in words that quote only trusted keys' own ids.
+
+    A signature's ``keyid`` is not signed (DSSE signs the payload only), so anyone can
+    edit it. A valid signature is named by the trusted key that verified it; an invalid
+    one by its key id only when that id is a trusted key's (it claimed that key); every
+    other entry is counted, never quoted."""
+    parts: list[str] = []
+    for s in sigs:
+        if s["status"] == "valid":
+            parts.append(
+                f"key {s['key'][:16]} valid"
+                + (f" by {s['identity']}" if s.get("identity") else "")
+                + (f" ({s['signer']})" if s["signer"] else "")
+                + (" [a copy of a signature already counted]" if s.get("duplicate") else "")
+            )
+        elif s["status"] == "invalid" and s["keyid"] in trusted_ids:
+            parts.append(f"key {s['keyid'][:16]} invalid (a trusted key's id, and the signature does not verify)")
+    invalid_other = sum(1 for s in sigs if s["status"] == "invalid" and s["keyid"] not in trusted_ids)
+    untrusted = sum(1 for s in sigs if s["status"] == "untrusted")
+    if invalid_other:
+        parts.append(f"{invalid_other} signature(s) that are not base64")
+    if untrusted:
+        parts.append(f"{untrusted} signature(s) made by no trusted key")
+    return "; ".join(parts)
 
 
 def verify_bundle(
@@ -225,17 +254,14 @@ def verify_bundle(
             put("signature", False, "the attestation is not signed")
         else:
             sigs = check_signatures(env, trusted)
+            trusted_ids = {k.keyid for k in trusted}
             for s, who in zip(sigs, signer_identities(env, sigs, trusted, names), strict=True):
                 s["identity"] = who
+                # whether the (unsigned, editable) key id names a trusted key: only then is it ever shown
+                s["claims_trusted_key"] = s["keyid"] in trusted_ids
             signer_keys = {s["key"] for s in sigs if s["status"] == "valid"}
             invalid = [s for s in sigs if s["status"] == "invalid"]
-            desc = "; ".join(
-                f"{s['keyid'][:16] or '(no key id)'} {s['status']}"
-                + (f" by {s['identity']}" if s.get("identity") else "")
-                + (f" ({s['signer']})" if s["signer"] else "")
-                + (f" [made by key {s['key'][:16]}, already counted]" if s.get("duplicate") else "")
-                for s in sigs
-            )
+            desc = signatures_in_words(sigs, trusted_ids)
             if invalid:
                 put("signature", False, f"a signature with a trusted key id does not verify: {desc}")
             elif len(signer_keys) < min_signatures:
