@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from fasttrack.limits import GLOB_MAX_CHARS
 from fasttrack.scope.common import (
     DEFAULT_SHARED_COMPONENTS,
     FallbackSituation,
@@ -67,7 +68,30 @@ class IsolationSpec(ScopeModel):
     def _nonempty(cls, v: list[str]) -> list[str]:
         if not v:
             raise ValueError("owned_paths must name at least one glob")
+        return _bounded_globs(v)
+
+    @field_validator("allowed_paths")
+    @classmethod
+    def _allowed_bounded(cls, v: list[str]) -> list[str]:
+        return _bounded_globs(v)
+
+    @field_validator("shared_components")
+    @classmethod
+    def _shared_bounded(cls, v: dict[SharedComponent, list[str]]) -> dict[SharedComponent, list[str]]:
+        for globs in v.values():
+            _bounded_globs(globs)
         return v
+
+
+def _bounded_globs(globs: list[str]) -> list[str]:
+    """Each glob at most ``GLOB_MAX_CHARS`` characters and free of control characters (a glob is matched in
+    linear time whatever it holds; the bound keeps each match short)."""
+    for g in globs:
+        if len(g) > GLOB_MAX_CHARS:
+            raise ValueError(f"glob {g[:40]!r}... is {len(g)} characters; a glob may have at most {GLOB_MAX_CHARS}")
+        if any(ord(c) < 32 or c == "\x7f" for c in g):
+            raise ValueError(f"glob {g[:60]!r} holds a control character")
+    return globs
 
 
 class PathMarkers(ScopeModel):
