@@ -96,12 +96,12 @@ class Glob:
                     tokens += ["(", "**", "/"]
                 i += 3
             elif glob[i] == "*":
-                star = "**" if glob.startswith("**", i) else "*"
-                i += len(star)
+                stars = "**" if glob.startswith("**", i) else "*"
+                i += len(stars)
                 if tokens and tokens[-1] in ("*", "**") and tokens[-2:-1] != ["("]:
-                    tokens[-1] = "**" if "**" in (star, tokens[-1]) else "*"  # a run of stars is one star
+                    tokens[-1] = "**" if "**" in (stars, tokens[-1]) else "*"  # a run of stars is one star
                 else:
-                    tokens.append(star)
+                    tokens.append(stars)
             else:
                 tokens.append(glob[i])
                 i += 1

@@ -134,9 +134,14 @@ def merge_cmd(
     key: list[Path] = typer.Option(
         [], "--key", "-k", help="Require every shard to be signed by this key (repeatable)."
     ),
-    trust: Optional[Path] = typer.Option(None, "--trust", help="Require every shard to be signed by a key in DIR."),
+    trust: Optional[Path] = typer.Option(
+        None, "--trusted-keys", "--trust", help="Require every shard to be signed by a key in DIR."
+    ),
 ) -> None:
-    """Combine the shard bundles of one plan into one bundle and sign it."""
+    """Combine the shard bundles of one plan into one bundle and sign it.
+
+    --sign-key needs --key or --trusted-keys: every shard must verify against that trust set
+    (a trusted signature over matching files) before the merged bundle is signed."""
     from fasttrack.bundle.merge import merge_bundles
 
     sks = [load_private_key(k) for k in sign_key]
