@@ -179,6 +179,19 @@ def read_rows(source: Path | bytes) -> list[dict[str, Any]]:
     return out
 
 
+def read_columns(source: Path | bytes, columns: Sequence[str]) -> list[dict[str, Any]]:
+    """The rows of a bundle table, holding only those of ``columns`` the table has (decoded as
+    :func:`read_rows` decodes them; the other columns are never read)."""
+    try:
+        f = pq.ParquetFile(pa.BufferReader(source) if isinstance(source, (bytes, bytearray)) else str(source))
+        have = [c for c in columns if c in f.schema_arrow.names]
+        table = f.read(columns=have)
+    except (pa.ArrowException, OSError, ValueError, UnicodeDecodeError) as exc:
+        raise BundleError(f"not a readable Parquet file: {type(exc).__name__}: {str(exc)[:300]}") from None
+    fields = list(table.schema)
+    return [{fl.name: _decode(fl, row[fl.name]) for fl in fields} for row in table.to_pylist()]
+
+
 def parquet_num_rows(source: Path | bytes) -> tuple[int, list[str]]:
     """Row count and column names from the Parquet footer (no data pages are read)."""
     try:

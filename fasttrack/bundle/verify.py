@@ -13,7 +13,9 @@ Each property is one named item of the result:
 - ``schema``: ``manifest.json`` validates against the JSON Schema and the models.
 - ``predicate``: the signed summary equals the one derived from the manifest.
 - ``verdicts``: the bundle verdict recomputed from the check entries equals the
-  recorded one, and no check fails without a reason.
+  recorded one, no check fails without a reason, and no check recorded ``pass`` has rows
+  in its own table that fail (the perf check's gated rows, equivalence points, ...:
+  :data:`~fasttrack.bundle.consistency.ROW_RULES`).
 - ``tables``: every check table exists where recorded, with the recorded rows and
   columns; no table or listed artifact is missing; no stray table.
 - ``pr_head``: the tested head commit equals ``--pr-head`` and the link to it is proven: the
@@ -38,6 +40,7 @@ from fasttrack.bundle.consistency import (
     pr_head_problem,
     pr_link_state,
     predicate_problems,
+    row_verdict_problems,
     schema_problems,
     table_problems,
     verdict_problems,
@@ -310,7 +313,7 @@ def verify_bundle(
                 if diff
                 else "signed summary matches the manifest",
             )
-        vp = verdict_problems(manifest)
+        vp = verdict_problems(manifest) + row_verdict_problems(manifest, contents)
         per_check = ", ".join(f"{n}={e.verdict.value}" for n, e in manifest.checks.items())
         put(
             "verdicts",
