@@ -185,7 +185,7 @@ def read_columns(source: Path | bytes, columns: Sequence[str]) -> list[dict[str,
     try:
         f = pq.ParquetFile(pa.BufferReader(source) if isinstance(source, (bytes, bytearray)) else str(source))
         have = [c for c in columns if c in f.schema_arrow.names]
-        table = f.read(columns=have)
+        table = f.read(columns=have, use_threads=False)
     except (pa.ArrowException, OSError, ValueError, UnicodeDecodeError) as exc:
         raise BundleError(f"not a readable Parquet file: {type(exc).__name__}: {str(exc)[:300]}") from None
     fields = list(table.schema)

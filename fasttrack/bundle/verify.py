@@ -51,7 +51,7 @@ from fasttrack.bundle.keys import PublicKey, resolve_keys
 from fasttrack.bundle.layout import ATTESTATION, MANIFEST
 from fasttrack.bundle.manifest import Manifest
 from fasttrack.bundle.safe_tar import DEFAULT_LIMITS, Limits
-from fasttrack.bundle.scan import Contents, scan_dir, scan_tar
+from fasttrack.bundle.scan import Contents, scan_dir, scan_tar, tree_sha256
 from fasttrack.bundle.trust import identity_names, signer_identities
 from fasttrack.limits import MANIFEST_MAX_BYTES
 
@@ -119,6 +119,10 @@ class VerifyResult(BaseModel):
     manifest is unreadable."""
     pr_link_detail: str = ""
     """Why, in one sentence."""
+    content_sha256: str | None = None
+    """For a directory of regular files: its content id (sha256 over ``relpath NUL sha256`` lines of the
+    files this pass read and hashed, sorted), so a caller can name the bundle by the very bytes that were
+    verified; None for a tarball or a directory holding anything but regular files."""
 
     def item(self, name: str) -> VerifyItem:
         for it in self.items:
@@ -198,6 +202,7 @@ def verify_bundle(
             identities=sorted({s["identity"] for s in sigs if s["status"] == "valid" and s.get("identity")}),
             items=ordered,
             bytes_hashed=total,
+            content_sha256=tree_sha256(contents.digests) if p.is_dir() and not contents.problems else None,
         )
 
     contents = Contents()

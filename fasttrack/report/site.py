@@ -32,7 +32,7 @@ from typing import Any, Literal
 from fasttrack.bundle.errors import BundleError
 from fasttrack.bundle.layout import ATTESTATION, MANIFEST
 from fasttrack.errors import FasttrackError
-from fasttrack.report.identity import bundle_hash, fingerprint
+from fasttrack.report.identity import bundle_hash
 from fasttrack.report.index_db import Index
 from fasttrack.report.links import quote_path, served_name
 from fasttrack.report.records import BundleRecord, record_from
@@ -107,10 +107,18 @@ def _init_worker(key_paths: Sequence[str], trust_dir: str | None) -> None:
 class _Job:
     rel: str
     path: str
-    fingerprint: str
     site: str
     artifacts: str
     known: frozenset[str]
+
+
+def hash_bundle(item: tuple[str, str]) -> tuple[str, str | None, str | None]:
+    """``(rel, content id, None)`` of one found bundle, or ``(rel, None, error)``."""
+    rel, path = item
+    try:
+        return rel, bundle_hash(Path(path)), None
+    except OSError as exc:
+        return rel, None, f"{rel}: cannot read: {exc}"
 
 
 def _copy_members(path: Path, members: Sequence[str], dest: Path) -> None:
@@ -140,21 +148,34 @@ def _copy_members(path: Path, members: Sequence[str], dest: Path) -> None:
                 shutil.copyfileobj(mem.stream, f, 1 << 20)
 
 
-def process_bundle(job: _Job) -> tuple[str, str, str, str | None, str | None]:
-    """Hash, verify, read and render one bundle: ``(rel, fingerprint, id, record json | None, error)``.
+def process_bundle(job: _Job) -> tuple[str, str, str | None, str | None]:
+    """Verify, read and render one bundle: ``(rel, id, record json | None, error)``.
 
-    When the content hash is already indexed (``job.known``) only the hash is computed.
+    The id is the content hash of what was verified: a tarball's bytes, hashed before it is verified;
+    a directory's tree hash, from the digests its verification computed (so an edit between the two
+    cannot leave a record under the id of other bytes). When that id is already indexed (``job.known``)
+    nothing is rendered.
     """
+    from fasttrack.bundle.verify import verify_bundle
     from fasttrack.report.load import Links, build_report_data
     from fasttrack.report.report import report_html
 
     path = Path(job.path)
     try:
-        h = bundle_hash(path)
+        h = "" if path.is_dir() else bundle_hash(path)
     except OSError as exc:
-        return job.rel, job.fingerprint, "", None, f"{job.rel}: cannot read: {exc}"
+        return job.rel, "", None, f"{job.rel}: cannot read: {exc}"
+    if h and h in job.known:
+        return job.rel, h, None, None
+    try:
+        vr = verify_bundle(path, keys=_worker_keys)
+        h = h or vr.content_sha256 or bundle_hash(path)
+    except BundleError as exc:
+        return job.rel, h, None, f"{job.rel}: {exc.message}"
+    except OSError as exc:
+        return job.rel, h, None, f"{job.rel}: cannot read: {exc}"
     if h in job.known:
-        return job.rel, job.fingerprint, h, None, None
+        return job.rel, h, None, None
     short = h[:16]
     site = Path(job.site)
     if job.artifacts == "copy":
@@ -164,17 +185,11 @@ def process_bundle(job: _Job) -> tuple[str, str, str, str | None, str | None]:
     else:
         links = Links(base=None, reason="not linked: this site was built without the bundles' files")
     try:
-        data = build_report_data(path, keys=_worker_keys, links=links, content_hash=h)
+        data = build_report_data(path, keys=_worker_keys, links=links, verify_result=vr, content_hash=h)
     except BundleError as exc:
-        return job.rel, job.fingerprint, h, None, f"{job.rel}: {exc.message}"
+        return job.rel, h, None, f"{job.rel}: {exc.message}"
     except Exception as exc:  # noqa: BLE001 - one hostile or broken bundle must not stop the whole dashboard
-        return (
-            job.rel,
-            job.fingerprint,
-            h,
-            None,
-            f"{job.rel}: could not be read ({type(exc).__name__}: {str(exc)[:300]})",
-        )
+        return job.rel, h, None, f"{job.rel}: could not be read ({type(exc).__name__}: {str(exc)[:300]})"
     write_text(site / "reports" / f"{short}.html", report_html(data, back_href="../index.html"))
     dest = site / "bundles" / short
     if dest.exists():
@@ -183,7 +198,7 @@ def process_bundle(job: _Job) -> tuple[str, str, str, str | None, str | None]:
         try:
             _copy_members(path, data.linkable, dest)
         except (BundleError, OSError) as exc:
-            return job.rel, job.fingerprint, h, None, f"{job.rel}: cannot copy its files: {exc}"
+            return job.rel, h, None, f"{job.rel}: cannot copy its files: {exc}"
     rec = record_from(
         data,
         bundle_id=h,
@@ -192,7 +207,7 @@ def process_bundle(job: _Job) -> tuple[str, str, str, str | None, str | None]:
         report=f"reports/{short}.html",
         members=data.linkable,
     )
-    return job.rel, job.fingerprint, h, rec.model_dump_json(), None
+    return job.rel, h, rec.model_dump_json(), None
 
 
 # --------------------------------------------------------------------------- build
@@ -239,26 +254,35 @@ def build_site(
                     shutil.rmtree(site / sub)
         found = discover(bdir)
         sources = index.sources()
-        todo: list[_Job] = []
-        reused = 0
-        seen = set()
-        known = frozenset(r for r in _ids_with_reports(index, site))
-        for rel, p in found:
-            seen.add(rel)
-            try:
-                fp = fingerprint(p)
-            except OSError as exc:
-                errors.append(f"{rel}: cannot stat: {exc}")
-                continue
-            old = sources.get(rel)
-            if old and old[0] == fp and old[1] in known:
-                reused += 1
-                continue
-            todo.append(_Job(rel=rel, path=str(p), fingerprint=fp, site=str(site), artifacts=artifacts, known=known))
-        results = _run(todo, key_paths, str(trust_dir) if trust_dir else None, jobs)
+        on_disk = _reports_on_disk(site)
+        known = frozenset(i for i in index.ids() if i[:16] in on_disk)
+        with _Workers(key_paths, str(trust_dir) if trust_dir else None, jobs, len(found)) as workers:
+            # every found bundle is hashed (in the workers) and looked up by its content: sizes and times
+            # say nothing (an edit in place can keep both); none is hashed twice on a first build
+            hashes: dict[str, str] = {}
+            unreadable: set[str] = set()
+            if known:
+                for rel, h, err in workers.map(hash_bundle, [(rel, str(p)) for rel, p in found]):
+                    if err or h is None:
+                        errors.append(err or f"{rel}: cannot read")
+                        unreadable.add(rel)
+                    else:
+                        hashes[rel] = h
+            todo: list[_Job] = []
+            reused = 0
+            seen = set()
+            for rel, p in found:
+                seen.add(rel)
+                h = hashes.get(rel)
+                if h is not None and h in known:
+                    reused += 1
+                    index.put_source(rel, h)
+                elif not known or h is not None:
+                    todo.append(_Job(rel=rel, path=str(p), site=str(site), artifacts=artifacts, known=known))
+            results = workers.map(process_bundle, todo)
         read = 0
         with index.transaction():
-            for rel, fp, h, rec_json, err in results:
+            for rel, h, rec_json, err in results:
                 if err:
                     errors.append(err)
                     index.drop_source(rel)
@@ -268,9 +292,11 @@ def build_site(
                     read += 1
                 else:
                     reused += 1
-                index.put_source(rel, fp, h)
+                index.put_source(rel, h)
             for rel in set(sources) - seen:
                 index.drop_source(rel)
+            for rel in unreadable:
+                index.drop_source(rel)  # unreadable now: its old record must not stay listed
             removed = 0
             for bid in index.orphans():
                 index.drop(bid)
@@ -297,18 +323,36 @@ def build_site(
         index.close()
 
 
-def _ids_with_reports(index: Index, site: Path) -> list[str]:
+def _reports_on_disk(site: Path) -> set[str]:
+    """Ids (first 16 hex digits) whose report page exists."""
     reports = site / "reports"
-    have = {p.stem for p in reports.glob("*.html")} if reports.is_dir() else set()
-    return [r.id for r in index.records() if r.short in have]
+    return {p.stem for p in reports.glob("*.html")} if reports.is_dir() else set()
 
 
-def _run(todo: list[_Job], key_paths: list[str], trust_dir: str | None, jobs: int | None) -> list[tuple]:
-    if not todo:
-        return []
-    n = jobs if jobs is not None else min(os.cpu_count() or 1, 8)
-    if n <= 1 or len(todo) < 4:
-        _init_worker(key_paths, trust_dir)
-        return [process_bundle(j) for j in todo]
-    with ProcessPoolExecutor(max_workers=n, initializer=_init_worker, initargs=(key_paths, trust_dir)) as ex:
-        return list(ex.map(process_bundle, todo, chunksize=max(1, min(16, len(todo) // (4 * n) or 1))))
+class _Workers:
+    """The build's worker processes (verification and rendering run there), or this process for small jobs."""
+
+    def __init__(self, key_paths: list[str], trust_dir: str | None, jobs: int | None, size: int) -> None:
+        self.n = jobs if jobs is not None else min(os.cpu_count() or 1, 8)
+        self.args = (key_paths, trust_dir)
+        self.pool: ProcessPoolExecutor | None = None
+        if self.n > 1 and size >= 4:
+            self.pool = ProcessPoolExecutor(max_workers=self.n, initializer=_init_worker, initargs=self.args)
+        else:
+            _init_worker(*self.args)
+
+    def __enter__(self) -> "_Workers":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.pool is not None:
+            self.pool.shutdown()
+
+    def map(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
+        if not items:
+            return []
+        if self.pool is None or len(items) < 4:
+            if self.pool is not None:
+                _init_worker(*self.args)
+            return [fn(x) for x in items]
+        return list(self.pool.map(fn, items, chunksize=max(1, min(64, len(items) // (4 * self.n) or 1))))
