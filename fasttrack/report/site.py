@@ -18,12 +18,13 @@ Every page is rendered from the bundles only, after verifying each one.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 import stat
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -123,18 +124,28 @@ def hash_bundle(item: tuple[str, str]) -> tuple[str, str | None, str | None]:
 
 def _copy_members(path: Path, members: Sequence[str], dest: Path) -> None:
     wanted = {m for m in members if quote_path(m) is not None}
+    made: set[Path] = set()
+
+    def folder(dst: Path) -> None:
+        if dst.parent not in made:
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            made.add(dst.parent)
+
     if path.is_dir():
         root = path.resolve()
+        inside: dict[Path, bool] = {}  # folder -> resolves under root (links followed), asked once per folder
         for m in sorted(wanted):
             src = root / m
             try:
                 st = os.lstat(src)
             except OSError:
                 continue
-            if not stat.S_ISREG(st.st_mode) or not src.resolve().is_relative_to(root):
+            if src.parent not in inside:
+                inside[src.parent] = src.parent.resolve().is_relative_to(root)
+            if not stat.S_ISREG(st.st_mode) or not inside[src.parent]:
                 continue
             dst = dest / served_name(m)
-            dst.parent.mkdir(parents=True, exist_ok=True)
+            folder(dst)
             shutil.copyfile(src, dst, follow_symlinks=False)
     else:
         from fasttrack.bundle.safe_tar import iter_members
@@ -143,7 +154,7 @@ def _copy_members(path: Path, members: Sequence[str], dest: Path) -> None:
             if mem.is_dir or mem.name not in wanted or mem.stream is None:
                 continue
             dst = dest / served_name(mem.name)
-            dst.parent.mkdir(parents=True, exist_ok=True)
+            folder(dst)
             with open(dst, "wb") as f:
                 shutil.copyfileobj(mem.stream, f, 1 << 20)
 
@@ -279,40 +290,44 @@ def build_site(
                     index.put_source(rel, h)
                 elif not known or h is not None:
                     todo.append(_Job(rel=rel, path=str(p), site=str(site), artifacts=artifacts, known=known))
-            results = workers.map(process_bundle, todo)
-        read = 0
-        with index.transaction():
-            for rel, h, rec_json, err in results:
-                if err:
-                    errors.append(err)
+            read = 0
+            with index.transaction():  # records go into the index as the workers finish them
+                for rel, h, rec_json, err in workers.map(process_bundle, todo):
+                    if err:
+                        errors.append(err)
+                        index.drop_source(rel)
+                        continue
+                    if rec_json is not None:
+                        index.put(BundleRecord.model_validate_json(rec_json))
+                        read += 1
+                    else:
+                        reused += 1
+                    index.put_source(rel, h)
+                for rel in set(sources) - seen:
                     index.drop_source(rel)
-                    continue
-                if rec_json is not None:
-                    index.put(BundleRecord.model_validate_json(rec_json))
-                    read += 1
-                else:
-                    reused += 1
-                index.put_source(rel, h)
-            for rel in set(sources) - seen:
-                index.drop_source(rel)
-            for rel in unreadable:
-                index.drop_source(rel)  # unreadable now: its old record must not stay listed
-            removed = 0
-            for bid in index.orphans():
-                index.drop(bid)
-                removed += 1
-                for p in (site / "reports" / f"{bid[:16]}.html",):
-                    p.unlink(missing_ok=True)
-                shutil.rmtree(site / "bundles" / bid[:16], ignore_errors=True)
-            index.set_meta("config", config)
-        records = index.records()
-        write_index(site, records, errors=errors)
+                for rel in unreadable:
+                    index.drop_source(rel)  # unreadable now: its old record must not stay listed
+                removed = 0
+                for bid in index.orphans():
+                    index.drop(bid)
+                    removed += 1
+                    for p in (site / "reports" / f"{bid[:16]}.html",):
+                        p.unlink(missing_ok=True)
+                    shutil.rmtree(site / "bundles" / bid[:16], ignore_errors=True)
+                index.set_meta("config", config)
+        # the pages hold the records and the errors only: with the same of both they are left as they are
+        ids = sorted(index.ids())
+        stamp = hashlib.sha256(json.dumps([config, ids, errors]).encode()).hexdigest()
+        if index.meta("pages") != stamp or not (site / "index.html").is_file() or read or removed:
+            write_index(site, index.records(), errors=errors)
+            with index.transaction():
+                index.set_meta("pages", stamp)
         if log:
             took = time.perf_counter() - t0
-            log(f"{len(records)} bundles: {read} read, {reused} unchanged, {removed} removed ({took:.1f} s)")
+            log(f"{len(ids)} bundles: {read} read, {reused} unchanged, {removed} removed ({took:.1f} s)")
         return BuildStats(
             site=site,
-            bundles=len(records),
+            bundles=len(ids),
             read=read,
             reused=reused,
             removed=removed,
@@ -348,11 +363,12 @@ class _Workers:
         if self.pool is not None:
             self.pool.shutdown()
 
-    def map(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
+    def map(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> Iterator[Any]:
+        """``fn`` over ``items`` in order, as the results come (small chunks: no worker idles at the end)."""
         if not items:
-            return []
+            return iter(())
         if self.pool is None or len(items) < 4:
             if self.pool is not None:
                 _init_worker(*self.args)
-            return [fn(x) for x in items]
-        return list(self.pool.map(fn, items, chunksize=max(1, min(64, len(items) // (4 * self.n) or 1))))
+            return (fn(x) for x in items)
+        return self.pool.map(fn, items, chunksize=max(1, min(16, len(items) // (8 * self.n) or 1)))
