@@ -18,8 +18,9 @@ reviewer to judge.
 The recorded scope comes from whoever made the bundle, and the rerun starts engines on this
 host, so it is checked before anything runs (:func:`check_recorded_scope`): it loads within the
 scope limits and its names are slugs; its engine environment passes the allow-list of
-:mod:`fasttrack.engine.untrusted` and its engine arguments load no code (``--trust-bundle-env``
-lifts both, for a user who read them); its model builder is one a shipped suite uses; and every
+:mod:`fasttrack.engine.untrusted` and its engine arguments load no code, unless its model and
+engine settings are exactly those of the shipped suite of its name (``--trust-bundle-env`` lifts
+both, for a user who read them); its model builder is one a shipped suite uses; and every
 path it names resolves under the folder the recorded scope is written to.
 """
 
@@ -193,6 +194,21 @@ def _suite_builders() -> set[str]:
     return out
 
 
+def _as_shipped(scope: Any) -> bool:
+    """Whether the scope's model and engine settings are exactly those of the shipped suite of its name
+    (which the user trusts already: e.g. a suite whose model needs ``--trust-remote-code``)."""
+    from fasttrack.scope import load_scope
+
+    local = ROOT / "suites" / scope.name / "scope.yaml"
+    if not local.is_file():
+        return False
+    try:
+        shipped = load_scope(str(local)).scope
+    except FasttrackError:
+        return False
+    return shipped.model == scope.model and shipped.engine == scope.engine and shipped.fallback == scope.fallback
+
+
 def check_recorded_scope(text: str, *, source: str, trust_bundle_env: bool = False) -> Any:
     """Parse a bundle's recorded scope and refuse what would run code or pick a path on this host.
 
@@ -203,7 +219,7 @@ def check_recorded_scope(text: str, *, source: str, trust_bundle_env: bool = Fal
 
     scope = parse_scope(text, source=source)
     problems: list[str] = []
-    if not trust_bundle_env:
+    if not trust_bundle_env and not _as_shipped(scope):
         e = scope.engine
         envs = {"engine.env": e.env, "engine.baseline.env": e.baseline.env, "engine.candidate.env": e.candidate.env}
         args: dict[str, list[str]] = {

@@ -338,3 +338,18 @@ def test_a_link_in_the_scope_folder_that_leads_out_is_refused(world: dict[str, P
     # the same scope in a folder of its own files passes
     (folder / "data" / "aime25.jsonl").unlink()
     check_scope_paths(scope, folder)
+
+
+def test_a_shipped_suites_own_engine_settings_pass_but_not_with_another_model() -> None:
+    """Kimi K3's suite starts its engines with ``--trust-remote-code``: a recorded scope whose model and engine
+    settings are exactly the shipped suite's passes (the user trusts that suite already); the same settings
+    with another model are refused (the flag would run that model's code)."""
+    from fasttrack.reproduce import check_recorded_scope
+
+    doc = yaml.safe_load((ROOT / "suites" / "kimi-k3" / "scope.yaml").read_text())
+    assert "--trust-remote-code" in doc["engine"]["common_args"]
+    doc["title"] = "recorded: " + doc["title"]
+    check_recorded_scope(yaml.safe_dump(doc, sort_keys=False), source="bundle")
+    doc["model"]["id"] = "someone/else"
+    with pytest.raises(FasttrackError, match="engine.common_args: --trust-remote-code"):
+        check_recorded_scope(yaml.safe_dump(doc, sort_keys=False), source="bundle")
