@@ -21,7 +21,8 @@ scope limits and its names are slugs; its engine environment passes the allow-li
 :mod:`fasttrack.engine.untrusted` and its engine arguments load no code, unless its model and
 engine settings are exactly those of the shipped suite of its name (``--trust-bundle-env`` lifts
 both, for a user who read them); its model builder is one a shipped suite uses; and every
-path it names resolves under the folder the recorded scope is written to.
+path it names resolves under the suites folder it runs from (``suites/``, or a copy of it with
+the recorded scope in a folder of a fixed name), which holds shipped files only.
 """
 
 from __future__ import annotations
@@ -155,11 +156,12 @@ _SUITE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 
 def _scope_file(name: str, text: str, sha: str | None, tmp: Path) -> Path:
-    """Use the local suite when it is byte-identical; else a copy of it with the recorded text.
+    """Use the local suite when it is byte-identical; else a copy of the shipped suites with the
+    recorded text at the fixed path ``tmp/suites/scope/scope.yaml``, beside a copy of the suite of
+    that name (so a scope's paths into a sibling suite, ``../demo-llama/data``, find the shipped files).
 
     ``name`` comes from the bundle: it is only ever compared with the names of the suites
-    under ``suites/``, never used as a path component; the copy lives at the fixed path
-    ``tmp/scope/scope.yaml``."""
+    under ``suites/``, never used as a path component."""
     import hashlib
 
     suites = ROOT / "suites"
@@ -167,11 +169,18 @@ def _scope_file(name: str, text: str, sha: str | None, tmp: Path) -> Path:
     if _SUITE_NAME.match(name) and ".." not in name:
         known = {p.name: p for p in suites.iterdir() if p.is_dir()} if suites.is_dir() else {}
         local = known.get(name)
-    target = tmp / "scope"
     if local is not None and (local / "scope.yaml").is_file():
         if hashlib.sha256((local / "scope.yaml").read_bytes()).hexdigest() == hashlib.sha256(text.encode()).hexdigest():
             return local / "scope.yaml"
-        shutil.copytree(local, target)
+    root = tmp / "suites"
+    if suites.is_dir():
+        shutil.copytree(suites, root, symlinks=True)
+    root.mkdir(exist_ok=True)
+    target = root / "scope"
+    if target.exists():
+        shutil.rmtree(target)
+    if local is not None:
+        shutil.copytree(local, target, symlinks=True)
     else:
         target.mkdir()
     p = target / "scope.yaml"
@@ -269,20 +278,22 @@ def _scope_paths(scope: Any) -> list[tuple[str, str]]:
     return out
 
 
-def check_scope_paths(scope: Any, root: Path) -> None:
-    """Every path the recorded scope names resolves (symbolic links followed) under ``root``, the folder
-    its copy lives in: no absolute path, no ``..`` that climbs out, no link that leads out."""
-    base = root.resolve()
+def check_scope_paths(scope: Any, scope_dir: Path, root: Path | None = None) -> None:
+    """Every path the recorded scope names, relative to ``scope_dir`` (its file's folder), resolves (symbolic
+    links followed) under ``root`` (default: ``scope_dir``): the suites folder it runs from, which holds
+    shipped files only. No absolute path, no ``..`` that climbs out, no link that leads out."""
+    base = (root or scope_dir).resolve()
+    here = scope_dir.resolve()
     bad = []
     for field, rel in _scope_paths(scope):
         p = Path(rel)
-        resolved = (base / p).resolve()
+        resolved = (here / p).resolve()
         if p.is_absolute() or not resolved.is_relative_to(base):
             bad.append(f"{field} {rel[:120]!r} resolves to {resolved}")
     if bad:
         raise FasttrackError(
-            "the scope recorded in the bundle names paths outside its own folder: " + "; ".join(bad) + ".",
-            hint="A recorded scope may only name files of its suite, relative to the scope file.",
+            f"the scope recorded in the bundle names paths outside the suites folder {base}: " + "; ".join(bad) + ".",
+            hint="A recorded scope may only name files of the shipped suites, relative to the scope file.",
         )
 
 
@@ -325,7 +336,7 @@ def reproduce(
     reg = registry()
     with tempfile.TemporaryDirectory(prefix="fasttrack-repro-") as tmpd:
         scope_path = _scope_file(m.scope.model, m.scope.yaml, getattr(m.scope, "sha256", None), Path(tmpd))
-        check_scope_paths(recorded, scope_path.parent)
+        check_scope_paths(recorded, scope_path.parent, scope_path.parent.parent)
         opts = ValidateOptions(
             model=str(scope_path),
             tier=m.scope.tier,

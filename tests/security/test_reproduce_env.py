@@ -322,7 +322,7 @@ def test_recorded_paths_stay_in_the_scope_folder(
     rerun = Rerun()
     monkeypatch.setattr(pipeline, "run_validate", rerun)
     before = snapshot(world["root"])
-    with pytest.raises(FasttrackError, match="outside its own folder") as e:
+    with pytest.raises(FasttrackError, match="outside the suites folder") as e:
         reproduce(b, checks=["perf"], out=world["root"] / "rerun", keys=[keys.trusted_pub], log=lambda m: None)
     assert field in e.value.message and rerun.calls == []
     assert snapshot(world["root"]) == before
@@ -353,3 +353,25 @@ def test_a_shipped_suites_own_engine_settings_pass_but_not_with_another_model() 
     doc["model"]["id"] = "someone/else"
     with pytest.raises(FasttrackError, match="engine.common_args: --trust-remote-code"):
         check_recorded_scope(yaml.safe_dump(doc, sort_keys=False), source="bundle")
+
+
+def test_paths_into_a_sibling_suite_are_shipped_files(
+    base_bundle: Path, keys: Keys, world: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The GPU demo suite names the CPU demo's data (``../demo-llama/data/...``): a recorded copy of it runs
+    beside a copy of the shipped suites, where those paths find the shipped files."""
+    doc = yaml.safe_load((ROOT / "suites" / "demo-llama-gpu" / "scope.yaml").read_text())
+    assert any(str(e.get("data", "")).startswith("../demo-llama/") for e in doc["evals"])
+    doc["title"] = "recorded: " + doc["title"]
+    b = recorded(base_bundle, world["root"] / "b", keys, yaml.safe_dump(doc, sort_keys=False), model="demo-llama-gpu")
+    seen: list[bool] = []
+
+    def rerun(opts: Any, *, log: Any) -> Any:
+        scope_file = Path(opts.model)
+        seen.append(scope_file.parent.name == "scope" and (scope_file.parent.parent / "demo-llama" / "data").is_dir())
+        raise Stop
+
+    monkeypatch.setattr(pipeline, "run_validate", rerun)
+    with pytest.raises(Stop):
+        reproduce(b, checks=["perf"], out=world["root"] / "rerun", keys=[keys.trusted_pub], log=lambda m: None)
+    assert seen == [True]
