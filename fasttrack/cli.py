@@ -532,6 +532,12 @@ def reproduce_cmd(
     force: bool = typer.Option(False, "--force", help="Replace a non-empty --out folder."),
     baseline_url: str = typer.Option(None, "--baseline-url", help="Attach a running baseline engine."),
     candidate_url: str = typer.Option(None, "--candidate-url", help="Attach a running candidate engine."),
+    trust_bundle_env: bool = typer.Option(
+        False,
+        "--trust-bundle-env",
+        help="Hand the recorded scope's engine environment and code-loading arguments to the engines as "
+        "recorded (by default only the allow-list in docs/security.md passes; read the scope first).",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
     """Rerun chosen checks with a bundle's recorded settings and report agreement."""
@@ -539,6 +545,7 @@ def reproduce_cmd(
 
     from rich.table import Table
 
+    from fasttrack.bundle.cli import shown
     from fasttrack.reproduce import reproduce
 
     res = reproduce(
@@ -551,15 +558,22 @@ def reproduce_cmd(
         force=force,
         baseline_url=baseline_url,
         candidate_url=candidate_url,
-        log=lambda m: err_console.print(m, highlight=False),
+        trust_bundle_env=trust_bundle_env,
+        log=lambda m: err_console.print(shown(m), highlight=False),
     )
     if as_json:
         _print_json(res.model_dump(mode="json") | {"all_agree": res.all_agree})
     else:
-        table = Table(title=f"reproduce {bundle}" + ("" if res.verified else " (UNVERIFIED bundle)"))
+        table = Table(title=shown(f"reproduce {bundle}") + ("" if res.verified else " (UNVERIFIED bundle)"))
         for col in ("check", "recorded", "now", "agrees", "detail"):
             table.add_column(col)
         for a in res.agreements:
-            table.add_row(a.check, a.recorded_verdict, a.new_verdict, "yes" if a.agrees else "[red]no[/]", a.detail)
+            table.add_row(
+                shown(a.check),
+                shown(a.recorded_verdict),
+                shown(a.new_verdict),
+                "yes" if a.agrees else "[red]no[/]",
+                shown(a.detail),
+            )
         console.print(table)
     raise typer.Exit(0 if res.all_agree else 1)

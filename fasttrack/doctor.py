@@ -173,9 +173,9 @@ def diagnose(
     free = shutil.disk_usage(probe).free
     model_bytes = 0
     if scope.model.local_builder:
-        from fasttrack.models import cache_dir
+        from fasttrack.models import model_cache_path
 
-        built = cache_dir() / "models" / scope.name
+        built = model_cache_path(scope.name)
         if built.is_dir():
             model_bytes = _dir_size(built)
             add("ok", "model", f"built in {built} ({_gib(model_bytes)})")

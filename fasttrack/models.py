@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from pydantic import BaseModel, ConfigDict
 from fasttrack import ROOT
 from fasttrack.errors import FasttrackError
 from fasttrack.scope import Scope
+from fasttrack.scope.common import SLUG_MAX, SLUG_PATTERN
 
 
 class ResolvedModel(BaseModel):
@@ -32,8 +34,35 @@ def cache_dir() -> Path:
     return d
 
 
+def under(root: Path, rel: str | Path, what: str) -> Path:
+    """``root / rel``, asserted to stay under ``root`` once resolved (``..`` and symbolic links followed)."""
+    base = root.resolve()
+    path = (base / rel).resolve()
+    if Path(rel).is_absolute() or not path.is_relative_to(base):
+        raise FasttrackError(
+            f"{what} {str(rel)[:200]!r} resolves to {path}, outside {base}.",
+            hint="It must name a path inside that folder (no absolute path, no '..', no link leading out).",
+        )
+    return path
+
+
+def model_cache_path(name: str) -> Path:
+    """The cache folder of a locally built model: ``<cache>/models/<name>``, where ``name`` is a slug and the
+    folder, once resolved, stays under ``<cache>/models`` (a link leading out of it is refused)."""
+    if not re.fullmatch(SLUG_PATTERN, name) or len(name) > SLUG_MAX:
+        raise FasttrackError(
+            f"scope name {name[:200]!r} is not a slug (letters, digits, single '.', '_' or '-' between them), "
+            "so it cannot name the model cache folder."
+        )
+    root = cache_dir() / "models"
+    root.mkdir(parents=True, exist_ok=True)
+    out = root / name
+    under(root, name, "the model cache folder of scope")
+    return out
+
+
 def _load_builder(rel: str):
-    path = ROOT / rel
+    path = under(ROOT, rel, "the scope's model.local_builder")
     if not path.is_file():
         raise FasttrackError(f"the scope's model.local_builder {rel!r} does not exist under {ROOT}.")
     spec = importlib.util.spec_from_file_location(f"fasttrack_builder_{path.stem}", path)
@@ -47,7 +76,7 @@ def resolve_model(scope: Scope, *, log=print) -> ResolvedModel:
     """Return the model to serve; build a local one into the cache if the scope says so."""
     if not scope.model.local_builder:
         return ResolvedModel(model=scope.model.id, sha256=scope.model.revision)
-    out = cache_dir() / "models" / scope.name
+    out = model_cache_path(scope.name)
     manifest = out / "fasttrack-model.json"
     builder = _load_builder(scope.model.local_builder)
     if manifest.is_file():

@@ -12,6 +12,7 @@ environment); the views are built by :mod:`verification`, :mod:`check_views`,
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -216,9 +217,15 @@ def plan_points(manifest: Manifest) -> PlanPoints:
 
 
 def scope_yaml(manifest: Manifest) -> dict[str, Any]:
+    """The recorded scope as parsed YAML (read-only: the parse is shared by every bundle recording the
+    same text, as a dashboard's bundles of one suite do)."""
+    return _scope_doc(manifest.scope.yaml)
+
+
+@functools.lru_cache(maxsize=16)
+def _scope_doc(text: str) -> dict[str, Any]:
     import yaml
 
-    text = manifest.scope.yaml
     if yaml_problem(text, "the recorded scope") is not None:  # too large, too deep, or a billion laughs
         return {}
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)

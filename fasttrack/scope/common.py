@@ -13,6 +13,11 @@ from fasttrack import ROOT
 SCOPE_SCHEMA_VERSION = 1
 SUITES_DIR = ROOT / "suites"
 
+#: A name that may become a path component (a cache folder, an artifact folder, a log file): letters and
+#: digits, single ``.``, ``_`` or ``-`` between them; no ``/``, no ``..``, no leading dot (the schema's pattern).
+SLUG_PATTERN = r"^[A-Za-z0-9]+([._-][A-Za-z0-9]+)*$"
+SLUG_MAX = 64
+
 TierName = Literal["smoke", "standard", "full"]
 TIER_ORDER: tuple[TierName, ...] = ("smoke", "standard", "full")
 
@@ -56,7 +61,9 @@ class ScopeModel(BaseModel):
     """Base of every scope section: unknown keys are rejected; field docstrings become the
     JSON Schema's descriptions."""
 
-    model_config = ConfigDict(extra="forbid", frozen=False, use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", frozen=False, use_attribute_docstrings=True, allow_inf_nan=False)
+    """``allow_inf_nan=False``: no float of a scope is NaN or infinite (every count, time and probability
+    also has bounds of its own, chosen from the shipped scopes' values with room)."""
 
 
 def check_sorted_unique(vals: list[Any], what: str) -> None:

@@ -32,6 +32,9 @@ def _no_host_safety_env(env: dict[str, str]) -> dict[str, str]:
         )
     return env
 
+#: GPUs one engine may use at most (the largest shipped scope uses 16).
+MAX_GPUS = 65_536
+
 
 class ModelSpec(ScopeModel):
     id: str
@@ -40,9 +43,16 @@ class ModelSpec(ScopeModel):
     """Model revision or content hash, when pinned."""
     served_name: str | None = None
     """Name the server exposes (``--served-model-name``); defaults to ``id``."""
-    local_builder: str | None = None
-    """For locally built models: the builder script (relative to the repo root). The model is
+    local_builder: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_./-]*\.py$", max_length=256)
+    """For locally built models: the builder script (relative to the repo root, no ``..``). The model is
     built into the fasttrack cache ($FASTTRACK_CACHE, default ~/.cache/fasttrack) and served from there."""
+
+    @field_validator("local_builder")
+    @classmethod
+    def _builder_inside(cls, v: str | None) -> str | None:
+        if v is not None and ".." in v.split("/"):
+            raise ValueError(f"local_builder {v!r} climbs out of the repository ('..')")
+        return v
 
 
 class SideSpec(ScopeModel):
@@ -69,7 +79,7 @@ class EngineSpec(ScopeModel):
     """How a config point's engine-level dimensions become arguments. Keys: ``tensor_parallel``,
     ``decode_context_parallel``, ``speculative``, ``max_model_len``; values are argument lists with
     ``{tp}``, ``{dcp}``, ``{method}``, ``{draft_length}``, ``{max_model_len}`` placeholders."""
-    startup_timeout_s: float = 900.0
+    startup_timeout_s: float = Field(default=900.0, gt=0, le=86_400)
     """How long to wait for ``/health`` before declaring the start failed."""
 
     _env = field_validator("env")(_no_host_safety_env)
@@ -87,10 +97,10 @@ class EngineSpec(ScopeModel):
 class NodeSpec(ScopeModel):
     """The hosts (nodes) an engine runs on: GPUs per host and the NVLink domain they belong to."""
 
-    gpus: int = Field(ge=1)
+    gpus: int = Field(ge=1, le=1024)
     """GPUs one node (host) exposes, e.g. 4 for a GB300 NVL72 compute tray. On CPU scopes: the engine
     ranks one node runs (a CPU rehearsal of a multi-node layout uses 1)."""
-    nvlink_domain: int | None = Field(default=None, ge=1)
+    nvlink_domain: int | None = Field(default=None, ge=1, le=65_536)
     """GPUs in one NVLink domain (72 for a GB300 NVL72 rack); null when NVLink does not reach beyond a node.
     An engine that spans nodes must fit in one domain."""
     fabric: Literal["mnnvl", "network"] | None = None
@@ -111,7 +121,7 @@ class HardwareSpec(ScopeModel):
     where ``gpu_models`` is given too, are one of those models."""
     gpu_models: list[str] = Field(default_factory=list)
     """Product names that satisfy the scope, e.g. ['GB300'] (matched as substrings of the driver's name)."""
-    gpu_counts: list[int] = Field(default_factory=list)
+    gpu_counts: list[int] = Field(default_factory=list, max_length=64)
     """Numbers of GPUs one deployment uses (one engine)."""
     interconnect: Literal["none", "pcie", "nvlink", "nvlink-multicast"] | None = None
     """Interconnect requirement between the GPUs of one node (``nvlink-multicast``: NVLink with NVLS
@@ -121,8 +131,8 @@ class HardwareSpec(ScopeModel):
 
     @model_validator(mode="after")
     def _sane(self) -> "HardwareSpec":
-        if any(c < 1 for c in self.gpu_counts):
-            raise ValueError("gpu_counts must be positive")
+        if any(not 1 <= c <= MAX_GPUS for c in self.gpu_counts):
+            raise ValueError(f"gpu_counts must lie in [1, {MAX_GPUS}]")
         for arch in self.sm_arch:
             if not re.fullmatch(r"sm_\d{2,3}[a-z]?", arch):
                 raise ValueError(f"sm_arch entry {arch!r} is not of the form 'sm_100'")

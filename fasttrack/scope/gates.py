@@ -30,6 +30,10 @@ PerfMetric = Literal[
 """Metrics the perf check reports per point."""
 
 
+#: Highest sampling temperature a scope may ask for (the shipped scopes use 1.0 and 0.6).
+MAX_TEMPERATURE = 10.0
+
+
 def _default_perf_metrics() -> list[PerfMetric]:
     return ["median_tpot_ms", "output_throughput"]
 
@@ -66,12 +70,12 @@ def forget_gate_model(check: str) -> None:
 
 
 class EquivalenceGate(CheckGate, check="equivalence"):
-    top_k: int = Field(default=5, ge=1)
+    top_k: int = Field(default=5, ge=1, le=100)
     """Logprobs requested per position; vLLM's check_logprobs_close rule uses them."""
-    max_tokens: int = Field(default=32, ge=1)
-    max_abs_logprob_diff: float = Field(default=0.1, ge=0)
+    max_tokens: int = Field(default=32, ge=1, le=65_536)
+    max_abs_logprob_diff: float = Field(default=0.1, ge=0, le=100)
     """Largest allowed |logprob difference| of the chosen token on matching prefixes."""
-    max_kl: float = Field(default=0.02, ge=0)
+    max_kl: float = Field(default=0.02, ge=0, le=100)
     """Largest allowed mean KL estimate (top-k) on matching prefixes."""
     min_close_fraction: float = Field(default=1.0, ge=0, le=1)
     """Fraction of requests per batch size that must satisfy the check_logprobs_close rule."""
@@ -81,8 +85,16 @@ class FeaturesGate(CheckGate, check="features"):
     min_json_conformance: float = Field(default=1.0, ge=0, le=1)
     sampling_alpha: float = Field(default=0.001, gt=0, lt=1)
     """Significance level of the chi-square goodness-of-fit test."""
-    sampling_samples: int = Field(default=2000, ge=50)
-    temperatures: list[float] = Field(default_factory=lambda: [1.0])
+    sampling_samples: int = Field(default=2000, ge=50, le=1_000_000)
+    temperatures: list[float] = Field(default_factory=lambda: [1.0], max_length=16)
+    """Sampling temperatures the features check tests, each in [0, 10] (vLLM's own range is unbounded above)."""
+
+    @model_validator(mode="after")
+    def _temperatures(self) -> "FeaturesGate":
+        bad = [t for t in self.temperatures if not 0 <= t <= MAX_TEMPERATURE]
+        if bad:
+            raise ValueError(f"temperatures {bad} lie outside [0, {MAX_TEMPERATURE}]")
+        return self
 
 
 class CoverageGate(CheckGate, check="coverage"):
@@ -95,8 +107,8 @@ class PerfGate(CheckGate, check="perf"):
     """A point passes when the lower confidence bound of its speedup is >= 1 - noise_margin."""
     confidence: float = Field(default=0.95, gt=0.5, lt=1)
     metrics: list[PerfMetric] = Field(default_factory=_default_perf_metrics)
-    min_runs: int = Field(default=3, ge=1)
-    max_runs: int = Field(default=8, ge=1)
+    min_runs: int = Field(default=3, ge=1, le=1000)
+    max_runs: int = Field(default=8, ge=1, le=1000)
     gated_metric: Literal["median_tpot_ms", "median_engine_tpot_ms", "median_itl_ms", "output_throughput"] = (
         "median_tpot_ms"
     )
@@ -197,19 +209,19 @@ class TierSpec(ScopeModel):
     """Serving features this tier checks (null = every feature of the scope)."""
     evals: list[str] | None = None
     """Evals this tier runs, by name (null = all)."""
-    lifetimes_per_side: int = Field(default=1, ge=1)
+    lifetimes_per_side: int = Field(default=1, ge=1, le=100)
     """Engine lifetimes per side per engine group (the unit of replication for perf)."""
-    eval_limit: int | None = Field(default=None, ge=1)
+    eval_limit: int | None = Field(default=None, ge=1, le=1_000_000)
     """Cap on samples per eval in this tier."""
 
 
 class Estimates(ScopeModel):
     """Assumptions behind the plan's cost estimate (override per scope)."""
 
-    engine_start_s: float = Field(default=600.0, ge=0)
+    engine_start_s: float = Field(default=600.0, ge=0, le=86_400)
     """Seconds from launch to healthy."""
-    requests_per_point: int = Field(default=64, ge=1)
+    requests_per_point: int = Field(default=64, ge=1, le=1_000_000)
     """Requests the checks send per config point and side."""
-    tokens_per_request: int = Field(default=1024, ge=1)
-    decode_tokens_per_s: float = Field(default=2000.0, gt=0)
+    tokens_per_request: int = Field(default=1024, ge=1, le=16 * 1024 * 1024)
+    decode_tokens_per_s: float = Field(default=2000.0, gt=0, le=1e9)
     """Whole-engine decode throughput assumed when estimating time per point."""

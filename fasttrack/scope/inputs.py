@@ -7,8 +7,11 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from fasttrack.limits import GLOB_MAX_CHARS
 from fasttrack.scope.common import (
     DEFAULT_SHARED_COMPONENTS,
+    SLUG_MAX,
+    SLUG_PATTERN,
     FallbackSituation,
     ScopeModel,
     SharedComponent,
@@ -67,7 +70,30 @@ class IsolationSpec(ScopeModel):
     def _nonempty(cls, v: list[str]) -> list[str]:
         if not v:
             raise ValueError("owned_paths must name at least one glob")
+        return _bounded_globs(v)
+
+    @field_validator("allowed_paths")
+    @classmethod
+    def _allowed_bounded(cls, v: list[str]) -> list[str]:
+        return _bounded_globs(v)
+
+    @field_validator("shared_components")
+    @classmethod
+    def _shared_bounded(cls, v: dict[SharedComponent, list[str]]) -> dict[SharedComponent, list[str]]:
+        for globs in v.values():
+            _bounded_globs(globs)
         return v
+
+
+def _bounded_globs(globs: list[str]) -> list[str]:
+    """Each glob at most ``GLOB_MAX_CHARS`` characters and free of control characters (a glob is matched in
+    linear time whatever it holds; the bound keeps each match short)."""
+    for g in globs:
+        if len(g) > GLOB_MAX_CHARS:
+            raise ValueError(f"glob {g[:40]!r}... is {len(g)} characters; a glob may have at most {GLOB_MAX_CHARS}")
+        if any(ord(c) < 32 or c == "\x7f" for c in g):
+            raise ValueError(f"glob {g[:60]!r} holds a control character")
+    return globs
 
 
 class DeviceCounters(ScopeModel):
@@ -105,7 +131,7 @@ class PathMarkers(ScopeModel):
 
 
 class KernelSuite(ScopeModel):
-    name: str
+    name: str = Field(pattern=SLUG_PATTERN, max_length=SLUG_MAX)
     path: str
     """Suite directory, relative to the scope file's directory."""
     candidate: str | None = None
@@ -121,11 +147,20 @@ class KernelSuite(ScopeModel):
     """Per-kernel overrides: {kernel or kernel.output: {dtype or '*': {atol, rtol, ulp}}}; ``ulp`` is the
     budget for repeated runs of one input (0 = bitwise equal). See docs/kernels.md."""
     dims: dict[str, int] = Field(default_factory=dict)
-    """Model dimensions the suite uses (hidden size, heads, head dim...)."""
+    """Model dimensions the suite uses (hidden size, heads, head dim...), each in [1, 2**31)."""
+
+    @field_validator("dims")
+    @classmethod
+    def _dims_bounded(cls, v: dict[str, int]) -> dict[str, int]:
+        bad = sorted(k for k, n in v.items() if not 1 <= n < 2**31)
+        if bad:
+            raise ValueError(f"dims {bad} lie outside [1, 2**31)")
+        return v
 
 
 class EvalSpec(ScopeModel):
-    name: str
+    name: str = Field(pattern=SLUG_PATTERN, max_length=SLUG_MAX)
+    """A slug: it names the eval's artifact folder."""
     kind: Literal["aime25", "mrcr"]
     data: str | None = None
     """Local dataset file in the original format (relative to the scope file), or null for the hub."""
@@ -133,12 +168,12 @@ class EvalSpec(ScopeModel):
     """Hub dataset id used when the hub is reachable."""
     points: dict[str, list[Any]] = Field(default_factory=dict)
     """Config point filter: dimension -> values the eval runs at (e.g. batch: [1, 2])."""
-    repeats: int = Field(default=1, ge=1)
+    repeats: int = Field(default=1, ge=1, le=100)
     """Generations per sample (distinct seeds)."""
-    limit: int | None = Field(default=None, ge=1)
+    limit: int | None = Field(default=None, ge=1, le=1_000_000)
     """At most this many samples (per tier scaling is done by the tier)."""
-    max_tokens: int = Field(default=1024, ge=1)
-    temperature: float = Field(default=0.0, ge=0)
+    max_tokens: int = Field(default=1024, ge=1, le=1024 * 1024)
+    temperature: float = Field(default=0.0, ge=0, le=10)
     margin: float = Field(default=0.05, ge=0, le=1)
     """Non-inferiority margin on the score scale."""
     floor: float = Field(default=0.0, ge=0, le=1)
@@ -146,12 +181,12 @@ class EvalSpec(ScopeModel):
 
 
 class WorkloadSpec(ScopeModel):
-    name: str
+    name: str = Field(pattern=SLUG_PATTERN, max_length=SLUG_MAX)
     kind: Literal["pure_decode", "context_sweep", "mixed", "prompts", "trace_replay"]
-    input_len: int | None = Field(default=None, ge=1)
-    output_len: int = Field(default=256, ge=1)
-    requests_per_run: int | None = Field(default=None, ge=1)
-    arrival_rate: float | None = Field(default=None, gt=0)
+    input_len: int | None = Field(default=None, ge=1, le=16 * 1024 * 1024)
+    output_len: int = Field(default=256, ge=1, le=1024 * 1024)
+    requests_per_run: int | None = Field(default=None, ge=1, le=100_000)
+    arrival_rate: float | None = Field(default=None, gt=0, le=1e6)
     """Poisson arrival rate (requests/s) for mixed traffic."""
     prompts: str | None = None
     """Prompt set file (relative to the scope file) for 'prompts'."""
@@ -160,8 +195,8 @@ class WorkloadSpec(ScopeModel):
 
 
 class Claim(ScopeModel):
-    id: str
-    """Short identifier."""
+    id: str = Field(pattern=SLUG_PATTERN, max_length=SLUG_MAX)
+    """Short identifier (a slug)."""
     text: str
     """The claim as published."""
     metric: Literal[
@@ -173,11 +208,11 @@ class Claim(ScopeModel):
         "kernels_per_layer",
         "latency_per_layer_us",
     ]
-    candidate: float | None = None
+    candidate: float | None = Field(default=None, ge=0)
     """Claimed candidate value (absolute)."""
-    baseline: float | None = None
+    baseline: float | None = Field(default=None, ge=0)
     """Claimed baseline value (absolute)."""
-    speedup: float | None = None
+    speedup: float | None = Field(default=None, gt=0, le=1e6)
     """Claimed candidate/baseline ratio."""
     point: dict[str, Any]
     """Config point the claim was measured at: tp, dcp, spec, draft_length, batch, context."""

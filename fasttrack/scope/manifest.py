@@ -7,7 +7,14 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from fasttrack.scope.common import TIER_ORDER, ScopeModel, TierName, check_unique
+from fasttrack.scope.common import (
+    SLUG_MAX,
+    SLUG_PATTERN,
+    TIER_ORDER,
+    ScopeModel,
+    TierName,
+    check_unique,
+)
 from fasttrack.scope.deployment import EngineSpec, HardwareSpec, ModelSpec
 from fasttrack.scope.envelope import Envelope, expand_spec_names, point_outside_envelope
 from fasttrack.scope.gates import Estimates, Gates, TierSpec
@@ -16,8 +23,8 @@ from fasttrack.scope.inputs import Claim, EvalSpec, FallbackSpec, IsolationSpec,
 
 class Scope(ScopeModel):
     schema_version: Literal[1] = 1
-    name: str
-    """Suite name (the folder under suites/)."""
+    name: str = Field(pattern=SLUG_PATTERN, max_length=SLUG_MAX)
+    """Suite name (the folder under suites/; a slug: it names the model cache folder too)."""
     title: str
     description: str = ""
     status: Literal["complete", "partial"] = "complete"

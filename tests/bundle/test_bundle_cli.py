@@ -11,6 +11,7 @@ from pathlib import Path
 from bundle_testlib import HEAD, build
 
 from fasttrack import ROOT
+from fasttrack import bundle as B
 
 FT = [sys.executable, "-m", "fasttrack"]
 
@@ -57,11 +58,16 @@ def test_keys_sign_verify_merge(tmp_path: Path) -> None:
     assert out["verified"] is False
     assert [it["name"] for it in out["items"] if it["ok"] is False] == ["pr_head"]
 
-    # merge two shards and sign the result in one go
+    # merge two shards and sign the result in one go (every shard verified against --key first)
+    alice = B.load_private_key(keys / "alice")
     shards = []
     for i in (1, 2):
-        shards.append(build(tmp_path / f"s{i}", shard=f"{i}/2", plan={"points": [i], "fingerprint": "f" * 64}))
-    r = ft("merge", *shards, "-o", tmp_path / "merged.tar.gz", "--sign-key", keys / "alice")
+        shards.append(
+            build(tmp_path / f"s{i}", shard=f"{i}/2", plan={"points": [i], "fingerprint": "f" * 64}, sign=[alice])
+        )
+    r = ft(
+        "merge", *shards, "-o", tmp_path / "merged.tar.gz", "--sign-key", keys / "alice", "--key", keys / "alice.pub"
+    )
     assert r.returncode == 0, r.stderr
     r = ft("verify", tmp_path / "merged.tar.gz", "--key", keys / "alice.pub")
     assert r.returncode == 0, r.stdout
