@@ -19,7 +19,6 @@ reviewer to judge.
 from __future__ import annotations
 
 import re
-import shutil
 import tempfile
 from pathlib import Path
 from typing import Any, TypeGuard
@@ -146,8 +145,10 @@ def _recorded_tables(view: Any, check: str) -> dict[str, list[dict[str, Any]]]:
 _SUITE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 
-def _scope_file(name: str, text: str, sha: str | None, tmp: Path) -> Path:
-    """Use the local suite when it is byte-identical; else a copy of it with the recorded text.
+def _scope_file(name: str, text: str, sha: str | None, tmp: Path) -> tuple[Path, Path | None]:
+    """The scope to rerun and the folder its relative paths start from: the local suite when it is
+    byte-identical; else the recorded text, written to ``tmp/scope/scope.yaml``, whose relative paths start
+    from the local suite of that name when there is one (its data, kernels and model builder).
 
     ``name`` comes from the bundle: it is only ever compared with the names of the suites
     under ``suites/``, never used as a path component; the copy lives at the fixed path
@@ -159,16 +160,16 @@ def _scope_file(name: str, text: str, sha: str | None, tmp: Path) -> Path:
     if _SUITE_NAME.match(name) and ".." not in name:
         known = {p.name: p for p in suites.iterdir() if p.is_dir()} if suites.is_dir() else {}
         local = known.get(name)
-    target = tmp / "scope"
     if local is not None and (local / "scope.yaml").is_file():
         if hashlib.sha256((local / "scope.yaml").read_bytes()).hexdigest() == hashlib.sha256(text.encode()).hexdigest():
-            return local / "scope.yaml"
-        shutil.copytree(local, target)
+            return local / "scope.yaml", None
     else:
-        target.mkdir()
+        local = None
+    target = tmp / "scope"
+    target.mkdir()
     p = target / "scope.yaml"
     p.write_text(text, encoding="utf-8")
-    return p
+    return p, local
 
 
 def reproduce(
@@ -205,9 +206,10 @@ def reproduce(
         recorded_tables = {c: _recorded_tables(view, c) for c in checks}
     reg = registry()
     with tempfile.TemporaryDirectory(prefix="fasttrack-repro-") as tmpd:
-        scope_path = _scope_file(m.scope.model, m.scope.yaml, getattr(m.scope, "sha256", None), Path(tmpd))
+        scope_path, scope_base = _scope_file(m.scope.model, m.scope.yaml, getattr(m.scope, "sha256", None), Path(tmpd))
         opts = ValidateOptions(
             model=str(scope_path),
+            scope_base_dir=scope_base,
             tier=m.scope.tier,
             shard=m.plan.shard,
             out=out,

@@ -141,7 +141,7 @@ def drive_engines(
     from fasttrack.perf.loadgen import run_loop
 
     if not all(attach.values()):
-        ctx.model = resolve_model(ctx.scope, log=log)
+        ctx.model = resolve_model(ctx.scope, base_dir=ctx.base_dir, log=log)
     pairing = [c for c in checks if isinstance(c, PairedCheck) and c.paired(ctx)]
     total = sum(len(g.order) for g in plan.groups)
     n = 0

@@ -40,6 +40,9 @@ class ValidateOptions:
 
     model: str
     tier: str = "smoke"
+    scope_base_dir: Path | None = None
+    """The folder the scope's relative paths start from, when not the scope file's own (``reproduce`` runs a
+    bundle's recorded copy of a local suite's scope against that suite's files)."""
     shard: str | None = None
     out: Path = Path("runs/latest")
     checks: list[str] | None = None
@@ -77,7 +80,7 @@ class ValidateOutcome:
 
 def prepare(opts: ValidateOptions, *, log: Callable[[str], None]) -> tuple[LoadedScope, HostInfo, bool, str | None]:
     """Load the scope and check the host. Returns (scope, host, rehearsal, reason)."""
-    loaded = load_scope(opts.model)
+    loaded = load_scope(opts.model, base_dir=opts.scope_base_dir)
     scope = loaded.scope
     if not scope.is_complete:
         raise ScopeError(

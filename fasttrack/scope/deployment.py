@@ -19,7 +19,7 @@ class ModelSpec(ScopeModel):
     served_name: str | None = None
     """Name the server exposes (``--served-model-name``); defaults to ``id``."""
     local_builder: str | None = None
-    """For locally built models: the builder script (relative to the repo root). The model is
+    """For locally built models: the builder script (relative to the scope file's folder). The model is
     built into the fasttrack cache ($FASTTRACK_CACHE, default ~/.cache/fasttrack) and served from there."""
 
 

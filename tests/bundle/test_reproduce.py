@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from bundle_testlib import build, make_results
 
-from fasttrack import pipeline
+from fasttrack import ROOT, pipeline
 from fasttrack.errors import FasttrackError
 from fasttrack.reproduce import compare_rows, reproduce
 from fasttrack.results import CheckResult, Verdict
@@ -82,6 +82,8 @@ def test_agreeing_rerun_uses_the_recorded_settings(recorded, tmp_path, keydir, m
     assert rerun.opts.tier == "smoke" and rerun.opts.shard == "2/3" and rerun.opts.checks == ["perf"]
     assert rerun.opts.allow_hardware_mismatch is True
     assert rerun.scope_text == "name: demo-llama\ntitle: Demo\n"
+    # the recorded text is not the local suite's: its relative paths still mean the local suite's files
+    assert rerun.opts.scope_base_dir == ROOT / "suites" / "demo-llama"
 
 
 def test_estimate_outside_the_recorded_interval_disagrees(recorded, tmp_path, keydir, monkeypatch) -> None:

@@ -20,7 +20,7 @@ Layers, bottom to top (a module imports only from its own layer or below):
 1. ``errors``, ``results``, ``scope``, ``stats``, ``limits`` (and the package root ``fasttrack``)
 1.5 ``bundle/``: level 1 and itself
 1.7 ``report/``: ``bundle/``, level 1 and itself
-2. ``engine/``, ``plan``, ``isolation``, ``hardware``, ``models``, ``inputs``, ``schemas``, ``passability``, ``doctor``
+2. ``engine/``, ``plan``, ``isolation``, ``hardware``, ``hostfit``, ``models``, ``inputs``, ``schemas``, ``passability``, ``doctor``
 3. ``perf/``, ``evals/``, ``kernels/``
 4. ``checks/``
 5. ``pipeline``, ``executors``, ``reproduce``, ``pr``
@@ -56,6 +56,7 @@ LEVELS: dict[str, float] = {
     "plan": 2,
     "isolation": 2,
     "hardware": 2,
+    "hostfit": 2,  # whether the host fits the scope's engines: device, CUDA build against the driver, memory shares
     "models": 2,
     "inputs": 2,
     "schemas": 2,
