@@ -207,7 +207,12 @@ def diagnose(
                 f"download it first to keep that out of the timings: huggingface-cli download {scope.model.id}",
             )
     mem = memory_fit(scope, plan, host, device=engines_run_on(scope.hardware, host, facts), model_bytes=model_bytes)
-    add("problem" if not mem.ok else "ok" if mem.checked else "note", "memory", "; ".join(mem.lines + mem.problems), mem.fix)
+    add(
+        "problem" if not mem.ok else "ok" if mem.checked else "note",
+        "memory",
+        "; ".join(mem.lines + mem.problems),
+        mem.fix,
+    )
     need = MIN_FREE_DISK_GIB * 2**30
     add(
         "ok" if free >= need else "problem",

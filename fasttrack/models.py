@@ -46,8 +46,7 @@ def _load_builder(scope: Scope, base_dir: Path | None):
     assert path is not None
     if not path.is_file():
         raise ScopeError(
-            f"the scope's model.local_builder {scope.model.local_builder!r} does not exist: it resolves to "
-            f"{path}.",
+            f"the scope's model.local_builder {scope.model.local_builder!r} does not exist: it resolves to {path}.",
             hint="Relative paths in a scope start from the scope file's folder (for a suite under suites/NAME/, "
             "the builder of examples/demo_model is ../../examples/demo_model/build.py).",
         )

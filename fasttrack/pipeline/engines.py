@@ -402,7 +402,7 @@ def _launch(
             ctx.provenance.seed(f"engine/{group.id}/{side}", seed)
 
         def on_progress(p: Any) -> None:
-            ctx.log(f"  {side} engine starting ({p.elapsed_s:.0f} s): {p.last_log_line[-120:]}")
+            ctx.log(f"  {side} engine starting ({p.elapsed_s:.0f} s): {p.line()}")
 
         env: dict[str, str | None] = dict(group.env[side])
         nodes = group.side_nodes.get(side, group.nodes)

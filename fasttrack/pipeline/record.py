@@ -66,7 +66,8 @@ def engine_record(launch: EngineLaunch) -> EngineRecord:
         vllm_commit_source=source,
         torch_version=env.get("torch_version"),
         cuda_version=env.get("torch_cuda_version"),
-        driver_version=env.get("driver_version") or ((env.get("device") or {}).get("detail") or {}).get("driver_version"),
+        driver_version=env.get("driver_version")
+        or ((env.get("device") or {}).get("detail") or {}).get("driver_version"),
         side=launch.side,
         group=launch.group,
         mode="attached" if launch.owned is False else "owned",

@@ -50,7 +50,8 @@ def main(argv: list[str]) -> int:
         return 0
     if argv[:1] == ["-q"]:
         for row in rows:
-            print(f"GPU 00000000:{int(row['index']) + 1:02X}:00.0\n    Product Name : {row['name']}\n    Fabric\n        State : N/A")
+            bus = f"{int(row['index']) + 1:02X}"
+            print(f"GPU 00000000:{bus}:00.0\n    Product Name : {row['name']}\n    Fabric\n        State : N/A")
         return 0
     return 0
 

@@ -83,7 +83,9 @@ def test_a_cpu_scope_on_the_h200_under_a_cuda_build_says_so() -> None:
     rep = diagnose(load_scope("demo-llama"), host=_h200(), facts=CUDA_FACTS, check_args=False)
     by = _findings(rep)
     hw = by["hardware"]
-    assert hw.found.startswith("scope asks for: a CPU host; this host: 1x NVIDIA H200 (sm_90) \u2014 a CPU scope on a GPU host")
+    assert hw.found.startswith(
+        "scope asks for: a CPU host; this host: 1x NVIDIA H200 (sm_90) \u2014 a CPU scope on a GPU host"
+    )
     assert "CUDA build, so they run on the GPU" in hw.found and "vLLM 0.26.0" in hw.found
     assert hw.status == "note" and "matches" not in hw.found
     assert by["CUDA runtime"].status == "ok" and "CUDA 13.0" in by["CUDA runtime"].found
@@ -158,7 +160,9 @@ def test_vllms_default_share_counts_for_a_side_that_sets_none(tmp_path: Path) ->
 
 def test_on_a_cpu_host_the_kv_cache_spaces_must_fit_the_available_memory(tmp_path: Path) -> None:
     loaded = _demo_variant(tmp_path, ('VLLM_CPU_KVCACHE_SPACE: "1"', 'VLLM_CPU_KVCACHE_SPACE: "8"'))
-    small = HostInfo(cpu_model="x", cpu_count=2, source="none", memory_total_mib=24 * 1024, memory_available_mib=18 * 1024)
+    small = HostInfo(
+        cpu_model="x", cpu_count=2, source="none", memory_total_mib=24 * 1024, memory_available_mib=18 * 1024
+    )
     fit = memory_fit(loaded.scope, build_plan(loaded.scope, tier="smoke"), small, device="cpu")
     assert not fit.ok, fit.lines
     assert "baseline 10.0 GiB (VLLM_CPU_KVCACHE_SPACE=8" in fit.problems[0]
@@ -181,8 +185,8 @@ def gpu_host_env(tmp_path: Path) -> dict[str, str]:
     smi.write_text(f'#!/bin/sh\nexec {sys.executable} {HERE / "fake_nvidia_smi.py"} "$@"\n')
     smi.chmod(0o755)
     for pkg, version, version_file, target in (
-        ("vllm", "0.26.0", "vllm-0.26.0-_version.py", "_version.py"),
-        ("torch", "2.11.0+cu130", "torch-2.11.0+cu130-version.py", "version.py"),
+        ("vllm", "0.26.0", "vllm-0.26.0-_version.py.txt", "_version.py"),
+        ("torch", "2.11.0+cu130", "torch-2.11.0+cu130-version.py.txt", "version.py"),
     ):
         (site / pkg).mkdir(parents=True)
         (site / pkg / "__init__.py").write_text("")

@@ -20,7 +20,8 @@ Layers, bottom to top (a module imports only from its own layer or below):
 1. ``errors``, ``results``, ``scope``, ``stats``, ``limits`` (and the package root ``fasttrack``)
 1.5 ``bundle/``: level 1 and itself
 1.7 ``report/``: ``bundle/``, level 1 and itself
-2. ``engine/``, ``plan``, ``isolation``, ``hardware``, ``hostfit``, ``models``, ``inputs``, ``schemas``, ``passability``, ``doctor``
+2. ``engine/``, ``plan``, ``isolation``, ``hardware``, ``hostfit``, ``models``, ``inputs``, ``schemas``,
+   ``passability``, ``doctor``
 3. ``perf/``, ``evals/``, ``kernels/``
 4. ``checks/``
 5. ``pipeline``, ``executors``, ``reproduce``, ``pr``
