@@ -8,7 +8,7 @@ too; ``fasttrack.ROOT`` points there when the package is not run from a source c
 Everything else (metadata, dependencies, scripts) is in pyproject.toml.
 """
 
-from setuptools import find_packages, setup
+from setuptools import find_namespace_packages, setup
 
 #: Package name in the wheel -> the repository folder it is built from.
 SHIPPED = {
@@ -19,7 +19,8 @@ SHIPPED = {
 }
 
 setup(
-    packages=find_packages(include=["fasttrack", "fasttrack.*"]) + sorted(SHIPPED),
+    # namespace packages too (a folder of modules without __init__.py), as pyproject's packages.find finds them
+    packages=find_namespace_packages(include=["fasttrack", "fasttrack.*"], exclude=["*.__pycache__"]) + sorted(SHIPPED),
     package_dir=SHIPPED,
     package_data={name: ["**/*"] for name in SHIPPED},
     include_package_data=False,  # only what package_data names (no MANIFEST.in or VCS file lists)

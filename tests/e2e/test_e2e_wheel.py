@@ -93,7 +93,8 @@ def test_the_wheels_ship_the_suites_and_what_the_scopes_reference(wheels: Wheels
     assert not [n for n in names if n.endswith(".pyc") or "__pycache__" in n]
     assert not [n for n in shipped if n.split("/")[0] not in {"suites", "templates", "schemas", "examples"}]
     assert not [n for n in shipped if n.startswith("examples/") and not n.startswith("examples/demo_model/")]
-    assert "fasttrack/cli.py" in names and "fasttrack/engine/startup.py" in names
+    modules = {p.relative_to(ROOT).as_posix() for p in (ROOT / "fasttrack").rglob("*.py")}
+    assert not sorted(modules - names), "modules missing from the wheel (a folder without __init__.py too)"
     plugin = zipfile.ZipFile(wheels.plugin)
     pnames = plugin.namelist()
     assert "fasttrack_demo_plugin/csrc/fused_decode.cpp" in pnames
@@ -135,29 +136,37 @@ def _third_party(farm: Path) -> Path:
     return farm
 
 
+def _clean_env() -> dict[str, str]:
+    """This environment without what points Python at the checkout or at the test venv."""
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+
+
 @pytest.fixture(scope="session")
 def wheel_venv(wheels: Wheels, tmp_path_factory: pytest.TempPathFactory) -> WheelVenv:
     root = tmp_path_factory.mktemp("wheel-venv") / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True, timeout=120)
     python = root / "bin" / "python"
-    res = subprocess.run(
+    res = subprocess.run(  # with the checkout on PYTHONPATH, pip would take fasttrack as installed already
         [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index", "-q"]
         + [str(wheels.fasttrack), str(wheels.plugin)],
         capture_output=True,
         text=True,
         timeout=600,
+        env=_clean_env(),
     )
     assert res.returncode == 0, res.stdout + res.stderr
+    assert "already installed" not in res.stdout + res.stderr, res.stdout + res.stderr
     site = Path(
         subprocess.run(
             [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
             capture_output=True,
             text=True,
             check=True,
+            env=_clean_env(),
         ).stdout.strip()
     )
     (site / "zz-third-party.pth").write_text(str(_third_party(root.parent / "third-party")) + "\n")
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+    env = _clean_env()
     env.update(PATH=f"{root / 'bin'}{os.pathsep}{env['PATH']}", COLUMNS="200", NO_COLOR="1", PYTHONUNBUFFERED="1")
     cwd = tmp_path_factory.mktemp("elsewhere")
     return WheelVenv(root, python, env, cwd)
@@ -243,7 +252,9 @@ def test_fasttrack_from_its_wheel_plans_checks_and_validates_outside_the_repo(
     assert checks["equivalence"]["verdict"] == "pass", checks["equivalence"]
     # the checks left out with --checks stay required: the bundle is incomplete, and validate exits 1
     assert manifest["verdict"] == "incomplete" and res.returncode == 1, text[-3000:]
-    assert "suites/common/prompts/real-text.jsonl" in manifest["provenance"]["datasets"]
+    # the suite's prompt set and the shared passages, read from the wheel and named as in the repository
+    datasets = manifest["provenance"]["datasets"]
+    assert {"suites/demo-llama/prompts/prompts.jsonl", "suites/common/prompts/passages.jsonl"} <= set(datasets)
     assert manifest["provenance"]["fasttrack_commit"] is None  # a wheel has no commit of its own
     assert all(e["mode"] == "attached" for e in manifest["provenance"]["engines"])
     html = (out / "report.html").read_text()
