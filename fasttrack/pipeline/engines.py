@@ -12,6 +12,7 @@ Every launch's collection runs on one event loop the pipeline owns (``run_loop``
 from __future__ import annotations
 
 import contextlib
+import shutil
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
@@ -405,6 +406,14 @@ def _launch(
             ctx.log(f"  {side} engine starting ({p.elapsed_s:.0f} s): {p.line()}")
 
         env: dict[str, str | None] = dict(group.env[side])
+        pm = ctx.scope.path_markers
+        if pm is not None and pm.device_counters is not None:
+            # the device counters are published by the engine's worker process and served by its API server
+            # process: prometheus_client's multiprocess mode, in a fresh folder per engine
+            prom = ctx.run_dir / "engines" / f"{log_name}.prometheus"
+            shutil.rmtree(prom, ignore_errors=True)
+            prom.mkdir(parents=True)
+            env["PROMETHEUS_MULTIPROC_DIR"] = str(prom)
         nodes = group.side_nodes.get(side, group.nodes)
         node_launcher = None
         if nodes > 1:

@@ -70,6 +70,16 @@ class IsolationSpec(ScopeModel):
         return v
 
 
+class DeviceCounters(ScopeModel):
+    """Prometheus counter names (as ``/metrics`` shows them, e.g. with the ``_total`` suffix) that the
+    optimized path's kernels count on the device."""
+
+    optimized: str = Field(pattern=r"^[A-Za-z_:][A-Za-z0-9_:]*$", max_length=200)
+    """Counts decode steps whose kernels ran the optimized path (replays of CUDA graphs included)."""
+    stock: str | None = Field(default=None, pattern=r"^[A-Za-z_:][A-Za-z0-9_:]*$", max_length=200)
+    """Counts the candidate's steps on the stock path (recorded beside the evidence; not required)."""
+
+
 class PathMarkers(ScopeModel):
     optimized: list[str]
     """Regexes over op/kernel names that prove the optimized path ran."""
@@ -80,6 +90,10 @@ class PathMarkers(ScopeModel):
     an op on the baseline, or the coverage check reports a scope error. False when they mark only the candidate's
     own steps off the optimized path (an op the optimized build calls when it falls back, which stock vLLM never
     runs); each must then match an op on the candidate."""
+    device_counters: DeviceCounters | None = None
+    """Counters the optimized path's kernels increment on the device, exported as Prometheus counters on the
+    engine's ``/metrics``: the evidence of a fast path that branches inside its kernels (a CUDA graph replays
+    the same kernels whatever path they take). Null: kernel and op names are the only evidence."""
 
     @model_validator(mode="after")
     def _compile_all(self) -> "PathMarkers":
