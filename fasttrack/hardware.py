@@ -256,7 +256,7 @@ def describe_requirement(hw: HardwareSpec) -> str:
         return "a CPU host"
     parts = []
     if hw.gpu_counts:
-        parts.append(" or ".join(str(c) for c in hw.gpu_counts) + " GPUs")
+        parts.append(" or ".join(str(c) for c in hw.gpu_counts) + (" GPU" if hw.gpu_counts == [1] else " GPUs"))
     fam = " ".join(x for x in [hw.vendor if hw.vendor != "any" else None, hw.gpu_family] if x)
     if fam:
         parts.append(fam)

@@ -2,7 +2,8 @@
 
 Progress lines during an engine start name the phase (never raw log text, which is an
 environment dump or a progress bar as often as not). The phases follow the log lines vLLM
-writes on the way up, in the CUDA build (0.26.0) and the CPU build (0.32.0) alike:
+writes on the way up, in the CUDA build (0.26.0; engine logs recorded on an H200 are in
+``tests/fixtures/gpu``) and the CPU build (0.32.0) alike:
 
 ============================  ==============================================================
 phase                         begins at
@@ -10,11 +11,12 @@ phase                         begins at
 importing                     the start (Python imports torch and vLLM; nothing logged yet)
 initializing the engine       ``vLLM server version``, ``non-default args``, ``Resolved architecture``,
                               ``Initializing a V1 LLM engine``
-loading weights               ``Starting to load model``, ``Loading safetensors checkpoint shards``
+loading weights               ``Starting to load model``, ``Loading model from scratch`` (the V2 model
+                              runner), ``Loading safetensors checkpoint shards``
 profiling memory              ``Loading weights took``, ``Model loading took``
 compiling                     ``Dynamo bytecode transform time``, ``Compiling a graph for``,
-                              ``Directly load the compiled graph``, ``Warming up model for the
-                              compilation`` (CPU)
+                              ``Directly load the compiled graph``, ``Using cache directory:
+                              .../torch_compile_cache``, ``Warming up model for the compilation`` (CPU)
 allocating the KV cache       ``torch.compile took``/``takes``, ``Available KV cache memory``,
                               ``KV cache size``, ``GiB for KV cache`` and ``Warming up done`` (CPU)
 capturing CUDA graphs         ``Capturing CUDA graphs``
@@ -59,10 +61,13 @@ PHASE_MARKERS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         (
             "compiling",
             r"Dynamo bytecode transform time|Compiling a graph for|Directly load the compiled graph"
-            r"|Warming up model for the compilation",
+            r"|Using cache directory: .*torch_compile_cache|Warming up model for the compilation",
         ),
         ("profiling memory", r"Loading weights took|Model loading took"),
-        ("loading weights", r"Starting to load model|Loading safetensors checkpoint shards|Loading weights"),
+        (
+            "loading weights",
+            r"Starting to load model|Loading model from scratch|Loading safetensors checkpoint shards|Loading weights",
+        ),
         (
             "initializing the engine",
             r"vLLM (API )?server version|non-default args|Resolved architecture|Initializing a V1 LLM engine",

@@ -61,7 +61,9 @@ def test_the_builder_path_is_relative_to_the_scope_files_folder(tmp_path: Path) 
     from fasttrack.models import builder_path
 
     shipped = load_scope("demo-llama")
-    assert builder_path(shipped.scope, shipped.base_dir) == ROOT / "suites/demo-llama/../../examples/demo_model/build.py"
+    assert (
+        builder_path(shipped.scope, shipped.base_dir) == ROOT / "suites/demo-llama/../../examples/demo_model/build.py"
+    )
     assert builder_path(shipped.scope, shipped.base_dir).resolve() == ROOT / "examples" / "demo_model" / "build.py"
     copy = tmp_path / "a" / "b"
     copy.mkdir(parents=True)

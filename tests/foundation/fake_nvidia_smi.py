@@ -1,4 +1,4 @@
-"""Answers nvidia-smi's queries from a recorded GPU host (``fixtures/h200``), for tests on CPU hosts.
+"""Answers nvidia-smi's queries from a recorded GPU host (``tests/fixtures/gpu``), for tests on CPU hosts.
 
 ``--query-gpu=F1,F2,... --format=csv[,noheader][,nounits]`` is answered from the recorded
 ``--query-gpu=name,compute_cap,memory.total,driver_version --format=csv`` output (``index`` is the
@@ -12,7 +12,9 @@ import os
 import sys
 from pathlib import Path
 
-RECORD = Path(os.environ.get("FAKE_SMI_RECORD") or Path(__file__).parent / "fixtures" / "h200" / "nvidia-smi-query.csv")
+RECORD = Path(
+    os.environ.get("FAKE_SMI_RECORD") or Path(__file__).parents[1] / "fixtures" / "gpu" / "h200-nvidia-smi.csv"
+)
 
 
 def _rows() -> list[dict[str, str]]:

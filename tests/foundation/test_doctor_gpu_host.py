@@ -2,8 +2,9 @@
 what the scope asks for and what the host has, the CUDA runtime is read against the driver, and
 both sides' engines must fit the memory (together, when they are up together).
 
-The recorded host: ``nvidia-smi --query-gpu=name,compute_cap,memory.total,driver_version
---format=csv`` of an H200, vLLM 0.26.0 and torch 2.11.0+cu130. ``fake_nvidia_smi.py`` answers
+The recorded host (``tests/fixtures/gpu``): ``nvidia-smi --query-gpu=name,compute_cap,memory.total,
+driver_version --format=csv`` of an H200, vLLM 0.26.0 and torch 2.11.0+cu130 (``fixtures/h200``: their
+version files). ``fake_nvidia_smi.py`` answers
 nvidia-smi's queries from it; a fake site folder holds vLLM's and torch's version files, so the
 engine-environment probe reads them as it reads the real ones (without importing either)."""
 
@@ -28,7 +29,7 @@ from fasttrack.scope import load_scope
 
 HERE = Path(__file__).resolve().parent
 H200 = HERE / "fixtures" / "h200"
-QUERY = (H200 / "nvidia-smi-query.csv").read_text()
+QUERY = (HERE.parent / "fixtures" / "gpu" / "h200-nvidia-smi.csv").read_text()
 
 #: The engine interpreter's facts on the recorded host, as the probe reads them (``test_probe_reads_...``).
 CUDA_FACTS: dict[str, Any] = {
@@ -104,6 +105,20 @@ def test_a_cpu_scope_on_the_h200_under_vllms_cpu_build_runs_on_the_cpu() -> None
     assert "they run on the CPU" in by["hardware"].found
     assert by["CUDA runtime"].found == "torch 2.13.0+cpu is a CPU build; the GPUs stay unused"
     assert "GiB available" in by["memory"].found  # the CPU rule: host memory, not the GPU's
+
+
+def test_the_gpu_demo_on_the_h200() -> None:
+    rep = diagnose(load_scope("demo-llama-gpu"), host=_h200(), facts=CUDA_FACTS, check_args=False)
+    by = _findings(rep)
+    hw = by["hardware"]
+    assert hw.status == "ok", hw.found
+    assert hw.found == (
+        "scope asks for: 1 GPU nvidia hopper with sm_90; this host: 1x NVIDIA H200 (sm_90) \u2014 a GPU scope on "
+        "its GPU model"
+    )
+    mem = by["memory"]
+    assert mem.status == "ok" and "baseline 0.30 (--gpu-memory-utilization 0.3) + candidate 0.30" in mem.found
+    assert "= 0.60 of each GPU's 140 GiB" in mem.found
 
 
 def test_a_gpu_scope_on_another_gpu_model() -> None:
