@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     loaded = load_scope(opts.scope)
     scope = loaded.scope
     group = build_plan(scope, tier=opts.tier).groups[0]
-    model = resolve_model(scope).model
+    model = resolve_model(scope, base_dir=loaded.base_dir).model
     defect_file = out / "defect"
     defect_file.write_text("")
     results: list[dict[str, Any]] = []

@@ -11,9 +11,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from fasttrack import ROOT
-from fasttrack.errors import FasttrackError
-from fasttrack.scope import Scope
+from fasttrack.errors import FasttrackError, ScopeError
+from fasttrack.scope import SUITES_DIR, Scope
 from fasttrack.scope.common import SLUG_MAX, SLUG_PATTERN
 
 
@@ -61,10 +60,25 @@ def model_cache_path(name: str) -> Path:
     return out
 
 
-def _load_builder(rel: str):
-    path = under(ROOT, rel, "the scope's model.local_builder")
+def builder_path(scope: Scope, base_dir: Path | None = None) -> Path | None:
+    """The scope's ``model.local_builder``, resolved against ``base_dir`` (the scope file's folder; default
+    ``suites/<name>/``) like every relative path in a scope; None when the scope builds no model."""
+    rel = scope.model.local_builder
+    if not rel:
+        return None
+    p = Path(rel)
+    return p if p.is_absolute() else (base_dir if base_dir is not None else SUITES_DIR / scope.name) / p
+
+
+def _load_builder(scope: Scope, base_dir: Path | None):
+    path = builder_path(scope, base_dir)
+    assert path is not None
     if not path.is_file():
-        raise FasttrackError(f"the scope's model.local_builder {rel!r} does not exist under {ROOT}.")
+        raise ScopeError(
+            f"the scope's model.local_builder {scope.model.local_builder!r} does not exist: it resolves to {path}.",
+            hint="Relative paths in a scope start from the scope file's folder (for a suite under suites/NAME/, "
+            "the builder of examples/demo_model is ../../examples/demo_model/build.py).",
+        )
     spec = importlib.util.spec_from_file_location(f"fasttrack_builder_{path.stem}", path)
     assert spec and spec.loader
     mod = importlib.util.module_from_spec(spec)
@@ -72,13 +86,14 @@ def _load_builder(rel: str):
     return mod
 
 
-def resolve_model(scope: Scope, *, log=print) -> ResolvedModel:
-    """Return the model to serve; build a local one into the cache if the scope says so."""
+def resolve_model(scope: Scope, *, base_dir: Path | None = None, log=print) -> ResolvedModel:
+    """Return the model to serve; build a local one into the cache if the scope says so (``base_dir``: the
+    folder the scope's relative paths start from, see :func:`builder_path`)."""
     if not scope.model.local_builder:
         return ResolvedModel(model=scope.model.id, sha256=scope.model.revision)
     out = model_cache_path(scope.name)
     manifest = out / "fasttrack-model.json"
-    builder = _load_builder(scope.model.local_builder)
+    builder = _load_builder(scope, base_dir)
     if manifest.is_file():
         try:
             meta = json.loads(manifest.read_text())

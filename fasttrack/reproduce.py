@@ -28,7 +28,6 @@ the recorded scope in a folder of a fixed name), which holds shipped files only.
 from __future__ import annotations
 
 import re
-import shutil
 import tempfile
 from pathlib import Path
 from typing import Any, TypeGuard
@@ -155,10 +154,10 @@ def _recorded_tables(view: Any, check: str) -> dict[str, list[dict[str, Any]]]:
 _SUITE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 
-def _scope_file(name: str, text: str, sha: str | None, tmp: Path) -> Path:
-    """Use the local suite when it is byte-identical; else a copy of the shipped suites with the
-    recorded text at the fixed path ``tmp/suites/scope/scope.yaml``, beside a copy of the suite of
-    that name (so a scope's paths into a sibling suite, ``../demo-llama/data``, find the shipped files).
+def _scope_file(name: str, text: str, sha: str | None, tmp: Path) -> tuple[Path, Path | None]:
+    """The scope to rerun and the folder its relative paths start from: the local suite when it is
+    byte-identical; else the recorded text, written to ``tmp/scope/scope.yaml``, whose relative paths start
+    from the local suite of that name when there is one (its data, kernels and model builder).
 
     ``name`` comes from the bundle: it is only ever compared with the names of the suites
     under ``suites/``, never used as a path component."""
@@ -171,21 +170,14 @@ def _scope_file(name: str, text: str, sha: str | None, tmp: Path) -> Path:
         local = known.get(name)
     if local is not None and (local / "scope.yaml").is_file():
         if hashlib.sha256((local / "scope.yaml").read_bytes()).hexdigest() == hashlib.sha256(text.encode()).hexdigest():
-            return local / "scope.yaml"
-    root = tmp / "suites"
-    if suites.is_dir():
-        shutil.copytree(suites, root, symlinks=True)
-    root.mkdir(exist_ok=True)
-    target = root / "scope"
-    if target.exists():
-        shutil.rmtree(target)
-    if local is not None:
-        shutil.copytree(local, target, symlinks=True)
+            return local / "scope.yaml", None
     else:
-        target.mkdir()
+        local = None
+    target = tmp / "scope"
+    target.mkdir()
     p = target / "scope.yaml"
     p.write_text(text, encoding="utf-8")
-    return p
+    return p, local
 
 
 def _suite_builders() -> set[str]:
@@ -335,10 +327,11 @@ def reproduce(
     )
     reg = registry()
     with tempfile.TemporaryDirectory(prefix="fasttrack-repro-") as tmpd:
-        scope_path = _scope_file(m.scope.model, m.scope.yaml, getattr(m.scope, "sha256", None), Path(tmpd))
-        check_scope_paths(recorded, scope_path.parent, scope_path.parent.parent)
+        scope_path, scope_base = _scope_file(m.scope.model, m.scope.yaml, getattr(m.scope, "sha256", None), Path(tmpd))
+        check_scope_paths(recorded, scope_base or scope_path.parent, ROOT)
         opts = ValidateOptions(
             model=str(scope_path),
+            scope_base_dir=scope_base,
             tier=m.scope.tier,
             shard=m.plan.shard,
             out=out,

@@ -203,6 +203,12 @@ class EngineRecord(_Model):
     vllm_commit_source: str | None = None
     """Where ``vllm_commit`` was read (``vllm/_version.py``, or ``git rev-parse HEAD`` in the source tree),
     or why it could not be read."""
+    torch_version: str | None = None
+    """The engine's torch build (``torch.__version__``, e.g. ``2.11.0+cu130``); None for an attached engine."""
+    cuda_version: str | None = None
+    """The CUDA version the engine's torch was built for (``torch.version.cuda``); None for a CPU build."""
+    driver_version: str | None = None
+    """The NVIDIA driver the engine's GPUs ran under (nvidia-smi); None without GPUs."""
 
 
 class Provenance(_Model):

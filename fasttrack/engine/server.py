@@ -40,6 +40,7 @@ from fasttrack.engine.environment import EngineEnvironment, local_environment
 from fasttrack.engine.errors import EngineCrashed, EngineError, EngineStartError
 from fasttrack.engine.logs import free_log_path, read_log_tail
 from fasttrack.engine.procs import StopReport, free_port, group_members, start_logged, stop_group
+from fasttrack.engine.startup import StartupWatch
 
 #: Default seconds to wait for each stop signal: SIGINT (graceful), SIGTERM, SIGKILL.
 DEFAULT_STOP_TIMEOUTS: tuple[float, float, float] = (30.0, 10.0, 10.0)
@@ -109,7 +110,16 @@ class StartProgress:
     side: str
     elapsed_s: float
     last_log_line: str
+    """The log's last line, for debugging only: progress shown to people names the phase."""
     log_path: Path
+    phase: str = "importing"
+    """What the engine is doing (:mod:`fasttrack.engine.startup`): importing, loading weights, compiling, ..."""
+    phase_s: float = 0.0
+    """Seconds in that phase so far."""
+
+    def line(self) -> str:
+        """'compiling (for 12 s)'."""
+        return f"{self.phase} (for {self.phase_s:.0f} s)"
 
 
 class ManagedEngine(EngineBase):
@@ -272,6 +282,7 @@ class ManagedEngine(EngineBase):
         assert self._proc is not None and self.log_path is not None
         t0 = time.monotonic()
         next_progress = t0 + self.progress_interval
+        watch = StartupWatch(Path(self.log_path), started=t0)
         with httpx.Client(timeout=httpx.Timeout(5.0, connect=2.0)) as http:
             while True:
                 exited = self._exit_status()
@@ -309,8 +320,13 @@ class ManagedEngine(EngineBase):
                 if self.progress is not None and now >= next_progress:
                     next_progress = now + self.progress_interval
                     last = read_log_tail(self.log_path, 1)
+                    phase = watch.poll(now)
                     with contextlib.suppress(Exception):
-                        self.progress(StartProgress(self.side, now - t0, last, self.log_path))
+                        self.progress(
+                            StartProgress(
+                                self.side, now - t0, last, self.log_path, phase=phase, phase_s=now - watch.since
+                            )
+                        )
                 time.sleep(0.25)
         self.startup_s = time.monotonic() - t0
         self._served_model = self._fetch_served_model()

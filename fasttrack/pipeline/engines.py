@@ -141,7 +141,7 @@ def drive_engines(
     from fasttrack.models import resolve_model
 
     if not all(attach.values()):
-        ctx.model = resolve_model(ctx.scope, log=log)
+        ctx.model = resolve_model(ctx.scope, base_dir=ctx.base_dir, log=log)
     pairing = [c for c in checks if isinstance(c, PairedCheck) and c.paired(ctx)]
     total = sum(len(g.order) for g in plan.groups)
     n = 0
@@ -421,7 +421,7 @@ def _launch(
             ctx.provenance.seed(f"engine/{group.id}/{side}", seed)
 
         def on_progress(p: Any) -> None:
-            ctx.log(f"  {side} engine starting ({p.elapsed_s:.0f} s): {p.last_log_line[-120:]}")
+            ctx.log(f"  {side} engine starting ({p.elapsed_s:.0f} s): {p.line()}")
 
         env: dict[str, str | None] = dict(spec.env)
         counters = env.get(DEVICE_COUNTERS_ENV)

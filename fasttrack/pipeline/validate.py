@@ -40,6 +40,9 @@ class ValidateOptions:
 
     model: str
     tier: str = "smoke"
+    scope_base_dir: Path | None = None
+    """The folder the scope's relative paths start from, when not the scope file's own (``reproduce`` runs a
+    bundle's recorded copy of a local suite's scope against that suite's files)."""
     shard: str | None = None
     out: Path = Path("runs/latest")
     checks: list[str] | None = None
@@ -78,7 +81,7 @@ class ValidateOutcome:
 def prepare(opts: ValidateOptions, *, log: Callable[[str], None]) -> tuple[LoadedScope, HostInfo, bool, str | None]:
     """Load the scope and check the host. Returns (scope, host, rehearsal, reason)."""
     registry()  # every check registered first: a check's gate model makes its section of the scope's gates
-    loaded = load_scope(opts.model)
+    loaded = load_scope(opts.model, base_dir=opts.scope_base_dir)
     scope = loaded.scope
     if not scope.is_complete:
         raise ScopeError(

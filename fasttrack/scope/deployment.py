@@ -32,6 +32,7 @@ def _no_host_safety_env(env: dict[str, str]) -> dict[str, str]:
         )
     return env
 
+
 #: GPUs one engine may use at most (the largest shipped scope uses 16).
 MAX_GPUS = 65_536
 
@@ -43,8 +44,8 @@ class ModelSpec(ScopeModel):
     """Model revision or content hash, when pinned."""
     served_name: str | None = None
     """Name the server exposes (``--served-model-name``); defaults to ``id``."""
-    local_builder: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_./-]*\.py$", max_length=256)
-    """For locally built models: the builder script (relative to the repo root, no ``..``). The model is
+    local_builder: str | None = Field(default=None, max_length=256)
+    """For locally built models: the builder script (relative to the scope file's folder). The model is
     built into the fasttrack cache ($FASTTRACK_CACHE, default ~/.cache/fasttrack) and served from there."""
 
     @field_validator("local_builder")

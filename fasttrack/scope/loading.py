@@ -27,10 +27,14 @@ class LoadedScope(BaseModel):
     path: Path
     text: str
     sha256: str
+    base: Path | None = None
+    """The folder the scope's relative paths start from when it is not the file's own (a copy of a suite's
+    scope written elsewhere, whose paths still mean the suite's files)."""
 
     @property
     def base_dir(self) -> Path:
-        return self.path.parent
+        """The folder every relative path in the scope is resolved against: the scope file's folder."""
+        return self.base if self.base is not None else self.path.parent
 
     def resolve(self, rel: str) -> Path:
         """A path from the scope, relative to the scope file's folder."""
@@ -136,7 +140,9 @@ def parse_scope(text: str, *, source: str = "<scope>") -> Scope:
         ) from None
 
 
-def load_scope(name_or_path: str) -> LoadedScope:
+def load_scope(name_or_path: str, *, base_dir: Path | None = None) -> LoadedScope:
+    """Find, read and parse a scope; ``base_dir`` overrides the folder its relative paths start from
+    (default: the scope file's folder)."""
     path = find_scope(name_or_path)
     try:
         data = read_capped(path, YAML_MAX_BYTES)
@@ -146,7 +152,13 @@ def load_scope(name_or_path: str) -> LoadedScope:
     except (OSError, UnicodeDecodeError) as exc:
         raise ScopeError(f"cannot read scope file {str(path)!r}: {exc}.") from None
     scope = parse_scope(text, source=str(path))
-    return LoadedScope(scope=scope, path=path.resolve(), text=text, sha256=hashlib.sha256(text.encode()).hexdigest())
+    return LoadedScope(
+        scope=scope,
+        path=path.resolve(),
+        text=text,
+        sha256=hashlib.sha256(text.encode()).hexdigest(),
+        base=base_dir.resolve() if base_dir is not None else None,
+    )
 
 
 def json_schema(features: Sequence[str] | None = None) -> dict[str, Any]:

@@ -89,6 +89,8 @@ def test_agreeing_rerun_uses_the_recorded_settings(recorded, tmp_path, keydir, m
     assert rerun.opts.tier == "smoke" and rerun.opts.shard == "2/3" and rerun.opts.checks == ["perf"]
     assert rerun.opts.allow_hardware_mismatch is True
     assert rerun.scope_text == RECORDED_SCOPE
+    # the recorded text is not the local suite's: its relative paths still mean the local suite's files
+    assert rerun.opts.scope_base_dir == ROOT / "suites" / "demo-llama"
 
 
 def test_estimate_outside_the_recorded_interval_disagrees(recorded, tmp_path, keydir, monkeypatch) -> None:

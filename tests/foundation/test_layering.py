@@ -52,6 +52,7 @@ LEVELS: dict[str, float] = {
     "plan": 2,
     "isolation": 2,
     "hardware": 2,
+    "hostfit": 2,  # whether the host fits the scope's engines: device, CUDA build against the driver, memory shares
     "models": 2,
     "inputs": 2,
     "perf": 3,
