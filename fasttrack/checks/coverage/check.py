@@ -295,6 +295,12 @@ class CoverageCheck(EngineCheck, DeploymentCheck):
                 why = "no candidate path evidence" + (
                     ": " + sides["candidate"][0].detail["unavailable"] if sides["candidate"] else ""
                 )
+            elif n_dec and any(e.side == "candidate" and e.detail.get("device_counter_missing") for e in cand):
+                v = Verdict.NOT_RUN
+                why = (
+                    "the scope declares a device counter (path_markers.device_counters) that the candidate's /metrics "
+                    "did not export, so which path its kernels took could not be confirmed"
+                )
             elif n_dec == 0:
                 v = None  # this check did not exercise the point's decode path (e.g. its round formed a smaller batch)
                 why = "not exercised: the candidate's windows of this check contain no decode step for this point"
