@@ -38,7 +38,6 @@ EXCEPTIONS: dict[str, str] = {
     "report/site.py:build_site": NOT_SPLIT_YET,
     "report/eval_view.py:evals_view": NOT_SPLIT_YET,
     "stats/sampling.py:allowed_tokens": NOT_SPLIT_YET,
-    "kernels/run.py:run_suite": NOT_SPLIT_YET,
 }
 
 
