@@ -25,7 +25,6 @@ EXCEPTIONS: dict[str, str] = {
     "perf/workloads.py:plan_items": PERF,
     "perf/metrics.py:compute_run_metrics": PERF,
     "perf/loadgen.py:PerfClient.stream": PERF,
-    "checks/coverage/judge.py:judge_situations": "the coverage check's path evidence is being reworked",
     "pipeline/engines.py:_launch": "how an engine's command line is built is being reworked; split after that",
     "executors/k8s.py:_multi_node": "the executors' engine command line is being reworked; split after that",
     "bundle/verify.py:verify_bundle": "the verifier reads as one checklist of items; the verify rules are changing",
