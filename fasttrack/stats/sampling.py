@@ -279,6 +279,42 @@ def chi_square_sampling_test(
 # --------------------------------------------------------------------------- masks
 
 
+def _top_k(
+    ranked: list[Token], x: np.ndarray, top_k: int, tolerance: float
+) -> tuple[list[Token], np.ndarray, set[Token]]:
+    """The top-k mask on the (tempered) logits ``x`` of the ``ranked`` tokens: the tokens kept (ties at the k-th
+    value kept), their renormalised probabilities, and the tokens at the boundary."""
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+        raise StatsInputError(f"top_k must be a positive integer, got {top_k!r}.")
+    if len(ranked) < top_k:
+        raise StatsInputError(
+            f"top_k={top_k} but only {len(ranked)} logprobs are known: "
+            "request at least top_k logprobs to know the mask."
+        )
+    keep = x >= x[top_k - 1] - tolerance
+    near = {ranked[i] for i in range(top_k, len(ranked)) if keep[i]}
+    # ties (or near ties) at the k-th value: which of them the engine keeps depends on rounding
+    boundary = near | {ranked[top_k - 1]} if near else set()
+    kept = x[keep]
+    p = np.exp(kept - kept.max())
+    return [t for t, k in zip(ranked, keep, strict=False) if k], p / p.sum(), boundary
+
+
+def _probabilities(x: np.ndarray, temperature: float, rest_mass: float | None) -> np.ndarray:
+    """The probabilities of the listed tokens without a top-k mask: at temperature 1 out of their mass and the
+    rest's; otherwise the logprobs must cover the whole distribution."""
+    if math.isclose(temperature, 1.0, abs_tol=1e-12):
+        p = np.exp(x)
+        return p / (p.sum() + (max(0.0, 1.0 - p.sum()) if rest_mass is None else rest_mass))
+    if rest_mass is None or rest_mass > 1e-6:
+        raise StatsInputError(
+            "top_p with temperature != 1 needs the whole distribution (rest_mass ~ 0) or logprobs of the "
+            "tempered distribution passed with temperature=1; with top-k logprobs only the nucleus is unknown."
+        )
+    p = np.exp(x - x.max())
+    return p / p.sum()
+
+
 def allowed_tokens(
     logprobs: Mapping[Token, float],
     *,
@@ -310,46 +346,20 @@ def allowed_tokens(
     x = np.array([lps[t] for t in ranked]) / temperature
     boundary: set[Token] = set()
     if top_k is not None:
-        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
-            raise StatsInputError(f"top_k must be a positive integer, got {top_k!r}.")
-        if len(ranked) < top_k:
-            raise StatsInputError(
-                f"top_k={top_k} but only {len(ranked)} logprobs are known: "
-                "request at least top_k logprobs to know the mask."
-            )
-        kth = x[top_k - 1]
-        keep = x >= kth - tolerance
-        near = {ranked[i] for i in range(top_k, len(ranked)) if keep[i]}
-        if near:  # ties (or near ties) at the k-th value: which of them the engine keeps depends on rounding
-            boundary |= near | {ranked[top_k - 1]}
-        ranked = [t for t, k in zip(ranked, keep, strict=False) if k]
-        x = x[keep]
-        p = np.exp(x - x.max())
-        p /= p.sum()
+        ranked, p, boundary = _top_k(ranked, x, top_k, tolerance)
         known = 1.0
     else:
-        if math.isclose(temperature, 1.0, abs_tol=1e-12):
-            p = np.exp(x)
-            total = p.sum() + (max(0.0, 1.0 - p.sum()) if rest_mass is None else rest_mass)
-            p = p / total
-        else:
-            if rest_mass is None or rest_mass > 1e-6:
-                raise StatsInputError(
-                    "top_p with temperature != 1 needs the whole distribution (rest_mass ~ 0) or logprobs of the "
-                    "tempered distribution passed with temperature=1; with top-k logprobs only the nucleus is unknown."
-                )
-            p = np.exp(x - x.max())
-            p /= p.sum()
+        p = _probabilities(x, temperature, rest_mass)
         known = float(p.sum())
     if top_p is not None:
         if not (0.0 < top_p <= 1.0):
             raise StatsInputError(f"top_p must be in (0, 1], got {top_p!r}.")
-        above = np.concatenate([[0.0], np.cumsum(p)[:-1]])  # mass ranked strictly above each token
         if top_k is None and known < top_p - tolerance:
             raise StatsInputError(
                 f"the known logprobs carry {known:.4f} of the mass, less than top_p={top_p}: "
                 "the nucleus includes tokens that are not listed. Request more logprobs."
             )
+        above = np.concatenate([[0.0], np.cumsum(p)[:-1]])  # mass ranked strictly above each token
         keep = above < top_p + tolerance
         keep[0] = True
         boundary |= {ranked[i] for i in range(len(ranked)) if abs(above[i] - top_p) <= tolerance}

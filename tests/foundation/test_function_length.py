@@ -36,7 +36,6 @@ EXCEPTIONS: dict[str, str] = {
     "plan.py:build_plan": NOT_SPLIT_YET,
     "report/site.py:build_site": NOT_SPLIT_YET,
     "report/eval_view.py:evals_view": NOT_SPLIT_YET,
-    "stats/sampling.py:allowed_tokens": NOT_SPLIT_YET,
 }
 
 
