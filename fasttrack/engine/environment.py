@@ -8,15 +8,13 @@ what its HTTP endpoints report is known; the rest is recorded as unknown.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import signal
-import subprocess
 import sys
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from fasttrack.engine.procs import run_script
 
 #: Environment variables worth recording even when the harness did not set them:
 #: they change what the engine does.
@@ -241,26 +239,9 @@ def probe_local_environment(
 ) -> dict:
     """Run the environment probe under ``python`` with ``env``; return its facts as a dict."""
     exe = python or sys.executable
-    try:
-        proc = subprocess.Popen(
-            [exe, "-c", _PROBE],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            stdin=subprocess.DEVNULL,
-            text=True,
-            env=env if env is not None else dict(os.environ),
-            start_new_session=True,
-        )
-    except OSError as exc:
-        return {"notes": [f"environment probe could not run under {exe}: {exc}"]}
-    try:
-        stdout, stderr = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(OSError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        return {"notes": [f"environment probe timed out after {timeout:.0f} s under {exe}"]}
-    r = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+    r = run_script(exe, _PROBE, env=env, timeout=timeout)
+    if isinstance(r, str):
+        return {"notes": [f"environment probe {r}"]}
     if r.returncode != 0:
         return {"notes": [f"environment probe failed under {exe} (exit {r.returncode}): {r.stderr.strip()[-500:]}"]}
     try:

@@ -62,6 +62,7 @@ from fasttrack.checks.outcome import fold_verdicts, write_artifact
 from fasttrack.checks.points import group_batches, short_point
 from fasttrack.checks.windows import EvidenceWindow, WindowRecord
 from fasttrack.engine.deployment import DeploymentOutcome
+from fasttrack.engine.flags import arg_values
 from fasttrack.inputs import load_prompt_set, prompt_set_path
 from fasttrack.plan import EngineGroup
 from fasttrack.results import CheckResult, Gate, Side, Verdict
@@ -79,13 +80,8 @@ PROBED_SITUATIONS = (
 
 def _admitted(args: list[str]) -> int | None:
     """The ``--max-num-seqs`` an engine's arguments set (the last one given; None when unset or not a number)."""
-    val: str | None = None
-    for i, a in enumerate(args):
-        if a == "--max-num-seqs" and i + 1 < len(args):
-            val = args[i + 1]
-        elif a.startswith("--max-num-seqs="):
-            val = a.split("=", 1)[1]
-    return int(val) if val is not None and val.isdigit() else None
+    given = arg_values(args, "--max-num-seqs")
+    return int(given[-1]) if given and given[-1].isdigit() else None
 
 
 CONTEXT_NOTE = (
