@@ -40,7 +40,7 @@ PKG = ROOT / "fasttrack"
 
 #: Layer of each top-level component of ``fasttrack`` (see the module docstring).
 LEVELS: dict[str, float] = {
-    "fasttrack": 1,  # the package root: ROOT and __version__, imports nothing
+    "fasttrack": 1,  # the package root: ROOT, __version__ and lazy_exports; imports nothing of fasttrack
     "errors": 1,
     "results": 1,
     "limits": 1,  # every resource limit on untrusted input (bundles, scopes, key files, shards)
