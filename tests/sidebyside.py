@@ -2,7 +2,8 @@
 
 - **Shares** (``FASTTRACK_TEST_SPLIT``): ``schedule`` runs the tests on the engine schedule
   (:data:`demo_engines.ENGINE_SCHEDULE`: those that use the session's engines, then those that stop
-  them and start their own), then the fast tests of :data:`SCHEDULE_TAIL`; ``other`` runs every other test (the fast tests, and the end-to-end
+  them and start their own), then the fast tests of :data:`SCHEDULE_TAIL`; ``other`` runs every other
+  test (the fast tests, and the end-to-end
   tests that start engines of their own from the outset). Unset or empty: all of them.
 - **Quiet window** (``FASTTRACK_QUIET_FILE``): the tests that time engines (the ``pair`` phase:
   interleaved perf pairs and the slow-batch effect) need the host to themselves; with two processes
