@@ -7,9 +7,8 @@ import sys
 from typing import Any
 
 import typer
-from rich.console import Console
 
-from fasttrack import __version__
+from fasttrack import __version__, terminal
 from fasttrack.errors import FasttrackError
 
 app = typer.Typer(
@@ -19,8 +18,8 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-console = Console()
-err_console = Console(stderr=True, soft_wrap=True)
+console = terminal.console()
+err_console = terminal.console(stderr=True, soft_wrap=True)
 
 #: Modules that add subcommands; each defines ``register(app: typer.Typer) -> None``.
 SUBCOMMAND_MODULES: list[str] = [

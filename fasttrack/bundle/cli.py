@@ -9,16 +9,16 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from fasttrack import terminal
 from fasttrack.bundle.errors import BundleError
 from fasttrack.bundle.keys import generate_keypair, load_private_key, load_public_keys, openssh_public_line
 
 TRUST_ENV = "FASTTRACK_TRUST_DIR"
 
-console = Console()
+console = terminal.console()
 
 
 def shown(text: object) -> str:

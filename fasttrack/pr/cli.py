@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 import typer
-from rich.console import Console
+
+from fasttrack import terminal
 
 if TYPE_CHECKING:
     from fasttrack.pr.github import GitHubClient
@@ -15,8 +16,8 @@ if TYPE_CHECKING:
 # fasttrack.pr.github (and httpx) load only when a pr command runs: every fasttrack command
 # registers these subcommands, and `fasttrack verify` / `report` stay light.
 
-console = Console(soft_wrap=True)
-err_console = Console(stderr=True, soft_wrap=True)
+console = terminal.console(soft_wrap=True)
+err_console = terminal.console(stderr=True, soft_wrap=True)
 pr_app = typer.Typer(
     help="Publish a bundle to a GitHub PR and keep its one fasttrack comment (see docs/pr-flow.md).",
     no_args_is_help=True,

@@ -7,15 +7,15 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 
+from fasttrack import terminal
 from fasttrack.bundle.cli import shown
 from fasttrack.errors import FasttrackError
 
 TRUST_ENV = "FASTTRACK_TRUST_DIR"
 
-console = Console()
-err_console = Console(stderr=True)
+console = terminal.console()
+err_console = terminal.console(stderr=True)
 dashboard_app = typer.Typer(help="The maintainer dashboard over many bundles.", no_args_is_help=True)
 
 
