@@ -180,7 +180,7 @@ def plan_cmd(
     checks = tier_checks(loaded.scope, whole, base_dir=loaded.base_dir)
     args_check = None if no_arg_check else engine_arg_check(plan)
     if args_check is not None:
-        raise_for_issues(args_check, scope_name=loaded.scope.name)
+        raise_for_issues(args_check, scope_name=loaded.scope.name, scope_path=loaded.path)
     if as_json:
         doc = plan.model_dump(mode="json")
         doc["checks_planned"] = [c.model_dump(mode="json") for c in checks]

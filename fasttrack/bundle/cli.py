@@ -87,8 +87,10 @@ def verify_cmd(
     Exits 0 only when every check holds (and, with --require-pass, the verdict is pass: a
     rehearsal's verdict is ``rehearsal``, which --require-pass refuses).
     """
+    from fasttrack.bundle.consistency import pr_head_argument
     from fasttrack.bundle.verify import verify_bundle
 
+    pr_head = pr_head_argument(pr_head)
     if not key and trust is None:
         env_trust = os.environ.get(TRUST_ENV)
         if not env_trust:

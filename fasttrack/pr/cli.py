@@ -77,9 +77,11 @@ def publish_cmd(
 ) -> None:
     """Upload a bundle as a release asset of the PR's head repository and create or update the
     PR's one fasttrack comment (verification state, headline, link, sha256)."""
+    from fasttrack.bundle.consistency import pr_head_argument
     from fasttrack.pr.publish import PublishOptions, default_trust, publish
     from fasttrack.pr.publish import dry_run as plan
 
+    pr_head = pr_head_argument(pr_head)
     opts = PublishOptions(
         bundle=bundle,
         repo=repo,
@@ -164,9 +166,11 @@ def body_cmd(
 ) -> None:
     """Verify a fetched bundle and render the maintainers' comment body (exit 0 even when it does not verify)."""
     from fasttrack.bundle.canonical import sha256_file
+    from fasttrack.bundle.consistency import pr_head_argument
     from fasttrack.pr.body import render_body
     from fasttrack.pr.sticky import BundleLink
 
+    pr_head = pr_head_argument(pr_head)
     sha, size = sha256_file(bundle)
     body = render_body(
         bundle,

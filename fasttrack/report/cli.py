@@ -44,8 +44,10 @@ def report_cmd(
     ),
 ) -> None:
     """Verify a bundle and render its report (one self-contained HTML file) and PR comment."""
+    from fasttrack.bundle.consistency import pr_head_argument
     from fasttrack.report.report import render_report
 
+    pr_head = pr_head_argument(pr_head)
     if not bundle.exists():
         raise FasttrackError(
             f"{bundle} does not exist", hint="Give a bundle directory or a .tar.gz written by fasttrack validate."
