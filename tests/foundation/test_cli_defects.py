@@ -74,7 +74,7 @@ def test_building_the_demo_plugin_prints_no_setuptools_warning(tmp_path: Path) -
     src = tmp_path / "demo_plugin"
     shutil.copytree(ROOT / "examples" / "demo_plugin", src, ignore=shutil.ignore_patterns("build", "*.egg-info"))
     res = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), str(src)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), src],
         capture_output=True,
         text=True,
         timeout=300,
