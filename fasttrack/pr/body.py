@@ -80,7 +80,8 @@ def _banner(side: Side, vr: VerifyResult, *, pr_head: str | None, run_url: str |
 def _footer(link: BundleLink, vr: VerifyResult) -> str:
     who = _signed_by(vr)
     return (
-        f"**Bundle:** [{md(link.name, 120)}]({link.url}) · sha256 {code(link.sha256)} · {link.size:,} bytes"
+        f"**Bundle:** [{md(link.name, 120)}]({link.url}) · bundle ID {code((vr.bundle_id or 'unknown')[:16])}"
+        f" · tarball sha256 {code(link.sha256)} · {link.size:,} bytes"
         + (f" · signed by {who}" if who else "")
         + "\n"
         + link.line()

@@ -101,7 +101,8 @@ def publish_cmd(
             body = res.body
             verb = "created" if res.comment_created else "updated"
             console.print(
-                f"bundle {res.link.sha256[:16]} ({res.link.size:,} bytes) "
+                f"bundle ID {(body.verify.bundle_id or 'unknown')[:16]} (tarball sha256 {res.link.sha256[:16]}, "
+                f"{res.link.size:,} bytes) "
                 + ("uploaded to " if res.asset_uploaded else "already at ")
                 + f"{res.link.url}\n{verb} the fasttrack comment: {res.comment_url}",
                 highlight=False,

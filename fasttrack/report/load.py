@@ -104,6 +104,7 @@ def build_report_data(
         return ReportData(
             bundle_name=name,
             bundle_hash=bhash,
+            bundle_id=vr.bundle_id or "",
             verification=vv,
             readable=False,
             unreadable_reason=fmt.one_line(reason, 2000),
@@ -163,6 +164,7 @@ def _read(view: BundleView, vr: VerifyResult, vv: VerifyView, name: str, bhash: 
     return ReportData(
         bundle_name=name,
         bundle_hash=bhash,
+        bundle_id=vr.bundle_id or "",
         verification=vv,
         readable=True,
         verdict=m.effective_verdict,

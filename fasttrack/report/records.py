@@ -34,7 +34,9 @@ class BundleRecord(_Model):
     """A bundle as the dashboard lists it (derived from its verified report data)."""
 
     id: str
-    """sha256 of the bundle's content (tarball bytes, or its files)."""
+    """The index's key: sha256 of the bundle's content as found (tarball bytes, or its files)."""
+    bundle_id: str = ""
+    """The bundle's ID (derived from its content, as the report and the PR comment show it)."""
     path: str
     """Where the bundle was found, relative to the bundles directory."""
     is_tar: bool
@@ -114,7 +116,8 @@ class BundleRecord(_Model):
 
     @property
     def short(self) -> str:
-        return self.id[:16]
+        """The bundle ID as the pages show it (the first 16 hex digits)."""
+        return (self.bundle_id or self.id)[:16]
 
     @property
     def group_key(self) -> tuple[str, str]:
@@ -142,6 +145,7 @@ def record_from(
                 )
     return BundleRecord(
         id=bundle_id,
+        bundle_id=data.bundle_id,
         path=rel_path,
         is_tar=is_tar,
         verified=v.verified,

@@ -270,8 +270,12 @@ class ReportData:
 
     bundle_name: str
     bundle_hash: str
+    """The content hash the dashboard's cache keys the bundle by (a tarball's bytes, or a directory's files)."""
     verification: VerifyView
     readable: bool
+    bundle_id: str = ""
+    """The bundle's ID (:func:`fasttrack.bundle.scan.bundle_id`, derived from its content): the one ID every
+    page shows; "" when no file could be read."""
     unreadable_reason: str = ""
     verdict: str = "unknown"
     model: str = ""

@@ -186,10 +186,12 @@ def test_dashboard_served_filter_and_drill_down(page: Any, served: str) -> None:
     page.select_option("#f-verified", "")
     # drill down from the queue to a report, and back
     link = page.locator("#queue a.report-link").nth(1)
-    short = link.inner_text()
+    short = link.inner_text()  # the bundle's ID, as the report shows it
+    href = link.get_attribute("href")
     link.click()
-    page.wait_for_url(f"**/reports/{short}.html")
+    page.wait_for_url(f"**/{href}")
     assert "fasttrack report" in page.title()
+    assert page.locator("#bundle-id").inner_text() == short
     assert page.locator("#verdict-box").is_visible()
     _shot(page, "dashboard-drilldown-report.png")
     # files of a verified bundle open as text from the server

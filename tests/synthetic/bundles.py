@@ -121,6 +121,9 @@ def make_bundle(
     rng = random.Random(spec.seed)
     suite = _suite(spec.model)
     yaml_text, tier, plan = suite if suite is not None else _invented_plan(spec.model, rng)
+    for old, new in spec.scope_swaps.items():
+        assert old in yaml_text, f"not in the {spec.model} scope: {old!r}"
+        yaml_text = yaml_text.replace(old, new)
     yaml_text = _marked_title(yaml_text, spec)
     # rows for the points most checks exercise: a group with synthetic acceptance (its points carry the forced
     # acceptance length) measures speed only, so its points get no rows here

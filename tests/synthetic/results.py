@@ -47,6 +47,9 @@ class Spec:
     """Names the checks are recorded under (e.g. ``{"perf": "speed"}``); each keeps its title and view."""
     legacy_entries: bool = False
     """Record no title and view per check, like bundles written before checks declared them."""
+    scope_swaps: dict[str, str] = field(default_factory=dict)
+    """Text of the recorded scope replaced (each key must occur in the suite's scope): a scope edited by its
+    contributor."""
 
 
 def recorded_name(spec: Spec, check: str) -> str:
