@@ -328,7 +328,7 @@ def reproduce(
     reg = registry()
     with tempfile.TemporaryDirectory(prefix="fasttrack-repro-") as tmpd:
         scope_path, scope_base = _scope_file(m.scope.model, m.scope.yaml, getattr(m.scope, "sha256", None), Path(tmpd))
-        check_scope_paths(recorded, scope_base or scope_path.parent, ROOT)
+        check_scope_paths(recorded, scope_base or scope_path.parent, ROOT / "suites")
         opts = ValidateOptions(
             model=str(scope_path),
             scope_base_dir=scope_base,
