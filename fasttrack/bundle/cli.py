@@ -101,13 +101,12 @@ def verify_cmd(
     rehearsal's verdict is ``rehearsal``, which --require-pass refuses). A bundle whose scope
     loosens the trusted scope, or that ran a tier below --min-tier, fails with every reason listed.
     """
-    from fasttrack.bundle.consistency import pr_head_argument
+    from fasttrack.bundle.consistency import pr_head_argument, tier_argument
+    from fasttrack.bundle.headline import headline
     from fasttrack.bundle.verify import verify_bundle
-    from fasttrack.scope.common import TIER_ORDER
 
     pr_head = pr_head_argument(pr_head)
-    if min_tier is not None and min_tier not in TIER_ORDER:
-        raise BundleError(f"--min-tier {min_tier[:40]!r} is not a tier; use one of {', '.join(TIER_ORDER)}")
+    tier_argument(min_tier)
     if not key and trust is None:
         env_trust = os.environ.get(TRUST_ENV)
         if not env_trust:
@@ -122,10 +121,14 @@ def verify_cmd(
         trusted_scope=trusted_scope,
         min_tier=min_tier,
     )
-    ok = res.verified and (not require_pass or res.verdict == "pass")
+    # --require-pass: the verdict is pass over the whole tier (a shard holds part of it)
+    ok = res.verified and (not require_pass or (res.verdict == "pass" and res.shard in (None, "1/1")))
+    hl = headline(res)
     if as_json:
         out = res.model_dump(mode="json")
         out["ok"] = ok
+        out["headline"] = hl.text
+        out["headline_reasons"] = list(hl.reasons)
         typer.echo(json.dumps(out, indent=2, sort_keys=True))
     else:
         _print_verification(res, bundle, require_pass=require_pass)
@@ -151,6 +154,12 @@ def _print_verification(res: VerifyResult, bundle: Path, *, require_pass: bool) 
     console.print(f"{shown(bundle)}: {status}; bundle verdict: [bold]{res.verdict}[/]", highlight=False)
     if res.bundle_id:
         console.print(f"bundle ID: {res.bundle_id}", highlight=False)
+    from fasttrack.bundle.headline import headline
+
+    hl = headline(res)
+    console.print(f"headline: [bold]{shown(hl.text)}[/]", highlight=False)
+    for why in hl.reasons:
+        console.print(f"  - {shown(why)}", highlight=False)
     if res.pr_link is not None:
         console.print(shown(f"PR link: {res.pr_link}: {res.pr_link_detail}"), highlight=False)
     if res.scope_loosenings:
@@ -160,6 +169,8 @@ def _print_verification(res: VerifyResult, bundle: Path, *, require_pass: bool) 
         )
         for line in res.scope_loosenings:
             console.print(f"  - {shown(line)}", highlight=False)
+    if res.verified and require_pass and res.verdict == "pass" and res.shard not in (None, "1/1"):
+        console.print(f"--require-pass: shard {res.shard} holds part of the tier only", highlight=False)
     if res.verified and require_pass and res.verdict != "pass":
         why = (
             " (a rehearsal on hardware the scope does not declare is not evidence)"

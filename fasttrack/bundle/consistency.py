@@ -217,6 +217,15 @@ def table_problems(manifest: Manifest, contents: Contents) -> list[str]:
 FULL_SHA_LENGTHS = (40, 64)
 
 
+def tier_argument(value: str | None, option: str = "--min-tier") -> str | None:
+    """A tier given on the command line, checked: smoke, standard or full (an input error, exit 2, otherwise)."""
+    from fasttrack.scope.common import TIER_ORDER
+
+    if value is not None and value not in TIER_ORDER:
+        raise BundleError(f"{option} {value[:40]!r} is not a tier; use one of {', '.join(TIER_ORDER)}")
+    return value
+
+
 def pr_head_argument(value: str | None, option: str = "--pr-head") -> str | None:
     """A PR head given on the command line, checked: 7 to 64 hex digits (a commit SHA, possibly abbreviated).
 

@@ -131,6 +131,8 @@ class VerifyResult(BaseModel):
     could be read (a refused archive)."""
     tier: str | None = None
     """The tier the bundle ran (None when the manifest is unreadable)."""
+    shard: str | None = None
+    """The part of the tier the bundle covers, ``i/n`` (``1/1``: the whole tier; None when unreadable)."""
     trusted_scope: str | None = None
     """The trusted scope the recorded one was held against (``--trusted-scope``), when given."""
     scope_loosenings: list[str] = []
@@ -270,6 +272,7 @@ def verify_bundle(
         link, link_detail = pr_link_state(manifest) if manifest else (None, "")
         return VerifyResult(
             tier=manifest.scope.tier if manifest else None,
+            shard=manifest.plan.shard if manifest else None,
             trusted_scope=scope_check[0],
             scope_loosenings=scope_check[1],
             scope_tightenings=scope_check[2],

@@ -163,15 +163,22 @@ def body_cmd(
     key: list[Path] = typer.Option([], "--key", "-k", help="Trusted public key (repeatable)."),
     trust: Optional[Path] = typer.Option(None, "--trust", help="Trust directory (e.g. .fasttrack/trusted-keys)."),
     pr_head: Optional[str] = typer.Option(None, "--pr-head", help="The PR's head commit, from the event."),
+    trusted_scope: Optional[str] = typer.Option(
+        None, "--trusted-scope", help="Hold the recorded scope against this one (as `fasttrack verify` does)."
+    ),
+    min_tier: Optional[str] = typer.Option(
+        None, "--min-tier", help="The lowest tier accepted (smoke < standard < full)."
+    ),
     run_url: str = typer.Option(..., "--run-url", help="The workflow run (its artifacts hold the report)."),
 ) -> None:
     """Verify a fetched bundle and render the maintainers' comment body (exit 0 even when it does not verify)."""
     from fasttrack.bundle.canonical import sha256_file
-    from fasttrack.bundle.consistency import pr_head_argument
+    from fasttrack.bundle.consistency import pr_head_argument, tier_argument
     from fasttrack.pr.body import render_body
     from fasttrack.pr.sticky import BundleLink
 
     pr_head = pr_head_argument(pr_head)
+    tier_argument(min_tier)
     sha, size = sha256_file(bundle)
     body = render_body(
         bundle,
@@ -180,6 +187,8 @@ def body_cmd(
         keys=list(key),
         trust_dir=trust,
         pr_head=pr_head,
+        trusted_scope=trusted_scope,
+        min_tier=min_tier,
         run_url=run_url,
     )
     out.write_text(body.text, encoding="utf-8")

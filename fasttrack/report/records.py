@@ -55,6 +55,10 @@ class BundleRecord(_Model):
     """Whether the manifest could be read."""
     verdict: str
     """Bundle verdict: pass, fail, incomplete, rehearsal (or unknown when unreadable)."""
+    headline: str = ""
+    """What the bundle may be called (:mod:`fasttrack.bundle.headline`): ``PASS`` or what is missing."""
+    headline_state: str = "warn"
+    """``pass``, ``fail`` or ``warn``, for the badge's colour."""
     model: str = ""
     """Validated model (from the scope)."""
     tier: str = ""
@@ -155,6 +159,8 @@ def record_from(
         signers=sorted({s.keyid for s in v.signers if s.status == "valid"}),
         readable=data.readable,
         verdict=data.verdict if data.readable else "unknown",
+        headline=data.headline.text if data.headline else "",
+        headline_state=data.headline.state if data.headline else "warn",
         model=data.model,
         tier=data.tier,
         scope_title=data.scope_title,

@@ -265,6 +265,68 @@ class PRView:
 
 
 @dataclass
+class PointSpeedup:
+    point: str
+    speedup: float
+    low: float | None
+    high: float | None
+    verdict: str | None
+
+    @property
+    def interval(self) -> str:
+        return f"[{self.low:.3f}, {self.high:.3f}]" if self.low is not None and self.high is not None else ""
+
+
+@dataclass
+class SpeedupSummary:
+    """What the first screen says about speed."""
+
+    status: str
+    """``shown``, or ``not_run`` / ``no_table`` with ``reason``."""
+    reason: str = ""
+    metric: str = ""
+    gated: bool = False
+    """Whether the metric is the gated one (each point has a verdict)."""
+    points: int = 0
+    geomean: float | None = None
+    geo_low: float | None = None
+    geo_high: float | None = None
+    worst: PointSpeedup | None = None
+    failed: int = 0
+    """Points that fail their gate."""
+    threshold: float | None = None
+    """The gate: a point fails when its interval's lower end is below this."""
+    plot: Markup | None = None
+
+    @property
+    def geo_interval(self) -> str:
+        if self.geo_low is None or self.geo_high is None:
+            return ""
+        return f"[{self.geo_low:.3f}, {self.geo_high:.3f}]"
+
+
+@dataclass
+class Condition:
+    label: str
+    ok: bool
+    detail: str
+
+
+@dataclass
+class HeadlineView:
+    """The headline as the report shows it."""
+
+    text: str
+    state: str
+    icon: str
+    verdict: str
+    passed: bool
+    missing: list[str]
+    reasons: list[str]
+    conditions: list[Condition] = field(default_factory=list)
+
+
+@dataclass
 class ReportData:
     """Everything one report page shows."""
 
@@ -304,6 +366,13 @@ class ReportData:
     artifacts: list[ArtifactView] = field(default_factory=list)
     artifacts_note: str = ""
     check_verdicts: dict[str, str] = field(default_factory=dict)
+    headline: HeadlineView | None = None
+    """What the bundle may be called (PASS only when verified, bound to the PR head, not a rehearsal and complete
+    for its tier), and why: the first thing the page shows."""
+    caveats: list[str] = field(default_factory=list)
+    """What the tier that ran cannot show, one sentence each (:func:`fasttrack.report.summary.tier_caveats`)."""
+    speedup: SpeedupSummary | None = None
+    """The first screen's speedup summary and plot (:mod:`fasttrack.report.speedup`)."""
     linkable: list[str] = field(default_factory=list)
     """Attested member names the link policy allows (raw names, for publishing copies)."""
 

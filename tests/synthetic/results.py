@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fasttrack.report.check_views import CHECK_TITLES
-from fasttrack.results import CheckResult, Gate, Verdict
+from fasttrack.results import NOT_PR_EVIDENCE, CheckResult, Gate, Verdict
 
 SHIPPED_CHECKS = ("isolation", "kernels", "equivalence", "features", "coverage", "evals", "perf")
 """The checks a synthetic bundle records, in the order the shipped checks run (its rows imitate theirs)."""
@@ -47,6 +47,13 @@ class Spec:
     """Names the checks are recorded under (e.g. ``{"perf": "speed"}``); each keeps its title and view."""
     legacy_entries: bool = False
     """Record no title and view per check, like bundles written before checks declared them."""
+    tier: str | None = None
+    """The tier whose plan the bundle records (default: the suite's in ``synthetic.bundles.SUITES``)."""
+    pr_link: bool = True
+    """Whether the bundle records a PR link (without one its isolation row is not run: not PR evidence)."""
+    served_commit: str | None = "head"
+    """The vLLM commit the engines report: ``head`` (the PR head: the link is proven), another SHA (a
+    mismatch), or None (no commit readable: the link is unproven)."""
     scope_swaps: dict[str, str] = field(default_factory=dict)
     """Text of the recorded scope replaced (each key must occur in the suite's scope): a scope edited by its
     contributor."""
@@ -495,6 +502,10 @@ def isolation_result(spec: Spec) -> CheckResult:
     """The isolation row of the synthetic PR link: over exactly its base..head, with its verdict
     (``review``: a path the scope does not allow, which fails the row like a shared component)."""
     name = recorded_name(spec, "isolation")
+    if not spec.pr_link:
+        return CheckResult(
+            check=name, verdict=Verdict.NOT_RUN, required=False, reason=NOT_PR_EVIDENCE, summary={"pr_link": False}
+        )
     if spec.isolation == "not_run":
         return CheckResult.not_run(name, plant(spec, "--head was given without --repo: the diff was not checked"))
     path, cls, component = _ISOLATION_CHANGES[spec.isolation]
