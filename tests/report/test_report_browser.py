@@ -140,7 +140,9 @@ def test_report_static_file_reads_well(page: Any, bundle_factory, keys, tmp_path
     assert page.locator("#gates-table tr.gate-fail").count() == 2
     assert page.errors == []  # type: ignore[attr-defined]
     _shot(page, "report.png")
+    page.locator("#perf > summary").click()  # sections below the first screen open on a click
     page.locator("#perf").scroll_into_view_if_needed()
+    assert page.locator("#perf svg.chart").first.is_visible()
     _shot(page, "report-perf.png", full=False)
     page.emulate_media(media="print")
     assert page.locator("nav.toc").is_hidden()
@@ -196,6 +198,7 @@ def test_dashboard_served_filter_and_drill_down(page: Any, served: str) -> None:
     _shot(page, "dashboard-drilldown-report.png")
     # files of a verified bundle open as text from the server
     notes = page.locator("#checks a", has_text="artifacts/perf/notes.txt")
+    page.locator("#checks > summary").click()  # the check details are a closed section below the first screen
     if notes.count():
         with page.expect_navigation():
             notes.first.click()
