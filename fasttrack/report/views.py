@@ -218,7 +218,7 @@ class ClaimView:
     id: str
     text: str
     status: str
-    """confirmed, contradicted, inconclusive or not_measured (``not_confirmed`` in older bundles)."""
+    """supported, refuted, inconclusive or not_measured (:func:`fasttrack.results.claim_verdict`)."""
     detail: str
     claimed: str = ""
     """The claimed figure, formatted ("" when the row has none)."""
@@ -227,7 +227,9 @@ class ClaimView:
     interval: str = ""
     """The interval the claim was judged by, ``[low, high]``."""
     bound: str = ""
-    """What the interval was compared with (claimed less the noise margin)."""
+    """What the interval was compared with: the claimed figure less the claim's tolerance."""
+    tolerance: str = ""
+    """The claim's tolerance (``claims[].tolerance``)."""
 
 
 @dataclass

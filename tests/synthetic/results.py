@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fasttrack.report.check_views import CHECK_TITLES
-from fasttrack.results import NOT_PR_EVIDENCE, CheckResult, Gate, Verdict
+from fasttrack.results import DEFAULT_CLAIM_TOLERANCE, NOT_PR_EVIDENCE, CheckResult, Gate, Verdict, claim_verdict
 
 SHIPPED_CHECKS = ("isolation", "kernels", "equivalence", "features", "coverage", "evals", "perf")
 """The checks a synthetic bundle records, in the order the shipped checks run (its rows imitate theirs)."""
@@ -126,18 +126,18 @@ def _rows_perf(
                     "statement": plant(spec, "hierarchical bootstrap over engine lifetimes"),
                 }
             )
-    return rows, failures, _perf_claims(spec, rows, margin)
+    return rows, failures, _perf_claims(spec, rows)
 
 
-def _perf_claims(spec: Spec, rows: list[dict[str, Any]], margin: float) -> list[dict[str, Any]]:
-    """The claims table: one claim matched to the first point (judged like the perf check), one not measured."""
+def _perf_claims(spec: Spec, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The claims table: one claim matched to the first point (judged like the perf check, by the claim's
+    tolerance), one not measured."""
     first = rows[0] if rows else None
-    bound = 1.0 * (1 - margin)
+    tolerance = DEFAULT_CLAIM_TOLERANCE
+    bound = 1.0 * (1 - tolerance)
     status = "not_measured"
-    if first is not None:  # the perf check's claim rule: the interval against claimed x (1 - margin)
-        status = (
-            "confirmed" if first["ci_low"] >= bound else "contradicted" if first["ci_high"] < bound else "inconclusive"
-        )
+    if first is not None:
+        status, bound = claim_verdict(1.0, first["ci_low"], first["ci_high"], tolerance=tolerance)
     claims = [
         {
             "id": "claim-b1",
@@ -149,6 +149,7 @@ def _perf_claims(spec: Spec, rows: list[dict[str, Any]], margin: float) -> list[
             "ci_low": first["ci_low"] if first else None,
             "ci_high": first["ci_high"] if first else None,
             "bound": bound,
+            "tolerance": tolerance,
             "point": first["point"] if first else None,
             "status": status,
         },
