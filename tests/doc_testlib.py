@@ -33,11 +33,13 @@ def code_blocks(path: Path, lang: str) -> list[str]:
 
 
 def command_lines(block: str, prefix: str = "fasttrack ") -> list[str]:
-    """The lines of a shell block that start with ``prefix``, backslash continuations joined, comments removed."""
+    """The lines of a shell block that start with ``prefix``, backslash continuations joined, comments removed,
+    each ``<placeholder>`` one word."""
     joined = re.sub(r"\\\n\s*", " ", block)
     out = []
     for line in joined.splitlines():
         line = re.sub(r"\s+#\s.*$", "", line).strip()
+        line = re.sub(r"<[^<>]*>", "PLACEHOLDER", line)  # a placeholder such as <PR head SHA> is one argument
         if line.startswith(prefix):
             out.append(line)
     return out
