@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from dashboard_testlib import served_dashboard
-from report_testlib import CHROMIUM_ARGS, SCREENSHOTS, chromium_or_skip
+from report_testlib import SCREENSHOTS
 from synthetic import PAYLOADS, payload_text
 
 from fasttrack.report import render_report
@@ -38,20 +38,6 @@ DOM_AUDIT = """() => {
     handlers: handlers,
   };
 }"""
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    exe = chromium_or_skip()
-    from playwright.sync_api import sync_playwright
-
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS, headless=True)
-        try:
-            yield b
-        finally:
-            b.close()
 
 
 @pytest.fixture()
