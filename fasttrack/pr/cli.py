@@ -78,7 +78,7 @@ def publish_cmd(
     """Upload a bundle as a release asset of the PR's head repository and create or update the
     PR's one fasttrack comment (verification state, headline, link, sha256)."""
     from fasttrack.bundle.consistency import pr_head_argument
-    from fasttrack.pr.publish import PublishOptions, default_trust, publish
+    from fasttrack.pr.publish import PublishOptions, default_trust, publish, unverified_warning
     from fasttrack.pr.publish import dry_run as plan
 
     pr_head = pr_head_argument(pr_head)
@@ -96,6 +96,9 @@ def publish_cmd(
         if dry_run:
             text, body = plan(opts, client, token_source=source)
             typer.echo(text, nl=False)
+            warning = unverified_warning(opts, body)
+            if warning:
+                _log(warning + " (a real run would publish it)")
         else:
             res = publish(opts, client, log=_log)
             body = res.body
