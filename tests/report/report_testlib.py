@@ -4,9 +4,8 @@ real bundle layer; their figures are invented, see tests/synthetic)."""
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 from demo_engines import missing_prerequisite
@@ -73,19 +72,3 @@ def chromium_or_skip() -> str:
         "/usr/bin/chromium is missing: the browser tests need Debian's chromium "
         "(apt-get install -y chromium; scripts/setup.sh --browser does it)"
     )
-
-
-@pytest.fixture(scope="session")
-def browser() -> Iterator[Any]:
-    """One headless Chromium for every browser test of the report and the dashboard (each test opens its own
-    context); screenshots go to :data:`SCREENSHOTS`."""
-    exe = chromium_or_skip()
-    from playwright.sync_api import sync_playwright
-
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS, headless=True)
-        try:
-            yield b
-        finally:
-            b.close()
