@@ -114,21 +114,17 @@ def _main(args: list[str]) -> tuple[int, str]:
     import contextlib
     import io
 
-    from fasttrack.bundle import cli as bundle_cli
     from fasttrack.cli import main
 
+    # the commands' consoles write to whatever sys.stdout is at each print, so redirecting it is enough (pinning a
+    # console's file to a stream would outlive this call and swallow every later test's output)
     out = io.StringIO()
-    console = bundle_cli.console
-    saved = console.file
-    console.file = out
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
             main(args)
         code = 0
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 0
-    finally:
-        console.file = saved
     return code, out.getvalue()
 
 
