@@ -7,9 +7,8 @@ import sys
 from typing import Any
 
 import typer
-from rich.console import Console
 
-from fasttrack import __version__
+from fasttrack import __version__, terminal
 from fasttrack.errors import FasttrackError
 
 app = typer.Typer(
@@ -19,8 +18,8 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-console = Console()
-err_console = Console(stderr=True, soft_wrap=True)
+console = terminal.console()
+err_console = terminal.console(stderr=True, soft_wrap=True)
 
 #: Modules that add subcommands; each defines ``register(app: typer.Typer) -> None``.
 SUBCOMMAND_MODULES: list[str] = [
@@ -181,7 +180,7 @@ def plan_cmd(
     checks = tier_checks(loaded.scope, whole, base_dir=loaded.base_dir)
     args_check = None if no_arg_check else engine_arg_check(plan)
     if args_check is not None:
-        raise_for_issues(args_check, scope_name=loaded.scope.name)
+        raise_for_issues(args_check, scope_name=loaded.scope.name, scope_path=loaded.path)
     if as_json:
         doc = plan.model_dump(mode="json")
         doc["checks_planned"] = [c.model_dump(mode="json") for c in checks]
@@ -332,7 +331,8 @@ def isolation_cmd(
     head: str = typer.Option(..., "--head", help="Head ref (the PR's head commit)."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
-    """Classify every changed path as owned / shared component / elsewhere; exit 1 on shared."""
+    """Classify every changed path as owned / shared component / elsewhere, by the rule of validate's isolation
+    row: exit 0 when every path is owned or allowed, 1 when a shared component or any other path changed."""
     from pathlib import Path
 
     from rich.table import Table
@@ -343,25 +343,32 @@ def isolation_cmd(
 
     loaded = load_scope(model)
     if loaded.scope.isolation is None:
-        raise ScopeError(f"scope {loaded.scope.name!r} declares no isolation section (owned paths are unknown).")
+        raise ScopeError(
+            f"scope {loaded.scope.name!r} ({loaded.path}) declares no isolation section (owned paths are unknown)."
+        )
     res = check_isolation(Path(repo), base, head, loaded.scope.isolation)
     if as_json:
         _print_json(res.model_dump(mode="json"))
     else:
+        from fasttrack.bundle.cli import shown
+
         table = Table(title=f"changed paths {res.base_sha[:10]}..{res.head_sha[:10]}")
         for col in ("path", "status", "class", "component / glob"):
             table.add_column(col)
         style = {"owned": "green", "shared": "bold red", "elsewhere": "yellow"}
         for c in res.changed:
+            cls = "allowed" if c.allowed else c.classification
             table.add_row(
-                c.path + (f" (from {c.old_path})" if c.old_path else ""),
+                shown(c.path + (f" (from {c.old_path})" if c.old_path else "")),
                 c.status,
-                f"[{style[c.classification]}]{c.classification}[/]",
-                c.component or c.matched or "",
+                f"[{style[c.classification]}]{cls}[/]",
+                shown(c.component or c.matched or ""),
             )
         console.print(table)
-        color = {"pass": "green", "fail": "red", "review": "yellow"}[res.verdict]
-        console.print(f"[bold {color}]{res.verdict.upper()}[/]: {res.message}", highlight=False)
+        color = "green" if res.verdict == "pass" else "red"
+        console.print(f"[bold {color}]{res.verdict.upper()}[/]: {shown(res.message)}", highlight=False)
+        for f in res.failures:
+            console.print(f"  - {shown(f)}", highlight=False)
         console.print(f"[dim]diff sha256 {res.diff_sha256}[/]")
     raise typer.Exit(res.exit_code)
 

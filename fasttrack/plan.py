@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fasttrack.errors import PlanError
 from fasttrack.limits import MAX_SHARDS, SHARD_SPEC_MAX_CHARS
-from fasttrack.scope import TIER_ORDER, Envelope, Estimates, Scope, SpecDecodeSpec, expand_spec_names
+from fasttrack.scope import TIER_ORDER, Envelope, Estimates, Scope, SpecDecodeSpec
 
 SIDES = ("baseline", "candidate")
 
@@ -258,11 +258,9 @@ def build_plan(
     i, n = parse_shard(shard)
     env: Envelope = scope.envelope
     t = scope.tiers[tier]
-    tps = t.tensor_parallel or env.tensor_parallel
-    dcps = t.decode_context_parallel or env.decode_context_parallel
-    specs = expand_spec_names(t.speculative if t.speculative is not None else [s.name for s in env.speculative], env)
-    batches = t.batch or env.batch.sweep
-    contexts = t.context or env.context.sweep
+    matrix = scope.tier_matrix(tier)
+    tps, dcps, specs = matrix.tensor_parallel, matrix.decode_context_parallel, matrix.speculative
+    batches, contexts = matrix.batch, matrix.context
     out_tokens = scope.gates.equivalence.max_tokens
     hw = scope.hardware
     on_gpu = hw.device == "gpu"

@@ -56,6 +56,42 @@ def _layout(model: Optional[str], tier: str, shards: str) -> ShardLayout:
     return layout(load_scope(model), tier=tier, shards=shards)
 
 
+def _check_gpus_per_node(model: str, lay: ShardLayout, requested: Optional[int], source: str) -> list[str]:
+    """GPUs requested per node against the scope's node model and what each array's engines use on a node.
+
+    Fewer than the engines use, or more than the scope's node has, contradicts the plan: an input error (exit 2)
+    naming both. More than the engines use, within the node, is said (returned as notes), never silent."""
+    from fasttrack.errors import FasttrackError
+    from fasttrack.scope import load_scope
+
+    if requested is None or not lay.gpu:
+        return []
+    hw = load_scope(model).scope.hardware
+    node = hw.node if hw is not None else None
+    if node is not None and requested > node.gpus:
+        raise FasttrackError(
+            f"{source} {requested} disagrees with the scope's node model: a node ({node.name or 'hardware.node'}) "
+            f"has {node.gpus} GPUs, so engines of more GPUs span several nodes of {node.gpus} (see fasttrack plan); "
+            f"requesting {requested} per node asks for nodes the scope does not describe",
+            hint=f"Leave {source} out (each array asks for what its engines use per node), or fix hardware.node "
+            "in the scope if its nodes have more GPUs.",
+        )
+    notes = []
+    for a in lay.arrays:
+        if requested < a.gpus_per_node:
+            raise FasttrackError(
+                f"{source} {requested} is fewer than the {a.gpus_per_node} GPUs per node the engines of array "
+                f"{a.key} (shards {','.join(map(str, a.indices))}) use",
+                hint=f"Leave {source} out, or give at least {a.gpus_per_node}.",
+            )
+        if requested > a.gpus_per_node:
+            notes.append(
+                f"array {a.key}: {source} {requested} requests {requested} GPUs per node; its engines use "
+                f"{a.gpus_per_node} of them"
+            )
+    return notes
+
+
 def _job_dir(out: Optional[Path], lay: ShardLayout, kind: str) -> Path:
     return (out or Path("runs") / f"{kind}-{lay.scope}-{lay.tier}").resolve()
 
@@ -102,6 +138,8 @@ def _render_slurm(
     site = load_site(site_path)
     job_dir = _job_dir(out, lay, "slurm")
     assert model is not None
+    source = "--gpus-per-node" if gpus is not None else "the site profile's slurm.gpus_per_node"
+    notes = _check_gpus_per_node(model, lay, gpus if gpus is not None else site.slurm.gpus_per_node, source)
     opts = slurm.SlurmOptions(
         model=_nodes_model(model),
         tier=tier,
@@ -113,6 +151,8 @@ def _render_slurm(
     )
     rendered = slurm.render(lay, site, opts)
     _summary(lay, rendered.arrays)
+    for n in notes:
+        err_console.print(f"note: {n}", highlight=False)
     if dry_run:
         _print_files(rendered.texts())
     else:

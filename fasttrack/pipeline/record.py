@@ -212,5 +212,7 @@ def write_report(
             verify_result=written.verification,
         )
         log(f"report: {ctx.run_dir / 'report.html'}  PR comment: {ctx.run_dir / 'pr-comment.md'}")
+        if written.verification.bundle_id:
+            log(f"bundle ID: {written.verification.bundle_id}")
     except FasttrackError as exc:
         log(f"report not written: {exc.message}")

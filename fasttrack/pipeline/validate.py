@@ -131,7 +131,7 @@ def preflight(loaded: LoadedScope, plan: Plan, opts: ValidateOptions, *, log: Ca
         args = engine_arg_check(plan)
         if args.skipped:
             log(f"engine arguments not checked: {args.skipped}")
-        raise_for_issues(args, scope_name=scope.name)
+        raise_for_issues(args, scope_name=scope.name, scope_path=loaded.path)
 
 
 def select_groups(plan: Plan, ids: list[str] | None) -> Plan:

@@ -59,7 +59,7 @@ from fasttrack.scope.inputs import (
     WorkloadSpec,
 )
 from fasttrack.scope.loading import LoadedScope, available_suites, find_scope, json_schema, load_scope, parse_scope
-from fasttrack.scope.manifest import Scope
+from fasttrack.scope.manifest import Scope, TierMatrix
 
 __all__ = [
     "DEFAULT_SHARED_COMPONENTS",
@@ -94,6 +94,7 @@ __all__ = [
     "SharedComponent",
     "SideSpec",
     "SpecDecodeSpec",
+    "TierMatrix",
     "TierName",
     "TierSpec",
     "WorkloadSpec",

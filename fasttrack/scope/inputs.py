@@ -220,3 +220,8 @@ class Claim(ScopeModel):
     notes: str | None = None
     like_for_like: bool = True
     """False when the published comparison used different resources on each side."""
+    tolerance: float = Field(default=0.05, ge=0, lt=1)
+    """How far below the claimed figure the measured interval may reach and the claim still hold: the claim is
+    supported when the whole interval lies at or above ``claimed x (1 - tolerance)``, refuted when it lies
+    below, inconclusive when it straddles it (:func:`fasttrack.results.claim_verdict`). Not the perf gate's
+    noise margin: a claim states what the change achieves, the margin what a run may fail to show."""

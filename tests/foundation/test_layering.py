@@ -44,6 +44,7 @@ LEVELS: dict[str, float] = {
     "errors": 1,
     "results": 1,
     "limits": 1,  # every resource limit on untrusted input (bundles, scopes, key files, shards)
+    "terminal": 1,  # the consoles commands print to: full width without a terminal
     "scope": 1,
     "stats": 1,
     "bundle": 1.5,

@@ -110,7 +110,6 @@ def judge(ctx: RunContext, st: PerfState) -> CheckResult:
         measured,
         workload_kinds=kinds,
         workloads_run=run_workloads,
-        noise_margin=m,
         rehearsal=ctx.rehearsal,
     )
     claim_rows = [c.model_dump(mode="json") for c in claims]
