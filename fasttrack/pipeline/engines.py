@@ -79,6 +79,9 @@ class RunState:
     interrupted: bool = False
     started: float = field(default_factory=time.time)
     finished: float | None = None
+    check_seconds: dict[str, float] = field(default_factory=dict)
+    """Seconds each engine-less check ran and each engine check took to judge (the cost model reads them from the
+    run summary; what a check collected on an engine is in that engine's record)."""
 
 
 def engine_slots(order: list[str], *, paired: bool) -> list[list[tuple[str, int]]]:

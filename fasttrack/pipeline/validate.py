@@ -387,7 +387,9 @@ def _run_checks(
     """The engineless checks, then the engine checks over every engine of ``driven``, then their judgements."""
     for echk in [c for c in active if isinstance(c, EnginelessCheck)]:
         progress(f"check {echk.name}: running")
+        t0 = time.perf_counter()
         state.results[echk.name] = _guard(echk, lambda c=echk: c.run(ctx))  # type: ignore[misc]
+        state.check_seconds[echk.name] = round(time.perf_counter() - t0, 3)
     engine_checks = [c for c in active if isinstance(c, EngineCheck)]
     if not engine_checks:
         return
@@ -403,7 +405,9 @@ def _run_checks(
             state.results[chk.name] = _declared(chk, state.results[chk.name])
             continue
         progress(f"check {chk.name}: judging")
+        t0 = time.perf_counter()
         state.results[chk.name] = _guard(chk, lambda c=chk: c.judge(ctx))  # type: ignore[misc]
+        state.check_seconds[chk.name] = round(time.perf_counter() - t0, 3)
 
 
 def _cut_short(
