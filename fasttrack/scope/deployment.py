@@ -48,13 +48,6 @@ class ModelSpec(ScopeModel):
     """For locally built models: the builder script (relative to the scope file's folder). The model is
     built into the fasttrack cache ($FASTTRACK_CACHE, default ~/.cache/fasttrack) and served from there."""
 
-    @field_validator("local_builder")
-    @classmethod
-    def _builder_inside(cls, v: str | None) -> str | None:
-        if v is not None and ".." in v.split("/"):
-            raise ValueError(f"local_builder {v!r} climbs out of the repository ('..')")
-        return v
-
 
 class SideSpec(ScopeModel):
     args: list[str] = Field(default_factory=list)
