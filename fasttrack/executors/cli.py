@@ -36,6 +36,36 @@ GPUS = typer.Option(None, "--gpus-per-node", min=0, help="GPUs to request per no
 IMAGE = typer.Option(None, "--container-image", help="Pyxis/enroot image the jobs run in (#SBATCH --container-image).")
 VARG = typer.Option([], "--validate-arg", help="Extra `fasttrack validate` argument for every shard (repeatable).")
 DRY = typer.Option(False, "--dry-run", help="Print the scripts; write and submit nothing.")
+REPO = typer.Option(None, "--repo", help="The PR's vLLM repository as the nodes see it (validate --repo).")
+BASE = typer.Option(None, "--base", help="The PR's base ref or SHA (validate --base).")
+HEAD = typer.Option(None, "--head", help="The PR's head SHA (validate --head).")
+BUILD = typer.Option(
+    None,
+    "--image-build",
+    help="image.json of `fasttrack image`: the PR head's image (pinned by digest) and its --repo/--base/--head.",
+)
+PARALLEL = typer.Option(None, "--max-parallel", min=1, help="Shards running at once (Slurm: --array=...%N).")
+
+
+def pr_and_image(
+    repo: Optional[str], base: Optional[str], head: Optional[str], build: Optional[Path], image: Optional[str]
+) -> tuple[Any, Optional[str]]:
+    """The PR linkage (``PRArgs`` or None) and the image every job runs in: from the build record, with explicit
+    ``--repo/--base/--head`` or image winning over it."""
+    from fasttrack.errors import FasttrackError
+    from fasttrack.executors.image import ImageBuild
+    from fasttrack.executors.slurm import PRArgs
+
+    rec = ImageBuild.load(build) if build is not None else None
+    head = head or (rec.head if rec else None)
+    if (repo or base) and not head:
+        raise FasttrackError("--repo and --base need --head (the PR's head SHA).")
+    pr = (
+        PRArgs(repo=repo or (rec.repo if rec else None), base=base or (rec.base if rec else None), head=head)
+        if head
+        else None
+    )
+    return pr, image or (rec.image if rec else None)
 
 
 def _nodes_model(model: str) -> str:
@@ -94,10 +124,13 @@ def _render_slurm(
     image: Optional[str],
     validate_args: list[str],
     dry_run: bool,
+    pr_opts: tuple[Optional[str], Optional[str], Optional[str], Optional[Path]] = (None, None, None, None),
+    max_parallel: Optional[int] = None,
 ) -> tuple[Path, Any]:
     from fasttrack.executors import slurm
     from fasttrack.executors.site import load_site
 
+    pr, image = pr_and_image(*pr_opts, image)
     lay = _layout(model, tier, shards)
     site = load_site(site_path)
     job_dir = _job_dir(out, lay, "slurm")
@@ -110,6 +143,8 @@ def _render_slurm(
         gpus_per_node=gpus,
         container_image=image,
         validate_args=list(validate_args),
+        pr=pr,
+        max_parallel=max_parallel,
     )
     rendered = slurm.render(lay, site, opts)
     _summary(lay, rendered.arrays)
@@ -134,13 +169,31 @@ def slurm_root(
     image: Optional[str] = IMAGE,
     validate_arg: list[str] = VARG,
     dry_run: bool = DRY,
+    repo: Optional[str] = REPO,
+    base: Optional[str] = BASE,
+    head: Optional[str] = HEAD,
+    image_build: Optional[Path] = BUILD,
+    max_parallel: Optional[int] = PARALLEL,
 ) -> None:
     if ctx.invoked_subcommand is not None:
         return
     if model is None:
         console.print(ctx.get_help())
         raise typer.Exit(0)
-    _render_slurm(model, tier, shards, site, out, sign_key, gpus, image, validate_arg, dry_run)
+    _render_slurm(
+        model,
+        tier,
+        shards,
+        site,
+        out,
+        sign_key,
+        gpus,
+        image,
+        validate_arg,
+        dry_run,
+        (repo, base, head, image_build),
+        max_parallel,
+    )
 
 
 @slurm_app.command("render")
@@ -155,9 +208,27 @@ def slurm_render(
     image: Optional[str] = IMAGE,
     validate_arg: list[str] = VARG,
     dry_run: bool = DRY,
+    repo: Optional[str] = REPO,
+    base: Optional[str] = BASE,
+    head: Optional[str] = HEAD,
+    image_build: Optional[Path] = BUILD,
+    max_parallel: Optional[int] = PARALLEL,
 ) -> None:
     """Write the job folder: one sbatch script per array, the merge script, submit.sh, fasttrack-job.json."""
-    _render_slurm(model, tier, shards, site, out, sign_key, gpus, image, validate_arg, dry_run)
+    _render_slurm(
+        model,
+        tier,
+        shards,
+        site,
+        out,
+        sign_key,
+        gpus,
+        image,
+        validate_arg,
+        dry_run,
+        (repo, base, head, image_build),
+        max_parallel,
+    )
 
 
 @slurm_app.command("submit")
@@ -172,11 +243,29 @@ def slurm_submit(
     image: Optional[str] = IMAGE,
     validate_arg: list[str] = VARG,
     dry_run: bool = DRY,
+    repo: Optional[str] = REPO,
+    base: Optional[str] = BASE,
+    head: Optional[str] = HEAD,
+    image_build: Optional[Path] = BUILD,
+    max_parallel: Optional[int] = PARALLEL,
 ) -> None:
     """Render the job folder and submit it: every array with sbatch, then the merge job (afterany on all)."""
     from fasttrack.executors.slurm_jobs import submit
 
-    job_dir, rendered = _render_slurm(model, tier, shards, site, out, sign_key, gpus, image, validate_arg, dry_run)
+    job_dir, rendered = _render_slurm(
+        model,
+        tier,
+        shards,
+        site,
+        out,
+        sign_key,
+        gpus,
+        image,
+        validate_arg,
+        dry_run,
+        (repo, base, head, image_build),
+        max_parallel,
+    )
     if dry_run:
         err_console.print("--dry-run: nothing submitted", highlight=False)
         return
@@ -321,6 +410,9 @@ def k8s_merge(
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``slurm`` and ``k8s`` to the ``fasttrack`` app."""
+    """Add ``slurm``, ``k8s`` and ``image`` to the ``fasttrack`` app."""
+    from fasttrack.executors.cli_image import image_cmd
+
     app.add_typer(slurm_app, name="slurm")
     app.add_typer(k8s_app, name="k8s")
+    app.command("image")(image_cmd)

@@ -97,6 +97,15 @@ class ShardLayout:
     total_wall_s: float
     node_hours: float
     gpu_hours: float
+    fabric: str | None = None
+    """What joins an engine's nodes (the scope's ``hardware.node.fabric``): ``mnnvl`` asks for one NVLink domain."""
+    nvlink_domain: int | None = None
+    """GPUs in one NVLink domain (``hardware.node.nvlink_domain``)."""
+
+    @property
+    def one_domain(self) -> bool:
+        """Whether an engine spanning nodes must lie in one NVLink domain (the multi-node NVLink fabric)."""
+        return self.fabric == "mnnvl"
 
     @property
     def arrays(self) -> list[ArraySpec]:
@@ -119,6 +128,8 @@ class ShardLayout:
             "plan_fingerprint": self.fingerprint,
             "gpu": self.gpu,
             "node_kind": self.node_kind,
+            "fabric": self.fabric,
+            "nvlink_domain": self.nvlink_domain,
             "estimate": {
                 "wall_hours_sum": round(self.total_wall_s / 3600, 3),
                 "node_hours": self.node_hours,
@@ -170,6 +181,7 @@ def layout(loaded: LoadedScope, *, tier: str, shards: str | int | None = None) -
             )
         )
     kinds = {g.node_kind for g in full.groups if g.node_kind}
+    node = scope.hardware.node if scope.hardware is not None else None
     return ShardLayout(
         scope=scope.name,
         scope_path=str(loaded.path),
@@ -183,6 +195,8 @@ def layout(loaded: LoadedScope, *, tier: str, shards: str | int | None = None) -
         total_wall_s=full.estimate.wall_hours * 3600,
         node_hours=full.estimate.node_hours,
         gpu_hours=full.estimate.gpu_hours,
+        fabric=node.fabric if node is not None else None,
+        nvlink_domain=node.nvlink_domain if node is not None else None,
     )
 
 
