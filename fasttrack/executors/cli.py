@@ -8,82 +8,39 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 import typer
-from rich.console import Console
+
+# The executors (and the plan behind them) load only when one of these commands runs.
+from fasttrack.executors.cli_common import (
+    BASE,
+    BUILD,
+    DRY,
+    GPUS,
+    HEAD,
+    IMAGE,
+    MODEL,
+    OUT,
+    PARALLEL,
+    REPO,
+    SHARDS,
+    SIGN,
+    SITE,
+    TIER,
+    VARG,
+    _layout,
+    _nodes_model,
+    console,
+    err_console,
+    pr_and_image,
+)
 
 if TYPE_CHECKING:
     from fasttrack.executors.shards import ShardLayout
-    from fasttrack.executors.site import SiteProfile
-
-# The executors (and the plan behind them) load only when one of these commands runs.
-
-console = Console(soft_wrap=True)
-err_console = Console(stderr=True, soft_wrap=True)
 
 slurm_app = typer.Typer(
     help="Run a plan's shards as Slurm job arrays with a merge job after them (see docs/scale-out.md). "
     "Without a subcommand: render the scripts (--dry-run prints them).",
     invoke_without_command=True,
 )
-k8s_app = typer.Typer(help="Kubernetes manifests for a plan's shards (see docs/scale-out.md).", no_args_is_help=True)
-
-MODEL = typer.Option(None, "--model", "-m", help="Suite name or path to a scope.yaml.")
-TIER = typer.Option("smoke", "--tier", "-t", help="smoke < standard < full.")
-SHARDS = typer.Option("groups", "--shards", help="Shard count, or 'groups': one shard per engine group.")
-SITE = typer.Option(None, "--site", help="Site profile (YAML): partition, account, extra #SBATCH lines, image, ...")
-OUT = typer.Option(None, "-o", "--out", help="Job folder (on a file system every node shares).")
-SIGN = typer.Option(None, "--sign-key", help="Private key (on the shared file system) that signs every bundle.")
-GPUS = typer.Option(None, "--gpus-per-node", min=0, help="GPUs to request per node (default: the plan's).")
-IMAGE = typer.Option(None, "--container-image", help="Pyxis/enroot image the jobs run in (#SBATCH --container-image).")
-VARG = typer.Option([], "--validate-arg", help="Extra `fasttrack validate` argument for every shard (repeatable).")
-DRY = typer.Option(False, "--dry-run", help="Print the scripts; write and submit nothing.")
-REPO = typer.Option(None, "--repo", help="The PR's vLLM repository as the nodes see it (validate --repo).")
-BASE = typer.Option(None, "--base", help="The PR's base ref or SHA (validate --base).")
-HEAD = typer.Option(None, "--head", help="The PR's head SHA (validate --head).")
-BUILD = typer.Option(
-    None,
-    "--image-build",
-    help="image.json of `fasttrack image`: the PR head's image (pinned by digest) and its --repo/--base/--head.",
-)
-PARALLEL = typer.Option(None, "--max-parallel", min=1, help="Shards running at once (Slurm: --array=...%N).")
-
-
-def pr_and_image(
-    repo: Optional[str], base: Optional[str], head: Optional[str], build: Optional[Path], image: Optional[str]
-) -> tuple[Any, Optional[str]]:
-    """The PR linkage (``PRArgs`` or None) and the image every job runs in: from the build record, with explicit
-    ``--repo/--base/--head`` or image winning over it."""
-    from fasttrack.errors import FasttrackError
-    from fasttrack.executors.image import ImageBuild
-    from fasttrack.executors.slurm import PRArgs
-
-    rec = ImageBuild.load(build) if build is not None else None
-    head = head or (rec.head if rec else None)
-    if (repo or base) and not head:
-        raise FasttrackError("--repo and --base need --head (the PR's head SHA).")
-    pr = (
-        PRArgs(repo=repo or (rec.repo if rec else None), base=base or (rec.base if rec else None), head=head)
-        if head
-        else None
-    )
-    return pr, image or (rec.image if rec else None)
-
-
-def _nodes_model(model: str) -> str:
-    """The scope as the nodes name it: a suite name stays, a file becomes an absolute path."""
-    p = Path(model)
-    if p.suffix in {".yaml", ".yml"} or p.exists():
-        return str(p.resolve())
-    return model
-
-
-def _layout(model: Optional[str], tier: str, shards: str) -> ShardLayout:
-    from fasttrack.errors import FasttrackError
-    from fasttrack.executors.shards import layout
-    from fasttrack.scope import load_scope
-
-    if not model:
-        raise FasttrackError("--model is required.", hint="e.g. fasttrack slurm --dry-run --model kimi-k3 --tier full")
-    return layout(load_scope(model), tier=tier, shards=shards)
 
 
 def _job_dir(out: Optional[Path], lay: ShardLayout, kind: str) -> Path:
@@ -356,62 +313,10 @@ def slurm_merge(
     raise typer.Exit(0 if outcome.verdict == "pass" else 1)
 
 
-@k8s_app.command("render")
-def k8s_render(
-    model: Optional[str] = MODEL,
-    tier: str = TIER,
-    shards: str = SHARDS,
-    site: Optional[Path] = SITE,
-    out: Optional[Path] = typer.Option(None, "-o", "--out", help="Write the manifests here (default: print)."),
-    image: Optional[str] = typer.Option(None, "--image", help="The evaluation image (default: the site's)."),
-    gpus: Optional[int] = GPUS,
-    sign: bool = typer.Option(
-        False, "--sign", help="Sign bundles with the key in the site's kubernetes.sign_key_secret."
-    ),
-) -> None:
-    """Indexed Job for single-node shards, a LeaderWorkerSet per multi-node shard, a shared volume, a merge Job."""
-    from fasttrack.executors import k8s
-    from fasttrack.executors.site import load_site
-
-    lay = _layout(model, tier, shards)
-    prof: SiteProfile = load_site(site)
-    assert model is not None
-    rendered = k8s.render(
-        lay, prof, k8s.K8sOptions(model=_nodes_model(model), image=image, gpus_per_node=gpus, sign=sign)
-    )
-    err_console.print(rendered.summary(), highlight=False)
-    if out is None:
-        sys.stdout.write(rendered.text())
-        return
-    paths = k8s.write(rendered, out)
-    err_console.print(f"wrote {len(paths)} file(s) under {out}: apply with kubectl apply -f {out}", highlight=False)
-
-
-@k8s_app.command("merge")
-def k8s_merge(
-    job_dir: Path = typer.Argument(..., help="The shared volume's root (holds fasttrack-job.json and shards/)."),
-    sign_key: Optional[Path] = typer.Option(None, "--sign-key", help="Private key that signs the merged bundle."),
-) -> None:
-    """The merge Job's step: merge every shard bundle present, name each absent shard with its Job, completion
-    index and exit status, sign; exit 0 only when the merged verdict is pass."""
-    from fasttrack.bundle.keys import load_private_key
-    from fasttrack.executors import k8s
-    from fasttrack.executors.collect import load_job, merge_job
-
-    job_dir = job_dir.resolve()
-    job = load_job(job_dir)
-    outcome = merge_job(
-        job_dir,
-        describe_absent=k8s.describe_absent(job, job_dir),
-        sign_keys=[load_private_key(sign_key)] if sign_key else [],
-        log=lambda m: console.print(m, highlight=False, markup=False),
-    )
-    raise typer.Exit(0 if outcome.verdict == "pass" else 1)
-
-
 def register(app: typer.Typer) -> None:
     """Add ``slurm``, ``k8s`` and ``image`` to the ``fasttrack`` app."""
     from fasttrack.executors.cli_image import image_cmd
+    from fasttrack.executors.cli_k8s import k8s_app
 
     app.add_typer(slurm_app, name="slurm")
     app.add_typer(k8s_app, name="k8s")
