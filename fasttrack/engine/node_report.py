@@ -141,6 +141,49 @@ def rank_from_args(argv: list[str], default: int = 0) -> int:
     return default
 
 
+CHUNK = 400
+"""Characters of the report per output line with ``--lines``: ``srun`` forwards the tasks' output in pieces, and a
+long line of one task can be cut by another's."""
+
+
+def as_lines(report: dict[str, Any]) -> list[str]:
+    """The report as short lines ``fasttrack-node-report RANK I/N BASE64`` (reassembled by :func:`from_lines`)."""
+    import base64
+
+    data = base64.b64encode(json.dumps(report).encode()).decode()
+    parts = [data[i : i + CHUNK] for i in range(0, len(data), CHUNK)] or [""]
+    return [f"fasttrack-node-report {report['rank']} {i + 1}/{len(parts)} {p}" for i, p in enumerate(parts)]
+
+
+def from_lines(text: str) -> list[dict[str, Any]]:
+    """The reports in ``text`` (lines of :func:`as_lines`, among any others), by rank; incomplete ones left out."""
+    import base64
+
+    parts: dict[int, dict[int, str]] = {}
+    total: dict[int, int] = {}
+    for line in text.splitlines():
+        m = re.fullmatch(r"fasttrack-node-report (\d+) (\d+)/(\d+) ([A-Za-z0-9+/=]*)", line.strip())
+        if m:
+            rank, i, n = int(m.group(1)), int(m.group(2)), int(m.group(3))
+            parts.setdefault(rank, {})[i] = m.group(4)
+            total[rank] = n
+    out = []
+    for rank in sorted(parts):
+        if len(parts[rank]) != total[rank]:
+            continue
+        try:
+            rep = json.loads(base64.b64decode("".join(parts[rank][i] for i in range(1, total[rank] + 1))))
+        except ValueError:
+            continue
+        if isinstance(rep, dict):
+            out.append(rep)
+    return out
+
+
 if __name__ == "__main__":
-    r = int(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1].isdigit() else int(os.environ.get("SLURM_NODEID", "0"))
-    sys.stdout.write(json.dumps(collect(r)) + "\n")
+    args = [a for a in sys.argv[1:] if a != "--lines"]
+    r = int(args[0]) if args and args[0].isdigit() else int(os.environ.get("SLURM_NODEID", "0"))
+    if "--lines" in sys.argv[1:]:
+        sys.stdout.write("".join(line + "\n" for line in as_lines(collect(r))))
+    else:
+        sys.stdout.write(json.dumps(collect(r)) + "\n")

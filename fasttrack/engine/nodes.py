@@ -265,3 +265,32 @@ def attached_hardware(
     elif notes:
         match = match.model_copy(update={"facts": match.facts + notes})
     return host or detect_host(), match
+
+
+def allocation_reports(
+    *, python: str, nnodes: int, env: dict[str, str] | None = None, timeout: float = 300.0
+) -> tuple[list[dict[str, Any]], str | None]:
+    """Every node's report in this Slurm allocation (one ``srun`` task per node runs ``node_report.py`` under the
+    engine's interpreter, with the launcher's ``FASTTRACK_SRUN_ARGS``), by rank; or the reason there are none."""
+    import os
+    import shlex
+    import subprocess
+
+    from fasttrack.engine.cmdline import NODE_MAIN
+    from fasttrack.engine.node_report import from_lines
+
+    env = dict(os.environ) if env is None else env
+    argv = ["srun", f"--nodes={nnodes}", f"--ntasks={nnodes}", "--ntasks-per-node=1", "--overlap"]
+    script = NODE_MAIN.with_name("node_report.py")
+    argv += [*shlex.split(env.get("FASTTRACK_SRUN_ARGS", "")), python, str(script), "--lines"]
+    try:
+        res = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, check=False)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return [], f"srun could not run the node report: {exc}"
+    reports = from_lines(res.stdout)
+    if res.returncode != 0 or len(reports) < nnodes:
+        return reports, (
+            f"srun's node reports: {len(reports)} of {nnodes} node(s) answered (exit {res.returncode}): "
+            + (res.stderr.strip()[-300:] or "no output")
+        )
+    return reports, None
