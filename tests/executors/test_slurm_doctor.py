@@ -19,7 +19,9 @@ from fasttrack import ROOT
 
 pytestmark = pytest.mark.e2e
 
-RACKS = 'import os\nclique = {"n1": "rack-a", "n2": os.environ.get("N2_RACK", "rack-a")}[os.environ["SLURMD_NODENAME"]]\n'
+RACKS = (
+    'import os\nclique = {"n1": "rack-a", "n2": os.environ.get("N2_RACK", "rack-a")}[os.environ["SLURMD_NODENAME"]]\n'
+)
 
 
 def _scope(tmp_path: Path) -> Path:
