@@ -88,7 +88,7 @@ class ProfilerWindow:
         self.name = name
         self.markers = markers or MarkerSet()
         self.fallback_pattern = fallback_pattern
-        self.scrape = scrape_metrics or bool(self.markers.device_optimized)
+        self.scrape = scrape_metrics or bool(self.markers.device_optimized and engine.side == "candidate")
         self.file_timeout = file_timeout
         self.request_timeout = request_timeout
         self.prefix = _safe_prefix(name)
@@ -183,7 +183,7 @@ class ProfilerWindow:
             after = scrape_metrics_sync(self.engine)
             d = metrics_diff(self._metrics_before, after)
             ev.metrics_delta = {k: v for k, v in d.deltas.items() if v}
-            if self.markers.device_optimized:
+            if self.markers.device_optimized and self.engine.side == "candidate":  # a stock build exports none
                 apply_device_counters(
                     ev,
                     analyses,

@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 from security_testlib import Keys
+from synthetic import Spec, make_bundle
 
 from fasttrack import ROOT
 from fasttrack.bundle import verify as verify_module
 from fasttrack.report import identity, site
-from fasttrack.report.synthetic import Spec, make_bundle
 
 
 @pytest.fixture()

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from security_testlib import HEAD, Keys, force_sign, packed
+from synthetic import Spec, make_bundle
 
 from fasttrack import ROOT
 from fasttrack.bundle.attest import sign_bundle
@@ -23,7 +24,6 @@ from fasttrack.bundle.errors import BundleError
 from fasttrack.bundle.layout import table_path
 from fasttrack.bundle.tables import parquet_bytes, read_rows
 from fasttrack.bundle.verify import verify_bundle
-from fasttrack.report.synthetic import Spec, make_bundle
 
 
 @pytest.fixture(scope="module")
