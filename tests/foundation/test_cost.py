@@ -4,7 +4,6 @@ measured run (tests/fixtures/cost/)."""
 
 from __future__ import annotations
 
-import json
 import re
 from datetime import datetime
 from pathlib import Path
