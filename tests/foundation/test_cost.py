@@ -4,6 +4,7 @@ measured run (tests/fixtures/cost/)."""
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import datetime
 from pathlib import Path
@@ -17,7 +18,7 @@ from fasttrack.plan import build_plan
 from fasttrack.scope import load_scope, parse_scope
 
 FIXTURES = ROOT / "tests" / "fixtures"
-DEMO_RUN = FIXTURES / "cost" / "demo-smoke-run-summary.json"
+DEMO_RUNS = sorted((FIXTURES / "cost").glob("demo-smoke-run-*.json"))
 LINES = {STARTS, "kernels", "equivalence", "features", "coverage", "evals", "perf"}
 
 
@@ -116,6 +117,27 @@ def test_the_gpu_demo_start_estimate_is_its_recorded_starts() -> None:
     assert later == [49.0, 77.0]
     est = load_scope("demo-llama-gpu").scope.estimates.engine_start_s
     assert abs(est - sum(later) / 2) / (sum(later) / 2) <= 0.25
+
+
+@pytest.mark.parametrize("run", DEMO_RUNS, ids=[p.stem for p in DEMO_RUNS])
+def test_the_demo_estimate_is_within_25_percent_of_its_measured_run(run: Path) -> None:
+    """The demo's smoke tier (what scripts/demo.sh runs) against measured runs of it (run summaries, trimmed to what
+    the model reads; tests/fixtures/cost/README.md): the whole run within 25%, each line within a factor of 2."""
+    summary = json.loads(run.read_text())
+    assert (summary["scope"], summary["tier"], summary["shard"]) == ("demo-llama", "smoke", "1/1")
+    assert summary["crash"] is None and not summary["interrupted"]
+    # every check ran (none cut short), so every line of the estimate was measured
+    assert all(c["verdict"] != "not_run" for name, c in summary["checks"].items() if name != "isolation")
+    scope = load_scope("demo-llama").scope
+    plan = build_plan(scope, tier="smoke")
+    est = plan_cost(scope, "smoke", plan.groups, plan.points)
+    got = measured(summary)
+    assert set(est) <= set(got)
+    total = sum(c.wall_s for c in est.values())
+    assert abs(total - got["total"]) / got["total"] <= 0.25, (total, got["total"])
+    assert total == pytest.approx(plan.estimate.wall_hours * 3600, abs=3.6)
+    for name, c in est.items():
+        assert 0.5 <= c.wall_s / got[name] <= 2, (name, c.wall_s, got[name])
 
 
 def test_measured_reads_a_run_summary() -> None:
