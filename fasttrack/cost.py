@@ -12,10 +12,11 @@ scope's ``estimates``, the engine's speed on its hardware:
   ``engine_stop_s``; the engine-less kernel tests ``kernels_s`` per shard.
 
 The work model's constants (the features' probes, the perf runs an adaptive schedule takes) were measured on the
-demo target's smoke run (``tests/fixtures/cost/``: its run summary, whose engines record their start seconds and
-each check's seconds) and the demo scope's estimates come from that run; GPU scopes state their own (Kimi K3:
-its published single-stream and batch-64 throughputs; the H200 engine logs of ``tests/fixtures/gpu`` give the
-GPU demo target's start times). ``fasttrack plan`` shows the result per check; shards balance by it.
+demo target's smoke run (``tests/fixtures/cost/``: run summaries, whose engines record their start seconds and
+each check's seconds, read by :func:`measured`) and the demo scope's estimates come from such a run; GPU scopes
+state their own (Kimi K3: its published single-stream and batch-64 throughputs; the H200 engine logs of
+``tests/fixtures/gpu`` give the GPU demo target's start times). ``fasttrack plan`` shows the result per check;
+shards balance by it (docs/cost.md).
 
 Device-seconds: an engine holds ``gpus`` devices (one per CPU engine) while it is up; both sides' while perf
 interleaves them. Node-seconds: the nodes those engines span. Engine-less work holds one node.
@@ -90,6 +91,8 @@ FEATURE_WINDOWS = 2
 """Profiler windows per feature and group (its evidence probes)."""
 COVERAGE_WINDOWS = 4
 """The coverage check's windows per engine group: the in-range decode probe and three out-of-scope situations."""
+EVAL_PROMPT_TOKENS = 512
+"""Prompt tokens of an eval sample other than MRCR's (an AIME problem is a few hundred)."""
 EVIDENCE_TOKENS = 64
 """Tokens per request of an eval's profiled evidence run (2 x batch requests)."""
 
@@ -238,8 +241,11 @@ def _evals(w: Work, g: EngineGroup, pts: Sequence[ConfigPoint], devices: int, no
         n = _eval_samples(spec, w.tier, est) * spec.repeats
         out = max(1, round(spec.max_tokens * est.eval_output_fraction))
         for b, bpts in _eval_points(spec, pts).items():
+            # MRCR's prompts fill the point's context (its longest samples first at long-context points); other
+            # evals' prompts are a problem statement
             ctx = min(p.context for p in bpts)
-            graded = est.eval_run_s + m.decode(n, b, out) + m.prefill(n * min(ctx, 4096))
+            prompt = ctx if spec.kind == "mrcr" else min(ctx, EVAL_PROMPT_TOKENS)
+            graded = est.eval_run_s + m.decode(n, b, out) + m.prefill(n * prompt)
             evidence = est.eval_run_s + m.decode(2 * b, b, EVIDENCE_TOKENS) + est.profile_window_s
             for runs in (2, 1):  # the baseline graded twice (its own agreement), the candidate once
                 secs = runs * graded + evidence
