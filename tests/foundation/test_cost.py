@@ -57,7 +57,7 @@ def test_evals_are_counted_by_their_tokens(k3) -> None:
         update={"evals": [e.model_copy(update={"max_tokens": 2 * e.max_tokens}) for e in scope.evals]}
     )
     doubled = plan_cost(longer, "full", plan.groups, plan.points)["evals"]
-    assert doubled.decode_tokens == 2 * base.decode_tokens and doubled.wall_s > 1.9 * base.wall_s
+    assert doubled.decode_tokens == 2 * base.decode_tokens and doubled.wall_s > 1.7 * base.wall_s  # prompts too
     # one group's AIME runs at batch 1: the baseline twice (its own agreement), the candidate once, 30 problems
     # x 4 repeats, each answer half of 32768 tokens, one stream at the scope's single-stream speed
     est = scope.estimates
