@@ -24,6 +24,7 @@ from fasttrack.engine.errors import ProfilerError
 from fasttrack.engine.evidence import WindowEvidence, apply_device_counters, combine_analyses
 from fasttrack.engine.logs import scan_log
 from fasttrack.engine.metrics import MetricsSnapshot, metrics_diff, scrape_metrics_sync
+from fasttrack.engine.tls import tls_context
 from fasttrack.engine.trace import TRACE_CHUNK, MarkerSet, analyze_trace
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -125,12 +126,12 @@ class ProfilerWindow:
         self._log_start = self.engine.log_offset()
         if self.scrape:
             self._metrics_before = scrape_metrics_sync(self.engine)
-        with httpx.Client(timeout=self.request_timeout) as http:
+        with httpx.Client(timeout=self.request_timeout, verify=tls_context()) as http:
             self._post(http, "/start_profile", {"profile_prefix": self.prefix})
         self._t0 = time.monotonic()
 
     def _close(self) -> float:
-        with httpx.Client(timeout=self.request_timeout) as http:
+        with httpx.Client(timeout=self.request_timeout, verify=tls_context()) as http:
             self._post(http, "/stop_profile", None)
         return time.monotonic() - self._t0
 
