@@ -51,6 +51,7 @@ LEVELS: dict[str, float] = {
     "report": 1.7,
     "engine": 2,
     "plan": 2,
+    "cost": 2,  # what a plan costs per check (the plan's estimate; shards balance by it)
     "isolation": 2,
     "hardware": 2,
     "hostfit": 2,  # whether the host fits the scope's engines: device, CUDA build against the driver, memory shares
@@ -68,6 +69,7 @@ LEVELS: dict[str, float] = {
     "reproduce": 5,
     "doctor": 5,  # the preflight: hardware, engine interpreter, arguments, passability (no engine started)
     "cli": 6,
+    "cli_plan": 6,  # what `fasttrack plan` prints (its groups, the cost per check, its checks)
     "__main__": 6,
 }
 
