@@ -8,7 +8,14 @@
 from __future__ import annotations
 
 from fasttrack.pipeline.engines import EngineLaunch, RunState, engine_slots
-from fasttrack.pipeline.validate import ValidateOptions, ValidateOutcome, prepare, run_validate, select_checks
+from fasttrack.pipeline.validate import (
+    ValidateOptions,
+    ValidateOutcome,
+    check_hardware,
+    load_complete_scope,
+    run_validate,
+    select_checks,
+)
 
 __all__ = [
     "EngineLaunch",
@@ -16,7 +23,8 @@ __all__ = [
     "ValidateOptions",
     "ValidateOutcome",
     "engine_slots",
-    "prepare",
+    "check_hardware",
+    "load_complete_scope",
     "run_validate",
     "select_checks",
 ]

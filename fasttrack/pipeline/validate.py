@@ -78,13 +78,8 @@ class ValidateOutcome:
     state: RunState | None
 
 
-def prepare(opts: ValidateOptions, *, log: Callable[[str], None]) -> tuple[LoadedScope, HostInfo, bool, str | None]:
-    """Load the scope and check the hardware the engines run on. Returns (scope, host, rehearsal, reason).
-
-    Engines fasttrack starts run here (or on this allocation's nodes): this host is checked. An engine attached
-    by URL runs elsewhere: the check runs against what it reports (:mod:`fasttrack.engine.nodes`: every node's
-    report, else vLLM's ``/server_info``), so a driver without a GPU can drive GPU engines; the host recorded is
-    then the first attached engine's first node."""
+def load_complete_scope(opts: ValidateOptions) -> LoadedScope:
+    """The scope ``opts.model`` names, refused when it is incomplete (it cannot be validated then)."""
     registry()  # every check registered first: a check's gate model makes its section of the scope's gates
     loaded = load_scope(opts.model, base_dir=opts.scope_base_dir)
     scope = loaded.scope
@@ -94,9 +89,21 @@ def prepare(opts: ValidateOptions, *, log: Callable[[str], None]) -> tuple[Loade
             + "\n  ".join(scope.missing_report()),
             hint=f"Fill these in suites/{scope.name}/scope.yaml (see 'fasttrack plan --model {scope.name}').",
         )
+    return loaded
+
+
+def check_hardware(
+    loaded: LoadedScope, plan: Plan, opts: ValidateOptions, *, log: Callable[[str], None]
+) -> tuple[HostInfo, bool, str | None]:
+    """Check the hardware the engines run on. Returns (host, rehearsal, reason).
+
+    Engines fasttrack starts run here (or on this allocation's nodes): this host is checked. An engine attached
+    by URL runs elsewhere: the check runs against what it reports (:mod:`fasttrack.engine.nodes`: every node's
+    report, else vLLM's ``/server_info``), so a driver without a GPU can drive GPU engines; the host recorded is
+    then the first attached engine's first node."""
+    scope = loaded.scope
     assert scope.hardware is not None
     # the GPUs of the engines this run starts (a tier of TP8 engines needs fewer nodes than one of TP16)
-    plan = build_plan(scope, tier=opts.tier, shard=opts.shard)
     engine_gpus = sorted({g.gpus for g in plan.groups if g.gpus}) or None
     attached = {s: u for s, u in (("baseline", opts.baseline_url), ("candidate", opts.candidate_url)) if u}
     if attached:
@@ -107,7 +114,7 @@ def prepare(opts: ValidateOptions, *, log: Callable[[str], None]) -> tuple[Loade
         host = detect_host()
         match = match_hardware(scope.hardware, host, engine_gpus=engine_gpus)
     if match.ok:
-        return loaded, host, False, None
+        return host, False, None
     reason = f"requires {match.required}; found {match.found} ({'; '.join(match.problems)})"
     if not opts.allow_hardware_mismatch:
         where = "the attached engines do" if attached else "this host does"
@@ -118,7 +125,7 @@ def prepare(opts: ValidateOptions, *, log: Callable[[str], None]) -> tuple[Loade
             f"--tier {opts.tier}. To rehearse anyway (not valid evidence): add --allow-hardware-mismatch.",
         )
     log(f"rehearsal: hardware mismatch: {reason}. Results will be marked as a rehearsal, not valid evidence.")
-    return loaded, host, True, reason
+    return host, True, reason
 
 
 def preflight(loaded: LoadedScope, plan: Plan, opts: ValidateOptions, *, log: Callable[[str], None]) -> None:
@@ -201,6 +208,17 @@ def select_checks(plan: Plan, wanted: list[str] | None) -> tuple[list[Check], di
             continue
         out.append(cls())
     return out, skipped
+
+
+def _check_run_dir(out: Path, force: bool) -> None:
+    """Input errors of ``--out``, found without touching it: a file, or a folder in use without ``--force``."""
+    if out.exists() and not out.is_dir():
+        raise FasttrackError(f"output folder {str(out)!r} is a file.", hint="Choose another --out.")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise FasttrackError(
+            f"output folder {str(out)!r} exists and is not empty.",
+            hint="Choose another --out, or pass --force to replace it.",
+        )
 
 
 def _prepare_run_dir(out: Path, force: bool) -> Path:
@@ -329,15 +347,21 @@ class _Run:
 def _set_up(opts: ValidateOptions, *, log: Callable[[str], None]) -> _Run:
     """Everything before the first check: scope and host, plan, preflight, PR refs, keys, run folder, checks.
     Every input error is raised here, before any engine starts and before the run folder is touched."""
-    loaded, host, rehearsal, rehearsal_reason = prepare(opts, log=log)
+    loaded = load_complete_scope(opts)
     scope = loaded.scope
     plan = build_plan(scope, tier=opts.tier, shard=opts.shard, scope_sha256=loaded.sha256, check_order=list(registry()))
     driven = select_groups(plan, opts.groups)  # the groups to start; an unknown group fails before anything else
     preflight(loaded, plan, opts, log=log)
     change = change_request(opts)
     from fasttrack.bundle.keys import load_private_key
+    from fasttrack.checks.evals.check import check_eval_data_names
+
+    check_eval_data_names(scope, opts.eval_data)
 
     sign_keys = [load_private_key(p) for p in opts.sign_keys]  # loaded once; a bad key fails before any engine
+    _check_run_dir(Path(opts.out), opts.force)
+    # last of the input checks: it may ask attached engines what they run on
+    host, rehearsal, rehearsal_reason = check_hardware(loaded, plan, opts, log=log)
     run_dir = _prepare_run_dir(Path(opts.out), opts.force)
     (run_dir / "logs").mkdir(exist_ok=True)
     checks, skipped = select_checks(plan, opts.checks)

@@ -92,8 +92,8 @@ def test_write_run_bundle_signed_and_verifiable(run, keydir: Path) -> None:
     assert any(m.startswith("bundle: the PR link is unproven: ") for m in said), said
     from fasttrack.pipeline.record import write_summary
 
-    no_engines = SimpleNamespace(engines=[], crash=None, interrupted=False)  # (engine records would count as starts)
-    summary = json.loads(write_summary(facts, run.ctx, make_results(), no_engines).read_text())  # type: ignore[arg-type]  # a stand-in state without engines
+    no_engines = RunState()  # a state without engines (engine records would count as starts)
+    summary = json.loads(write_summary(facts, run.ctx, make_results(), no_engines).read_text())
     assert summary["verdict"] == "rehearsal" and summary["rehearsal"] is True
     assert tgz == run.run_dir / "bundle.tar.gz"
     assert written.verification.verified, written.verification.failures

@@ -89,7 +89,7 @@ CASES: dict[str, tuple[dict[str, str], str | None]] = {
     "a claim's tolerance widened": ({"    tolerance: 0.05\n": "    tolerance: 0.5\n"}, "claims.demo-b1"),
     "tighter: more lifetimes": ({"    lifetimes_per_side: 1\n": "    lifetimes_per_side: 2\n"}, None),
     "tighter: a smaller noise margin": ({"noise_margin: 0.6": "noise_margin: 0.3"}, None),
-    "neutral: another title and estimate": ({"  engine_start_s: 45\n": "  engine_start_s: 90\n"}, None),
+    "neutral: another title and estimate": ({"  engine_start_s: 40\n": "  engine_start_s: 90\n"}, None),
 }
 
 

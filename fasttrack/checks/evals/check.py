@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Iterable
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -62,10 +63,20 @@ from fasttrack.evals.runner import LmEvalOutput, run_lm_eval
 from fasttrack.evals.samples import Selection, select_samples
 from fasttrack.plan import EngineGroup
 from fasttrack.results import CheckResult, Gate, PathEvidence, Side
-from fasttrack.scope import EvalSpec
+from fasttrack.scope import EvalSpec, Scope
 
 if TYPE_CHECKING:  # pragma: no cover
     from fasttrack.engine import EngineHandle
+
+
+def check_eval_data_names(scope: Scope, names: Iterable[str]) -> None:
+    """``--eval-data`` may only name evals the scope declares (an input error otherwise)."""
+    unknown = sorted(set(names) - {e.name for e in scope.evals})
+    if unknown:
+        raise FasttrackError(
+            f"--eval-data names eval(s) {unknown} that the scope does not declare.",
+            hint=f"The scope's evals: {', '.join(e.name for e in scope.evals) or '(none)'}.",
+        )
 
 
 @register
@@ -102,12 +113,7 @@ class EvalsCheck(EngineCheck):
             return
         self._prepared = True
         overrides = {name: str(path) for name, path in ctx.eval_data.items()}
-        unknown = sorted(set(overrides) - {e.name for e in ctx.scope.evals})
-        if unknown:
-            raise FasttrackError(
-                f"--eval-data names eval(s) {unknown} that the scope does not declare.",
-                hint=f"The scope's evals: {', '.join(e.name for e in ctx.scope.evals) or '(none)'}.",
-            )
+        check_eval_data_names(ctx.scope, overrides)
 
         in_tier = set(ctx.plan.tier_evals([e.name for e in ctx.scope.evals]))
         for spec in ctx.scope.evals:
