@@ -312,10 +312,11 @@ def group_cost(scope: "Scope", tier: "TierName", group: EngineGroup, points: Ite
 
 
 def plan_cost(
-    scope: "Scope", tier: "TierName", groups: Sequence[EngineGroup], points: Sequence[ConfigPoint], *, shards: int = 1
+    scope: "Scope", tier: "TierName", groups: Sequence[EngineGroup], points: Sequence[ConfigPoint]
 ) -> dict[str, Cost]:
     """Every line of a plan (or of one shard's part of it): its groups' checks and starts, the engine-less checks
-    (kernels once per shard), and the coverage check's start outside the envelope (once, with the first group)."""
+    (the kernel tests, which every shard runs), and the coverage check's start outside the envelope (once, with
+    the first group)."""
     t = scope.tiers[tier]
     total: dict[str, Cost] = {}
     for g in groups:
@@ -327,7 +328,7 @@ def plan_cost(
         # one node of the smallest engine's, with its devices (a CPU host counts as one)
         small = min(groups, key=lambda g: (g.nodes, g.gpus), default=None)
         per_node = (small.gpus_per_node or small.gpus) if small is not None else 0
-        total.setdefault("kernels", Cost()).add(est.kernels_s * shards, devices=max(per_node, 1), nodes=1)
+        total.setdefault("kernels", Cost()).add(est.kernels_s, devices=max(per_node, 1), nodes=1)
     fb = scope.fallback
     first = groups[0] if groups else None
     if first is not None and (t.checks is None or "coverage" in t.checks) and fb is not None:
@@ -336,11 +337,6 @@ def plan_cost(
                 est.engine_start_s, devices=max(first.gpus, 1), nodes=max(first.nodes, 1)
             )
     return total
-
-
-def engine_seconds(costs: dict[str, Cost]) -> float:
-    """Wall seconds of a plan: its lines one after another."""
-    return sum(c.wall_s for c in costs.values())
 
 
 def measured(summary: dict[str, Any]) -> dict[str, float]:
