@@ -52,6 +52,7 @@ import argparse
 import asyncio
 import itertools
 import json
+import os
 import random
 import statistics
 import sys
@@ -63,6 +64,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from fasttrack.checks.perf import measure_item, measure_pair  # noqa: E402 - the repository root goes on sys.path first
+from fasttrack.engine.pinning import pair_cpus, pinned, pinning_env, process_cpus  # noqa: E402 - the repository root goes on sys.path first
 from fasttrack.perf.analysis import ItemState, estimate  # noqa: E402 - the repository root goes on sys.path first
 from fasttrack.perf.loadgen import PerfClient, run_loop, timed  # noqa: E402 - the repository root goes on sys.path first
 from fasttrack.perf.metrics import METRICS, RunMetrics, compute_run_metrics  # noqa: E402 - the repository root goes on sys.path first
@@ -194,19 +196,28 @@ def collect_interleaved(ns: argparse.Namespace) -> dict[str, Any]:
     runs: list[dict[str, Any]] = []
     timing: list[dict[str, float]] = []
     t_all = time.perf_counter()
+    pins: list[dict[str, Any]] = []
     for lt in range(ns.interleaved):
         t0 = time.perf_counter()
         engines: dict[str, Any] = {}
+        pin: dict[str, Any] = {}
         try:
             for side in ("baseline", "candidate"):
-                engines[side] = start_engine(
-                    side=side,
-                    model=model_dir,
-                    args=args,
-                    env=group.env["baseline"],
-                    log_dir=Path("/tmp") / "fasttrack-false-alarm-logs",
-                    exclusive=not engines,
-                )
+                # the check's own pinning: each engine of the pair on its own cores, halves swapped per pair
+                cpus = None if ns.no_pin else pair_cpus(side, lt)
+                env = dict(group.env["baseline"])
+                env.update(pinning_env(cpus, env, cpu_device=True))
+                with pinned(cpus):
+                    engines[side] = start_engine(
+                        side=side,
+                        model=model_dir,
+                        args=args,
+                        env=env,
+                        log_dir=Path("/tmp") / "fasttrack-false-alarm-logs",
+                        exclusive=not engines,
+                    )
+                pin[side] = process_cpus(engines[side].pid) if engines[side].pid else None
+            pins.append(pin)
             up = time.perf_counter() - t0
 
             async def measure(engines: dict[str, Any] = engines, lt: int = lt) -> None:
@@ -255,13 +266,15 @@ def collect_interleaved(ns: argparse.Namespace) -> dict[str, Any]:
             return statistics.median(vals) if vals else float("nan")
 
         print(
-            f"pair {lt + 1}/{ns.interleaved}: start {up:.0f} s, measure {took:.0f} s, median engine TPOT A / B "
+            f"pair {lt + 1}/{ns.interleaved}: start {up:.0f} s, measure {took:.0f} s, cores A {pin.get('baseline')} "
+            f"B {pin.get('candidate')}, load {os.getloadavg()[0]:.2f}, median engine TPOT A / B "
             + ", ".join(f"b{it.batch} {med(it, 'baseline'):.3f} / {med(it, 'candidate'):.3f} ms" for it in items),
             file=sys.stderr,
         )
     return {
         "args": {k: v for k, v in vars(ns).items() if k not in ("json", "from_json")},
         "design": "interleaved",
+        "pinning": pins,
         "runs": runs,
         "timing": timing,
         "wall_s": round(time.perf_counter() - t_all, 1),
@@ -576,6 +589,26 @@ def analyse(data: dict[str, Any], ns: argparse.Namespace) -> None:
     )
 
 
+def join_runs(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Stored measurements of one design joined into one: lifetimes (pairs) renumbered after each other."""
+    if len(parts) == 1:
+        return parts[0]
+    designs = {p.get("design") for p in parts}
+    if len(designs) != 1:
+        raise SystemExit(f"--from-json: the files hold different designs ({sorted(map(str, designs))})")
+    out = {**parts[0], "runs": [], "timing": [], "pinning": [], "wall_s": 0.0}
+    offset = 0
+    for p in parts:
+        lts = sorted({r["lifetime"] for r in p["runs"]})
+        renum = {lt: offset + i for i, lt in enumerate(lts)}
+        out["runs"] += [{**r, "lifetime": renum[r["lifetime"]]} for r in p["runs"]]
+        out["timing"] += p.get("timing", [])
+        out["pinning"] += p.get("pinning", [])
+        out["wall_s"] += p.get("wall_s", 0.0)
+        offset += len(lts)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
@@ -605,13 +638,23 @@ def main(argv: list[str] | None = None) -> int:
         metavar="N",
         help="measure N pairs of engines up together, runs interleaved (the interleaved design) instead",
     )
+    ap.add_argument(
+        "--no-pin",
+        action="store_true",
+        help="interleaved: leave both engines of a pair on every core (the design before core pinning)",
+    )
     ap.add_argument("--max-comparisons", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path, help="write the raw runs here")
-    ap.add_argument("--from-json", type=Path, help="analyse stored runs instead of measuring")
+    ap.add_argument(
+        "--from-json",
+        type=Path,
+        nargs="+",
+        help="analyse stored runs instead of measuring; several files of one design are joined (lifetimes renumbered)",
+    )
     ns = ap.parse_args(argv)
     if ns.from_json:
-        data = json.loads(ns.from_json.read_text())
+        data = join_runs([json.loads(p.read_text()) for p in ns.from_json])
     else:
         data = collect_interleaved(ns) if ns.interleaved else collect(ns)
         if ns.json:

@@ -30,7 +30,7 @@ from fasttrack.scope.common import (
     SharedComponent,
     TierName,
 )
-from fasttrack.scope.deployment import EngineSpec, HardwareSpec, ModelSpec, NodeSpec, SideSpec
+from fasttrack.scope.deployment import CpuPinning, EngineSpec, HardwareSpec, ModelSpec, NodeSpec, SideSpec
 from fasttrack.scope.envelope import (
     BatchRange,
     ContextRange,
@@ -46,6 +46,7 @@ from fasttrack.scope.gates import (
     FeaturesGate,
     Gates,
     PerfGate,
+    ServiceLevel,
     TierSpec,
 )
 from fasttrack.scope.inputs import (
@@ -69,6 +70,7 @@ __all__ = [
     "Claim",
     "ContextRange",
     "CoverageGate",
+    "CpuPinning",
     "EngineSpec",
     "Envelope",
     "EquivalenceGate",
@@ -87,6 +89,7 @@ __all__ = [
     "NodeSpec",
     "PathMarkers",
     "PerfGate",
+    "ServiceLevel",
     "Scope",
     "ScopeModel",
     "SharedComponent",

@@ -30,6 +30,26 @@ class SideSpec(ScopeModel):
     """Extra environment variables for this side's engine."""
 
 
+class CpuPinning(ScopeModel):
+    """How engines that are up together (interleaved perf pairs) share this host's CPU cores."""
+
+    mode: Literal["split", "off"] = "split"
+    """``split``: each engine of a pair gets its own half of the cores (``fasttrack.engine.pinning``); its
+    processes inherit that CPU affinity mask, and a CPU engine binds its compute threads inside it. ``off``:
+    both engines may use every core."""
+    cores: str | None = None
+    """The cores to split, as a CPU list (``"0-31,64-95"``); null: every core the harness may use."""
+    alternate: bool = True
+    """Swap the halves between the sides on every engine lifetime (lifetime 0: baseline on the first half)."""
+
+    @field_validator("cores")
+    @classmethod
+    def _cpu_list(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"\d+(-\d+)?(,\d+(-\d+)?)*", v.replace(" ", "")):
+            raise ValueError(f"{v!r} is not a CPU list such as '0-31,64-95'")
+        return v
+
+
 class EngineSpec(ScopeModel):
     common_args: list[str] = Field(default_factory=list)
     """Server arguments both sides share."""
@@ -45,6 +65,8 @@ class EngineSpec(ScopeModel):
     ``{tp}``, ``{dcp}``, ``{method}``, ``{draft_length}``, ``{max_model_len}`` placeholders."""
     startup_timeout_s: float = 900.0
     """How long to wait for ``/health`` before declaring the start failed."""
+    cpu_pinning: CpuPinning = Field(default_factory=CpuPinning)
+    """CPU cores of engines that are up together (interleaved perf): disjoint halves by default."""
 
     @field_validator("point_args")
     @classmethod

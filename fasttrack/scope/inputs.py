@@ -133,7 +133,7 @@ class EvalSpec(ScopeModel):
 
 class WorkloadSpec(ScopeModel):
     name: str
-    kind: Literal["pure_decode", "context_sweep", "mixed", "prompts", "trace_replay"]
+    kind: Literal["pure_decode", "context_sweep", "mixed", "prompts", "trace_replay", "concurrency_sweep"]
     input_len: int | None = Field(default=None, ge=1)
     output_len: int = Field(default=256, ge=1)
     requests_per_run: int | None = Field(default=None, ge=1)
@@ -143,6 +143,21 @@ class WorkloadSpec(ScopeModel):
     """Prompt set file (relative to the scope file) for 'prompts'."""
     trace: str | None = None
     """Trace file (relative to the scope file) for 'trace_replay'."""
+    concurrencies: list[int] | None = None
+    """'concurrency_sweep': the concurrency levels (users sending back to back), e.g. [1, 2, 4, 8]."""
+
+    @model_validator(mode="after")
+    def _sweep(self) -> "WorkloadSpec":
+        if self.kind == "concurrency_sweep":
+            if not self.concurrencies:
+                raise ValueError(
+                    f"workload {self.name!r} is a concurrency_sweep and needs concurrencies, e.g. [1, 4, 16]"
+                )
+            if any(c < 1 for c in self.concurrencies) or len(set(self.concurrencies)) != len(self.concurrencies):
+                raise ValueError(f"workload {self.name!r}: concurrencies must be distinct positive integers")
+        elif self.concurrencies is not None:
+            raise ValueError(f"workload {self.name!r}: concurrencies apply to concurrency_sweep only, not {self.kind}")
+        return self
 
 
 class Claim(ScopeModel):
@@ -171,3 +186,23 @@ class Claim(ScopeModel):
     notes: str | None = None
     like_for_like: bool = True
     """False when the published comparison used different resources on each side."""
+    baseline_gpus: int | None = Field(default=None, ge=1)
+    """GPUs of the published baseline figure (null: the claim's point, both sides alike)."""
+    candidate_gpus: int | None = Field(default=None, ge=1)
+    """GPUs of the published candidate figure (null: the claim's point, both sides alike)."""
+
+    @model_validator(mode="after")
+    def _resources(self) -> "Claim":
+        b, c = self.baseline_gpus, self.candidate_gpus
+        if self.like_for_like and b is not None and c is not None and b != c:
+            raise ValueError(
+                f"claim {self.id!r} compares {c} candidate GPUs with {b} baseline GPUs, which is not like-for-like: "
+                "set like_for_like: false (the claim is then judged per GPU and both per-GPU figures are shown) "
+                "or state figures at equal GPU counts"
+            )
+        if not self.like_for_like and (b is None or c is None):
+            raise ValueError(
+                f"claim {self.id!r} is not like-for-like: state baseline_gpus and candidate_gpus, so it can be "
+                "compared per GPU"
+            )
+        return self

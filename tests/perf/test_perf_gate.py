@@ -39,6 +39,7 @@ def _item(point: str = "p-b1", batch: int = 1) -> WorkItem:
 
 
 GATE = PerfGate(noise_margin=0.1, confidence=0.95, min_runs=3, max_runs=6, interleave_settle_s=0)
+GATE_PAIRS = PerfGate(noise_margin=0.1, confidence=0.95, min_runs=4, max_runs=8, interleave=True, interleave_settle_s=0)
 
 
 def _measure(
@@ -429,16 +430,27 @@ def test_a_side_without_usable_samples_is_not_measured_not_a_crash() -> None:
 
 
 def test_interleaved_schedule_looks_only_where_a_pair_is_complete() -> None:
-    smoke = LookSchedule.for_group(["baseline", "candidate"], min_runs=3, max_runs=6, interleaved=True)
-    assert smoke.look_positions() == [1] and smoke.planned_looks == 4 and smoke.pair_looks_allowed(0)
-    full = LookSchedule.for_group(["baseline", "candidate"] * 3, min_runs=3, max_runs=8, interleaved=True)
-    # sequential: looks at 3, 4, 5; interleaved: only where pairs 2 and 3 are complete
-    assert full.look_positions() == [3, 5] and full.planned_looks == 12
+    smoke = LookSchedule.for_group(["baseline", "candidate"], min_runs=4, max_runs=8, interleaved=True)
+    # looks after whole A B B A blocks: 4, 6 and 8 run pairs
+    assert smoke.look_positions() == [1] and smoke.planned_looks == 3 and smoke.pair_looks_allowed(0)
+    assert [k for k in range(1, 9) if smoke.look_after(k)] == [4, 6, 8]
+    full = LookSchedule.for_group(["baseline", "candidate"] * 3, min_runs=4, max_runs=8, interleaved=True)
+    # interleaved: only where pairs 2 and 3 are complete
+    assert full.look_positions() == [3, 5] and full.planned_looks == 6
     assert not full.pair_looks_allowed(0) and full.pair_looks_allowed(1) and full.pair_looks_allowed(2)
     assert not full.pair_looks_allowed(3)
-    drift = LookSchedule.for_group(["baseline", "candidate", "baseline"], min_runs=3, max_runs=6, interleaved=True)
+    drift = LookSchedule.for_group(["baseline", "candidate", "baseline"], min_runs=4, max_runs=6, interleaved=True)
     assert drift.drift_position == 2 and drift.look_positions() == [1]
     assert full.describe()["interleaved"] is True
+    # one engine at a time: a look after every run from min_runs on
+    seq = LookSchedule.for_group(["baseline", "candidate"], min_runs=3, max_runs=6)
+    assert [k for k in range(1, 7) if seq.look_after(k)] == [3, 4, 5, 6] and seq.planned_looks == 4
+
+
+def test_an_interleaved_gate_needs_whole_abba_blocks() -> None:
+    with pytest.raises(ValueError, match="A B B A blocks"):
+        PerfGate(min_runs=3, max_runs=6, interleave=True)
+    PerfGate(min_runs=3, max_runs=6)  # one engine at a time: any count
 
 
 def _pair_runner(
@@ -465,10 +477,10 @@ def _pair_runner(
     return {"baseline": make("baseline"), "candidate": make("candidate")}
 
 
-def test_measure_pair_alternates_the_sides_and_looks_after_each_pair() -> None:
+def test_measure_pair_runs_abba_blocks_and_looks_after_each_block() -> None:
     from fasttrack.checks.perf import measure_pair
 
-    sched = LookSchedule.for_group(["baseline", "candidate"], min_runs=3, max_runs=6, interleaved=True)
+    sched = LookSchedule.for_group(["baseline", "candidate"], min_runs=4, max_runs=8, interleaved=True)
     s = ItemState(item=_item())
     calls: list[tuple[str, int]] = []
     taken = asyncio.run(
@@ -477,19 +489,15 @@ def test_measure_pair_alternates_the_sides_and_looks_after_each_pair() -> None:
             lifetime=0,
             looks_here=True,
             sched=sched,
-            gate=GATE,
+            gate=GATE_PAIRS,
             run_once=_pair_runner(s, calls, tpot={"baseline": 2.0, "candidate": 2.0}, seed=1),
         )
     )
-    assert calls == [
-        ("baseline", 0),
-        ("candidate", 0),
-        ("candidate", 1),
-        ("baseline", 1),
-        ("baseline", 2),
-        ("candidate", 2),
-    ]
-    assert taken == {"baseline": 3, "candidate": 3} and s.interleaved
+    b, c = "baseline", "candidate"
+    # A B B A, A B B A: never A B A B
+    assert [sd for sd, _ in calls] == [b, c, c, b, b, c, c, b]
+    assert [k for _, k in calls] == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert taken == {"baseline": 4, "candidate": 4} and s.interleaved
     assert s.final and s.decision == "decided_pass" and len(s.looks) == 1
     j = judge_item(
         s,
@@ -500,6 +508,20 @@ def test_measure_pair_alternates_the_sides_and_looks_after_each_pair() -> None:
         planned_looks=sched.planned_looks,
     )
     assert j.rows[0]["interleaved"] and j.rows[0]["paired"]
+    # on the next lifetime pair the candidate opens each block: B A A B
+    s2 = ItemState(item=_item())
+    calls2: list[tuple[str, int]] = []
+    asyncio.run(
+        measure_pair(
+            s2,
+            lifetime=1,
+            looks_here=False,
+            sched=sched,
+            gate=GATE_PAIRS,
+            run_once=_pair_runner(s2, calls2, tpot={"baseline": 2.0, "candidate": 2.0}, seed=1),
+        )
+    )
+    assert [sd for sd, _ in calls2] == [c, b, b, c, c, b, b, c]
 
 
 def test_measure_pair_lets_the_engine_that_ran_settle_before_the_other_side_runs() -> None:
@@ -542,7 +564,7 @@ def test_measure_pair_lets_the_engine_that_ran_settle_before_the_other_side_runs
 def test_measure_pair_without_looks_takes_min_runs_pairs_and_records_a_harness_error() -> None:
     from fasttrack.checks.perf import measure_pair
 
-    sched = LookSchedule.for_group(["baseline", "candidate"] * 2, min_runs=3, max_runs=6, interleaved=True)
+    sched = LookSchedule.for_group(["baseline", "candidate"] * 2, min_runs=4, max_runs=8, interleaved=True)
     s = ItemState(item=_item())
     calls: list[tuple[str, int]] = []
     taken = asyncio.run(
@@ -551,11 +573,11 @@ def test_measure_pair_without_looks_takes_min_runs_pairs_and_records_a_harness_e
             lifetime=0,
             looks_here=sched.pair_looks_allowed(0),
             sched=sched,
-            gate=GATE,
+            gate=GATE_PAIRS,
             run_once=_pair_runner(s, calls, tpot={"baseline": 2.0, "candidate": 2.0}, seed=2),
         )
     )
-    assert taken == {"baseline": 3, "candidate": 3} and not s.looks
+    assert taken == {"baseline": 4, "candidate": 4} and not s.looks
     s2 = ItemState(item=_item())
     calls2: list[tuple[str, int]] = []
     taken2 = asyncio.run(
@@ -564,7 +586,7 @@ def test_measure_pair_without_looks_takes_min_runs_pairs_and_records_a_harness_e
             lifetime=0,
             looks_here=True,
             sched=sched,
-            gate=GATE,
+            gate=GATE_PAIRS,
             run_once=_pair_runner(
                 s2, calls2, tpot={"baseline": 2.0, "candidate": 2.0}, seed=2, fail_at=("baseline", 1)
             ),
@@ -580,8 +602,8 @@ def test_interleaved_gate_holds_through_host_slowdowns_that_fail_the_sequential_
     candidate; interleaved, it lands on run pairs, and the paired interval cancels it."""
     from fasttrack.checks.perf import measure_pair
 
-    gate = PerfGate(noise_margin=0.25, confidence=0.95, min_runs=3, max_runs=6, interleave=True, interleave_settle_s=0)
-    sched = LookSchedule.for_group(["baseline", "candidate"], min_runs=3, max_runs=6, interleaved=True)
+    gate = PerfGate(noise_margin=0.25, confidence=0.95, min_runs=4, max_runs=6, interleave=True, interleave_settle_s=0)
+    sched = LookSchedule.for_group(["baseline", "candidate"], min_runs=4, max_runs=6, interleaved=True)
     host = [1.0, 2.5, 2.5, 1.0, 1.0, 2.5]
     s = ItemState(item=_item())
     asyncio.run(
@@ -604,7 +626,7 @@ def test_interleaved_gate_holds_through_host_slowdowns_that_fail_the_sequential_
     )
     assert j.verdict == "pass", j.rows[0]["statement"]
     # the same code measured one lifetime after the other, the slow spell during the candidate's lifetime
-    seq = LookSchedule.for_group(["baseline", "candidate"], min_runs=3, max_runs=6)
+    seq = LookSchedule.for_group(["baseline", "candidate"], min_runs=4, max_runs=6)
     s2 = ItemState(item=_item())
     _measure(s2, seq, "baseline", 0, tpot=2.0, seed=4, gate=gate)
     _measure(s2, seq, "candidate", 0, tpot=2.0 * 2.5, seed=5, gate=gate)

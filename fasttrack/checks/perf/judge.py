@@ -96,6 +96,8 @@ def judge(ctx: RunContext, st: PerfState) -> CheckResult:
                         candidate_value=r["candidate"],
                         detectable_slowdown=r.get("detectable_slowdown"),
                         normalized=bool(r.get("per_gpu")),
+                        baseline_gpus=r.get("gpus_baseline"),
+                        candidate_gpus=r.get("gpus_candidate"),
                         **_run_range(r.get("candidate_run_values")),
                     )
                 )

@@ -73,7 +73,7 @@ async def measure_item(
             break
         s.add(rm)
         runs_here += 1
-        if looks_here and runs_here >= gate.min_runs and take_look(s, gate=gate, sched=sched):
+        if looks_here and sched.look_after(runs_here) and take_look(s, gate=gate, sched=sched):
             break
     return runs_here
 
@@ -97,8 +97,16 @@ def take_look(s: ItemState, *, gate: PerfGate, sched: LookSchedule) -> bool:
 
 
 PAIR_ORDERS = (("baseline", "candidate"), ("candidate", "baseline"))
-"""Interleaved runs: pair k runs the sides in ``PAIR_ORDERS[k % 2]`` (B C, C B, B C, ...), so neither side
-always goes first and a steady drift of the host cancels over two pairs."""
+"""The two run pairs of an A B B A block."""
+
+
+def pair_order(k: int, lifetime: int) -> tuple[str, str]:
+    """The sides of run pair ``k`` on the ``lifetime``-th pair of engines, in time order.
+
+    Runs follow A B B A blocks (pairs 2j and 2j+1 are A B then B A), so within every block both sides
+    sit at the same mean time and a host that speeds up or slows down steadily hits both alike; A is
+    the baseline on even lifetimes and the candidate on odd ones, so neither side opens every block."""
+    return PAIR_ORDERS[(k + lifetime) % 2]
 
 
 async def measure_pair(
@@ -112,11 +120,11 @@ async def measure_pair(
 ) -> dict[str, int]:
     """Interleaved runs of one item on one pair of lifetimes (both engines up); returns runs per side.
 
-    Pair k is one run of each side, back to back (order alternating, ``PAIR_ORDERS``), with
+    Pair k is one run of each side, back to back, in A B B A blocks (:func:`pair_order`), with
     ``gate.interleave_settle_s`` between consecutive runs (the engine that just ran settles
     before the other one starts).
     Without looks on this pair: ``min_runs`` pairs. With looks: ``min_runs`` pairs, then a
-    look after every pair until a look is final or ``max_runs`` pairs were taken. A
+    look after every block (two pairs) until a look is final or ``max_runs`` pairs were taken. A
     harness-side failure ends the item's runs on this pair (recorded); a pair left
     incomplete makes the sides' layouts differ, and the interval then says it was not
     paired.
@@ -126,7 +134,7 @@ async def measure_pair(
     limit = gate.max_runs if looks_here else gate.min_runs
     settle = gate.interleave_settle_s
     for k in range(limit):
-        for i, side in enumerate(PAIR_ORDERS[k % 2]):
+        for i, side in enumerate(pair_order(k, lifetime)):
             if settle and (k or i):
                 await asyncio.sleep(settle)
             try:
@@ -138,7 +146,7 @@ async def measure_pair(
                 return taken
             s.add(rm)
             taken[side] += 1
-        if looks_here and k + 1 >= gate.min_runs and take_look(s, gate=gate, sched=sched):
+        if looks_here and sched.look_after(k + 1) and take_look(s, gate=gate, sched=sched):
             break
     return taken
 
