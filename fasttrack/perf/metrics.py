@@ -216,8 +216,6 @@ class RunMetrics(_Model):
     """Output tokens of the requests that met the SLO."""
     goodput: float | None = None
     """good_output_tokens / duration_s: output tokens/s of the requests that met the SLO (whole engine)."""
-    concurrency: int | None = None
-    """Requests kept in flight (concurrency_sweep: the level)."""
     warmup_requests: int = 0
     """Warm-up requests sent before the run and discarded."""
     extra: dict[str, Any] = Field(default_factory=dict)

@@ -39,6 +39,8 @@ class EngineLaunch:
     """Checks that collected on it."""
     up_with: list[str] | None = None
     """The other side(s) up at the same time (interleaved measurement)."""
+    cpus: list[int] | None = None
+    """The CPU cores its processes were pinned to (engines up together: ``engine.cpu_pinning``)."""
     owned: bool | None = None
     """Whether fasttrack started it (False: attached by URL)."""
     base_url: str | None = None
@@ -190,6 +192,7 @@ def drive_engines(
                                     record,
                                     exclusive=not engines,
                                     launcher=launcher,
+                                    cpus=pair_cpus_for(ctx, side, lifetime) if len(up) > 1 else None,
                                 )
                             )
                             progress(f"{labels[side]}: engine up at {engines[side].base_url}")
@@ -324,16 +327,26 @@ def _record_crash(
     log(f"engine {what} ({where}): {first_line}")
     reason = f"engine {what} in {where}: {first_line}" + ("" if "(log: " in first_line else f" (log: {failed_log})")
     for chk in checks:
-        state.results.setdefault(
-            chk.name,
-            CheckResult(
-                check=chk.name,
-                verdict=Verdict.NOT_RUN,
-                required=chk.required,
-                reason=reason,
-                summary={"engine_failure": state.crash},
-            ),
-        )
+        if chk.name in state.results:
+            continue
+        res = stopped_result(chk, ctx, reason, required=chk.required)
+        state.results[chk.name] = res.model_copy(update={"summary": {**res.summary, "engine_failure": state.crash}})
+
+
+def stopped_result(chk: EngineCheck, ctx: RunContext, why: str, *, required: bool) -> CheckResult:
+    """The result of a check the run stopped before it could judge (``why``: an interrupt, a termination signal,
+    an engine crash): its partial judgement when it offers one (``judge_partial(ctx, why)``: the perf check keeps
+    every decided point), else ``not_run`` with ``why``. A partial judgement that raises is ``not_run`` too."""
+    partial = getattr(chk, "judge_partial", None)
+    if partial is not None:
+        try:
+            res = partial(ctx, why)
+        except Exception as exc:  # noqa: BLE001 - the run is stopping: what was measured is reported, or why not
+            why = f"{why}; its partial results could not be judged ({type(exc).__name__}: {exc})"
+        else:
+            if isinstance(res, CheckResult):
+                return res.model_copy(update={"required": required})
+    return CheckResult(check=chk.name, verdict=Verdict.NOT_RUN, required=required, reason=why)
 
 
 def _relative(path: Path, run_dir: Path) -> str:
@@ -341,6 +354,16 @@ def _relative(path: Path, run_dir: Path) -> str:
         return str(path.resolve().relative_to(run_dir.resolve()))
     except ValueError:
         return str(path)
+
+
+def pair_cpus_for(ctx: RunContext, side: str, lifetime: int) -> list[int] | None:
+    """The cores of ``side``'s engine when both sides are up together (``engine.cpu_pinning``; None: unpinned)."""
+    from fasttrack.engine.pinning import pair_cpus
+
+    pin = ctx.scope.engine.cpu_pinning
+    if pin.mode == "off":
+        return None
+    return pair_cpus(side, lifetime, cores=pin.cores, alternate=pin.alternate)
 
 
 def engine_seed(args: list[str]) -> int | None:
@@ -368,11 +391,13 @@ def _launch(
     *,
     exclusive: bool = True,
     launcher: Launcher | None = None,
+    cpus: list[int] | None = None,
 ) -> Iterator[EngineHandle]:
     """Start (or attach to) one side's engine; always torn down when the block exits.
 
     ``exclusive=False`` lets it start while the other side's engine is up (interleaved perf). A side
-    that spans several nodes (``group.side_nodes``) starts one process per node through ``launcher``."""
+    that spans several nodes (``group.side_nodes``) starts one process per node through ``launcher``.
+    ``cpus``: the cores its processes are pinned to (:func:`pair_cpus_for`)."""
     from fasttrack.engine import (
         MultiNodeEngine,
         attach_engine,
@@ -381,6 +406,7 @@ def _launch(
         profiler_args,
         start_engine,
     )
+    from fasttrack.engine.pinning import pinned, pinning_env
 
     engine: ManagedEngine | Any
     if url:
@@ -411,21 +437,27 @@ def _launch(
             node_launcher = launcher or get_launcher(None)
             record.nodes, record.launcher = nodes, node_launcher.name
             ctx.log(f"{group.id} {side}: the engine spans {nodes} nodes (launcher {node_launcher.name})")
+        if cpus:
+            hw = ctx.scope.hardware
+            env.update(pinning_env(cpus, env, cpu_device=hw is not None and hw.device == "cpu"))
+            record.cpus = list(cpus)
+            record.env = {k: v for k, v in env.items() if v is not None}
         try:
-            engine = start_engine(
-                side=side,
-                model=resolved.model,
-                args=args,
-                env=env,
-                log_dir=ctx.run_dir / "logs",
-                log_name=log_name,
-                startup_timeout=ctx.scope.engine.startup_timeout_s,
-                progress=on_progress,
-                exclusive=exclusive,
-                nodes=nodes,
-                launcher=node_launcher,
-                gpus_per_node=group.gpus_per_node,
-            )
+            with pinned(cpus):
+                engine = start_engine(
+                    side=side,
+                    model=resolved.model,
+                    args=args,
+                    env=env,
+                    log_dir=ctx.run_dir / "logs",
+                    log_name=log_name,
+                    startup_timeout=ctx.scope.engine.startup_timeout_s,
+                    progress=on_progress,
+                    exclusive=exclusive,
+                    nodes=nodes,
+                    launcher=node_launcher,
+                    gpus_per_node=group.gpus_per_node,
+                )
         except KeyboardInterrupt as exc:  # Ctrl-C or a termination signal: the engine stopped itself
             record.stop = f"stopped while starting ({str(exc) or 'interrupted by Ctrl-C'})"
             raise

@@ -43,12 +43,13 @@ from fasttrack.perf.analysis import ItemState
 from fasttrack.perf.loadgen import PerfClient, timed
 from fasttrack.perf.metrics import RunMetrics, compute_run_metrics
 from fasttrack.perf.schedule import LookSchedule
+from fasttrack.perf.slo import with_goodput
 from fasttrack.perf.tokens import TokenPool, pool_from_engine
 from fasttrack.perf.trace import TraceError, load_trace
 from fasttrack.perf.workloads import RunInputs, WorkItem, execute, plan_items, warm_up
 from fasttrack.plan import EngineGroup
 from fasttrack.results import SIDES, CheckResult, Gate, Side
-from fasttrack.scope import WorkloadSpec
+from fasttrack.scope import ServiceLevel, WorkloadSpec
 
 if TYPE_CHECKING:  # pragma: no cover
     from fasttrack.engine import EngineHandle
@@ -241,6 +242,7 @@ class PerfCheck(PairedCheck):
                         lifetime=lifetime,
                         gpus=gpus[side],
                         n_warm=n_warm[side],
+                        slo=gate.slo,
                     )
                     for side in SIDES
                 }
@@ -256,9 +258,19 @@ class PerfCheck(PairedCheck):
 
     @staticmethod
     def _runner(
-        client: Any, engine: Any, it: WorkItem, inputs: RunInputs, *, side: Side, lifetime: int, gpus: int, n_warm: int
+        client: Any,
+        engine: Any,
+        it: WorkItem,
+        inputs: RunInputs,
+        *,
+        side: Side,
+        lifetime: int,
+        gpus: int,
+        n_warm: int,
+        slo: ServiceLevel | None = None,
     ) -> Callable[[int], Awaitable[RunMetrics]]:
-        """One run of ``it`` on one engine, as RunMetrics (an engine that died raises EngineCrashed)."""
+        """One run of ``it`` on one engine, as RunMetrics with goodput at ``slo`` (an engine that died raises
+        EngineCrashed)."""
 
         async def run_once(k: int) -> RunMetrics:
             (recs, extra), tm = await timed(lambda: execute(client, it, k, inputs))
@@ -279,7 +291,7 @@ class PerfCheck(PairedCheck):
             )
             if rm.failed:
                 engine.check_alive()  # an engine that died ends the run (EngineCrashed)
-            return rm
+            return with_goodput(rm, slo)
 
         return run_once
 
@@ -331,7 +343,7 @@ class PerfCheck(PairedCheck):
                     continue
 
                 run_once = self._runner(
-                    client, engine, it, inputs, side=side, lifetime=lifetime, gpus=gpus, n_warm=n_warm
+                    client, engine, it, inputs, side=side, lifetime=lifetime, gpus=gpus, n_warm=n_warm, slo=gate.slo
                 )
                 if drift_only:
                     runs_here = await measure_drift(s, gate=gate, run_once=run_once)
@@ -355,3 +367,9 @@ class PerfCheck(PairedCheck):
     def judge(self, ctx: RunContext) -> CheckResult:
         self._prepare(ctx)
         return judge(ctx, self.state)
+
+    def judge_partial(self, ctx: RunContext, why: str) -> CheckResult:
+        """The run stopped early (``why``: Ctrl-C, a termination signal, an engine crash): the points decided so
+        far keep their runs, intervals and verdicts, the others their runs ("k of n points measured")."""
+        self._prepare(ctx)
+        return judge(ctx, self.state, stopped=why)
