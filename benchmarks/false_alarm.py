@@ -64,7 +64,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from fasttrack.checks.perf import measure_item, measure_pair  # noqa: E402 - the repository root goes on sys.path first
-from fasttrack.engine.pinning import pair_cpus, pinned, pinning_env, process_cpus  # noqa: E402 - the repository root goes on sys.path first
+from fasttrack.engine.pinning import pair_cpus, pinned, pinning_env, process_cpus, swap_cpus  # noqa: E402 - the repository root goes on sys.path first
 from fasttrack.perf.analysis import ItemState, estimate  # noqa: E402 - the repository root goes on sys.path first
 from fasttrack.perf.loadgen import PerfClient, run_loop, timed  # noqa: E402 - the repository root goes on sys.path first
 from fasttrack.perf.metrics import METRICS, RunMetrics, compute_run_metrics  # noqa: E402 - the repository root goes on sys.path first
@@ -220,7 +220,14 @@ def collect_interleaved(ns: argparse.Namespace) -> dict[str, Any]:
             pins.append(pin)
             up = time.perf_counter() - t0
 
-            async def measure(engines: dict[str, Any] = engines, lt: int = lt) -> None:
+            pids = {sd: e.group_pids() for sd, e in engines.items()}
+
+            def swap(pids: dict[str, list[int]] = pids) -> None:
+                swap_cpus(pids["baseline"], pids["candidate"])
+
+            swapper = swap if ns.swap_blocks and not ns.no_pin else None
+
+            async def measure(engines: dict[str, Any] = engines, lt: int = lt, swapper: Any = swapper) -> None:
                 mml = loaded.scope.envelope.context.max_model_len
                 inputs = {sd: RunInputs(pool=await pool_from_engine(e), max_model_len=mml) for sd, e in engines.items()}
                 async with (
@@ -247,6 +254,7 @@ def collect_interleaved(ns: argparse.Namespace) -> dict[str, Any]:
                             sched=sched,
                             gate=fixed,
                             run_once={sd: runner(sd) for sd in ("baseline", "candidate")},
+                            between_blocks=swapper,
                         )
 
             t1 = time.perf_counter()
@@ -275,6 +283,7 @@ def collect_interleaved(ns: argparse.Namespace) -> dict[str, Any]:
         "args": {k: v for k, v in vars(ns).items() if k not in ("json", "from_json")},
         "design": "interleaved",
         "pinning": pins,
+        "swap_blocks": bool(ns.swap_blocks and not ns.no_pin),
         "runs": runs,
         "timing": timing,
         "wall_s": round(time.perf_counter() - t_all, 1),
@@ -354,7 +363,7 @@ def _print_rates(per_point: dict[str, dict[str, Any]], points: list[str], n: int
 
 def analyse_interleaved(data: dict[str, Any], gate: Any) -> None:
     a = data["args"]
-    runs_all = [RunMetrics.model_validate(r) for r in data["runs"]]
+    runs_all = [_stored(r) for r in data["runs"]]
     points = sorted({r.point for r in runs_all}, key=lambda p: int(p.split("-b")[1].split("-")[0]))
     pairs = sorted({r.lifetime for r in runs_all})
     metric = gate.gated_metric
@@ -489,7 +498,7 @@ def analyse(data: dict[str, Any], ns: argparse.Namespace) -> None:
         analyse_interleaved(data, gate)
         return
     a = data["args"]
-    runs_all = [RunMetrics.model_validate(r) for r in data["runs"]]
+    runs_all = [_stored(r) for r in data["runs"]]
     points = sorted({r.point for r in runs_all}, key=lambda p: int(p.split("-b")[1].split("-")[0]))
     lifetimes = sorted({r.lifetime for r in runs_all})
     by: dict[str, dict[int, list[RunMetrics]]] = {p: {lt: [] for lt in lifetimes} for p in points}
@@ -589,6 +598,11 @@ def analyse(data: dict[str, Any], ns: argparse.Namespace) -> None:
     )
 
 
+def _stored(r: dict[str, Any]) -> RunMetrics:
+    """A stored run (fields this version does not know, from other versions of the record, are left out)."""
+    return RunMetrics.model_validate({k: v for k, v in r.items() if k in RunMetrics.model_fields})
+
+
 def join_runs(parts: list[dict[str, Any]]) -> dict[str, Any]:
     """Stored measurements of one design joined into one: lifetimes (pairs) renumbered after each other."""
     if len(parts) == 1:
@@ -642,6 +656,11 @@ def main(argv: list[str] | None = None) -> int:
         "--no-pin",
         action="store_true",
         help="interleaved: leave both engines of a pair on every core (the design before core pinning)",
+    )
+    ap.add_argument(
+        "--swap-blocks",
+        action="store_true",
+        help="interleaved: the engines also trade cores between A B B A blocks (cpu_pinning.alternate: blocks)",
     )
     ap.add_argument("--max-comparisons", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)

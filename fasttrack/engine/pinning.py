@@ -21,6 +21,14 @@ own launcher, not by this mask.
 
 With fewer than two usable cores there is nothing to split: the engines share the core,
 and :func:`pair_cpus` says so (``None``).
+
+**Swapping within a lifetime** (``alternate: blocks``): a core that another process keeps busy
+for minutes slows whichever engine sits on it, for the whole lifetime. With ``blocks``, the
+two engines also trade halves between the A B B A blocks of runs (:func:`repin` moves every
+thread of each engine's processes), so each side spends the same share of its runs on each
+half. Only for hosts where moving a process between cores costs nothing (one memory node,
+such as the two-core demo hosts); on a GPU host each half is usually a socket with its own
+memory and GPUs, and engines keep their half for their lifetime.
 """
 
 from __future__ import annotations
@@ -96,6 +104,18 @@ def pair_cpus(side: str, lifetime: int, *, cores: str | None = None, alternate: 
     return list(halves[k])
 
 
+def other_half(cpus: Sequence[int], *, cores: str | None = None) -> list[int] | None:
+    """The half of the split that ``cpus`` is not (None when ``cpus`` is not one of the two halves)."""
+    halves = split_halves(usable_cpus(cores))
+    if halves is None:
+        return None
+    if sorted(cpus) == halves[0]:
+        return list(halves[1])
+    if sorted(cpus) == halves[1]:
+        return list(halves[0])
+    return None
+
+
 def pinning_env(cpus: Sequence[int] | None, env: dict[str, str | None], *, cpu_device: bool) -> dict[str, str | None]:
     """Environment overrides for a pinned engine: on a CPU device, ``VLLM_CPU_OMP_THREADS_BIND=auto`` (vLLM then
     binds its compute threads inside the inherited mask) unless the engine's environment already chose ``auto``
@@ -122,6 +142,38 @@ def pinned(cpus: Sequence[int] | None) -> Iterator[None]:
         yield
     finally:
         os.sched_setaffinity(0, before)
+
+
+def repin(pids: Sequence[int], cpus: Sequence[int]) -> int:
+    """Move every thread of the processes ``pids`` onto ``cpus`` (an engine's threads, while it runs); returns the
+    number of threads moved. Threads that ended meanwhile are skipped."""
+    moved = 0
+    target = set(cpus)
+    for pid in pids:
+        try:
+            tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+        except (FileNotFoundError, ProcessLookupError, NotADirectoryError):
+            continue
+        for tid in tids:
+            try:
+                os.sched_setaffinity(tid, target)
+                moved += 1
+            except (ProcessLookupError, FileNotFoundError):
+                continue
+    return moved
+
+
+def swap_cpus(a_pids: Sequence[int], b_pids: Sequence[int]) -> tuple[list[int], list[int]] | None:
+    """Trade the cores of two pinned engines (every thread of each one's processes moves to the other's cores);
+    returns their new cores, or None when they are not on disjoint core sets (not pinned: nothing to trade)."""
+    if not a_pids or not b_pids:
+        return None
+    a, b = process_cpus(a_pids[0]), process_cpus(b_pids[0])
+    if not a or not b or set(a) & set(b):
+        return None
+    repin(a_pids, b)
+    repin(b_pids, a)
+    return b, a
 
 
 def process_cpus(pid: int) -> list[int] | None:

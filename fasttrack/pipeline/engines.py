@@ -363,7 +363,7 @@ def pair_cpus_for(ctx: RunContext, side: str, lifetime: int) -> list[int] | None
     pin = ctx.scope.engine.cpu_pinning
     if pin.mode == "off":
         return None
-    return pair_cpus(side, lifetime, cores=pin.cores, alternate=pin.alternate)
+    return pair_cpus(side, lifetime, cores=pin.cores, alternate=pin.alternate != "off")
 
 
 def engine_seed(args: list[str]) -> int | None:

@@ -39,8 +39,10 @@ class CpuPinning(ScopeModel):
     both engines may use every core."""
     cores: str | None = None
     """The cores to split, as a CPU list (``"0-31,64-95"``); null: every core the harness may use."""
-    alternate: bool = True
-    """Swap the halves between the sides on every engine lifetime (lifetime 0: baseline on the first half)."""
+    alternate: Literal["lifetimes", "blocks", "off"] = "lifetimes"
+    """``lifetimes``: the halves swap sides on every engine lifetime (lifetime 0: baseline on the first half);
+    ``blocks``: also between the A B B A blocks of runs within a lifetime, every thread of both engines moved
+    (for hosts with one memory node, where moving costs nothing); ``off``: the baseline always on the first."""
 
     @field_validator("cores")
     @classmethod

@@ -37,6 +37,7 @@ from fasttrack.checks.perf.judge import judge, perf_gate
 from fasttrack.checks.perf.measure import engine_gpus, measure_drift, measure_item, measure_pair
 from fasttrack.checks.perf.state import CHECK, PerfState
 from fasttrack.engine.errors import EngineCrashed, EngineUnreachable
+from fasttrack.engine.pinning import swap_cpus
 from fasttrack.errors import FasttrackError
 from fasttrack.inputs import PASSAGES, TokenizerClient, load_prompt_set, prompt_set_path
 from fasttrack.perf.analysis import ItemState
@@ -211,6 +212,7 @@ class PerfCheck(PairedCheck):
         }
         st.lifetimes.append(record)
         inputs = {side: await self._inputs(ctx, e, todo) for side, e in engines.items()}
+        swapper = self._core_swapper(ctx, engines, record)
         async with (
             PerfClient(engines["baseline"].base_url, model=engines["baseline"].model) as cb,
             PerfClient(engines["candidate"].base_url, model=engines["candidate"].model) as cc,
@@ -247,7 +249,13 @@ class PerfCheck(PairedCheck):
                     for side in SIDES
                 }
                 taken = await measure_pair(
-                    s, lifetime=lifetime, looks_here=looks_here, sched=sched, gate=gate, run_once=run_once
+                    s,
+                    lifetime=lifetime,
+                    looks_here=looks_here,
+                    sched=sched,
+                    gate=gate,
+                    run_once=run_once,
+                    between_blocks=swapper,
                 )
                 record["runs"] += sum(taken.values())
                 ctx.log(
@@ -255,6 +263,27 @@ class PerfCheck(PairedCheck):
                     f"run(s) in {time.perf_counter() - t_item:.1f} s" + (f", {s.decision}" if s.looks else "")
                 )
         record["seconds"] = round(time.perf_counter() - t_life, 2)
+
+    @staticmethod
+    def _core_swapper(
+        ctx: RunContext, engines: Mapping[Side, Any], record: dict[str, Any]
+    ) -> Callable[[], None] | None:
+        """With ``engine.cpu_pinning.alternate: blocks``, the engines trade their cores between A B B A blocks
+        (``fasttrack.engine.pinning``); the lifetime record counts the trades. None otherwise."""
+        if ctx.scope.engine.cpu_pinning.mode == "off" or ctx.scope.engine.cpu_pinning.alternate != "blocks":
+            return None
+        pids = {side: list(getattr(e, "group_pids", lambda: [])()) for side, e in engines.items()}
+        if not pids["baseline"] or not pids["candidate"]:
+            return None
+        record["core_swaps"] = 0
+
+        def swap() -> None:
+            now = swap_cpus(pids["baseline"], pids["candidate"])
+            if now is not None:
+                record["core_swaps"] += 1
+                record["cores_now"] = {"baseline": now[0], "candidate": now[1]}
+
+        return swap
 
     @staticmethod
     def _runner(

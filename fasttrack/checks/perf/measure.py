@@ -117,8 +117,12 @@ async def measure_pair(
     sched: LookSchedule,
     gate: PerfGate,
     run_once: dict[str, Callable[[int], Awaitable[RunMetrics]]],
+    between_blocks: Callable[[], None] | None = None,
 ) -> dict[str, int]:
     """Interleaved runs of one item on one pair of lifetimes (both engines up); returns runs per side.
+
+    ``between_blocks`` is called before every A B B A block but the first (the engines trade their cores
+    there, with ``engine.cpu_pinning.alternate: blocks``).
 
     Pair k is one run of each side, back to back, in A B B A blocks (:func:`pair_order`), with
     ``gate.interleave_settle_s`` between consecutive runs (the engine that just ran settles
@@ -134,6 +138,8 @@ async def measure_pair(
     limit = gate.max_runs if looks_here else gate.min_runs
     settle = gate.interleave_settle_s
     for k in range(limit):
+        if between_blocks is not None and k and k % 2 == 0:
+            between_blocks()
         for i, side in enumerate(pair_order(k, lifetime)):
             if settle and (k or i):
                 await asyncio.sleep(settle)
