@@ -568,3 +568,47 @@ def test_envelope_check_names_every_unsupported_deployment_feature() -> None:
     _check_envelope(config(speculative_config=SimpleNamespace(method="ngram", num_speculative_tokens=3)))
     with pytest.raises(DemoBackendConfigError, match="does not support this deployment: LoRA"):
         _check_envelope(config(lora_config=object()))
+
+
+# --- the slow-batch defect as a factor ----------------------------------------------
+
+
+def test_the_slow_factor_knob_is_read_with_the_defect_and_checked() -> None:
+    on = {"decode_backend": "latency_specialized"}
+    assert parse_settings(on, environ={}).slow_factor is None
+    assert parse_settings(on, environ={"FASTTRACK_DEMO_SLOW_FACTOR": "1.5"}).slow_factor == 1.5
+    assert parse_settings(None, environ={"FASTTRACK_DEMO_SLOW_FACTOR": "1.5"}).slow_factor is None  # stock path
+    for bad in ("1", "0.5", "fast", "nan", "1000"):
+        with pytest.raises(DemoBackendConfigError, match="FASTTRACK_DEMO_SLOW_FACTOR"):
+            parse_settings(on, environ={"FASTTRACK_DEMO_SLOW_FACTOR": bad})
+
+
+def test_a_slow_factor_makes_each_slowed_step_that_many_times_its_own_time(ops, monkeypatch) -> None:
+    """Steps 10 ms apart at batch 4 with a factor of 1.5: after the first step (no gap known yet) each busy-waits
+    half a step, 5 ms, so consecutive steps come 15 ms apart; a pause between runs is not taken for a step."""
+    clock = {"t": 100.0}
+    waits: list[float] = []
+
+    def fake_clock() -> float:
+        clock["t"] += 1e-7
+        return clock["t"]
+
+    monkeypatch.setattr(ops.time, "perf_counter", fake_clock)
+    monkeypatch.setattr(ops, "_SLOW_STEPS", {"start": None, "waited": 0.0, "cycles": []})
+    d = SimpleNamespace(
+        defect="slow-batch",
+        current=SimpleNamespace(batch=4),
+        settings=BackendSettings(backend="latency_specialized", defect="slow-batch", slow_factor=1.5),
+    )
+    layer0 = SimpleNamespace(layer_index=0)
+    for gap in (0.0, 0.010, 0.010, 0.010, 5.0, 0.010):
+        clock["t"] += gap  # the step's own work, after the last busy-wait (which the fake clock already ran)
+        t0 = clock["t"]
+        ops._maybe_slow_step(d, layer0)
+        waits.append(clock["t"] - t0)
+    assert waits[0] < 1e-3, "no gap known on the first step"
+    assert all(w == pytest.approx(0.005, abs=2e-4) for w in waits[1:]), waits
+    d.current = SimpleNamespace(batch=3)
+    t0 = clock["t"]
+    ops._maybe_slow_step(d, layer0)
+    assert clock["t"] - t0 < 1e-3, "other batch sizes are not slowed"

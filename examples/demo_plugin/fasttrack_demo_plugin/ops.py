@@ -424,14 +424,29 @@ def fast_decoder_layer(
     )
 
 
+_SLOW_STEPS: dict[str, Any] = {"start": None, "waited": 0.0, "cycles": []}
+
+
 def _maybe_slow_step(dispatcher: Any, layer: Any) -> None:
     """Planted defect `slow-batch`: a busy-wait once per decode step (in the
-    first layer) at one batch size."""
+    first layer) at one batch size: ``SLOW_BATCH_DELAY_S``, or with
+    ``FASTTRACK_DEMO_SLOW_FACTOR`` f, (f - 1) times a step's own time (the median
+    of the last gaps between slowed steps, their busy-waits taken out, gaps over
+    0.2 s being pauses, not steps)."""
     if dispatcher.defect != "slow-batch" or dispatcher.current.batch != SLOW_BATCH:
         return
     if getattr(layer, "layer_index", None) != 0:
         return
-    deadline = time.perf_counter() + SLOW_BATCH_DELAY_S
+    now = time.perf_counter()
+    factor = getattr(dispatcher.settings, "slow_factor", None)
+    delay = SLOW_BATCH_DELAY_S
+    if factor:
+        st = _SLOW_STEPS
+        if st["start"] is not None and 0 < now - st["start"] - st["waited"] < 0.2:
+            st["cycles"] = (st["cycles"] + [now - st["start"] - st["waited"]])[-9:]
+        delay = (factor - 1.0) * sorted(st["cycles"])[len(st["cycles"]) // 2] if st["cycles"] else 0.0
+        st["start"], st["waited"] = now, delay
+    deadline = now + delay
     while time.perf_counter() < deadline:
         pass
 
