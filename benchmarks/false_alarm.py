@@ -185,9 +185,25 @@ def collect(ns: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def _start_retrying(*, side: str, cpus: list[int] | None, **kw: Any) -> Any:
+    """Start one engine pinned to ``cpus``; a start that fails is tried twice more (on a shared host another
+    user's package install can break an engine's imports for a few seconds)."""
+    from fasttrack.engine import EngineStartError, start_engine
+
+    for attempt in range(3):
+        try:
+            with pinned(cpus):
+                return start_engine(side=side, log_dir=Path("/tmp") / "fasttrack-false-alarm-logs", **kw)
+        except EngineStartError as exc:
+            if attempt == 2:
+                raise
+            print(f"{side} engine did not start ({exc.message.splitlines()[0]}); trying again", file=sys.stderr)
+            time.sleep(20)
+    raise AssertionError("unreachable")
+
+
 def collect_interleaved(ns: argparse.Namespace) -> dict[str, Any]:
     """``ns.interleaved`` pairs of stock engines, both up, runs alternating as the check takes them."""
-    from fasttrack.engine import start_engine
 
     loaded, items, group, model_dir, args = _engine_setup(ns)
     # the check's own interleaving (order, settle pause), with a fixed number of run pairs and no looks
@@ -207,15 +223,9 @@ def collect_interleaved(ns: argparse.Namespace) -> dict[str, Any]:
                 cpus = None if ns.no_pin else pair_cpus(side, lt)
                 env = dict(group.env["baseline"])
                 env.update(pinning_env(cpus, env, cpu_device=True))
-                with pinned(cpus):
-                    engines[side] = start_engine(
-                        side=side,
-                        model=model_dir,
-                        args=args,
-                        env=env,
-                        log_dir=Path("/tmp") / "fasttrack-false-alarm-logs",
-                        exclusive=not engines,
-                    )
+                engines[side] = _start_retrying(
+                    side=side, cpus=cpus, model=model_dir, args=args, env=env, exclusive=not engines
+                )
                 pin[side] = process_cpus(engines[side].pid) if engines[side].pid else None
             pins.append(pin)
             up = time.perf_counter() - t0

@@ -75,12 +75,16 @@ def fake_run(
     )
 
 
-def demo_perf_ctx(tier: str, tmp: Path, *, interleave: bool = False) -> RunContext:
-    """The demo scope's context; one engine at a time unless ``interleave`` (the demo scope interleaves)."""
+def demo_perf_ctx(tier: str, tmp: Path, *, interleave: bool = False, workloads: list[str] | None = None) -> RunContext:
+    """The demo scope's context; one engine at a time unless ``interleave`` (the demo scope interleaves).
+    ``workloads``: the tier's perf workloads (default: the smoke tier's pure-decode points only, its ten config
+    points, as the perf end-to-end test measures them; every workload of the other tiers)."""
     loaded = load_scope("demo-llama")
     scope = loaded.scope.model_copy(deep=True)
     scope.gates.perf.interleave = interleave
     scope.gates.perf.interleave_settle_s = 0.0
+    if workloads is not None or tier == "smoke":
+        scope.tiers[tier].workloads = workloads or ["decode"]
     plan = build_plan(scope, tier=tier, scope_sha256=loaded.sha256)
     return RunContext(scope=scope, plan=plan, tier=tier, run_dir=tmp, loaded=loaded, log=lambda m: None)
 

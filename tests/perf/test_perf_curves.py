@@ -21,14 +21,19 @@ LEVELS = [1, 2, 4, 8]
 
 
 def _sweep_ctx(tmp: Path, **gate: object):
-    ctx = demo_perf_ctx("smoke", tmp)
-    ctx.scope.tiers["smoke"].workloads = ["sweep"]
+    ctx = demo_perf_ctx("smoke", tmp, workloads=["sweep"])
     for k, v in gate.items():
         setattr(ctx.scope.gates.perf, k, v)
-    from fasttrack.plan import build_plan
-
-    ctx.plan = build_plan(ctx.scope, tier="smoke")
     return ctx
+
+
+def test_the_demo_smoke_tier_sweeps_concurrency() -> None:
+    from fasttrack.scope import load_scope
+
+    scope = load_scope("demo-llama").scope
+    assert scope.tiers["smoke"].workloads == ["decode", "sweep"]
+    (sweep,) = [w for w in scope.workloads if w.kind == "concurrency_sweep"]
+    assert sweep.concurrencies == LEVELS
 
 
 def test_a_concurrency_sweep_needs_its_levels() -> None:
