@@ -207,7 +207,10 @@ def collect_interleaved(ns: argparse.Namespace) -> dict[str, Any]:
 
     loaded, items, group, model_dir, args = _engine_setup(ns)
     # the check's own interleaving (order, settle pause), with a fixed number of run pairs and no looks
-    fixed = loaded.scope.gates.perf.model_copy(update={"min_runs": ns.runs, "max_runs": ns.runs})
+    settle = loaded.scope.gates.perf.interleave_settle_s if ns.settle is None else ns.settle
+    fixed = loaded.scope.gates.perf.model_copy(
+        update={"min_runs": ns.runs, "max_runs": ns.runs, "interleave_settle_s": settle}
+    )
     sched = LookSchedule.for_group(["baseline", "candidate"], min_runs=ns.runs, max_runs=ns.runs, interleaved=True)
     runs: list[dict[str, Any]] = []
     timing: list[dict[str, float]] = []
@@ -294,6 +297,7 @@ def collect_interleaved(ns: argparse.Namespace) -> dict[str, Any]:
         "design": "interleaved",
         "pinning": pins,
         "swap_blocks": bool(ns.swap_blocks and not ns.no_pin),
+        "settle_s": settle,
         "runs": runs,
         "timing": timing,
         "wall_s": round(time.perf_counter() - t_all, 1),
@@ -504,6 +508,10 @@ def analyse(data: dict[str, Any], ns: argparse.Namespace) -> None:
         gate = gate.model_copy(update={"gated_metric": ns.metric})
     if ns.interval is not None:
         gate = gate.model_copy(update={"interval": ns.interval})
+    if ns.min_runs is not None or ns.max_runs is not None:
+        gate = gate.model_copy(
+            update={"min_runs": ns.min_runs or gate.min_runs, "max_runs": ns.max_runs or gate.max_runs}
+        )
     if data.get("design") == "interleaved":
         analyse_interleaved(data, gate)
         return
@@ -655,6 +663,8 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="the gate's interval (default: the demo scope's); lifetime_t applies from three lifetimes in all",
     )
+    ap.add_argument("--min-runs", type=int, default=None, help="the gate's min_runs (default: the demo scope's)")
+    ap.add_argument("--max-runs", type=int, default=None, help="the gate's max_runs (default: the demo scope's)")
     ap.add_argument(
         "--interleaved",
         type=int,
@@ -666,6 +676,12 @@ def main(argv: list[str] | None = None) -> int:
         "--no-pin",
         action="store_true",
         help="interleaved: leave both engines of a pair on every core (the design before core pinning)",
+    )
+    ap.add_argument(
+        "--settle",
+        type=float,
+        default=None,
+        help="interleaved: pause between one side's run and the other's (default: the demo scope's)",
     )
     ap.add_argument(
         "--swap-blocks",

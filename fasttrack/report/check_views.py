@@ -226,6 +226,23 @@ def _num(v: Any) -> str:
     return f"{x:.4g}" if x is not None else ""
 
 
+def _per_gpu(r: dict[str, Any]) -> str:
+    """ "not like-for-like" with both per-GPU figures, for a claim across unequal GPU counts ("" otherwise)."""
+    if r.get("like_for_like") is not False:
+        return ""
+    bg, cg = F.as_int(r.get("baseline_gpus")), F.as_int(r.get("candidate_gpus"))
+    cb, cc = F.as_float(r.get("claimed_baseline_per_gpu")), F.as_float(r.get("claimed_candidate_per_gpu"))
+    sp = F.as_float(r.get("claimed_per_gpu_speedup"))
+    out = "not like-for-like"
+    if bg and cg:
+        out += f" ({cg} candidate GPUs vs {bg} baseline)"
+    if cc is not None and cb is not None:
+        out += f"; per GPU: candidate {fmt.number(cc)}, baseline {fmt.number(cb)}"
+    if sp is not None:
+        out += f" ({sp:.3g}x per GPU)"
+    return out
+
+
 def claims_view(manifest: Manifest, tables: Tables, scope_obj: dict[str, Any]) -> tuple[list[ClaimView], str]:
     for check, tabs in tables.items():
         t = tabs.get("claims")
@@ -261,6 +278,7 @@ def claims_view(manifest: Manifest, tables: Tables, scope_obj: dict[str, Any]) -
                     measured=_num(r.get("measured")),
                     interval=f"[{lo:.4g}, {hi:.4g}]" if lo is not None and hi is not None else "",
                     bound=_num(r.get("bound")),
+                    per_gpu=_per_gpu(r),
                 )
             )
         return out, f"from results/{check}/claims.parquet"

@@ -254,6 +254,8 @@ class ClaimView:
     """The interval the claim was judged by, ``[low, high]``."""
     bound: str = ""
     """What the interval was compared with (claimed less the noise margin)."""
+    per_gpu: str = ""
+    """A claim across unequal GPU counts: "not like-for-like" with both per-GPU figures ("" otherwise)."""
 
 
 @dataclass

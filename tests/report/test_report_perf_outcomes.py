@@ -53,3 +53,57 @@ def test_a_point_measured_slower_within_the_margin_is_never_a_plain_pass(tmp_pat
     comment = render_comment(d)
     lines = [ln for ln in comment.splitlines() if "median\\_engine\\_tpot\\_ms" in ln and "-b8-" in ln]
     assert lines and all("measured slower, within margin" in ln and "✅" not in ln for ln in lines), lines
+
+
+def test_a_claim_across_unequal_gpus_reads_not_like_for_like_with_both_per_gpu_figures(
+    bundle_factory, keys, tmp_path: Path
+) -> None:
+    from fasttrack.perf.claims import MeasuredMetric, match_claims
+    from fasttrack.scope import Claim
+
+    claim = Claim(
+        id="agentx-c1",
+        text="AgentX: 403.2 vs 223.7 P90 tokens/s/user at concurrency 1 (16 GB300 vs 8)",
+        metric="interactivity_p90",
+        candidate=403.2,
+        baseline=223.7,
+        point={"batch": 1},
+        workload="agent",
+        like_for_like=False,
+        baseline_gpus=8,
+        candidate_gpus=16,
+    )
+    measured = MeasuredMetric(
+        workload="agent",
+        kind="trace_replay",
+        point="g-trace",
+        point_dims={"tp": 16},
+        metric="p90_interactivity",
+        speedup=1.1,
+        ci_low=1.0,
+        ci_high=1.2,
+        confidence=0.95,
+        baseline_value=270.0,
+        candidate_value=300.0,
+    )
+    (c,) = match_claims(
+        [claim],
+        [measured],
+        workload_kinds={"agent": "trace_replay"},
+        workloads_run={"agent"},
+        noise_margin=0.05,
+        rehearsal=True,
+    )
+    b = bundle_factory(
+        "agentx", model="kimi-k3", seed=22, extra_tables={"perf": {"claims": [c.model_dump(mode="json")]}}
+    )
+    d = build_report_data(b, keys=[keys.trusted_pub])
+    (view,) = [v for v in d.claims if v.id == "agentx-c1"]
+    assert view.per_gpu == (
+        "not like-for-like (16 candidate GPUs vs 8 baseline); per GPU: candidate 25.2, baseline 27.96 (0.901x per GPU)"
+    )
+    out = tmp_path / "report.html"
+    render_report(b, out, keys=[keys.trusted_pub])
+    assert "not like-for-like" in out.read_text() and "27.96" in out.read_text()
+    line = next(ln for ln in render_comment(d).splitlines() if "agentx-c1" in ln)
+    assert "not like-for-like" in line and "25.2" in line and "27.96" in line

@@ -11,15 +11,19 @@ on later lifetimes; every row says how many runs it took.
 
 The gate (``fasttrack.perf.analysis``), per (workload, point): the hierarchical
 bootstrap interval of the speedup of ``gates.perf.gated_metric`` (lifetimes, then
-runs; with ``gates.perf.interleave`` the two sides' engines are up together, their
-runs alternate, and run pairs are resampled together), Bonferroni-corrected over the
-planned looks; pass iff its lower end is at
-least ``1 - noise_margin``. Overall: every point must pass (intersection-union);
-"strictly better" (lower end > 1 everywhere) is reported separately. Every row
-carries its minimum detectable effect at 80% power, raw per-run values, and the
-``runs`` table keeps every request's samples. With one lifetime per side (smoke)
-the result says that its intervals ignore lifetime variance. Claims in the scope are
-matched to the measured points (``fasttrack.perf.claims``).
+runs; with ``gates.perf.interleave`` the two sides' engines are up together, pinned to
+their own cores, their runs in A B B A blocks, and run pairs are resampled together),
+Bonferroni-corrected over the planned looks; pass iff its lower end is at least
+``1 - noise_margin`` (``require: strictly_better``: above 1; ``fasttrack.perf.outcomes``).
+Overall: every point must pass (intersection-union). A pass whose whole interval lies
+below 1 is "measured slower, within margin". Goodput at the scope's SLO and curve
+dominance of a ``concurrency_sweep`` can be further conditions. Every row carries its
+minimum detectable effect at 80% power and raw per-run values; the ``runs`` table keeps
+every request's samples, ``tails`` the p50/p90/p99 of TTFT, ITL and TPOT per side with
+intervals, ``curves`` each side's interactivity-throughput curve. With one lifetime per
+side (smoke) the result says that its intervals ignore lifetime variance. Claims in the
+scope are matched to the measured points (``fasttrack.perf.claims``). A run stopped part
+way gets :meth:`PerfCheck.judge_partial`: every decided point kept.
 
 Metric definitions: ``fasttrack.perf.metrics`` and docs/perf.md.
 """
