@@ -221,7 +221,8 @@ def collect_interleaved(ns: argparse.Namespace) -> dict[str, Any]:
         engines: dict[str, Any] = {}
         pin: dict[str, Any] = {}
         try:
-            for side in ("baseline", "candidate"):
+            order = ("candidate", "baseline") if ns.alternate_start and lt % 2 else ("baseline", "candidate")
+            for side in order:
                 # the check's own pinning: each engine of the pair on its own cores, halves swapped per pair
                 cpus = None if ns.no_pin else pair_cpus(side, lt)
                 env = dict(group.env["baseline"])
@@ -298,6 +299,7 @@ def collect_interleaved(ns: argparse.Namespace) -> dict[str, Any]:
         "pinning": pins,
         "swap_blocks": bool(ns.swap_blocks and not ns.no_pin),
         "settle_s": settle,
+        "alternate_start": bool(ns.alternate_start),
         "runs": runs,
         "timing": timing,
         "wall_s": round(time.perf_counter() - t_all, 1),
@@ -682,6 +684,11 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         default=None,
         help="interleaved: pause between one side's run and the other's (default: the demo scope's)",
+    )
+    ap.add_argument(
+        "--alternate-start",
+        action="store_true",
+        help="interleaved: start the 'candidate' engine of odd pairs first (is the first-started engine slower?)",
     )
     ap.add_argument(
         "--swap-blocks",

@@ -42,7 +42,7 @@ from fasttrack.scope import load_scope
 SLOW_BATCH = 4
 DEFECT_BATCHES = [SLOW_BATCH - 1, SLOW_BATCH]
 """The slow-batch candidate's sweep (CI budget): the defect's batch and its neighbour below, at every context."""
-E2E_REQUESTS_PER_RUN = 4
+E2E_REQUESTS_PER_RUN = 8
 """CI budget: at most this many requests per run (rounded up to one wave at batches 3 and 8)."""
 
 pytestmark = pytest.mark.e2e
