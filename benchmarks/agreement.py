@@ -260,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
         from fasttrack.scope import load_scope
 
         loaded = load_scope("demo-llama")
-        model_dir = resolve_model(loaded.scope, log=lambda m: print(m, file=sys.stderr)).model
+        model_dir = resolve_model(loaded.scope, base_dir=loaded.base_dir, log=lambda m: print(m, file=sys.stderr)).model
         group = build_plan(loaded.scope, tier="smoke").groups[0]
         args = [*group.args["baseline"], "--served-model-name", ns.model]
         t0 = time.perf_counter()

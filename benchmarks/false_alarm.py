@@ -96,7 +96,7 @@ def _engine_setup(ns: argparse.Namespace) -> tuple[Any, list[WorkItem], Any, Any
     from fasttrack.models import resolve_model
 
     loaded, items, group = _items(ns)
-    model_dir = resolve_model(loaded.scope, log=lambda m: print(m, file=sys.stderr)).model
+    model_dir = resolve_model(loaded.scope, base_dir=loaded.base_dir, log=lambda m: print(m, file=sys.stderr)).model
     args = [*group.args["baseline"], "--served-model-name", loaded.scope.model.served_name or "demo-llama"]
     return loaded, items, group, model_dir, args + per_request_metrics_args(args)
 

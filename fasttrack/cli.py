@@ -52,10 +52,27 @@ def _register_subcommands() -> None:
             _registered.append(mod)
 
 
+#: Commands that load scopes: the checks are registered first, since a check's gate model makes its section of a
+#: scope's ``gates`` (verifying and rendering bundles load no scope, and no check).
+SCOPE_COMMANDS = frozenset(
+    {"plan", "doctor", "isolation", "schemas", "validate", "reproduce", "kernels", "slurm", "k8s"}
+)
+
+
+def _load_checks_for(argv: list[str] | None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    command = next((a for a in args if not a.startswith("-")), None)
+    if command in SCOPE_COMMANDS:
+        from fasttrack.checks.base import registry
+
+        registry()
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: user errors become one paragraph and exit code 2."""
     _register_subcommands()
     try:
+        _load_checks_for(argv)
         rc = app(args=argv, standalone_mode=False)
         sys.exit(rc if isinstance(rc, int) else 0)
     except FasttrackError as exc:
@@ -148,29 +165,50 @@ def plan_cmd(
         False, "--no-arg-check", help="Do not check the engine arguments against the installed vLLM's parser."
     ),
 ) -> None:
-    """Expand a scope's envelope into config points, engine groups and a cost estimate; list what the tier
-    can never run, and check the engine arguments against the installed vLLM's own parser."""
-    from rich.table import Table
-
+    """Expand a scope's envelope into config points, engine groups and a cost estimate; list the checks the tier
+    runs and what it can never run, and check the engine arguments against the installed vLLM's own parser."""
+    from fasttrack.checks.base import registry
     from fasttrack.engine.argcheck import raise_for_issues
-    from fasttrack.passability import analyze, engine_arg_check
+    from fasttrack.passability import analyze, engine_arg_check, tier_checks
     from fasttrack.plan import build_plan
     from fasttrack.scope import load_scope
 
+    order = list(registry())
     loaded = load_scope(model)
-    plan = build_plan(loaded.scope, tier=tier, shard=shard, scope_sha256=loaded.sha256)
-    passing = analyze(loaded.scope, build_plan(loaded.scope, tier=tier), base_dir=loaded.base_dir)
+    plan = build_plan(loaded.scope, tier=tier, shard=shard, scope_sha256=loaded.sha256, check_order=order)
+    whole = build_plan(loaded.scope, tier=tier, check_order=order)
+    passing = analyze(loaded.scope, whole, base_dir=loaded.base_dir)
+    checks = tier_checks(loaded.scope, whole, base_dir=loaded.base_dir)
     args_check = None if no_arg_check else engine_arg_check(plan)
     if args_check is not None:
         raise_for_issues(args_check, scope_name=loaded.scope.name)
     if as_json:
         doc = plan.model_dump(mode="json")
+        doc["checks_planned"] = [c.model_dump(mode="json") for c in checks]
         doc["passability"] = passing.model_dump(mode="json") | {"ok": passing.ok}
         doc["engine_args"] = args_check.model_dump(mode="json") if args_check is not None else None
         _print_json(doc)
         return
     s = loaded.scope
     console.print(f"[bold]{s.title}[/]  scope={s.name} tier={plan.tier} shard={plan.shard}")
+    _print_plan_groups(plan)
+    _print_plan_checks(plan.tier, checks)
+    _print_arg_check(args_check)
+    if passing.ok:
+        console.print(f"passability: every required item of the {plan.tier} tier can run")
+    else:
+        console.print(
+            f"[bold yellow]passability: the {plan.tier} tier can never pass; these required items cannot run "
+            "(validate refuses it unless --run-anyway):[/]"
+        )
+        for line in passing.lines():
+            console.print(f"  - {line}", highlight=False)
+
+
+def _print_plan_groups(plan: Any) -> None:
+    """The engine groups, the estimate and its assumptions."""
+    from rich.table import Table
+
     table = Table(title="engine groups (one engine launch per side and lifetime)")
     table.add_column("group", no_wrap=True)
     for col in ("GPUs", "nodes", "points", "batches", "contexts", "lifetimes/side"):
@@ -211,6 +249,28 @@ def plan_cmd(
         f"{a.tokens_per_request} tokens, {a.decode_tokens_per_s:.0f} decode tok/s "
         "(override in the scope's 'estimates')[/]"
     )
+
+
+def _print_plan_checks(tier: str, checks: list[Any]) -> None:
+    """The registered checks in run order: whether the tier runs them, their gate section, what they exercise."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title=f"checks, in run order (the {tier} tier's)")
+    for col in ("check", "runs", "required", "gate", "exercises"):
+        table.add_column(col, no_wrap=col != "exercises")
+    for c in checks:
+        table.add_row(
+            escape(c.name),
+            "yes" if c.runs else "no (the tier leaves it out)",
+            "yes" if c.required else "no",
+            escape(c.gate or "-"),
+            escape(", ".join(c.exercises) or "-"),
+        )
+    console.print(table)
+
+
+def _print_arg_check(args_check: Any) -> None:
     if args_check is None:
         console.print("[dim]engine arguments: not checked (--no-arg-check)[/]")
     elif args_check.skipped:
@@ -219,15 +279,6 @@ def plan_cmd(
         console.print(
             f"engine arguments: {len(args_check.checked)} argument lists accepted by vLLM {args_check.vllm_version}"
         )
-    if passing.ok:
-        console.print(f"passability: every required item of the {plan.tier} tier can run")
-    else:
-        console.print(
-            f"[bold yellow]passability: the {plan.tier} tier can never pass; these required items cannot run "
-            "(validate refuses it unless --run-anyway):[/]"
-        )
-        for line in passing.lines():
-            console.print(f"  - {line}", highlight=False)
 
 
 # --------------------------------------------------------------------------- doctor
@@ -481,6 +532,12 @@ def reproduce_cmd(
     force: bool = typer.Option(False, "--force", help="Replace a non-empty --out folder."),
     baseline_url: str = typer.Option(None, "--baseline-url", help="Attach a running baseline engine."),
     candidate_url: str = typer.Option(None, "--candidate-url", help="Attach a running candidate engine."),
+    trust_bundle_env: bool = typer.Option(
+        False,
+        "--trust-bundle-env",
+        help="Hand the recorded scope's engine environment and code-loading arguments to the engines as "
+        "recorded (by default only the allow-list in docs/security.md passes; read the scope first).",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
     """Rerun chosen checks with a bundle's recorded settings and report agreement."""
@@ -488,6 +545,7 @@ def reproduce_cmd(
 
     from rich.table import Table
 
+    from fasttrack.bundle.cli import shown
     from fasttrack.reproduce import reproduce
 
     res = reproduce(
@@ -500,15 +558,22 @@ def reproduce_cmd(
         force=force,
         baseline_url=baseline_url,
         candidate_url=candidate_url,
-        log=lambda m: err_console.print(m, highlight=False),
+        trust_bundle_env=trust_bundle_env,
+        log=lambda m: err_console.print(shown(m), highlight=False),
     )
     if as_json:
         _print_json(res.model_dump(mode="json") | {"all_agree": res.all_agree})
     else:
-        table = Table(title=f"reproduce {bundle}" + ("" if res.verified else " (UNVERIFIED bundle)"))
+        table = Table(title=shown(f"reproduce {bundle}") + ("" if res.verified else " (UNVERIFIED bundle)"))
         for col in ("check", "recorded", "now", "agrees", "detail"):
             table.add_column(col)
         for a in res.agreements:
-            table.add_row(a.check, a.recorded_verdict, a.new_verdict, "yes" if a.agrees else "[red]no[/]", a.detail)
+            table.add_row(
+                shown(a.check),
+                shown(a.recorded_verdict),
+                shown(a.new_verdict),
+                "yes" if a.agrees else "[red]no[/]",
+                shown(a.detail),
+            )
         console.print(table)
     raise typer.Exit(0 if res.all_agree else 1)

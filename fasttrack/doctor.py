@@ -2,11 +2,15 @@
 
 Each finding is one line: ``ok``, ``problem`` (validate cannot run, or cannot pass, until it is
 fixed; the line says how) or ``note`` (worth knowing, not blocking). The checks: Python;
-torch, CUDA and the driver; the vLLM version and commit of the engine's interpreter; the
-GPUs (model, architecture, count per node, memory) and the interconnect against the
-scope's hardware; the nodes an engine spans and how they would be launched; free disk;
-the model weights; the engine arguments against the installed vLLM's own parser; the
-passability of every tier; and the plan's estimate. Exit 0 only without a problem.
+the vLLM version and commit and the torch build of the engine's interpreter; the CUDA runtime
+torch was built for against the driver (nvidia-smi); the hardware line: what the scope asks for,
+what this host has and how they meet (a CPU scope on a GPU host runs on the GPU under a CUDA
+build of vLLM; a GPU scope on another GPU model); the GPUs (model, architecture, count per
+node) and the interconnect against the scope's hardware; the nodes an engine spans and how they
+would be launched; the model (its builder) and free disk; whether both sides' engines fit the
+memory, together when they are up together (:mod:`fasttrack.hostfit`); the engine arguments
+against the installed vLLM's own parser; the passability of every tier; and the plan's
+estimate. Exit 0 only without a problem.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -25,6 +29,8 @@ from fasttrack.engine.argcheck import check_arg_lists
 from fasttrack.engine.environment import probe_local_environment
 from fasttrack.engine.launchers import default_launcher
 from fasttrack.hardware import HostInfo, detect_host, match_hardware
+from fasttrack.hostfit import cuda_fit, device_fit, engines_run_on, memory_fit
+from fasttrack.models import builder_path
 from fasttrack.passability import analyze
 from fasttrack.plan import Plan, build_plan
 from fasttrack.scope import TIER_ORDER, LoadedScope
@@ -87,8 +93,11 @@ def diagnose(
     out_dir: Path | None = None,
     check_args: bool = True,
     progress: Callable[[str], None] | None = None,
+    facts: dict[str, Any] | None = None,
 ) -> DoctorReport:
-    """Every finding for running ``tier`` of the scope on this host (see the module docstring)."""
+    """Every finding for running ``tier`` of the scope on this host (see the module docstring). ``host`` and
+    ``facts`` (the engine interpreter's versions, :func:`~fasttrack.engine.environment.probe_local_environment`)
+    are read here unless given."""
     scope = loaded.scope
     rep = DoctorReport(scope=scope.name, tier=tier)
 
@@ -114,7 +123,7 @@ def diagnose(
         None if py >= (3, 10) else "use Python 3.10 or later",
     )
     say("reading the engine interpreter's versions")
-    facts = probe_local_environment(python=python)
+    facts = facts if facts is not None else probe_local_environment(python=python)
     exe = python or sys.executable
     vllm_v, commit = facts.get("vllm_version"), facts.get("vllm_commit")
     if vllm_v:
@@ -124,32 +133,17 @@ def diagnose(
         add("problem", "vLLM", f"not importable by {exe}", "install vLLM into the engine's environment")
     torch_v = facts.get("torch_version")
     add("ok" if torch_v else "problem", "torch", torch_v or "not installed", None if torch_v else "install torch")
-    dev = facts.get("device") or {}
     host = host or detect_host()
-    if scope.hardware.device == "gpu":
-        if dev.get("kind") == "cuda":
-            detail = dev.get("detail") or {}
-            add("ok", "CUDA driver", f"driver {detail.get('driver_version') or host.driver_version or 'unknown'}")
-        else:
-            add(
-                "problem",
-                "CUDA driver",
-                "no NVIDIA driver or device visible to the engine's interpreter",
-                "run on a host with the scope's GPUs and their driver",
-            )
+    for topic, fit in cuda_fit(scope.hardware, host, facts):
+        add(fit.status, topic, fit.found, fit.fix)
     # ------------------------------------------------------------ hardware against the scope
     plan = build_plan(scope, tier=tier, scope_sha256=loaded.sha256)
     engine_gpus = sorted({g.gpus for g in plan.groups if g.gpus})
     match = match_hardware(scope.hardware, host, engine_gpus=engine_gpus or None)
     for fact in match.facts:
         add("note", "host", fact)
-    if host.gpus:
-        mem = sorted({g.memory_mib for g in host.gpus if g.memory_mib})
-        add("note", "GPU memory", ", ".join(f"{m / 1024:,.0f} GiB" for m in mem) or "unknown")
-    for p in match.problems:
-        add("problem", "hardware", p, f"the scope needs {match.required}")
-    if not match.problems:
-        add("ok", "hardware", f"{match.found} matches: {match.required}")
+    fit = device_fit(scope.hardware, host, match.problems, facts)
+    add(fit.status, "hardware", fit.found, fit.fix)
     # ------------------------------------------------------------ nodes and launcher
     spans = sorted({g.nodes for g in plan.groups if g.nodes > 1})
     if spans:
@@ -172,10 +166,18 @@ def diagnose(
     probe = out if out.exists() else Path.cwd()
     free = shutil.disk_usage(probe).free
     model_bytes = 0
-    if scope.model.local_builder:
-        from fasttrack.models import cache_dir
+    builder = builder_path(scope, loaded.base_dir)
+    if builder is not None and not builder.is_file():
+        add(
+            "problem",
+            "model",
+            f"model.local_builder {scope.model.local_builder!r} does not exist: it resolves to {builder}",
+            "paths in a scope are relative to the scope file's folder; fix model.local_builder",
+        )
+    elif builder is not None:
+        from fasttrack.models import model_cache_path
 
-        built = cache_dir() / "models" / scope.name
+        built = model_cache_path(scope.name)
         if built.is_dir():
             model_bytes = _dir_size(built)
             add("ok", "model", f"built in {built} ({_gib(model_bytes)})")
@@ -204,6 +206,13 @@ def diagnose(
                 "at the first engine start",
                 f"download it first to keep that out of the timings: huggingface-cli download {scope.model.id}",
             )
+    mem = memory_fit(scope, plan, host, device=engines_run_on(scope.hardware, host, facts), model_bytes=model_bytes)
+    add(
+        "problem" if not mem.ok else "ok" if mem.checked else "note",
+        "memory",
+        "; ".join(mem.lines + mem.problems),
+        mem.fix,
+    )
     need = MIN_FREE_DISK_GIB * 2**30
     add(
         "ok" if free >= need else "problem",

@@ -58,6 +58,10 @@ class HostInfo(BaseModel):
     """Nodes of the batch allocation this runs in (Slurm: SLURM_JOB_NUM_NODES); None outside one."""
     allocation: str | None = None
     """Which allocation ('slurm job 123: 4 nodes'), when there is one."""
+    memory_total_mib: int | None = None
+    """Host memory (MemTotal of /proc/meminfo); None where it was not read."""
+    memory_available_mib: int | None = None
+    """Host memory available to new processes (MemAvailable) when the host was read."""
 
     @property
     def sm_archs(self) -> set[str]:
@@ -95,23 +99,55 @@ def _smi(smi: str, *args: str) -> str:
         return ""
 
 
+_QUERY_FIELDS = ("index", "name", "compute_cap", "memory.total", "driver_version")
+
+
+def _mib(value: str) -> int | None:
+    """'143771 MiB' or '143771' -> 143771 (None when it is not a number, e.g. '[N/A]')."""
+    num = value.split()[0] if value.split() else ""
+    try:
+        return int(float(num))
+    except ValueError:
+        return None
+
+
 def parse_gpu_query(out: str) -> tuple[list[GPU], str | None]:
-    """GPUs and the driver version from ``--query-gpu=index,name,compute_cap,memory.total,driver_version``."""
+    """GPUs and the driver version from ``nvidia-smi --query-gpu=...`` for the fields of
+    ``index,name,compute_cap,memory.total,driver_version``, as ``--format=csv`` (a header names the
+    columns, values carry units: ``NVIDIA H200, 9.0, 143771 MiB, 580.159.04``) or
+    ``--format=csv,noheader,nounits`` (the columns in that order). Without an ``index`` column the rows'
+    order is the index."""
     gpus: list[GPU] = []
     driver = None
-    for line in out.strip().splitlines():
-        f = [x.strip() for x in line.split(",")]
-        if len(f) >= 5 and f[0].isdigit():
-            gpus.append(
-                GPU(
-                    index=int(f[0]),
-                    name=f[1],
-                    compute_capability=f[2] or None,
-                    memory_mib=int(float(f[3])) if f[3].replace(".", "").isdigit() else None,
-                )
+    lines = [line for line in out.strip().splitlines() if line.strip()]
+    cols = list(_QUERY_FIELDS)
+    if lines and not lines[0].split(",")[0].strip().isdigit() and "name" in lines[0]:
+        cols = [c.strip().split(" ")[0] for c in lines.pop(0).split(",")]  # 'memory.total [MiB]' -> 'memory.total'
+    for line in lines:
+        row = dict(zip(cols, (x.strip() for x in line.split(",")), strict=False))
+        if "name" not in row or ("index" in row and not row["index"].isdigit()):
+            continue
+        cap = row.get("compute_cap") or None
+        gpus.append(
+            GPU(
+                index=int(row["index"]) if "index" in row else len(gpus),
+                name=row["name"],
+                compute_capability=cap if cap and cap[0].isdigit() else None,
+                memory_mib=_mib(row.get("memory.total", "")),
             )
-            driver = f[4]
+        )
+        driver = row.get("driver_version") or driver
     return gpus, driver
+
+
+def host_memory(meminfo: str) -> tuple[int | None, int | None]:
+    """(MemTotal, MemAvailable) in MiB from the text of ``/proc/meminfo``."""
+    vals: dict[str, int] = {}
+    for line in meminfo.splitlines():
+        m = re.match(r"^(MemTotal|MemAvailable):\s+(\d+)\s*kB", line)
+        if m:
+            vals[m.group(1)] = int(m.group(2)) // 1024
+    return vals.get("MemTotal"), vals.get("MemAvailable")
 
 
 def parse_nvlink_status(out: str) -> dict[int, int]:
@@ -196,6 +232,11 @@ def detect_host() -> HostInfo:
                 g.nvlink_active = links.get(g.index, 0) if links else None
                 g.fabric_state, g.fabric_clique = fabric.get(g.index, (None, None))
     nodes, alloc = allocation_from_env(os.environ)
+    try:
+        with open("/proc/meminfo", encoding="utf-8") as fh:
+            mem_total, mem_avail = host_memory(fh.read())
+    except OSError:
+        mem_total, mem_avail = None, None
     return HostInfo(
         cpu_model=cpu_model(),
         cpu_count=os.cpu_count() or 1,
@@ -205,6 +246,8 @@ def detect_host() -> HostInfo:
         hostname=platform.node() or None,
         allocation_nodes=nodes,
         allocation=alloc,
+        memory_total_mib=mem_total,
+        memory_available_mib=mem_avail,
     )
 
 
@@ -213,7 +256,7 @@ def describe_requirement(hw: HardwareSpec) -> str:
         return "a CPU host"
     parts = []
     if hw.gpu_counts:
-        parts.append(" or ".join(str(c) for c in hw.gpu_counts) + " GPUs")
+        parts.append(" or ".join(str(c) for c in hw.gpu_counts) + (" GPU" if hw.gpu_counts == [1] else " GPUs"))
     fam = " ".join(x for x in [hw.vendor if hw.vendor != "any" else None, hw.gpu_family] if x)
     if fam:
         parts.append(fam)

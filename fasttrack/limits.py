@@ -7,7 +7,7 @@ paragraph, exit code 2) or, while verifying, a failed item. The README's securit
 section lists them with what the tool does at each.
 
 The figures that justify the bundle limits: a synthetic bundle of the demo target or of
-Kimi K3 (``fasttrack.report.synthetic``, every check with tables, artifacts and logs)
+Kimi K3 (``tests/synthetic``, every check with tables, artifacts and logs)
 holds 18 files and 60-80 KB (20-25 KB packed), its manifest is 22-38 KB and nests 8
 deep; the shipped scopes are 1-8 KB of YAML with at most 602 nodes, 7 aliases and 5
 levels. The limits leave room for real runs that are thousands of times larger (per-sample
@@ -83,6 +83,9 @@ YAML_MAX_NODES = 100_000
 """Nodes a scope may expand to, every alias counted as a full copy of what it names."""
 YAML_MAX_DEPTH = 64
 """Nesting of mappings and sequences in a scope at most."""
+GLOB_MAX_CHARS = 256
+"""Characters of one path glob of a scope's ``isolation`` section at most (the shipped ones are
+at most 60); every glob is matched in time linear in the path's length, whatever it holds."""
 
 # --------------------------------------------------------------------------- command line
 
@@ -154,6 +157,7 @@ def table() -> list[Limit]:
             "exit 2 naming the file, before anything is built (a 'billion laughs')",
         ),
         Limit("scope nesting", f"{YAML_MAX_DEPTH} levels", "exit 2 naming the file"),
+        Limit("path glob in a scope's `isolation`", f"{GLOB_MAX_CHARS} characters", "exit 2 naming the file and field"),
         Limit("key file (public, private, `allowed_signers`)", size(KEY_FILE_MAX_BYTES), "exit 2 naming the file"),
         Limit(
             "shards",

@@ -5,14 +5,15 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from fasttrack import ROOT
-from fasttrack.errors import FasttrackError
-from fasttrack.scope import Scope
+from fasttrack.errors import FasttrackError, ScopeError
+from fasttrack.scope import SUITES_DIR, Scope
+from fasttrack.scope.common import SLUG_MAX, SLUG_PATTERN
 
 
 class ResolvedModel(BaseModel):
@@ -32,10 +33,52 @@ def cache_dir() -> Path:
     return d
 
 
-def _load_builder(rel: str):
-    path = ROOT / rel
+def under(root: Path, rel: str | Path, what: str) -> Path:
+    """``root / rel``, asserted to stay under ``root`` once resolved (``..`` and symbolic links followed)."""
+    base = root.resolve()
+    path = (base / rel).resolve()
+    if Path(rel).is_absolute() or not path.is_relative_to(base):
+        raise FasttrackError(
+            f"{what} {str(rel)[:200]!r} resolves to {path}, outside {base}.",
+            hint="It must name a path inside that folder (no absolute path, no '..', no link leading out).",
+        )
+    return path
+
+
+def model_cache_path(name: str) -> Path:
+    """The cache folder of a locally built model: ``<cache>/models/<name>``, where ``name`` is a slug and the
+    folder, once resolved, stays under ``<cache>/models`` (a link leading out of it is refused)."""
+    if not re.fullmatch(SLUG_PATTERN, name) or len(name) > SLUG_MAX:
+        raise FasttrackError(
+            f"scope name {name[:200]!r} is not a slug (letters, digits, single '.', '_' or '-' between them), "
+            "so it cannot name the model cache folder."
+        )
+    root = cache_dir() / "models"
+    root.mkdir(parents=True, exist_ok=True)
+    out = root / name
+    under(root, name, "the model cache folder of scope")
+    return out
+
+
+def builder_path(scope: Scope, base_dir: Path | None = None) -> Path | None:
+    """The scope's ``model.local_builder``, resolved against ``base_dir`` (the scope file's folder; default
+    ``suites/<name>/``) like every relative path in a scope; None when the scope builds no model."""
+    rel = scope.model.local_builder
+    if not rel:
+        return None
+    p = Path(rel)
+    return p if p.is_absolute() else (base_dir if base_dir is not None else SUITES_DIR / scope.name) / p
+
+
+def _load_builder(scope: Scope, base_dir: Path | None):
+    path = builder_path(scope, base_dir)
+    assert path is not None
     if not path.is_file():
-        raise FasttrackError(f"the scope's model.local_builder {rel!r} does not exist under {ROOT}.")
+        raise ScopeError(
+            f"the scope's model.local_builder {scope.model.local_builder!r} does not exist: it resolves to {path}.",
+            hint="Relative paths in a scope start from the scope file's folder (for a suite under suites/NAME/, "
+            "the builder of examples/demo_model is ../../examples/demo_model/build.py).",
+        )
     spec = importlib.util.spec_from_file_location(f"fasttrack_builder_{path.stem}", path)
     assert spec and spec.loader
     mod = importlib.util.module_from_spec(spec)
@@ -43,13 +86,14 @@ def _load_builder(rel: str):
     return mod
 
 
-def resolve_model(scope: Scope, *, log=print) -> ResolvedModel:
-    """Return the model to serve; build a local one into the cache if the scope says so."""
+def resolve_model(scope: Scope, *, base_dir: Path | None = None, log=print) -> ResolvedModel:
+    """Return the model to serve; build a local one into the cache if the scope says so (``base_dir``: the
+    folder the scope's relative paths start from, see :func:`builder_path`)."""
     if not scope.model.local_builder:
         return ResolvedModel(model=scope.model.id, sha256=scope.model.revision)
-    out = cache_dir() / "models" / scope.name
+    out = model_cache_path(scope.name)
     manifest = out / "fasttrack-model.json"
-    builder = _load_builder(scope.model.local_builder)
+    builder = _load_builder(scope, base_dir)
     if manifest.is_file():
         try:
             meta = json.loads(manifest.read_text())

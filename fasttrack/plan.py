@@ -112,6 +112,9 @@ class Plan(_Model):
     estimate: PlanEstimate
     checks: list[str] | None = None
     """Checks the tier selects (None = all registered)."""
+    check_order: list[str] | None = None
+    """Every registered check, in the order they run and are reported (the check registry's order, given by
+    whoever builds the plan for a run; the bundle records it for the report). None: not given."""
     workloads: list[str] | None = None
     features: list[str] | None = None
     """Serving features the tier checks (None = every feature of the scope)."""
@@ -235,7 +238,14 @@ def _side_args(
     return args
 
 
-def build_plan(scope: Scope, *, tier: str = "smoke", shard: str | None = None, scope_sha256: str | None = None) -> Plan:
+def build_plan(
+    scope: Scope,
+    *,
+    tier: str = "smoke",
+    shard: str | None = None,
+    scope_sha256: str | None = None,
+    check_order: list[str] | None = None,
+) -> Plan:
     """Expand the scope's envelope for ``tier`` and keep the points of ``shard``."""
     if tier not in TIER_ORDER:
         raise PlanError(f"unknown tier {tier!r}.", hint=f"Tiers: {', '.join(TIER_ORDER)} (smoke < standard < full).")
@@ -335,6 +345,7 @@ def build_plan(scope: Scope, *, tier: str = "smoke", shard: str | None = None, s
         groups=groups,
         estimate=estimate(groups, scope.estimates),
         checks=t.checks,
+        check_order=check_order,
         workloads=t.workloads,
         features=list(t.features) if t.features is not None else None,
         evals=t.evals,

@@ -14,12 +14,20 @@ results are then compared with the recorded ones. Agreement per check:
 
 Numeric summary figures are listed next to these with their relative difference, for a
 reviewer to judge.
+
+The recorded scope comes from whoever made the bundle, and the rerun starts engines on this
+host, so it is checked before anything runs (:func:`check_recorded_scope`): it loads within the
+scope limits and its names are slugs; its engine environment passes the allow-list of
+:mod:`fasttrack.engine.untrusted` and its engine arguments load no code, unless its model and
+engine settings are exactly those of the shipped suite of its name (``--trust-bundle-env`` lifts
+both, for a user who read them); its model builder is one a shipped suite uses; and every
+path it names resolves under the suites folder it runs from (``suites/``, or a copy of it with
+the recorded scope in a folder of a fixed name), which holds shipped files only.
 """
 
 from __future__ import annotations
 
 import re
-import shutil
 import tempfile
 from pathlib import Path
 from typing import Any, TypeGuard
@@ -146,12 +154,13 @@ def _recorded_tables(view: Any, check: str) -> dict[str, list[dict[str, Any]]]:
 _SUITE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 
-def _scope_file(name: str, text: str, sha: str | None, tmp: Path) -> Path:
-    """Use the local suite when it is byte-identical; else a copy of it with the recorded text.
+def _scope_file(name: str, text: str, sha: str | None, tmp: Path) -> tuple[Path, Path | None]:
+    """The scope to rerun and the folder its relative paths start from: the local suite when it is
+    byte-identical; else the recorded text, written to ``tmp/scope/scope.yaml``, whose relative paths start
+    from the local suite of that name when there is one (its data, kernels and model builder).
 
     ``name`` comes from the bundle: it is only ever compared with the names of the suites
-    under ``suites/``, never used as a path component; the copy lives at the fixed path
-    ``tmp/scope/scope.yaml``."""
+    under ``suites/``, never used as a path component."""
     import hashlib
 
     suites = ROOT / "suites"
@@ -159,16 +168,125 @@ def _scope_file(name: str, text: str, sha: str | None, tmp: Path) -> Path:
     if _SUITE_NAME.match(name) and ".." not in name:
         known = {p.name: p for p in suites.iterdir() if p.is_dir()} if suites.is_dir() else {}
         local = known.get(name)
-    target = tmp / "scope"
     if local is not None and (local / "scope.yaml").is_file():
         if hashlib.sha256((local / "scope.yaml").read_bytes()).hexdigest() == hashlib.sha256(text.encode()).hexdigest():
-            return local / "scope.yaml"
-        shutil.copytree(local, target)
+            return local / "scope.yaml", None
     else:
-        target.mkdir()
+        local = None
+    target = tmp / "scope"
+    target.mkdir()
     p = target / "scope.yaml"
     p.write_text(text, encoding="utf-8")
-    return p
+    return p, local
+
+
+def _suite_builders() -> set[str]:
+    """The ``model.local_builder`` of every shipped suite (the only builders a recorded scope may run)."""
+    from fasttrack.scope import load_scope
+
+    out = set()
+    for f in sorted((ROOT / "suites").glob("*/scope.yaml")):
+        try:
+            b = load_scope(str(f)).scope.model.local_builder
+        except FasttrackError:
+            continue
+        if b:
+            out.add(b)
+    return out
+
+
+def _as_shipped(scope: Any) -> bool:
+    """Whether the scope's model and engine settings are exactly those of the shipped suite of its name
+    (which the user trusts already: e.g. a suite whose model needs ``--trust-remote-code``)."""
+    from fasttrack.scope import load_scope
+
+    local = ROOT / "suites" / scope.name / "scope.yaml"
+    if not local.is_file():
+        return False
+    try:
+        shipped = load_scope(str(local)).scope
+    except FasttrackError:
+        return False
+    return shipped.model == scope.model and shipped.engine == scope.engine and shipped.fallback == scope.fallback
+
+
+def check_recorded_scope(text: str, *, source: str, trust_bundle_env: bool = False) -> Any:
+    """Parse a bundle's recorded scope and refuse what would run code or pick a path on this host.
+
+    Raises :class:`~fasttrack.errors.ScopeError` (a malformed scope, a name that is not a slug, a
+    bound crossed) or :class:`~fasttrack.errors.FasttrackError` naming every refused item."""
+    from fasttrack.engine.untrusted import arg_problems, env_problems
+    from fasttrack.scope.loading import parse_scope
+
+    scope = parse_scope(text, source=source)
+    problems: list[str] = []
+    if not trust_bundle_env and not _as_shipped(scope):
+        e = scope.engine
+        envs = {"engine.env": e.env, "engine.baseline.env": e.baseline.env, "engine.candidate.env": e.candidate.env}
+        args: dict[str, list[str]] = {
+            "engine.common_args": e.common_args,
+            "engine.baseline.args": e.baseline.args,
+            "engine.candidate.args": e.candidate.args,
+            **{f"engine.point_args.{k}": v for k, v in e.point_args.items()},
+        }
+        if scope.fallback is not None:
+            args["fallback.unsupported_deployment_args"] = scope.fallback.unsupported_deployment_args
+        problems += env_problems(envs) + arg_problems(args)
+    builder = scope.model.local_builder
+    if builder and builder not in _suite_builders():
+        problems.append(
+            f"model.local_builder {builder[:120]!r}: not the builder of a shipped suite (it would run as Python)"
+        )
+    if problems:
+        raise FasttrackError(
+            f"the scope recorded in {source} asks for what reproduce does not run from a bundle: "
+            + "; ".join(problems[:20])
+            + (f"; and {len(problems) - 20} more" if len(problems) > 20 else "")
+            + ".",
+            hint="The allowed engine variables are VLLM_* and HF_* settings that load no code and name no path, "
+            "and device settings such as CUDA_VISIBLE_DEVICES (docs/security.md lists them). After reading the "
+            "recorded scope (fasttrack report shows it), --trust-bundle-env hands its engine environment and "
+            "arguments to the engines as recorded.",
+        )
+    return scope
+
+
+def _scope_paths(scope: Any) -> list[tuple[str, str]]:
+    """(field, path) for every path a scope names relative to its own folder."""
+    out: list[tuple[str, str]] = []
+    for i, ev in enumerate(scope.evals):
+        if ev.data:
+            out.append((f"evals[{i}].data", ev.data))
+    for i, w in enumerate(scope.workloads):
+        for f in ("prompts", "trace"):
+            if getattr(w, f):
+                out.append((f"workloads[{i}].{f}", getattr(w, f)))
+    for i, k in enumerate(scope.kernels):
+        out.append((f"kernels[{i}].path", k.path))
+        for f in ("candidate", "example_candidate"):
+            v = getattr(k, f)
+            if v and ("/" in v or "\\" in v or v.endswith(".py")):  # a file; a dotted name is a module
+                out.append((f"kernels[{i}].{f}", str(Path(k.path) / v)))
+    return out
+
+
+def check_scope_paths(scope: Any, scope_dir: Path, root: Path | None = None) -> None:
+    """Every path the recorded scope names, relative to ``scope_dir`` (its file's folder), resolves (symbolic
+    links followed) under ``root`` (default: ``scope_dir``): the suites folder it runs from, which holds
+    shipped files only. No absolute path, no ``..`` that climbs out, no link that leads out."""
+    base = (root or scope_dir).resolve()
+    here = scope_dir.resolve()
+    bad = []
+    for field, rel in _scope_paths(scope):
+        p = Path(rel)
+        resolved = (here / p).resolve()
+        if p.is_absolute() or not resolved.is_relative_to(base):
+            bad.append(f"{field} {rel[:120]!r} resolves to {resolved}")
+    if bad:
+        raise FasttrackError(
+            f"the scope recorded in the bundle names paths outside the suites folder {base}: " + "; ".join(bad) + ".",
+            hint="A recorded scope may only name files of the shipped suites, relative to the scope file.",
+        )
 
 
 def reproduce(
@@ -182,6 +300,7 @@ def reproduce(
     force: bool = False,
     baseline_url: str | None = None,
     candidate_url: str | None = None,
+    trust_bundle_env: bool = False,
     log=print,
 ) -> ReproduceResult:
     from fasttrack.bundle import open_bundle, verify_bundle
@@ -203,11 +322,16 @@ def reproduce(
         if missing:
             raise FasttrackError(f"the bundle has no check(s) {missing}.", hint=f"It has: {', '.join(m.checks)}.")
         recorded_tables = {c: _recorded_tables(view, c) for c in checks}
+    recorded = check_recorded_scope(
+        m.scope.yaml, source=f"bundle {str(bundle)!r} (manifest scope.yaml)", trust_bundle_env=trust_bundle_env
+    )
     reg = registry()
     with tempfile.TemporaryDirectory(prefix="fasttrack-repro-") as tmpd:
-        scope_path = _scope_file(m.scope.model, m.scope.yaml, getattr(m.scope, "sha256", None), Path(tmpd))
+        scope_path, scope_base = _scope_file(m.scope.model, m.scope.yaml, getattr(m.scope, "sha256", None), Path(tmpd))
+        check_scope_paths(recorded, scope_base or scope_path.parent, ROOT / "suites")
         opts = ValidateOptions(
             model=str(scope_path),
+            scope_base_dir=scope_base,
             tier=m.scope.tier,
             shard=m.plan.shard,
             out=out,

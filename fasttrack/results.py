@@ -9,7 +9,7 @@ code, httpx or scipy.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -19,8 +19,9 @@ Side = Literal["baseline", "candidate"]
 """``baseline`` is the stock path, ``candidate`` the optimized path."""
 SIDES: tuple[Side, Side] = ("baseline", "candidate")
 
-CHECK_ORDER: tuple[str, ...] = ("isolation", "kernels", "equivalence", "features", "coverage", "evals", "perf")
-"""The canonical order checks are run and reported in; other names follow, sorted."""
+LEGACY_CHECK_ORDER: tuple[str, ...] = ("isolation", "kernels", "equivalence", "features", "coverage", "evals", "perf")
+"""The report order of bundles that do not record their check order (written before the check registry's order
+went into the plan, ``plan.check_order``); a run's checks and their order come from the check registry."""
 
 BundleVerdict = Literal["pass", "fail", "incomplete", "rehearsal"]
 """A bundle's verdict: the overall check verdict, with ``not_run`` called ``incomplete``.
@@ -73,17 +74,19 @@ def head_binding(head: str, builds: Iterable[tuple[str, str | None]]) -> tuple[H
     return "proven", f"all {len(items)} engine(s) served vLLM commit {want}"
 
 
-def check_sort_key(name: str) -> tuple[int, str]:
-    """Sort key for check names: CHECK_ORDER first, in its order, then the rest by name."""
-    try:
-        return (CHECK_ORDER.index(name), "")
-    except ValueError:
-        return (len(CHECK_ORDER), name)
+def ordered_checks(names: Iterable[str], order: Sequence[str] | None = None) -> list[str]:
+    """Distinct check names in report order: as ``order`` lists them (a run's check order, as the bundle records
+    it; :data:`LEGACY_CHECK_ORDER` when None), then the others by name."""
+    rank = {n: i for i, n in enumerate(LEGACY_CHECK_ORDER if order is None else order)}
+    return sorted(set(names), key=lambda n: (rank.get(n, len(rank)), n if n not in rank else ""))
 
 
-def ordered_checks(names: Iterable[str]) -> list[str]:
-    """Distinct check names in report order (see :func:`check_sort_key`)."""
-    return sorted(set(names), key=check_sort_key)
+def recorded_check_order(plan: object) -> list[str] | None:
+    """The check order a bundle's plan records (``plan.check_order``), or None (older bundles, other plans)."""
+    order = plan.get("check_order") if isinstance(plan, dict) else None
+    if isinstance(order, list) and all(isinstance(n, str) for n in order):
+        return list(order)
+    return None
 
 
 class Verdict(str, enum.Enum):
@@ -113,7 +116,7 @@ class CheckResult(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     check: str
-    """Check name (one of CHECK_ORDER, or a plugin's name)."""
+    """Check name (as the check registers it)."""
     title: str | None = None
     """Heading of the check in the report, as the check declares it."""
     view: str | None = None

@@ -1,4 +1,7 @@
-"""JSON Schemas generated from the pydantic models, checked in under schemas/."""
+"""JSON Schemas generated from the pydantic models, checked in under schemas/.
+
+The scope's schema reads the check registry: ``gates`` has a section per registered check's gate model,
+and ``features`` lists the serving features the features check has registered."""
 
 from __future__ import annotations
 
@@ -13,9 +16,19 @@ SCHEMA_DIR = ROOT / "schemas"
 
 #: file name -> "module:function" returning the schema dict.
 GENERATORS: dict[str, str] = {
-    "scope.schema.json": "fasttrack.scope:json_schema",
+    "scope.schema.json": "fasttrack.schemas:scope_schema",
     "bundle-manifest.schema.json": "fasttrack.bundle.manifest:json_schema",
 }
+
+
+def scope_schema() -> dict[str, Any]:
+    """The scope's JSON Schema with every registered check's gate section and every registered feature."""
+    from fasttrack.checks.base import registry
+    from fasttrack.checks.features.table import feature_names
+    from fasttrack.scope import json_schema
+
+    registry()
+    return json_schema(features=feature_names())
 
 
 def _load(ref: str) -> Callable[[], dict[str, Any]]:

@@ -293,9 +293,7 @@ class EngineSlot:
             log_dir=self.root / "logs",
             log_name=key,
             startup_timeout=900.0,
-            progress=lambda p: print(
-                f"[{p.side}] starting, {p.elapsed_s:.0f} s: {p.last_log_line[:120]}", file=sys.stderr
-            ),
+            progress=lambda p: print(f"[{p.side}] starting, {p.elapsed_s:.0f} s: {p.line()}", file=sys.stderr),
             exclusive=exclusive,
         )
         with _environ(**(process_env or {})), pinned(cpus):

@@ -3,6 +3,7 @@ on a variant of the demo target (eager engines, another deployment)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from fasttrack import ROOT
@@ -22,11 +23,15 @@ SLOW_HOST = {"  startup_timeout_s: 300": "  startup_timeout_s: 900"}
 
 def demo_scope_variant(folder: Path, swaps: dict[str, str]) -> Path:
     """``folder/scope.yaml``: the demo scope with each key of ``swaps`` (which must occur in it) replaced by its
-    value; the scope's data folders are linked, not copied."""
+    value; the scope's data folders are linked, not copied, and its model builder (a path relative to the
+    scope's folder) is named by its absolute path."""
     text = (DEMO / "scope.yaml").read_text()
     for old, new in swaps.items():
         assert old in text, f"not in the demo scope: {old!r}"
         text = text.replace(old, new)
+    builder = re.search(r"^  local_builder: (\S+)", text, re.M)
+    assert builder, "the demo scope names its model builder"
+    text = text.replace(builder.group(0), f"  local_builder: {(DEMO / builder.group(1)).resolve()}")
     folder.mkdir(parents=True, exist_ok=True)
     for sub in ("data", "prompts", "traces", "kernels"):
         (folder / sub).symlink_to(DEMO / sub)

@@ -148,9 +148,9 @@ def _sign_dir(root: Path, key: SigningKey, *, replace: bool) -> Envelope:
         if old.payload == fresh.payload or not old.signatures:
             env = old if old.payload == fresh.payload else fresh
         elif not replace:
-            signers = ", ".join(s.keyid[:16] for s in old.signatures)
+            # the key ids an envelope claims are not signed: count the signatures, never quote them
             raise BundleError(
-                f"{root} changed since it was signed by {signers}; their signatures no longer cover it. "
+                f"{root} changed since its {len(old.signatures)} signature(s) were made; they no longer cover it. "
                 "Re-create the bundle, or sign with replace to drop the old signatures."
             )
     env = add_signature(env, key)

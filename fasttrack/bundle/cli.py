@@ -109,7 +109,7 @@ def verify_cmd(
             mark = "[green]ok[/]" if it.ok else ("[dim]-[/]" if it.ok is None else "[bold red]FAIL[/]")
             table.add_row(it.name, mark, shown(it.detail))
         console.print(table)
-        signed = [f"{s['identity']} (key {s['keyid'][:16]})" for s in res.signatures if s.get("identity")]
+        signed = [f"{s['identity']} (key {s['key'][:16]})" for s in res.signatures if s.get("identity")]
         if signed:
             console.print(shown("signed by: " + ", ".join(signed)), highlight=False)
         status = "[green]verified[/]" if res.verified else "[bold red]NOT verified[/]"
@@ -134,9 +134,14 @@ def merge_cmd(
     key: list[Path] = typer.Option(
         [], "--key", "-k", help="Require every shard to be signed by this key (repeatable)."
     ),
-    trust: Optional[Path] = typer.Option(None, "--trust", help="Require every shard to be signed by a key in DIR."),
+    trust: Optional[Path] = typer.Option(
+        None, "--trusted-keys", "--trust", help="Require every shard to be signed by a key in DIR."
+    ),
 ) -> None:
-    """Combine the shard bundles of one plan into one bundle and sign it."""
+    """Combine the shard bundles of one plan into one bundle and sign it.
+
+    --sign-key needs --key or --trusted-keys: every shard must verify against that trust set
+    (a trusted signature over matching files) before the merged bundle is signed."""
     from fasttrack.bundle.merge import merge_bundles
 
     sks = [load_private_key(k) for k in sign_key]

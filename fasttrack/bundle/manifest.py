@@ -31,7 +31,6 @@ from fasttrack.bundle.layout import NAME_RE
 from fasttrack.bundle.prlink import PRLink, missing_isolation
 from fasttrack.limits import MANIFEST_MAX_BYTES, MAX_SHARDS, SHARD_SPEC_MAX_CHARS, json_problem
 from fasttrack.results import (
-    CHECK_ORDER,
     ISOLATION,
     BundleVerdict,
     CheckResult,
@@ -42,6 +41,7 @@ from fasttrack.results import (
     effective_verdict,
     ordered_checks,
     overall_verdict,
+    recorded_check_order,
 )
 
 #: The manifest format this module writes and reads.
@@ -203,6 +203,12 @@ class EngineRecord(_Model):
     vllm_commit_source: str | None = None
     """Where ``vllm_commit`` was read (``vllm/_version.py``, or ``git rev-parse HEAD`` in the source tree),
     or why it could not be read."""
+    torch_version: str | None = None
+    """The engine's torch build (``torch.__version__``, e.g. ``2.11.0+cu130``); None for an attached engine."""
+    cuda_version: str | None = None
+    """The CUDA version the engine's torch was built for (``torch.version.cuda``); None for a CPU build."""
+    driver_version: str | None = None
+    """The NVIDIA driver the engine's GPUs ran under (nvidia-smi); None without GPUs."""
 
 
 class Provenance(_Model):
@@ -294,6 +300,12 @@ class Manifest(_Model):
     def effective_verdict(self) -> str:
         """The verdict to act on: a rehearsal's recorded ``pass`` (older bundles) reads ``rehearsal``."""
         return effective_verdict(self.verdict, self.rehearsal)
+
+    @property
+    def check_order(self) -> list[str]:
+        """The checks in report order: the run's check order as its plan records it (older bundles: the shipped
+        checks' order), then any other by name."""
+        return ordered_checks(self.checks, recorded_check_order(self.plan.plan))
 
     @model_validator(mode="after")
     def _rehearsal(self) -> "Manifest":
@@ -394,14 +406,14 @@ def build_manifest(
     created: str | None = None,
     tables: Mapping[str, Mapping[str, TableRef]] | None = None,
     artifacts: Mapping[str, Sequence[str]] | None = None,
-    expected_checks: Sequence[str] = CHECK_ORDER,
+    expected_checks: Sequence[str] = (),
 ) -> Manifest:
     """Assemble the manifest; the verdict is derived from ``results`` only.
 
-    Every name in ``expected_checks`` without a result gets a required ``not_run`` entry
-    ("no result was produced"), so a run that skipped a check cannot pass. A missing ``isolation``
-    row is required only when ``pr`` is given; without a PR link it says the bundle is not PR evidence. Pass
-    ``expected_checks=()`` to record only the given results.
+    Every name in ``expected_checks`` (a run passes its registered checks) without a result gets a required
+    ``not_run`` entry ("no result was produced"), so a run that skipped a check cannot pass. A missing
+    ``isolation`` row is required only when ``pr`` is given; without a PR link it says the bundle is not PR
+    evidence.
     """
     by_name: dict[str, CheckResult] = {}
     for r in results:
@@ -413,7 +425,7 @@ def build_manifest(
             by_name[name] = missing_isolation(pr)
         elif name not in by_name:
             by_name[name] = CheckResult.not_run(name, "no result was produced for this check in this run")
-    ordered = ordered_checks(by_name)
+    ordered = ordered_checks(by_name, recorded_check_order(plan.plan))
     tables = tables or {}
     artifacts = artifacts or {}
     entries = {n: check_entry(by_name[n], tables=tables.get(n), artifacts=artifacts.get(n)) for n in ordered}

@@ -33,7 +33,7 @@ from fasttrack.bundle.keys import PublicKey, SigningKey
 from fasttrack.bundle.layout import ARTIFACTS_DIR, LOGS_DIR, MANIFEST
 from fasttrack.bundle.manifest import Manifest, PlanInfo, ShardRef, load_manifest, parse_shard
 from fasttrack.bundle.tables import read_rows
-from fasttrack.results import CheckResult, Verdict, ordered_checks
+from fasttrack.results import CheckResult, Verdict, ordered_checks, recorded_check_order
 
 #: Provenance fields that may differ between shards.
 _PER_SHARD_PROVENANCE = {"engines"}
@@ -217,7 +217,10 @@ def merge_bundles(
     ``.tar.gz`` when the name ends so) and sign it with ``sign_keys``.
 
     With ``keys``/``trust_dir`` every shard must also carry a trusted signature; without,
-    shards are checked for integrity (hashes, files, schema, verdicts, tables) only.
+    shards are checked for integrity (hashes, files, schema, verdicts, tables) only, and the
+    merged bundle is not signed: signing (``sign_keys``) needs a trust set every shard verifies
+    against, so a signature never vouches for shards nobody trusted (unsigned ones, or ones signed
+    by unknown keys).
     ``created`` defaults to the latest shard's time, so merging is reproducible.
     ``absent`` maps shards (``"i/n"``) that wrote no bundle to why; they count as not run.
     ``notes`` maps shards that are present to what the scheduler says about them (e.g. the job was
@@ -228,6 +231,12 @@ def merge_bundles(
 
     if not shards:
         raise MergeError("no shard bundles given")
+    if sign_keys and not keys and trust_dir is None:
+        raise MergeError(
+            "merge signs the merged bundle only after every shard verified against a trust set, and none was "
+            "given: pass --key PUB (repeatable; e.g. the signing key's own .pub when one key signed the shards) "
+            "or --trusted-keys DIR"
+        )
     out_path = Path(out)
     as_tar = out_path.name.endswith((".tar.gz", ".tgz"))
     with ExitStack() as stack:
@@ -272,7 +281,9 @@ def merge_bundles(
                 if (root / top).is_dir():
                     shutil.copytree(root / top, staging / top / sub)
 
-        names = ordered_checks(c for _, _, m in ordered for c in m.checks)
+        names = ordered_checks(
+            (c for _, _, m in ordered for c in m.checks), recorded_check_order(ordered[0][2].plan.plan)
+        )
         results = []
         for name in names:
             per = [(m.plan.shard, m.checks.get(name)) for _, _, m in ordered]

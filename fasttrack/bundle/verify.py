@@ -13,7 +13,9 @@ Each property is one named item of the result:
 - ``schema``: ``manifest.json`` validates against the JSON Schema and the models.
 - ``predicate``: the signed summary equals the one derived from the manifest.
 - ``verdicts``: the bundle verdict recomputed from the check entries equals the
-  recorded one, and no check fails without a reason.
+  recorded one, no check fails without a reason, and no check recorded ``pass`` has rows
+  in its own table that fail (the perf check's gated rows, equivalence points, ...:
+  :data:`~fasttrack.bundle.consistency.ROW_RULES`).
 - ``tables``: every check table exists where recorded, with the recorded rows and
   columns; no table or listed artifact is missing; no stray table.
 - ``pr_head``: the tested head commit equals ``--pr-head`` and the link to it is proven: the
@@ -38,6 +40,7 @@ from fasttrack.bundle.consistency import (
     pr_head_problem,
     pr_link_state,
     predicate_problems,
+    row_verdict_problems,
     schema_problems,
     table_problems,
     verdict_problems,
@@ -48,7 +51,7 @@ from fasttrack.bundle.keys import PublicKey, resolve_keys
 from fasttrack.bundle.layout import ATTESTATION, MANIFEST
 from fasttrack.bundle.manifest import Manifest
 from fasttrack.bundle.safe_tar import DEFAULT_LIMITS, Limits
-from fasttrack.bundle.scan import Contents, scan_dir, scan_tar
+from fasttrack.bundle.scan import Contents, scan_dir, scan_tar, tree_sha256
 from fasttrack.bundle.trust import identity_names, signer_identities
 from fasttrack.limits import MANIFEST_MAX_BYTES
 
@@ -100,7 +103,9 @@ class VerifyResult(BaseModel):
     """Key ids of the distinct trusted keys whose signatures verified (the keys' own ids, not
     the ids the signatures claim)."""
     signatures: list[dict[str, Any]]
-    """Every signature on the envelope: keyid, status (valid/invalid/untrusted), signer, identity."""
+    """Every signature on the envelope: keyid (as the envelope claims it: not signed, so only a hint; displays
+    name a signature by ``key``, the id of the trusted key that verified it), status (valid/invalid/untrusted),
+    key, signer, identity, duplicate, claims_trusted_key."""
     identities: list[str] = []
     """Who signed: the identities of the trusted keys whose signatures verified (see
     :mod:`fasttrack.bundle.trust`)."""
@@ -114,6 +119,10 @@ class VerifyResult(BaseModel):
     manifest is unreadable."""
     pr_link_detail: str = ""
     """Why, in one sentence."""
+    content_sha256: str | None = None
+    """For a directory of regular files: its content id (sha256 over ``relpath NUL sha256`` lines of the
+    files this pass read and hashed, sorted), so a caller can name the bundle by the very bytes that were
+    verified; None for a tarball or a directory holding anything but regular files."""
 
     def item(self, name: str) -> VerifyItem:
         for it in self.items:
@@ -124,6 +133,33 @@ class VerifyResult(BaseModel):
     @property
     def failures(self) -> list[VerifyItem]:
         return [it for it in self.items if it.ok is False]
+
+
+def signatures_in_words(sigs: Sequence[dict[str, Any]], trusted_ids: set[str]) -> str:
+    """The signatures of an envelope, in words that quote only trusted keys' own ids.
+
+    A signature's ``keyid`` is not signed (DSSE signs the payload only), so anyone can
+    edit it. A valid signature is named by the trusted key that verified it; an invalid
+    one by its key id only when that id is a trusted key's (it claimed that key); every
+    other entry is counted, never quoted."""
+    parts: list[str] = []
+    for s in sigs:
+        if s["status"] == "valid":
+            parts.append(
+                f"key {s['key'][:16]} valid"
+                + (f" by {s['identity']}" if s.get("identity") else "")
+                + (f" ({s['signer']})" if s["signer"] else "")
+                + (" [a copy of a signature already counted]" if s.get("duplicate") else "")
+            )
+        elif s["status"] == "invalid" and s["keyid"] in trusted_ids:
+            parts.append(f"key {s['keyid'][:16]} invalid (a trusted key's id, and the signature does not verify)")
+    invalid_other = sum(1 for s in sigs if s["status"] == "invalid" and s["keyid"] not in trusted_ids)
+    untrusted = sum(1 for s in sigs if s["status"] == "untrusted")
+    if invalid_other:
+        parts.append(f"{invalid_other} signature(s) that are not base64")
+    if untrusted:
+        parts.append(f"{untrusted} signature(s) made by no trusted key")
+    return "; ".join(parts)
 
 
 def verify_bundle(
@@ -166,6 +202,7 @@ def verify_bundle(
             identities=sorted({s["identity"] for s in sigs if s["status"] == "valid" and s.get("identity")}),
             items=ordered,
             bytes_hashed=total,
+            content_sha256=tree_sha256(contents.digests) if p.is_dir() and not contents.problems else None,
         )
 
     contents = Contents()
@@ -225,17 +262,14 @@ def verify_bundle(
             put("signature", False, "the attestation is not signed")
         else:
             sigs = check_signatures(env, trusted)
+            trusted_ids = {k.keyid for k in trusted}
             for s, who in zip(sigs, signer_identities(env, sigs, trusted, names), strict=True):
                 s["identity"] = who
+                # whether the (unsigned, editable) key id names a trusted key: only then is it ever shown
+                s["claims_trusted_key"] = s["keyid"] in trusted_ids
             signer_keys = {s["key"] for s in sigs if s["status"] == "valid"}
             invalid = [s for s in sigs if s["status"] == "invalid"]
-            desc = "; ".join(
-                f"{s['keyid'][:16] or '(no key id)'} {s['status']}"
-                + (f" by {s['identity']}" if s.get("identity") else "")
-                + (f" ({s['signer']})" if s["signer"] else "")
-                + (f" [made by key {s['key'][:16]}, already counted]" if s.get("duplicate") else "")
-                for s in sigs
-            )
+            desc = signatures_in_words(sigs, trusted_ids)
             if invalid:
                 put("signature", False, f"a signature with a trusted key id does not verify: {desc}")
             elif len(signer_keys) < min_signatures:
@@ -284,7 +318,7 @@ def verify_bundle(
                 if diff
                 else "signed summary matches the manifest",
             )
-        vp = verdict_problems(manifest)
+        vp = verdict_problems(manifest) + row_verdict_problems(manifest, contents)
         per_check = ", ".join(f"{n}={e.verdict.value}" for n, e in manifest.checks.items())
         put(
             "verdicts",

@@ -39,7 +39,7 @@ from fasttrack.bundle.manifest import (
 )
 from fasttrack.bundle.prlink import PRLink
 from fasttrack.bundle.tables import parquet_bytes
-from fasttrack.results import CHECK_ORDER, CheckResult
+from fasttrack.results import CheckResult
 
 if TYPE_CHECKING:  # pragma: no cover
     from fasttrack.bundle.keys import SigningKey
@@ -121,7 +121,7 @@ def write_bundle(
     created: str | None = None,
     artifacts_from: str | os.PathLike[str] | None = None,
     logs: Mapping[str, str | os.PathLike[str]] | Sequence[str | os.PathLike[str]] | None = None,
-    expected_checks: Sequence[str] = CHECK_ORDER,
+    expected_checks: Sequence[str] = (),
     sign_keys: Sequence[SigningKey] = (),
     overwrite: bool = False,
 ) -> Manifest:
@@ -241,6 +241,8 @@ class FinishedRun:
     rehearsal_reason: str | None = None
     logs: Mapping[str, Path] = field(default_factory=dict)
     """Extra log files by name (e.g. the run summary)."""
+    expected_checks: Sequence[str] = ()
+    """The run's registered checks: each must have a result (else it is recorded ``not_run``)."""
 
 
 @dataclass(frozen=True)
@@ -281,6 +283,7 @@ def write_run_bundle(
         rehearsal_reason=run.rehearsal_reason,
         artifacts_from=run.run_dir,
         logs=dict(run.logs),
+        expected_checks=run.expected_checks,
         sign_keys=sign_keys,
         overwrite=True,
     )

@@ -1,9 +1,18 @@
 """The check interface and the registry of checks.
 
 A check is one kind of evidence (isolation, kernels, equivalence, features, coverage, evals, perf).
-It declares, as class attributes, its ``name``, its ``title`` and ``report_view`` (both
-recorded in the bundle, so the report needs no list of checks) and whether the bundle
-verdict depends on it (``required``); :meth:`Check.gate` is the pass rule it applies.
+Its class declares everything the rest of fasttrack needs to know about it, so that adding a check
+is one module plus its line in :data:`fasttrack.checks.CHECK_MODULES`:
+
+* ``name``; ``title`` and ``report_view`` (both recorded in the bundle, so the report needs no list
+  of checks); whether the bundle verdict depends on it (``required``);
+* its order: ``after`` and ``before`` name the checks it follows and precedes (:func:`registry`
+  sorts by these, and by the registry line for the rest); the bundle records that order for the report;
+* ``blocked_by``: checks without whose pass its own result means nothing (it is then ``not_run``);
+* ``gate_model``: its section of the scope's ``gates`` (a
+  :class:`~fasttrack.scope.gates.CheckGate`), and :meth:`Check.gate`, the pass rule it applies;
+* :meth:`Check.passability`: what it needs from a tier, so ``fasttrack plan`` and ``validate`` find
+  a tier that can never pass before any engine starts; :meth:`Check.planned`: what it exercises.
 
 * :class:`EnginelessCheck` (isolation, kernels) does everything in ``run(ctx)``.
 * :class:`EngineCheck` works in two phases. ``await collect(ctx, session)`` is called by
@@ -31,25 +40,25 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from fasttrack.checks.context import EngineSession, RunContext
+from fasttrack.checks.tier import Blocker, TierView
 from fasttrack.results import (  # the results names are re-exported for callers that still import them from here
-    CHECK_ORDER,
     SIDES,
     CheckResult,
     Gate,
     PathEvidence,
     Side,
     Verdict,
-    check_sort_key,
     overall_verdict,
 )
+from fasttrack.scope.gates import CheckGate, forget_gate_model
 
 if TYPE_CHECKING:  # pragma: no cover
     from fasttrack.engine.deployment import DeploymentOutcome
     from fasttrack.plan import EngineGroup
 
 __all__ = [
-    "CHECK_ORDER",
     "SIDES",
+    "Blocker",
     "Check",
     "CheckResult",
     "Deployment",
@@ -63,8 +72,10 @@ __all__ = [
     "EnginelessCheck",
     "PairedCheck",
     "RunContext",
+    "TierView",
     "register",
     "registry",
+    "unregister",
 ]
 
 
@@ -82,6 +93,25 @@ class Check(ABC):
     needs_engine: ClassVar[bool]
     every_tier: ClassVar[bool] = False
     """Whether the check runs in every tier, whatever the tier's ``checks`` list says (isolation)."""
+    after: ClassVar[tuple[str, ...]] = ()
+    """Checks this one follows: it collects, judges and is reported after them (the registry's order)."""
+    before: ClassVar[tuple[str, ...]] = ()
+    """Checks this one precedes (so a new check can take its place without editing the others)."""
+    blocked_by: ClassVar[tuple[str, ...]] = ()
+    """Checks whose pass this one's result depends on: when one of them did not pass (it failed, or did not run),
+    this check is ``not_run``, naming it: never a pass on a premise that failed or was not shown."""
+    gate_model: ClassVar[type[CheckGate] | None] = None
+    """Its section of the scope's ``gates`` (declared ``class XGate(CheckGate, check="x")``), or None."""
+
+    @classmethod
+    def passability(cls, tier: TierView) -> list[Blocker]:
+        """The required items of this check that ``tier`` can never run (what it needs from the tier)."""
+        return []
+
+    @classmethod
+    def planned(cls, tier: TierView) -> list[str]:
+        """What it exercises in ``tier`` (features, evals, workloads, ...), as ``fasttrack plan`` lists it."""
+        return []
 
     @classmethod
     def required_in(cls, ctx: RunContext) -> bool:
@@ -184,13 +214,52 @@ def register(cls: C) -> C:
         raise TypeError(f"{cls.__qualname__} must set the class attributes 'name' and 'title'")
     if name in _REGISTRY and _REGISTRY[name] is not cls:
         raise ValueError(f"check {name!r} is registered twice ({_REGISTRY[name].__qualname__}, {cls.__qualname__})")
+    gm = cls.gate_model
+    if gm is not None and gm.check_name != name:
+        raise TypeError(
+            f"{cls.__qualname__}.gate_model {gm.__qualname__} is the gate of {gm.check_name or 'no check'!r}; "
+            f'declare it as class {gm.__name__}(CheckGate, check="{name}")'
+        )
     _REGISTRY[name] = cls
     return cls
 
 
+def unregister(name: str) -> None:
+    """Remove the check ``name`` and its gate section (a check a test registered for its own run)."""
+    cls = _REGISTRY.pop(name, None)
+    if cls is not None and cls.gate_model is not None:
+        forget_gate_model(name)
+
+
 def registry() -> dict[str, type[Check]]:
-    """Registered checks, in the canonical check order (``fasttrack.results.check_sort_key``)."""
+    """Registered checks, in check order: each after the checks its ``after`` names, otherwise in registry order
+    (the order of :data:`fasttrack.checks.CHECK_MODULES`, then checks registered later)."""
     from fasttrack import checks as _checks
 
     _checks.load_all()
-    return {n: _REGISTRY[n] for n in sorted(_REGISTRY, key=check_sort_key)}
+    return {n: _REGISTRY[n] for n in check_order(_REGISTRY)}
+
+
+def check_order(checks: Mapping[str, type[Check]]) -> list[str]:
+    """The names of ``checks`` sorted so that each comes after those its ``after`` names and before those its
+    ``before`` names (ties: their order in ``checks``). A name these or ``blocked_by`` do not know, or a cycle, is a
+    declaration error."""
+    index = {n: i for i, n in enumerate(checks)}
+    for n, cls in checks.items():
+        unknown = [d for d in (*cls.after, *cls.before, *cls.blocked_by) if d not in checks]
+        if unknown:
+            raise TypeError(f"check {n!r} names unregistered check(s) {unknown} in 'after', 'before' or 'blocked_by'")
+    waiting = {n: set(cls.after) for n, cls in checks.items()}
+    for n, cls in checks.items():
+        for later in cls.before:
+            waiting[later].add(n)
+    out: list[str] = []
+    while waiting:
+        ready = sorted((n for n, deps in waiting.items() if not deps), key=index.__getitem__)
+        if not ready:
+            raise TypeError(f"the checks' 'after' and 'before' declarations form a cycle among {sorted(waiting)}")
+        out.append(ready[0])
+        del waiting[ready[0]]
+        for deps in waiting.values():
+            deps.discard(ready[0])
+    return out

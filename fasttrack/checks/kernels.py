@@ -13,7 +13,7 @@ import importlib.util
 from pathlib import Path
 from typing import ClassVar
 
-from fasttrack.checks.base import EnginelessCheck, RunContext, register
+from fasttrack.checks.base import Blocker, EnginelessCheck, RunContext, TierView, register
 from fasttrack.kernels.spec import SuiteSpec, from_scope_section
 from fasttrack.kernels.suites import GATE, cuda_available, judge, run_suite
 from fasttrack.results import CheckResult, Gate, Verdict
@@ -51,6 +51,32 @@ class KernelsCheck(EnginelessCheck):
     name: ClassVar[str] = "kernels"
     title: ClassVar[str] = "Kernels"
     report_view: ClassVar[str] = "kernels"
+    after: ClassVar[tuple[str, ...]] = ("isolation",)
+
+    @classmethod
+    def passability(cls, tier: TierView) -> list[Blocker]:
+        """A suite that needs a GPU cannot run on a CPU scope; its folder must exist."""
+        scope, out = tier.scope, []
+        if scope.hardware is None:
+            return []
+        for k in scope.kernels:
+            if k.requires_gpu and scope.hardware.device != "gpu":
+                out.append(
+                    tier.blocker(
+                        f"kernel suite {k.name}",
+                        "it needs a GPU and the scope targets CPUs",
+                        "set requires_gpu: false if it runs on CPUs",
+                    )
+                )
+            if tier.base_dir is not None and not tier.exists(k.path):
+                out.append(
+                    tier.blocker(f"kernel suite {k.name}", f"its folder {k.path} does not exist", "fix kernels[].path")
+                )
+        return out
+
+    @classmethod
+    def planned(cls, tier: TierView) -> list[str]:
+        return [k.name for k in tier.scope.kernels]
 
     def skip_reason(self, ctx: RunContext) -> str | None:
         if not list(ctx.scope.kernels or []):

@@ -36,7 +36,13 @@ def marker_set(ctx: RunContext) -> "MarkerSet | None":
     pm = ctx.scope.path_markers
     if pm is None:
         return None
-    return MarkerSet(optimized=list(pm.optimized), stock=list(pm.stock))
+    dc = pm.device_counters
+    return MarkerSet(
+        optimized=list(pm.optimized),
+        stock=list(pm.stock),
+        device_optimized=dc.optimized if dc else None,
+        device_stock=dc.stock if dc else None,
+    )
 
 
 def fallback_regex(ctx: RunContext) -> str | None:
@@ -77,6 +83,11 @@ def window_summary(ev: "WindowEvidence") -> dict[str, Any]:
         "fallback_events": ev.fallback_events,
         "fallback_lines": ev.fallback_lines[:3],
         "kernels_per_decode_step": ev.kernels_per_decode_step,
+        "kernel_basis": ev.kernel_basis,
+        "device_optimized_steps": ev.device_optimized_steps,
+        "device_stock_steps": ev.device_stock_steps,
+        "device_unconfirmed_steps": ev.device_unconfirmed_steps,
+        "host_marker_ops": ev.host_marker_ops,
         "trace_bytes": ev.trace_bytes,
         "notes": list(ev.notes),
     }

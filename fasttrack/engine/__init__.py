@@ -7,6 +7,9 @@
   processes a launcher starts (:mod:`~fasttrack.engine.launchers`: local, slurm; the node
   entry script :mod:`~fasttrack.engine.node_main`); :mod:`~fasttrack.engine.start` picks
   between them; :mod:`~fasttrack.engine.attached` attaches to one that is already running.
+* :mod:`~fasttrack.engine.cmdline`: every engine's command line and environment, wherever its
+  processes run (an :class:`~fasttrack.engine.cmdline.Executor`: this host, ``srun`` tasks, pods),
+  the host's GPU safety settings included.
 * :mod:`~fasttrack.engine.argcheck` checks engine arguments against the installed vLLM's parser.
 * :mod:`~fasttrack.engine.client` sends completions and chat requests, streamed with a
   timestamp per chunk, with logprobs, usage and seeds (:mod:`~fasttrack.engine.responses`).

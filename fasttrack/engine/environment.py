@@ -30,6 +30,7 @@ RELEVANT_ENV_PREFIXES: tuple[str, ...] = (
     "TORCH",
     "PYTORCH_",
     "NCCL_",
+    "NVSHMEM_",
     "LD_PRELOAD",
 )
 
@@ -76,7 +77,11 @@ class EngineEnvironment(BaseModel):
     served_vllm_version: str | None = None
     """Version the running server reports on GET /version (cross-check)."""
     torch_version: str | None = None
-    """torch version of the engine's installation."""
+    """torch version of the engine's installation (``torch.__version__``, e.g. '2.11.0+cu130')."""
+    torch_cuda_version: str | None = None
+    """The CUDA version that torch was built for (``torch.version.cuda``); None for a CPU build."""
+    driver_version: str | None = None
+    """The NVIDIA driver the engine's GPUs run under (nvidia-smi); None without GPUs."""
     python_version: str | None = None
     """Python version of the engine's interpreter."""
     python_executable: str | None = None
@@ -106,7 +111,7 @@ def relevant_env(env: dict[str, str]) -> dict[str, str]:
 # (both are slow to import and may initialise devices), except torch.cuda on hosts
 # with NVIDIA devices and no nvidia-smi.
 _PROBE = r"""
-import glob, importlib.metadata as md, importlib.util, json, os, platform, shutil, socket, subprocess, sys
+import glob, importlib.metadata as md, importlib.util, json, os, platform, re, shutil, socket, subprocess, sys
 out = {"notes": []}
 def ver(*names):
     for n in names:
@@ -127,6 +132,8 @@ if spec and spec.submodule_search_locations:
             exec(open(p).read(), ns)
             out["vllm_version"] = ns.get("__version__") or out["vllm_version"]
             out["vllm_commit"] = ns.get("__commit_id__") or ns.get("commit_id") or ns.get("__commit__")
+            if isinstance(out["vllm_commit"], str) and re.fullmatch(r"g[0-9a-fA-F]{7,40}", out["vllm_commit"]):
+                out["vllm_commit"] = out["vllm_commit"][1:]  # setuptools-scm's 'g<hash>' (vLLM 0.26.0: 'gffd46bfab')
         except Exception as e:
             out["notes"].append(f"could not read vllm/_version.py: {e}")
 elif spec is None:
@@ -153,6 +160,19 @@ if spec and spec.submodule_search_locations and not out["vllm_commit"]:
     except Exception as e:
         out["vllm_commit_source"] = f"not recorded: git failed in {pkg}: {e}"
 out["torch_version"] = ver("torch")[1]
+out["torch_cuda_version"] = None
+tspec = importlib.util.find_spec("torch")
+if tspec and tspec.submodule_search_locations:
+    # torch/version.py, read without importing torch: __version__ and the CUDA it was built for (None: CPU build)
+    tv = os.path.join(list(tspec.submodule_search_locations)[0], "version.py")
+    if os.path.exists(tv):
+        ns = {}
+        try:
+            exec(open(tv).read(), ns)
+            out["torch_version"] = ns.get("__version__") or out["torch_version"]
+            out["torch_cuda_version"] = ns.get("cuda")
+        except Exception as e:
+            out["notes"].append(f"could not read torch/version.py: {e}")
 out["python_version"] = platform.python_version()
 out["python_executable"] = sys.executable
 out["platform"] = platform.platform()
@@ -209,6 +229,7 @@ if dev["kind"] == "cpu":
     dev = {"kind": "cpu", "count": usable, "names": [name] if name else [],
            "detail": {"logical_cpus": os.cpu_count(), "usable_cpus": usable, "numa_nodes": numa}}
 out["device"] = dev
+out["driver_version"] = dev["detail"].get("driver_version") if dev["kind"] == "cuda" else None
 print(json.dumps(out))
 """
 

@@ -79,6 +79,14 @@ class WindowEvidence(BaseModel):
     """Number of matching log lines written during the window."""
     metrics_delta: dict[str, float] = Field(default_factory=dict)
     """Counter changes over the window (only when metrics were scraped)."""
+    device_optimized_steps: int | None = None
+    """Fast steps the optimized path's kernels counted on the device over the window (None: no device counter)."""
+    device_stock_steps: int | None = None
+    """Stock-path steps counted on the device over the window (None: not declared or not exported)."""
+    device_unconfirmed_steps: int = 0
+    """Decode steps whose kernels carry an optimized marker but which the device counter did not confirm."""
+    host_marker_ops: int = 0
+    """Marker matches on host-side records of a GPU trace (not evidence: see the trace module)."""
     notes: list[str] = Field(default_factory=list)
     """What could not be measured and why."""
 
@@ -108,6 +116,10 @@ class WindowEvidence(BaseModel):
                 "optimized_decode_batch_sizes": {str(k): v for k, v in self.optimized_decode_batch_sizes.items()},
                 "kernels_per_decode_step": self.kernels_per_decode_step,
                 "kernel_basis": self.kernel_basis,
+                "device_optimized_steps": self.device_optimized_steps,
+                "device_stock_steps": self.device_stock_steps,
+                "device_unconfirmed_steps": self.device_unconfirmed_steps,
+                "host_marker_ops": self.host_marker_ops,
                 "trace_files": self.trace_files,
                 "fallback_lines": self.fallback_lines[:5],
                 "notes": self.notes,
@@ -142,6 +154,7 @@ def combine_analyses(
         ev.trace_bytes += a.bytes
         ev.events += a.events
         ev.unassigned_ops += a.unassigned_ops
+        ev.host_marker_ops += a.host_marker_ops
         ops.update(a.op_counts)
         opt.update(a.optimized_op_counts)
         stk.update(a.stock_op_counts)
@@ -155,12 +168,23 @@ def combine_analyses(
 
     first = max(analyses, key=lambda a: len(a.steps))
     ev.steps = list(first.steps)
+    _count_steps(ev, analyses)
+    if not any(a.steps for a in analyses):
+        ev.notes.append(
+            "the traces contain no engine-step annotations (execute_context_*_generation_*); "
+            "decode steps could not be counted"
+        )
+    return ev
+
+
+def _count_steps(ev: WindowEvidence, analyses: Sequence[TraceAnalysis]) -> None:
+    """Step counts by kind and batch size, from ``ev.steps`` (the first worker's); kernels per decode step."""
     kinds: Counter[str] = Counter()
     opt_kinds: Counter[str] = Counter()
     stock_kinds: Counter[str] = Counter()
     batches: Counter[int] = Counter()
     opt_batches: Counter[int] = Counter()
-    for s in first.steps:
+    for s in ev.steps:
         kinds[s.kind] += 1
         if s.optimized_ops:
             opt_kinds[s.kind] += 1
@@ -183,12 +207,50 @@ def combine_analyses(
         if dec:
             per_worker.append(sum(dec) / len(dec))
     ev.kernels_per_decode_step = round(sum(per_worker) / len(per_worker), 3) if per_worker else None
-    if not any(a.steps for a in analyses):
-        ev.notes.append(
-            "the traces contain no engine-step annotations (execute_context_*_generation_*); "
-            "decode steps could not be counted"
-        )
-    return ev
+
+
+def apply_device_counters(
+    ev: WindowEvidence, analyses: Sequence[TraceAnalysis], optimized: float | None, stock: float | None
+) -> None:
+    """Hold the trace's optimized decode steps against the device counter's count over the window.
+
+    A kernel that branches inside (a fast path that falls back on the device) runs under its own name
+    whichever branch it takes, so its name alone over-counts. Where the device counted fewer fast steps
+    than the trace has optimized decode steps, the excess is not confirmed: per batch size, the same
+    share of that size's optimized steps is marked ``device_unconfirmed`` (the counter is one number per
+    window, so which steps of a size fell back cannot be told) and no longer counts as optimized."""
+    if optimized is None:
+        ev.notes.append("the scope declares a device counter, but the engine's /metrics did not export it")
+        return
+    ev.device_optimized_steps = int(optimized)
+    ev.device_stock_steps = None if stock is None else int(stock)
+    opt_steps = [s for s in ev.steps if s.kind == "decode" and s.optimized_ops]
+    excess = len(opt_steps) - int(optimized)
+    if excess <= 0:
+        return
+    keep_share = int(optimized) / len(opt_steps)
+    by_batch: dict[int, list[StepRecord]] = {}
+    for s in opt_steps:
+        by_batch.setdefault(s.batch, []).append(s)
+    steps = list(ev.steps)
+    index = {id(s): i for i, s in enumerate(steps)}
+    # each size keeps its share, rounded so that the kept steps add up to the device's count (largest remainder)
+    quota = {b: len(g) * keep_share for b, g in by_batch.items()}
+    keep = {b: int(q) for b, q in quota.items()}
+    for b in sorted(quota, key=lambda b: (keep[b] - quota[b], b))[: int(optimized) - sum(keep.values())]:
+        keep[b] += 1
+    for b, group in by_batch.items():
+        for s in group[keep[b] :]:
+            steps[index[id(s)]] = s.model_copy(
+                update={"device_unconfirmed": True, "unconfirmed_optimized_ops": s.optimized_ops, "optimized_ops": 0}
+            )
+    ev.steps = steps
+    ev.device_unconfirmed_steps = sum(1 for s in steps if s.device_unconfirmed)
+    _count_steps(ev, analyses)
+    ev.notes.append(
+        f"the device counted {int(optimized)} fast steps, the trace shows {len(opt_steps)} decode steps with "
+        f"optimized kernels: {ev.device_unconfirmed_steps} of them are not confirmed by the device"
+    )
 
 
 def evidence_from_traces(

@@ -82,12 +82,15 @@ def vllm_supports_per_request_metrics() -> bool:
     return False
 
 
-def per_request_metrics_args(args: Sequence[str]) -> list[str]:
-    """``--enable-per-request-metrics`` when the installed vLLM has it and ``args`` neither set it nor
-    turn engine statistics off (``--disable-log-stats``, which the flag requires)."""
+def per_request_metrics_args(args: Sequence[str], *, supported: bool | None = None) -> list[str]:
+    """``--enable-per-request-metrics`` when the engine's vLLM has it (``supported``; None: the installed
+    vLLM) and ``args`` neither set it nor turn engine statistics off (``--disable-log-stats``, which the
+    flag requires)."""
     if any(a.split("=", 1)[0] in (PER_REQUEST_METRICS_FLAG, "--disable-log-stats") for a in args):
         return []
-    return [PER_REQUEST_METRICS_FLAG] if vllm_supports_per_request_metrics() else []
+    if supported is None:
+        supported = vllm_supports_per_request_metrics()
+    return [PER_REQUEST_METRICS_FLAG] if supported else []
 
 
 def profiler_dir_from_args(args: Sequence[str]) -> Path | None:

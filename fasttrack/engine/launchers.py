@@ -11,8 +11,11 @@ leader) serves the OpenAI API with ``--nnodes N --node-rank 0 --master-addr A
   node; each task reads its role from ``SLURM_NODEID``; one log per node (``%n``); srun
   ends the whole step when any task fails (``--kill-on-bad-exit``).
 
-Launchers only start processes; :class:`~fasttrack.engine.multinode.MultiNodeEngine`
-waits for health, watches every node and tears them all down.
+Each node's command line and environment come from
+:func:`~fasttrack.engine.cmdline.engine_command`, through the launcher's executor (local
+processes, ``srun`` tasks). Launchers only start processes;
+:class:`~fasttrack.engine.multinode.MultiNodeEngine` waits for health, watches every node
+and tears them all down.
 """
 
 from __future__ import annotations
@@ -28,30 +31,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from fasttrack.engine.compile_cache import INDUCTOR_CACHE_ENV, inductor_cache_dir
-from fasttrack.engine.procs import parent_death_preexec
-
-NODE_MAIN = Path(__file__).with_name("node_main.py")
-"""The node entry script (run by path under the engine's interpreter)."""
-
-
-def local_node_env(env: dict[str, str], rank: int) -> dict[str, str]:
-    """The environment of node ``rank`` on this host: inductor's cache in a folder of its own
-    (``<cache>/node<rank>``, under :func:`inductor_cache_dir`). Node processes
-    of one host compile the same graphs at the same moment, and inductor's compiled-kernel cache is
-    not safe for that: one rank loaded a kernel library the other was still writing (``ImportError:
-    ... .so: file too short``) and its engine died on its first request."""
-    return {**env, INDUCTOR_CACHE_ENV: os.path.join(inductor_cache_dir(env), f"node{rank}")}
-
-
-def node_args(*, nnodes: int, rank: int | None, master_addr: str, master_port: int, headless: bool) -> list[str]:
-    """vLLM's multi-node flags for one node (``rank`` None: the task finds its own, e.g. from Slurm)."""
-    out = ["--nnodes", str(nnodes), "--master-addr", master_addr, "--master-port", str(master_port)]
-    if rank is not None:
-        out += ["--node-rank", str(rank)]
-    if headless:
-        out.append("--headless")
-    return out
+from fasttrack.engine.cmdline import (
+    EngineCommand,
+    Executor,
+    LocalExecutor,
+    Rendezvous,
+    ServeSpec,
+    SrunExecutor,
+    engine_command,
+)
+from fasttrack.engine.logs import free_log_path
+from fasttrack.engine.procs import start_logged
 
 
 @dataclass
@@ -67,6 +57,8 @@ class NodeProcess:
     proc: subprocess.Popen[bytes]
     node_logs: dict[int, Path] = field(default_factory=dict)
     """Log of each node rank."""
+    env: dict[str, str] = field(default_factory=dict)
+    """The environment the process was started with."""
 
     @property
     def label(self) -> str:
@@ -80,61 +72,43 @@ class LaunchRequest:
     """What the engine asks a launcher to start."""
 
     python: str
-    server_module: str
-    model: str
-    args: list[str]
-    """The scope's vLLM arguments for this side (identical on every node)."""
+    spec: ServeSpec
+    """What the engine serves (its vLLM arguments are identical on every node)."""
     nnodes: int
     api_port: int
     master_port: int
-    env: dict[str, str]
+    host_env: dict[str, str]
+    """The environment the node processes start from (this host's)."""
     log_dir: Path
     log_name: str
     gpus_per_node: int | None = None
 
+    def command(self, executor: Executor, *, rank: int | None, master_addr: str) -> EngineCommand:
+        """Node ``rank``'s command line (:func:`~fasttrack.engine.cmdline.engine_command`)."""
+        return engine_command(
+            self.spec,
+            executor=executor,
+            python=self.python,
+            host_env=self.host_env,
+            api_port=self.api_port,
+            rank=rank,
+            rendezvous=Rendezvous(self.nnodes, master_addr, self.master_port),
+        )
+
 
 class Launcher(ABC):
-    """Starts the node processes of one multi-node engine."""
+    """Starts the node processes of one multi-node engine, through its :class:`Executor`."""
 
     name: str
+    executor: Executor
 
     @abstractmethod
     def hosts(self, nnodes: int) -> list[str]:
         """The host of each node rank (rank 0 first)."""
 
-    def bind_host(self) -> str:
-        """Where the leader's API server listens."""
-        return "0.0.0.0"
-
     @abstractmethod
     def launch(self, req: LaunchRequest) -> list[NodeProcess]:
         """Start every node; the first process returned runs node 0 (the API server)."""
-
-
-def _popen(argv: list[str], log_path: Path, env: dict[str, str], header: str) -> subprocess.Popen[bytes]:
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "ab") as log:
-        log.write(header.encode())
-        log.flush()
-        return subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-            preexec_fn=parent_death_preexec(),
-            close_fds=True,
-        )
-
-
-def _free_log(log_dir: Path, stem: str) -> Path:
-    path = log_dir / f"{stem}.log"
-    i = 2
-    while path.exists():
-        path = log_dir / f"{stem}-{i}.log"
-        i += 1
-    return path
 
 
 class LocalLauncher(Launcher):
@@ -142,49 +116,37 @@ class LocalLauncher(Launcher):
 
     name = "local"
 
+    def __init__(self) -> None:
+        self.executor = LocalExecutor()
+
     def hosts(self, nnodes: int) -> list[str]:
         return ["127.0.0.1"] * nnodes
 
-    def bind_host(self) -> str:
-        return "127.0.0.1"
+    def commands(self, req: LaunchRequest) -> list[EngineCommand]:
+        """Each node's command line, rank 0 first (they meet on loopback)."""
+        return [req.command(self.executor, rank=rank, master_addr="127.0.0.1") for rank in range(req.nnodes)]
 
     def launch(self, req: LaunchRequest) -> list[NodeProcess]:
         master = "127.0.0.1"
         out: list[NodeProcess] = []
         lock = threading.Lock()
-        for rank in range(req.nnodes):
-            lead = rank == 0
-            common = [
-                *req.args,
-                *node_args(
-                    nnodes=req.nnodes, rank=rank, master_addr=master, master_port=req.master_port, headless=not lead
-                ),
-            ]
-            if lead:
-                argv = [
-                    req.python,
-                    "-m",
-                    req.server_module,
-                    "--model",
-                    req.model,
-                    "--host",
-                    self.bind_host(),
-                    "--port",
-                    str(req.api_port),
-                    *common,
-                ]
-            else:
-                argv = [req.python, str(NODE_MAIN), "follower", "--model", req.model, *common]
-            log_path = _free_log(req.log_dir, f"{req.log_name}.node{rank}")
+        for rank, cmd in enumerate(self.commands(req)):
+            log_path = free_log_path(req.log_dir, f"{req.log_name}.node{rank}")
             header = (
-                f"# fasttrack: node {rank} of {req.nnodes} ({'leader' if lead else 'follower'}), launcher local\n"
-                f"# argv: {subprocess.list2cmdline(argv)}\n"
+                f"# fasttrack: node {rank} of {req.nnodes} ({cmd.role}), launcher local\n"
+                f"# argv: {subprocess.list2cmdline(cmd.argv)}\n"
             )
             with lock:
-                proc = _popen(argv, log_path, local_node_env(req.env, rank), header)
+                proc = start_logged(cmd.argv, log_path, cmd.env, header)
             out.append(
                 NodeProcess(
-                    ranks=[rank], host=master, argv=argv, log_path=log_path, proc=proc, node_logs={rank: log_path}
+                    ranks=[rank],
+                    host=master,
+                    argv=cmd.argv,
+                    log_path=log_path,
+                    proc=proc,
+                    node_logs={rank: log_path},
+                    env=cmd.env,
                 )
             )
         return out
@@ -252,6 +214,7 @@ class SlurmLauncher(Launcher):
     def __init__(
         self, *, srun: str = "srun", extra_args: Sequence[str] | None = None, env: dict[str, str] | None = None
     ):
+        self.executor = SrunExecutor()
         self.srun = srun
         self.env = dict(os.environ) if env is None else env
         self.extra_args = (
@@ -267,8 +230,8 @@ class SlurmLauncher(Launcher):
             )
         return hosts[:nnodes]
 
-    def argv(self, req: LaunchRequest) -> tuple[list[str], dict[int, Path]]:
-        """The ``srun`` command line and the log path of each node rank."""
+    def command(self, req: LaunchRequest) -> tuple[list[str], EngineCommand, dict[int, Path]]:
+        """The ``srun`` command line, the node tasks' command and the log path of each node rank."""
         hosts = self.hosts(req.nnodes)
         stem = f"{req.log_name}.node"
         logs = {r: req.log_dir / f"{stem}{r}.log" for r in range(req.nnodes)}
@@ -286,36 +249,29 @@ class SlurmLauncher(Launcher):
         if req.gpus_per_node:
             srun.append(f"--gpus-per-node={req.gpus_per_node}")
         srun += self.extra_args
-        task = [
-            req.python,
-            str(NODE_MAIN),
-            "slurm",
-            "--model",
-            req.model,
-            "--host",
-            self.bind_host(),
-            "--port",
-            str(req.api_port),
-            *req.args,
-            *node_args(
-                nnodes=req.nnodes,
-                rank=None,
-                master_addr=slurm_node_address(hosts[0], self.env),
-                master_port=req.master_port,
-                headless=False,
-            ),
-        ]
-        return [*srun, *task], logs
+        task = req.command(self.executor, rank=None, master_addr=slurm_node_address(hosts[0], self.env))
+        return [*srun, *task.argv], task, logs
+
+    def argv(self, req: LaunchRequest) -> tuple[list[str], dict[int, Path]]:
+        """The ``srun`` command line and the log path of each node rank."""
+        argv, _, logs = self.command(req)
+        return argv, logs
 
     def launch(self, req: LaunchRequest) -> list[NodeProcess]:
-        argv, logs = self.argv(req)
+        argv, task, logs = self.command(req)
         hosts = self.hosts(req.nnodes)
-        log_path = _free_log(req.log_dir, f"{req.log_name}.srun")
+        log_path = free_log_path(req.log_dir, f"{req.log_name}.srun")
         header = f"# fasttrack: {req.nnodes} nodes {hosts}, launcher slurm\n# argv: {subprocess.list2cmdline(argv)}\n"
-        proc = _popen(argv, log_path, req.env, header)
+        proc = start_logged(argv, log_path, task.env, header)  # srun --export=ALL: every task gets it
         return [
             NodeProcess(
-                ranks=list(range(req.nnodes)), host=hosts[0], argv=argv, log_path=log_path, proc=proc, node_logs=logs
+                ranks=list(range(req.nnodes)),
+                host=hosts[0],
+                argv=argv,
+                log_path=log_path,
+                proc=proc,
+                node_logs=logs,
+                env=task.env,
             )
         ]
 

@@ -7,6 +7,17 @@ import re
 from pathlib import Path
 
 
+def free_log_path(log_dir: Path, stem: str) -> Path:
+    """``<log_dir>/<stem>.log``, or ``<stem>-2.log``, ``-3``... when that exists (a restart keeps the old log)."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    path = log_dir / f"{stem}.log"
+    i = 2
+    while path.exists():
+        path = log_dir / f"{stem}-{i}.log"
+        i += 1
+    return path
+
+
 def read_log_tail(path: Path | None, n: int = 40, *, max_bytes: int = 256 * 1024) -> str:
     """The last ``n`` lines of a log file ('' when there is none)."""
     if path is None:

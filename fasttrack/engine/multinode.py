@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from fasttrack.engine.errors import EngineCrashed
-from fasttrack.engine.flags import server_module
 from fasttrack.engine.launchers import Launcher, LaunchRequest, LocalLauncher, NodeProcess
 from fasttrack.engine.procs import StopReport, free_port, group_members, stop_group
 from fasttrack.engine.server import _LIVE, _REG_LOCK, ManagedEngine
@@ -81,19 +80,16 @@ class MultiNodeEngine(ManagedEngine):
         hosts = self.launcher.hosts(self.nodes)
         self.host = hosts[0]
         self.base_url = f"http://{self.host}:{self.port}"
-        env = self._full_environment()
         self.log_dir.mkdir(parents=True, exist_ok=True)
         if self.profiler_dir is not None:
             self.profiler_dir.mkdir(parents=True, exist_ok=True)
         req = LaunchRequest(
             python=self.python,
-            server_module=server_module(),
-            model=self.model_path,
-            args=self.args,
+            spec=self.spec,
             nnodes=self.nodes,
             api_port=self.port,
             master_port=self.master_port,
-            env=env,
+            host_env=dict(os.environ),
             log_dir=self.log_dir,
             log_name=self.log_name,
             gpus_per_node=self.gpus_per_node,
@@ -105,6 +101,7 @@ class MultiNodeEngine(ManagedEngine):
             lead = self.node_procs[0]
             self._proc = lead.proc
             self.argv = lead.argv
+            self._full_env = lead.env
             self.log_path = lead.node_logs.get(0, lead.log_path)
             self._stop_report = None
             _LIVE[lead.proc.pid] = self

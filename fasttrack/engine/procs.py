@@ -81,6 +81,25 @@ def parent_death_preexec() -> Callable[[], None] | None:
     return _preexec
 
 
+def start_logged(argv: list[str], log_path: Path, env: dict[str, str], header: str) -> subprocess.Popen[bytes]:
+    """Start ``argv`` in a process group of its own (SIGTERM when the harness dies), its output appended to
+    ``log_path`` after ``header``."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        log.write(header.encode())
+        log.flush()
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+            preexec_fn=parent_death_preexec(),
+            close_fds=True,
+        )
+
+
 class StopReport(BaseModel):
     """How an owned engine (its process group) was stopped."""
 

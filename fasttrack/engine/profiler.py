@@ -4,7 +4,8 @@ The engine must have been started with :func:`fasttrack.engine.flags.profiler_ar
 (vLLM's ``--profiler-config``). :class:`ProfilerWindow` posts ``/start_profile`` and
 ``/stop_profile`` around its body, waits for the worker's trace files, and reads them
 into :class:`~fasttrack.engine.evidence.WindowEvidence` (with the fallback lines the log
-gained and, optionally, the metrics' change over the window).
+gained and, optionally, the metrics' change over the window; with a device counter declared in the
+markers, always, and the trace's optimized steps are held against it).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from fasttrack.engine.errors import ProfilerError
-from fasttrack.engine.evidence import WindowEvidence, combine_analyses
+from fasttrack.engine.evidence import WindowEvidence, apply_device_counters, combine_analyses
 from fasttrack.engine.logs import scan_log
 from fasttrack.engine.metrics import MetricsSnapshot, metrics_diff, scrape_metrics_sync
 from fasttrack.engine.trace import TRACE_CHUNK, MarkerSet, analyze_trace
@@ -87,7 +88,7 @@ class ProfilerWindow:
         self.name = name
         self.markers = markers or MarkerSet()
         self.fallback_pattern = fallback_pattern
-        self.scrape = scrape_metrics
+        self.scrape = scrape_metrics or bool(self.markers.device_optimized)
         self.file_timeout = file_timeout
         self.request_timeout = request_timeout
         self.prefix = _safe_prefix(name)
@@ -133,13 +134,20 @@ class ProfilerWindow:
             self._post(http, "/stop_profile", None)
         return time.monotonic() - self._t0
 
+    def _new_traces(self) -> list[Path]:
+        """The worker trace files written since the window opened: those named with this window's prefix, or,
+        where vLLM ignores the prefix (0.26's ``/start_profile`` takes no body and names files
+        ``rank<N>.<timestamp>.pt.trace.json.gz``), every new worker trace file of the engine's profiler folder
+        (an engine profiles one window at a time, so they are this window's)."""
+        fresh = [p for p in self._existing() - self._before if _is_worker_trace(p)]
+        named = [p for p in fresh if p.name.startswith(self.prefix)]
+        return sorted(named or fresh)
+
     def _wait_files(self) -> list[Path]:
         deadline = time.monotonic() + self.file_timeout
         last_sizes: dict[Path, int] | None = None
         while True:
-            new = sorted(
-                p for p in self._existing() - self._before if p.name.startswith(self.prefix) and _is_worker_trace(p)
-            )
+            new = self._new_traces()
             sizes = {p: p.stat().st_size for p in new}
             if new and sizes == last_sizes and all(_trace_complete(p) for p in new):
                 return new
@@ -175,6 +183,13 @@ class ProfilerWindow:
             after = scrape_metrics_sync(self.engine)
             d = metrics_diff(self._metrics_before, after)
             ev.metrics_delta = {k: v for k, v in d.deltas.items() if v}
+            if self.markers.device_optimized:
+                apply_device_counters(
+                    ev,
+                    analyses,
+                    _counter_delta(self._metrics_before, after, d, self.markers.device_optimized),
+                    _counter_delta(self._metrics_before, after, d, self.markers.device_stock),
+                )
         return ev
 
     # -- sync protocol
@@ -207,6 +222,13 @@ class ProfilerWindow:
             return
         duration = await asyncio.to_thread(self._close)
         self.evidence = await asyncio.to_thread(self._collect, duration)
+
+
+def _counter_delta(before: MetricsSnapshot, after: MetricsSnapshot, d: Any, name: str | None) -> float | None:
+    """The change of counter ``name`` over the window; None when the engine does not export it."""
+    if not name or not after.select(name):
+        return None
+    return float(d.delta(name))
 
 
 def profile_window(engine: "EngineHandle", name: str, **kwargs: Any) -> ProfilerWindow:

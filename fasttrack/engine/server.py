@@ -1,8 +1,10 @@
 """Engine lifecycle: start a vLLM OpenAI-compatible server, watch it, stop it, or attach to one.
 
 An owned engine (:class:`ManagedEngine`) is one ``python -m
-vllm.entrypoints.launchers.api_server.entry`` process in its own process group (vLLM's engine
-core and worker processes join that group), logging into one file. It is stopped
+vllm.entrypoints.launchers.api_server.entry`` process (``vllm.entrypoints.openai.api_server``
+before vLLM 0.32) in its own process group (vLLM's engine core and worker processes join that
+group), logging into one file; its command line and environment come from
+:func:`~fasttrack.engine.cmdline.engine_command`. It is stopped
 with SIGINT, then SIGTERM, then SIGKILL to the whole group, on ``stop()``, on leaving
 its ``with`` block (also by exception or Ctrl-C), on SIGTERM/SIGHUP to the harness and
 at interpreter exit. On Linux the server also gets SIGTERM if the harness dies
@@ -33,12 +35,12 @@ from typing import Any, Callable, Sequence
 import httpx
 
 from fasttrack.engine.base import EngineBase
-from fasttrack.engine.compile_cache import compile_cache_env
+from fasttrack.engine.cmdline import HARNESS_ENV, LocalExecutor, ServeSpec, engine_command, host_safety_env
 from fasttrack.engine.environment import EngineEnvironment, local_environment
 from fasttrack.engine.errors import EngineCrashed, EngineError, EngineStartError
-from fasttrack.engine.flags import profiler_dir_from_args, server_module
-from fasttrack.engine.logs import read_log_tail
-from fasttrack.engine.procs import StopReport, free_port, group_members, parent_death_preexec, stop_group
+from fasttrack.engine.logs import free_log_path, read_log_tail
+from fasttrack.engine.procs import StopReport, free_port, group_members, start_logged, stop_group
+from fasttrack.engine.startup import StartupWatch
 
 #: Default seconds to wait for each stop signal: SIGINT (graceful), SIGTERM, SIGKILL.
 DEFAULT_STOP_TIMEOUTS: tuple[float, float, float] = (30.0, 10.0, 10.0)
@@ -108,16 +110,16 @@ class StartProgress:
     side: str
     elapsed_s: float
     last_log_line: str
+    """The log's last line, for debugging only: progress shown to people names the phase."""
     log_path: Path
+    phase: str = "importing"
+    """What the engine is doing (:mod:`fasttrack.engine.startup`): importing, loading weights, compiling, ..."""
+    phase_s: float = 0.0
+    """Seconds in that phase so far."""
 
-
-HARNESS_ENV: dict[str, str] = {"VLLM_SERVER_DEV_MODE": "1"}
-"""Set for every engine the harness starts, on both sides (the scope's ``env`` may override
-or unset it). Development mode serves vLLM's ``/pause`` and ``/resume``, which the checks
-use to hold the scheduler while a round of requests arrives, so the round starts in one
-engine step (:meth:`~fasttrack.engine.client.EngineClient.pause_scheduler`); vLLM's own
-benchmark sweep sets it for its cache resets. It adds endpoints and changes nothing on the
-model's path."""
+    def line(self) -> str:
+        """'compiling (for 12 s)'."""
+        return f"{self.phase} (for {self.phase_s:.0f} s)"
 
 
 class ManagedEngine(EngineBase):
@@ -145,9 +147,15 @@ class ManagedEngine(EngineBase):
     ) -> None:
         self.side = side
         self.model_path = str(model)
-        self.args = [str(a) for a in args]
-        self.env_overrides = {str(k): str(v) for k, v in (env or {}).items() if v is not None}
-        self.env_unset = sorted(str(k) for k, v in (env or {}).items() if v is None)
+        self.spec = ServeSpec(
+            side=side,
+            model=self.model_path,
+            args=tuple(str(a) for a in args),
+            env={str(k): None if v is None else str(v) for k, v in (env or {}).items()},
+        )
+        self.args = list(self.spec.args)
+        self.env_overrides = {k: v for k, v in self.spec.env.items() if v is not None}
+        self.env_unset = sorted(k for k, v in self.spec.env.items() if v is None)
         self.log_dir = Path(log_dir)
         self.log_name = log_name or f"{side}-engine"
         self.host = host
@@ -159,7 +167,7 @@ class ManagedEngine(EngineBase):
         self.progress_interval = progress_interval
         self.stop_timeouts = tuple(stop_timeouts)
         self.exclusive = exclusive
-        self.profiler_dir = profiler_dir_from_args(self.args)
+        self.profiler_dir = self.spec.profiler_dir
         self.log_path: Path | None = None
         self.argv: list[str] = []
         self.base_url = ""
@@ -168,6 +176,7 @@ class ManagedEngine(EngineBase):
         self._stop_report: StopReport | None = None
         self._stop_requested = False
         self._environment: EngineEnvironment | None = None
+        self._full_env: dict[str, str] = {}
         self.started_at: float | None = None
         self.startup_s: float | None = None
 
@@ -199,15 +208,6 @@ class ManagedEngine(EngineBase):
         return [p for p, _ in group_members(self.pgid)] if self.pgid else []
 
     # -- start
-
-    def _next_log_path(self) -> Path:
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        path = self.log_dir / f"{self.log_name}.log"
-        i = 2
-        while path.exists():
-            path = self.log_dir / f"{self.log_name}-{i}.log"
-            i += 1
-        return path
 
     def start(self) -> "ManagedEngine":
         """Launch the server and wait until /health answers 200; returns ``self``."""
@@ -246,54 +246,28 @@ class ManagedEngine(EngineBase):
     def _launch(self) -> None:
         self.port = self._requested_port or free_port(self.host)
         self.base_url = f"http://{self.host}:{self.port}"
-        self.argv = [
-            self.python,
-            "-m",
-            server_module(),
-            "--model",
-            self.model_path,
-            "--host",
-            self.host,
-            "--port",
-            str(self.port),
-            *self.args,
-        ]
-        full_env = self._full_environment()
-        self.log_path = self._next_log_path()
+        cmd = engine_command(
+            self.spec,
+            executor=LocalExecutor(),
+            python=self.python,
+            host_env=dict(os.environ),
+            api_port=self.port,
+            api_host=self.host,
+        )
+        self.argv, self._full_env = cmd.argv, cmd.env
+        self.log_path = free_log_path(self.log_dir, self.log_name)
         if self.profiler_dir is not None:
             self.profiler_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "ab") as log:
-            header = (
-                f"# fasttrack: {self.side} engine\n# argv: {subprocess.list2cmdline(self.argv)}\n"
-                f"# env overrides: {self.env_overrides} unset: {self.env_unset} harness: {HARNESS_ENV}\n"
-            )
-            log.write(header.encode())
-            log.flush()
-            with _REG_LOCK:
-                self._proc = subprocess.Popen(
-                    self.argv,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    env=full_env,
-                    start_new_session=True,
-                    preexec_fn=parent_death_preexec(),
-                    close_fds=True,
-                )
-                self._stop_report = None
-                _LIVE[self._proc.pid] = self
+        header = (
+            f"# fasttrack: {self.side} engine\n# argv: {subprocess.list2cmdline(self.argv)}\n"
+            f"# env overrides: {self.env_overrides} unset: {self.env_unset} harness: {HARNESS_ENV} "
+            f"host safety: {host_safety_env(os.environ)}\n"
+        )
+        with _REG_LOCK:
+            self._proc = start_logged(self.argv, self.log_path, cmd.env, header)
+            self._stop_report = None
+            _LIVE[self._proc.pid] = self
         self.started_at = time.time()
-
-    def _full_environment(self) -> dict[str, str]:
-        """The engine's environment: the harness's, :data:`HARNESS_ENV`, then the scope's overrides."""
-        full_env = dict(os.environ)
-        full_env.update(HARNESS_ENV)
-        for k in self.env_unset:
-            full_env.pop(k, None)
-        full_env.update(self.env_overrides)
-        full_env.update(compile_cache_env(self.python, full_env))  # reuse compiled code across starts
-        self._full_env = full_env
-        return full_env
 
     def _exit_status(self) -> tuple[str, int, str | None, int | None] | None:
         """``(who, exit code, log, node rank)`` when a process of the engine has exited, else None. One
@@ -308,6 +282,7 @@ class ManagedEngine(EngineBase):
         assert self._proc is not None and self.log_path is not None
         t0 = time.monotonic()
         next_progress = t0 + self.progress_interval
+        watch = StartupWatch(Path(self.log_path), started=t0)
         with httpx.Client(timeout=httpx.Timeout(5.0, connect=2.0)) as http:
             while True:
                 exited = self._exit_status()
@@ -345,8 +320,13 @@ class ManagedEngine(EngineBase):
                 if self.progress is not None and now >= next_progress:
                     next_progress = now + self.progress_interval
                     last = read_log_tail(self.log_path, 1)
+                    phase = watch.poll(now)
                     with contextlib.suppress(Exception):
-                        self.progress(StartProgress(self.side, now - t0, last, self.log_path))
+                        self.progress(
+                            StartProgress(
+                                self.side, now - t0, last, self.log_path, phase=phase, phase_s=now - watch.since
+                            )
+                        )
                 time.sleep(0.25)
         self.startup_s = time.monotonic() - t0
         self._served_model = self._fetch_served_model()
@@ -463,16 +443,3 @@ class ManagedEngine(EngineBase):
     def __repr__(self) -> str:
         state = "running" if self.running else ("stopped" if self._stop_report else "not started")
         return f"<ManagedEngine {self.side} {self.base_url or '-'} pid={self.pid} {state}>"
-
-
-def start_engine(
-    *,
-    side: str,
-    model: str | os.PathLike[str],
-    args: Sequence[str] = (),
-    env: dict[str, str | None] | None = None,
-    log_dir: str | os.PathLike[str],
-    **kwargs: Any,
-) -> ManagedEngine:
-    """Start an owned engine for one side and wait until it is healthy (see :class:`ManagedEngine`)."""
-    return ManagedEngine(side=side, model=model, args=args, env=env, log_dir=log_dir, **kwargs).start()

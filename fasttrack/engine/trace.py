@@ -2,7 +2,10 @@
 
 Traces can be hundreds of MB, so :func:`iter_trace_events` decodes the ``traceEvents``
 array one event at a time. :func:`analyze_trace` counts ops/kernels per name, per path
-marker (:class:`MarkerSet`: optimized and stock path) and per engine step. vLLM's worker
+marker (:class:`MarkerSet`: optimized and stock path) and per engine step. On a trace with GPU
+kernels a marker counts only where it matches a kernel that ran on the device: under CUDA graphs the
+host records an op when a graph is captured, and a replay runs the graph's kernels without any host op
+(their kernel records, launched by the graph launch, are attributed to the step that launched it). vLLM's worker
 wraps every step in a ``record_function`` span named
 ``execute_context_<n>(<tokens>)_generation_<m>(<tokens>)``; a step with no context
 (prefill) request and at least one generation request is a decode step.
@@ -152,6 +155,10 @@ class MarkerSet(BaseModel):
     """Markers of the optimized path."""
     stock: list[str] = Field(default_factory=list)
     """Markers of the stock path."""
+    device_optimized: str | None = None
+    """Prometheus counter the optimized path's kernels increment on the device (read over each window)."""
+    device_stock: str | None = None
+    """Prometheus counter of the candidate's stock-path steps, counted on the device."""
 
 
 class StepRecord(BaseModel):
@@ -173,6 +180,12 @@ class StepRecord(BaseModel):
     """Ops matching a stock-path marker."""
     duration_us: float
     """Wall time of the step in the trace (microseconds)."""
+    device_unconfirmed: bool = False
+    """The step's kernels include an optimized marker, but the window's device counter counted fewer fast
+    steps than the trace shows: this step is one the device did not confirm (its marker counts moved to
+    ``unconfirmed_optimized_ops``, see :func:`fasttrack.engine.evidence.apply_device_counters`)."""
+    unconfirmed_optimized_ops: int = 0
+    """Optimized-marker kernels of a step the device counter did not confirm."""
 
 
 class TraceAnalysis(BaseModel):
@@ -198,6 +211,9 @@ class TraceAnalysis(BaseModel):
     """Every engine step seen, in time order."""
     unassigned_ops: int = 0
     """Ops outside any step span (e.g. sampling between steps, or kernels without a launch record)."""
+    host_marker_ops: int = 0
+    """Marker matches on host-side records (CPU ops, annotations) of a trace with GPU kernels: not evidence
+    there, since a CUDA graph's replay runs its kernels without them (they are recorded when it is captured)."""
 
 
 def _matcher(patterns: Sequence[str]) -> re.Pattern[str] | None:
@@ -254,6 +270,7 @@ def analyze_trace(path: str | Path, markers: MarkerSet) -> TraceAnalysis:
 
     has_kernels = any(o[1] == "kernel" for o in ops)
     kernel_basis = "gpu_kernels" if has_kernels else "leaf_cpu_ops"
+    host_hits = 0
 
     # leaf CPU ops: no other cpu_op nested inside them on the same thread
     leaf: set[int] = set()
@@ -290,6 +307,10 @@ def analyze_trace(path: str | Path, markers: MarkerSet) -> TraceAnalysis:
         if hit is None:
             hit = (bool(opt_re and opt_re.search(name)), bool(stock_re and stock_re.search(name)))
             match_cache[name] = hit
+        if has_kernels and cat != "kernel" and (hit[0] or hit[1]):
+            # on a GPU trace only a kernel that ran on the device is evidence of a path (see host_marker_ops)
+            host_hits += 1
+            hit = (False, False)
         if hit[0]:
             opt_counts[name] += 1
         if hit[1]:
@@ -348,4 +369,5 @@ def analyze_trace(path: str | Path, markers: MarkerSet) -> TraceAnalysis:
         stock_op_counts=dict(stock_counts.most_common()),
         steps=[r for _, r in records],
         unassigned_ops=unassigned,
+        host_marker_ops=host_hits,
     )

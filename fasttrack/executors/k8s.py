@@ -28,6 +28,7 @@ from typing import Any
 
 import yaml
 
+from fasttrack.engine.cmdline import EngineCommand, Rendezvous, Role, engine_command, host_safety_env, serve_spec
 from fasttrack.errors import FasttrackError
 from fasttrack.executors.collect import JOB_FILE
 from fasttrack.executors.shards import ShardLayout, ShardSpec, job_name
@@ -78,7 +79,8 @@ def _meta(name: str, ns: str, base: str, **labels: str) -> dict[str, Any]:
 
 
 def _env(site: SiteProfile, extra: dict[str, str] | None = None, image: str | None = None) -> list[dict[str, str]]:
-    env = {**site.env, **image_env(image or site.kubernetes.image), **(extra or {})}
+    """A pod's environment: the site's (with the GPU safety settings: the site's value, else the safe one)."""
+    env = {**site.env, **image_env(image or site.kubernetes.image), **(extra or {}), **host_safety_env(site.env)}
     return [{"name": k, "value": v} for k, v in sorted(env.items())]
 
 
@@ -123,6 +125,37 @@ def _resources(k: KubernetesSite, gpus: int) -> dict[str, Any]:
     return {"limits": {k.gpu_resource: gpus}} if gpus else {}
 
 
+def _container(
+    name: str, image: str, k: KubernetesSite, command: list[str], env: list[dict[str, str]], mounts: list[Any]
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "image": image,
+        "imagePullPolicy": k.image_pull_policy,
+        "command": command,
+        "env": env,
+        "volumeMounts": mounts,
+    }
+
+
+def _job(
+    name: str, base: str, role: str, k: KubernetesSite, container: dict[str, Any], vols: list[Any], **spec: Any
+) -> dict[str, Any]:
+    """A Job of one pod template (``role`` labels it), its ``spec`` fields before the template."""
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": _meta(name, k.namespace, base, **{"fasttrack.dev/role": role}),
+        "spec": {
+            **spec,
+            "template": {
+                "metadata": {"labels": {JOB_LABEL: base, "fasttrack.dev/role": role}},
+                "spec": _pod_spec(k, [container], vols, restart="Never"),
+            },
+        },
+    }
+
+
 def _validate_line(site: SiteProfile, opts: K8sOptions, layout: ShardLayout, extra: list[str]) -> str:
     argv = ["validate", "--model", opts.model, "--tier", layout.tier, "--force"]
     if opts.sign:
@@ -164,42 +197,71 @@ def _indexed_job(
     per_node = max(s.gpus_per_node for s in shards) if gpus is None else gpus
     pick = 'set -- $FASTTRACK_SHARDS; shift "$JOB_COMPLETION_INDEX"; SHARD="$1"; EXTRA_ARGS=""'
     script = _shard_script(site, _validate_line(site, opts, layout, []), layout.count, pick)
-    container = {
-        "name": "fasttrack",
-        "image": opts.image or k.image,
-        "imagePullPolicy": k.image_pull_policy,
-        "command": ["/bin/bash", "-c", script],
-        "env": _env(site, {"FASTTRACK_SHARDS": " ".join(str(s.index) for s in shards)}, opts.image),
-        "volumeMounts": mounts,
-        "resources": _resources(k, per_node),
-    }
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": _meta(f"{base}-shards", k.namespace, base, **{"fasttrack.dev/role": "shards"}),
-        "spec": {
-            "completionMode": "Indexed",
-            "completions": len(shards),
-            "parallelism": len(shards),
-            "backoffLimitPerIndex": 0,
-            "activeDeadlineSeconds": max(_deadline(k, s) for s in shards),
-            "template": {
-                "metadata": {"labels": {JOB_LABEL: base, "fasttrack.dev/role": "shards"}},
-                "spec": _pod_spec(k, [container], vols, restart="Never"),
-            },
-        },
-    }
+    env = _env(site, {"FASTTRACK_SHARDS": " ".join(str(s.index) for s in shards)}, opts.image)
+    container = _container("fasttrack", opts.image or k.image, k, ["/bin/bash", "-c", script], env, mounts)
+    container["resources"] = _resources(k, per_node)
+    return _job(
+        f"{base}-shards",
+        base,
+        "shards",
+        k,
+        container,
+        vols,
+        completionMode="Indexed",
+        completions=len(shards),
+        parallelism=len(shards),
+        backoffLimitPerIndex=0,
+        activeDeadlineSeconds=max(_deadline(k, s) for s in shards),
+    )
 
 
-def _engine_argv(group: Any, side: str, model: str, nodes: int, *, leader: bool) -> list[str]:
-    args = [str(a) for a in group.args[side]]
-    common = [*args, "--nnodes", str(nodes), "--master-addr", "$(LWS_LEADER_ADDRESS)", "--master-port"]
-    common.append(str(MASTER_PORT))
-    if leader:
-        role = ["leader", "--model", model, *common, "--node-rank", "0", "--host", "0.0.0.0", "--port", str(API_PORT)]
-    else:
-        role = ["follower", "--model", model, *common, "--node-rank", "$(LWS_WORKER_INDEX)", "--headless"]
-    return ["python", "-m", "fasttrack.engine.node_main", *role]
+class PodExecutor:
+    """A LeaderWorkerSet pod (:class:`~fasttrack.engine.cmdline.Executor`): the image's fasttrack runs the node
+    (``python -m fasttrack.engine.node_main leader|follower``, which picks the image's vLLM entry point); the
+    leader pod is node 0, a worker pod node ``$(LWS_WORKER_INDEX)``; the ranks meet at
+    ``$(LWS_LEADER_ADDRESS)``. Kubernetes expands both in the command."""
+
+    name = "pod"
+    bind_host = "0.0.0.0"
+
+    def entry(self, python: str, role: Role) -> list[str]:
+        return [python, "-m", "fasttrack.engine.node_main", role]
+
+    def rank(self, rank: int) -> str:
+        return "0" if rank == 0 else "$(LWS_WORKER_INDEX)"
+
+    def node_env(self, env: dict[str, str], *, python: str, rank: int | None, nnodes: int) -> dict[str, str]:
+        return env
+
+
+def engine_run_dir(shard: ShardSpec) -> str:
+    """The run folder of a multi-node shard's engines on the shared volume: their profiler traces go under its
+    ``profiles/``, outside the shard's own run folder (which the driver's ``validate --force`` replaces)."""
+    return f"{BUNDLES}/engines/{shard.dirname}"
+
+
+def engine_commands(
+    scope: Any, group: Any, side: str, shard: ShardSpec, site: SiteProfile, image: str | None
+) -> tuple[EngineCommand, EngineCommand]:
+    """The leader's and the workers' command line and environment for one side of a multi-node shard."""
+    spec = serve_spec(
+        scope,
+        group,
+        side,
+        model=scope.model.id,
+        run_dir=engine_run_dir(shard),
+        name=f"{group.id}.{side}.0",
+        per_request_metrics=True,  # the image's vLLM (0.26 and 0.32 both have them), not the renderer's
+    )
+    meet = Rendezvous(shard.nodes, "$(LWS_LEADER_ADDRESS)", MASTER_PORT)
+    host_env = {**site.env, **image_env(image or site.kubernetes.image)}
+    lead, follow = (
+        engine_command(
+            spec, executor=PodExecutor(), python="python", host_env=host_env, api_port=API_PORT, rank=r, rendezvous=meet
+        )
+        for r in (0, 1)
+    )
+    return lead, follow
 
 
 def _multi_node(
@@ -210,7 +272,7 @@ def _multi_node(
     base: str,
     claim: str,
     groups: dict[str, Any],
-    model_id: str,
+    scope: Any,
 ) -> list[dict[str, Any]]:
     if len(shard.groups) != 1:
         raise FasttrackError(
@@ -220,6 +282,7 @@ def _multi_node(
         )
     k = site.kubernetes
     group = groups[shard.groups[0]]
+    image = opts.image or k.image
     vols, mounts = _volumes(k, claim, opts.sign)
     gpus = opts.gpus_per_node if opts.gpus_per_node is not None else k.gpus_per_node
     per_node = shard.gpus_per_node if gpus is None else gpus
@@ -227,25 +290,17 @@ def _multi_node(
     urls = {}
     for side in ("baseline", "candidate"):
         name = f"{base}-s{shard.index}-{side[:4]}"
-        env = _env(site, {"VLLM_SERVER_DEV_MODE": "1", **group.env[side]}, opts.image)
+        lead, follow = engine_commands(scope, group, side, shard, site, image)
 
-        def container(cname: str, argv: list[str], probe: bool, env: list[dict[str, str]] = env) -> dict[str, Any]:
-            c: dict[str, Any] = {
-                "name": cname,
-                "image": opts.image or k.image,
-                "imagePullPolicy": k.image_pull_policy,
-                "command": argv,
-                "env": env,
-                "volumeMounts": mounts,
-                "resources": _resources(k, per_node),
-            }
+        def container(cname: str, cmd: EngineCommand, probe: bool) -> dict[str, Any]:
+            env = [{"name": n, "value": v} for n, v in sorted(cmd.env.items())]
+            c = _container(cname, image, k, cmd.argv, env, mounts)
+            c["resources"] = _resources(k, per_node)
             if probe:
                 c["ports"] = [{"containerPort": API_PORT, "name": "api"}]
                 c["readinessProbe"] = {"httpGet": {"path": "/health", "port": API_PORT}, "periodSeconds": 10}
             return c
 
-        lead = _engine_argv(group, side, model_id, shard.nodes, leader=True)
-        follow = _engine_argv(group, side, model_id, shard.nodes, leader=False)
         labels = {"fasttrack.dev/shard": str(shard.index), "fasttrack.dev/side": side}
         out.append(
             {
@@ -300,29 +355,9 @@ def _multi_node(
         f'EXTRA_ARGS="--baseline-url {urls["baseline"]} --candidate-url {urls["candidate"]}"\n{wait}'
     )
     script = _shard_script(site, _validate_line(site, opts, layout, []), layout.count, pick)
-    driver = {
-        "name": "fasttrack",
-        "image": opts.image or k.image,
-        "imagePullPolicy": k.image_pull_policy,
-        "command": ["/bin/bash", "-c", script],
-        "env": _env(site, image=opts.image),
-        "volumeMounts": mounts,
-    }
-    out.append(
-        {
-            "apiVersion": "batch/v1",
-            "kind": "Job",
-            "metadata": _meta(f"{base}-s{shard.index}-driver", k.namespace, base, **{"fasttrack.dev/role": "driver"}),
-            "spec": {
-                "backoffLimit": 0,
-                "activeDeadlineSeconds": _deadline(k, shard),
-                "template": {
-                    "metadata": {"labels": {JOB_LABEL: base, "fasttrack.dev/role": "driver"}},
-                    "spec": _pod_spec(k, [driver], vols, restart="Never"),
-                },
-            },
-        }
-    )
+    driver = _container("fasttrack", image, k, ["/bin/bash", "-c", script], _env(site, image=opts.image), mounts)
+    name = f"{base}-s{shard.index}-driver"
+    out.append(_job(name, base, "driver", k, driver, vols, backoffLimit=0, activeDeadlineSeconds=_deadline(k, shard)))
     return out
 
 
@@ -352,26 +387,9 @@ def _merge_job(layout: ShardLayout, site: SiteProfile, opts: K8sOptions, base: s
             f"exec {merge}",
         ]
     )
-    container = {
-        "name": "merge",
-        "image": opts.image or k.image,
-        "imagePullPolicy": k.image_pull_policy,
-        "command": ["/bin/bash", "-c", script],
-        "env": _env(site, image=opts.image),
-        "volumeMounts": mounts,
-    }
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": _meta(f"{base}-merge", k.namespace, base, **{"fasttrack.dev/role": "merge"}),
-        "spec": {
-            "backoffLimit": 0,
-            "template": {
-                "metadata": {"labels": {JOB_LABEL: base, "fasttrack.dev/role": "merge"}},
-                "spec": _pod_spec(k, [container], vols, restart="Never"),
-            },
-        },
-    }
+    command = ["/bin/bash", "-c", script]
+    container = _container("merge", opts.image or k.image, k, command, _env(site, image=opts.image), mounts)
+    return _job(f"{base}-merge", base, "merge", k, container, vols, backoffLimit=0)
 
 
 def render(layout: ShardLayout, site: SiteProfile, opts: K8sOptions) -> K8sRender:
@@ -412,7 +430,7 @@ def render(layout: ShardLayout, site: SiteProfile, opts: K8sOptions) -> K8sRende
         for idx, s in enumerate(single):
             job["shard_jobs"][s.label] = {"job": f"{base}-shards", "completion_index": idx}
     for s in multi:
-        docs += _multi_node(layout, s, site, opts, base, claim, groups, loaded.scope.model.id)
+        docs += _multi_node(layout, s, site, opts, base, claim, groups, loaded.scope)
         job["shard_jobs"][s.label] = {"job": f"{base}-s{s.index}-driver", "completion_index": None}
     docs.insert(
         0 if k.existing_claim else 1,

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fasttrack.engine.cmdline import safety_exports
 from fasttrack.executors.collect import JOB_FILE, MERGED_BUNDLE, MERGED_DIR, save_job
 from fasttrack.executors.shards import ArraySpec, ShardLayout, job_name
 from fasttrack.executors.site import SiteProfile, image_env
@@ -97,6 +98,7 @@ def _prelude(site: SiteProfile, opts: SlurmOptions, *, image: str | None) -> lis
     lines = ["set -uo pipefail", f"JOB_DIR={_q(opts.job_dir)}", 'cd "$JOB_DIR"']
     env = {**site.env, **image_env(image or opts.container_image or site.slurm.container_image)}
     lines += [f"export {k}={_q(v)}" for k, v in sorted(env.items())]
+    lines += safety_exports()  # the host's GPU safety settings (the kernels run here), else the safe values
     srun_args = list(site.slurm.srun_args)
     if image:
         srun_args.append(f"--container-image={image}")

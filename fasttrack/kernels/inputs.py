@@ -49,7 +49,10 @@ BATCHES_BY_TIER: dict[str, tuple[int, ...]] = {
 def batch_sizes(tier: str | None = None, *, max_batch: int = 64) -> tuple[int, ...]:
     """Batch sizes for the tier (default: the ``FASTTRACK_KERNEL_TIER`` tier)."""
     t = tier or env.tier()
-    return tuple(b for b in BATCHES_BY_TIER[t] if b <= max_batch)
+    sizes = [b for b in BATCHES_BY_TIER[t] if b <= max_batch]
+    if max_batch not in sizes and any(b > max_batch for b in BATCHES_BY_TIER[t]):
+        sizes.append(max_batch)  # the tier's largest batch lies past the envelope: its largest batch stands for it
+    return tuple(sizes)
 
 
 def model_dims(defaults: Mapping[str, int]) -> dict[str, int]:

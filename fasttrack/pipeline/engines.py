@@ -12,6 +12,7 @@ Every launch's collection runs on one event loop the pipeline owns (``run_loop``
 from __future__ import annotations
 
 import contextlib
+import shutil
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
@@ -140,63 +141,18 @@ def drive_engines(
     ``not_run`` with the reason, and ``state.crash`` says what happened."""
     from fasttrack.engine import EngineCrashed, EngineError
     from fasttrack.models import resolve_model
-    from fasttrack.perf.loadgen import run_loop
 
     if not all(attach.values()):
-        ctx.model = resolve_model(ctx.scope, log=log)
+        ctx.model = resolve_model(ctx.scope, base_dir=ctx.base_dir, log=log)
     pairing = [c for c in checks if isinstance(c, PairedCheck) and c.paired(ctx)]
     total = sum(len(g.order) for g in plan.groups)
     n = 0
     for group in plan.groups:
         for slot in engine_slots(group.order, paired=bool(pairing)):
-            lifetime = slot[0][1]
-            sides: list[Side] = [s for s, _ in slot]  # type: ignore[misc]  # group orders name sides only
-            wanted = {side: [c for c in checks if c.wants(ctx, group, side, lifetime)] for side in sides}
-            pair_checks = [c for c in pairing if len(slot) == 2 and c.wants_pair(ctx, group, lifetime)]
-            labels: dict[Side, str] = {}
-            for side in sides:
-                n += 1
-                labels[side] = f"[{n}/{total}] {group.id} {side} (lifetime {lifetime + 1}/{group.lifetimes_per_side})"
-            pair_label = (
-                f"[{n}/{total}] {group.id} baseline + candidate (lifetime {lifetime + 1}/{group.lifetimes_per_side})"
-            )
-            sides_up = [side for side in sides if wanted[side] or pair_checks]
-            # both engines together only for a pairing check; otherwise one at a time, as always
-            launches = [sides_up] if pair_checks else [[side] for side in sides_up]
-            for up in launches:
-                launch = _Launch(group, lifetime, up, wanted, pair_checks, labels, pair_label)
+            n, launches = _slot_launches(ctx, group, slot, checks, pairing, n=n, total=total)
+            for launch in launches:
                 try:
-                    with contextlib.ExitStack() as stack:
-                        engines: dict[Side, EngineHandle] = {}
-                        for side in up:
-                            launch.failing = side
-                            record = EngineLaunch(
-                                side=side,
-                                group=group.id,
-                                lifetime=lifetime,
-                                checks=[c.name for c in wanted[side]]
-                                + [c.name for c in pair_checks if c not in wanted[side]],
-                                up_with=[o for o in up if o != side] if len(up) > 1 else None,
-                            )
-                            launch.records[side] = record
-                            state.engines.append(record)
-                            together = " (up together with the other side)" if len(up) > 1 else ""
-                            progress(f"{labels[side]}: starting engine{together}")
-                            engines[side] = stack.enter_context(
-                                _launch(
-                                    ctx,
-                                    group,
-                                    side,
-                                    lifetime,
-                                    attach.get(side),
-                                    record,
-                                    exclusive=not engines,
-                                    launcher=launcher,
-                                    cpus=pair_cpus_for(ctx, side, lifetime) if len(up) > 1 else None,
-                                )
-                            )
-                            progress(f"{labels[side]}: engine up at {engines[side].base_url}")
-                        run_loop(_collect_launch(ctx, launch, engines, progress))
+                    _run_launch(ctx, launch, state, attach=attach, progress=progress, launcher=launcher)
                 except EngineError as exc:
                     _record_crash(ctx, launch, exc, checks, state, crashed=isinstance(exc, EngineCrashed), log=log)
                     return
@@ -210,18 +166,100 @@ def drive_engines(
                 chk.record_deployment(ctx, dep, _deploy(ctx, dep, state, chk.name, launcher), "")
 
 
+def _slot_launches(
+    ctx: RunContext,
+    group: EngineGroup,
+    slot: list[tuple[str, int]],
+    checks: list[EngineCheck],
+    pairing: list[PairedCheck],
+    *,
+    n: int,
+    total: int,
+) -> tuple[int, list[_Launch]]:
+    """The launches of one slot (one side's lifetime, or both sides' k-th lifetimes for a pairing check): the sides
+    some check wants, one at a time, or both up together for a pairing check. Returns the launch counter too."""
+    lifetime = slot[0][1]
+    sides: list[Side] = [s for s, _ in slot]  # type: ignore[misc]  # group orders name sides only
+    wanted = {side: [c for c in checks if c.wants(ctx, group, side, lifetime)] for side in sides}
+    pair_checks = [c for c in pairing if len(slot) == 2 and c.wants_pair(ctx, group, lifetime)]
+    labels: dict[Side, str] = {}
+    for side in sides:
+        n += 1
+        labels[side] = f"[{n}/{total}] {group.id} {side} (lifetime {lifetime + 1}/{group.lifetimes_per_side})"
+    pair_label = f"[{n}/{total}] {group.id} baseline + candidate (lifetime {lifetime + 1}/{group.lifetimes_per_side})"
+    sides_up = [side for side in sides if wanted[side] or pair_checks]
+    # both engines together only for a pairing check; otherwise one at a time, as always
+    ups = [sides_up] if pair_checks else [[side] for side in sides_up]
+    return n, [_Launch(group, lifetime, up, wanted, pair_checks, labels, pair_label) for up in ups]
+
+
+def _run_launch(
+    ctx: RunContext,
+    launch: _Launch,
+    state: RunState,
+    *,
+    attach: Mapping[Side, str | None],
+    progress: Callable[[str], None],
+    launcher: Launcher | None,
+) -> None:
+    """Start the launch's engines (recording each), let every check collect on them, stop them."""
+    from fasttrack.perf.loadgen import run_loop
+
+    group, lifetime, up = launch.group, launch.lifetime, launch.up
+    with contextlib.ExitStack() as stack:
+        engines: dict[Side, EngineHandle] = {}
+        for side in up:
+            launch.failing = side
+            record = EngineLaunch(
+                side=side,
+                group=group.id,
+                lifetime=lifetime,
+                checks=[c.name for c in launch.wanted[side]]
+                + [c.name for c in launch.pair_checks if c not in launch.wanted[side]],
+                up_with=[o for o in up if o != side] if len(up) > 1 else None,
+            )
+            launch.records[side] = record
+            state.engines.append(record)
+            together = " (up together with the other side)" if len(up) > 1 else ""
+            progress(f"{launch.labels[side]}: starting engine{together}")
+            engines[side] = stack.enter_context(
+                _launch(
+                    ctx,
+                    group,
+                    side,
+                    lifetime,
+                    attach.get(side),
+                    record,
+                    exclusive=not engines,
+                    launcher=launcher,
+                    cpus=pair_cpus_for(ctx, side, lifetime) if len(up) > 1 else None,
+                )
+            )
+            progress(f"{launch.labels[side]}: engine up at {engines[side].base_url}")
+        run_loop(_collect_launch(ctx, launch, engines, progress))
+
+
 def _deploy(ctx: RunContext, dep: Deployment, state: RunState, check: str, launcher: Launcher | None) -> Any:
     """Start one engine outside the envelope (:class:`~fasttrack.checks.base.Deployment`) and record it."""
     from fasttrack.engine import get_launcher
+    from fasttrack.engine.cmdline import serve_spec
     from fasttrack.engine.deployment import probe_deployment
     from fasttrack.plan import effective_tp
 
     group = next(g for g in ctx.plan.groups if g.id == dep.group)
     assert ctx.model is not None, "the model is resolved before the first engine starts"
-    args = list(dep.args)
-    served = ctx.scope.model.served_name
-    if served and "--served-model-name" not in args:
-        args += ["--served-model-name", served]
+    log_name = f"{dep.group}.{dep.side}.{dep.name}"
+    spec = serve_spec(
+        ctx.scope,
+        group,
+        dep.side,
+        model=ctx.model.model,
+        run_dir=ctx.run_dir,
+        name=log_name,
+        args=dep.args,
+        evidence=False,
+    )
+    args = list(spec.args)
     hw = ctx.scope.hardware
     nodes = hw.nodes_for(effective_tp(args, group.tp)) if hw is not None else 1
     record = EngineLaunch(side=dep.side, group=dep.group, lifetime=0, checks=[check], owned=True, args=args)
@@ -230,13 +268,13 @@ def _deploy(ctx: RunContext, dep: Deployment, state: RunState, check: str, launc
     fb = ctx.scope.fallback
     outcome = probe_deployment(
         side=dep.side,
-        model=ctx.model.model,
+        model=spec.model,
         args=args,
-        env=dict(group.env[dep.side]),
+        env=dict(spec.env),
         log_dir=ctx.run_dir / "logs",
-        log_name=f"{dep.group}.{dep.side}.{dep.name}",
+        log_name=log_name,
         startup_timeout=ctx.scope.engine.startup_timeout_s,
-        served_model=served,
+        served_model=ctx.scope.model.served_name,
         reject_regex=fb.reject_regex if fb else None,
         log_regex=fb.log_regex if fb else None,
         nodes=nodes,
@@ -398,14 +436,8 @@ def _launch(
     ``exclusive=False`` lets it start while the other side's engine is up (interleaved perf). A side
     that spans several nodes (``group.side_nodes``) starts one process per node through ``launcher``.
     ``cpus``: the cores its processes are pinned to (:func:`pair_cpus_for`)."""
-    from fasttrack.engine import (
-        MultiNodeEngine,
-        attach_engine,
-        get_launcher,
-        per_request_metrics_args,
-        profiler_args,
-        start_engine,
-    )
+    from fasttrack.engine import MultiNodeEngine, attach_engine, get_launcher, start_engine
+    from fasttrack.engine.cmdline import DEVICE_COUNTERS_ENV, serve_spec
     from fasttrack.engine.pinning import pinned, pinning_env
 
     engine: ManagedEngine | Any
@@ -416,32 +448,33 @@ def _launch(
         resolved: ResolvedModel | None = ctx.model
         assert resolved is not None, "the model is resolved before the first engine starts"
         log_name = f"{group.id}.{side}.{lifetime}"
-        args = list(group.args[side])
-        served = ctx.scope.model.served_name
-        if served and "--served-model-name" not in args:
-            args += ["--served-model-name", served]
-        args += profiler_args(ctx.run_dir / "profiles" / log_name)
-        args += per_request_metrics_args(args)  # the engine core's own per-request timing (perf)
+        spec = serve_spec(ctx.scope, group, side, model=resolved.model, run_dir=ctx.run_dir, name=log_name)
+        args = list(spec.args)
         record.owned, record.args, record.env = True, args, dict(group.env[side])
         seed = engine_seed(args)
         if seed is not None:
             ctx.provenance.seed(f"engine/{group.id}/{side}", seed)
 
         def on_progress(p: Any) -> None:
-            ctx.log(f"  {side} engine starting ({p.elapsed_s:.0f} s): {p.last_log_line[-120:]}")
+            ctx.log(f"  {side} engine starting ({p.elapsed_s:.0f} s): {p.line()}")
 
-        env: dict[str, str | None] = dict(group.env[side])
+        env: dict[str, str | None] = dict(spec.env)
+        counters = env.get(DEVICE_COUNTERS_ENV)
+        if counters:  # the device counters' folder (serve_spec): a fresh one per engine
+            shutil.rmtree(counters, ignore_errors=True)
+            Path(counters).mkdir(parents=True)
         nodes = group.side_nodes.get(side, group.nodes)
         node_launcher = None
         if nodes > 1:
             node_launcher = launcher or get_launcher(None)
             record.nodes, record.launcher = nodes, node_launcher.name
             ctx.log(f"{group.id} {side}: the engine spans {nodes} nodes (launcher {node_launcher.name})")
-        if cpus:
+        if cpus:  # engines up together: this one's cores, and the settings that keep its threads on them
             hw = ctx.scope.hardware
-            env.update(pinning_env(cpus, env, cpu_device=hw is not None and hw.device == "cpu"))
+            pin_env = pinning_env(cpus, env, cpu_device=hw is not None and hw.device == "cpu")
+            env.update(pin_env)
             record.cpus = list(cpus)
-            record.env = {k: v for k, v in env.items() if v is not None}
+            record.env = {**(record.env or {}), **{k: v for k, v in pin_env.items() if v is not None}}
         try:
             with pinned(cpus):
                 engine = start_engine(

@@ -54,7 +54,8 @@ class RunFacts:
 
 def engine_record(launch: EngineLaunch) -> EngineRecord:
     """One engine lifetime as the bundle's provenance lists it (secret-looking environment values hidden),
-    with the vLLM build it served (version; commit where the build records one or runs from a git checkout)."""
+    with the vLLM build it served (version; commit where the build records one or runs from a git checkout)
+    and the torch/CUDA build and driver under it."""
     env = launch.environment or {}
     source = env.get("vllm_commit_source")
     if launch.environment_error and not source:
@@ -63,6 +64,10 @@ def engine_record(launch: EngineLaunch) -> EngineRecord:
         vllm_version=env.get("vllm_version"),
         vllm_commit=env.get("vllm_commit"),
         vllm_commit_source=source,
+        torch_version=env.get("torch_version"),
+        cuda_version=env.get("torch_cuda_version"),
+        driver_version=env.get("driver_version")
+        or ((env.get("device") or {}).get("detail") or {}).get("driver_version"),
         side=launch.side,
         group=launch.group,
         mode="attached" if launch.owned is False else "owned",
@@ -148,6 +153,7 @@ def finished_run(facts: RunFacts, ctx: RunContext, results: Sequence[CheckResult
         rehearsal=facts.rehearsal,
         rehearsal_reason=facts.rehearsal_reason,
         logs={SUMMARY: summary} if summary.is_file() else {},
+        expected_checks=facts.plan.check_order or (),
     )
 
 

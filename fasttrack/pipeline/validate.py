@@ -40,6 +40,9 @@ class ValidateOptions:
 
     model: str
     tier: str = "smoke"
+    scope_base_dir: Path | None = None
+    """The folder the scope's relative paths start from, when not the scope file's own (``reproduce`` runs a
+    bundle's recorded copy of a local suite's scope against that suite's files)."""
     shard: str | None = None
     out: Path = Path("runs/latest")
     checks: list[str] | None = None
@@ -77,7 +80,8 @@ class ValidateOutcome:
 
 def prepare(opts: ValidateOptions, *, log: Callable[[str], None]) -> tuple[LoadedScope, HostInfo, bool, str | None]:
     """Load the scope and check the host. Returns (scope, host, rehearsal, reason)."""
-    loaded = load_scope(opts.model)
+    registry()  # every check registered first: a check's gate model makes its section of the scope's gates
+    loaded = load_scope(opts.model, base_dir=opts.scope_base_dir)
     scope = loaded.scope
     if not scope.is_complete:
         raise ScopeError(
@@ -256,9 +260,65 @@ def run_validate(
     opts: ValidateOptions, *, log: Callable[[str], None] = print, progress: Callable[[str], None] | None = None
 ) -> ValidateOutcome:
     progress = progress or log
+    run = _set_up(opts, log=log)
+    ctx, plan = run.ctx, run.ctx.plan
+    state = RunState()
+    active = _declare_inactive(ctx, run.checks, run.skipped, state)
+    disarm_signals, restore_signals = _termination_handlers()
+    terminated: Terminated | None = None
+    try:
+        _run_checks(ctx, run.driven, active, state, opts, progress=progress, log=log)
+    except KeyboardInterrupt as exc:
+        terminated = _cut_short(ctx, active, state, exc, log=log)
+    except BaseException:
+        restore_signals()
+        raise
+    finally:
+        state.finished = time.time()
+        disarm_signals()  # from here a termination signal waits until the outputs are written
+
+    _bind_pr_head(state, log)
+    _apply_blocks(registry(), state)
+    results = [state.results[n] for n in ordered_checks(state.results, plan.check_order)]
+    try:
+        bundle_path = write_outputs(run.facts, ctx, results, state, log=log)
+    finally:
+        late = restore_signals()
+    if terminated is None and late is not None:  # the signal came while the outputs were written
+        terminated = Terminated(late)
+    if terminated is not None:
+        log(f"{terminated.reason}: partial bundle {bundle_path}")
+        raise SystemExit(128 + terminated.signum)
+    if state.interrupted:
+        raise KeyboardInterrupt
+    return ValidateOutcome(
+        run_dir=ctx.run_dir,
+        verdict=bundle_verdict(overall_verdict(results), rehearsal=run.facts.rehearsal),
+        results=results,
+        bundle=bundle_path,
+        rehearsal=run.facts.rehearsal,
+        state=state,
+    )
+
+
+@dataclass
+class _Run:
+    """A run set up: its context (scope, plan, run folder), the engine groups it starts, the checks it runs and
+    those it does not (with why), and the facts the bundle records."""
+
+    ctx: RunContext
+    driven: Plan
+    checks: list[Check]
+    skipped: dict[str, str]
+    facts: RunFacts
+
+
+def _set_up(opts: ValidateOptions, *, log: Callable[[str], None]) -> _Run:
+    """Everything before the first check: scope and host, plan, preflight, PR refs, keys, run folder, checks.
+    Every input error is raised here, before any engine starts and before the run folder is touched."""
     loaded, host, rehearsal, rehearsal_reason = prepare(opts, log=log)
     scope = loaded.scope
-    plan = build_plan(scope, tier=opts.tier, shard=opts.shard, scope_sha256=loaded.sha256)
+    plan = build_plan(scope, tier=opts.tier, shard=opts.shard, scope_sha256=loaded.sha256, check_order=list(registry()))
     driven = select_groups(plan, opts.groups)  # the groups to start; an unknown group fails before anything else
     preflight(loaded, plan, opts, log=log)
     change = change_request(opts)
@@ -280,72 +340,6 @@ def run_validate(
         log=log,
         change=change,
     )
-    state = RunState()
-    reg = registry()
-    for name, why in skipped.items():
-        # A check the scope's tier leaves out is not part of that tier's verdict (the tier and its check list are
-        # in the bundle); one left out with --checks stays required, so a partial run never passes.
-        required = reg[name].required_in(ctx) and (plan.runs_check(name) or reg[name].every_tier)
-        state.results[name] = _declared(reg[name], CheckResult.not_run(name, why, required=required))
-
-    active: list[Check] = []
-    for chk in checks:
-        skip = chk.skip_reason(ctx)
-        if skip:
-            state.results[chk.name] = _declared(chk, CheckResult.not_run(chk.name, skip, required=chk.required_in(ctx)))
-        else:
-            active.append(chk)
-
-    disarm_signals, restore_signals = _termination_handlers()
-    why_stopped = "the run was interrupted (Ctrl-C) before this check finished"
-    terminated: Terminated | None = None
-    try:
-        for echk in [c for c in active if isinstance(c, EnginelessCheck)]:
-            progress(f"check {echk.name}: running")
-            state.results[echk.name] = _guard(echk, lambda c=echk: c.run(ctx))  # type: ignore[misc]
-        engine_checks = [c for c in active if isinstance(c, EngineCheck)]
-        if engine_checks:
-            attach: dict[Side, str | None] = {"baseline": opts.baseline_url, "candidate": opts.candidate_url}
-            launcher = get_launcher(opts.launcher) if opts.launcher else None
-            if driven is not plan:
-                left = [g.id for g in plan.groups if g not in driven.groups]
-                log(
-                    f"--group: starting {', '.join(g.id for g in driven.groups)} only; not exercised: {', '.join(left)}"
-                )
-            drive_engines(
-                ctx, driven, engine_checks, state, attach=attach, progress=progress, log=log, launcher=launcher
-            )
-            for chk in engine_checks:
-                if chk.name in state.results:
-                    state.results[chk.name] = _declared(chk, state.results[chk.name])
-                    continue
-                progress(f"check {chk.name}: judging")
-                state.results[chk.name] = _guard(chk, lambda c=chk: c.judge(ctx))  # type: ignore[misc]
-    except KeyboardInterrupt as exc:
-        state.interrupted = True
-        if isinstance(exc, Terminated):
-            terminated = exc
-            why_stopped = f"the run was {exc.reason} before this check finished"
-            log(f"{exc.reason}: engines were stopped; writing a partial bundle")
-        else:
-            log("interrupted: engines were stopped; writing a partial bundle")
-        for chk in active:
-            if chk.name not in state.results:
-                stopped = (
-                    stopped_result(chk, ctx, why_stopped, required=chk.required_in(ctx))
-                    if isinstance(chk, EngineCheck)
-                    else CheckResult.not_run(chk.name, why_stopped, required=chk.required_in(ctx))
-                )
-                state.results[chk.name] = _declared(chk, stopped)
-    except BaseException:
-        restore_signals()
-        raise
-    finally:
-        state.finished = time.time()
-        disarm_signals()  # from here a termination signal waits until the outputs are written
-
-    _bind_pr_head(state, log)
-    results = [state.results[n] for n in ordered_checks(state.results)]
     facts = RunFacts(
         loaded=loaded,
         plan=plan,
@@ -358,25 +352,101 @@ def run_validate(
         head=opts.head,
         sign_keys=sign_keys,
     )
-    try:
-        bundle_path = write_outputs(facts, ctx, results, state, log=log)
-    finally:
-        late = restore_signals()
-    if terminated is None and late is not None:  # the signal came while the outputs were written
-        terminated = Terminated(late)
+    return _Run(ctx=ctx, driven=driven, checks=checks, skipped=skipped, facts=facts)
+
+
+def _declare_inactive(ctx: RunContext, checks: list[Check], skipped: dict[str, str], state: RunState) -> list[Check]:
+    """Record the checks that do not run (not selected, or skipping themselves) as ``not_run``; return the rest."""
+    reg = registry()
+    plan = ctx.plan
+    for name, why in skipped.items():
+        # A check the scope's tier leaves out is not part of that tier's verdict (the tier and its check list are
+        # in the bundle); one left out with --checks stays required, so a partial run never passes.
+        required = reg[name].required_in(ctx) and (plan.runs_check(name) or reg[name].every_tier)
+        state.results[name] = _declared(reg[name], CheckResult.not_run(name, why, required=required))
+    active: list[Check] = []
+    for chk in checks:
+        skip = chk.skip_reason(ctx)
+        if skip:
+            state.results[chk.name] = _declared(chk, CheckResult.not_run(chk.name, skip, required=chk.required_in(ctx)))
+        else:
+            active.append(chk)
+    return active
+
+
+def _run_checks(
+    ctx: RunContext,
+    driven: Plan,
+    active: list[Check],
+    state: RunState,
+    opts: ValidateOptions,
+    *,
+    progress: Callable[[str], None],
+    log: Callable[[str], None],
+) -> None:
+    """The engineless checks, then the engine checks over every engine of ``driven``, then their judgements."""
+    for echk in [c for c in active if isinstance(c, EnginelessCheck)]:
+        progress(f"check {echk.name}: running")
+        state.results[echk.name] = _guard(echk, lambda c=echk: c.run(ctx))  # type: ignore[misc]
+    engine_checks = [c for c in active if isinstance(c, EngineCheck)]
+    if not engine_checks:
+        return
+    attach: dict[Side, str | None] = {"baseline": opts.baseline_url, "candidate": opts.candidate_url}
+    launcher = get_launcher(opts.launcher) if opts.launcher else None
+    plan = ctx.plan
+    if driven is not plan:
+        left = [g.id for g in plan.groups if g not in driven.groups]
+        log(f"--group: starting {', '.join(g.id for g in driven.groups)} only; not exercised: {', '.join(left)}")
+    drive_engines(ctx, driven, engine_checks, state, attach=attach, progress=progress, log=log, launcher=launcher)
+    for chk in engine_checks:
+        if chk.name in state.results:
+            state.results[chk.name] = _declared(chk, state.results[chk.name])
+            continue
+        progress(f"check {chk.name}: judging")
+        state.results[chk.name] = _guard(chk, lambda c=chk: c.judge(ctx))  # type: ignore[misc]
+
+
+def _cut_short(
+    ctx: RunContext, active: list[Check], state: RunState, exc: KeyboardInterrupt, *, log: Callable[[str], None]
+) -> Terminated | None:
+    """Ctrl-C or a termination signal: the checks that did not finish are ``not_run`` saying so (the engines were
+    already stopped). Returns the termination, if it was one."""
+    state.interrupted = True
+    terminated = exc if isinstance(exc, Terminated) else None
     if terminated is not None:
-        log(f"{terminated.reason}: partial bundle {bundle_path}")
-        raise SystemExit(128 + terminated.signum)
-    if state.interrupted:
-        raise KeyboardInterrupt
-    return ValidateOutcome(
-        run_dir=run_dir,
-        verdict=bundle_verdict(overall_verdict(results), rehearsal=rehearsal),
-        results=results,
-        bundle=bundle_path,
-        rehearsal=rehearsal,
-        state=state,
-    )
+        why_stopped = f"the run was {terminated.reason} before this check finished"
+        log(f"{terminated.reason}: engines were stopped; writing a partial bundle")
+    else:
+        why_stopped = "the run was interrupted (Ctrl-C) before this check finished"
+        log("interrupted: engines were stopped; writing a partial bundle")
+    for chk in active:
+        if chk.name in state.results:
+            continue
+        # an engine check keeps what it measured before the stop (its partial judgement), never a pass
+        stopped = (
+            stopped_result(chk, ctx, why_stopped, required=chk.required_in(ctx))
+            if isinstance(chk, EngineCheck)
+            else CheckResult.not_run(chk.name, why_stopped, required=chk.required_in(ctx))
+        )
+        state.results[chk.name] = _declared(chk, stopped)
+    return terminated
+
+
+def _apply_blocks(reg: dict[str, type[Check]], state: RunState) -> None:
+    """A check whose ``blocked_by`` check ran and did not pass is ``not_run``, naming it (in check order, so a block
+    passes down a chain)."""
+    for name, cls in reg.items():
+        res = state.results.get(name)
+        if res is None or res.verdict is Verdict.NOT_RUN:
+            continue
+        failed = [
+            f"{b} {state.results[b].verdict.value}"
+            for b in cls.blocked_by
+            if b in state.results and state.results[b].verdict is not Verdict.PASS
+        ]
+        if failed:
+            why = f"blocked: {', '.join(failed)}, and this check's result depends on it (it said: {res.reason})"
+            state.results[name] = res.model_copy(update={"verdict": Verdict.NOT_RUN, "reason": why})
 
 
 def _bind_pr_head(state: RunState, log: Callable[[str], None]) -> None:

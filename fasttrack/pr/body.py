@@ -24,7 +24,7 @@ from typing import Any, Literal
 from fasttrack.bundle.verify import VerifyResult, verify_bundle
 from fasttrack.pr.github import COMMENT_LIMIT, GitHubError
 from fasttrack.pr.sticky import MARKER, BundleLink, check_body
-from fasttrack.report.comment import md, render_comment
+from fasttrack.report.comment import check_url, code, md, render_comment
 from fasttrack.report.load import build_report_data
 
 Side = Literal["contributor", "maintainer"]
@@ -44,7 +44,13 @@ class Body:
 
 
 def _signed_by(vr: VerifyResult) -> str:
-    who = [f"{md(s['identity'], 120)} (key `{str(s['keyid'])[:16]}`)" for s in vr.signatures if s.get("identity")]
+    """Who signed, named by the trusted keys that verified the signatures: a signature's own key id is
+    not signed (anyone can edit it), so it is never quoted here."""
+    who = [
+        f"{md(s['identity'], 120)} (key {code(str(s['key'])[:16])})"
+        for s in vr.signatures
+        if s.get("status") == "valid" and s.get("identity") and s.get("key")
+    ]
     return ", ".join(who)
 
 
@@ -52,11 +58,12 @@ def _banner(side: Side, vr: VerifyResult, *, pr_head: str | None, run_url: str |
     if side == "contributor":
         return (
             "> **Published by the contributor** with `fasttrack pr publish`: **not yet verified by the "
-            f"maintainers' workflow**. The verification line below is the publisher's own check ({keys_desc}); "
+            "maintainers' workflow**. The verification line below is the publisher's own check "
+            f"({md(keys_desc, 300)}); "
             "a maintainer's verification replaces this comment with the verified result."
         )
     run = f" · [workflow run]({run_url})" if run_url else ""
-    head = f"`{pr_head[:12]}`" if pr_head else "(not given)"
+    head = code(pr_head[:12]) if pr_head else "(not given)"
     if vr.verified:
         who = _signed_by(vr) or "a trusted key"
         verdict = "✅" if vr.verdict == "pass" else "⚠️"
@@ -73,7 +80,7 @@ def _banner(side: Side, vr: VerifyResult, *, pr_head: str | None, run_url: str |
 def _footer(link: BundleLink, vr: VerifyResult) -> str:
     who = _signed_by(vr)
     return (
-        f"**Bundle:** [{md(link.name, 120)}]({link.url}) · sha256 `{link.sha256}` · {link.size:,} bytes"
+        f"**Bundle:** [{md(link.name, 120)}]({link.url}) · sha256 {code(link.sha256)} · {link.size:,} bytes"
         + (f" · signed by {who}" if who else "")
         + "\n"
         + link.line()
@@ -96,6 +103,8 @@ def render_body(
     """Verify ``bundle`` and render the sticky comment for it (at most GitHub's limit)."""
     if check_link:
         link.check()
+    if run_url is not None:
+        check_url(run_url, "--run-url")  # a plain http(s) URL: it goes into the comment as a link
     vr = verify_bundle(Path(bundle), keys=keys, trust_dir=trust_dir, pr_head=pr_head)
     content_hash = link.sha256 if Path(bundle).is_file() else None
     data = build_report_data(

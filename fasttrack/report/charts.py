@@ -65,17 +65,22 @@ def speedup_chart(
         other = f"ctx {other}" if x == "batch" else other
         return f"{r.group} \u00b7 {other}" if len(groups) > 1 else other
 
+    label_of = {id(r): series_of(r) for r in usable}
+    first: dict[str, PerfRow] = {}
+    for r in usable:
+        first.setdefault(label_of[id(r)], r)
+
     def sort_key(label: str) -> tuple:
-        rs = [r for r in usable if series_of(r) == label]
-        r = rs[0]
+        r = first[label]
         return (r.group, (r.context or 0) if x == "batch" else (r.batch or 0), label)
 
-    labels = sorted({series_of(r) for r in usable}, key=sort_key)
+    labels = sorted(first, key=sort_key)
     extra = len(labels) - MAX_SERIES
     if extra > 0:
         labels = labels[:MAX_SERIES]
-        usable = [r for r in usable if series_of(r) in labels]
+        usable = [r for r in usable if label_of[id(r)] in labels]
     xs = sorted({xval(r) for r in usable})  # type: ignore[type-var]
+    x_index = {v: i for i, v in enumerate(xs)}
 
     vals: list[float] = [1.0]
     for r in usable:
@@ -141,9 +146,9 @@ def speedup_chart(
     for si, lab in enumerate(labels):
         cls = f"s{si % N_COLOURS}"
         g = El("g", {"class": f"series {cls}"})
-        rs = sorted((r for r in usable if series_of(r) == lab), key=lambda r: xs.index(xval(r)))
+        rs = sorted((r for r in usable if label_of[id(r)] == lab), key=lambda r: x_index[xval(r)])
         dx = (si - (n - 1) / 2) * off
-        pts = [(px(xs.index(xval(r))) + dx, py(r.speedup)) for r in rs]  # type: ignore[arg-type]
+        pts = [(px(x_index[xval(r)]) + dx, py(r.speedup)) for r in rs]  # type: ignore[arg-type]
         if len(pts) > 1:
             g.add(polyline(pts, cls="series-line"))
         for r, (cx, cy) in zip(rs, pts, strict=False):

@@ -20,7 +20,6 @@ from fasttrack.report.views import (
     HeatmapView,
     TableView,
 )
-from fasttrack.results import ordered_checks
 
 #: Titles of the shipped checks, for bundles written before checks recorded their own title.
 CHECK_TITLES = {
@@ -48,7 +47,7 @@ def view_entry(manifest: Manifest, view: str) -> tuple[str, CheckEntry] | None:
     """The check the report renders with the named ``view`` (``perf``, ``evals``, ``coverage``):
     the first whose entry records that view, or, in a bundle written before checks recorded
     their view, the check of that name."""
-    for name in ordered_checks(manifest.checks):
+    for name in manifest.check_order:
         if manifest.checks[name].view == view:
             return name, manifest.checks[name]
     entry = manifest.checks.get(view)
@@ -145,7 +144,7 @@ def heatmap_view(manifest: Manifest, tables: Tables, plan_pts: PlanPoints) -> He
                     seen.add(pid)
                 agg.setdefault(pid, {}).setdefault(check, []).append(F.row_verdict(r))
     points = points[:MAX_HEATMAP_POINTS]
-    checks = ordered_checks(manifest.checks)
+    checks = manifest.check_order
     cells: dict[str, dict[str, HeatCell]] = {}
     for pid in points:
         cells[pid] = {}

@@ -11,7 +11,10 @@ a note: its "speedup" measures how the stream was delivered, not the decode.
 The size is counted in UTF-8 bytes, so it stays under the limit however GitHub counts.
 Bundle text is escaped for Markdown and HTML (:func:`md`): punctuation is backslash-escaped,
 ``<``/``>``/``&`` become entities, and zero-width spaces break ``scheme://``, ``www.`` and
-``@mention`` so no bundle text becomes a link or pings anyone. When the comment would be too long, tables are cut
+``@mention`` so no bundle text becomes a link or pings anyone. Text shown as code (commit SHAs, metric
+names, key ids) goes through :func:`code`, whose fence the text cannot break. Every value the template
+shows passes one of the two (``tests/security/test_markdown.py`` renders hostile bundles with a real
+Markdown parser). When the comment would be too long, tables are cut
 (with a note saying how many rows were left out) until it fits.
 """
 
@@ -60,12 +63,29 @@ def md(s: Any, limit: int = 300) -> Markup:
     return Markup("".join(out))
 
 
-def check_url(url: str) -> str:
-    """A report URL given on the command line: http(s) only."""
+def code(s: Any, limit: int = 120, *, cell: bool = False) -> Markup:
+    """Untrusted text as one inline code span whose fence it cannot break.
+
+    The text is one line (newlines and control characters replaced), the fence is one backtick longer
+    than the longest run of backticks inside, padded when the text starts or ends with one (CommonMark's
+    rule), and inside a table cell (``cell``) a ``|``, which GitHub reads as a cell border even in a code
+    span, is escaped. Nothing inside a code span is Markdown or HTML."""
+    text = fmt.one_line(s, limit) or " "
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    if text.startswith("`") or text.endswith("`"):
+        text = f" {text} "
+    if cell:
+        text = text.replace("|", "\\|")
+    return Markup(f"{fence}{text}{fence}")
+
+
+def check_url(url: str, what: str = "--report-url") -> str:
+    """A URL given on the command line: plain http(s) only."""
     if not _URL_OK.match(url):
         raise FasttrackError(
-            f"--report-url {url[:200]!r} is not a plain http(s) URL",
-            hint="e.g. --report-url https://ci.example.org/runs/123/report.html",
+            f"{what} {url[:200]!r} is not a plain http(s) URL",
+            hint=f"e.g. {what} https://ci.example.org/runs/123",
         )
     return url
 
@@ -145,6 +165,7 @@ def _render(r: ReportData, *, report_ref: str, report_url: str | None, cap: int)
             report_ref=report_ref,
             report_url=report_url,
             md=md,
+            code=code,
         )
     )
 

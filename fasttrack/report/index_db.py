@@ -1,8 +1,8 @@
 """The dashboard's SQLite index: one row per bundle (keyed by its content hash) and one per
-place a bundle was found (keyed by path, with a stat fingerprint).
+place a bundle was found (keyed by path, naming the content hash found there).
 
-A rebuild stats every bundle; only paths whose fingerprint changed are hashed, and only
-content hashes not yet in the index are verified, read and rendered. The index also
+A rebuild hashes every bundle's content (never trusting sizes or times, which an edit in
+place can keep), and only content hashes not yet in the index are verified, read and rendered. The index also
 records the trust configuration and the renderer version: when either changes, every
 bundle is read again (verification depends on the keys, the pages on the templates).
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 from fasttrack.errors import FasttrackError
 from fasttrack.report.records import BundleRecord
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -36,7 +36,6 @@ CREATE TABLE IF NOT EXISTS bundles (
 CREATE INDEX IF NOT EXISTS bundles_head ON bundles (head_sha, model);
 CREATE TABLE IF NOT EXISTS sources (
     path TEXT PRIMARY KEY,
-    fingerprint TEXT NOT NULL,
     bundle_id TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS sources_bundle ON sources (bundle_id);
@@ -63,14 +62,17 @@ class Index:
             self.db = sqlite3.connect(str(path), timeout=30)
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
+            self.db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            if self.meta("schema_version") not in (None, SCHEMA_VERSION):  # an older layout: start afresh
+                for t in ("bundles", "sources", "perf"):
+                    self.db.execute(f"DROP TABLE IF EXISTS {t}")  # noqa: S608 - fixed table names
+                self.db.execute("DELETE FROM meta")
             self.db.executescript(_SCHEMA)
         except (sqlite3.Error, OSError) as exc:
             raise FasttrackError(
                 f"cannot open the dashboard index {path}: {exc}",
                 hint="Give --cache a file path in a writable folder (or leave it out: SITE/index.sqlite).",
             ) from None
-        if self.meta("schema_version") not in (None, SCHEMA_VERSION):
-            self.clear()
         self.set_meta("schema_version", SCHEMA_VERSION)
         self.db.commit()
 
@@ -99,21 +101,24 @@ class Index:
                 self.db.execute(f"DELETE FROM {t}")  # noqa: S608 - fixed table names
 
     # sources
-    def sources(self) -> dict[str, tuple[str, str]]:
-        """path -> (fingerprint, bundle id)."""
-        return {p: (f, b) for p, f, b in self.db.execute("SELECT path, fingerprint, bundle_id FROM sources")}
+    def sources(self) -> dict[str, str]:
+        """path -> bundle id."""
+        return {p: b for p, b in self.db.execute("SELECT path, bundle_id FROM sources")}
 
-    def put_source(self, path: str, fingerprint: str, bundle_id: str) -> None:
+    def put_source(self, path: str, bundle_id: str) -> None:
         self.db.execute(
-            "INSERT INTO sources (path, fingerprint, bundle_id) VALUES (?, ?, ?) "
-            "ON CONFLICT(path) DO UPDATE SET fingerprint = excluded.fingerprint, bundle_id = excluded.bundle_id",
-            (path, fingerprint, bundle_id),
+            "INSERT INTO sources (path, bundle_id) VALUES (?, ?) "
+            "ON CONFLICT(path) DO UPDATE SET bundle_id = excluded.bundle_id",
+            (path, bundle_id),
         )
 
     def drop_source(self, path: str) -> None:
         self.db.execute("DELETE FROM sources WHERE path = ?", (path,))
 
     # bundles
+    def ids(self) -> set[str]:
+        return {r for (r,) in self.db.execute("SELECT id FROM bundles")}
+
     def has(self, bundle_id: str) -> bool:
         return self.db.execute("SELECT 1 FROM bundles WHERE id = ?", (bundle_id,)).fetchone() is not None
 

@@ -12,6 +12,7 @@ environment); the views are built by :mod:`verification`, :mod:`check_views`,
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -50,7 +51,6 @@ from fasttrack.report.perf_view import perf_rows, perf_view
 from fasttrack.report.tableread import read_table
 from fasttrack.report.verification import verify_view
 from fasttrack.report.views import ArtifactView, EngineView, PRView, ReportData, VerifyView
-from fasttrack.results import ordered_checks
 
 #: Names that callers found here before the views moved to their own modules.
 __all__ = ["CHECK_TITLES", "Links", "build_report_data", "default_links", "perf_rows", "verify_view"]
@@ -152,7 +152,7 @@ def _read(view: BundleView, vr: VerifyResult, vv: VerifyView, name: str, bhash: 
             link=link,
             link_detail=fmt.one_line(link_detail, 1000),
         )
-    order = ordered_checks(m.checks)
+    order = m.check_order
     checks = [check_view(n, m.checks[n], tables.get(n, {}), policy) for n in order]
     claims, claims_note = claims_view(m, tables, scope_obj)
     artifacts, art_note = _artifacts(view, subjects, policy)
@@ -217,9 +217,15 @@ def plan_points(manifest: Manifest) -> PlanPoints:
 
 
 def scope_yaml(manifest: Manifest) -> dict[str, Any]:
+    """The recorded scope as parsed YAML (read-only: the parse is shared by every bundle recording the
+    same text, as a dashboard's bundles of one suite do)."""
+    return _scope_doc(manifest.scope.yaml)
+
+
+@functools.lru_cache(maxsize=16)
+def _scope_doc(text: str) -> dict[str, Any]:
     import yaml
 
-    text = manifest.scope.yaml
     if yaml_problem(text, "the recorded scope") is not None:  # too large, too deep, or a billion laughs
         return {}
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)

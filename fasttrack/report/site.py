@@ -18,12 +18,13 @@ Every page is rendered from the bundles only, after verifying each one.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 import stat
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +33,7 @@ from typing import Any, Literal
 from fasttrack.bundle.errors import BundleError
 from fasttrack.bundle.layout import ATTESTATION, MANIFEST
 from fasttrack.errors import FasttrackError
-from fasttrack.report.identity import bundle_hash, fingerprint
+from fasttrack.report.identity import bundle_hash
 from fasttrack.report.index_db import Index
 from fasttrack.report.links import quote_path, served_name
 from fasttrack.report.records import BundleRecord, record_from
@@ -107,26 +108,44 @@ def _init_worker(key_paths: Sequence[str], trust_dir: str | None) -> None:
 class _Job:
     rel: str
     path: str
-    fingerprint: str
     site: str
     artifacts: str
     known: frozenset[str]
 
 
+def hash_bundle(item: tuple[str, str]) -> tuple[str, str | None, str | None]:
+    """``(rel, content id, None)`` of one found bundle, or ``(rel, None, error)``."""
+    rel, path = item
+    try:
+        return rel, bundle_hash(Path(path)), None
+    except OSError as exc:
+        return rel, None, f"{rel}: cannot read: {exc}"
+
+
 def _copy_members(path: Path, members: Sequence[str], dest: Path) -> None:
     wanted = {m for m in members if quote_path(m) is not None}
+    made: set[Path] = set()
+
+    def folder(dst: Path) -> None:
+        if dst.parent not in made:
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            made.add(dst.parent)
+
     if path.is_dir():
         root = path.resolve()
+        inside: dict[Path, bool] = {}  # folder -> resolves under root (links followed), asked once per folder
         for m in sorted(wanted):
             src = root / m
             try:
                 st = os.lstat(src)
             except OSError:
                 continue
-            if not stat.S_ISREG(st.st_mode) or not src.resolve().is_relative_to(root):
+            if src.parent not in inside:
+                inside[src.parent] = src.parent.resolve().is_relative_to(root)
+            if not stat.S_ISREG(st.st_mode) or not inside[src.parent]:
                 continue
             dst = dest / served_name(m)
-            dst.parent.mkdir(parents=True, exist_ok=True)
+            folder(dst)
             shutil.copyfile(src, dst, follow_symlinks=False)
     else:
         from fasttrack.bundle.safe_tar import iter_members
@@ -135,26 +154,39 @@ def _copy_members(path: Path, members: Sequence[str], dest: Path) -> None:
             if mem.is_dir or mem.name not in wanted or mem.stream is None:
                 continue
             dst = dest / served_name(mem.name)
-            dst.parent.mkdir(parents=True, exist_ok=True)
+            folder(dst)
             with open(dst, "wb") as f:
                 shutil.copyfileobj(mem.stream, f, 1 << 20)
 
 
-def process_bundle(job: _Job) -> tuple[str, str, str, str | None, str | None]:
-    """Hash, verify, read and render one bundle: ``(rel, fingerprint, id, record json | None, error)``.
+def process_bundle(job: _Job) -> tuple[str, str, str | None, str | None]:
+    """Verify, read and render one bundle: ``(rel, id, record json | None, error)``.
 
-    When the content hash is already indexed (``job.known``) only the hash is computed.
+    The id is the content hash of what was verified: a tarball's bytes, hashed before it is verified;
+    a directory's tree hash, from the digests its verification computed (so an edit between the two
+    cannot leave a record under the id of other bytes). When that id is already indexed (``job.known``)
+    nothing is rendered.
     """
+    from fasttrack.bundle.verify import verify_bundle
     from fasttrack.report.load import Links, build_report_data
     from fasttrack.report.report import report_html
 
     path = Path(job.path)
     try:
-        h = bundle_hash(path)
+        h = "" if path.is_dir() else bundle_hash(path)
     except OSError as exc:
-        return job.rel, job.fingerprint, "", None, f"{job.rel}: cannot read: {exc}"
+        return job.rel, "", None, f"{job.rel}: cannot read: {exc}"
+    if h and h in job.known:
+        return job.rel, h, None, None
+    try:
+        vr = verify_bundle(path, keys=_worker_keys)
+        h = h or vr.content_sha256 or bundle_hash(path)
+    except BundleError as exc:
+        return job.rel, h, None, f"{job.rel}: {exc.message}"
+    except OSError as exc:
+        return job.rel, h, None, f"{job.rel}: cannot read: {exc}"
     if h in job.known:
-        return job.rel, job.fingerprint, h, None, None
+        return job.rel, h, None, None
     short = h[:16]
     site = Path(job.site)
     if job.artifacts == "copy":
@@ -164,17 +196,11 @@ def process_bundle(job: _Job) -> tuple[str, str, str, str | None, str | None]:
     else:
         links = Links(base=None, reason="not linked: this site was built without the bundles' files")
     try:
-        data = build_report_data(path, keys=_worker_keys, links=links, content_hash=h)
+        data = build_report_data(path, keys=_worker_keys, links=links, verify_result=vr, content_hash=h)
     except BundleError as exc:
-        return job.rel, job.fingerprint, h, None, f"{job.rel}: {exc.message}"
+        return job.rel, h, None, f"{job.rel}: {exc.message}"
     except Exception as exc:  # noqa: BLE001 - one hostile or broken bundle must not stop the whole dashboard
-        return (
-            job.rel,
-            job.fingerprint,
-            h,
-            None,
-            f"{job.rel}: could not be read ({type(exc).__name__}: {str(exc)[:300]})",
-        )
+        return job.rel, h, None, f"{job.rel}: could not be read ({type(exc).__name__}: {str(exc)[:300]})"
     write_text(site / "reports" / f"{short}.html", report_html(data, back_href="../index.html"))
     dest = site / "bundles" / short
     if dest.exists():
@@ -183,7 +209,7 @@ def process_bundle(job: _Job) -> tuple[str, str, str, str | None, str | None]:
         try:
             _copy_members(path, data.linkable, dest)
         except (BundleError, OSError) as exc:
-            return job.rel, job.fingerprint, h, None, f"{job.rel}: cannot copy its files: {exc}"
+            return job.rel, h, None, f"{job.rel}: cannot copy its files: {exc}"
     rec = record_from(
         data,
         bundle_id=h,
@@ -192,7 +218,7 @@ def process_bundle(job: _Job) -> tuple[str, str, str, str | None, str | None]:
         report=f"reports/{short}.html",
         members=data.linkable,
     )
-    return job.rel, job.fingerprint, h, rec.model_dump_json(), None
+    return job.rel, h, rec.model_dump_json(), None
 
 
 # --------------------------------------------------------------------------- build
@@ -239,54 +265,69 @@ def build_site(
                     shutil.rmtree(site / sub)
         found = discover(bdir)
         sources = index.sources()
-        todo: list[_Job] = []
-        reused = 0
-        seen = set()
-        known = frozenset(r for r in _ids_with_reports(index, site))
-        for rel, p in found:
-            seen.add(rel)
-            try:
-                fp = fingerprint(p)
-            except OSError as exc:
-                errors.append(f"{rel}: cannot stat: {exc}")
-                continue
-            old = sources.get(rel)
-            if old and old[0] == fp and old[1] in known:
-                reused += 1
-                continue
-            todo.append(_Job(rel=rel, path=str(p), fingerprint=fp, site=str(site), artifacts=artifacts, known=known))
-        results = _run(todo, key_paths, str(trust_dir) if trust_dir else None, jobs)
-        read = 0
-        with index.transaction():
-            for rel, fp, h, rec_json, err in results:
-                if err:
-                    errors.append(err)
-                    index.drop_source(rel)
-                    continue
-                if rec_json is not None:
-                    index.put(BundleRecord.model_validate_json(rec_json))
-                    read += 1
-                else:
+        on_disk = _reports_on_disk(site)
+        known = frozenset(i for i in index.ids() if i[:16] in on_disk)
+        with _Workers(key_paths, str(trust_dir) if trust_dir else None, jobs, len(found)) as workers:
+            # every found bundle is hashed (in the workers) and looked up by its content: sizes and times
+            # say nothing (an edit in place can keep both); none is hashed twice on a first build
+            hashes: dict[str, str] = {}
+            unreadable: set[str] = set()
+            if known:
+                for rel, h, err in workers.map(hash_bundle, [(rel, str(p)) for rel, p in found]):
+                    if err or h is None:
+                        errors.append(err or f"{rel}: cannot read")
+                        unreadable.add(rel)
+                    else:
+                        hashes[rel] = h
+            todo: list[_Job] = []
+            reused = 0
+            seen = set()
+            for rel, p in found:
+                seen.add(rel)
+                h = hashes.get(rel)
+                if h is not None and h in known:
                     reused += 1
-                index.put_source(rel, fp, h)
-            for rel in set(sources) - seen:
-                index.drop_source(rel)
-            removed = 0
-            for bid in index.orphans():
-                index.drop(bid)
-                removed += 1
-                for p in (site / "reports" / f"{bid[:16]}.html",):
-                    p.unlink(missing_ok=True)
-                shutil.rmtree(site / "bundles" / bid[:16], ignore_errors=True)
-            index.set_meta("config", config)
-        records = index.records()
-        write_index(site, records, errors=errors)
+                    index.put_source(rel, h)
+                elif not known or h is not None:
+                    todo.append(_Job(rel=rel, path=str(p), site=str(site), artifacts=artifacts, known=known))
+            read = 0
+            with index.transaction():  # records go into the index as the workers finish them
+                for rel, h, rec_json, err in workers.map(process_bundle, todo):
+                    if err:
+                        errors.append(err)
+                        index.drop_source(rel)
+                        continue
+                    if rec_json is not None:
+                        index.put(BundleRecord.model_validate_json(rec_json))
+                        read += 1
+                    else:
+                        reused += 1
+                    index.put_source(rel, h)
+                for rel in set(sources) - seen:
+                    index.drop_source(rel)
+                for rel in unreadable:
+                    index.drop_source(rel)  # unreadable now: its old record must not stay listed
+                removed = 0
+                for bid in index.orphans():
+                    index.drop(bid)
+                    removed += 1
+                    for p in (site / "reports" / f"{bid[:16]}.html",):
+                        p.unlink(missing_ok=True)
+                    shutil.rmtree(site / "bundles" / bid[:16], ignore_errors=True)
+                index.set_meta("config", config)
+        # the pages hold the records and the errors only: with the same of both they are left as they are
+        ids = sorted(index.ids())
+        stamp = hashlib.sha256(json.dumps([config, ids, errors]).encode()).hexdigest()
+        if index.meta("pages") != stamp or not (site / "index.html").is_file() or read or removed:
+            write_index(site, index.records(), errors=errors)
+            with index.transaction():
+                index.set_meta("pages", stamp)
         if log:
             took = time.perf_counter() - t0
-            log(f"{len(records)} bundles: {read} read, {reused} unchanged, {removed} removed ({took:.1f} s)")
+            log(f"{len(ids)} bundles: {read} read, {reused} unchanged, {removed} removed ({took:.1f} s)")
         return BuildStats(
             site=site,
-            bundles=len(records),
+            bundles=len(ids),
             read=read,
             reused=reused,
             removed=removed,
@@ -297,18 +338,37 @@ def build_site(
         index.close()
 
 
-def _ids_with_reports(index: Index, site: Path) -> list[str]:
+def _reports_on_disk(site: Path) -> set[str]:
+    """Ids (first 16 hex digits) whose report page exists."""
     reports = site / "reports"
-    have = {p.stem for p in reports.glob("*.html")} if reports.is_dir() else set()
-    return [r.id for r in index.records() if r.short in have]
+    return {p.stem for p in reports.glob("*.html")} if reports.is_dir() else set()
 
 
-def _run(todo: list[_Job], key_paths: list[str], trust_dir: str | None, jobs: int | None) -> list[tuple]:
-    if not todo:
-        return []
-    n = jobs if jobs is not None else min(os.cpu_count() or 1, 8)
-    if n <= 1 or len(todo) < 4:
-        _init_worker(key_paths, trust_dir)
-        return [process_bundle(j) for j in todo]
-    with ProcessPoolExecutor(max_workers=n, initializer=_init_worker, initargs=(key_paths, trust_dir)) as ex:
-        return list(ex.map(process_bundle, todo, chunksize=max(1, min(16, len(todo) // (4 * n) or 1))))
+class _Workers:
+    """The build's worker processes (verification and rendering run there), or this process for small jobs."""
+
+    def __init__(self, key_paths: list[str], trust_dir: str | None, jobs: int | None, size: int) -> None:
+        self.n = jobs if jobs is not None else min(os.cpu_count() or 1, 8)
+        self.args = (key_paths, trust_dir)
+        self.pool: ProcessPoolExecutor | None = None
+        if self.n > 1 and size >= 4:
+            self.pool = ProcessPoolExecutor(max_workers=self.n, initializer=_init_worker, initargs=self.args)
+        else:
+            _init_worker(*self.args)
+
+    def __enter__(self) -> "_Workers":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.pool is not None:
+            self.pool.shutdown()
+
+    def map(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> Iterator[Any]:
+        """``fn`` over ``items`` in order, as the results come (small chunks: no worker idles at the end)."""
+        if not items:
+            return iter(())
+        if self.pool is None or len(items) < 4:
+            if self.pool is not None:
+                _init_worker(*self.args)
+            return (fn(x) for x in items)
+        return self.pool.map(fn, items, chunksize=max(1, min(16, len(items) // (8 * self.n) or 1)))

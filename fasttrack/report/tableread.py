@@ -51,7 +51,10 @@ def _decode(f: pa.Field, value: Any) -> Any:
 
 
 def read_table(root: Path, rel: str, *, max_rows: int = MAX_ROWS) -> LoadedTable:
-    """Read up to ``max_rows`` rows of ``root/rel``; errors are returned, not raised."""
+    """Read up to ``max_rows`` rows of ``root/rel``; errors are returned, not raised.
+
+    Single-threaded: a bundle's tables are small and many, and pyarrow's thread pool costs more
+    than it saves on them (the dashboard already reads bundles in parallel processes)."""
     out = LoadedTable(path=rel)
     p = root / rel
     try:
@@ -63,15 +66,22 @@ def read_table(root: Path, rel: str, *, max_rows: int = MAX_ROWS) -> LoadedTable
         out.total_rows = pf.metadata.num_rows
         fields = list(pf.schema_arrow)
         out.columns = [f.name for f in fields]
-        left = max_rows
-        for batch in pf.iter_batches(batch_size=min(max(left, 1), 4096)):
-            if left <= 0:
-                break
-            if batch.num_rows > left:
-                batch = batch.slice(0, left)
-            for row in batch.to_pylist():
-                out.rows.append({f.name: _decode(f, row.get(f.name)) for f in fields})
-            left -= batch.num_rows
+        json_cols = [f for f in fields if f.metadata and f.metadata.get(ENCODING_KEY) == JSON_ENCODING]
+        if out.total_rows <= max_rows:
+            batches = [pf.read(use_threads=False)]
+        else:
+            batches, left = [], max_rows
+            for batch in pf.iter_batches(batch_size=min(max(left, 1), 4096), use_threads=False):
+                if left <= 0:
+                    break
+                batches.append(batch.slice(0, left) if batch.num_rows > left else batch)
+                left -= batch.num_rows
+        for batch in batches:
+            rows = batch.to_pylist()
+            for f in json_cols:
+                for row in rows:
+                    row[f.name] = _decode(f, row.get(f.name))
+            out.rows.extend(rows)
     except (pa.ArrowException, OSError, ValueError) as exc:
         out.error = f"unreadable Parquet: {str(exc)[:300]}"
         out.rows = []

@@ -42,15 +42,18 @@ def verify_view(vr: VerifyResult, *, trusted_keys: int) -> VerifyView:
         headline = "NOT VERIFIED: " + "; ".join(f"{t.label.lower()}: {t.detail}" for t in bad[:4])
         if len(bad) > 4:
             headline += f"; and {len(bad) - 4} more"
+    # a signature's key id is not signed: a valid one is shown by the key that verified it, an invalid one
+    # only when it claims a trusted key's id; every other entry is counted, never quoted
     signers = [
         SignerView(
-            # a valid signature is shown by the key that verified it, not the id it claims
-            keyid=str((s.get("key") if s.get("status") == "valid" else None) or s.get("keyid", "")),
+            keyid=str(s.get("key") if s.get("status") == "valid" else s.get("keyid", "")),
             status=str(s.get("status", "")),
             signer=fmt.one_line(s.get("signer") or "", 120),
         )
         for s in vr.signatures
+        if s.get("status") == "valid" or (s.get("status") == "invalid" and s.get("claims_trusted_key"))
     ]
+    others = len(vr.signatures) - len(signers)
     return VerifyView(
         verified=vr.verified,
         headline=fmt.one_line(headline, 1500),
@@ -60,4 +63,5 @@ def verify_view(vr: VerifyResult, *, trusted_keys: int) -> VerifyView:
         items=items,
         signers=signers,
         trusted_keys=trusted_keys,
+        other_signatures=others,
     )

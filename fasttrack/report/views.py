@@ -47,7 +47,10 @@ class VerifyView:
     pr_head: Tri
     items: list[Tri]
     signers: list[SignerView]
+    """Signatures made by a trusted key (valid), or claiming a trusted key's id (invalid)."""
     trusted_keys: int
+    other_signatures: int = 0
+    """Signatures by no trusted key (counted, never quoted: their key ids are not signed)."""
 
     @property
     def status(self) -> str:

@@ -8,11 +8,11 @@ Fields that the public material does not state are left out (or null) and named
 in ``unknown`` with what is known; such a scope loads, ``fasttrack plan`` says
 what is missing, and ``fasttrack validate`` refuses to run it.
 
-* :mod:`~fasttrack.scope.common`: schema version, tier/feature names, the model base, validators
+* :mod:`~fasttrack.scope.common`: schema version, tier names, the model base, validators
 * :mod:`~fasttrack.scope.deployment`: model, engine arguments per side, hardware
 * :mod:`~fasttrack.scope.envelope`: the envelope and whether a config point lies inside it
 * :mod:`~fasttrack.scope.inputs`: fallback, isolation, path markers, kernels, evals, workloads, claims
-* :mod:`~fasttrack.scope.gates`: gates per check, tiers, cost-estimate assumptions
+* :mod:`~fasttrack.scope.gates`: gates per check (one gate model each), tiers, cost-estimate assumptions
 * :mod:`~fasttrack.scope.manifest`: :class:`Scope` and its cross-section rules
 * :mod:`~fasttrack.scope.loading`: finding, parsing and loading scope files; the JSON Schema
 """
@@ -25,12 +25,19 @@ from fasttrack.scope.common import (
     SUITES_DIR,
     TIER_ORDER,
     FallbackSituation,
-    Feature,
     ScopeModel,
     SharedComponent,
     TierName,
 )
-from fasttrack.scope.deployment import CpuPinning, EngineSpec, HardwareSpec, ModelSpec, NodeSpec, SideSpec
+from fasttrack.scope.deployment import (
+    HOST_SAFETY_ENV,
+    CpuPinning,
+    EngineSpec,
+    HardwareSpec,
+    ModelSpec,
+    NodeSpec,
+    SideSpec,
+)
 from fasttrack.scope.envelope import (
     BatchRange,
     ContextRange,
@@ -40,6 +47,7 @@ from fasttrack.scope.envelope import (
     point_outside_envelope,
 )
 from fasttrack.scope.gates import (
+    CheckGate,
     CoverageGate,
     EquivalenceGate,
     Estimates,
@@ -48,6 +56,7 @@ from fasttrack.scope.gates import (
     PerfGate,
     ServiceLevel,
     TierSpec,
+    gate_models,
 )
 from fasttrack.scope.inputs import (
     Claim,
@@ -63,10 +72,12 @@ from fasttrack.scope.manifest import Scope
 
 __all__ = [
     "DEFAULT_SHARED_COMPONENTS",
+    "HOST_SAFETY_ENV",
     "SCOPE_SCHEMA_VERSION",
     "SUITES_DIR",
     "TIER_ORDER",
     "BatchRange",
+    "CheckGate",
     "Claim",
     "ContextRange",
     "CoverageGate",
@@ -78,7 +89,6 @@ __all__ = [
     "EvalSpec",
     "FallbackSituation",
     "FallbackSpec",
-    "Feature",
     "FeaturesGate",
     "Gates",
     "HardwareSpec",
@@ -101,6 +111,7 @@ __all__ = [
     "available_suites",
     "expand_spec_names",
     "find_scope",
+    "gate_models",
     "json_schema",
     "load_scope",
     "parse_scope",

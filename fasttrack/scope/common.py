@@ -1,5 +1,5 @@
-"""What every part of the scope shares: the schema version, names of tiers, features and
-shared components, the strict model base, and the validators the sections use."""
+"""What every part of the scope shares: the schema version, names of tiers and shared
+components, the strict model base, and the validators the sections use."""
 
 from __future__ import annotations
 
@@ -13,6 +13,11 @@ from fasttrack import ROOT
 SCOPE_SCHEMA_VERSION = 1
 SUITES_DIR = ROOT / "suites"
 
+#: A name that may become a path component (a cache folder, an artifact folder, a log file): letters and
+#: digits, single ``.``, ``_`` or ``-`` between them; no ``/``, no ``..``, no leading dot (the schema's pattern).
+SLUG_PATTERN = r"^[A-Za-z0-9]+([._-][A-Za-z0-9]+)*$"
+SLUG_MAX = 64
+
 TierName = Literal["smoke", "standard", "full"]
 TIER_ORDER: tuple[TierName, ...] = ("smoke", "standard", "full")
 
@@ -20,17 +25,6 @@ FallbackSituation = Literal[
     "prefill", "mixed_prefill_decode", "batch_above_range", "out_of_envelope_request", "unsupported_deployment"
 ]
 SharedComponent = Literal["input_preparation", "sampling", "kv_cache_management"]
-Feature = Literal[
-    "structured_output",
-    "temperature_sampling",
-    "full_context",
-    "seeded_sampling",
-    "stop_sequences",
-    "max_tokens",
-    "n_best",
-    "logprobs",
-    "speculative_acceptance",
-]
 
 #: Default locations of the components a fast-track change must not touch, in vLLM's tree.
 DEFAULT_SHARED_COMPONENTS: dict[SharedComponent, list[str]] = {
@@ -67,7 +61,9 @@ class ScopeModel(BaseModel):
     """Base of every scope section: unknown keys are rejected; field docstrings become the
     JSON Schema's descriptions."""
 
-    model_config = ConfigDict(extra="forbid", frozen=False, use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", frozen=False, use_attribute_docstrings=True, allow_inf_nan=False)
+    """``allow_inf_nan=False``: no float of a scope is NaN or infinite (every count, time and probability
+    also has bounds of its own, chosen from the shipped scopes' values with room)."""
 
 
 def check_sorted_unique(vals: list[Any], what: str) -> None:

@@ -10,6 +10,32 @@ from pydantic import Field, field_validator, model_validator
 
 from fasttrack.scope.common import ScopeModel
 
+HOST_SAFETY_ENV: dict[str, str] = {
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
+}
+"""The host's GPU safety settings (NVLink multicast off: it can take shared GPUs down) and their safe
+values. Every engine fasttrack starts gets the host's value of each unchanged, or the safe value where the
+host sets none (:mod:`fasttrack.engine.cmdline`); a scope's ``env`` may neither set nor clear them."""
+
+
+def _no_host_safety_env(env: dict[str, str]) -> dict[str, str]:
+    taken = [k for k in HOST_SAFETY_ENV if k in env]
+    if taken:
+        raise ValueError(
+            f"{', '.join(taken)} {'is a host safety setting' if len(taken) == 1 else 'are host safety settings'} "
+            "(NVLink multicast can take shared GPUs down), which a scope can neither set nor clear: every engine "
+            "gets the host's value unchanged, or "
+            + ", ".join(f"{k}={HOST_SAFETY_ENV[k]}" for k in taken)
+            + " where the host sets none. Remove it from this env"
+        )
+    return env
+
+
+#: GPUs one engine may use at most (the largest shipped scope uses 16).
+MAX_GPUS = 65_536
+
 
 class ModelSpec(ScopeModel):
     id: str
@@ -18,8 +44,8 @@ class ModelSpec(ScopeModel):
     """Model revision or content hash, when pinned."""
     served_name: str | None = None
     """Name the server exposes (``--served-model-name``); defaults to ``id``."""
-    local_builder: str | None = None
-    """For locally built models: the builder script (relative to the repo root). The model is
+    local_builder: str | None = Field(default=None, max_length=256)
+    """For locally built models: the builder script (relative to the scope file's folder). The model is
     built into the fasttrack cache ($FASTTRACK_CACHE, default ~/.cache/fasttrack) and served from there."""
 
 
@@ -27,7 +53,14 @@ class SideSpec(ScopeModel):
     args: list[str] = Field(default_factory=list)
     """Extra vLLM server arguments for this side, as a free list (any switch can be expressed)."""
     env: dict[str, str] = Field(default_factory=dict)
-    """Extra environment variables for this side's engine."""
+    """Extra environment variables for this side's engine (not the host's GPU safety settings:
+    ``NCCL_NVLS_ENABLE``, ``TORCH_SYMM_MEM_DISABLE_MULTICAST``, ``NVSHMEM_DISABLE_NVLS``)."""
+
+    _env = field_validator("env")(_no_host_safety_env)
+
+
+#: Core numbers of ``engine.cpu_pinning.cores`` lie below this (a CPU list is expanded core by core).
+MAX_CPU_ID = 65536
 
 
 class CpuPinning(ScopeModel):
@@ -37,8 +70,9 @@ class CpuPinning(ScopeModel):
     """``split``: each engine of a pair gets its own half of the cores (``fasttrack.engine.pinning``); its
     processes inherit that CPU affinity mask, and a CPU engine binds its compute threads inside it. ``off``:
     both engines may use every core."""
-    cores: str | None = None
-    """The cores to split, as a CPU list (``"0-31,64-95"``); null: every core the harness may use."""
+    cores: str | None = Field(default=None, max_length=256)
+    """The cores to split, as a CPU list (``"0-31,64-95"``; core numbers below 65536); null: every core the
+    harness may use."""
     alternate: Literal["lifetimes", "blocks", "off"] = "lifetimes"
     """``lifetimes``: the halves swap sides on every engine lifetime (lifetime 0: baseline on the first half);
     ``blocks``: also between the A B B A blocks of runs within a lifetime, every thread of both engines moved
@@ -49,6 +83,8 @@ class CpuPinning(ScopeModel):
     def _cpu_list(cls, v: str | None) -> str | None:
         if v is not None and not re.fullmatch(r"\d+(-\d+)?(,\d+(-\d+)?)*", v.replace(" ", "")):
             raise ValueError(f"{v!r} is not a CPU list such as '0-31,64-95'")
+        if v is not None and any(int(n) >= MAX_CPU_ID for n in re.findall(r"\d+", v)):
+            raise ValueError(f"{v!r} names a core number of {MAX_CPU_ID} or more")
         return v
 
 
@@ -56,7 +92,8 @@ class EngineSpec(ScopeModel):
     common_args: list[str] = Field(default_factory=list)
     """Server arguments both sides share."""
     env: dict[str, str] = Field(default_factory=dict)
-    """Environment both sides share."""
+    """Environment both sides share (not the host's GPU safety settings: ``NCCL_NVLS_ENABLE``,
+    ``TORCH_SYMM_MEM_DISABLE_MULTICAST``, ``NVSHMEM_DISABLE_NVLS``)."""
     baseline: SideSpec = Field(default_factory=SideSpec)
     """The stock path."""
     candidate: SideSpec = Field(default_factory=SideSpec)
@@ -65,10 +102,12 @@ class EngineSpec(ScopeModel):
     """How a config point's engine-level dimensions become arguments. Keys: ``tensor_parallel``,
     ``decode_context_parallel``, ``speculative``, ``max_model_len``; values are argument lists with
     ``{tp}``, ``{dcp}``, ``{method}``, ``{draft_length}``, ``{max_model_len}`` placeholders."""
-    startup_timeout_s: float = 900.0
+    startup_timeout_s: float = Field(default=900.0, gt=0, le=86_400)
     """How long to wait for ``/health`` before declaring the start failed."""
     cpu_pinning: CpuPinning = Field(default_factory=CpuPinning)
     """CPU cores of engines that are up together (interleaved perf): disjoint halves by default."""
+
+    _env = field_validator("env")(_no_host_safety_env)
 
     @field_validator("point_args")
     @classmethod
@@ -83,10 +122,10 @@ class EngineSpec(ScopeModel):
 class NodeSpec(ScopeModel):
     """The hosts (nodes) an engine runs on: GPUs per host and the NVLink domain they belong to."""
 
-    gpus: int = Field(ge=1)
+    gpus: int = Field(ge=1, le=1024)
     """GPUs one node (host) exposes, e.g. 4 for a GB300 NVL72 compute tray. On CPU scopes: the engine
     ranks one node runs (a CPU rehearsal of a multi-node layout uses 1)."""
-    nvlink_domain: int | None = Field(default=None, ge=1)
+    nvlink_domain: int | None = Field(default=None, ge=1, le=65_536)
     """GPUs in one NVLink domain (72 for a GB300 NVL72 rack); null when NVLink does not reach beyond a node.
     An engine that spans nodes must fit in one domain."""
     fabric: Literal["mnnvl", "network"] | None = None
@@ -107,7 +146,7 @@ class HardwareSpec(ScopeModel):
     where ``gpu_models`` is given too, are one of those models."""
     gpu_models: list[str] = Field(default_factory=list)
     """Product names that satisfy the scope, e.g. ['GB300'] (matched as substrings of the driver's name)."""
-    gpu_counts: list[int] = Field(default_factory=list)
+    gpu_counts: list[int] = Field(default_factory=list, max_length=64)
     """Numbers of GPUs one deployment uses (one engine)."""
     interconnect: Literal["none", "pcie", "nvlink", "nvlink-multicast"] | None = None
     """Interconnect requirement between the GPUs of one node (``nvlink-multicast``: NVLink with NVLS
@@ -117,8 +156,8 @@ class HardwareSpec(ScopeModel):
 
     @model_validator(mode="after")
     def _sane(self) -> "HardwareSpec":
-        if any(c < 1 for c in self.gpu_counts):
-            raise ValueError("gpu_counts must be positive")
+        if any(not 1 <= c <= MAX_GPUS for c in self.gpu_counts):
+            raise ValueError(f"gpu_counts must lie in [1, {MAX_GPUS}]")
         for arch in self.sm_arch:
             if not re.fullmatch(r"sm_\d{2,3}[a-z]?", arch):
                 raise ValueError(f"sm_arch entry {arch!r} is not of the form 'sm_100'")

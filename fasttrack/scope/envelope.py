@@ -7,15 +7,22 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from fasttrack.scope.common import ScopeModel, check_sorted_unique
+from fasttrack.scope.common import SLUG_MAX, SLUG_PATTERN, ScopeModel, check_sorted_unique
+
+#: Bounds of the envelope's dimensions (the shipped scopes: batches up to 64, contexts up to 262,144 tokens,
+#: draft lengths up to 7, parallel sizes up to 16).
+MAX_BATCH = 65_536
+MAX_CONTEXT = 16 * 1024 * 1024
+MAX_DRAFT = 64
+MAX_PARALLEL = 4096
 
 
 class BatchRange(ScopeModel):
-    min: int = Field(ge=1)
+    min: int = Field(ge=1, le=MAX_BATCH)
     """Smallest decode batch the optimized path serves."""
-    max: int = Field(ge=1)
+    max: int = Field(ge=1, le=MAX_BATCH)
     """Largest decode batch the optimized path serves."""
-    sweep: list[int]
+    sweep: list[int] = Field(max_length=256)
     """Batch sizes the plan measures (each inside [min, max])."""
 
     @model_validator(mode="after")
@@ -30,9 +37,9 @@ class BatchRange(ScopeModel):
 
 
 class ContextRange(ScopeModel):
-    max_model_len: int = Field(ge=16)
+    max_model_len: int = Field(ge=16, le=MAX_CONTEXT)
     """The engine's ``--max-model-len``: the full context."""
-    sweep: list[int | Literal["full"]]
+    sweep: list[int | Literal["full"]] = Field(max_length=256)
     """Context lengths (prompt tokens) the plan measures; 'full' = max_model_len - max_tokens."""
 
     @model_validator(mode="after")
@@ -50,13 +57,13 @@ class ContextRange(ScopeModel):
 
 
 class SpecDecodeSpec(ScopeModel):
-    name: str
+    name: str = Field(pattern=SLUG_PATTERN, max_length=SLUG_MAX)
     """Label used in config point ids, e.g. 'none' or 'dspark'."""
     method: str
     """'none' for no speculation, else the vLLM speculative method."""
-    draft_lengths: list[int] = Field(default_factory=list)
+    draft_lengths: list[int] = Field(default_factory=list, max_length=64)
     """Draft lengths (num_speculative_tokens) inside the envelope; empty for 'none'."""
-    synthetic_acceptance_length: float | None = None
+    synthetic_acceptance_length: float | None = Field(default=None, ge=1, le=MAX_DRAFT + 1)
     """Acceptance length forced for synthetic benchmarking, if any: the engine runs vLLM's synthetic
     rejection sampler (``speculative_config.rejection_sample_method: synthetic`` with this
     ``synthetic_acceptance_length``), which accepts draft tokens at rates calibrated to this mean
@@ -75,8 +82,8 @@ class SpecDecodeSpec(ScopeModel):
             if not self.draft_lengths:
                 raise ValueError(f"speculative method {self.method!r} needs draft_lengths")
             check_sorted_unique(self.draft_lengths, "draft_lengths")
-            if self.draft_lengths[0] < 1:
-                raise ValueError("draft lengths must be >= 1")
+            if self.draft_lengths[0] < 1 or self.draft_lengths[-1] > MAX_DRAFT:
+                raise ValueError(f"draft_lengths must lie in [1, {MAX_DRAFT}]: {self.draft_lengths}")
             al = self.synthetic_acceptance_length
             if al is not None and not 1 <= al <= self.draft_lengths[0] + 1:
                 raise ValueError(
@@ -101,9 +108,9 @@ class SpecDecodeSpec(ScopeModel):
 
 
 class Envelope(ScopeModel):
-    tensor_parallel: list[int]
+    tensor_parallel: list[int] = Field(max_length=64)
     """Tensor-parallel sizes the optimization supports."""
-    decode_context_parallel: list[int] = Field(default_factory=lambda: [1])
+    decode_context_parallel: list[int] = Field(default_factory=lambda: [1], max_length=64)
     """Decode-context-parallel sizes (1 = off)."""
     batch: BatchRange
     context: ContextRange
@@ -114,8 +121,9 @@ class Envelope(ScopeModel):
     def _sane(self) -> "Envelope":
         check_sorted_unique(self.tensor_parallel, "tensor_parallel")
         check_sorted_unique(self.decode_context_parallel, "decode_context_parallel")
-        if any(t < 1 for t in self.tensor_parallel) or any(d < 1 for d in self.decode_context_parallel):
-            raise ValueError("parallel sizes must be >= 1")
+        for dim in ("tensor_parallel", "decode_context_parallel"):
+            if any(not 1 <= t <= MAX_PARALLEL for t in getattr(self, dim)):
+                raise ValueError(f"{dim} sizes must lie in [1, {MAX_PARALLEL}]: {getattr(self, dim)}")
         for d in self.decode_context_parallel:
             bad = [t for t in self.tensor_parallel if t % d]
             if bad:

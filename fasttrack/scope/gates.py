@@ -1,13 +1,23 @@
 """The pass rules per check (thresholds and statistics), the tiers (which subset of the
-matrix each runs) and the assumptions of the plan's cost estimate."""
+matrix each runs) and the assumptions of the plan's cost estimate.
+
+A check's section of ``gates`` is its gate model: a :class:`CheckGate` subclass that names its
+check (``class PerfGate(CheckGate, check="perf")``); defining one is what makes ``gates.<check>``
+part of the scope and of its JSON Schema (:func:`gate_models`). The check declares it as its
+``gate_model``. The shipped checks' gate models are here because other layers read them too (the
+plan's cost estimate reads ``gates.equivalence``, the features check compares outputs by the
+equivalence gate); a new check defines its gate model in its own module.
+"""
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, ValidationError, create_model, model_validator
+from pydantic_core import InitErrorDetails
 
-from fasttrack.scope.common import Feature, ScopeModel
+from fasttrack.scope.common import ScopeModel
 
 PerfMetric = Literal[
     "median_tpot_ms",
@@ -22,31 +32,74 @@ PerfMetric = Literal[
 """Metrics the perf check reports per point (``goodput`` needs ``gates.perf.slo``)."""
 
 
+#: Highest sampling temperature a scope may ask for (the shipped scopes use 1.0 and 0.6).
+MAX_TEMPERATURE = 10.0
+
+
 def _default_perf_metrics() -> list[PerfMetric]:
     return ["median_tpot_ms", "output_throughput"]
 
 
-class EquivalenceGate(ScopeModel):
-    top_k: int = Field(default=5, ge=1)
+class CheckGate(ScopeModel):
+    """The gate settings of one check (its section of the scope's ``gates``); subclasses name the check."""
+
+    check_name: ClassVar[str] = ""
+    """The check whose section this is (the key under ``gates``)."""
+
+    def __init_subclass__(cls, *, check: str | None = None, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        if check is not None:
+            prior = _GATE_MODELS.get(check)
+            if prior is not None and prior.__qualname__ != cls.__qualname__:
+                raise TypeError(f"gates.{check} is declared twice ({prior.__qualname__}, {cls.__qualname__})")
+            cls.check_name = check
+            _GATE_MODELS[check] = cls
+
+
+_GATE_MODELS: dict[str, type[CheckGate]] = {}
+
+G = TypeVar("G", bound=CheckGate)
+
+
+def gate_models() -> dict[str, type[CheckGate]]:
+    """Every gate section a scope may have: check name -> its gate model (in the order they were declared)."""
+    return dict(_GATE_MODELS)
+
+
+def forget_gate_model(check: str) -> None:
+    """Drop the gate section of ``check`` (a check a test registered for its own run)."""
+    _GATE_MODELS.pop(check, None)
+
+
+class EquivalenceGate(CheckGate, check="equivalence"):
+    top_k: int = Field(default=5, ge=1, le=100)
     """Logprobs requested per position; vLLM's check_logprobs_close rule uses them."""
-    max_tokens: int = Field(default=32, ge=1)
-    max_abs_logprob_diff: float = Field(default=0.1, ge=0)
+    max_tokens: int = Field(default=32, ge=1, le=65_536)
+    max_abs_logprob_diff: float = Field(default=0.1, ge=0, le=100)
     """Largest allowed |logprob difference| of the chosen token on matching prefixes."""
-    max_kl: float = Field(default=0.02, ge=0)
+    max_kl: float = Field(default=0.02, ge=0, le=100)
     """Largest allowed mean KL estimate (top-k) on matching prefixes."""
     min_close_fraction: float = Field(default=1.0, ge=0, le=1)
     """Fraction of requests per batch size that must satisfy the check_logprobs_close rule."""
 
 
-class FeaturesGate(ScopeModel):
+class FeaturesGate(CheckGate, check="features"):
     min_json_conformance: float = Field(default=1.0, ge=0, le=1)
     sampling_alpha: float = Field(default=0.001, gt=0, lt=1)
     """Significance level of the chi-square goodness-of-fit test."""
-    sampling_samples: int = Field(default=2000, ge=50)
-    temperatures: list[float] = Field(default_factory=lambda: [1.0])
+    sampling_samples: int = Field(default=2000, ge=50, le=1_000_000)
+    temperatures: list[float] = Field(default_factory=lambda: [1.0], max_length=16)
+    """Sampling temperatures the features check tests, each in [0, 10] (vLLM's own range is unbounded above)."""
+
+    @model_validator(mode="after")
+    def _temperatures(self) -> "FeaturesGate":
+        bad = [t for t in self.temperatures if not 0 <= t <= MAX_TEMPERATURE]
+        if bad:
+            raise ValueError(f"temperatures {bad} lie outside [0, {MAX_TEMPERATURE}]")
+        return self
 
 
-class CoverageGate(ScopeModel):
+class CoverageGate(CheckGate, check="coverage"):
     min_optimized_decode_fraction: float = Field(default=0.95, ge=0, le=1)
     """Fraction of decode steps at an in-scope point that must run the optimized path."""
 
@@ -56,11 +109,11 @@ class ServiceLevel(ScopeModel):
 
     percentile: float = Field(default=99.0, gt=0, lt=100)
     """The percentile each bound applies to at a point (e.g. TTFT p99 <= ttft_ms)."""
-    ttft_ms: float | None = Field(default=None, gt=0)
+    ttft_ms: float | None = Field(default=None, gt=0, le=1e7)
     """Bound on time to first token (ms)."""
-    itl_ms: float | None = Field(default=None, gt=0)
+    itl_ms: float | None = Field(default=None, gt=0, le=1e7)
     """Bound on the gap between consecutive tokens (ms)."""
-    tpot_ms: float | None = Field(default=None, gt=0)
+    tpot_ms: float | None = Field(default=None, gt=0, le=1e7)
     """Bound on time per output token after the first (ms)."""
     gate: bool = False
     """Gate goodput at every point as well: its speedup's lower bound must reach 1 - noise_margin."""
@@ -81,13 +134,13 @@ class ServiceLevel(ScopeModel):
         return ", ".join(parts)
 
 
-class PerfGate(ScopeModel):
+class PerfGate(CheckGate, check="perf"):
     noise_margin: float = Field(default=0.05, ge=0, lt=1)
     """A point passes when the lower confidence bound of its speedup is >= 1 - noise_margin."""
     confidence: float = Field(default=0.95, gt=0.5, lt=1)
     metrics: list[PerfMetric] = Field(default_factory=_default_perf_metrics)
-    min_runs: int = Field(default=3, ge=1)
-    max_runs: int = Field(default=8, ge=1)
+    min_runs: int = Field(default=3, ge=1, le=1000)
+    max_runs: int = Field(default=8, ge=1, le=1000)
     gated_metric: Literal["median_tpot_ms", "median_engine_tpot_ms", "median_itl_ms", "output_throughput"] = (
         "median_tpot_ms"
     )
@@ -133,10 +186,59 @@ class PerfGate(ScopeModel):
 
 
 class Gates(ScopeModel):
-    equivalence: EquivalenceGate = Field(default_factory=EquivalenceGate)
-    features: FeaturesGate = Field(default_factory=FeaturesGate)
-    coverage: CoverageGate = Field(default_factory=CoverageGate)
-    perf: PerfGate = Field(default_factory=PerfGate)
+    """Thresholds and statistics per check: one section per check that declares a gate, with its defaults where
+    the scope leaves it out."""
+
+    # the sections are the declared gate models (gate_models()); ``gates.perf`` reads the perf check's section,
+    # ``gates.of(PerfGate)`` the same, typed
+
+    model_config = ConfigDict(extra="allow")
+
+    if TYPE_CHECKING:  # pragma: no cover - the sections are the declared gate models, read as attributes
+
+        def __getattr__(self, name: str) -> Any: ...
+
+    @model_validator(mode="before")
+    @classmethod
+    def _sections(cls, data: Any) -> Any:
+        if isinstance(data, Gates):
+            return data
+        if data is None:
+            data = {}
+        if not isinstance(data, Mapping):
+            raise ValueError("gates must be a mapping of check name to that check's gate settings")
+        models = gate_models()
+        errors: list[InitErrorDetails] = [
+            {"type": "extra_forbidden", "loc": (str(k),), "input": v} for k, v in data.items() if k not in models
+        ]
+        out: dict[str, Any] = {}
+        for name, model in models.items():
+            given = data.get(name)
+            try:
+                out[name] = given if isinstance(given, model) else model.model_validate({} if given is None else given)
+            except ValidationError as exc:
+                for e in exc.errors(include_url=False):
+                    err: InitErrorDetails = {"type": e["type"], "loc": (name, *e["loc"]), "input": e["input"]}
+                    if "ctx" in e:
+                        err["ctx"] = e["ctx"]
+                    errors.append(err)
+        if errors:
+            raise ValidationError.from_exception_data("Gates", errors)
+        return out
+
+    def of(self, model: type[G]) -> G:
+        """The section of ``model``'s check, typed."""
+        got = getattr(self, model.check_name, None)
+        if not isinstance(got, model):
+            raise KeyError(f"gates.{model.check_name} is not a {model.__name__} (is its check registered?)")
+        return got
+
+    @classmethod
+    def declared_schema(cls) -> dict[str, Any]:
+        """The JSON Schema of ``gates`` with one property per declared gate model (for the scope's schema)."""
+        fields: dict[str, Any] = {n: (m, Field(default_factory=m)) for n, m in gate_models().items()}
+        model = create_model("Gates", __base__=ScopeModel, __doc__=cls.__doc__, **fields)
+        return model.model_json_schema(ref_template="#/$defs/{model}")
 
 
 class TierSpec(ScopeModel):
@@ -152,23 +254,23 @@ class TierSpec(ScopeModel):
     is not required for this tier's verdict; isolation runs in every tier."""
     workloads: list[str] | None = None
     """Perf workloads this tier runs (null = all)."""
-    features: list[Feature] | None = None
+    features: list[str] | None = None
     """Serving features this tier checks (null = every feature of the scope)."""
     evals: list[str] | None = None
     """Evals this tier runs, by name (null = all)."""
-    lifetimes_per_side: int = Field(default=1, ge=1)
+    lifetimes_per_side: int = Field(default=1, ge=1, le=100)
     """Engine lifetimes per side per engine group (the unit of replication for perf)."""
-    eval_limit: int | None = Field(default=None, ge=1)
+    eval_limit: int | None = Field(default=None, ge=1, le=1_000_000)
     """Cap on samples per eval in this tier."""
 
 
 class Estimates(ScopeModel):
     """Assumptions behind the plan's cost estimate (override per scope)."""
 
-    engine_start_s: float = Field(default=600.0, ge=0)
+    engine_start_s: float = Field(default=600.0, ge=0, le=86_400)
     """Seconds from launch to healthy."""
-    requests_per_point: int = Field(default=64, ge=1)
+    requests_per_point: int = Field(default=64, ge=1, le=1_000_000)
     """Requests the checks send per config point and side."""
-    tokens_per_request: int = Field(default=1024, ge=1)
-    decode_tokens_per_s: float = Field(default=2000.0, gt=0)
+    tokens_per_request: int = Field(default=1024, ge=1, le=16 * 1024 * 1024)
+    decode_tokens_per_s: float = Field(default=2000.0, gt=0, le=1e9)
     """Whole-engine decode throughput assumed when estimating time per point."""

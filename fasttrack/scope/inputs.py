@@ -3,12 +3,15 @@ kernel suites, evals, perf workloads and the published claims."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from fasttrack.limits import GLOB_MAX_CHARS
 from fasttrack.scope.common import (
     DEFAULT_SHARED_COMPONENTS,
+    SLUG_MAX,
+    SLUG_PATTERN,
     FallbackSituation,
     ScopeModel,
     SharedComponent,
@@ -67,7 +70,40 @@ class IsolationSpec(ScopeModel):
     def _nonempty(cls, v: list[str]) -> list[str]:
         if not v:
             raise ValueError("owned_paths must name at least one glob")
+        return _bounded_globs(v)
+
+    @field_validator("allowed_paths")
+    @classmethod
+    def _allowed_bounded(cls, v: list[str]) -> list[str]:
+        return _bounded_globs(v)
+
+    @field_validator("shared_components")
+    @classmethod
+    def _shared_bounded(cls, v: dict[SharedComponent, list[str]]) -> dict[SharedComponent, list[str]]:
+        for globs in v.values():
+            _bounded_globs(globs)
         return v
+
+
+def _bounded_globs(globs: list[str]) -> list[str]:
+    """Each glob at most ``GLOB_MAX_CHARS`` characters and free of control characters (a glob is matched in
+    linear time whatever it holds; the bound keeps each match short)."""
+    for g in globs:
+        if len(g) > GLOB_MAX_CHARS:
+            raise ValueError(f"glob {g[:40]!r}... is {len(g)} characters; a glob may have at most {GLOB_MAX_CHARS}")
+        if any(ord(c) < 32 or c == "\x7f" for c in g):
+            raise ValueError(f"glob {g[:60]!r} holds a control character")
+    return globs
+
+
+class DeviceCounters(ScopeModel):
+    """Prometheus counter names (as ``/metrics`` shows them, e.g. with the ``_total`` suffix) that the
+    optimized path's kernels count on the device."""
+
+    optimized: str = Field(pattern=r"^[A-Za-z_:][A-Za-z0-9_:]*$", max_length=200)
+    """Counts decode steps whose kernels ran the optimized path (replays of CUDA graphs included)."""
+    stock: str | None = Field(default=None, pattern=r"^[A-Za-z_:][A-Za-z0-9_:]*$", max_length=200)
+    """Counts the candidate's steps on the stock path (recorded beside the evidence; not required)."""
 
 
 class PathMarkers(ScopeModel):
@@ -80,6 +116,10 @@ class PathMarkers(ScopeModel):
     an op on the baseline, or the coverage check reports a scope error. False when they mark only the candidate's
     own steps off the optimized path (an op the optimized build calls when it falls back, which stock vLLM never
     runs); each must then match an op on the candidate."""
+    device_counters: DeviceCounters | None = None
+    """Counters the optimized path's kernels increment on the device, exported as Prometheus counters on the
+    engine's ``/metrics``: the evidence of a fast path that branches inside its kernels (a CUDA graph replays
+    the same kernels whatever path they take). Null: kernel and op names are the only evidence."""
 
     @model_validator(mode="after")
     def _compile_all(self) -> "PathMarkers":
@@ -91,7 +131,7 @@ class PathMarkers(ScopeModel):
 
 
 class KernelSuite(ScopeModel):
-    name: str
+    name: str = Field(pattern=SLUG_PATTERN, max_length=SLUG_MAX)
     path: str
     """Suite directory, relative to the scope file's directory."""
     candidate: str | None = None
@@ -107,11 +147,20 @@ class KernelSuite(ScopeModel):
     """Per-kernel overrides: {kernel or kernel.output: {dtype or '*': {atol, rtol, ulp}}}; ``ulp`` is the
     budget for repeated runs of one input (0 = bitwise equal). See docs/kernels.md."""
     dims: dict[str, int] = Field(default_factory=dict)
-    """Model dimensions the suite uses (hidden size, heads, head dim...)."""
+    """Model dimensions the suite uses (hidden size, heads, head dim...), each in [1, 2**31)."""
+
+    @field_validator("dims")
+    @classmethod
+    def _dims_bounded(cls, v: dict[str, int]) -> dict[str, int]:
+        bad = sorted(k for k, n in v.items() if not 1 <= n < 2**31)
+        if bad:
+            raise ValueError(f"dims {bad} lie outside [1, 2**31)")
+        return v
 
 
 class EvalSpec(ScopeModel):
-    name: str
+    name: str = Field(pattern=SLUG_PATTERN, max_length=SLUG_MAX)
+    """A slug: it names the eval's artifact folder."""
     kind: Literal["aime25", "mrcr"]
     data: str | None = None
     """Local dataset file in the original format (relative to the scope file), or null for the hub."""
@@ -119,12 +168,12 @@ class EvalSpec(ScopeModel):
     """Hub dataset id used when the hub is reachable."""
     points: dict[str, list[Any]] = Field(default_factory=dict)
     """Config point filter: dimension -> values the eval runs at (e.g. batch: [1, 2])."""
-    repeats: int = Field(default=1, ge=1)
+    repeats: int = Field(default=1, ge=1, le=100)
     """Generations per sample (distinct seeds)."""
-    limit: int | None = Field(default=None, ge=1)
+    limit: int | None = Field(default=None, ge=1, le=1_000_000)
     """At most this many samples (per tier scaling is done by the tier)."""
-    max_tokens: int = Field(default=1024, ge=1)
-    temperature: float = Field(default=0.0, ge=0)
+    max_tokens: int = Field(default=1024, ge=1, le=1024 * 1024)
+    temperature: float = Field(default=0.0, ge=0, le=10)
     margin: float = Field(default=0.05, ge=0, le=1)
     """Non-inferiority margin on the score scale."""
     floor: float = Field(default=0.0, ge=0, le=1)
@@ -132,18 +181,18 @@ class EvalSpec(ScopeModel):
 
 
 class WorkloadSpec(ScopeModel):
-    name: str
+    name: str = Field(pattern=SLUG_PATTERN, max_length=SLUG_MAX)
     kind: Literal["pure_decode", "context_sweep", "mixed", "prompts", "trace_replay", "concurrency_sweep"]
-    input_len: int | None = Field(default=None, ge=1)
-    output_len: int = Field(default=256, ge=1)
-    requests_per_run: int | None = Field(default=None, ge=1)
-    arrival_rate: float | None = Field(default=None, gt=0)
+    input_len: int | None = Field(default=None, ge=1, le=16 * 1024 * 1024)
+    output_len: int = Field(default=256, ge=1, le=1024 * 1024)
+    requests_per_run: int | None = Field(default=None, ge=1, le=100_000)
+    arrival_rate: float | None = Field(default=None, gt=0, le=1e6)
     """Poisson arrival rate (requests/s) for mixed traffic."""
     prompts: str | None = None
     """Prompt set file (relative to the scope file) for 'prompts'."""
     trace: str | None = None
     """Trace file (relative to the scope file) for 'trace_replay'."""
-    concurrencies: list[int] | None = None
+    concurrencies: list[Annotated[int, Field(ge=1, le=100_000)]] | None = Field(default=None, max_length=64)
     """'concurrency_sweep': the concurrency levels (users sending back to back), e.g. [1, 2, 4, 8]."""
 
     @model_validator(mode="after")
@@ -161,8 +210,8 @@ class WorkloadSpec(ScopeModel):
 
 
 class Claim(ScopeModel):
-    id: str
-    """Short identifier."""
+    id: str = Field(pattern=SLUG_PATTERN, max_length=SLUG_MAX)
+    """Short identifier (a slug)."""
     text: str
     """The claim as published."""
     metric: Literal[
@@ -174,11 +223,11 @@ class Claim(ScopeModel):
         "kernels_per_layer",
         "latency_per_layer_us",
     ]
-    candidate: float | None = None
+    candidate: float | None = Field(default=None, ge=0)
     """Claimed candidate value (absolute)."""
-    baseline: float | None = None
+    baseline: float | None = Field(default=None, ge=0)
     """Claimed baseline value (absolute)."""
-    speedup: float | None = None
+    speedup: float | None = Field(default=None, gt=0, le=1e6)
     """Claimed candidate/baseline ratio."""
     point: dict[str, Any]
     """Config point the claim was measured at: tp, dcp, spec, draft_length, batch, context."""
@@ -186,9 +235,9 @@ class Claim(ScopeModel):
     notes: str | None = None
     like_for_like: bool = True
     """False when the published comparison used different resources on each side."""
-    baseline_gpus: int | None = Field(default=None, ge=1)
+    baseline_gpus: int | None = Field(default=None, ge=1, le=1_000_000)
     """GPUs of the published baseline figure (null: the claim's point, both sides alike)."""
-    candidate_gpus: int | None = Field(default=None, ge=1)
+    candidate_gpus: int | None = Field(default=None, ge=1, le=1_000_000)
     """GPUs of the published candidate figure (null: the claim's point, both sides alike)."""
 
     @model_validator(mode="after")

@@ -4,6 +4,7 @@ errors that name the file, the line and the dotted field; the JSON Schema."""
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from fasttrack.errors import ScopeError
 from fasttrack.limits import YAML_MAX_BYTES, read_capped, yaml_problem
 from fasttrack.scope.common import SUITES_DIR
+from fasttrack.scope.gates import Gates
 from fasttrack.scope.manifest import Scope
 
 
@@ -25,10 +27,14 @@ class LoadedScope(BaseModel):
     path: Path
     text: str
     sha256: str
+    base: Path | None = None
+    """The folder the scope's relative paths start from when it is not the file's own (a copy of a suite's
+    scope written elsewhere, whose paths still mean the suite's files)."""
 
     @property
     def base_dir(self) -> Path:
-        return self.path.parent
+        """The folder every relative path in the scope is resolved against: the scope file's folder."""
+        return self.base if self.base is not None else self.path.parent
 
     def resolve(self, rel: str) -> Path:
         """A path from the scope, relative to the scope file's folder."""
@@ -134,7 +140,9 @@ def parse_scope(text: str, *, source: str = "<scope>") -> Scope:
         ) from None
 
 
-def load_scope(name_or_path: str) -> LoadedScope:
+def load_scope(name_or_path: str, *, base_dir: Path | None = None) -> LoadedScope:
+    """Find, read and parse a scope; ``base_dir`` overrides the folder its relative paths start from
+    (default: the scope file's folder)."""
     path = find_scope(name_or_path)
     try:
         data = read_capped(path, YAML_MAX_BYTES)
@@ -144,12 +152,28 @@ def load_scope(name_or_path: str) -> LoadedScope:
     except (OSError, UnicodeDecodeError) as exc:
         raise ScopeError(f"cannot read scope file {str(path)!r}: {exc}.") from None
     scope = parse_scope(text, source=str(path))
-    return LoadedScope(scope=scope, path=path.resolve(), text=text, sha256=hashlib.sha256(text.encode()).hexdigest())
+    return LoadedScope(
+        scope=scope,
+        path=path.resolve(),
+        text=text,
+        sha256=hashlib.sha256(text.encode()).hexdigest(),
+        base=base_dir.resolve() if base_dir is not None else None,
+    )
 
 
-def json_schema() -> dict[str, Any]:
-    """The scope's JSON Schema (checked in as schemas/scope.schema.json)."""
+def json_schema(features: Sequence[str] | None = None) -> dict[str, Any]:
+    """The scope's JSON Schema (checked in as schemas/scope.schema.json): ``gates`` has a section per declared gate
+    model, and ``features`` (and the tiers' ``features``) the names in ``features`` when they are given (the
+    features check's registry; ``fasttrack schemas`` gives them)."""
     schema = Scope.model_json_schema()
+    gates = Gates.declared_schema()
+    schema["$defs"].update(gates.pop("$defs", {}))
+    schema["$defs"]["Gates"] = gates
+    if features is not None:
+        names = {"enum": list(features), "type": "string"}
+        schema["properties"]["features"]["items"] = names
+        tier_features = schema["$defs"]["TierSpec"]["properties"]["features"]["anyOf"]
+        next(a for a in tier_features if a.get("type") == "array")["items"] = names
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["$id"] = "https://fasttrack.dev/schemas/scope.schema.json"
     return schema

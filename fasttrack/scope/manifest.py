@@ -7,7 +7,14 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from fasttrack.scope.common import TIER_ORDER, Feature, ScopeModel, TierName, check_unique
+from fasttrack.scope.common import (
+    SLUG_MAX,
+    SLUG_PATTERN,
+    TIER_ORDER,
+    ScopeModel,
+    TierName,
+    check_unique,
+)
 from fasttrack.scope.deployment import EngineSpec, HardwareSpec, ModelSpec
 from fasttrack.scope.envelope import Envelope, expand_spec_names, point_outside_envelope
 from fasttrack.scope.gates import Estimates, Gates, TierSpec
@@ -16,8 +23,8 @@ from fasttrack.scope.inputs import Claim, EvalSpec, FallbackSpec, IsolationSpec,
 
 class Scope(ScopeModel):
     schema_version: Literal[1] = 1
-    name: str
-    """Suite name (the folder under suites/)."""
+    name: str = Field(pattern=SLUG_PATTERN, max_length=SLUG_MAX)
+    """Suite name (the folder under suites/; a slug: it names the model cache folder too)."""
     title: str
     description: str = ""
     status: Literal["complete", "partial"] = "complete"
@@ -33,8 +40,9 @@ class Scope(ScopeModel):
     envelope: Envelope | None = None
     fallback: FallbackSpec | None = None
     isolation: IsolationSpec | None = None
-    features: list[Feature] = Field(default_factory=list)
-    """Serving features that must keep working on the optimized path."""
+    features: list[str] = Field(default_factory=list)
+    """Serving features that must keep working on the optimized path (the features check's registered features;
+    ``fasttrack plan`` names one it does not know)."""
     evals: list[EvalSpec] = Field(default_factory=list)
     kernels: list[KernelSuite] = Field(default_factory=list)
     path_markers: PathMarkers | None = None

@@ -8,7 +8,7 @@ import pytest
 
 from fasttrack import bundle as B
 from fasttrack.bundle.manifest import EngineRecord, Hardware, Provenance
-from fasttrack.results import CheckResult, Gate, Verdict
+from fasttrack.results import LEGACY_CHECK_ORDER, CheckResult, Gate, Verdict
 
 CREATED = "2025-01-02T03:04:05+00:00"
 HEAD = "0123456789abcdef0123456789abcdef01234567"
@@ -140,6 +140,7 @@ def build(
         rehearsal_reason=REHEARSAL_REASON if rehearsal else None,
         created=CREATED,
         artifacts_from=run,
+        expected_checks=LEGACY_CHECK_ORDER,  # the shipped checks, as a run of them expects them
         sign_keys=list(sign),
     )
     return out

@@ -11,6 +11,7 @@ from pathlib import Path
 from bundle_testlib import HEAD, build
 
 from fasttrack import ROOT
+from fasttrack import bundle as B
 
 FT = [sys.executable, "-m", "fasttrack"]
 
@@ -57,11 +58,16 @@ def test_keys_sign_verify_merge(tmp_path: Path) -> None:
     assert out["verified"] is False
     assert [it["name"] for it in out["items"] if it["ok"] is False] == ["pr_head"]
 
-    # merge two shards and sign the result in one go
+    # merge two shards and sign the result in one go (every shard verified against --key first)
+    alice = B.load_private_key(keys / "alice")
     shards = []
     for i in (1, 2):
-        shards.append(build(tmp_path / f"s{i}", shard=f"{i}/2", plan={"points": [i], "fingerprint": "f" * 64}))
-    r = ft("merge", *shards, "-o", tmp_path / "merged.tar.gz", "--sign-key", keys / "alice")
+        shards.append(
+            build(tmp_path / f"s{i}", shard=f"{i}/2", plan={"points": [i], "fingerprint": "f" * 64}, sign=[alice])
+        )
+    r = ft(
+        "merge", *shards, "-o", tmp_path / "merged.tar.gz", "--sign-key", keys / "alice", "--key", keys / "alice.pub"
+    )
     assert r.returncode == 0, r.stderr
     r = ft("verify", tmp_path / "merged.tar.gz", "--key", keys / "alice.pub")
     assert r.returncode == 0, r.stdout
@@ -117,7 +123,7 @@ def test_verify_pr_head_does_not_vouch_for_an_unproven_link(tmp_path: Path) -> N
 
 def test_verify_json_says_a_bundle_without_pr_link_is_not_pr_evidence(tmp_path: Path) -> None:
     from fasttrack import bundle as B
-    from fasttrack.results import NOT_PR_EVIDENCE
+    from fasttrack.results import LEGACY_CHECK_ORDER, NOT_PR_EVIDENCE
 
     keys = tmp_path / "keys"
     assert ft("keys", "generate", "-o", keys, "--name", "ci").returncode == 0
@@ -132,6 +138,7 @@ def test_verify_json_says_a_bundle_without_pr_link_is_not_pr_evidence(tmp_path: 
         scope=B.scope_info("name: demo-llama\n", model="demo-llama", tier="smoke"),
         plan=B.plan_info({"points": [{"id": "b1"}]}),
         provenance=make_provenance(),
+        expected_checks=LEGACY_CHECK_ORDER,
         sign_keys=[B.load_private_key(keys / "ci")],
     )
     out = json.loads(ft("verify", nopr, "--key", keys / "ci.pub", "--json").stdout)

@@ -13,10 +13,11 @@ from hypothesis import strategies as st
 from fasttrack import ROOT
 from fasttrack import bundle as B
 from fasttrack.bundle.manifest import SCHEMA_FILE, _main, build_manifest, manifest_bytes, parse_shard, schema_text
-from fasttrack.results import CHECK_ORDER, CheckResult, Verdict
+from fasttrack.results import LEGACY_CHECK_ORDER, CheckResult, Verdict
 
 
 def _manifest(results, **kw):
+    kw.setdefault("expected_checks", LEGACY_CHECK_ORDER)
     return build_manifest(
         results,
         scope=B.scope_info("a: 1\n", model="demo", tier="smoke"),
@@ -72,7 +73,7 @@ def test_duplicate_results_are_refused() -> None:
 def test_verdict_never_pass_with_required_fail_or_not_run(spec) -> None:
     results = [
         CheckResult(check=name, verdict=v, reason="r", required=req)
-        for name, (v, req) in zip(CHECK_ORDER, spec, strict=False)
+        for name, (v, req) in zip(LEGACY_CHECK_ORDER, spec, strict=False)
     ]
     m = _manifest(results)
     required = [v for v, req in spec if req]

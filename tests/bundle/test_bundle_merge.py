@@ -53,8 +53,9 @@ def test_merge_combines_tables_and_verdicts(tmp_path: Path, contrib, keydir: Pat
 def test_merge_is_reproducible_and_writes_tarballs(tmp_path: Path, contrib, keydir: Path) -> None:
     shards = make_shards(tmp_path, sign=[contrib])
     tars = [B.pack_bundle(s, tmp_path / f"{s.name}.tar.gz") for s in shards]
-    B.merge_bundles(tars, tmp_path / "m1.tar.gz", sign_keys=[contrib])
-    B.merge_bundles(list(reversed(tars)), tmp_path / "m2.tar.gz", sign_keys=[contrib])
+    trust = [keydir / "contrib.pub"]
+    B.merge_bundles(tars, tmp_path / "m1.tar.gz", sign_keys=[contrib], keys=trust)
+    B.merge_bundles(list(reversed(tars)), tmp_path / "m2.tar.gz", sign_keys=[contrib], keys=trust)
     assert (tmp_path / "m1.tar.gz").read_bytes() == (tmp_path / "m2.tar.gz").read_bytes()
     assert B.verify_bundle(tmp_path / "m1.tar.gz", keys=[keydir / "contrib.pub"]).verified
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from bundle_testlib import build, make_results
 
-from fasttrack import pipeline
+from fasttrack import ROOT, pipeline
 from fasttrack.errors import FasttrackError
 from fasttrack.reproduce import compare_rows, reproduce
 from fasttrack.results import CheckResult, Verdict
@@ -54,9 +54,16 @@ def _perf(rows: list[dict[str, Any]], verdict: Verdict = Verdict.PASS) -> CheckR
     return CheckResult(check="perf", verdict=verdict, reason="rerun", tables={"points": rows})
 
 
+#: The recorded scope: the demo suite's, retitled (so the rerun runs a copy with the recorded text). Reproduce
+#: parses it before anything runs, so it must be a whole scope.
+RECORDED_SCOPE = (ROOT / "suites" / "demo-llama" / "scope.yaml").read_text().replace('title: "', 'title: "Recorded ', 1)
+
+
 @pytest.fixture()
 def recorded(tmp_path: Path, contrib: Any) -> Path:
-    return build(tmp_path / "bundle", results=_recorded_results(), sign=[contrib], shard="2/3")
+    return build(
+        tmp_path / "bundle", results=_recorded_results(), sign=[contrib], shard="2/3", scope_yaml=RECORDED_SCOPE
+    )
 
 
 def _run(bundle: Path, tmp_path: Path, keydir: Path, rerun: Rerun, monkeypatch: pytest.MonkeyPatch, **kw: Any):
@@ -81,7 +88,9 @@ def test_agreeing_rerun_uses_the_recorded_settings(recorded, tmp_path, keydir, m
     # the recorded tier, shard and scope text drive the rerun, on this host as a rehearsal
     assert rerun.opts.tier == "smoke" and rerun.opts.shard == "2/3" and rerun.opts.checks == ["perf"]
     assert rerun.opts.allow_hardware_mismatch is True
-    assert rerun.scope_text == "name: demo-llama\ntitle: Demo\n"
+    assert rerun.scope_text == RECORDED_SCOPE
+    # the recorded text is not the local suite's: its relative paths still mean the local suite's files
+    assert rerun.opts.scope_base_dir == ROOT / "suites" / "demo-llama"
 
 
 def test_estimate_outside_the_recorded_interval_disagrees(recorded, tmp_path, keydir, monkeypatch) -> None:

@@ -11,7 +11,7 @@ import pytest
 from helpers_checks import demo_ctx, window
 from jsonschema import Draft202012Validator
 
-from fasttrack.checks.features import FeaturesCheck, SideData, logprob_problems, validate_json
+from fasttrack.checks.features import FeatureResult, FeaturesCheck, SideData, by_name, logprob_problems, validate_json
 from fasttrack.results import Verdict
 
 GID = "tp1-dcp1-none"
@@ -156,28 +156,33 @@ def _full(side: str, *, broken: bool = False) -> dict[str, Any]:
                 "context": 1000,
                 "max_tokens": 3,
                 "records": recs,
-                "window": f"features-full_context-{FULL[b]}",
             }
         )
     return {"runs": runs, "points": [FULL[1], FULL[8]]}
 
 
+def as_result(feature: str, data: dict[str, Any]) -> FeatureResult:
+    """A feature's typed result from its fields (its ``result_model`` refuses a field it does not have)."""
+    return by_name()[feature].result_model.model_validate(data)
+
+
 def _side(side: str, *, optimized: bool = True, **overrides: Any) -> SideData:
     sd = SideData()
-    sd.data = {
+    data = {
         "structured_output": _structured(side),
         "temperature_sampling": _sampling(side),
         "full_context": _full(side),
         **_api(side),
     }
-    sd.data.update(overrides)
+    data.update(overrides)
+    sd.results = {f: as_result(f, d) for f, d in data.items()}
     for pid, b in [(P[b], b) for b in (1, 2, 3, 4, 8)] + [(FULL[1], 1), (FULL[8], 8)]:
         kind = "full_context" if "full" in pid else "structured_output"
         name = f"features-{kind}-{pid}"
         sd.windows[name] = window(
             side, [pid], decode={b: 20}, optimized={b: 20} if (side == "candidate" and optimized) else {}, name=name
         )
-    sd.points = {f: d.get("point") or d["points"][0] for f, d in sd.data.items()}
+    sd.points = {f: d.get("point") or d["points"][0] for f, d in data.items()}
     return sd
 
 
@@ -256,12 +261,13 @@ def test_standard_path_never_passes(tmp_path: Path) -> None:
 
 def test_api_behaviour_failures(tmp_path: Path) -> None:
     cand = _side("candidate")
-    cand.data["seeded_sampling"]["second"]["3"] = [9, 9]
-    cand.data["stop_sequences"]["text"] = "the long river flows"
-    cand.data["stop_sequences"]["finish_reason"] = "length"
-    cand.data["max_tokens"]["requests"][1]["n_tokens"] = 6
-    cand.data["n_best"]["first"] = cand.data["n_best"]["first"][:2]
-    cand.data["logprobs"]["top"][1] = [(6, 0.2)]
+    r = cand.results
+    r["seeded_sampling"].second["3"] = [9, 9]
+    r["stop_sequences"].text = "the long river flows"
+    r["stop_sequences"].finish_reason = "length"
+    r["max_tokens"].requests[1].n_tokens = 6
+    r["n_best"].first = r["n_best"].first[:2]
+    r["logprobs"].top[1] = [(6, 0.2)]
     chk, ctx = _check(tmp_path, _side("baseline"), cand)
     res = chk.judge(ctx)
     bad = {f for f, d in res.summary["per_feature"].items() if d["verdict"] == "fail"}
@@ -308,25 +314,31 @@ def test_speculative_acceptance_not_run_without_speculative_configs(tmp_path: Pa
 
 def test_speculative_acceptance_rule(tmp_path: Path) -> None:
     base, cand = _side("baseline"), _side("candidate")
-    base.data["speculative_acceptance"] = {
-        "point": P[1],
-        "points": [P[1]],
-        "drafts": 100,
-        "draft_tokens": 700,
-        "accepted_tokens": 500,
-    }
-    cand.data["speculative_acceptance"] = {
-        "point": P[1],
-        "points": [P[1]],
-        "drafts": 100,
-        "draft_tokens": 700,
-        "accepted_tokens": 300,
-    }
+    base.results["speculative_acceptance"] = as_result(
+        "speculative_acceptance",
+        {
+            "point": P[1],
+            "points": [P[1]],
+            "drafts": 100,
+            "draft_tokens": 700,
+            "accepted_tokens": 500,
+        },
+    )
+    cand.results["speculative_acceptance"] = as_result(
+        "speculative_acceptance",
+        {
+            "point": P[1],
+            "points": [P[1]],
+            "drafts": 100,
+            "draft_tokens": 700,
+            "accepted_tokens": 300,
+        },
+    )
     chk, ctx = _check(tmp_path, base, cand, features=["speculative_acceptance"])
     res = chk.judge(ctx)
     assert res.verdict is Verdict.FAIL
     assert "acceptance rate 0.429" in res.failures[0] and "below the baseline's 0.714" in res.failures[0]
-    cand.data["speculative_acceptance"]["accepted_tokens"] = 495
+    cand.results["speculative_acceptance"].accepted_tokens = 495
     assert chk.judge(ctx).verdict is Verdict.PASS
 
 
@@ -348,7 +360,7 @@ def test_validate_json_reasons() -> None:
     ],
 )
 def test_logprob_well_formedness(top, ok) -> None:
-    d = {"token_ids": [5], "logprobs": [-0.1], "top": top}
+    d = as_result("logprobs", {"point": P[1], "token_ids": [5], "logprobs": [-0.1], "top": top})
     assert (not logprob_problems(d, 3)) is ok
 
 

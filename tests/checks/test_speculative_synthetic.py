@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from test_checks_features import P, _check, _side
+from test_checks_features import P, _check, _side, as_result
 
 from fasttrack.results import Verdict
 
@@ -28,8 +28,8 @@ def _row(res) -> dict:
 
 def test_measured_next_to_configured_and_within_tolerance_passes(tmp_path: Path) -> None:
     base, cand = _side("baseline"), _side("candidate")
-    base.data["speculative_acceptance"] = _data(152, configured=2.5)
-    cand.data["speculative_acceptance"] = _data(148, configured=2.5)
+    base.results["speculative_acceptance"] = as_result("speculative_acceptance", _data(152, configured=2.5))
+    cand.results["speculative_acceptance"] = as_result("speculative_acceptance", _data(148, configured=2.5))
     chk, ctx = _check(tmp_path, base, cand, features=["speculative_acceptance"])
     res = chk.judge(ctx)
     row = _row(res)
@@ -42,8 +42,8 @@ def test_measured_next_to_configured_and_within_tolerance_passes(tmp_path: Path)
 def test_a_synthetic_length_that_did_not_reach_the_engine_fails(tmp_path: Path) -> None:
     base, cand = _side("baseline"), _side("candidate")
     # natural acceptance on both sides (the label was kept, the switch never reached vLLM)
-    base.data["speculative_acceptance"] = _data(80, configured=2.5)
-    cand.data["speculative_acceptance"] = _data(80, configured=2.5)
+    base.results["speculative_acceptance"] = as_result("speculative_acceptance", _data(80, configured=2.5))
+    cand.results["speculative_acceptance"] = as_result("speculative_acceptance", _data(80, configured=2.5))
     chk, ctx = _check(tmp_path, base, cand, features=["speculative_acceptance"])
     res = chk.judge(ctx)
     assert res.verdict is Verdict.FAIL
@@ -56,21 +56,21 @@ def test_synthetic_rates_are_not_compared_between_the_sides(tmp_path: Path) -> N
     # both sides accept at the configured rates: a candidate whose draws came out lower than the baseline's (below
     # the natural rule's Wilson bound) still passes when both lengths are within tolerance of the configured one
     base, cand = _side("baseline"), _side("candidate")
-    base.data["speculative_acceptance"] = _data(170, configured=2.5)
-    cand.data["speculative_acceptance"] = _data(130, configured=2.5)
+    base.results["speculative_acceptance"] = as_result("speculative_acceptance", _data(170, configured=2.5))
+    cand.results["speculative_acceptance"] = as_result("speculative_acceptance", _data(130, configured=2.5))
     chk, ctx = _check(tmp_path, base, cand, features=["speculative_acceptance"])
     res = chk.judge(ctx)
     assert res.verdict is Verdict.PASS, res.failures
     # the same numbers without synthetic acceptance fail the natural rule
-    base.data["speculative_acceptance"] = _data(170, configured=None)
-    cand.data["speculative_acceptance"] = _data(130, configured=None)
+    base.results["speculative_acceptance"] = as_result("speculative_acceptance", _data(170, configured=None))
+    cand.results["speculative_acceptance"] = as_result("speculative_acceptance", _data(130, configured=None))
     assert chk.judge(ctx).verdict is Verdict.FAIL
 
 
 def test_natural_acceptance_has_no_configured_length(tmp_path: Path) -> None:
     base, cand = _side("baseline"), _side("candidate")
-    base.data["speculative_acceptance"] = _data(80, configured=None)
-    cand.data["speculative_acceptance"] = _data(80, configured=None)
+    base.results["speculative_acceptance"] = as_result("speculative_acceptance", _data(80, configured=None))
+    cand.results["speculative_acceptance"] = as_result("speculative_acceptance", _data(80, configured=None))
     chk, ctx = _check(tmp_path, base, cand, features=["speculative_acceptance"])
     res = chk.judge(ctx)
     assert res.verdict is Verdict.PASS and _row(res)["configured_acceptance_length"] is None
@@ -113,7 +113,9 @@ def test_the_other_features_are_not_applicable_on_a_synthetic_group(tmp_path: Pa
     chk = FeaturesCheck()
     for side, accepted in (("baseline", 152), ("candidate", 148)):
         sd = SideData()
-        sd.data["speculative_acceptance"] = {**_data(accepted, configured=2.5), "point": p1, "points": [p1]}
+        sd.results["speculative_acceptance"] = as_result(
+            "speculative_acceptance", {**_data(accepted, configured=2.5), "point": p1, "points": [p1]}
+        )
         # the candidate's probe window: decode steps without drafts ran the fast path, verify steps the stock path
         sd.windows["probe"] = window(side, [p1], decode={1: 10}, optimized={1: 4} if side == "candidate" else {})
         chk.sides[(spec.id, side)] = sd

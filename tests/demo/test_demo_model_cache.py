@@ -49,3 +49,30 @@ def test_cached_model_is_reused_and_stale_builds_are_rebuilt(cache: Path) -> Non
     assert resolve_model(scope, log=logs.append).built
     assert any("does not match its manifest" in m for m in logs), logs
     assert resolve_model(scope, log=logs.append).sha256 == first.sha256
+
+
+def test_the_builder_path_is_relative_to_the_scope_files_folder(tmp_path: Path) -> None:
+    """Like every path in a scope: a copy of the demo scope elsewhere finds no builder at ../../examples."""
+    import pytest
+
+    from fasttrack import ROOT
+    from fasttrack.doctor import diagnose
+    from fasttrack.errors import ScopeError
+    from fasttrack.models import builder_path
+
+    shipped = load_scope("demo-llama")
+    assert (
+        builder_path(shipped.scope, shipped.base_dir) == ROOT / "suites/demo-llama/../../examples/demo_model/build.py"
+    )
+    assert builder_path(shipped.scope, shipped.base_dir).resolve() == ROOT / "examples" / "demo_model" / "build.py"
+    copy = tmp_path / "a" / "b"
+    copy.mkdir(parents=True)
+    (copy / "scope.yaml").write_text(shipped.text)
+    loaded = load_scope(str(copy / "scope.yaml"))
+    with pytest.raises(ScopeError) as err:
+        resolve_model(loaded.scope, base_dir=loaded.base_dir)
+    assert str(copy / "../../examples/demo_model/build.py") in err.value.message
+    assert "start from the scope file's folder" in (err.value.hint or "")
+    rep = diagnose(loaded, check_args=False)
+    model = next(f for f in rep.findings if f.topic == "model")
+    assert model.status == "problem" and "does not exist: it resolves to" in model.found

@@ -154,6 +154,11 @@ def test_killing_one_node_gives_a_partial_bundle_naming_it(tmp_path: Path, _no_o
             time.sleep(1)
         follower = _follower_pid(run_dir)
         assert follower is not None, "no follower node process found"
+        # a follower node gets the host's GPU safety settings too (the host's value, else the safe one)
+        entries = Path(f"/proc/{follower}/environ").read_bytes().decode(errors="replace").split("\0")
+        live = dict(e.split("=", 1) for e in entries if "=" in e)
+        safe = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+        assert {k: live.get(k) for k in safe} == {k: os.environ.get(k, v) for k, v in safe.items()}
         os.kill(follower, signal.SIGKILL)
         rc = proc.wait(timeout=600)
     finally:

@@ -168,6 +168,13 @@ def test_planted_defect_fails_the_signed_bundle_at_exactly_its_batch(defect_run,
     out = res.stdout + res.stderr
     assert "Traceback" not in out
     assert res.returncode == 1, out[-4000:]  # validate exits 0 only for a pass
+    # the candidate's start is reported by phase and time, never by a piece of its log
+    starting = [ln.strip() for ln in out.splitlines() if "engine starting (" in ln]
+    phase = r"(importing|initializing the engine|loading weights|profiling memory|compiling|allocating the KV cache"
+    phase += r"|capturing CUDA graphs|warming up|waiting for health)"
+    assert starting and all(
+        re.fullmatch(rf"candidate engine starting \(\d+ s\): {phase} \(for \d+ s\)", s) for s in starting
+    ), starting
     assert (run_dir / "bundle.tar.gz").is_file(), out[-4000:]
     v = _run("verify", str(run_dir / "bundle.tar.gz"), "--key", str(keys / "ci.pub"), "--json")
     info = json.loads(v.stdout)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -165,6 +166,11 @@ def test_environment_is_captured(baseline_engine) -> None:
     assert env.argv == baseline_engine.argv and "--model" in env.argv
     assert env.env_overrides.get("HF_HUB_OFFLINE") == "1"
     assert env.served_model == baseline_engine.model
+    # the host's GPU safety settings reach the live engine process: the host's value, else the safe one
+    entries = Path(f"/proc/{baseline_engine.pid}/environ").read_bytes().decode(errors="replace").split("\0")
+    live = dict(e.split("=", 1) for e in entries if "=" in e)
+    safe = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+    assert {k: live.get(k) for k in safe} == {k: os.environ.get(k, v) for k, v in safe.items()}
 
 
 def test_attach_mode_uses_the_running_engine_without_owning_it(baseline_engine) -> None:

@@ -166,6 +166,13 @@ def test_env_is_inherited_with_overrides_and_unsets(fake_python: str, tmp_path: 
     with _engine(fake_python, tmp_path, "ok", env={"FASTTRACK_DEMO_DEFECT": None}).start() as eng:
         assert "FASTTRACK_DEMO_DEFECT=\n" in eng.read_log() or eng.log_tail(50).count("FASTTRACK_DEMO_DEFECT=") == 1
         assert "FASTTRACK_DEMO_DEFECT=silent" not in eng.read_log()
+    # the host's GPU safety settings: its own value unchanged, the safe value where it sets none
+    monkeypatch.setenv("NCCL_NVLS_ENABLE", "7")
+    monkeypatch.delenv("NVSHMEM_DISABLE_NVLS", raising=False)
+    with _engine(fake_python, tmp_path, "ok").start() as eng:
+        live = Path(f"/proc/{eng.pid}/environ").read_bytes().split(b"\0")
+        assert b"NCCL_NVLS_ENABLE=7" in live and b"NVSHMEM_DISABLE_NVLS=1" in live
+        assert eng.environment().env_relevant["NVSHMEM_DISABLE_NVLS"] == "1"
 
 
 def test_only_one_engine_at_a_time(fake_python: str, tmp_path: Path) -> None:

@@ -15,14 +15,8 @@ from pathlib import Path
 import pytest
 
 from fasttrack.engine import EngineCrashed, EngineStartError, MultiNodeEngine, live_engines, start_engine
-from fasttrack.engine.launchers import (
-    NODE_MAIN,
-    LaunchRequest,
-    LocalLauncher,
-    SlurmLauncher,
-    default_launcher,
-    local_node_env,
-)
+from fasttrack.engine.cmdline import NODE_MAIN, ServeSpec, local_node_env
+from fasttrack.engine.launchers import LaunchRequest, LocalLauncher, SlurmLauncher, default_launcher
 from fasttrack.engine.procs import group_members
 
 FAKE = Path(__file__).with_name("fake_vllm_server.py")
@@ -190,13 +184,11 @@ def test_slurm_launcher_runs_one_task_per_node(tmp_path: Path) -> None:
     launcher = SlurmLauncher(env=env, extra_args=["--mpi=none"])
     req = LaunchRequest(
         python="/opt/venv/bin/python",
-        server_module="vllm.entrypoints.launchers.api_server.entry",
-        model="moonshotai/Kimi-K3",
-        args=["--tensor-parallel-size", "16"],
+        spec=ServeSpec(side="candidate", model="moonshotai/Kimi-K3", args=("--tensor-parallel-size", "16")),
         nnodes=4,
         api_port=8100,
         master_port=29500,
-        env={},
+        host_env={},
         log_dir=tmp_path,
         log_name="tp16.candidate.0",
         gpus_per_node=4,

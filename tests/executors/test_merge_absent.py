@@ -27,9 +27,9 @@ def _shard(tmp_path: Path, i: int, n: int, **kw) -> Path:
 
 
 def test_merge_bundles_names_absent_shards(tmp_path: Path, contrib) -> None:
-    s1, s3 = _shard(tmp_path, 1, 3), _shard(tmp_path, 3, 3)
+    s1, s3 = _shard(tmp_path, 1, 3, sign=[contrib]), _shard(tmp_path, 3, 3, sign=[contrib])
     note = "wrote no bundle; Slurm job 41_2 ended CANCELLED; log /jobs/logs/x-41_2.out"
-    m = B.merge_bundles([s1, s3], tmp_path / "merged", absent={"2/3": note}, sign_keys=[contrib])
+    m = B.merge_bundles([s1, s3], tmp_path / "merged", absent={"2/3": note}, sign_keys=[contrib], keys=[contrib.public])
     assert m.verdict == "incomplete"
     assert [r.shard for r in m.plan.merged_from] == ["1/3", "3/3"]
     for name, entry in m.checks.items():

@@ -30,13 +30,13 @@ def test_slurm_mode_starts_one_task_per_node_with_its_role(slurm_env, tmp_path: 
             f"""
             import json, os
             from pathlib import Path
+            from fasttrack.engine.cmdline import ServeSpec
             from fasttrack.engine.launchers import LaunchRequest, SlurmLauncher, default_launcher
             launcher = default_launcher()
             assert isinstance(launcher, SlurmLauncher), type(launcher)
-            req = LaunchRequest(python={str(fake)!r}, server_module="unused", model="demo",
-                                args=["--tensor-parallel-size", "2"], nnodes=2, api_port=8000, master_port=29500,
-                                env=dict(os.environ),
-                                log_dir=Path({str(out)!r}), log_name="eng")
+            spec = ServeSpec(side="candidate", model="demo", args=("--tensor-parallel-size", "2"))
+            req = LaunchRequest(python={str(fake)!r}, spec=spec, nnodes=2, api_port=8000, master_port=29500,
+                                host_env=dict(os.environ), log_dir=Path({str(out)!r}), log_name="eng")
             (proc,) = launcher.launch(req)
             rc = proc.proc.wait(120)
             print(json.dumps({{"rc": rc, "hosts": launcher.hosts(2),

@@ -29,7 +29,8 @@ def test_doctor_says_why_k3_cannot_run_on_this_cpu_host() -> None:
     assert res.returncode == 1, (res.stdout, res.stderr)
     out = res.stdout
     assert "Traceback" not in out + res.stderr
-    assert "problem hardware: no GPU found" in out
+    assert "problem hardware: scope asks for: 8 or 16 GPUs nvidia blackwell (GB300)" in out
+    assert "; this host: no GPU (" in out and "\u2014 a GPU scope on a host without GPUs: no GPU found" in out
     assert "fix: the scope needs 8 or 16 GPUs" in out
     assert "problem CUDA driver" in out
     assert "problem nodes: engines of the smoke tier span 4 nodes" in out and "salloc -N 4" in out
@@ -81,6 +82,6 @@ def test_doctor_on_a_gb300_tray_in_an_allocation(tmp_path: Path, monkeypatch: py
     by = {f.topic: f for f in rep.findings}
     assert by["hardware"].status == "ok" and "4x NVIDIA GB300" in by["hardware"].found
     assert by["nodes"].status == "ok" and "launcher slurm" in by["nodes"].found
-    assert any(f.topic == "GPU memory" and "278 GiB" in f.found for f in rep.findings)
+    assert by["memory"].status == "ok" and "of each GPU's 278 GiB" in by["memory"].found
     # this test host has no NVIDIA driver for the engine's interpreter: that stays a problem
     assert by["CUDA driver"].status == "problem"

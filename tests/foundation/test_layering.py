@@ -15,16 +15,10 @@ every package ``__init__`` is a module of the graph with its own edges, and a pa
 holding its own submodules is not a cycle. Imports by name string
 (``importlib.import_module``) are not seen.
 
-Layers, bottom to top (a module imports only from its own layer or below):
-
-1. ``errors``, ``results``, ``scope``, ``stats``, ``limits`` (and the package root ``fasttrack``)
-1.5 ``bundle/``: level 1 and itself
-1.7 ``report/``: ``bundle/``, level 1 and itself
-2. ``engine/``, ``plan``, ``isolation``, ``hardware``, ``models``, ``inputs``, ``schemas``, ``passability``, ``doctor``
-3. ``perf/``, ``evals/``, ``kernels/``
-4. ``checks/``
-5. ``pipeline``, ``executors``, ``reproduce``, ``pr``
-6. ``cli``, ``__main__``
+The layers, bottom to top (a module imports only from its own layer or below), are
+:data:`LEVELS`; README's ``| level | modules |`` table is generated from them and from the
+components the graph finds (:func:`layer_table`), and a test fails with the diff when the
+README says otherwise (``python tests/foundation/test_layering.py`` writes it).
 
 Every test lists all violations with module names, not just the first.
 """
@@ -32,7 +26,9 @@ Every test lists all violations with module names, not just the first.
 from __future__ import annotations
 
 import ast
+import difflib
 import functools
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -47,38 +43,42 @@ LEVELS: dict[str, float] = {
     "fasttrack": 1,  # the package root: ROOT and __version__, imports nothing
     "errors": 1,
     "results": 1,
+    "limits": 1,  # every resource limit on untrusted input (bundles, scopes, key files, shards)
     "scope": 1,
     "stats": 1,
-    "limits": 1,  # every resource limit on untrusted input (bundles, scopes, key files, shards)
     "bundle": 1.5,
     "report": 1.7,
     "engine": 2,
     "plan": 2,
     "isolation": 2,
     "hardware": 2,
+    "hostfit": 2,  # whether the host fits the scope's engines: device, CUDA build against the driver, memory shares
     "models": 2,
     "inputs": 2,
-    "schemas": 2,
-    "passability": 2,  # what a tier can never run, from the scope and the plan (before any engine)
-    "doctor": 2,  # the preflight: hardware, engine interpreter, arguments, passability (no engine started)
     "perf": 3,
     "evals": 3,
     "kernels": 3,
     "checks": 4,
     "pipeline": 5,
     "executors": 5,
-    "reproduce": 5,
+    "passability": 5,  # what a tier can never run: the registered checks' own rules (before any engine)
+    "schemas": 5,  # the checked-in JSON Schemas: the scope's lists every registered check's gate and feature
     "pr": 5,  # the PR flow (GitHub client, publish, sticky comment): imports bundle/, report/, level 1
+    "reproduce": 5,
+    "doctor": 5,  # the preflight: hardware, engine interpreter, arguments, passability (no engine started)
     "cli": 6,
     "__main__": 6,
 }
 
-#: Edges that break the layering on purpose, each with its reason. Keep this short.
-ALLOWED: dict[tuple[str, str], str] = {
-    # Synthetic bundles (figures invented, for rendering tests and the dashboard benchmark)
-    # borrow a real suite's config points; verifying and rendering never import this module.
-    ("fasttrack.report.synthetic", "fasttrack.plan"): "synthetic bundles borrow a real suite's plan",
+#: Components that may import less than their level allows: component -> (the components it may import beyond
+#: its own, how README's layer table says it).
+ONLY: dict[str, tuple[frozenset[str], str]] = {
+    "bundle": (frozenset(c for c, lv in LEVELS.items() if lv == 1), "level 1 and its own modules only"),
+    "report": (frozenset({"bundle"} | {c for c, lv in LEVELS.items() if lv == 1}), "`bundle/` and level 1 only"),
 }
+
+#: Edges that break the layering on purpose, each with its reason. Keep this short (it is empty).
+ALLOWED: dict[tuple[str, str], str] = {}
 
 #: Components that must never import ``fasttrack.checks`` (issue: results layer).
 NO_CHECKS = ("bundle", "report", "engine", "perf", "stats", "kernels")
@@ -267,27 +267,21 @@ def test_never_imports_checks(comp: str) -> None:
     assert not bad, f"fasttrack.{comp} must not import fasttrack.checks:\n" + "\n".join(bad)
 
 
-def test_bundle_imports_only_level_one_and_itself() -> None:
-    allowed = {c for c, lv in LEVELS.items() if lv == 1} | {"bundle"}
-    bad = [f"{s} imports {d} at line {n}" for s, d, n in edges_from(("bundle",)) if component(d) not in allowed]
-    assert not bad, "fasttrack.bundle may import only level 1 and its own modules:\n" + "\n".join(bad)
-
-
-def test_report_imports_only_bundle_level_one_and_itself() -> None:
-    allowed = {c for c, lv in LEVELS.items() if lv == 1} | {"bundle", "report"}
+@pytest.mark.parametrize("comp", sorted(ONLY))
+def test_restricted_components_import_only_what_the_table_says(comp: str) -> None:
+    allowed, said = ONLY[comp]
     bad = [
         f"{s} imports {d} at line {n}"
-        for s, d, n in edges_from(("report",))
-        if component(d) not in allowed and (s, d) not in ALLOWED
+        for s, d, n in edges_from((comp,))
+        if component(d) not in allowed | {comp} and (s, d) not in ALLOWED
     ]
-    assert not bad, "fasttrack.report may import only fasttrack.bundle, level 1 and its own modules:\n" + "\n".join(bad)
+    assert not bad, f"fasttrack.{comp} may import only {said}:\n" + "\n".join(bad)
 
 
 def test_layering_rule_finds_planted_violations() -> None:
     g = {
         "fasttrack.engine.client": {"fasttrack.checks.base": 3, "fasttrack.results": 4},
         "fasttrack.bundle.verify": {"fasttrack.report.load": 5, "fasttrack.bundle.dsse": 6},
-        "fasttrack.report.synthetic": {"fasttrack.plan": 7},
         "fasttrack.cli": {"fasttrack.pipeline": 8},
         "fasttrack.newthing": {},
     }
@@ -307,3 +301,67 @@ def test_allow_list_is_not_stale() -> None:
     g = graph()
     stale = [f"{s} -> {d}" for s, d in ALLOWED if d not in g.get(s, {})]
     assert not stale, "ALLOWED lists edges that no longer exist; remove them:\n" + "\n".join(stale)
+
+
+# --------------------------------------------------------------------------- README's layer table
+
+#: Components the table leaves out: the package root and ``python -m fasttrack``.
+NOT_IN_TABLE = ("fasttrack", "__main__")
+
+
+def components() -> list[str]:
+    """Every component the import graph finds, in the order of :data:`LEVELS` (unknown ones last, by name)."""
+    found = {component(m) for m in graph()}
+    return sorted(found, key=lambda c: (list(LEVELS).index(c) if c in LEVELS else len(LEVELS), c))
+
+
+def layer_table() -> str:
+    """README's ``| level | modules |`` table: every component of the graph at its level, packages with a slash,
+    and what a restricted component may import (:data:`ONLY`)."""
+    rows: dict[float, list[str]] = {}
+    for c in components():
+        if c in NOT_IN_TABLE:
+            continue
+        level = LEVELS.get(c)
+        assert level is not None, f"fasttrack.{c} has no layer in LEVELS; give it one (and rerun this test)"
+        name = f"`{c}/`" if (PKG / c).is_dir() else f"`{c}`"
+        if c in ONLY:
+            name += f" ({ONLY[c][1]})"
+        rows.setdefault(level, []).append(name)
+    lines = ["| level | modules |", "|---|---|"]
+    lines += [f"| {level:g} | {', '.join(names)} |" for level, names in sorted(rows.items())]
+    return "\n".join(lines) + "\n"
+
+
+def readme_layer_table(text: str) -> str:
+    """The ``| level | modules |`` table of README.md as written."""
+    m = re.search(r"^\| level \| modules \|\n(?:\|.*\|\n)+", text, flags=re.M)
+    assert m, "README.md has no '| level | modules |' table"
+    return m.group(0)
+
+
+def test_readme_layer_table_is_the_import_graphs() -> None:
+    written = readme_layer_table((ROOT / "README.md").read_text(encoding="utf-8"))
+    want = layer_table()
+    diff = "".join(
+        difflib.unified_diff(written.splitlines(True), want.splitlines(True), "README.md (as written)", "generated")
+    )
+    assert written == want, f"README's layer table differs from LEVELS and the import graph:\n{diff}"
+
+
+def test_the_table_generator_places_every_component() -> None:
+    table = layer_table()
+    for c in components():
+        if c not in NOT_IN_TABLE:
+            assert f"`{c}" in table, c
+    # a stated restriction goes with its component; the levels are in order
+    assert "`bundle/` (level 1 and its own modules only)" in table
+    levels = [float(line.split("|")[1]) for line in table.splitlines()[2:]]
+    assert levels == sorted(levels) and len(levels) == len(set(levels))
+
+
+if __name__ == "__main__":  # python tests/foundation/test_layering.py: write the generated table into README.md
+    readme = ROOT / "README.md"
+    text = readme.read_text(encoding="utf-8")
+    readme.write_text(text.replace(readme_layer_table(text), layer_table()), encoding="utf-8")
+    print(layer_table(), end="")

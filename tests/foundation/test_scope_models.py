@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 import yaml
 
+from fasttrack import ROOT
 from fasttrack.errors import ScopeError
 from fasttrack.scope import available_suites, load_scope, parse_scope
 
@@ -182,3 +187,42 @@ def test_unknown_must_name_real_fields() -> None:
         """
     )
     assert "warp_drive" in _err(text)
+
+
+@pytest.mark.parametrize(
+    ("where", "var", "value"),
+    [
+        (("engine", "env"), "NCCL_NVLS_ENABLE", "1"),
+        (("engine", "candidate", "env"), "TORCH_SYMM_MEM_DISABLE_MULTICAST", "0"),
+        (("engine", "baseline", "env"), "NVSHMEM_DISABLE_NVLS", ""),  # clearing it is refused too
+    ],
+)
+def test_a_scope_cannot_set_or_clear_the_gpu_safety_settings(where: tuple[str, ...], var: str, value: str) -> None:
+    data = _k3_data()
+    node = data
+    for key in where:
+        node = node.setdefault(key, {})
+    node[var] = value
+    text = yaml.safe_dump(data, sort_keys=False)
+    msg = _err(text)
+    assert f"{'.'.join(where)}: " in msg and var in msg and "host safety setting" in msg, msg
+    line = int(re.search(r"scope\.yaml:(\d+): " + re.escape(".".join(where)), msg).group(1))  # type: ignore[union-attr]
+    assert text.splitlines()[line - 1].strip() == "env:", (line, msg)  # the line of the field named
+
+
+def test_a_scope_with_a_safety_setting_is_a_clean_exit_2(tmp_path: Path) -> None:
+    data = _k3_data()
+    data["engine"]["candidate"].setdefault("env", {})["NCCL_NVLS_ENABLE"] = "1"
+    scope = tmp_path / "scope.yaml"
+    scope.write_text(yaml.safe_dump(data, sort_keys=False))
+    res = subprocess.run(
+        [sys.executable, "-m", "fasttrack", "plan", "--model", str(scope)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "COLUMNS": "200", "NO_COLOR": "1"},
+        timeout=300,
+    )
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    assert "Traceback" not in res.stdout + res.stderr
+    assert "engine.candidate.env" in res.stderr and "NCCL_NVLS_ENABLE" in res.stderr

@@ -31,6 +31,14 @@ def test_batch_envelope_covers_1_to_64_with_odd_sizes():
     assert batch_sizes("full", max_batch=8) == tuple(b for b in BATCH_ENVELOPE if b <= 8)
 
 
+def test_a_smaller_envelope_keeps_its_largest_batch_in_every_tier():
+    """The smoke tier's batches are 1, 3 and 64; an envelope that ends at 8 tests 8 in place of 64 (a defect
+    from some batch size on must not hide past the envelope's end)."""
+    assert batch_sizes("smoke", max_batch=8) == (1, 3, 8)
+    assert batch_sizes("standard", max_batch=8)[-1] == 8
+    assert (8, "fp32", "normal") in tiered_matrix(dtypes=["fp32"], tier="smoke", max_batch=8)
+
+
 @pytest.mark.parametrize("dtype", ["fp32", "bf16", "fp16", "fp8"])
 @pytest.mark.parametrize("dist", DISTRIBUTIONS)
 def test_generate_is_deterministic_and_in_dtype(dtype, dist):

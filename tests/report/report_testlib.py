@@ -1,5 +1,5 @@
 """Fixtures for report and dashboard tests: keys and synthetic bundles (built with the
-real bundle layer; their figures are invented, see fasttrack.report.synthetic)."""
+real bundle layer; their figures are invented, see tests/synthetic)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 from demo_engines import missing_prerequisite
+from synthetic import Spec, make_bundle
 
 from fasttrack.bundle.keys import SigningKey, generate_keypair, load_private_key
-from fasttrack.report.synthetic import Spec, make_bundle
 
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOTS = ROOT / ".artifacts" / "screenshots"

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from dashboard_testlib import served_dashboard
 from report_testlib import CHROMIUM_ARGS, SCREENSHOTS, chromium_or_skip
+from synthetic import PAYLOADS, payload_text
 
 from fasttrack.report import render_report
 from fasttrack.report.site import build_site
-from fasttrack.report.synthetic import PAYLOADS, payload_text
 
 pytestmark = pytest.mark.browser
 

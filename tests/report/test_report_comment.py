@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 from markdown_it import MarkdownIt
+from synthetic import payload_text
 
 from fasttrack.errors import FasttrackError
 from fasttrack.report import render_report
 from fasttrack.report.comment import GITHUB_LIMIT, md, render_comment
 from fasttrack.report.load import build_report_data
-from fasttrack.report.synthetic import payload_text
 
 
 def to_html(text: str) -> str:

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 from markupsafe import Markup
+from synthetic import PAYLOADS, payload_text
 
 from fasttrack.report import render_report
 from fasttrack.report.links import LinkPolicy, quote_path, served_name
 from fasttrack.report.render import UnsafeLink, csp, safe_href
 from fasttrack.report.site import build_site
 from fasttrack.report.svg import El, svg, text
-from fasttrack.report.synthetic import PAYLOADS, payload_text
 
 SCHEME = re.compile(r"^\s*[a-zA-Z][a-zA-Z0-9+.\-]*:")
 

@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from synthetic import Spec, make_bundle
 
 from fasttrack.bundle.attest import subjects_of_dir
 from fasttrack.bundle.dsse import add_signature, envelope_bytes, envelope_for, statement_of
 from fasttrack.bundle.keys import SigningKey, generate_keypair, load_private_key
 from fasttrack.bundle.layout import ATTESTATION, MANIFEST
 from fasttrack.bundle.pack import pack_bundle
-from fasttrack.report.synthetic import Spec, make_bundle
 
 __all__ = [
     "HEAD",

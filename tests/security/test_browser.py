@@ -21,11 +21,11 @@ from urllib.parse import urlsplit
 import pytest
 from dashboard_testlib import served_dashboard
 from security_testlib import HEAD, Keys, add_members, resign, variant
+from synthetic import Spec, make_bundle, payload_text
 
 from fasttrack.report import render_report
 from fasttrack.report.links import INERT_TYPES
 from fasttrack.report.site import build_site
-from fasttrack.report.synthetic import Spec, make_bundle, payload_text
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(600)]
 

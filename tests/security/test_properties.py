@@ -106,7 +106,7 @@ def test_alias_expansion_is_counted_like_a_copy(width: int, levels: int) -> None
 def _manifest() -> dict[str, Any]:
     import tempfile
 
-    from fasttrack.report.synthetic import Spec, make_bundle
+    from synthetic import Spec, make_bundle
 
     with tempfile.TemporaryDirectory() as tmp:
         b = make_bundle(Path(tmp) / "b", Spec(model="demo-llama", seed=3))

@@ -10,7 +10,7 @@ The optimized path takes decode-only batches (every request has exactly one
 query token) of ``min_batch..max_batch`` requests. Everything else falls back to
 the stock path and is logged as (one line)::
 
-    fasttrack-demo fallback reason=<prefill|mixed|batch_out_of_range|spec_verify> batch=<requests>
+    fasttrack-demo fallback reason=<prefill|mixed|batch_out_of_range|spec_verify|prefill_or_mixed> batch=<requests>
         tokens=<tokens> count=<n> suppressed=<m>
 
 ``spec_verify``: with n-gram speculative decoding, a step that verifies draft tokens (a
@@ -37,7 +37,7 @@ logger = logging.getLogger("vllm.fasttrack_demo_plugin")
 """Child of vLLM's logger, so lines use vLLM's handler and format."""
 
 LOG_INTERVAL_S = 1.0
-FALLBACK_REASONS = ("prefill", "mixed", "batch_out_of_range", "spec_verify")
+FALLBACK_REASONS = ("prefill", "mixed", "batch_out_of_range", "spec_verify", "prefill_or_mixed")
 
 
 @dataclass(frozen=True)
@@ -154,6 +154,8 @@ def classify(attn_metadata: Any, settings: BackendSettings) -> StepPlan:
     if not attn_metadata:
         return IDLE
     meta = next(iter(attn_metadata.values()))
+    if getattr(meta.query_start_loc, "is_cuda", False):
+        return classify_host(meta, settings)
     tokens = int(meta.num_actual_tokens)
     query_lens = (meta.query_start_loc[1:] - meta.query_start_loc[:-1]).tolist()
     single = sum(1 for q in query_lens if q == 1)
@@ -168,6 +170,32 @@ def classify(attn_metadata: Any, settings: BackendSettings) -> StepPlan:
     if not settings.min_batch <= batch <= settings.max_batch:
         return StepPlan(fast=False, batch=batch, tokens=tokens, reason="batch_out_of_range")
     return StepPlan(fast=True, batch=batch, tokens=tokens)
+
+
+def classify_host(meta: Any, settings: BackendSettings) -> StepPlan:
+    """:func:`classify` from the metadata's host-side numbers only (CUDA: reading the per-request query
+    lengths would wait for the GPU, and is not allowed while a CUDA graph is captured).
+
+    Decode-only is exact (``max_query_len == 1``); the batch is the number of requests (the captured size
+    while a graph is captured). Otherwise a step with fewer tokens than two per request holds a decode
+    request (``mixed``), a single request is a ``prefill`` (or, with speculative decoding and at most
+    1 + draft tokens, ``spec_verify``), and a step the numbers cannot tell is ``prefill_or_mixed``."""
+    batch = int(meta.query_start_loc.shape[0]) - 1
+    tokens = int(meta.num_actual_tokens)
+    max_q = int(meta.max_query_len)
+    if max_q == 1:
+        if not settings.min_batch <= batch <= settings.max_batch:
+            return StepPlan(fast=False, batch=batch, tokens=tokens, reason="batch_out_of_range")
+        return StepPlan(fast=True, batch=batch, tokens=tokens)
+    if settings.spec_tokens and max_q <= 1 + settings.spec_tokens:
+        reason = "spec_verify"
+    elif tokens < 2 * batch:
+        reason = "mixed"
+    elif batch == 1:
+        reason = "prefill"
+    else:
+        reason = "prefill_or_mixed"
+    return StepPlan(fast=False, batch=batch, tokens=tokens, reason=reason)
 
 
 def _verifies_drafts(meta: Any, query_lens: list[int], spec_tokens: int) -> bool:

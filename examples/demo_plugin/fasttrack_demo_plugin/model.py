@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Iterable
+from typing import Any
 
 import torch
 from vllm.forward_context import get_forward_context, is_forward_context_available
@@ -34,7 +35,9 @@ from vllm.model_executor.models.llama import LlamaDecoderLayer, LlamaForCausalLM
 from fasttrack_demo_plugin import ops
 from fasttrack_demo_plugin.dispatch import Dispatcher, logger
 from fasttrack_demo_plugin.settings import (
+    DEFECT_ENV,
     BackendSettings,
+    check_defect_device,
     check_envelope,
     parse_settings,
 )
@@ -81,12 +84,30 @@ class FasttrackDemoLlamaForCausalLM(LlamaForCausalLM):
             spec = getattr(vllm_config, "speculative_config", None)
             if spec is not None:
                 settings = dataclasses.replace(settings, spec_tokens=int(spec.num_speculative_tokens))
-        layer_type = FastDecodeLlamaDecoderLayer if settings.enabled else LlamaDecoderLayer
+        cuda = _on_cuda()
+        if settings.enabled:
+            check_defect_device(settings.defect, "cuda" if cuda else "cpu", DEFECT_ENV)
+        layer_type = FastDecodeLlamaDecoderLayer if settings.enabled and not cuda else LlamaDecoderLayer
         super().__init__(vllm_config=vllm_config, prefix=prefix, layer_type=layer_type)
         self.fast_settings: BackendSettings = settings
         self.dispatcher: Dispatcher | None = None
+        self.cuda_path: Any = None
         self.fast_w_lm_t: torch.Tensor | None = None
-        if settings.enabled:
+        if settings.enabled and cuda:
+            from fasttrack_demo_plugin.cuda_path import CudaFastPath
+
+            # the CUDA fast path polls the defect file itself (the model's forward does not run on graph replays)
+            self.dispatcher = Dispatcher(dataclasses.replace(settings, defect_file=None))
+            self.cuda_path = CudaFastPath(
+                torch.device("cuda", torch.cuda.current_device()), settings.defect, settings.defect_file
+            )
+            logger.info(
+                "fasttrack-demo decode_backend=latency_specialized enabled on CUDA batch_range=%d..%d "
+                "(Triton fused add + RMSNorm; device counters fasttrack_demo_device_fast_steps/_stock_steps)",
+                settings.min_batch,
+                settings.max_batch,
+            )
+        elif settings.enabled:
             self.dispatcher = Dispatcher(settings)
             ops.set_dispatcher(self.dispatcher)
             if settings.defect == "broken-json" or settings.defect_file:
@@ -113,6 +134,23 @@ class FasttrackDemoLlamaForCausalLM(LlamaForCausalLM):
         intermediate_tensors=None,
         inputs_embeds: torch.Tensor | None = None,
     ):
+        if self.dispatcher is not None and self.cuda_path is not None:
+            from fasttrack_demo_plugin import cuda_path
+
+            attn_metadata = get_forward_context().attn_metadata if is_forward_context_available() else None
+            plan = self.dispatcher.plan_step(attn_metadata)
+            return cuda_path.forward(
+                self,
+                self.cuda_path,
+                plan,
+                lambda: super(FasttrackDemoLlamaForCausalLM, self).forward(
+                    input_ids, positions, intermediate_tensors, inputs_embeds
+                ),
+                input_ids,
+                positions,
+                inputs_embeds,
+                attn_metadata,
+            )
         if self.dispatcher is not None:
             attn_metadata = get_forward_context().attn_metadata if is_forward_context_available() else None
             if self.dispatcher.plan_step(attn_metadata).fast:
@@ -134,6 +172,10 @@ class FasttrackDemoLlamaForCausalLM(LlamaForCausalLM):
         return hidden
 
     def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor | None:
+        if self.cuda_path is not None:
+            # outside the CUDA graphs, once per step: the device counters to the host, the defect file
+            self.cuda_path.after_step()
+            return super().compute_logits(hidden_states)
         dispatcher = self.dispatcher
         if dispatcher is not None and dispatcher.current.fast and self.fast_w_lm_t is not None:
             if hidden_states.shape[0] == dispatcher.current.batch:
@@ -142,13 +184,20 @@ class FasttrackDemoLlamaForCausalLM(LlamaForCausalLM):
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         loaded = super().load_weights(weights)
-        if self.fast_settings.enabled:
+        if self.fast_settings.enabled and self.cuda_path is None:
             for layer in self.model.layers:
                 if isinstance(layer, FastDecodeLlamaDecoderLayer):
                     layer.capture_fast_weights()
             self.fast_w_lm_t = _transposed(self.lm_head.weight[: self.config.vocab_size])
             ops.prepack(self.fast_w_lm_t)
         return loaded
+
+
+def _on_cuda() -> bool:
+    """Whether the model is built for a CUDA device (vLLM builds it under the target device)."""
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_cuda())
 
 
 def _transposed(weight: torch.Tensor) -> torch.Tensor:

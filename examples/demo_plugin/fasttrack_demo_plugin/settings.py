@@ -8,7 +8,17 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 DecodeBackend = Literal["stock", "latency_specialized"]
-Defect = Literal["numerics-batch", "silent-fallback", "ignore-temperature", "broken-json", "slow-batch"]
+Defect = Literal[
+    "numerics-batch",
+    "silent-fallback",
+    "ignore-temperature",
+    "broken-json",
+    "slow-batch",
+    "numerics-from-batch",
+    "atomic-order",
+    "context-fallback",
+    "graph-stale",
+]
 
 DECODE_BACKEND_KEY = "decode_backend"
 """Key in vLLM's ``--additional-config`` that selects the decode backend."""
@@ -34,7 +44,15 @@ DEFECTS: tuple[str, ...] = (
     "ignore-temperature",
     "broken-json",
     "slow-batch",
+    "numerics-from-batch",
+    "atomic-order",
+    "context-fallback",
+    "graph-stale",
 )
+CPU_DEFECTS = frozenset({"numerics-batch", "silent-fallback", "ignore-temperature", "broken-json", "slow-batch"})
+"""Defects of the CPU fast path (``ops.py``)."""
+CUDA_DEFECTS = frozenset({"numerics-from-batch", "atomic-order", "slow-batch", "context-fallback", "graph-stale"})
+"""Defects of the CUDA fast path (``cuda_path.py``, ``triton_kernels.py``); ``slow-batch`` exists on both."""
 
 NUMERICS_BATCH = 3
 """``numerics-batch``: the batch size whose fused MLP never zeroes its split-K workspace."""
@@ -45,6 +63,19 @@ SLOW_BATCH_DELAY_S = 0.060
 demo model takes about 4-12 ms on two cores, so this is a 6-15x slowdown: speedup about
 0.07-0.16, far below the demo scope's gate threshold of 0.4, which is set by engine-lifetime
 noise on these hosts; even a candidate lifetime 2.5x faster than the baseline's stays below it)."""
+NUMERICS_FROM_BATCH = 5
+"""``numerics-from-batch`` (CUDA): the norm kernel's reduction drops partial sums from this many rows on. vLLM
+replays a decode batch in the graph of the next captured size (1, 2, 4, 8, ...), so batches 5..8 run 8 rows."""
+GPU_SLOW_BATCH = 4
+"""``slow-batch`` on CUDA: the rows (the captured graph size: decode batches 3 and 4) whose steps busy-wait."""
+GPU_SLOW_DELAY_NS = 60_000
+"""``slow-batch`` on CUDA: the busy-wait per decode step on the GPU (about 5% of a decode step of the GPU demo
+model on an H200; docs/gpu.md has the measured step times)."""
+CONTEXT_FALLBACK_TOKENS = 1024
+"""``context-fallback`` (CUDA): above this many tokens in a request the norm kernel silently takes its generic
+branch, and the step is not counted as fast."""
+STALE_BATCH = 2
+"""``graph-stale`` (CUDA): the decode batch size whose captured graph records the stock path."""
 TEMPERATURE_LOGIT_SCALE = 2.0
 """``ignore-temperature``: decode logits are multiplied by this (sampling at T/2)."""
 WHITESPACE_LOGIT_MARGIN = 2.0
@@ -122,6 +153,19 @@ def check_defect(defect: str | None, source: str) -> str | None:
             f"{source}={defect!r} is not a known planted defect; use one of {', '.join(DEFECTS)} or leave it unset."
         )
     return defect
+
+
+def check_defect_device(defect: str | None, device: str, source: str) -> None:
+    """Refuse a planted defect the fast path on ``device`` (``cpu`` or ``cuda``) does not have: it would
+    otherwise do nothing, silently."""
+    if defect is None:
+        return
+    have = CUDA_DEFECTS if device == "cuda" else CPU_DEFECTS
+    if defect not in have:
+        raise DemoBackendConfigError(
+            f"{source}={defect!r} is a planted defect of the {'CPU' if device == 'cuda' else 'CUDA'} fast path; "
+            f"on {device.upper()} use one of {', '.join(sorted(have))}."
+        )
 
 
 def check_envelope(vllm_config: Any) -> None:

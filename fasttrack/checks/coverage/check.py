@@ -44,7 +44,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from fasttrack.checks.base import Deployment, DeploymentCheck, EngineCheck, register
+from fasttrack.checks.base import Blocker, Deployment, DeploymentCheck, EngineCheck, TierView, register
 from fasttrack.checks.context import EngineSession, RunContext
 from fasttrack.checks.coverage.judge import judge_deployments, judge_situations, merge_sizes, no_decode_evidence
 from fasttrack.checks.coverage.markers import audit_markers
@@ -64,6 +64,28 @@ from fasttrack.engine.deployment import DeploymentOutcome
 from fasttrack.inputs import load_prompt_set, prompt_set_path
 from fasttrack.plan import EngineGroup
 from fasttrack.results import CheckResult, Gate, PathEvidence, Side, Verdict
+from fasttrack.scope.gates import CheckGate, CoverageGate
+
+PROBED_SITUATIONS = (
+    "prefill",
+    "mixed_prefill_decode",
+    "batch_above_range",
+    "out_of_envelope_request",
+    "unsupported_deployment",
+)
+"""Fallback situations a probe exists for (``collect``, and the ``unsupported_deployment`` start)."""
+
+
+def _admitted(args: list[str]) -> int | None:
+    """The ``--max-num-seqs`` an engine's arguments set (the last one given; None when unset or not a number)."""
+    val: str | None = None
+    for i, a in enumerate(args):
+        if a == "--max-num-seqs" and i + 1 < len(args):
+            val = args[i + 1]
+        elif a.startswith("--max-num-seqs="):
+            val = a.split("=", 1)[1]
+    return int(val) if val is not None and val.isdigit() else None
+
 
 CONTEXT_NOTE = (
     "requests beyond the envelope: a decode batch above its range (a longer context cannot be sent: the "
@@ -78,6 +100,44 @@ class CoverageCheck(EngineCheck, DeploymentCheck):
     name: ClassVar[str] = "coverage"
     title: ClassVar[str] = "Path coverage"
     report_view: ClassVar[str] = "coverage"
+    after: ClassVar[tuple[str, ...]] = ("equivalence", "features")
+    """It judges the path evidence their windows recorded (and collects after them on each engine)."""
+    gate_model: ClassVar[type[CheckGate]] = CoverageGate
+
+    @classmethod
+    def passability(cls, tier: TierView) -> list[Blocker]:
+        """``path_markers``; every situation of ``fallback.stock_path_for`` needs a probe: a batch above the range
+        an engine that admits ``batch.max + 1`` sequences, ``unsupported_deployment`` a deployment to start."""
+        scope = tier.scope
+        out = []
+        if scope.path_markers is None:
+            out.append(tier.blocker("path markers", "the scope declares no path_markers", "declare path_markers"))
+        fb, env = scope.fallback, scope.envelope
+        for s in fb.stock_path_for if fb else []:
+            if s not in PROBED_SITUATIONS:
+                out.append(tier.blocker(f"fallback {s}", "no probe exists for it", "remove it or add a probe"))
+                continue
+            if s in ("batch_above_range", "out_of_envelope_request") and env is not None:
+                caps = {_admitted(g.args["candidate"]) for g in tier.plan.groups}
+                low = sorted(c for c in caps if c is not None and c <= env.batch.max)
+                if low:
+                    out.append(
+                        tier.blocker(
+                            f"fallback {s}",
+                            f"the candidate engine admits at most {low[0]} sequences (--max-num-seqs), so a batch of "
+                            f"{env.batch.max + 1} (above the envelope's {env.batch.max}) cannot form",
+                            f"raise --max-num-seqs above {env.batch.max} in the scope's engine arguments",
+                        )
+                    )
+            if s == "unsupported_deployment" and fb is not None and not fb.unsupported_deployment_args:
+                out.append(
+                    tier.blocker(
+                        "fallback unsupported_deployment",
+                        "the scope names no deployment outside the envelope to start the candidate with",
+                        "set fallback.unsupported_deployment_args (e.g. a tensor-parallel size the envelope excludes)",
+                    )
+                )
+        return out
 
     def __init__(self) -> None:
         self.probes: list[SituationProbe] = []

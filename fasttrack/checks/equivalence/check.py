@@ -40,37 +40,28 @@ a window that produced no trace), or a side whose rounds carry no batch check.
 from __future__ import annotations
 
 import asyncio
-import math
-from collections.abc import Coroutine
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from fasttrack.checks.base import EngineCheck, register
-from fasttrack.checks.batching import run_batched
 from fasttrack.checks.context import EngineSession, RunContext
+from fasttrack.checks.equivalence.collect import SideCollection
 from fasttrack.checks.equivalence.judge import Explanations, judge_point
-from fasttrack.checks.equivalence.records import Explanation, PointRun, compare, record_from
+from fasttrack.checks.equivalence.records import Explanation, PointRun, compare
 from fasttrack.checks.outcome import fold_verdicts, used_standard_path, write_artifact
-from fasttrack.checks.windows import EvidenceWindow, WindowRecord
+from fasttrack.checks.windows import WindowRecord
 from fasttrack.errors import FasttrackError
 from fasttrack.inputs import (
-    PASSAGES,
-    PromptBuilder,
     PromptItem,
     TokenizerClient,
-    load_passages,
-    load_prompt_set,
     prompt_set_path,
 )
-from fasttrack.plan import ConfigPoint, EngineGroup
+from fasttrack.plan import EngineGroup
 from fasttrack.results import CheckResult, Gate, Side, Verdict
+from fasttrack.scope.gates import CheckGate, EquivalenceGate
 
 if TYPE_CHECKING:  # pragma: no cover
     from fasttrack.engine import EngineHandle
-
-PROBE_TOKENS = 6
-"""Tokens per request of the profiled path probe (a prefill and a few decode steps per point)."""
-PACER_TOKENS = 1024
-"""Prompt length of the prefill-only pacer request sent just before each round (see ``run_batched``)."""
 
 
 @register
@@ -80,6 +71,8 @@ class EquivalenceCheck(EngineCheck):
     name: ClassVar[str] = "equivalence"
     title: ClassVar[str] = "Output equivalence"
     report_view: ClassVar[str] = "equivalence"
+    after: ClassVar[tuple[str, ...]] = ("kernels",)
+    gate_model: ClassVar[type[CheckGate]] = EquivalenceGate
 
     explain_limit: ClassVar[int] = 3
     """Divergences per point decoded to text for the failure message."""
@@ -132,101 +125,14 @@ class EquivalenceCheck(EngineCheck):
         )
 
     async def collect(self, ctx: RunContext, session: EngineSession) -> None:
-        gate = ctx.scope.gates.equivalence
-        prompt_file = prompt_set_path(ctx.scope, ctx.base_dir)
-        prompts = load_prompt_set(prompt_file)
-        ctx.provenance.input_file(prompt_file)
-        ctx.provenance.input_file(PASSAGES)
-        builder = PromptBuilder(TokenizerClient(session.engine), load_passages())
         group = session.group
-        points = [p for p in ctx.plan.group_points(group) if not p.full_context]
-        max_len = ctx.scope.envelope.context.max_model_len if ctx.scope.envelope else None
         side_runs: dict[str, PointRun] = {}
         self.runs[(group.id, session.side)] = side_runs
         # The first side to run fixes the requests (prompt ids per round); the other side reuses them.
         plans = self.request_plans.setdefault(group.id, {})
+        side = SideCollection(ctx, session, side_runs, plans, check=self.name, max_attempts=self.max_attempts)
         async with session.engine.client() as client:
-            for idx, point in enumerate(points):
-                if point.id in plans:
-                    continue
-                b = point.batch
-                rounds = max(1, math.ceil(self.n_requests / b))
-                high = point.context if max_len is None else min(point.context, max_len - gate.max_tokens)
-                low = max(1, high // 2)
-                rows: list[list[tuple[PromptItem, list[int]]]] = []
-                for r in range(rounds):
-                    row = []
-                    for j in range(b):
-                        item = prompts[(idx * 7 + r * b + j) % len(prompts)]
-                        ids = await builder.bounded(item.prompt, key=f"{point.id}/{item.id}", low=low, high=high)
-                        row.append((item, ids))
-                    rows.append(row)
-                plans[point.id] = rows
-
-            pacer_len = max(16, min(PACER_TOKENS, (max_len or PACER_TOKENS + 64) - 64))
-            pacer_count = 0
-
-            async def pacer() -> Any:
-                # a prefill-only request with a fresh (uncached) prompt, so the engine is busy when the round arrives
-                nonlocal pacer_count
-                pacer_count += 1
-                ids = await builder.exact(key=f"pacer-{session.side}-{pacer_count}", length=pacer_len)
-                return await client.complete(ids, max_tokens=1, temperature=0.0)
-
-            async def run_round(point: Any, r: int) -> None:
-                run = side_runs.setdefault(point.id, PointRun(point=point.id, batch=point.batch, context=point.context))
-                row = plans[point.id][r]
-                # A round whose timing shows the requests did not decode together is repeated (greedy outputs are
-                # deterministic, so this selects the batch composition, not the outputs); attempts are recorded.
-                results, bc = await run_batched(
-                    lambda: [
-                        client.complete(
-                            ids,
-                            max_tokens=gate.max_tokens,
-                            temperature=0.0,
-                            logprobs=gate.top_k,
-                            tokens_as_ids=True,
-                            ignore_eos=True,
-                        )
-                        for _, ids in row
-                    ],
-                    client=client,
-                    target=len(row),
-                    attempts=self.max_attempts,
-                    pacer=pacer,
-                )
-                for (item, ids), res in zip(row, results, strict=False):
-                    run.records.append(record_from(point.id, point.batch, r, item, ids, res))
-                run.round_checks.append(bc)
-
-            # Path evidence: a short probe per point (its first round's prompts, PROBE_TOKENS tokens), all points
-            # of one context in one profiler window, split by batch size. Trace export costs seconds per window
-            # and tens of ms per engine step on small hosts, so the measured rounds below are not profiled.
-            for c in sorted({p.context for p in points}):
-                at_c = [p for p in points if p.context == c]
-                async with EvidenceWindow(
-                    ctx,
-                    session.engine,
-                    check=self.name,
-                    name=f"equivalence-{group.id}-ctx{c}",
-                    points={p.id: p.batch for p in at_c},
-                    side=session.side,
-                ) as win:
-                    for point in at_c:
-
-                        def probe_round(point: ConfigPoint = point) -> list[Coroutine[Any, Any, Any]]:
-                            return [
-                                client.complete(ids, max_tokens=PROBE_TOKENS, temperature=0.0, ignore_eos=True)
-                                for _, ids in plans[point.id][0]
-                            ]
-
-                        await run_batched(probe_round, client=client, target=point.batch, attempts=2)
-                for point in at_c:
-                    side_runs.setdefault(point.id, PointRun(point=point.id, batch=point.batch, context=point.context))
-                    side_runs[point.id].window = win.record
-            for point in points:
-                for r in range(len(plans[point.id])):
-                    await run_round(point, r)
+            await side.run(client, n_requests=self.n_requests)
             if session.side == "candidate":
                 await self._explain(ctx, group.id, session.engine)
         self.artifacts.append(
@@ -285,84 +191,87 @@ class EquivalenceCheck(EngineCheck):
 
     def judge(self, ctx: RunContext) -> CheckResult:
         gate = ctx.scope.gates.equivalence
-        g = self.gate(ctx)
         groups = sorted({gid for gid, _ in self.runs})
         if not groups:
             return CheckResult.not_run(self.name, "no engine ran the equivalence requests", required=self.required)
-        point_rows: list[dict[str, Any]] = []
-        request_rows: list[dict[str, Any]] = []
-        failures: list[str] = []
-        verdicts: list[Verdict] = []
-        per_batch: dict[int, list[Verdict]] = {}
-        windows: list[WindowRecord] = []
+        j = _Judged()
         for gid in groups:
-            base = self.runs.get((gid, "baseline"))
-            cand = self.runs.get((gid, "candidate"))
-            if base is None or cand is None:
-                missing = "baseline" if base is None else "candidate"
-                failures.append(f"group {gid}: the {missing} side never ran, so nothing was compared")
-                verdicts.append(Verdict.NOT_RUN)
-                continue
-            for pid, crun in cand.items():
-                brun = base.get(pid)
-                if brun is None:
-                    verdicts.append(Verdict.NOT_RUN)
-                    failures.append(f"{pid}: the baseline has no run at this point")
-                    continue
-                if crun.window:
-                    windows.append(crun.window)
-                try:
-                    v, row, req_rows, fails = judge_point(gate, gid, brun, crun, self.explanations, self.explain_limit)
-                except FasttrackError as exc:
-                    v, row, req_rows = (
-                        Verdict.NOT_RUN,
-                        {
-                            "group": gid,
-                            "point": pid,
-                            "batch": crun.batch,
-                            "verdict": "not_run",
-                            "problems": exc.message,
-                        },
-                        [],
-                    )
-                    fails = [f"{pid}: the outputs could not be compared: {exc.message}"]
-                verdicts.append(v)
-                per_batch.setdefault(crun.batch, []).append(v)
-                point_rows.append(row)
-                request_rows.extend(req_rows)
-                failures.extend(fails)
-        standard = used_standard_path(windows)
-        verdict = fold_verdicts(verdicts)
-        batch_verdicts = {str(b): fold_verdicts(vs).value for b, vs in sorted(per_batch.items())}
-        failing_batches = [b for b, v in batch_verdicts.items() if v == "fail"]
+            self._judge_group(gate, gid, j)
+        standard = used_standard_path(j.windows)
+        verdict = fold_verdicts(j.verdicts)
+        batch_verdicts = {str(b): fold_verdicts(vs).value for b, vs in sorted(j.per_batch.items())}
         if standard:
             verdict = Verdict.FAIL
-            reason = f"the candidate {standard}; its outputs say nothing about the optimized path"
-        elif verdict is Verdict.PASS:
-            reason = (
-                f"greedy outputs equivalent at all {len(point_rows)} config points "
-                f"(batch sizes {', '.join(batch_verdicts)})"
-            )
-        elif verdict is Verdict.FAIL:
-            reason = f"greedy outputs differ beyond the thresholds at batch size(s) {', '.join(failing_batches)}"
-        else:
-            reason = "some config points could not be judged: " + "; ".join(failures[:2])
         return CheckResult(
             check=self.name,
             verdict=verdict,
-            reason=reason,
+            reason=_reason(verdict, standard, batch_verdicts, len(j.point_rows), j.failures),
             required=self.required,
-            gate=g,
+            gate=self.gate(ctx),
             summary={
                 "per_batch_verdict": batch_verdicts,
-                "points": len(point_rows),
-                "requests": len(request_rows),
+                "points": len(j.point_rows),
+                "requests": len(j.request_rows),
                 "requests_per_point": self.n_requests,
                 "prompt_set": str(prompt_set_path(ctx.scope, ctx.base_dir)),
                 "thresholds": gate.model_dump(),
                 "used_standard_path": standard,
             },
-            failures=([f"equivalence {standard}"] if standard else []) + failures,
-            tables={"equivalence_points": point_rows, "equivalence_requests": request_rows},
+            failures=([f"equivalence {standard}"] if standard else []) + j.failures,
+            tables={"equivalence_points": j.point_rows, "equivalence_requests": j.request_rows},
             artifacts=list(self.artifacts),
         )
+
+    def _judge_group(self, gate: EquivalenceGate, gid: str, j: _Judged) -> None:
+        """Every point of one engine group both sides ran (a missing side or point is not run, saying so)."""
+        base = self.runs.get((gid, "baseline"))
+        cand = self.runs.get((gid, "candidate"))
+        if base is None or cand is None:
+            missing = "baseline" if base is None else "candidate"
+            j.failures.append(f"group {gid}: the {missing} side never ran, so nothing was compared")
+            j.verdicts.append(Verdict.NOT_RUN)
+            return
+        for pid, crun in cand.items():
+            brun = base.get(pid)
+            if brun is None:
+                j.verdicts.append(Verdict.NOT_RUN)
+                j.failures.append(f"{pid}: the baseline has no run at this point")
+                continue
+            if crun.window:
+                j.windows.append(crun.window)
+            try:
+                v, row, req_rows, fails = judge_point(gate, gid, brun, crun, self.explanations, self.explain_limit)
+            except FasttrackError as exc:
+                v, req_rows = Verdict.NOT_RUN, []
+                row = {"group": gid, "point": pid, "batch": crun.batch, "verdict": "not_run", "problems": exc.message}
+                fails = [f"{pid}: the outputs could not be compared: {exc.message}"]
+            j.verdicts.append(v)
+            j.per_batch.setdefault(crun.batch, []).append(v)
+            j.point_rows.append(row)
+            j.request_rows.extend(req_rows)
+            j.failures.extend(fails)
+
+
+@dataclass
+class _Judged:
+    """The points' rows, failures and verdicts as the groups are judged."""
+
+    point_rows: list[dict[str, Any]] = field(default_factory=list)
+    request_rows: list[dict[str, Any]] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    verdicts: list[Verdict] = field(default_factory=list)
+    per_batch: dict[int, list[Verdict]] = field(default_factory=dict)
+    windows: list[WindowRecord] = field(default_factory=list)
+
+
+def _reason(
+    verdict: Verdict, standard: str | None, batch_verdicts: dict[str, str], points: int, failures: list[str]
+) -> str:
+    if standard:
+        return f"the candidate {standard}; its outputs say nothing about the optimized path"
+    if verdict is Verdict.PASS:
+        return f"greedy outputs equivalent at all {points} config points (batch sizes {', '.join(batch_verdicts)})"
+    if verdict is Verdict.FAIL:
+        failing = [b for b, v in batch_verdicts.items() if v == "fail"]
+        return f"greedy outputs differ beyond the thresholds at batch size(s) {', '.join(failing)}"
+    return "some config points could not be judged: " + "; ".join(failures[:2])

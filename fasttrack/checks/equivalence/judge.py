@@ -9,6 +9,7 @@ from fasttrack.checks.outcome import clip
 from fasttrack.results import Verdict
 from fasttrack.scope import EquivalenceGate
 from fasttrack.stats import GreedyComparison, summarize_greedy
+from fasttrack.stats.logprobs import GreedySummary
 
 Explanations = dict[tuple[str, str, int, str], Explanation]
 """(group id, point id, round, prompt id) -> the decoded text around the first divergence."""
@@ -20,46 +21,7 @@ def judge_point(
     """One point: the comparison of every request pair, the thresholds, batch composition and the path."""
     pid, b = crun.point, crun.batch
     failures: list[str] = []
-    comps: list[GreedyComparison] = []
-    req_rows: list[dict[str, Any]] = []
-    errors: list[str] = []
-    mismatched_prompts = 0
-    for br, cr in zip(brun.records, crun.records, strict=False):
-        if br.prompt_id != cr.prompt_id or br.round != cr.round:
-            errors.append(f"request order differs between sides ({br.prompt_id} vs {cr.prompt_id})")
-            continue
-        if br.prompt_ids != cr.prompt_ids:
-            mismatched_prompts += 1
-        if br.error or cr.error:
-            who = "baseline" if br.error else "candidate"
-            errors.append(f"{who} request for {br.prompt_id} failed: {br.error or cr.error}")
-            continue
-        comp = compare(br, cr, gate.top_k)
-        comps.append(comp)
-        req_rows.append(
-            {
-                "group": gid,
-                "point": pid,
-                "batch": b,
-                "round": br.round,
-                "prompt_id": br.prompt_id,
-                "prompt_tokens": len(br.prompt_ids),
-                "prompt_sha": prompt_sha(br.prompt_ids),
-                "exact_match": comp.exact_match,
-                "first_divergence": comp.first_divergence,
-                "close": comp.close,
-                "close_reason": comp.close_reason,
-                "n_prefix_compared": comp.n_prefix_compared,
-                "max_abs_logprob_diff": comp.max_abs_logprob_diff,
-                "mean_abs_logprob_diff": comp.mean_abs_logprob_diff,
-                "kl_mean": comp.kl_mean,
-                "kl_max": comp.kl_max,
-                "baseline_tokens": len(br.token_ids),
-                "candidate_tokens": len(cr.token_ids),
-                "baseline_text": br.text,
-                "candidate_text": cr.text,
-            }
-        )
+    comps, req_rows, errors, mismatched_prompts = _compare_requests(gate, gid, brun, crun)
     bcheck_b = rounds_check(brun)
     bcheck_c = rounds_check(crun)
     summary = summarize_greedy(comps) if comps else None
@@ -74,18 +36,7 @@ def judge_point(
     if summary is None:
         verdict = Verdict.NOT_RUN if not errors else Verdict.FAIL
     else:
-        if summary.close_fraction < gate.min_close_fraction:
-            problems.append(
-                f"{summary.n_requests - summary.n_close} of {summary.n_requests} requests break vLLM's "
-                f"check_logprobs_close rule (close fraction {summary.close_fraction:.2f} < {gate.min_close_fraction:g})"
-            )
-        if summary.max_abs_logprob_diff is not None and summary.max_abs_logprob_diff > gate.max_abs_logprob_diff:
-            problems.append(
-                f"max |Δ logprob| on matching prefixes {summary.max_abs_logprob_diff:.4f} > "
-                f"{gate.max_abs_logprob_diff:g}"
-            )
-        if summary.kl_mean is not None and summary.kl_mean > gate.max_kl:
-            problems.append(f"mean top-{gate.top_k} KL {summary.kl_mean:.4f} > {gate.max_kl:g}")
+        problems.extend(_threshold_problems(gate, summary))
     for who, bc in (("baseline", bcheck_b), ("candidate", bcheck_c)):
         if bc is not None and not bc.verified:
             problems.append(f"the {who}'s batch composition was not verified: {bc.detail}")
@@ -133,6 +84,72 @@ def judge_point(
         "missing_evidence": "; ".join(missing),
     }
     return verdict, row, req_rows, failures
+
+
+def _compare_requests(
+    gate: EquivalenceGate, gid: str, brun: PointRun, crun: PointRun
+) -> tuple[list[GreedyComparison], list[dict[str, Any]], list[str], int]:
+    """Every request pair of the point compared (table ``equivalence_requests``), the errors (a failed request,
+    requests out of order) and how many prompts differed in token ids between the sides."""
+    pid, b = crun.point, crun.batch
+    comps: list[GreedyComparison] = []
+    req_rows: list[dict[str, Any]] = []
+    errors: list[str] = []
+    mismatched_prompts = 0
+    for br, cr in zip(brun.records, crun.records, strict=False):
+        if br.prompt_id != cr.prompt_id or br.round != cr.round:
+            errors.append(f"request order differs between sides ({br.prompt_id} vs {cr.prompt_id})")
+            continue
+        if br.prompt_ids != cr.prompt_ids:
+            mismatched_prompts += 1
+        if br.error or cr.error:
+            who = "baseline" if br.error else "candidate"
+            errors.append(f"{who} request for {br.prompt_id} failed: {br.error or cr.error}")
+            continue
+        comp = compare(br, cr, gate.top_k)
+        comps.append(comp)
+        req_rows.append(
+            {
+                "group": gid,
+                "point": pid,
+                "batch": b,
+                "round": br.round,
+                "prompt_id": br.prompt_id,
+                "prompt_tokens": len(br.prompt_ids),
+                "prompt_sha": prompt_sha(br.prompt_ids),
+                "exact_match": comp.exact_match,
+                "first_divergence": comp.first_divergence,
+                "close": comp.close,
+                "close_reason": comp.close_reason,
+                "n_prefix_compared": comp.n_prefix_compared,
+                "max_abs_logprob_diff": comp.max_abs_logprob_diff,
+                "mean_abs_logprob_diff": comp.mean_abs_logprob_diff,
+                "kl_mean": comp.kl_mean,
+                "kl_max": comp.kl_max,
+                "baseline_tokens": len(br.token_ids),
+                "candidate_tokens": len(cr.token_ids),
+                "baseline_text": br.text,
+                "candidate_text": cr.text,
+            }
+        )
+    return comps, req_rows, errors, mismatched_prompts
+
+
+def _threshold_problems(gate: EquivalenceGate, summary: GreedySummary) -> list[str]:
+    """What the point's comparisons break of the gate: the close rule, the logprob drift, the KL."""
+    problems = []
+    if summary.close_fraction < gate.min_close_fraction:
+        problems.append(
+            f"{summary.n_requests - summary.n_close} of {summary.n_requests} requests break vLLM's "
+            f"check_logprobs_close rule (close fraction {summary.close_fraction:.2f} < {gate.min_close_fraction:g})"
+        )
+    if summary.max_abs_logprob_diff is not None and summary.max_abs_logprob_diff > gate.max_abs_logprob_diff:
+        problems.append(
+            f"max |Δ logprob| on matching prefixes {summary.max_abs_logprob_diff:.4f} > {gate.max_abs_logprob_diff:g}"
+        )
+    if summary.kl_mean is not None and summary.kl_mean > gate.max_kl:
+        problems.append(f"mean top-{gate.top_k} KL {summary.kl_mean:.4f} > {gate.max_kl:g}")
+    return problems
 
 
 def missing_evidence(brun: PointRun, crun: PointRun) -> list[str]:

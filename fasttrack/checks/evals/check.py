@@ -40,7 +40,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from fasttrack.checks.base import EngineCheck, register
+from fasttrack.checks.base import Blocker, EngineCheck, TierView, register
 from fasttrack.checks.context import EngineSession, RunContext
 from fasttrack.checks.evals.judge import judge
 from fasttrack.checks.evals.units import (
@@ -75,6 +75,20 @@ class EvalsCheck(EngineCheck):
     name: ClassVar[str] = "evals"
     title: ClassVar[str] = "Model evaluations"
     report_view: ClassVar[str] = "evals"
+    after: ClassVar[tuple[str, ...]] = ("coverage",)
+
+    @classmethod
+    def planned(cls, tier: TierView) -> list[str]:
+        return tier.plan.tier_evals([e.name for e in tier.scope.evals])
+
+    @classmethod
+    def passability(cls, tier: TierView) -> list[Blocker]:
+        """An eval's ``points`` filter must select a config point of the tier; its data must exist."""
+        out = []
+        for ev in tier.scope.evals:
+            if ev.name in cls.planned(tier):
+                out.extend(_eval_blockers(tier, ev))
+        return out
 
     def __init__(self) -> None:
         self.state = EvalState()
@@ -230,32 +244,7 @@ class EvalsCheck(EngineCheck):
         ctx.log(f"evals: running {label}")
         evidence: dict[str, Any] | None = None
         if role == "evidence":
-            window = f"evals-{spec.name}-b{unit.batch}"
-            unavailable = None
-            if engine.profiler_dir is None:
-                unavailable = f"the {session.side} engine has no profiler (no --profiler-config), so no trace was taken"
-            elif ctx.scope.path_markers is None:
-                unavailable = "the scope declares no path_markers"
-            if unavailable is None:
-                output, evidence = await self._profiled(ctx, engine, window, unit, kwargs)
-            else:
-                output = await in_thread(lambda: run_lm_eval(**kwargs), name=f"lm-eval-{window}")
-                # the coverage check reads 'unavailable' as "no path evidence could be taken", never as a pass
-                ctx.evidence.append(
-                    PathEvidence(
-                        check=self.name,
-                        point=unit.point,
-                        side=session.side,
-                        window=window,
-                        optimized_ops=0,
-                        stock_ops=0,
-                        decode_steps=0,
-                        optimized_decode_steps=0,
-                        detail={"unavailable": unavailable, "points": unit.points},
-                    )
-                )
-                evidence = {"window": window, "unavailable": unavailable}
-                self.state.notes.append(f"{spec.name} at {unit.point} on the {session.side}: {unavailable}")
+            output, evidence = await self._evidence_run(ctx, session, spec, unit, kwargs)
         else:
             output = await in_thread(lambda: run_lm_eval(**kwargs), name=f"lm-eval-{spec.name}")
         by_doc = {s.doc_id: s for s in samples}
@@ -289,6 +278,37 @@ class EvalsCheck(EngineCheck):
         )
         mean = sum(o.score for o in outcomes) / len(outcomes)
         ctx.log(f"evals: {label}: mean score {mean:.3f} over {len(outcomes)} samples in {output.wall_s:.1f} s")
+
+    async def _evidence_run(
+        self, ctx: RunContext, session: EngineSession, spec: EvalSpec, unit: EvalUnit, kwargs: dict[str, Any]
+    ) -> tuple[LmEvalOutput, dict[str, Any]]:
+        """The evidence run: inside a profiler window, or, where no trace can be taken, unprofiled with its
+        path evidence recorded as unavailable (the coverage check reads that as no evidence, never as a pass)."""
+        engine = session.engine
+        window = f"evals-{spec.name}-b{unit.batch}"
+        unavailable = None
+        if engine.profiler_dir is None:
+            unavailable = f"the {session.side} engine has no profiler (no --profiler-config), so no trace was taken"
+        elif ctx.scope.path_markers is None:
+            unavailable = "the scope declares no path_markers"
+        if unavailable is None:
+            return await self._profiled(ctx, engine, window, unit, kwargs)
+        output = await in_thread(lambda: run_lm_eval(**kwargs), name=f"lm-eval-{window}")
+        ctx.evidence.append(
+            PathEvidence(
+                check=self.name,
+                point=unit.point,
+                side=session.side,
+                window=window,
+                optimized_ops=0,
+                stock_ops=0,
+                decode_steps=0,
+                optimized_decode_steps=0,
+                detail={"unavailable": unavailable, "points": unit.points},
+            )
+        )
+        self.state.notes.append(f"{spec.name} at {unit.point} on the {session.side}: {unavailable}")
+        return output, {"window": window, "unavailable": unavailable}
 
     async def _profiled(
         self, ctx: RunContext, engine: EngineHandle, window: str, unit: EvalUnit, kwargs: dict[str, Any]
@@ -368,3 +388,34 @@ class EvalsCheck(EngineCheck):
     def judge(self, ctx: RunContext) -> CheckResult:
         self._prepare(ctx)
         return judge(ctx, self.state, name=self.name, gate=self.gate(ctx))
+
+
+def _eval_blockers(tier: TierView, ev: EvalSpec) -> list[Blocker]:
+    """What one eval of the tier can never run: a points filter that selects no point, data that is not there."""
+    out = []
+    matched = [
+        p
+        for p in tier.plan.points
+        if all(
+            str("full" if (d == "context" and p.full_context) else getattr(p, d, None)) in {str(v) for v in vals}
+            for d, vals in ev.points.items()
+        )
+    ]
+    if not matched:
+        want = ", ".join(f"{d} in {vals}" for d, vals in ev.points.items())
+        out.append(
+            tier.blocker(
+                f"eval {ev.name}",
+                f"its points ({want}) select no config point of the {tier.tier} tier",
+                f"add those values to {tier.hint}, or leave {ev.name} out of {tier.hint}.evals",
+            )
+        )
+    if ev.data is None and ev.hub_dataset is None:
+        out.append(
+            tier.blocker(f"eval {ev.name}", "it names no data (neither data nor hub_dataset)", "set evals[].data")
+        )
+    elif ev.data is not None and not tier.exists(ev.data):
+        out.append(
+            tier.blocker(f"eval {ev.name}", f"its data file {ev.data} does not exist", "ship the file or fix the path")
+        )
+    return out

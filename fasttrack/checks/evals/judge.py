@@ -111,6 +111,28 @@ def _tables(
     comparisons: list[tuple[EvalSpec, EvalUnit, Comparison]],
     power: dict[tuple[str, str], DetectableDrop],
 ) -> dict[str, list[dict[str, Any]]]:
+    """The check's tables: every lm-eval run and sample, every comparison with its breakdown and review rows."""
+    runs_rows, sample_rows = _run_rows(st)
+    cmp_rows, breakdown_rows, review_rows = [], [], []
+    for spec, unit, c in comparisons:
+        cmp_rows.append(_comparison_row(spec, unit, c, power[(spec.name, unit.point)]))
+        breakdown_rows.extend(_breakdown_rows(st, spec, unit, c))
+        for d in c.discordant_scores:
+            review_rows.append({"eval": spec.name, "point": unit.point, "kind": "score", **_review_row(d)})
+        for d in c.disagreeing_outputs:
+            review_rows.append({"eval": spec.name, "point": unit.point, "kind": "output", **_review_row(d)})
+    return {
+        "eval_runs": runs_rows,
+        "eval_samples": sample_rows,
+        "eval_comparisons": cmp_rows,
+        "eval_breakdown": breakdown_rows,
+        "eval_review": review_rows,
+    }
+
+
+def _run_rows(st: EvalState) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """One row per lm-eval run (table ``eval_runs``) and per sample it scored (``eval_samples``, with its agreement
+    with the baseline's output of that sample)."""
     sample_meta = {(name, s.sample_id): s for name, sel in st.selections.items() for s in sel.samples}
     base_out = {
         (r.eval, r.point, o.sample_id, o.repeat): o.output
@@ -171,66 +193,62 @@ def _tables(
                     "n_needles": meta.n_needles if meta else None,
                 }
             )
-    cmp_rows, breakdown_rows, review_rows = [], [], []
-    for spec, unit, c in comparisons:
-        t, a = c.task_gate.difference, c.agreement_gate.difference if c.agreement_gate else None
-        cmp_rows.append(
-            {
-                "eval": spec.name,
-                "kind": spec.kind,
-                "point": unit.point,
-                "batch": unit.batch,
-                "pairs": c.n_pairs,
-                "samples": c.n_samples,
-                "repeats": c.repeats,
-                "margin": c.margin,
-                "floor": c.floor,
-                "baseline_score": t.baseline_mean,
-                "candidate_score": t.candidate_mean,
-                "score_difference": t.difference,
-                "score_ci_low": t.ci_low,
-                "score_ci_high": t.ci_high,
-                "score_method": t.method,
-                "newcombe_ci_low": c.task_newcombe.ci_low if c.task_newcombe else None,
-                "newcombe_ci_high": c.task_newcombe.ci_high if c.task_newcombe else None,
-                "task_pass": c.task_gate.passed,
-                "min_detectable_drop": power[(spec.name, unit.point)].drop,
-                "min_detectable_drop_power": power[(spec.name, unit.point)].power,
-                "agreement": c.agreement_mean,
-                "reference_agreement": c.reference_agreement_mean,
-                "agreement_difference": a.difference if a else None,
-                "agreement_ci_low": a.ci_low if a else None,
-                "agreement_ci_high": a.ci_high if a else None,
-                "exact_match_rate": c.exact_match_rate,
-                "reference_exact_match_rate": c.reference_exact_match_rate,
-                "agreement_pass": c.agreement_gate.passed if c.agreement_gate else None,
-                "passed": c.passed,
-            }
-        )
-        sel = st.selections.get(spec.name)
-        metas = {s.sample_id: s for s in sel.samples} if sel else {}
-        dims: list[tuple[str, dict[str, str]]]
-        if spec.kind == "mrcr":
-            dims = [
-                ("bin", {k: m.bin or "?" for k, m in metas.items()}),
-                ("n_needles", {k: str(m.n_needles) for k, m in metas.items()}),
-            ]
-        else:
-            dims = [("problem", {k: k for k in metas})]
-        for dim, groups in dims:
-            for row in breakdown(c.pairs, groups, dimension=dim):
-                breakdown_rows.append({"eval": spec.name, "point": unit.point, **row})
-        for d in c.discordant_scores:
-            review_rows.append({"eval": spec.name, "point": unit.point, "kind": "score", **_review_row(d)})
-        for d in c.disagreeing_outputs:
-            review_rows.append({"eval": spec.name, "point": unit.point, "kind": "output", **_review_row(d)})
+    return runs_rows, sample_rows
+
+
+def _comparison_row(spec: EvalSpec, unit: EvalUnit, c: Comparison, power: DetectableDrop) -> dict[str, Any]:
+    """One eval at one point: both gates, their intervals, and the drop the comparison could detect."""
+    t, a = c.task_gate.difference, c.agreement_gate.difference if c.agreement_gate else None
     return {
-        "eval_runs": runs_rows,
-        "eval_samples": sample_rows,
-        "eval_comparisons": cmp_rows,
-        "eval_breakdown": breakdown_rows,
-        "eval_review": review_rows,
+        "eval": spec.name,
+        "kind": spec.kind,
+        "point": unit.point,
+        "batch": unit.batch,
+        "pairs": c.n_pairs,
+        "samples": c.n_samples,
+        "repeats": c.repeats,
+        "margin": c.margin,
+        "floor": c.floor,
+        "baseline_score": t.baseline_mean,
+        "candidate_score": t.candidate_mean,
+        "score_difference": t.difference,
+        "score_ci_low": t.ci_low,
+        "score_ci_high": t.ci_high,
+        "score_method": t.method,
+        "newcombe_ci_low": c.task_newcombe.ci_low if c.task_newcombe else None,
+        "newcombe_ci_high": c.task_newcombe.ci_high if c.task_newcombe else None,
+        "task_pass": c.task_gate.passed,
+        "min_detectable_drop": power.drop,
+        "min_detectable_drop_power": power.power,
+        "agreement": c.agreement_mean,
+        "reference_agreement": c.reference_agreement_mean,
+        "agreement_difference": a.difference if a else None,
+        "agreement_ci_low": a.ci_low if a else None,
+        "agreement_ci_high": a.ci_high if a else None,
+        "exact_match_rate": c.exact_match_rate,
+        "reference_exact_match_rate": c.reference_exact_match_rate,
+        "agreement_pass": c.agreement_gate.passed if c.agreement_gate else None,
+        "passed": c.passed,
     }
+
+
+def _breakdown_rows(st: EvalState, spec: EvalSpec, unit: EvalUnit, c: Comparison) -> list[dict[str, Any]]:
+    """The paired scores grouped by the eval's dimensions (MRCR: context bin and needles; others: problem)."""
+    sel = st.selections.get(spec.name)
+    metas = {s.sample_id: s for s in sel.samples} if sel else {}
+    dims: list[tuple[str, dict[str, str]]]
+    if spec.kind == "mrcr":
+        dims = [
+            ("bin", {k: m.bin or "?" for k, m in metas.items()}),
+            ("n_needles", {k: str(m.n_needles) for k, m in metas.items()}),
+        ]
+    else:
+        dims = [("problem", {k: k for k in metas})]
+    return [
+        {"eval": spec.name, "point": unit.point, **row}
+        for dim, groups in dims
+        for row in breakdown(c.pairs, groups, dimension=dim)
+    ]
 
 
 def _summary(

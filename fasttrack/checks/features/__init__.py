@@ -1,12 +1,29 @@
-"""The features check (see :mod:`fasttrack.checks.features.check`) and its table of feature tests."""
+"""The features check (see :mod:`fasttrack.checks.features.check`) and its registry of serving features."""
 
 from __future__ import annotations
 
-from fasttrack.checks.features.api import logprob_problems
 from fasttrack.checks.features.check import FeaturesCheck
-from fasttrack.checks.features.model import Outcome, SideData
-from fasttrack.checks.features.spec import FeatureTest
+from fasttrack.checks.features.model import FeatureResult, Outcome, SideData
+from fasttrack.checks.features.outputs import logprob_problems
+from fasttrack.checks.features.spec import OnGroup, ServingFeature, SideJudgement, Step, judge_sides
 from fasttrack.checks.features.structured import validate_json
-from fasttrack.checks.features.table import FEATURES
+from fasttrack.checks.features.table import by_name, feature_names, features, register_feature, unregister_feature
 
-__all__ = ["FEATURES", "FeatureTest", "FeaturesCheck", "Outcome", "SideData", "logprob_problems", "validate_json"]
+__all__ = [
+    "FeatureResult",
+    "FeaturesCheck",
+    "OnGroup",
+    "Outcome",
+    "ServingFeature",
+    "SideData",
+    "SideJudgement",
+    "Step",
+    "by_name",
+    "feature_names",
+    "features",
+    "judge_sides",
+    "logprob_problems",
+    "register_feature",
+    "unregister_feature",
+    "validate_json",
+]

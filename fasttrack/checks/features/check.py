@@ -1,8 +1,9 @@
 """Features: production serving features keep working on the optimized path.
 
-Each feature the scope lists (``scope.features``) is one sub-test, an entry of the table
-:data:`~fasttrack.checks.features.table.FEATURES` (when it runs, what it collects, how it
-is judged); the candidate is judged against the baseline and against absolute thresholds
+Each feature the scope lists (``scope.features``) is one sub-test, a registered
+:class:`~fasttrack.checks.features.spec.ServingFeature` (:mod:`~fasttrack.checks.features.table`:
+its probe, what it needs from the tier, its typed result and its judgement); the candidate is
+judged against the baseline and against absolute thresholds
 (``gates.features``, and ``gates.equivalence`` where outputs are compared). On an engine group
 with synthetic acceptance only ``speculative_acceptance`` runs (:data:`SYNTHETIC_FEATURES`): the
 others compare outputs, which that sampler changes by design.
@@ -21,12 +22,12 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from fasttrack.checks.base import EngineCheck, register
+from fasttrack.checks.base import Blocker, EngineCheck, TierView, register
 from fasttrack.checks.context import EngineSession, RunContext
 from fasttrack.checks.features.env import FeatureEnv
 from fasttrack.checks.features.model import MASK_SAMPLES, SAMPLING_WAVE, Outcome, SideData
-from fasttrack.checks.features.spec import GroupPlan, Step
-from fasttrack.checks.features.table import BY_NAME, FEATURES
+from fasttrack.checks.features.spec import GroupPlan, OnGroup, Step
+from fasttrack.checks.features.table import by_name, features
 from fasttrack.checks.outcome import fold_verdicts, used_standard_path, write_artifact
 from fasttrack.checks.points import nearest_batch
 from fasttrack.checks.windows import WindowRecord
@@ -34,6 +35,7 @@ from fasttrack.errors import FasttrackError
 from fasttrack.inputs import PASSAGES, SCHEMAS_DIR, STRUCTURED_PROMPTS, prompt_set_path
 from fasttrack.plan import EngineGroup
 from fasttrack.results import CheckResult, Gate, Side, Verdict
+from fasttrack.scope.gates import CheckGate, FeaturesGate
 
 
 @register
@@ -43,6 +45,43 @@ class FeaturesCheck(EngineCheck):
     name: ClassVar[str] = "features"
     title: ClassVar[str] = "Serving features"
     report_view: ClassVar[str] = "features"
+    after: ClassVar[tuple[str, ...]] = ("equivalence",)
+    gate_model: ClassVar[type[CheckGate]] = FeaturesGate
+
+    @classmethod
+    def planned(cls, tier: TierView) -> list[str]:
+        return tier.plan.tier_features(list(tier.scope.features))
+
+    @classmethod
+    def passability(cls, tier: TierView) -> list[Blocker]:
+        """Every feature needs a short-context point (they run at short contexts) and a registered test; each
+        feature adds what it needs of the tier (its ``blockers``)."""
+        feats = cls.planned(tier)
+        if not feats:
+            return []
+        out = []
+        if not any(not p.full_context for p in tier.plan.points):
+            out.append(
+                tier.blocker(
+                    "every feature",
+                    f"the {tier.tier} tier has no short-context point (features run at short contexts)",
+                    f"add a numeric context to {tier.hint}.context",
+                )
+            )
+        known = by_name()
+        for f in feats:
+            feature = known.get(f)
+            if feature is None:
+                out.append(
+                    tier.blocker(
+                        f"feature {f}",
+                        f"no serving feature of that name is registered (known: {', '.join(known)})",
+                        "fix its name in the scope's features",
+                    )
+                )
+            else:
+                out.extend(feature.blockers(tier))
+        return out
 
     def __init__(
         self, *, wave: int = SAMPLING_WAVE, mask_samples: int = MASK_SAMPLES, batches: list[int] | None = None
@@ -59,9 +98,10 @@ class FeaturesCheck(EngineCheck):
     def skip_reason(self, ctx: RunContext) -> str | None:
         if not ctx.scope.features:
             return "the scope lists no serving features (scope.features is empty)"
-        unknown = sorted(set(ctx.scope.features) - set(BY_NAME))
+        known = by_name()
+        unknown = sorted(set(ctx.scope.features) - set(known))
         if unknown:
-            return f"no feature test for {unknown} (known: {', '.join(BY_NAME)})"
+            return f"no feature test for {unknown} (known: {', '.join(known)})"
         return None
 
     def wants(self, ctx: RunContext, group: EngineGroup, side: Side, lifetime: int) -> bool:
@@ -84,6 +124,8 @@ class FeaturesCheck(EngineCheck):
             ),
         )
 
+    # ------------------------------------------------------------------------------------------------ collect
+
     async def collect(self, ctx: RunContext, session: EngineSession) -> None:
         group = session.group
         side = SideData()
@@ -91,38 +133,11 @@ class FeaturesCheck(EngineCheck):
         base = self.sides.get((group.id, "baseline")) if session.side == "candidate" else None
         feats: set[str] = group_features(ctx, group)
         gp = GroupPlan(ctx, group, wave=self.wave_pref, batches=self.batches)
-        tasks: list[tuple[str, Step]] = []
-        for test in FEATURES:
-            if test.name not in feats:
-                continue
-            for step in test.steps(gp):
-                if step.point is None:
-                    side.errors[test.name] = f"the plan has no config point at batch {step.batch} in group {group.id}"
-                    continue
-                tasks.append((test.name, step))
-                side.points.setdefault(test.name, step.point)
+        tasks = self._tasks(gp, feats, side)
         self._record_inputs(ctx, feats)
-        short_batches = gp.short_batches
-        fulls = gp.full_points
         async with session.engine.client() as client:
             env = FeatureEnv(ctx, session, side, base, client, mask_samples=self.mask_samples)
-            # path evidence first: short probes in two profiler windows (short-context and full-context points)
-            probe_batches = gp.selected_short_batches or short_batches
-            if "structured_output" not in feats and "temperature_sampling" in feats:
-                probe_batches = [nearest_batch(short_batches, self.wave_pref)]
-            # every short-context point a feature runs at is probed, so each feature has path evidence
-            probe_batches = sorted(
-                set(probe_batches) | {s.batch for _, s in tasks if s.point is not None and s.point == gp.point(s.batch)}
-            )
-            sampling_wave = (
-                nearest_batch(short_batches, self.wave_pref)
-                if "temperature_sampling" in feats and short_batches
-                else None
-            )
-            if probe_batches:
-                await env.probe_short(probe_batches, wave=sampling_wave, structured="structured_output" in feats)
-            if "full_context" in feats and fulls:
-                await env.probe_full(fulls)
+            await self._probe(env, gp, feats, tasks)
             for feature, step in tasks:
                 try:
                     await step.run(env)
@@ -136,6 +151,42 @@ class FeaturesCheck(EngineCheck):
             write_artifact(ctx, self.name, f"{group.id}.{session.side}.json", side.model_dump(mode="json"))
         )
 
+    @staticmethod
+    def _tasks(gp: GroupPlan, feats: set[str], side: SideData) -> list[tuple[str, Step]]:
+        """Every step of the group's features, in registry order; a step without its point is an error of it."""
+        tasks: list[tuple[str, Step]] = []
+        for feature in features():
+            if feature.name not in feats:
+                continue
+            for step in feature.steps(gp):
+                if step.point is None:
+                    side.errors[feature.name] = (
+                        f"the plan has no config point at batch {step.batch} in group {gp.group.id}"
+                    )
+                    continue
+                tasks.append((feature.name, step))
+                side.points.setdefault(feature.name, step.point)
+        return tasks
+
+    async def _probe(self, env: FeatureEnv, gp: GroupPlan, feats: set[str], tasks: list[tuple[str, Step]]) -> None:
+        """Path evidence first: short probes in two profiler windows (short-context and full-context points)."""
+        short_batches = gp.short_batches
+        probe_batches = gp.selected_short_batches or short_batches
+        if "structured_output" not in feats and "temperature_sampling" in feats:
+            probe_batches = [nearest_batch(short_batches, self.wave_pref)]
+        # every short-context point a feature runs at is probed, so each feature has path evidence
+        probe_batches = sorted(
+            set(probe_batches) | {s.batch for _, s in tasks if s.point is not None and s.point == gp.point(s.batch)}
+        )
+        sampling_wave = (
+            nearest_batch(short_batches, self.wave_pref) if "temperature_sampling" in feats and short_batches else None
+        )
+        if probe_batches:
+            await env.probe_short(probe_batches, wave=sampling_wave, structured="structured_output" in feats)
+        fulls = gp.full_points
+        if "full_context" in feats and fulls:
+            await env.probe_full(fulls)
+
     def _record_inputs(self, ctx: RunContext, feats: set[str]) -> None:
         """The shipped inputs the feature requests are built from, for the bundle's provenance."""
         ctx.provenance.input_file(prompt_set_path(ctx.scope, ctx.base_dir))
@@ -145,13 +196,41 @@ class FeaturesCheck(EngineCheck):
         if "full_context" in feats:
             ctx.provenance.input_file(PASSAGES)
 
+    # ------------------------------------------------------------------------------------------------ judge
+
     def judge(self, ctx: RunContext) -> CheckResult:
         feats: list[str] = list(dict.fromkeys(ctx.plan.tier_features(list(ctx.scope.features))))
-        fg = ctx.scope.gates.features
-        gate = self.gate(ctx)
         groups = sorted({gid for gid, _ in self.sides})
         if not groups:
             return CheckResult.not_run(self.name, "no engine ran the feature requests", required=self.required)
+        outcomes, windows = self._outcomes(ctx, groups, feats)
+        per_feature, verdicts, failures, tables = _merge(outcomes)
+        standard = used_standard_path(windows)
+        verdict = fold_verdicts(verdicts)
+        if standard:
+            verdict = Verdict.FAIL
+            failures.insert(0, f"features {standard}")
+        return CheckResult(
+            check=self.name,
+            verdict=verdict,
+            reason=_reason(verdict, per_feature, standard),
+            required=self.required,
+            gate=self.gate(ctx),
+            summary={
+                "per_feature": per_feature,
+                "thresholds": ctx.scope.gates.features.model_dump(),
+                "used_standard_path": standard,
+            },
+            failures=failures,
+            tables=tables,
+            artifacts=list(self.artifacts),
+        )
+
+    def _outcomes(
+        self, ctx: RunContext, groups: list[str], feats: list[str]
+    ) -> tuple[list[Outcome], list[WindowRecord]]:
+        """Every feature's outcome on every group, and the candidate's windows (a group with a missing side: one
+        ``not_run`` outcome for all)."""
         outcomes: list[Outcome] = []
         windows: list[WindowRecord] = []
         for gid in groups:
@@ -166,88 +245,20 @@ class FeaturesCheck(EngineCheck):
             windows.extend(cand.windows.values())
             for f in feats:
                 outcomes.append(self._judge_feature(ctx, gid, f, base, cand))
-        # a feature that applies to no group (speculative decoding without speculative configs)
-        merged: dict[str, list[Outcome]] = {}
-        for o in outcomes:
-            merged.setdefault(o.feature, []).append(o)
-        per_feature: dict[str, dict[str, str]] = {}
-        verdicts: list[Verdict] = []
-        failures: list[str] = []
-        rows: list[dict[str, Any]] = []
-        tables: dict[str, list[dict[str, Any]]] = {}
-        for f, outs in merged.items():
-            applicable = [o for o in outs if o.reason != "n/a"]
-            if not applicable:
-                optional = BY_NAME[f].optional if f in BY_NAME else None
-                o = Outcome(
-                    feature=f,
-                    verdict=Verdict.NOT_RUN,
-                    reason=optional
-                    or (
-                        "not applicable to any engine group that ran (groups with synthetic acceptance run only "
-                        f"{SYNTHETIC_FEATURES[0]})"
-                    ),
-                )
-                applicable = [o]
-            v = fold_verdicts(o.verdict for o in applicable)
-            verdicts.append(v)
-            per_feature[f] = {"verdict": v.value, "reason": "; ".join(o.reason for o in applicable)}
-            for o in applicable:
-                failures.extend(o.failures)
-                rows.extend(o.rows)
-                for k, t in o.extra_tables.items():
-                    tables.setdefault(k, []).extend(t)
-        standard = used_standard_path(windows)
-        verdict = fold_verdicts(verdicts)
-        if standard:
-            verdict = Verdict.FAIL
-            failures.insert(0, f"features {standard}")
-            reason = f"the candidate {standard}; the feature results say nothing about the optimized path"
-        elif verdict is Verdict.PASS:
-            reason = f"all {len(per_feature)} features behave on the candidate as on the baseline"
-        elif verdict is Verdict.FAIL:
-            bad = [f for f, d in per_feature.items() if d["verdict"] == "fail"]
-            reason = f"feature(s) failing on the candidate: {', '.join(bad)}"
-        else:
-            nr = [f"{f} ({d['reason']})" for f, d in per_feature.items() if d["verdict"] == "not_run"]
-            reason = "not every feature could be judged: " + "; ".join(nr)
-        tables["features"] = rows
-        return CheckResult(
-            check=self.name,
-            verdict=verdict,
-            reason=reason,
-            required=self.required,
-            gate=gate,
-            summary={"per_feature": per_feature, "thresholds": fg.model_dump(), "used_standard_path": standard},
-            failures=failures,
-            tables=tables,
-            artifacts=list(self.artifacts),
-        )
+        return outcomes, windows
 
     def _judge_feature(self, ctx: RunContext, gid: str, f: str, base: SideData, cand: SideData) -> Outcome:
-        test = BY_NAME[f]
+        feature = by_name()[f]
         group = next((g for g in ctx.plan.groups if g.id == gid), None)
         if group is not None and f not in group_features(ctx, group):
             return Outcome(feature=f, verdict=Verdict.NOT_RUN, reason="n/a")
-        if test.optional and f not in cand.data and f not in cand.errors and f not in base.errors:
+        b_res, c_res = feature.result(base), feature.result(cand)
+        if feature.optional and c_res is None and f not in cand.errors and f not in base.errors:
             return Outcome(feature=f, verdict=Verdict.NOT_RUN, reason="n/a")
-        if f in base.errors:
-            return Outcome(
-                feature=f,
-                verdict=Verdict.NOT_RUN,
-                reason=f"{gid}: the baseline could not run it: {base.errors[f]}",
-                rows=[{"feature": f, "group": gid, "verdict": "not_run", "detail": base.errors[f]}],
-            )
-        if f in cand.errors:
-            where = cand.points.get(f) or gid
-            return Outcome(
-                feature=f,
-                verdict=Verdict.FAIL,
-                reason=f"{f}: the candidate failed where the baseline succeeded",
-                rows=[{"feature": f, "group": gid, "verdict": "fail", "detail": cand.errors[f]}],
-                failures=[f"{where}: {f} failed on the candidate (the baseline ran it): {cand.errors[f]}"],
-            )
-        if f not in cand.data or f not in base.data:
+        early = _side_errors(gid, f, base, cand)
+        if early is not None:
+            return early
+        if c_res is None or b_res is None:
             return Outcome(
                 feature=f,
                 verdict=Verdict.NOT_RUN,
@@ -255,7 +266,7 @@ class FeaturesCheck(EngineCheck):
                 rows=[{"feature": f, "group": gid, "verdict": "not_run"}],
             )
         try:
-            out = test.judge(ctx, gid, base, cand)
+            out = feature.judge(OnGroup(ctx=ctx, gid=gid, windows=list(cand.windows.values())), b_res, c_res)
         except FasttrackError as exc:
             return Outcome(
                 feature=f,
@@ -263,25 +274,97 @@ class FeaturesCheck(EngineCheck):
                 reason=f"{gid}: the measurements could not be judged: {exc.message}",
                 rows=[{"feature": f, "group": gid, "verdict": "not_run", "detail": exc.message}],
             )
-        # a sub-test whose candidate window never reached the optimized path proves nothing
-        pts = cand.data[f].get("points") or [cand.points.get(f)]
-        ws = [w for w in cand.windows.values() if any(p in pts for p in w.points)]
-        std = used_standard_path(ws)
-        if std and out.verdict is not Verdict.NOT_RUN:
-            out.verdict = Verdict.FAIL
-            out.failures.insert(0, f"{f} at {', '.join(p for p in pts if p)}: {std}")
-            out.reason = f"{f}: {std}"
-        elif out.verdict is Verdict.PASS:
-            missing = unprofiled(pts, cand)
-            if missing:
-                # "the candidate ran the optimized path" could not be observed: never a pass
-                out.verdict = Verdict.NOT_RUN
-                out.reason = f"{gid}: {missing}"
-                for r in out.rows:
-                    if r.get("verdict") == "pass":
-                        r["verdict"] = "not_run"
-                out.rows.append({"feature": f, "group": gid, "verdict": "not_run", "detail": missing})
-        return out
+        return _on_optimized_path(out, gid, f, c_res.points or [cand.points.get(f)], cand)
+
+
+def _side_errors(gid: str, f: str, base: SideData, cand: SideData) -> Outcome | None:
+    """A side that could not run the feature: the baseline's error leaves it not run, the candidate's fails it."""
+    if f in base.errors:
+        return Outcome(
+            feature=f,
+            verdict=Verdict.NOT_RUN,
+            reason=f"{gid}: the baseline could not run it: {base.errors[f]}",
+            rows=[{"feature": f, "group": gid, "verdict": "not_run", "detail": base.errors[f]}],
+        )
+    if f in cand.errors:
+        where = cand.points.get(f) or gid
+        return Outcome(
+            feature=f,
+            verdict=Verdict.FAIL,
+            reason=f"{f}: the candidate failed where the baseline succeeded",
+            rows=[{"feature": f, "group": gid, "verdict": "fail", "detail": cand.errors[f]}],
+            failures=[f"{where}: {f} failed on the candidate (the baseline ran it): {cand.errors[f]}"],
+        )
+    return None
+
+
+def _on_optimized_path(out: Outcome, gid: str, f: str, pts: list[str | None], cand: SideData) -> Outcome:
+    """A sub-test whose candidate window never reached the optimized path proves nothing (it fails); one whose
+    points have no profiled window is not a pass."""
+    ws = [w for w in cand.windows.values() if any(p in pts for p in w.points)]
+    std = used_standard_path(ws)
+    if std and out.verdict is not Verdict.NOT_RUN:
+        out.verdict = Verdict.FAIL
+        out.failures.insert(0, f"{f} at {', '.join(p for p in pts if p)}: {std}")
+        out.reason = f"{f}: {std}"
+    elif out.verdict is Verdict.PASS:
+        missing = unprofiled(pts, cand)
+        if missing:
+            # "the candidate ran the optimized path" could not be observed: never a pass
+            out.verdict = Verdict.NOT_RUN
+            out.reason = f"{gid}: {missing}"
+            for r in out.rows:
+                if r.get("verdict") == "pass":
+                    r["verdict"] = "not_run"
+            out.rows.append({"feature": f, "group": gid, "verdict": "not_run", "detail": missing})
+    return out
+
+
+def _merge(
+    outcomes: list[Outcome],
+) -> tuple[dict[str, dict[str, str]], list[Verdict], list[str], dict[str, list[dict[str, Any]]]]:
+    """Per feature over the groups: its verdict and reason, and every row, failure and extra table. A feature that
+    applies to no group that ran (speculative decoding without speculative configs) is not run, saying why."""
+    merged: dict[str, list[Outcome]] = {}
+    for o in outcomes:
+        merged.setdefault(o.feature, []).append(o)
+    per_feature: dict[str, dict[str, str]] = {}
+    verdicts: list[Verdict] = []
+    failures: list[str] = []
+    rows: list[dict[str, Any]] = []
+    tables: dict[str, list[dict[str, Any]]] = {}
+    known = by_name()
+    for f, outs in merged.items():
+        applicable = [o for o in outs if o.reason != "n/a"]
+        if not applicable:
+            optional = known[f].optional if f in known else None
+            reason = optional or (
+                "not applicable to any engine group that ran (groups with synthetic acceptance run only "
+                f"{SYNTHETIC_FEATURES[0]})"
+            )
+            applicable = [Outcome(feature=f, verdict=Verdict.NOT_RUN, reason=reason)]
+        v = fold_verdicts(o.verdict for o in applicable)
+        verdicts.append(v)
+        per_feature[f] = {"verdict": v.value, "reason": "; ".join(o.reason for o in applicable)}
+        for o in applicable:
+            failures.extend(o.failures)
+            rows.extend(o.rows)
+            for k, t in o.extra_tables.items():
+                tables.setdefault(k, []).extend(t)
+    tables["features"] = rows
+    return per_feature, verdicts, failures, tables
+
+
+def _reason(verdict: Verdict, per_feature: dict[str, dict[str, str]], standard: str | None) -> str:
+    if standard:
+        return f"the candidate {standard}; the feature results say nothing about the optimized path"
+    if verdict is Verdict.PASS:
+        return f"all {len(per_feature)} features behave on the candidate as on the baseline"
+    if verdict is Verdict.FAIL:
+        bad = [f for f, d in per_feature.items() if d["verdict"] == "fail"]
+        return f"feature(s) failing on the candidate: {', '.join(bad)}"
+    nr = [f"{f} ({d['reason']})" for f, d in per_feature.items() if d["verdict"] == "not_run"]
+    return "not every feature could be judged: " + "; ".join(nr)
 
 
 SYNTHETIC_FEATURES = ("speculative_acceptance",)

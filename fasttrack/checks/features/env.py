@@ -46,7 +46,7 @@ class FeatureEnv:
         self.ctx = ctx
         self.session = session
         self.side = side
-        """This side's measurements (each feature writes ``side.data[<feature>]``)."""
+        """This side's measurements (each feature records its typed result in ``side.results[<feature>]``)."""
         self.base = base
         """The baseline's measurements of this group, when this is the candidate (it reuses the baseline's choices)."""
         self.group = session.group

@@ -1,11 +1,12 @@
-"""The features check's data: one side's measurements, a sub-test's outcome, and helpers the feature tests share."""
+"""The features check's data: a feature's typed result (one side, one engine group), one side's measurements,
+a sub-test's outcome, and helpers the feature tests share."""
 
 from __future__ import annotations
 
 from collections.abc import Hashable
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny
 
 from fasttrack.checks.windows import WindowRecord
 from fasttrack.errors import FasttrackError
@@ -42,11 +43,27 @@ class Outcome(_Model):
     extra_tables: dict[str, list[dict[str, Any]]] = Field(default_factory=dict)
 
 
+class FeatureResult(_Model):
+    """What one side measured of one feature on one engine group; each feature's result model extends it."""
+
+    points: list[str] = Field(default_factory=list)
+    """The config points its requests ran at."""
+
+
+class GreedyOutput(_Model):
+    """A greedy generation with its logprobs: the chosen tokens, their logprobs, the top-k alternatives."""
+
+    token_ids: list[int] = Field(default_factory=list)
+    logprobs: list[float | None] = Field(default_factory=list)
+    top: list[list[tuple[int, float]]] = Field(default_factory=list)
+    """Per position: (token id, logprob) of the top-k alternatives."""
+
+
 class SideData(_Model):
     """What one side measured for one engine group."""
 
-    data: dict[str, Any] = Field(default_factory=dict)
-    """feature -> raw measurements (JSON-friendly)."""
+    results: dict[str, SerializeAsAny[FeatureResult]] = Field(default_factory=dict)
+    """feature -> its typed result (the feature's ``result_model``)."""
     errors: dict[str, str] = Field(default_factory=dict)
     """feature -> why it could not be measured."""
     windows: dict[str, WindowRecord] = Field(default_factory=dict)
@@ -71,13 +88,23 @@ def err(exc: BaseException) -> str:
     return getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
 
 
-def tops(d: dict[str, Any]) -> list[TopLogprobs | None]:
+def tops(d: GreedyOutput) -> list[TopLogprobs | None]:
     """Top-k logprobs per position as maps (the chosen token added where it is not among them)."""
     out: list[TopLogprobs | None] = []
-    for i, pos in enumerate(d["top"]):
+    for i, pos in enumerate(d.top):
         m: dict[Hashable, float] = {int(t): float(lp) for t, lp in pos}
-        lp = d["logprobs"][i] if i < len(d["logprobs"]) else None
-        if lp is not None and i < len(d["token_ids"]):
-            m.setdefault(int(d["token_ids"][i]), float(lp))
+        lp = d.logprobs[i] if i < len(d.logprobs) else None
+        if lp is not None and i < len(d.token_ids):
+            m.setdefault(int(d.token_ids[i]), float(lp))
         out.append(m or None)
     return out
+
+
+def greedy_output(r: Any) -> dict[str, Any]:
+    """The token ids, logprobs and top-k alternatives of a completion (the fields of :class:`GreedyOutput`)."""
+    pos = r.logprobs or []
+    return {
+        "token_ids": list(r.token_ids or []),
+        "logprobs": [p.logprob for p in pos],
+        "top": [[(t.token_id, t.logprob) for t in p.top if t.token_id is not None] for p in pos],
+    }

@@ -21,21 +21,29 @@ never violated (``allowed_tokens`` from the reference).
 
 from __future__ import annotations
 
-import json
 import math
-from collections import Counter
-from collections.abc import Hashable
-from typing import Any
+from typing import Any, ClassVar
 
-from fasttrack.checks.context import RunContext
 from fasttrack.checks.features.env import FeatureEnv
-from fasttrack.checks.features.model import SAMPLING_TOP_LOGPROBS, FeatureError, Outcome, SideData, choice_ids, err
-from fasttrack.checks.features.spec import FeatureTest, GroupPlan, Step
-from fasttrack.checks.outcome import clip, fold_verdicts
-from fasttrack.errors import FasttrackError
+from fasttrack.checks.features.model import (
+    SAMPLING_TOP_LOGPROBS,
+    FeatureError,
+    FeatureResult,
+    Outcome,
+    choice_ids,
+    err,
+)
+from fasttrack.checks.features.sampling_result import (
+    MaskSamples,
+    MaskSkipped,
+    SamplingJudging,
+    SamplingReference,
+    SamplingResult,
+    ZeroTemperature,
+)
+from fasttrack.checks.features.spec import GroupPlan, OnGroup, ServingFeature, Step
 from fasttrack.inputs import PromptItem
 from fasttrack.results import Verdict
-from fasttrack.stats import allowed_tokens, chi_square_sampling_test, mask_violations
 
 SAMPLING_SELECTION_PROMPTS = 16
 """Prompts of the set considered when choosing the sampling prompt."""
@@ -45,15 +53,100 @@ SEEDS = {"temperature": 1_000_000, "top_k_mask": 7_000_000, "top_p_mask": 8_000_
 """First seed of each sample series (temperature ``i`` of the gate starts at ``(i + 1) * SEEDS["temperature"]``)."""
 
 
-def steps(gp: GroupPlan) -> list[Step]:
-    """Sampling at the wave's batch size, then temperature 0 at the short batch size closest to 3."""
-    if not gp.short_batches:
-        return []
-    wave, t0 = gp.at(gp.wave), gp.at(3)
-    return [
-        Step(point=gp.point(wave), batch=wave, run=lambda env: collect_sampling(env, wave)),
-        Step(point=gp.point(t0), batch=t0, run=lambda env: collect_zero_temperature(env, t0)),
-    ]
+class TemperatureSampling(ServingFeature[SamplingResult]):
+    name: ClassVar[str] = "temperature_sampling"
+    result_model: ClassVar[type[FeatureResult]] = SamplingResult
+
+    def steps(self, gp: GroupPlan) -> list[Step]:
+        """Sampling at the wave's batch size, then temperature 0 at the short batch size closest to 3."""
+        if not gp.short_batches:
+            return []
+        wave, t0 = gp.at(gp.wave), gp.at(3)
+        return [
+            Step(point=gp.point(wave), batch=wave, run=lambda env: self.collect_sampling(env, wave)),
+            Step(point=gp.point(t0), batch=t0, run=lambda env: self.collect_zero_temperature(env, t0)),
+        ]
+
+    async def collect_sampling(self, env: FeatureEnv, wave: int) -> None:
+        """Choose the prompt (or reuse the baseline's), then draw the samples at every temperature and the mask
+        samples (top-k, top-p) at the decode position."""
+        pid = env.point(wave)
+        data = self.mine(env)
+        data.points.append(pid)
+        data.point, data.wave = pid, wave
+        data.samples, data.requests, data.masks, data.masks_skipped = {}, {}, [], []
+        ref = await self._reference(env, data, wave)
+        assert data.prompt_text is not None  # set with the reference
+        p_first = math.exp(ref.first_logprob)
+        for i, t in enumerate(env.ctx.scope.gates.features.temperatures):
+            await _samples_at(env, data, ref, t, seed0=SEEDS["temperature"] * (i + 1), wave=wave, p_first=p_first)
+        await _mask_samples(env, data, ref, wave=wave, p_first=p_first)
+
+    async def _reference(self, env: FeatureEnv, data: SamplingResult, wave: int) -> SamplingReference:
+        """The prompt and reference distribution: the baseline's (the candidate reuses them, noting its own first
+        token), or chosen here."""
+        theirs = self.baseline(env)
+        if theirs is not None and theirs.reference is not None:
+            data.selection = "baseline"
+            own = await _greedy_two(env, [next(p for p in env.prompts if p.id == theirs.prompt_id)])
+            if not isinstance(own[0], BaseException) and own[0].token_ids:
+                data.own_first_token = int(own[0].token_ids[0])
+            data.prompt_id, data.prompt_text = theirs.prompt_id, theirs.prompt_text
+            data.first_token = theirs.reference.first_token
+            return theirs.reference
+        data.selection = "own" if env.session.side == "candidate" else "baseline"
+        item, ref = await _choose_prompt(env, wave)
+        ref.first_token_text = await env.tok.detokenize([ref.first_token])
+        data.prompt_id, data.prompt_text, data.first_token = item.id, item.prompt, ref.first_token
+        data.reference = ref
+        return ref
+
+    async def collect_zero_temperature(self, env: FeatureEnv, batch: int) -> None:
+        """Temperature 0 with seeds, top-k and top-p equals the greedy output (``batch`` variants at once)."""
+        data = self.mine(env)
+        pid = env.point(batch)
+        data.points.append(pid)
+        prompt = env.prompts[2].prompt
+        variants: list[dict[str, Any]] = [{}, {"seed": 11}, {"seed": 12, "top_p": 0.5, "top_k": 3}]
+        variants = (variants * batch)[: max(batch, 1)]
+        for i, v in enumerate(variants):
+            if i >= 3:
+                v = dict(v, seed=100 + i)
+                variants[i] = v
+        res = await env.gather(
+            [env.client.complete(prompt, max_tokens=8, temperature=0.0, ignore_eos=True, **v) for v in variants]
+        )
+        outs = []
+        for r in res:
+            if isinstance(r, BaseException):
+                raise FeatureError(f"a temperature-0 request failed: {err(r)}")
+            outs.append(list(r.token_ids or []))
+        data.zero_temperature = ZeroTemperature(point=pid, variants=variants, outputs=outs)
+
+    def judge(self, on: OnGroup, base: SamplingResult, cand: SamplingResult) -> Outcome:
+        ref = base.reference
+        if not ref:
+            return Outcome(
+                feature=self.name, verdict=Verdict.NOT_RUN, reason="the baseline produced no reference distribution"
+            )
+        if cand.prompt_id != base.prompt_id or cand.first_token != ref.first_token:
+            return Outcome(
+                feature=self.name,
+                verdict=Verdict.NOT_RUN,
+                reason=(
+                    f"the candidate sampled prompt {cand.prompt_id} after token {cand.first_token}, "
+                    f"the baseline's reference is prompt {base.prompt_id} after token {ref.first_token}"
+                ),
+            )
+        judging = SamplingJudging(on=on, base=base, cand=cand, ref=ref)
+        for t_key in sorted(cand.samples):
+            judging.goodness_of_fit(t_key)
+        for mask in cand.masks:
+            judging.mask(mask)
+        for m in cand.masks_skipped:
+            judging.row(test=m.name, verdict="not_run", detail=m.why)
+        judging.zero_temperature()
+        return judging.outcome()
 
 
 async def _greedy_two(env: FeatureEnv, items: list[PromptItem]) -> list[Any]:
@@ -72,7 +165,7 @@ async def _greedy_two(env: FeatureEnv, items: list[PromptItem]) -> list[Any]:
     )
 
 
-async def _choose_prompt(env: FeatureEnv, wave: int) -> dict[str, Any]:
+async def _choose_prompt(env: FeatureEnv, wave: int) -> tuple[PromptItem, SamplingReference]:
     """Pick the sampling prompt: the most probable greedy first token, with a spread second position."""
     cands = env.prompts[:SAMPLING_SELECTION_PROMPTS]
     scored = []
@@ -92,15 +185,13 @@ async def _choose_prompt(env: FeatureEnv, wave: int) -> dict[str, Any]:
     scored.sort(key=lambda s: (s[0], s[1]), reverse=True)
     ok, p_first, it, r = scored[0]
     p0, p1 = r.logprobs[0], r.logprobs[1]
-    return {
-        "prompt_id": it.id,
-        "prompt_text": it.prompt,
-        "first_token": int(p0.token_id),
-        "first_logprob": float(p0.logprob),
-        "second_position": {str(t.token_id): t.logprob for t in p1.top if t.token_id is not None},
-        "second_greedy": int(p1.token_id),
-        "spread_ok": ok,
-    }
+    return it, SamplingReference(
+        first_token=int(p0.token_id),
+        first_logprob=float(p0.logprob),
+        second_position={str(t.token_id): t.logprob for t in p1.top if t.token_id is not None},
+        second_greedy=int(p1.token_id),
+        spread_ok=ok,
+    )
 
 
 async def _draw(
@@ -133,57 +224,29 @@ async def _draw(
     return out[:need], k
 
 
-async def collect_sampling(env: FeatureEnv, wave: int) -> None:
-    """Choose the prompt (or reuse the baseline's), then draw the samples at every temperature and the mask
-    samples (top-k, top-p) at the decode position."""
-    fg = env.ctx.scope.gates.features
-    pid = env.point(wave)
-    data = env.side.data.setdefault("temperature_sampling", {"points": []})
-    data["points"].append(pid)
-    data.update(point=pid, wave=wave, samples={}, requests={}, masks=[], masks_skipped=[])
-    ref_data = (env.base.data.get("temperature_sampling") or {}) if env.base is not None else {}
-    ref = ref_data.get("reference")
-    if ref is not None:
-        data["selection"] = "baseline"
-        choice = ref
-        own = await _greedy_two(env, [next(p for p in env.prompts if p.id == ref_data["prompt_id"])])
-        if not isinstance(own[0], BaseException) and own[0].token_ids:
-            data["own_first_token"] = int(own[0].token_ids[0])
-    else:
-        data["selection"] = "own" if env.session.side == "candidate" else "baseline"
-        choice = await _choose_prompt(env, wave)
-        choice["first_token_text"] = await env.tok.detokenize([choice["first_token"]])
-    data["prompt_id"] = ref_data.get("prompt_id") if ref is not None else choice["prompt_id"]
-    data["prompt_text"] = ref_data.get("prompt_text") if ref is not None else choice["prompt_text"]
-    data["first_token"] = choice["first_token"]
-    if env.session.side == "baseline" or ref is None:
-        data["reference"] = {
-            k: choice[k]
-            for k in (
-                "first_token",
-                "first_logprob",
-                "second_position",
-                "second_greedy",
-                "spread_ok",
-                "first_token_text",
-            )
-        }
-    p_first = math.exp(choice["first_logprob"])
-    prompt = data["prompt_text"]
-    first = choice["first_token"]
-    for i, t in enumerate(fg.temperatures):
-        need = fg.sampling_samples
-        max_req = math.ceil(need / (wave * max(p_first, 0.1)) * 1.5) + 2
-        seed0 = SEEDS["temperature"] * (i + 1)
-        got, used = await _draw(
-            env, prompt, first, need=need, wave=wave, temperature=t, seed0=seed0, max_requests=max_req
-        )
-        env.ctx.provenance.seed(f"features/temperature_sampling/T={t:g}", seed0)
-        data["samples"][f"{t:g}"] = got
-        data["requests"][f"{t:g}"] = used
-    # masks (at T=1 on the same decode position)
+async def _samples_at(
+    env: FeatureEnv, data: SamplingResult, ref: SamplingReference, t: float, *, seed0: int, wave: int, p_first: float
+) -> None:
+    """``sampling_samples`` samples of the decode position at temperature ``t``."""
+    need = env.ctx.scope.gates.features.sampling_samples
+    max_req = math.ceil(need / (wave * max(p_first, 0.1)) * 1.5) + 2
+    assert data.prompt_text is not None
+    got, used = await _draw(
+        env, data.prompt_text, ref.first_token, need=need, wave=wave, temperature=t, seed0=seed0, max_requests=max_req
+    )
+    env.ctx.provenance.seed(f"features/temperature_sampling/T={t:g}", seed0)
+    data.samples[f"{t:g}"] = got
+    data.requests[f"{t:g}"] = used
+
+
+async def _mask_samples(
+    env: FeatureEnv, data: SamplingResult, ref: SamplingReference, *, wave: int, p_first: float
+) -> None:
+    """Samples under a top-k mask and, where the known logprobs carry the nucleus, a top-p mask (at T=1)."""
     mask_need = env.mask_samples
     max_req = math.ceil(mask_need / (wave * max(p_first, 0.1)) * 1.5) + 2
+    assert data.prompt_text is not None
+    prompt, first = data.prompt_text, ref.first_token
     got, _ = await _draw(
         env,
         prompt,
@@ -196,272 +259,27 @@ async def collect_sampling(env: FeatureEnv, wave: int) -> None:
         top_k=MASK_TOP_K,
     )
     env.ctx.provenance.seed("features/temperature_sampling/top_k_mask", SEEDS["top_k_mask"])
-    data["masks"].append({"name": f"top_k={MASK_TOP_K} mask", "top_k": MASK_TOP_K, "samples": got})
-    known = sum(math.exp(v) for v in choice["second_position"].values())
-    if known >= MASK_TOP_P + 0.05:
-        got, _ = await _draw(
-            env,
-            prompt,
-            first,
-            need=mask_need,
-            wave=wave,
-            temperature=1.0,
-            seed0=SEEDS["top_p_mask"],
-            max_requests=max_req,
-            top_p=MASK_TOP_P,
-        )
-        env.ctx.provenance.seed("features/temperature_sampling/top_p_mask", SEEDS["top_p_mask"])
-        data["masks"].append({"name": f"top_p={MASK_TOP_P:g} mask", "top_p": MASK_TOP_P, "samples": got})
-    else:
-        data["masks_skipped"].append(
-            {
-                "name": f"top_p={MASK_TOP_P:g} mask",
-                "why": f"the top-{SAMPLING_TOP_LOGPROBS} logprobs carry only {known:.2f} of the "
+    data.masks.append(MaskSamples(name=f"top_k={MASK_TOP_K} mask", top_k=MASK_TOP_K, samples=got))
+    known = sum(math.exp(v) for v in ref.second_position.values())
+    if known < MASK_TOP_P + 0.05:
+        data.masks_skipped.append(
+            MaskSkipped(
+                name=f"top_p={MASK_TOP_P:g} mask",
+                why=f"the top-{SAMPLING_TOP_LOGPROBS} logprobs carry only {known:.2f} of the "
                 "mass, so the nucleus is not known",
-            }
+            )
         )
-
-
-async def collect_zero_temperature(env: FeatureEnv, batch: int) -> None:
-    """Temperature 0 with seeds, top-k and top-p equals the greedy output (``batch`` variants at once)."""
-    data = env.side.data.setdefault("temperature_sampling", {"points": []})
-    pid = env.point(batch)
-    data["points"].append(pid)
-    prompt = env.prompts[2].prompt
-    variants: list[dict[str, Any]] = [{}, {"seed": 11}, {"seed": 12, "top_p": 0.5, "top_k": 3}]
-    variants = (variants * batch)[: max(batch, 1)]
-    for i, v in enumerate(variants):
-        if i >= 3:
-            v = dict(v, seed=100 + i)
-            variants[i] = v
-    res = await env.gather(
-        [env.client.complete(prompt, max_tokens=8, temperature=0.0, ignore_eos=True, **v) for v in variants]
+        return
+    got, _ = await _draw(
+        env,
+        prompt,
+        first,
+        need=mask_need,
+        wave=wave,
+        temperature=1.0,
+        seed0=SEEDS["top_p_mask"],
+        max_requests=max_req,
+        top_p=MASK_TOP_P,
     )
-    outs = []
-    for r in res:
-        if isinstance(r, BaseException):
-            raise FeatureError(f"a temperature-0 request failed: {err(r)}")
-        outs.append(list(r.token_ids or []))
-    data["zero_temperature"] = {"point": pid, "variants": variants, "outputs": outs}
-
-
-def judge(ctx: RunContext, gid: str, base: SideData, cand: SideData) -> Outcome:
-    fg = ctx.scope.gates.features
-    bd, cd = base.data["temperature_sampling"], cand.data["temperature_sampling"]
-    ref = bd.get("reference")
-    rows, failures, verdicts, bins_rows = [], [], [], []
-    pid = cd.get("point")
-    if not ref:
-        return Outcome(
-            feature="temperature_sampling",
-            verdict=Verdict.NOT_RUN,
-            reason="the baseline produced no reference distribution",
-        )
-    if cd.get("prompt_id") != bd.get("prompt_id") or cd.get("first_token") != ref["first_token"]:
-        return Outcome(
-            feature="temperature_sampling",
-            verdict=Verdict.NOT_RUN,
-            reason=(
-                f"the candidate sampled prompt {cd.get('prompt_id')} after token {cd.get('first_token')}, "
-                f"the baseline's reference is prompt {bd.get('prompt_id')} after token {ref['first_token']}"
-            ),
-        )
-    ref_lps: dict[Hashable, float] = {int(k): float(v) for k, v in ref["second_position"].items()}
-    context = (
-        f"prompt {bd['prompt_id']} {clip(bd['prompt_text'][-40:], 42)} + first token {ref['first_token']} "
-        f"({ref['first_token_text']!r}, p={math.exp(ref['first_logprob']):.3f})"
-    )
-    for t_key, c_samples in sorted(cd["samples"].items()):
-        t = float(t_key)
-        b_samples = bd["samples"].get(t_key, [])
-        c_counts: Counter[Hashable] = Counter(int(x) for x in c_samples)
-        b_counts: Counter[Hashable] = Counter(int(x) for x in b_samples)
-        try:
-            test = chi_square_sampling_test(ref_lps, c_counts, temperature=t, alpha=fg.sampling_alpha)
-            control = (
-                chi_square_sampling_test(ref_lps, b_counts, temperature=t, alpha=fg.sampling_alpha)
-                if b_counts
-                else None
-            )
-        except FasttrackError as exc:
-            verdicts.append(Verdict.NOT_RUN)
-            rows.append(
-                {
-                    "feature": "temperature_sampling",
-                    "group": gid,
-                    "point": pid,
-                    "temperature": t,
-                    "verdict": "not_run",
-                    "detail": exc.message,
-                }
-            )
-            continue
-        if control is not None and not control.consistent:
-            v = Verdict.NOT_RUN
-            detail = (
-                f"inconclusive: the baseline's own {control.n_tested} samples do not fit its logprobs "
-                f"(p={control.p_value:.2e}); the test is not calibrated on this engine"
-            )
-        elif not test.consistent:
-            v = Verdict.FAIL
-            top = sorted(test.bins, key=lambda b: -b.expected)[:4]
-            detail = (
-                f"candidate samples at T={t:g} do not follow the baseline's distribution: chi-square "
-                f"{test.statistic:.1f}, dof {test.dof}, p={test.p_value:.2e} < alpha {fg.sampling_alpha:g} "
-                f"over {test.n_tested} samples"
-                + (f" (baseline control p={control.p_value:.3f})" if control else "")
-                + "; expected vs observed: "
-                + ", ".join(f"{b.label} {b.expected:.0f}/{b.observed}" for b in top)
-            )
-        else:
-            v = Verdict.PASS
-            detail = f"p={test.p_value:.3f} over {test.n_tested} samples" + (
-                f" (baseline control p={control.p_value:.3f})" if control else ""
-            )
-        verdicts.append(v)
-        rows.append(
-            {
-                "feature": "temperature_sampling",
-                "group": gid,
-                "point": pid,
-                "test": "goodness_of_fit",
-                "temperature": t,
-                "verdict": v.value,
-                "p_value": test.p_value,
-                "statistic": test.statistic,
-                "dof": test.dof,
-                "n_samples": test.n_samples,
-                "n_tested": test.n_tested,
-                "control_p_value": control.p_value if control else None,
-                "control_n": control.n_tested if control else None,
-                "alpha": fg.sampling_alpha,
-                "requests": cd["requests"].get(t_key),
-                "detail": detail,
-            }
-        )
-        for bn in test.bins:
-            bins_rows.append(
-                {
-                    "group": gid,
-                    "temperature": t,
-                    "side": "candidate",
-                    "bin": bn.label,
-                    "probability": bn.probability,
-                    "expected": bn.expected,
-                    "observed": bn.observed,
-                }
-            )
-        if control is not None:
-            for bn in control.bins:
-                bins_rows.append(
-                    {
-                        "group": gid,
-                        "temperature": t,
-                        "side": "baseline",
-                        "bin": bn.label,
-                        "probability": bn.probability,
-                        "expected": bn.expected,
-                        "observed": bn.observed,
-                    }
-                )
-        if v is Verdict.FAIL:
-            failures.append(
-                f"{pid} (batch {cd['wave']}), temperature sampling: {detail}; sampled position: 2nd "
-                f"generated token after {context}"
-            )
-    # masks
-    for mask in cd.get("masks", []):
-        try:
-            kwargs = {"top_k": mask["top_k"]} if mask.get("top_k") else {"top_p": mask["top_p"]}
-            allowed = allowed_tokens(ref_lps, temperature=1.0, **kwargs)
-            counts: Counter[Hashable] = Counter(int(x) for x in mask["samples"])
-            mc = mask_violations(counts, allowed) if counts else None
-        except FasttrackError as exc:
-            verdicts.append(Verdict.NOT_RUN)
-            rows.append(
-                {
-                    "feature": "temperature_sampling",
-                    "group": gid,
-                    "point": pid,
-                    "test": mask["name"],
-                    "verdict": "not_run",
-                    "detail": exc.message,
-                }
-            )
-            continue
-        if mc is None:
-            verdicts.append(Verdict.NOT_RUN)
-            continue
-        v = Verdict.PASS if mc.passed else Verdict.FAIL
-        verdicts.append(v)
-        rows.append(
-            {
-                "feature": "temperature_sampling",
-                "group": gid,
-                "point": pid,
-                "test": mask["name"],
-                "verdict": v.value,
-                "n_samples": mc.n_samples,
-                "violations": mc.n_violations,
-                "allowed": ",".join(allowed.tokens),
-                "detail": json.dumps(mc.violations),
-            }
-        )
-        if not mc.passed:
-            failures.append(
-                f"{pid} (batch {cd['wave']}), {mask['name']}: {mc.n_violations} of {mc.n_samples} samples "
-                f"outside the allowed tokens {allowed.tokens} (violations {mc.violations}) after {context}"
-            )
-    for m in cd.get("masks_skipped", []):
-        rows.append(
-            {
-                "feature": "temperature_sampling",
-                "group": gid,
-                "point": pid,
-                "test": m["name"],
-                "verdict": "not_run",
-                "detail": m["why"],
-            }
-        )
-    # temperature 0 equals greedy
-    z = cd.get("zero_temperature")
-    if z:
-        same = all(seq == z["outputs"][0] for seq in z["outputs"])
-        v = Verdict.PASS if same else Verdict.FAIL
-        verdicts.append(v)
-        bz = bd.get("zero_temperature") or {}
-        rows.append(
-            {
-                "feature": "temperature_sampling",
-                "group": gid,
-                "point": z["point"],
-                "test": "temperature_0_is_greedy",
-                "verdict": v.value,
-                "detail": json.dumps(z["outputs"]),
-                "baseline_same": bool(bz) and bz.get("outputs", [None])[0] == z["outputs"][0],
-            }
-        )
-        if not same:
-            failures.append(
-                f"{z['point']} (batch {len(z['outputs'])}): temperature 0 is not greedy on the candidate: "
-                f"outputs {z['variants']} gave token ids {z['outputs']}"
-            )
-    v = fold_verdicts(verdicts)
-    gof = [r for r in rows if r.get("test") == "goodness_of_fit"]
-    reason = (
-        "temperature sampling: "
-        + ", ".join(f"T={r['temperature']:g} p={r['p_value']:.3g} (n={r['n_tested']})" for r in gof)
-        if gof
-        else "temperature sampling"
-    )
-    return Outcome(
-        feature="temperature_sampling",
-        verdict=v,
-        reason=reason,
-        rows=rows,
-        failures=failures,
-        extra_tables={"sampling_bins": bins_rows},
-    )
-
-
-FEATURE = FeatureTest(name="temperature_sampling", steps=steps, judge=judge)
+    env.ctx.provenance.seed("features/temperature_sampling/top_p_mask", SEEDS["top_p_mask"])
+    data.masks.append(MaskSamples(name=f"top_p={MASK_TOP_P:g} mask", top_p=MASK_TOP_P, samples=got))

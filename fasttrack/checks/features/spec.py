@@ -1,20 +1,30 @@
-"""The shape of a feature test: when it runs on an engine group, what it collects, how it is judged.
+"""The shape of a serving feature: its probe, what it needs from the tier, its typed result, its judgement.
 
-A serving feature is one :class:`FeatureTest`: its name (as in ``scope.features``), when it
-runs on an engine group and at which config point (``steps``), and how its measurements
-are judged (``judge``). The table of feature tests is :data:`fasttrack.checks.features.table.FEATURES`.
+A serving feature is one :class:`ServingFeature` subclass, registered in
+:mod:`fasttrack.checks.features.table`: its ``name`` (as in ``scope.features``), its probe (``steps``: when it
+runs on an engine group, at which config point, and what it collects into its typed ``result_model``), what it
+needs from a tier (``blockers``: the features check's passability rule asks each feature) and how the two
+sides' results are judged (``judge``; :func:`judge_sides` applies one rule to both sides' own behaviour).
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Generic, TypeVar, cast
 
 from fasttrack.checks.context import RunContext
 from fasttrack.checks.features.env import FeatureEnv
-from fasttrack.checks.features.model import Outcome, SideData
+from fasttrack.checks.features.model import FeatureResult, Outcome, SideData
+from fasttrack.checks.outcome import fold_verdicts
 from fasttrack.checks.points import full_points, group_batches, nearest_batch, short_point
+from fasttrack.checks.tier import Blocker, TierView
+from fasttrack.checks.windows import WindowRecord
 from fasttrack.plan import ConfigPoint, EngineGroup
+from fasttrack.results import Verdict
+
+R = TypeVar("R", bound=FeatureResult)
 
 
 @dataclass
@@ -54,6 +64,17 @@ class GroupPlan:
 
 
 @dataclass(frozen=True)
+class OnGroup:
+    """What a feature's judgement sees of one engine group besides the two sides' results."""
+
+    ctx: RunContext
+    gid: str
+    """The engine group's id."""
+    windows: list[WindowRecord]
+    """The candidate's profiler windows on this group."""
+
+
+@dataclass(frozen=True)
 class Step:
     """One collection task of a feature on one engine group."""
 
@@ -61,22 +82,92 @@ class Step:
     """The config point its requests run at (None: the plan has no point at that batch size)."""
     batch: int
     run: Callable[[FeatureEnv], Awaitable[None]]
-    """Sends the requests and stores the measurements in ``env.side.data[<feature>]``."""
+    """Sends the requests and stores the measurements in the feature's result (``feature.mine(env)``)."""
 
 
-Judge = Callable[["RunContext", str, SideData, SideData], Outcome]
-"""``judge(ctx, group id, baseline data, candidate data)``: the feature's outcome on one engine group."""
+class ServingFeature(ABC, Generic[R]):
+    """One serving feature: its probe, what it needs from a tier, its typed result and how it is judged."""
 
-
-@dataclass(frozen=True)
-class FeatureTest:
-    """One serving feature: when it runs, what it collects, how it is judged."""
-
-    name: str
+    name: ClassVar[str]
     """The feature's name in ``scope.features``."""
-    steps: Callable[[GroupPlan], list[Step]]
-    """When it runs: its collection steps on an engine group, in order ([] = not on this group)."""
-    judge: Judge
-    optional: str | None = None
+    result_model: ClassVar[type[FeatureResult]]
+    """What one side measures of it on one engine group (a :class:`FeatureResult` subclass)."""
+    optional: ClassVar[str | None] = None
     """When set, a group that measured nothing for it is "not applicable" rather than "not run", and this is
     the reason given when no group of the plan applies (e.g. speculative decoding without speculative configs)."""
+
+    @abstractmethod
+    def steps(self, gp: GroupPlan) -> list[Step]:
+        """Its probe: the collection steps on an engine group, in order ([] = not on this group)."""
+
+    def blockers(self, tier: TierView) -> list[Blocker]:
+        """What it needs from a tier that ``tier`` can never give (the features check's passability asks)."""
+        return []
+
+    @abstractmethod
+    def judge(self, on: OnGroup, base: R, cand: R) -> Outcome:
+        """The feature's outcome on one engine group from the baseline's and the candidate's results."""
+
+    def result(self, side: SideData) -> R | None:
+        """This feature's result in ``side`` (None when it measured nothing)."""
+        got = side.results.get(self.name)
+        return cast(R, got) if isinstance(got, self.result_model) else None
+
+    def mine(self, env: FeatureEnv) -> R:
+        """This side's result of this feature on this group, created empty on first use (steps add to it)."""
+        got = self.result(env.side)
+        if got is None:
+            got = cast(R, self.result_model())
+            env.side.results[self.name] = got
+        return got
+
+    def baseline(self, env: FeatureEnv) -> R | None:
+        """The baseline's result of this group, when ``env`` is the candidate's (it reuses the baseline's choices)."""
+        return self.result(env.base) if env.base is not None else None
+
+
+@dataclass
+class SideJudgement:
+    """One row of one side's own behaviour under a feature's rule."""
+
+    ok: bool
+    fields: dict[str, Any]
+    """The row's figures (after feature, group, side, point and verdict)."""
+    failure: str | None = None
+    """What went wrong, naming the point and the evidence (reported when it is the candidate's)."""
+
+
+@dataclass
+class Judged:
+    """Rows, failures and candidate verdicts of a feature on one engine group, as they are gathered."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    verdicts: list[Verdict] = field(default_factory=list)
+
+    def outcome(self, feature: str, reason: str, *, verdict: Verdict | None = None) -> Outcome:
+        return Outcome(
+            feature=feature,
+            verdict=fold_verdicts(self.verdicts) if verdict is None else verdict,
+            reason=reason,
+            rows=self.rows,
+            failures=self.failures,
+        )
+
+
+def judge_sides(
+    feature: str, gid: str, base: R, cand: R, rule: Callable[[R], list[SideJudgement]], *, point: Callable[[R], str]
+) -> Judged:
+    """Apply one rule to each side's own results: both sides get rows, the candidate's verdicts and failures decide
+    (the baseline's rows show whether the stock path behaves so too). ``point`` says where a side's requests ran."""
+    out = Judged()
+    for who, res in (("baseline", base), ("candidate", cand)):
+        for j in rule(res):
+            v = Verdict.PASS if j.ok else Verdict.FAIL
+            out.rows.append({"feature": feature, "group": gid, "side": who, "point": point(res), "verdict": v.value})
+            out.rows[-1].update(j.fields)
+            if who == "candidate":
+                out.verdicts.append(v)
+                if not j.ok and j.failure:
+                    out.failures.append(j.failure)
+    return out

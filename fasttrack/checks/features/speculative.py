@@ -12,10 +12,12 @@ at the configured rates, whatever the model says). Not applicable otherwise.
 
 from __future__ import annotations
 
-from fasttrack.checks.context import RunContext
+from typing import ClassVar
+
 from fasttrack.checks.features.env import FeatureEnv
-from fasttrack.checks.features.model import Outcome, SideData
-from fasttrack.checks.features.spec import FeatureTest, GroupPlan, Step
+from fasttrack.checks.features.model import FeatureResult, Outcome
+from fasttrack.checks.features.spec import GroupPlan, OnGroup, ServingFeature, Step
+from fasttrack.checks.tier import Blocker, TierView
 from fasttrack.results import Verdict
 from fasttrack.stats import wilson_interval
 
@@ -26,74 +28,102 @@ SYNTHETIC_TOLERANCE = 0.1
 synthetic sampler draws acceptances at the configured rates; a few hundred drafts keep the mean this close)."""
 
 
-def steps(gp: GroupPlan) -> list[Step]:
-    """At the short batch size closest to 1, on groups with a speculative config."""
-    if not gp.short_batches or gp.group.spec == "none":
-        return []
-    b = gp.at(1)
-    return [Step(point=gp.point(b), batch=b, run=lambda env: collect(env, b))]
+class SpeculativeResult(FeatureResult):
+    """The ``vllm:spec_decode_*`` counters over the acceptance workload."""
+
+    point: str
+    configured_acceptance_length: float | None = None
+    """The group's synthetic acceptance length (None: the model's own acceptance)."""
+    drafts: float | None = None
+    draft_tokens: float | None = None
+    accepted_tokens: float | None = None
+
+    def acceptance_length(self) -> float | None:
+        """1 + accepted tokens per draft (None without drafts)."""
+        return 1 + (self.accepted_tokens or 0) / self.drafts if self.drafts else None
 
 
-async def collect(env: FeatureEnv, batch: int) -> None:
-    from fasttrack.engine import metrics_diff, scrape_metrics
+class SpeculativeAcceptance(ServingFeature[SpeculativeResult]):
+    name: ClassVar[str] = "speculative_acceptance"
+    result_model: ClassVar[type[FeatureResult]] = SpeculativeResult
+    optional: ClassVar[str | None] = "no engine group of the plan has a speculative-decoding configuration"
 
-    pid = env.point(batch)
-    before = await scrape_metrics(env.session.engine)
-    for i in range(SPEC_ACCEPTANCE_PROMPTS):
-        await env.gather(
-            [
-                env.client.complete(
-                    env.prompts[(i * batch + j) % len(env.prompts)].prompt,
-                    max_tokens=SPEC_ACCEPTANCE_TOKENS,
-                    temperature=0.0,
-                    ignore_eos=True,
-                )
-                for j in range(batch)
-            ]
+    def steps(self, gp: GroupPlan) -> list[Step]:
+        """At the short batch size closest to 1, on groups with a speculative config."""
+        if not gp.short_batches or gp.group.spec == "none":
+            return []
+        b = gp.at(1)
+        return [Step(point=gp.point(b), batch=b, run=lambda env: self.collect(env, b))]
+
+    def blockers(self, tier: TierView) -> list[Blocker]:
+        if any(g.spec != "none" for g in tier.plan.groups):
+            return []
+        return [
+            tier.blocker(
+                "feature speculative_acceptance",
+                f"the {tier.tier} tier has no engine group with a speculative config",
+                f"add a speculative config to {tier.hint}.speculative, or leave speculative_acceptance out of "
+                f"{tier.hint}.features",
+            )
+        ]
+
+    async def collect(self, env: FeatureEnv, batch: int) -> None:
+        from fasttrack.engine import metrics_diff, scrape_metrics
+
+        pid = env.point(batch)
+        before = await scrape_metrics(env.session.engine)
+        for i in range(SPEC_ACCEPTANCE_PROMPTS):
+            await env.gather(
+                [
+                    env.client.complete(
+                        env.prompts[(i * batch + j) % len(env.prompts)].prompt,
+                        max_tokens=SPEC_ACCEPTANCE_TOKENS,
+                        temperature=0.0,
+                        ignore_eos=True,
+                    )
+                    for j in range(batch)
+                ]
+            )
+        d = metrics_diff(before, await scrape_metrics(env.session.engine))
+        cfg = env.session.group.speculative_config or {}
+        env.side.results[self.name] = SpeculativeResult(
+            point=pid,
+            points=[pid],
+            configured_acceptance_length=cfg.get("synthetic_acceptance_length"),
+            drafts=d.delta("vllm:spec_decode_num_drafts_total") or d.delta("vllm:spec_decode_num_drafts"),
+            draft_tokens=d.delta("vllm:spec_decode_num_draft_tokens_total")
+            or d.delta("vllm:spec_decode_num_draft_tokens"),
+            accepted_tokens=(
+                d.delta("vllm:spec_decode_num_accepted_tokens_total") or d.delta("vllm:spec_decode_num_accepted_tokens")
+            ),
         )
-    d = metrics_diff(before, await scrape_metrics(env.session.engine))
-    cfg = env.session.group.speculative_config or {}
-    env.side.data["speculative_acceptance"] = {
-        "point": pid,
-        "points": [pid],
-        "configured_acceptance_length": cfg.get("synthetic_acceptance_length"),
-        "drafts": d.delta("vllm:spec_decode_num_drafts_total") or d.delta("vllm:spec_decode_num_drafts"),
-        "draft_tokens": d.delta("vllm:spec_decode_num_draft_tokens_total")
-        or d.delta("vllm:spec_decode_num_draft_tokens"),
-        "accepted_tokens": (
-            d.delta("vllm:spec_decode_num_accepted_tokens_total") or d.delta("vllm:spec_decode_num_accepted_tokens")
-        ),
-    }
 
-
-def judge(ctx: RunContext, gid: str, base: SideData, cand: SideData) -> Outcome:
-    bd, cd = base.data["speculative_acceptance"], cand.data["speculative_acceptance"]
-    rows = []
-    if not cd.get("draft_tokens") or not bd.get("draft_tokens"):
-        return Outcome(
-            feature="speculative_acceptance",
-            verdict=Verdict.NOT_RUN,
-            reason=f"{gid}: the engine reported no vllm:spec_decode_* draft tokens",
-            rows=[{"feature": "speculative_acceptance", "group": gid, "verdict": "not_run"}],
-        )
-    rate_b = bd["accepted_tokens"] / bd["draft_tokens"]
-    ci_c = wilson_interval(int(cd["accepted_tokens"]), int(cd["draft_tokens"]))
-    configured = cd.get("configured_acceptance_length")
-    # with synthetic acceptance both sides accept at the configured rates whatever the model says: comparing their
-    # rates would compare random draws; each side's measured length against the configured one is the rule
-    ok = configured is not None or ci_c.ci_high >= rate_b
-    al = {k: (1 + d["accepted_tokens"] / d["drafts"]) if d.get("drafts") else None for k, d in (("b", bd), ("c", cd))}
-    synthetic_off = [
-        f"the {side} measured acceptance length {a:.2f}"
-        for side, a in (("baseline", al["b"]), ("candidate", al["c"]))
-        if configured is not None and a is not None and abs(a - configured) > SYNTHETIC_TOLERANCE * configured
-    ]
-    v = Verdict.PASS if ok and not synthetic_off else Verdict.FAIL
-    rows.append(
-        {
-            "feature": "speculative_acceptance",
+    def judge(self, on: OnGroup, base: SpeculativeResult, cand: SpeculativeResult) -> Outcome:
+        gid = on.gid
+        if not cand.draft_tokens or not base.draft_tokens:
+            return Outcome(
+                feature=self.name,
+                verdict=Verdict.NOT_RUN,
+                reason=f"{gid}: the engine reported no vllm:spec_decode_* draft tokens",
+                rows=[{"feature": self.name, "group": gid, "verdict": "not_run"}],
+            )
+        rate_b = (base.accepted_tokens or 0) / base.draft_tokens
+        ci_c = wilson_interval(int(cand.accepted_tokens or 0), int(cand.draft_tokens))
+        configured = cand.configured_acceptance_length
+        # with synthetic acceptance both sides accept at the configured rates whatever the model says: comparing
+        # their rates would compare random draws; each side's measured length against the configured one is the rule
+        ok = configured is not None or ci_c.ci_high >= rate_b
+        al = {"b": base.acceptance_length(), "c": cand.acceptance_length()}
+        synthetic_off = [
+            f"the {side} measured acceptance length {a:.2f}"
+            for side, a in (("baseline", al["b"]), ("candidate", al["c"]))
+            if configured is not None and a is not None and abs(a - configured) > SYNTHETIC_TOLERANCE * configured
+        ]
+        v = Verdict.PASS if ok and not synthetic_off else Verdict.FAIL
+        row = {
+            "feature": self.name,
             "group": gid,
-            "point": cd["point"],
+            "point": cand.point,
             "verdict": v.value,
             "baseline_acceptance_rate": rate_b,
             "candidate_acceptance_rate": ci_c.proportion,
@@ -102,34 +132,26 @@ def judge(ctx: RunContext, gid: str, base: SideData, cand: SideData) -> Outcome:
             "baseline_acceptance_length": al["b"],
             "candidate_acceptance_length": al["c"],
         }
-    )
-    failures = (
-        []
-        if ok
-        else [
-            f"{cd['point']}: speculative acceptance rate {ci_c.proportion:.3f} (Wilson 95% upper {ci_c.ci_high:.3f}, "
-            f"acceptance length {al['c']}) is below the baseline's {rate_b:.3f} (acceptance length {al['b']})"
-        ]
-    )
-    if synthetic_off:
-        failures.append(
-            f"{cd['point']}: synthetic acceptance length {configured} configured, but "
-            + " and ".join(synthetic_off)
-            + f" (more than {SYNTHETIC_TOLERANCE:.0%} off): the synthetic setting did not reach the engine"
+        failures = (
+            []
+            if ok
+            else [
+                f"{cand.point}: speculative acceptance rate {ci_c.proportion:.3f} (Wilson 95% upper "
+                f"{ci_c.ci_high:.3f}, acceptance length {al['c']}) is below the baseline's {rate_b:.3f} "
+                f"(acceptance length {al['b']})"
+            ]
         )
-    measured = f"acceptance length candidate {al['c']} vs baseline {al['b']}"
-    return Outcome(
-        feature="speculative_acceptance",
-        verdict=v,
-        reason=measured + (f" (configured: {configured}, synthetic)" if configured is not None else ""),
-        rows=rows,
-        failures=failures,
-    )
-
-
-FEATURE = FeatureTest(
-    name="speculative_acceptance",
-    steps=steps,
-    judge=judge,
-    optional="no engine group of the plan has a speculative-decoding configuration",
-)
+        if synthetic_off:
+            failures.append(
+                f"{cand.point}: synthetic acceptance length {configured} configured, but "
+                + " and ".join(synthetic_off)
+                + f" (more than {SYNTHETIC_TOLERANCE:.0%} off): the synthetic setting did not reach the engine"
+            )
+        measured = f"acceptance length candidate {al['c']} vs baseline {al['b']}"
+        return Outcome(
+            feature=self.name,
+            verdict=v,
+            reason=measured + (f" (configured: {configured}, synthetic)" if configured is not None else ""),
+            rows=[row],
+            failures=failures,
+        )

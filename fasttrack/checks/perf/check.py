@@ -35,8 +35,9 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from fasttrack.checks.base import PairedCheck, register
+from fasttrack.checks.base import Blocker, PairedCheck, TierView, register
 from fasttrack.checks.context import EngineSession, RunContext
+from fasttrack.checks.perf.declare import perf_blockers, planned_workloads
 from fasttrack.checks.perf.judge import judge, perf_gate
 from fasttrack.checks.perf.measure import engine_gpus, measure_drift, measure_item, measure_pair
 from fasttrack.checks.perf.state import CHECK, PerfState
@@ -55,6 +56,7 @@ from fasttrack.perf.workloads import RunInputs, WorkItem, execute, plan_items, w
 from fasttrack.plan import EngineGroup
 from fasttrack.results import SIDES, CheckResult, Gate, Side
 from fasttrack.scope import ServiceLevel, WorkloadSpec
+from fasttrack.scope.gates import CheckGate, PerfGate
 
 if TYPE_CHECKING:  # pragma: no cover
     from fasttrack.engine import EngineHandle
@@ -67,6 +69,16 @@ class PerfCheck(PairedCheck):
     name: ClassVar[str] = CHECK
     title: ClassVar[str] = "Performance"
     report_view: ClassVar[str] = "perf"
+    after: ClassVar[tuple[str, ...]] = ("evals",)
+    gate_model: ClassVar[type[CheckGate]] = PerfGate
+
+    @classmethod
+    def passability(cls, tier: TierView) -> list[Blocker]:
+        return perf_blockers(tier)
+
+    @classmethod
+    def planned(cls, tier: TierView) -> list[str]:
+        return planned_workloads(tier)
 
     def __init__(self) -> None:
         self.state = PerfState()

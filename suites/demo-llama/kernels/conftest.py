@@ -1,6 +1,8 @@
 """Demo Llama kernel suite: the demo decode backend's fused ops against float64 references.
 
-Runs on the CPU (the demo backend targets vLLM's CPU build). Run it with
+On a host with CUDA the default candidate is the CUDA fast path's Triton kernels
+(``demo_triton_candidates``, torch and triton only); elsewhere the CPU fast path's ops
+(``demo_candidates``, which need vLLM's CPU build). Run it with
 ``python -m fasttrack.kernels.run --suite suites/demo-llama/kernels``.
 """
 
@@ -16,7 +18,10 @@ _HERE = Path(__file__).resolve().parent
 
 SUITE_TOLERANCES = {
     "demo_add_rmsnorm": {"bf16": VLLM_REDUCTION["bf16"], "fp32": VLLM_REDUCTION["fp32"]},
-    "demo_fused_mlp": {"bf16": VLLM_REDUCTION["bf16"], "fp32": {"atol": 1e-5, "rtol": 1e-5}},
+    # bf16: the block rounds the new residual to bf16 before its norm (as vLLM's kernels do), and that rounding
+    # reaches the output through two GEMMs; over the standard tier's 40 bf16 cases an in-order composition of the
+    # CUDA fast path's block (Triton interpreter) erred by up to 0.025 at outputs near zero, so atol is 3e-2
+    "demo_fused_mlp": {"bf16": {**VLLM_REDUCTION["bf16"], "atol": 3e-2}, "fp32": {"atol": 1e-5, "rtol": 1e-5}},
 }
 
 
@@ -32,7 +37,9 @@ def suite_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def default_candidate() -> str:
-    return "demo_candidates"
+    import torch
+
+    return "demo_triton_candidates" if torch.cuda.is_available() else "demo_candidates"
 
 
 @pytest.fixture(scope="session")

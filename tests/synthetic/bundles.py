@@ -34,8 +34,7 @@ from fasttrack.bundle.manifest import (
 )
 from fasttrack.bundle.prlink import PRLink
 from fasttrack.bundle.writer import write_bundle
-from fasttrack.report.synthetic_results import DIFF_SHA256, Spec, check_results, plant, recorded_name
-from fasttrack.results import CHECK_ORDER
+from synthetic.results import DIFF_SHA256, SHIPPED_CHECKS, Spec, check_results, plant, recorded_name
 
 __all__ = ["PAYLOADS", "SUITES", "Spec", "make_bundle", "payload_text"]
 
@@ -227,7 +226,7 @@ def _write(
         ),
         created=spec.created,
         artifacts_from=run,
-        expected_checks=[recorded_name(spec, c) for c in CHECK_ORDER],
+        expected_checks=[recorded_name(spec, c) for c in SHIPPED_CHECKS],
         sign_keys=list(sign_keys),
         overwrite=True,
     )

@@ -1,7 +1,7 @@
 """What a synthetic bundle holds: its :class:`Spec` and the invented check results it yields.
 
 The rows are drawn from a seeded generator; their shapes follow the real checks' tables
-(see :mod:`fasttrack.report.synthetic` for how they become a signed bundle).
+(see :mod:`synthetic.bundles` for how they become a signed bundle).
 """
 
 from __future__ import annotations
@@ -14,6 +14,9 @@ from typing import Any
 
 from fasttrack.report.check_views import CHECK_TITLES
 from fasttrack.results import CheckResult, Gate, Verdict
+
+SHIPPED_CHECKS = ("isolation", "kernels", "equivalence", "features", "coverage", "evals", "perf")
+"""The checks a synthetic bundle records, in the order the shipped checks run (its rows imitate theirs)."""
 
 
 @dataclass
@@ -113,6 +116,11 @@ def _rows_perf(
                     "statement": plant(spec, "hierarchical bootstrap over engine lifetimes"),
                 }
             )
+    return rows, failures, _perf_claims(spec, rows, margin)
+
+
+def _perf_claims(spec: Spec, rows: list[dict[str, Any]], margin: float) -> list[dict[str, Any]]:
+    """The claims table: one claim matched to the first point (judged like the perf check), one not measured."""
     first = rows[0] if rows else None
     bound = 1.0 * (1 - margin)
     status = "not_measured"
@@ -145,19 +153,28 @@ def _rows_perf(
             "status": "not_measured",
         },
     ]
-    return rows, failures, claims
+    return claims
 
 
-def check_results(spec: Spec, points: list[dict[str, Any]], rng: random.Random) -> list[CheckResult]:
-    results: list[CheckResult] = []
-    pl = plant
+@dataclass
+class _Results:
+    """The check results of one synthetic bundle, as they are built (one builder function per check)."""
 
-    def gate(stat: str, thr: float | str, rule: str) -> Gate:
+    spec: Spec
+    rng: random.Random
+    points: list[dict[str, Any]]
+    out: list[CheckResult] = field(default_factory=list)
+
+    def gate(self, stat: str, thr: float | str, rule: str) -> Gate:
+        spec = self.spec
         return Gate(
-            statistic=pl(spec, stat), threshold=thr if not spec.payload else pl(spec, str(thr)), rule=pl(spec, rule)
+            statistic=plant(spec, stat),
+            threshold=thr if not spec.payload else plant(spec, str(thr)),
+            rule=plant(spec, rule),
         )
 
     def finish(
+        self,
         name: str,
         rows_by_table: dict[str, list[dict[str, Any]]],
         g: Gate,
@@ -165,13 +182,15 @@ def check_results(spec: Spec, points: list[dict[str, Any]], rng: random.Random) 
         failures: list[str],
         ok_reason: str,
     ) -> None:
-        title = None if spec.legacy_entries else pl(spec, CHECK_TITLES[name])
+        """Record the check ``name``: not run when the spec says so, else failed by its ``failures``."""
+        spec = self.spec
+        title = None if spec.legacy_entries else plant(spec, CHECK_TITLES[name])
         view = None if spec.legacy_entries else name
         if name in spec.not_run:
             skipped = CheckResult.not_run(
-                recorded_name(spec, name), pl(spec, f"{name} did not run: the tier does not select it")
+                recorded_name(spec, name), plant(spec, f"{name} did not run: the tier does not select it")
             )
-            results.append(skipped.model_copy(update={"title": title, "view": view}))
+            self.out.append(skipped.model_copy(update={"title": title, "view": view}))
             return
         failed = bool(failures)
         tables = dict(rows_by_table)
@@ -180,13 +199,13 @@ def check_results(spec: Spec, points: list[dict[str, Any]], rng: random.Random) 
             for rows in tables.values():
                 for r in rows:
                     r[spec.payload] = spec.payload
-        results.append(
+        self.out.append(
             CheckResult(
                 check=recorded_name(spec, name),
                 title=title,
                 view=view,
                 verdict=Verdict.FAIL if failed else Verdict.PASS,
-                reason=pl(spec, f"{len(failures)} failing item(s): {failures[0]}" if failed else ok_reason),
+                reason=plant(spec, f"{len(failures)} failing item(s): {failures[0]}" if failed else ok_reason),
                 gate=g,
                 summary={**summary, **({spec.payload: spec.payload} if spec.payload else {})},
                 failures=failures,
@@ -195,9 +214,18 @@ def check_results(spec: Spec, points: list[dict[str, Any]], rng: random.Random) 
             )
         )
 
-    results.append(isolation_result(spec))
 
-    # kernels
+def check_results(spec: Spec, points: list[dict[str, Any]], rng: random.Random) -> list[CheckResult]:
+    """Every shipped check's result, in the shipped check order (the generator is drawn from in that order)."""
+    b = _Results(spec, rng, points)
+    b.out.append(isolation_result(spec))
+    for build in (_kernels, _equivalence, _features, _coverage, _evals, _perf):
+        build(b)
+    return b.out
+
+
+def _kernels(b: _Results) -> None:
+    spec, rng = b.spec, b.rng
     krows, kfail = [], []
     for k in ("fused_decode_attention", "fused_rmsnorm_residual"):
         for shape in ("1x4096", "64x4096"):
@@ -206,18 +234,20 @@ def check_results(spec: Spec, points: list[dict[str, Any]], rng: random.Random) 
             err = err * 40 if bad else err
             v = "fail" if err > 1e-3 else "pass"
             if v == "fail":
-                kfail.append(pl(spec, f"{k} {shape}: max abs error {err:.2e} above 1e-3"))
+                kfail.append(plant(spec, f"{k} {shape}: max abs error {err:.2e} above 1e-3"))
             krows.append({"kernel": k, "shape": shape, "dtype": "bf16", "max_abs_err": err, "tol": 1e-3, "verdict": v})
-    finish(
+    b.finish(
         "kernels",
         {"cases": krows},
-        gate("max abs error vs reference", 1e-3, "every case within tolerance"),
+        b.gate("max abs error vs reference", 1e-3, "every case within tolerance"),
         {"cases": len(krows)},
         kfail,
         "every kernel case within tolerance",
     )
 
-    # equivalence
+
+def _equivalence(b: _Results) -> None:
+    spec, points = b.spec, b.points
     erows, efail = [], []
     bad_point = points[min(2, len(points) - 1)]["id"] if points and "equivalence" in spec.fail else None
     for p in points:
@@ -234,17 +264,19 @@ def check_results(spec: Spec, points: list[dict[str, Any]], rng: random.Random) 
             }
         )
         if not match:
-            efail.append(pl(spec, f"{p['id']}: 50% of requests diverge (first at token 7, logprob diff 0.9)"))
-    finish(
+            efail.append(plant(spec, f"{p['id']}: 50% of requests diverge (first at token 7, logprob diff 0.9)"))
+    b.finish(
         "equivalence",
         {"equivalence_points": erows},
-        gate("fraction of requests within logprob tolerance", 1.0, "all requests close at every batch size"),
+        b.gate("fraction of requests within logprob tolerance", 1.0, "all requests close at every batch size"),
         {"points": len(points)},
         efail,
         "greedy outputs match at every batch size",
     )
 
-    # features
+
+def _features(b: _Results) -> None:
+    spec, rng, points = b.spec, b.rng, b.points
     frows, ffail = [], []
     for feat, metric in (
         ("structured_output", "json_conformance"),
@@ -256,7 +288,9 @@ def check_results(spec: Spec, points: list[dict[str, Any]], rng: random.Random) 
             val = 0.62
         v = "pass" if (metric != "json_conformance" or val >= 1.0) else "fail"
         if v == "fail":
-            ffail.append(pl(spec, f"{feat}: conformance {val:.2f} below 1.00 at {points[0]['id'] if points else '?'}"))
+            ffail.append(
+                plant(spec, f"{feat}: conformance {val:.2f} below 1.00 at {points[0]['id'] if points else '?'}")
+            )
         frows.append(
             {
                 "feature": feat,
@@ -267,16 +301,18 @@ def check_results(spec: Spec, points: list[dict[str, Any]], rng: random.Random) 
                 "verdict": v,
             }
         )
-    finish(
+    b.finish(
         "features",
         {"features": frows},
-        gate("per-feature conformance / p-value", "see rows", "candidate not worse than baseline and above floors"),
+        b.gate("per-feature conformance / p-value", "see rows", "candidate not worse than baseline and above floors"),
         {"features": len(frows)},
         ffail,
         "every serving feature behaves like the baseline",
     )
 
-    # coverage
+
+def _coverage(b: _Results) -> None:
+    spec, rng, points = b.spec, b.rng, b.points
     crows, cfail = [], []
     gap = points[-1]["id"] if points and "coverage" in spec.fail else None
     for p in points:
@@ -300,56 +336,74 @@ def check_results(spec: Spec, points: list[dict[str, Any]], rng: random.Random) 
                 }
             )
             if frac < 0.95:
-                cfail.append(pl(spec, f"{p['id']} ({chk}): used the standard path (optimized fraction {frac:.2f})"))
-    finish(
+                cfail.append(plant(spec, f"{p['id']} ({chk}): used the standard path (optimized fraction {frac:.2f})"))
+    b.finish(
         "coverage",
         {"coverage": crows},
-        gate("fraction of decode steps on the optimized path", 0.95, "every in-scope point at or above the threshold"),
+        b.gate(
+            "fraction of decode steps on the optimized path", 0.95, "every in-scope point at or above the threshold"
+        ),
         {"points": len(points), "covered": len(points) - (1 if gap else 0)},
         cfail,
         "every in-scope point ran the optimized path",
     )
 
-    # evals (tables shaped like fasttrack.checks.evals: comparisons, breakdown, review)
+
+Pair = tuple[str, str, str, float, float]
+"""One eval sample: (sample id, first label, second label, baseline score, candidate score)."""
+
+
+def _eval_pairs(rng: random.Random, kind: str, drop: float) -> tuple[list[Pair], tuple[tuple[str, int], ...]]:
+    """The paired scores of one eval and the dimensions its breakdown groups them by."""
+    pairs: list[Pair] = []
+    if kind == "mrcr":
+        for ctx_bin in ("4k-8k", "8k-16k", "16k-32k"):
+            for needles in (2, 4, 8):
+                for rep in range(4):
+                    b = round(rng.uniform(0.55, 0.95), 3)
+                    c = round(max(0.0, b + rng.gauss(0, 0.01) - drop), 3)
+                    pairs.append((f"mrcr-{ctx_bin}-{needles}-{rep}", ctx_bin, str(needles), b, c))
+        return pairs, (("bin", 1), ("n_needles", 2))
+    for i in range(30):
+        b = 1.0 if rng.random() < 0.4 else 0.0
+        c = b if rng.random() > (0.35 if drop else 0.05) else 1.0 - b
+        pairs.append((f"aime25-{i + 1:02d}", f"{i + 1}", "", b, c))
+    return pairs, (("problem", 1),)
+
+
+def _eval_breakdown(ev: str, point: str, pairs: list[Pair], dims: tuple[tuple[str, int], ...]) -> list[dict[str, Any]]:
+    rows = []
+    for dim, idx in dims:
+        labels: dict[str, list[tuple[float, float]]] = {}
+        for pr in pairs:
+            label_of = pr[1] if dim == "problem" or idx == 1 else pr[2]
+            labels.setdefault(label_of, []).append((pr[3], pr[4]))
+        for label, vs in labels.items():
+            n = len(vs)
+            rows.append(
+                {
+                    "eval": ev,
+                    "point": point,
+                    "dimension": dim,
+                    "group": label,
+                    "pairs": n,
+                    "baseline_score": sum(v[0] for v in vs) / n,
+                    "candidate_score": sum(v[1] for v in vs) / n,
+                    "difference": sum(v[1] - v[0] for v in vs) / n,
+                }
+            )
+    return rows
+
+
+def _evals(b: _Results) -> None:
+    """Tables shaped like fasttrack.checks.evals: comparisons, breakdown, review."""
+    spec, rng, points = b.spec, b.rng, b.points
     drop = 0.25 if "evals" in spec.fail else 0.0
     ev_point = points[0]["id"] if points else "point"
     breakdown_rows, review, cmp_rows, efails = [], [], [], []
     for ev, kind in (("mrcr", "mrcr"), ("aime25", "aime25")):
-        pairs: list[tuple[str, str, str, float, float]] = []
-        dims: tuple[tuple[str, int], ...]
-        if kind == "mrcr":
-            for ctx_bin in ("4k-8k", "8k-16k", "16k-32k"):
-                for needles in (2, 4, 8):
-                    for rep in range(4):
-                        b = round(rng.uniform(0.55, 0.95), 3)
-                        c = round(max(0.0, b + rng.gauss(0, 0.01) - drop), 3)
-                        pairs.append((f"mrcr-{ctx_bin}-{needles}-{rep}", ctx_bin, str(needles), b, c))
-            dims = (("bin", 1), ("n_needles", 2))
-        else:
-            for i in range(30):
-                b = 1.0 if rng.random() < 0.4 else 0.0
-                c = b if rng.random() > (0.35 if drop else 0.05) else 1.0 - b
-                pairs.append((f"aime25-{i + 1:02d}", f"{i + 1}", "", b, c))
-            dims = (("problem", 1),)
-        for dim, idx in dims:
-            labels: dict[str, list[tuple[float, float]]] = {}
-            for pr in pairs:
-                label_of = pr[1] if dim == "problem" or idx == 1 else pr[2]
-                labels.setdefault(label_of, []).append((pr[3], pr[4]))
-            for label, vs in labels.items():
-                n = len(vs)
-                breakdown_rows.append(
-                    {
-                        "eval": ev,
-                        "point": ev_point,
-                        "dimension": dim,
-                        "group": label,
-                        "pairs": n,
-                        "baseline_score": sum(v[0] for v in vs) / n,
-                        "candidate_score": sum(v[1] for v in vs) / n,
-                        "difference": sum(v[1] - v[0] for v in vs) / n,
-                    }
-                )
+        pairs, dims = _eval_pairs(rng, kind, drop)
+        breakdown_rows.extend(_eval_breakdown(ev, ev_point, pairs, dims))
         bmean = sum(pr[3] for pr in pairs) / len(pairs)
         cmean = sum(pr[4] for pr in pairs) / len(pairs)
         diff = cmean - bmean
@@ -373,13 +427,13 @@ def check_results(spec: Spec, points: list[dict[str, Any]], rng: random.Random) 
         )
         if not passed:
             efails.append(
-                pl(
+                plant(
                     spec,
                     f"{ev} at {ev_point}: candidate - baseline {diff:.3f} (95% CI [{lo:.3f}, {hi:.3f}]) below -0.05",
                 )
             )
-        for sid, _a, _b, b, c in pairs:
-            if b != c:
+        for sid, _a, _b, bs, cs in pairs:
+            if bs != cs:
                 review.append(
                     {
                         "eval": ev,
@@ -387,27 +441,29 @@ def check_results(spec: Spec, points: list[dict[str, Any]], rng: random.Random) 
                         "kind": "score",
                         "sample_id": sid,
                         "repeat": 0,
-                        "baseline_score": b,
-                        "candidate_score": c,
-                        "difference": c - b,
-                        "candidate_output": pl(spec, f"final answer {rng.randrange(1000)}"),
+                        "baseline_score": bs,
+                        "candidate_score": cs,
+                        "difference": cs - bs,
+                        "candidate_output": plant(spec, f"final answer {rng.randrange(1000)}"),
                     }
                 )
-    finish(
+    b.finish(
         "evals",
         {"eval_comparisons": cmp_rows, "eval_breakdown": breakdown_rows, "eval_review": review},
-        gate("lower 95% bound of candidate - baseline (paired)", -0.05, "at least -margin, and above the floor"),
+        b.gate("lower 95% bound of candidate - baseline (paired)", -0.05, "at least -margin, and above the floor"),
         {"evals": [r["eval"] for r in cmp_rows], "discordant": len(review)},
         efails,
         "paired scores non-inferior within the margin",
     )
 
-    # perf
-    prow, pfail, claims = _rows_perf(spec, points, rng)
-    finish(
+
+def _perf(b: _Results) -> None:
+    points = b.points
+    prow, pfail, claims = _rows_perf(b.spec, points, b.rng)
+    b.finish(
         "perf",
         {"points": prow, "claims": claims},
-        gate(
+        b.gate(
             "hierarchical bootstrap 95% lower bound of speedup",
             0.95,
             "lower bound >= 1 - noise_margin (0.95) at every point",
@@ -420,7 +476,6 @@ def check_results(spec: Spec, points: list[dict[str, Any]], rng: random.Random) 
         pfail,
         f"no regression at any of {len(points)} points",
     )
-    return results
 
 
 #: The diff hash every synthetic PR link records.

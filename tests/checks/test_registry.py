@@ -1,0 +1,225 @@
+"""Adding a check is one module plus one registry line; adding a serving feature is one class plus its line.
+
+A toy check (``toy_check``: its order, gate model, passability rule and run) and a toy serving feature
+(``toy_feature``: its probe, what it needs from the tier, its typed result and judgement) are registered
+here the way shipped ones are, and each shows up in the plan, the scope's JSON Schema, the passability
+analysis, the bundle and the report without any other file knowing about it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from fake_openai_engine import serve
+from helpers_checks import demo_ctx
+
+from fasttrack import ROOT
+from fasttrack import bundle as B
+from fasttrack.checks.base import register, registry, unregister
+from fasttrack.checks.context import EngineSession
+from fasttrack.checks.features import FeaturesCheck, register_feature, unregister_feature
+from fasttrack.engine import AttachedEngine
+from fasttrack.errors import ScopeError
+from fasttrack.perf.loadgen import run_loop
+from fasttrack.pipeline import RunState, ValidateOptions, run_validate
+from fasttrack.plan import build_plan
+from fasttrack.results import LEGACY_CHECK_ORDER, CheckResult, Verdict
+from fasttrack.scope import load_scope, parse_scope
+
+DEMO = ROOT / "suites" / "demo-llama"
+ORDER = ["isolation", "kernels", "equivalence", "features", "toy", "coverage", "evals", "perf"]
+
+
+@pytest.fixture
+def toy() -> Iterator[ModuleType]:
+    mod = importlib.import_module("toy_check")  # defining its gate model adds gates.toy to the scope
+    register(mod.ToyCheck)  # the registry line
+    yield mod
+    unregister("toy")
+    sys.modules.pop("toy_check", None)
+
+
+@pytest.fixture
+def toy_feature() -> Iterator[ModuleType]:
+    mod = importlib.import_module("toy_feature")
+    register_feature(mod.ToyEcho())  # the registry line
+    yield mod
+    unregister_feature("toy_echo")
+    sys.modules.pop("toy_feature", None)
+
+
+def demo_copy(tmp_path: Path, *, min_score: float = 0.5, batch_one: bool = True) -> Path:
+    """The demo scope with the toy feature listed and a ``gates.toy`` section (the suite's data linked)."""
+    d = tmp_path / "demo-toy"
+    d.mkdir()
+    for p in DEMO.iterdir():
+        if p.name != "scope.yaml":
+            (d / p.name).symlink_to(p)
+    text = (DEMO / "scope.yaml").read_text()
+    for old, new in (
+        ("logprobs,\n           speculative_acceptance]", "logprobs,\n           speculative_acceptance, toy_echo]"),
+        ("               logprobs]\n", "               logprobs, toy_echo]\n"),
+        (
+            "  coverage: {min_optimized_decode_fraction: 0.9}\n",
+            f"  coverage: {{min_optimized_decode_fraction: 0.9}}\n  toy: {{min_score: {min_score}}}\n",
+        ),
+    ) + ((("    batch: [1, 2, 3, 4, 8]", "    batch: [2, 3, 4, 8]"),) if not batch_one else ()):
+        assert old in text, old
+        text = text.replace(old, new)
+    (d / "scope.yaml").write_text(text)
+    return d / "scope.yaml"
+
+
+def test_the_registry_places_the_toy_by_its_order(toy: ModuleType) -> None:
+    assert list(registry()) == ORDER
+    assert list(LEGACY_CHECK_ORDER) == [n for n in ORDER if n != "toy"]
+
+
+def test_the_plan_lists_the_toy_check_and_feature(
+    toy: ModuleType, toy_feature: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from fasttrack.cli import main
+
+    scope = demo_copy(tmp_path)
+    with pytest.raises(SystemExit) as done:
+        main(["plan", "--model", str(scope), "--json", "--no-arg-check"])
+    assert done.value.code == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["check_order"] == ORDER
+    planned = {c["name"]: c for c in doc["checks_planned"]}
+    assert [c["name"] for c in doc["checks_planned"]] == ORDER
+    assert planned["toy"]["gate"] == "gates.toy" and planned["toy"]["exercises"] == ["toy-demo-fused-ops"]
+    assert planned["toy"]["after"] == ["features"] and planned["toy"]["before"] == ["coverage"]
+    assert "toy_echo" in planned["features"]["exercises"]
+    assert doc["passability"]["ok"] is True
+    with pytest.raises(SystemExit):
+        main(["plan", "--model", str(scope), "--no-arg-check"])
+    text = capsys.readouterr().out
+    assert "toy " in text and "gates.toy" in text and "toy_echo" in text
+
+
+def test_the_scope_schema_has_the_toy_gate_and_feature(
+    toy: ModuleType, toy_feature: ModuleType, tmp_path: Path
+) -> None:
+    from fasttrack.schemas import scope_schema
+
+    schema = scope_schema()
+    assert schema["$defs"]["Gates"]["properties"]["toy"] == {"$ref": "#/$defs/ToyGate"}
+    assert "min_score" in schema["$defs"]["ToyGate"]["properties"]
+    assert "toy_echo" in schema["properties"]["features"]["items"]["enum"]
+    loaded = load_scope(str(demo_copy(tmp_path, min_score=0.7)))
+    assert loaded.scope.gates.of(toy.ToyGate).min_score == 0.7 and loaded.scope.gates.toy.min_score == 0.7
+    bad = (tmp_path / "demo-toy" / "scope.yaml").read_text().replace("toy: {min_score: 0.7}", "toy: {min_score: 2}")
+    with pytest.raises(ScopeError, match=r"gates\.toy\.min_score: Input should be less than or equal to 1"):
+        parse_scope(bad, source="toy")
+
+
+def test_without_the_toy_its_gate_section_is_unknown(tmp_path: Path) -> None:
+    text = (
+        (DEMO / "scope.yaml")
+        .read_text()
+        .replace(
+            "  coverage: {min_optimized_decode_fraction: 0.9}\n",
+            "  coverage: {min_optimized_decode_fraction: 0.9}\n  toy: {min_score: 0.5}\n",
+        )
+    )
+    with pytest.raises(ScopeError, match=r"gates\.toy: unknown key"):
+        parse_scope(text, source="no toy")
+
+
+def test_passability_asks_the_toy_check_and_feature(toy: ModuleType, toy_feature: ModuleType, tmp_path: Path) -> None:
+    from fasttrack.passability import analyze
+
+    loaded = load_scope(str(demo_copy(tmp_path, min_score=0.95, batch_one=False)))
+    lines = analyze(loaded.scope, build_plan(loaded.scope, tier="smoke"), base_dir=loaded.base_dir).lines()
+    assert "toy: toy score: no toy scores above 0.9 (min_score 0.95) (fix: lower it)" in lines
+    assert "features: feature toy_echo: the smoke tier has no short point at batch 1 (fix: add batch 1)" in lines
+
+
+def test_a_validate_run_bundles_and_reports_the_toy_check(toy: ModuleType, tmp_path: Path) -> None:
+    opts = ValidateOptions(
+        model=str(demo_copy(tmp_path)), tier="smoke", out=tmp_path / "run", checks=["toy"], allow_hardware_mismatch=True
+    )
+    out = run_validate(opts, log=lambda m: None)
+    toy_res = next(r for r in out.results if r.check == "toy")
+    assert toy_res.verdict is Verdict.PASS and toy_res.title == "Toy check", toy_res.reason
+    assert [r.check for r in out.results] == ORDER  # every registered check has a row, in check order
+    assert out.verdict == "incomplete"  # the other checks were left out with --checks, so they stay required
+    ver = B.verify_bundle(out.bundle)
+    assert {i.name for i in ver.failures} <= {"signature"}, ver.failures
+    with B.open_bundle(out.bundle) as view:
+        m = view.manifest
+        assert m.plan.plan["check_order"] == ORDER and m.check_order == ORDER
+        entry = m.checks["toy"]
+        assert entry.title == "Toy check" and entry.gate is not None and entry.gate.statistic == "toy score"
+        assert entry.tables["toy_scores"].rows == 1
+    html = (out.run_dir / "report.html").read_text()
+    assert "Toy check" in html and "toy_scores" in html and "toy-demo-fused-ops" in html
+    # the check cards, in the bundle's recorded check order (the other views name some checks earlier)
+    assert html.rindex("Serving features") < html.index("Toy check") < html.rindex("Path coverage")
+
+
+def test_a_blocked_check_is_not_run_naming_its_blocker(toy: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fasttrack.pipeline.validate import _apply_blocks
+
+    monkeypatch.setattr(toy.ToyCheck, "blocked_by", ("kernels",))
+    for kernels, want in (
+        (Verdict.FAIL, Verdict.NOT_RUN),
+        (Verdict.NOT_RUN, Verdict.NOT_RUN),
+        (Verdict.PASS, Verdict.PASS),
+    ):
+        state = RunState()
+        state.results["kernels"] = CheckResult(check="kernels", verdict=kernels, reason="k")
+        state.results["toy"] = CheckResult(check="toy", verdict=Verdict.PASS, reason="toy passed")
+        _apply_blocks(registry(), state)
+        assert state.results["toy"].verdict is want, kernels
+        if want is Verdict.NOT_RUN:
+            assert state.results["toy"].reason.startswith(f"blocked: kernels {kernels.value}")
+
+
+def test_the_toy_feature_collects_is_judged_bundled_and_reported(toy_feature: ModuleType, tmp_path: Path) -> None:
+    from fasttrack.report import render_report
+
+    ctx = demo_ctx(tmp_path, batches=[1, 3], features=["toy_echo"])
+    chk = FeaturesCheck()
+    servers = []
+    try:
+        for side in ("baseline", "candidate"):
+            srv, url = serve("")
+            servers.append(srv)
+            session = EngineSession(
+                side=side, group=ctx.plan.groups[0], lifetime=0, engine=AttachedEngine(side=side, url=url)
+            )
+            run_loop(chk.collect(ctx, session))
+    finally:
+        for s in servers:
+            s.fake_state.stopped.set()
+            s.shutdown()
+    side = chk.sides[(ctx.plan.groups[0].id, "candidate")]
+    assert isinstance(side.results["toy_echo"], toy_feature.EchoResult) and side.results["toy_echo"].tokens == 4
+    res = chk.judge(ctx)
+    rows = [r for r in res.tables["features"] if r["feature"] == "toy_echo"]
+    assert {r.get("side") for r in rows} >= {"baseline", "candidate"} and all(
+        r.get("tokens") == 4 for r in rows if "tokens" in r
+    )
+    # the fake engine has no profiler: whether the candidate ran the optimized path is unknown, so not a pass
+    assert res.summary["per_feature"]["toy_echo"]["verdict"] == "not_run"
+    res = res.model_copy(update={"title": FeaturesCheck.title, "view": FeaturesCheck.report_view})
+    bundle = tmp_path / "bundle"
+    B.write_bundle(
+        bundle,
+        results=[res],
+        scope=B.scope_info(ctx.loaded.text, model="demo-llama", tier="smoke"),
+        plan=B.plan_info(ctx.plan),
+        provenance=B.collect_provenance(),
+        artifacts_from=ctx.run_dir,
+    )
+    html = tmp_path / "report.html"
+    render_report(bundle, html)
+    assert "toy_echo" in html.read_text()

@@ -1,0 +1,261 @@
+"""fasttrack and the demo plugin from their wheels, as GPU hosts and the evaluation image install them.
+
+A non-editable install has no repository around it: the suites, the demo model's builder, the
+report templates and the schemas must come with the package (``fasttrack/_shipped``, setup.py).
+The wheels are built from a copy of the files the build reads, installed with ``pip install
+--no-deps`` into a fresh virtual environment whose third-party packages are the test venv's (a
+``.pth`` line naming a folder of links to them, without fasttrack, the plugin and their editable
+finders), and run from outside the repository: ``plan``, ``doctor``, the demo model's build and
+the smoke tier of ``validate`` attached to the session's two engines (no engine starts).
+
+On the H200 (before the wheel shipped its data) ``--model demo-llama`` said ``no suite named
+'demo-llama'. Available suites: (none)``, and the scope's path gave ``model.local_builder
+'examples/demo_model/build.py' does not exist under .../site-packages``."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from demo_engines import require_demo_target
+
+from fasttrack import ROOT
+
+#: What the builds read: fasttrack's (pyproject.toml, setup.py) and the plugin's.
+BUILD_INPUTS = ("pyproject.toml", "setup.py", "README.md", "fasttrack", "suites", "templates", "schemas")
+#: Repository folders the wheel carries under fasttrack/_shipped/, in the same layout.
+SHIPPED = ("suites", "templates", "schemas", "examples/demo_model")
+_JUNK = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build", "dist")
+
+
+@dataclass(frozen=True)
+class Wheels:
+    fasttrack: Path
+    plugin: Path
+
+
+def _build(src: Path, out: Path) -> Path:
+    res = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(src)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    (wheel,) = out.glob("*.whl")
+    return wheel
+
+
+@pytest.fixture(scope="session")
+def wheels(tmp_path_factory: pytest.TempPathFactory) -> Wheels:
+    """Both wheels, built from a copy of what the builds read (no build/ or egg-info of a checkout gets in)."""
+    src = tmp_path_factory.mktemp("wheel-src") / "fasttrack"
+    src.mkdir()
+    for name in BUILD_INPUTS:
+        p = ROOT / name
+        if p.is_dir():
+            shutil.copytree(p, src / name, ignore=_JUNK)
+        else:
+            shutil.copy2(p, src / name)
+    shutil.copytree(ROOT / "examples" / "demo_model", src / "examples" / "demo_model", ignore=_JUNK)
+    plugin_src = tmp_path_factory.mktemp("plugin-src") / "fasttrack-demo-plugin"
+    shutil.copytree(ROOT / "examples" / "demo_plugin", plugin_src, ignore=_JUNK)
+    out = tmp_path_factory.mktemp("wheels")
+    ft = _build(src, out / "fasttrack")
+    plugin = _build(plugin_src, out / "plugin")
+    return Wheels(ft, plugin)
+
+
+def _repo_files(folder: str) -> set[str]:
+    base = ROOT / folder
+    return {
+        f"{folder}/{p.relative_to(base).as_posix()}"
+        for p in base.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
+    }
+
+
+def test_the_wheels_ship_the_suites_and_what_the_scopes_reference(wheels: Wheels) -> None:
+    names = set(zipfile.ZipFile(wheels.fasttrack).namelist())
+    shipped = {n.removeprefix("fasttrack/_shipped/") for n in names if n.startswith("fasttrack/_shipped/")}
+    for folder in SHIPPED:
+        missing = sorted(_repo_files(folder) - shipped)
+        assert not missing, f"{folder}: not in the wheel: {missing[:10]}"
+    assert "suites/demo-llama/scope.yaml" in shipped and "examples/demo_model/weights.safetensors" in shipped
+    assert not [n for n in names if n.endswith(".pyc") or "__pycache__" in n]
+    assert not [n for n in shipped if n.split("/")[0] not in {"suites", "templates", "schemas", "examples"}]
+    assert not [n for n in shipped if n.startswith("examples/") and not n.startswith("examples/demo_model/")]
+    modules = {p.relative_to(ROOT).as_posix() for p in (ROOT / "fasttrack").rglob("*.py")}
+    assert not sorted(modules - names), "modules missing from the wheel (a folder without __init__.py too)"
+    plugin = zipfile.ZipFile(wheels.plugin)
+    pnames = plugin.namelist()
+    assert "fasttrack_demo_plugin/csrc/fused_decode.cpp" in pnames
+    eps = next(n for n in pnames if n.endswith("entry_points.txt"))
+    assert "fasttrack_demo = fasttrack_demo_plugin:register" in plugin.read(eps).decode()
+
+
+# --------------------------------------------------------------------------- installed, outside the repository
+
+
+@dataclass(frozen=True)
+class WheelVenv:
+    root: Path
+    python: Path
+    env: dict[str, str]
+    cwd: Path
+
+    def run(self, *args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(self.root / "bin" / "fasttrack"), *args],
+            capture_output=True,
+            text=True,
+            cwd=self.cwd,
+            env=self.env,
+            timeout=timeout,
+        )
+
+
+def _third_party(farm: Path) -> Path:
+    """A folder of links to this venv's site-packages, without fasttrack, the demo plugin and their editable
+    installs (their finders run from .pth files, which a folder on sys.path does not execute anyway)."""
+    site = Path(sysconfig.get_paths()["purelib"])
+    farm.mkdir()
+    for entry in site.iterdir():
+        n = entry.name
+        if n.startswith(("fasttrack", "__editable__", "_fasttrack")) or n.endswith(".pth"):
+            continue
+        (farm / n).symlink_to(entry)
+    return farm
+
+
+def _clean_env() -> dict[str, str]:
+    """This environment without what points Python at the checkout or at the test venv."""
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+
+
+@pytest.fixture(scope="session")
+def wheel_venv(wheels: Wheels, tmp_path_factory: pytest.TempPathFactory) -> WheelVenv:
+    root = tmp_path_factory.mktemp("wheel-venv") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True, timeout=120)
+    python = root / "bin" / "python"
+    res = subprocess.run(  # with the checkout on PYTHONPATH, pip would take fasttrack as installed already
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index", "-q"]
+        + [str(wheels.fasttrack), str(wheels.plugin)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=_clean_env(),
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "already installed" not in res.stdout + res.stderr, res.stdout + res.stderr
+    site = Path(
+        subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+            env=_clean_env(),
+        ).stdout.strip()
+    )
+    (site / "zz-third-party.pth").write_text(str(_third_party(root.parent / "third-party")) + "\n")
+    env = _clean_env()
+    env.update(PATH=f"{root / 'bin'}{os.pathsep}{env['PATH']}", COLUMNS="200", NO_COLOR="1", PYTHONUNBUFFERED="1")
+    cwd = tmp_path_factory.mktemp("elsewhere")
+    return WheelVenv(root, python, env, cwd)
+
+
+_WHERE = """
+import importlib.metadata as md, json, sys
+import fasttrack, fasttrack_demo_plugin
+from fasttrack_demo_plugin import ops
+eps = [ep.value for ep in md.entry_points(group="vllm.general_plugins")]
+print(json.dumps({"fasttrack": fasttrack.__file__, "root": str(fasttrack.ROOT), "checkout": fasttrack.SOURCE_CHECKOUT,
+                  "plugin": fasttrack_demo_plugin.__file__, "native": str(ops.NATIVE_SOURCE),
+                  "native_exists": ops.NATIVE_SOURCE.is_file(), "eps": eps,
+                  "finders": [type(f).__module__ for f in sys.meta_path]}))
+"""
+
+
+@pytest.mark.e2e
+def test_fasttrack_from_its_wheel_plans_checks_and_validates_outside_the_repo(
+    wheel_venv: WheelVenv, engine_pair, demo_model, tmp_path: Path
+) -> None:
+    require_demo_target(demo_model)
+    v = wheel_venv
+    where = subprocess.run([str(v.python), "-c", _WHERE], capture_output=True, text=True, cwd=v.cwd, env=v.env)
+    assert where.returncode == 0, where.stderr
+    info = json.loads(where.stdout)
+    assert info["fasttrack"].startswith(str(v.root)) and info["plugin"].startswith(str(v.root)), info
+    assert info["checkout"] is False and info["root"].endswith("fasttrack/_shipped"), info
+    assert info["native_exists"] and info["native"].startswith(str(v.root)), info
+    assert info["eps"].count("fasttrack_demo_plugin:register") == 1, info["eps"]
+    assert not [f for f in info["finders"] if "editable" in f], info["finders"]
+
+    plan = v.run("plan", "--model", "demo-llama")
+    assert plan.returncode == 0, plan.stdout + plan.stderr
+    assert "10 config points in 1 engine groups" in plan.stdout and "every required item" in plan.stdout
+
+    doctor = v.run("doctor", "--model", "demo-llama", "--no-arg-check")
+    assert "Traceback" not in doctor.stdout + doctor.stderr, doctor.stderr
+    assert "ok      hardware: scope asks for: a CPU host" in doctor.stdout, doctor.stdout
+    assert "problem model" not in doctor.stdout and doctor.returncode == 0, doctor.stdout
+
+    # the scope's model builder (../../examples/demo_model/build.py from the suite's folder) runs from the wheel
+    build = subprocess.run(
+        [
+            str(v.python),
+            "-c",
+            "from fasttrack.models import resolve_model; from fasttrack.scope import load_scope; "
+            "s = load_scope('demo-llama'); print(resolve_model(s.scope, base_dir=s.base_dir, log=print).model)",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=v.cwd,
+        env={**v.env, "FASTTRACK_CACHE": str(tmp_path / "cache")},
+        timeout=600,
+    )
+    assert build.returncode == 0, build.stdout + build.stderr
+    assert (tmp_path / "cache" / "models" / "demo-llama" / "fasttrack-model.json").is_file(), build.stdout
+
+    # the smoke tier, attached to the session's engines: the suite's kernel suites and prompts, the report
+    candidate = engine_pair.candidate()
+    out = tmp_path / "run"
+    res = v.run(
+        "validate",
+        "--model",
+        "demo-llama",
+        "--tier",
+        "smoke",
+        "--checks",
+        "kernels,equivalence",
+        "--baseline-url",
+        engine_pair.baseline.api_url,
+        "--candidate-url",
+        candidate.api_url,
+        "--out",
+        str(out),
+        timeout=1500,
+    )
+    text = res.stdout + res.stderr
+    assert "Traceback" not in text, text[-4000:]
+    manifest = json.loads((out / "bundle" / "manifest.json").read_text())
+    checks = manifest["checks"]
+    assert checks["kernels"]["verdict"] == "pass", checks["kernels"]
+    assert checks["equivalence"]["verdict"] == "pass", checks["equivalence"]
+    # the checks left out with --checks stay required: the bundle is incomplete, and validate exits 1
+    assert manifest["verdict"] == "incomplete" and res.returncode == 1, text[-3000:]
+    # the suite's prompt set and the shared passages, read from the wheel and named as in the repository
+    datasets = manifest["provenance"]["datasets"]
+    assert {"suites/demo-llama/prompts/prompts.jsonl", "suites/common/prompts/passages.jsonl"} <= set(datasets)
+    assert manifest["provenance"]["fasttrack_commit"] is None  # a wheel has no commit of its own
+    assert all(e["mode"] == "attached" for e in manifest["provenance"]["engines"])
+    html = (out / "report.html").read_text()
+    assert "demo-llama" in html and "Content-Security-Policy" in html
