@@ -75,6 +75,34 @@ def _points(rows: Sequence[dict[str, Any]]) -> list[CurvePoint]:
     return out
 
 
+@dataclass
+class _Frame:
+    """The plot area of a chart and its scales (data to SVG coordinates)."""
+
+    W: int
+    H: int
+    ml: int
+    mr: int
+    mt: int
+    mb: int
+    x_hi: float
+    y_hi: float
+
+    @property
+    def pw(self) -> int:
+        return self.W - self.ml - self.mr
+
+    @property
+    def ph(self) -> int:
+        return self.H - self.mt - self.mb
+
+    def px(self, v: float) -> float:
+        return self.ml + max(0.0, v) / self.x_hi * self.pw
+
+    def py(self, v: float) -> float:
+        return self.mt + self.ph - max(0.0, v) / self.y_hi * self.ph
+
+
 def curve_chart(rows: Sequence[dict[str, Any]], *, title: str, unit: str) -> Markup | None:
     """The chart of one (workload, group), or None without a point on each side."""
     pts = _points(rows)
@@ -83,36 +111,36 @@ def curve_chart(rows: Sequence[dict[str, Any]], *, title: str, unit: str) -> Mar
     xs = [v for p in pts for v in (p.x, p.x_lo, p.x_hi) if v is not None]
     ys = [v for p in pts for v in (p.y, p.y_lo, p.y_hi) if v is not None]
     xt, yt = nice_ticks(0.0, max(xs) * 1.05), nice_ticks(0.0, max(ys) * 1.08)
-    x_hi, y_hi = max(xt[-1], max(xs)), max(yt[-1], max(ys))
-    W, H = 680, 340
-    ml, mr, mt, mb = 64, 150, 16, 48
-    pw, ph = W - ml - mr, H - mt - mb
-
-    def px(v: float) -> float:
-        return ml + max(0.0, v) / x_hi * pw
-
-    def py(v: float) -> float:
-        return mt + ph - max(0.0, v) / y_hi * ph
-
+    fr = _Frame(680, 340, 64, 150, 16, 48, x_hi=max(xt[-1], max(xs)), y_hi=max(yt[-1], max(ys)))
     root = svg(
-        W,
-        H,
+        fr.W,
+        fr.H,
         label=f"{title}: P90 interactivity (tokens/s per user) against output throughput ({unit}), baseline and "
         "candidate, one point per concurrency level, with interval bands",
     )
+    root.add(*_axes(fr, xt, yt, unit))
+    for side in SIDES:
+        mine = sorted((p for p in pts if p.side == side), key=lambda p: (p.concurrency or 0, p.x))
+        root.add(_side_curve(fr, side, mine, unit))
+    root.add(_legend(fr))
+    return root.markup()
+
+
+def _axes(fr: _Frame, xt: Sequence[float], yt: Sequence[float], unit: str) -> tuple[El, El]:
+    """The grid with its tick labels, and the two axes with their titles."""
+    ml, mt, pw, ph = fr.ml, fr.mt, fr.pw, fr.ph
     grid = El("g", {"class": "grid"})
     for t in yt:
         grid.add(
-            line(ml, py(t), ml + pw, py(t), cls="gridline"),
-            text(ml - 6, py(t) + 4, _tick_label(t), anchor="end", cls="tick"),
+            line(ml, fr.py(t), ml + pw, fr.py(t), cls="gridline"),
+            text(ml - 6, fr.py(t) + 4, _tick_label(t), anchor="end", cls="tick"),
         )
     for t in xt:
-        grid.add(text(px(t), mt + ph + 16, _tick_label(t), anchor="middle", cls="tick"))
-    root.add(grid)
+        grid.add(text(fr.px(t), mt + ph + 16, _tick_label(t), anchor="middle", cls="tick"))
     axes = El("g", {"class": "axes"})
     axes.add(line(ml, mt, ml, mt + ph, cls="axis"), line(ml, mt + ph, ml + pw, mt + ph, cls="axis"))
     axes.add(
-        text(ml + pw / 2, H - 8, f"output throughput ({fmt.one_line(unit, 50)})", anchor="middle", cls="axis-title")
+        text(ml + pw / 2, fr.H - 8, f"output throughput ({fmt.one_line(unit, 50)})", anchor="middle", cls="axis-title")
     )
     axes.add(
         text(
@@ -124,61 +152,67 @@ def curve_chart(rows: Sequence[dict[str, Any]], *, title: str, unit: str) -> Mar
             transform=f"rotate(-90 14 {num(mt + ph / 2)})",
         )
     )
-    root.add(axes)
-    for side in SIDES:
-        mine = sorted((p for p in pts if p.side == side), key=lambda p: (p.concurrency or 0, p.x))
-        g = El("g", {"class": f"curve {SIDE_CLASS[side]}"})
-        band = [p for p in mine if p.y_lo is not None and p.y_hi is not None]
-        if len(band) >= 2:
-            upper = [(px(p.x), py(p.y_hi)) for p in band]  # type: ignore[arg-type]
-            lower = [(px(p.x), py(p.y_lo)) for p in reversed(band)]  # type: ignore[arg-type]
-            g.add(
-                El(
-                    "polygon",
-                    {"points": " ".join(f"{num(a)},{num(b)}" for a, b in upper + lower), "class": "curve-band"},
-                )
+    return grid, axes
+
+
+def _side_curve(fr: _Frame, side: str, mine: Sequence[CurvePoint], unit: str) -> El:
+    """One side's band (its P90 intervals), line and marks, levels in order of concurrency."""
+    g = El("g", {"class": f"curve {SIDE_CLASS[side]}"})
+    band = [p for p in mine if p.y_lo is not None and p.y_hi is not None]
+    if len(band) >= 2:
+        upper = [(fr.px(p.x), fr.py(p.y_hi)) for p in band]  # type: ignore[arg-type]
+        lower = [(fr.px(p.x), fr.py(p.y_lo)) for p in reversed(band)]  # type: ignore[arg-type]
+        g.add(
+            El(
+                "polygon",
+                {"points": " ".join(f"{num(a)},{num(b)}" for a, b in upper + lower), "class": "curve-band"},
             )
-        if len(mine) >= 2:
-            g.add(polyline([(px(p.x), py(p.y)) for p in mine], cls="curve-line"))
-        for p in mine:
-            mark = El("g", {"class": "curve-mark"})
-            tip = (
-                f"{side}, concurrency {p.concurrency}: {fmt.number(p.x)} {unit}"
-                + (
-                    f" [{fmt.number(p.x_lo)}, {fmt.number(p.x_hi)}]"
-                    if p.x_lo is not None and p.x_hi is not None
-                    else ""
-                )
-                + f", P90 interactivity {fmt.number(p.y)} tokens/s/user"
-                + (
-                    f" [{fmt.number(p.y_lo)}, {fmt.number(p.y_hi)}]"
-                    if p.y_lo is not None and p.y_hi is not None
-                    else ""
-                )
-                + ("" if p.pareto else "; not on the Pareto frontier")
-            )
-            mark.add(El("title", None, tip))
-            if p.x_lo is not None and p.x_hi is not None:
-                mark.add(line(px(p.x_lo), py(p.y), px(p.x_hi), py(p.y), cls="curve-ci"))
-            if p.y_lo is not None and p.y_hi is not None:
-                mark.add(line(px(p.x), py(p.y_lo), px(p.x), py(p.y_hi), cls="curve-ci"))
-            mark.add(
-                El(
-                    "circle",
-                    {
-                        "cx": num(px(p.x)),
-                        "cy": num(py(p.y)),
-                        "r": "4",
-                        "class": "curve-dot" + ("" if p.pareto else " dominated"),
-                    },
-                )
-            )
-            if p.concurrency is not None:
-                mark.add(text(px(p.x) + 6, py(p.y) - 6, f"c{p.concurrency}", cls="curve-label"))
-            g.add(mark)
-        root.add(g)
+        )
+    if len(mine) >= 2:
+        g.add(polyline([(fr.px(p.x), fr.py(p.y)) for p in mine], cls="curve-line"))
+    for p in mine:
+        g.add(_mark(fr, side, p, unit))
+    return g
+
+
+def _interval(lo: float | None, hi: float | None) -> str:
+    return f" [{fmt.number(lo)}, {fmt.number(hi)}]" if lo is not None and hi is not None else ""
+
+
+def _mark(fr: _Frame, side: str, p: CurvePoint, unit: str) -> El:
+    """One level's point with its tooltip, its two interval bars and its concurrency label."""
+    mark = El("g", {"class": "curve-mark"})
+    tip = (
+        f"{side}, concurrency {p.concurrency}: {fmt.number(p.x)} {unit}"
+        + _interval(p.x_lo, p.x_hi)
+        + f", P90 interactivity {fmt.number(p.y)} tokens/s/user"
+        + _interval(p.y_lo, p.y_hi)
+        + ("" if p.pareto else "; not on the Pareto frontier")
+    )
+    mark.add(El("title", None, tip))
+    if p.x_lo is not None and p.x_hi is not None:
+        mark.add(line(fr.px(p.x_lo), fr.py(p.y), fr.px(p.x_hi), fr.py(p.y), cls="curve-ci"))
+    if p.y_lo is not None and p.y_hi is not None:
+        mark.add(line(fr.px(p.x), fr.py(p.y_lo), fr.px(p.x), fr.py(p.y_hi), cls="curve-ci"))
+    mark.add(
+        El(
+            "circle",
+            {
+                "cx": num(fr.px(p.x)),
+                "cy": num(fr.py(p.y)),
+                "r": "4",
+                "class": "curve-dot" + ("" if p.pareto else " dominated"),
+            },
+        )
+    )
+    if p.concurrency is not None:
+        mark.add(text(fr.px(p.x) + 6, fr.py(p.y) - 6, f"c{p.concurrency}", cls="curve-label"))
+    return mark
+
+
+def _legend(fr: _Frame) -> El:
     leg = El("g", {"class": "legend"})
-    lx = W - mr + 14
+    lx, mt = fr.W - fr.mr + 14, fr.mt
     for i, side in enumerate(SIDES):
         ly = mt + 12 + i * 20
         leg.add(
@@ -199,8 +233,7 @@ def curve_chart(rows: Sequence[dict[str, Any]], *, title: str, unit: str) -> Mar
     leg.add(text(lx - 4, mt + 78, "bar: throughput interval", cls="legend-label"))
     leg.add(text(lx - 4, mt + 94, "hollow: off the frontier", cls="legend-label"))
     leg.add(text(lx - 4, mt + 110, "cN: concurrency N", cls="legend-label"))
-    root.add(leg)
-    return root.markup()
+    return leg
 
 
 def curve_charts(curves: Sequence[dict[str, Any]], dominance: Sequence[dict[str, Any]]) -> list[CurveChart]:

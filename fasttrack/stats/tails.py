@@ -17,6 +17,8 @@ lifetime-to-lifetime variance (``ignores_lifetime_variance``).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
@@ -138,6 +140,25 @@ class _Pooled:
         return out
 
 
+def _replicates(
+    b_side: SideLayout, c_side: SideLayout, stats: list[str], *, boots: int, rng: Any, paired: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """``boots`` bootstrap replicates of every statistic on each side (rows: replicates), in chunks of 1,000;
+    paired: the candidate reuses the baseline's draws."""
+    b_rep = np.empty((boots, len(stats)))
+    c_rep = np.empty((boots, len(stats)))
+    pb, pc = _Pooled(b_side), _Pooled(c_side)
+    chunk = 1000
+    for start in range(0, boots, chunk):
+        b = min(chunk, boots - start)
+        lt, choice = b_side.draw(rng, b)
+        b_rep[start : start + b] = pb.stats(pb.counts(lt, choice), stats)
+        if not paired:
+            lt, choice = c_side.draw(rng, b)
+        c_rep[start : start + b] = pc.stats(pc.counts(lt, choice), stats)
+    return b_rep, c_rep
+
+
 def multi_stat_comparison(
     baseline: SideSamples,
     candidate: SideSamples,
@@ -167,18 +188,7 @@ def multi_stat_comparison(
     boots = max(int(n_boot), int(np.ceil(MIN_TAIL_REPLICATES / tail)))
     rng = make_rng(seed)
     paired = bool(paired and b_side.same_layout(c_side))
-    b_rep = np.empty((boots, len(stats)))
-    c_rep = np.empty((boots, len(stats)))
-
-    pb, pc = _Pooled(b_side), _Pooled(c_side)
-    chunk = 1000
-    for start in range(0, boots, chunk):
-        b = min(chunk, boots - start)
-        lt, choice = b_side.draw(rng, b)
-        b_rep[start : start + b] = pb.stats(pb.counts(lt, choice), stats)
-        if not paired:
-            lt, choice = c_side.draw(rng, b)
-        c_rep[start : start + b] = pc.stats(pc.counts(lt, choice), stats)
+    b_rep, c_rep = _replicates(b_side, c_side, stats, boots=boots, rng=rng, paired=paired)
     b_obs = _reduce_all(b_side.all_values[None, :], stats)[0]
     c_obs = _reduce_all(c_side.all_values[None, :], stats)[0]
     lower = direction == "lower_is_better"

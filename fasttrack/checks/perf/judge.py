@@ -8,7 +8,7 @@ from typing import Any
 
 from fasttrack.checks.context import RunContext
 from fasttrack.checks.perf.state import CHECK, PerfState
-from fasttrack.perf.analysis import drift_row, judge_item
+from fasttrack.perf.analysis import ItemState, drift_row, judge_item
 from fasttrack.perf.claims import MeasuredMetric, match_claims
 from fasttrack.perf.curves import CURVE_KIND, curve_rows, dominance, mark_pareto
 from fasttrack.perf.metrics import METRICS
@@ -112,82 +112,120 @@ def _judge_items(ctx: RunContext, st: PerfState, *, stopped: str | None) -> _Jud
         if undecided:
             del s.looks[n_looks:]  # no decision is taken for a point the stopped run never decided
             verdict, failure = "not_run", None
-            for r in j.rows:
-                if r.get("metric_name") == gate.gated_metric:
-                    if r.get("speedup") is not None:
-                        out.undecided.append(s.item.point)
-                    r["verdict"], r["decision"] = "not_run", "undecided"
-                    r["statement"] = (
-                        f"not decided when the run stopped ({stopped}): {s.n_runs('baseline')}+"
-                        f"{s.n_runs('candidate')} runs; "
-                        + ("the interval so far is shown, " if r.get("speedup") else "")
-                        + "no verdict"
-                    )
-        if verdict == "pass" and gate.slo is not None and gate.slo.gate:
-            ok, why = goodput_condition(j.rows, threshold=1.0 - mg)
-            if ok is not True:
-                verdict = "fail" if ok is False else "not_run"
-                failure = f"{s.item.point} ({s.item.workload}): {why}"
-        if s.item.kind == CURVE_KIND and verdict != "not_run":
-            d = dominance(j.rows, noise_margin=mg)
-            out.dominance[key] = {"point": s.item.point, "workload": s.item.workload, **(d or {"dominates": None})}
-            if gate.curve_dominance and verdict == "pass" and (d is None or not d["dominates"]):
-                verdict = "fail" if d is not None else "not_run"
-                failure = f"{s.item.point} ({s.item.workload}): " + (
-                    d["statement"] if d is not None else "curve dominance has no interval (no samples on a side)"
-                )
-        for r in j.rows:
-            if r.get("metric_name") == gate.gated_metric and verdict != r.get("verdict"):
-                r["point_verdict"] = verdict  # the point fails on goodput or dominance although this metric passed
-            if r.get("gated"):
-                label_outcome(r)
-            if r.get("metric_name") == gate.gated_metric and r.get("slower_within_margin"):
-                out.slower.append(f"{s.item.point} {r['speedup']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]")
-        out.rows.extend(j.rows)
+            _mark_undecided(s, j.rows, gate.gated_metric, stopped or "", out)
+        verdict, failure = _further_conditions(key, s, j.rows, gate, mg, verdict, failure, out)
+        _label_rows(s, j.rows, gate.gated_metric, verdict, out)
         out.verdicts[key] = verdict
         out.strictly[key] = j.strictly_better and verdict == "pass"
         if failure:
             out.failures.append(failure)
-        out.looks.extend(s.looks)
-        for side in ("baseline", "candidate"):
-            for lt in sorted(s.runs[side]):
-                out.runs.extend(r.model_dump(mode="json") for r in s.runs[side][lt])
-        out.runs.extend({**r.model_dump(mode="json"), "drift_only": True} for r in s.drift_runs)
-        if s.n_runs("baseline") and s.n_runs("candidate"):
-            out.tails.extend(tail_rows(s, confidence=gate.confidence, slo=gate.slo))
-            if s.item.kind == CURVE_KIND:
-                out.curves.extend(curve_rows(s, confidence=gate.confidence))
+        _collect_tables(s, j.rows, gate, out)
         if undecided:
             continue  # claims are held against decided points only
-        for r in j.rows:
-            if r.get("speedup") is not None:
-                out.one_lifetime = out.one_lifetime or bool(r.get("ignores_lifetime_variance"))
-                out.measured.append(
-                    MeasuredMetric(
-                        workload=s.item.workload,
-                        kind=s.item.kind,
-                        point=s.item.point,
-                        point_dims=s.item.point_dims,
-                        metric=r["metric_name"],
-                        speedup=r["speedup"],
-                        ci_low=r["nominal_ci_low"],
-                        ci_high=r["nominal_ci_high"],
-                        confidence=r["nominal_confidence"],
-                        baseline_value=r["baseline"],
-                        candidate_value=r["candidate"],
-                        detectable_slowdown=r.get("detectable_slowdown"),
-                        normalized=bool(r.get("per_gpu")),
-                        baseline_gpus=r.get("gpus_baseline"),
-                        candidate_gpus=r.get("gpus_candidate"),
-                        **_run_range(r.get("candidate_run_values")),
-                    )
-                )
+        _collect_measured(s, j.rows, out)
         dr = drift_row(s, metric=gate.gated_metric, confidence=gate.confidence, tolerance=gate.noise_margin)
         tr = trend_row(s, metric=gate.gated_metric, alpha=1.0 - gate.confidence)
         if dr is not None or tr is not None:
             out.drift.append({**(tr or {}), **(dr or {}), **({"trend": tr} if tr and dr else {})})
     mark_pareto(out.curves)
     return out
+
+
+def _mark_undecided(s: ItemState, rows: list[dict[str, Any]], gated: str, stopped: str, out: _Judged) -> None:
+    """A point the stopped run never decided: its gated rows keep the interval so far, without a verdict."""
+    for r in rows:
+        if r.get("metric_name") != gated:
+            continue
+        if r.get("speedup") is not None:
+            out.undecided.append(s.item.point)
+        r["verdict"], r["decision"] = "not_run", "undecided"
+        r["statement"] = (
+            f"not decided when the run stopped ({stopped}): {s.n_runs('baseline')}+{s.n_runs('candidate')} runs; "
+            + ("the interval so far is shown, " if r.get("speedup") else "")
+            + "no verdict"
+        )
+
+
+def _further_conditions(
+    key: str,
+    s: ItemState,
+    rows: list[dict[str, Any]],
+    gate: PerfGate,
+    mg: float,
+    verdict: str,
+    failure: str | None,
+    out: _Judged,
+) -> tuple[str, str | None]:
+    """Goodput at the SLO (``slo.gate``) and curve dominance (``curve_dominance``): further conditions of a pass.
+    A sweep level's dominance is recorded whether or not it is required."""
+    if verdict == "pass" and gate.slo is not None and gate.slo.gate:
+        ok, why = goodput_condition(rows, threshold=1.0 - mg)
+        if ok is not True:
+            verdict = "fail" if ok is False else "not_run"
+            failure = f"{s.item.point} ({s.item.workload}): {why}"
+    if s.item.kind == CURVE_KIND and verdict != "not_run":
+        d = dominance(rows, noise_margin=mg)
+        out.dominance[key] = {"point": s.item.point, "workload": s.item.workload, **(d or {"dominates": None})}
+        if gate.curve_dominance and verdict == "pass" and (d is None or not d["dominates"]):
+            verdict = "fail" if d is not None else "not_run"
+            failure = f"{s.item.point} ({s.item.workload}): " + (
+                d["statement"] if d is not None else "curve dominance has no interval (no samples on a side)"
+            )
+    return verdict, failure
+
+
+def _label_rows(s: ItemState, rows: list[dict[str, Any]], gated: str, verdict: str, out: _Judged) -> None:
+    """The point's verdict on its gated row when a further condition changed it, and each gated row's outcome
+    label (``measured slower, within margin`` among them)."""
+    for r in rows:
+        if r.get("metric_name") == gated and verdict != r.get("verdict"):
+            r["point_verdict"] = verdict  # the point fails on goodput or dominance although this metric passed
+        if r.get("gated"):
+            label_outcome(r)
+        if r.get("metric_name") == gated and r.get("slower_within_margin"):
+            out.slower.append(f"{s.item.point} {r['speedup']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]")
+
+
+def _collect_tables(s: ItemState, rows: list[dict[str, Any]], gate: PerfGate, out: _Judged) -> None:
+    """The point's rows, looks and runs (drift-only runs marked), tails and curve levels."""
+    out.rows.extend(rows)
+    out.looks.extend(s.looks)
+    for side in ("baseline", "candidate"):
+        for lt in sorted(s.runs[side]):
+            out.runs.extend(r.model_dump(mode="json") for r in s.runs[side][lt])
+    out.runs.extend({**r.model_dump(mode="json"), "drift_only": True} for r in s.drift_runs)
+    if s.n_runs("baseline") and s.n_runs("candidate"):
+        out.tails.extend(tail_rows(s, confidence=gate.confidence, slo=gate.slo))
+        if s.item.kind == CURVE_KIND:
+            out.curves.extend(curve_rows(s, confidence=gate.confidence))
+
+
+def _collect_measured(s: ItemState, rows: list[dict[str, Any]], out: _Judged) -> None:
+    """Every measured metric of a decided point, as the claims are judged against it."""
+    for r in rows:
+        if r.get("speedup") is None:
+            continue
+        out.one_lifetime = out.one_lifetime or bool(r.get("ignores_lifetime_variance"))
+        out.measured.append(
+            MeasuredMetric(
+                workload=s.item.workload,
+                kind=s.item.kind,
+                point=s.item.point,
+                point_dims=s.item.point_dims,
+                metric=r["metric_name"],
+                speedup=r["speedup"],
+                ci_low=r["nominal_ci_low"],
+                ci_high=r["nominal_ci_high"],
+                confidence=r["nominal_confidence"],
+                baseline_value=r["baseline"],
+                candidate_value=r["candidate"],
+                detectable_slowdown=r.get("detectable_slowdown"),
+                normalized=bool(r.get("per_gpu")),
+                baseline_gpus=r.get("gpus_baseline"),
+                candidate_gpus=r.get("gpus_candidate"),
+                **_run_range(r.get("candidate_run_values")),
+            )
+        )
 
 
 def judge(ctx: RunContext, st: PerfState, *, stopped: str | None = None) -> CheckResult:
