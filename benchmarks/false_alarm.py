@@ -63,8 +63,16 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from fasttrack.checks.perf import measure_item, measure_pair  # noqa: E402 - the repository root goes on sys.path first
-from fasttrack.engine.pinning import pair_cpus, pinned, pinning_env, process_cpus, swap_cpus  # noqa: E402 - the repository root goes on sys.path first
+from fasttrack.checks.perf.measure import measure_item, measure_pair, pair_order  # noqa: E402 - the repository root goes on sys.path first
+from fasttrack.engine.pinning import (  # noqa: E402 - the repository root goes on sys.path first
+    measuring_half,
+    pair_cpus,
+    pinned,
+    pinning_env,
+    place,
+    process_cpus,
+    swap_cpus,
+)
 from fasttrack.perf.analysis import ItemState, estimate  # noqa: E402 - the repository root goes on sys.path first
 from fasttrack.perf.loadgen import PerfClient, run_loop, timed  # noqa: E402 - the repository root goes on sys.path first
 from fasttrack.perf.metrics import METRICS, RunMetrics, compute_run_metrics  # noqa: E402 - the repository root goes on sys.path first
@@ -216,6 +224,7 @@ def collect_interleaved(ns: argparse.Namespace) -> dict[str, Any]:
     timing: list[dict[str, float]] = []
     t_all = time.perf_counter()
     pins: list[dict[str, Any]] = []
+    alternate = "blocks" if ns.swap_blocks else ns.alternate
     for lt in range(ns.interleaved):
         t0 = time.perf_counter()
         engines: dict[str, Any] = {}
@@ -239,9 +248,17 @@ def collect_interleaved(ns: argparse.Namespace) -> dict[str, Any]:
             def swap(pids: dict[str, list[int]] = pids) -> None:
                 swap_cpus(pids["baseline"], pids["candidate"])
 
-            swapper = swap if ns.swap_blocks and not ns.no_pin else None
+            def before_run(side: str, k: int, pids: dict[str, list[int]] = pids) -> None:
+                halves = measuring_half(k // 2)
+                if halves is not None:
+                    place(pids[side], pids["candidate" if side == "baseline" else "baseline"], *halves)
 
-            async def measure(engines: dict[str, Any] = engines, lt: int = lt, swapper: Any = swapper) -> None:
+            swapper = swap if alternate == "blocks" and not ns.no_pin else None
+            placer = before_run if alternate == "runs" and not ns.no_pin else None
+
+            async def measure(
+                engines: dict[str, Any] = engines, lt: int = lt, swapper: Any = swapper, placer: Any = placer
+            ) -> None:
                 mml = loaded.scope.envelope.context.max_model_len
                 inputs = {sd: RunInputs(pool=await pool_from_engine(e), max_model_len=mml) for sd, e in engines.items()}
                 async with (
@@ -250,7 +267,9 @@ def collect_interleaved(ns: argparse.Namespace) -> dict[str, Any]:
                 ):
                     clients = {"baseline": cb, "candidate": cc}
                     for it in items:
-                        for sd in ("baseline", "candidate"):
+                        for sd in pair_order(0, lt):  # as the check: the side that opens the blocks first
+                            if placer is not None:
+                                placer(sd, 0)
                             await warm_up(clients[sd], it, inputs[sd])
 
                         def runner(sd: str, it: WorkItem = it):
@@ -269,6 +288,7 @@ def collect_interleaved(ns: argparse.Namespace) -> dict[str, Any]:
                             gate=fixed,
                             run_once={sd: runner(sd) for sd in ("baseline", "candidate")},
                             between_blocks=swapper,
+                            before_run=placer,
                         )
 
             t1 = time.perf_counter()
@@ -297,7 +317,8 @@ def collect_interleaved(ns: argparse.Namespace) -> dict[str, Any]:
         "args": {k: v for k, v in vars(ns).items() if k not in ("json", "from_json")},
         "design": "interleaved",
         "pinning": pins,
-        "swap_blocks": bool(ns.swap_blocks and not ns.no_pin),
+        "swap_blocks": alternate == "blocks" and not ns.no_pin,
+        "alternate": "off" if ns.no_pin else alternate,
         "settle_s": settle,
         "alternate_start": bool(ns.alternate_start),
         "runs": runs,
@@ -693,7 +714,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--swap-blocks",
         action="store_true",
-        help="interleaved: the engines also trade cores between A B B A blocks (cpu_pinning.alternate: blocks)",
+        help="interleaved: the engines also trade cores between A B B A blocks (same as --alternate blocks)",
+    )
+    ap.add_argument(
+        "--alternate",
+        choices=["lifetimes", "blocks", "runs"],
+        default="lifetimes",
+        help="interleaved: cpu_pinning.alternate (runs: before every run the engine about to run moves to the "
+        "measuring core, the other one off it)",
     )
     ap.add_argument("--max-comparisons", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)

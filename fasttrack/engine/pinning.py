@@ -29,6 +29,13 @@ thread of each engine's processes), so each side spends the same share of its ru
 half. Only for hosts where moving a process between cores costs nothing (one memory node,
 such as the two-core demo hosts); on a GPU host each half is usually a socket with its own
 memory and GPUs, and engines keep their half for their lifetime.
+
+**The running engine on the measuring half** (``alternate: runs``): before every run, the engine
+about to run moves to the *measuring* half and the other one to the other half
+(:func:`place`), so both runs of a pair, back to back, run on the same cores and whatever
+else keeps those cores busy slows both alike; the idle engine (and its polling after a
+request) stays off them. The measuring half alternates between A B B A blocks. Same
+condition as ``blocks``: one memory node.
 """
 
 from __future__ import annotations
@@ -174,6 +181,25 @@ def swap_cpus(a_pids: Sequence[int], b_pids: Sequence[int]) -> tuple[list[int], 
     repin(a_pids, b)
     repin(b_pids, a)
     return b, a
+
+
+def measuring_half(block: int, *, cores: str | None = None) -> tuple[list[int], list[int]] | None:
+    """(measuring half, other half) for the ``block``-th A B B A block (``alternate: runs``): the first half on
+    even blocks, the second on odd ones; None with fewer than two usable cores."""
+    halves = split_halves(usable_cpus(cores))
+    if halves is None:
+        return None
+    return (list(halves[0]), list(halves[1])) if block % 2 == 0 else (list(halves[1]), list(halves[0]))
+
+
+def place(run_pids: Sequence[int], idle_pids: Sequence[int], run_cpus: Sequence[int], idle_cpus: Sequence[int]) -> int:
+    """The engine about to run (``run_pids``) onto ``run_cpus``, the other one onto ``idle_cpus`` (moved first, so
+    for that moment both sit where nothing runs yet); returns the threads moved, 0 when both already sat there."""
+    if not run_pids or not idle_pids or set(run_cpus) & set(idle_cpus):
+        return 0
+    if process_cpus(run_pids[0]) == sorted(run_cpus) and process_cpus(idle_pids[0]) == sorted(idle_cpus):
+        return 0
+    return repin(idle_pids, idle_cpus) + repin(run_pids, run_cpus)
 
 
 def process_cpus(pid: int) -> list[int] | None:

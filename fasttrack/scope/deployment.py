@@ -73,10 +73,12 @@ class CpuPinning(ScopeModel):
     cores: str | None = Field(default=None, max_length=256)
     """The cores to split, as a CPU list (``"0-31,64-95"``; core numbers below 65536); null: every core the
     harness may use."""
-    alternate: Literal["lifetimes", "blocks", "off"] = "lifetimes"
+    alternate: Literal["lifetimes", "blocks", "runs", "off"] = "lifetimes"
     """``lifetimes``: the halves swap sides on every engine lifetime (lifetime 0: baseline on the first half);
     ``blocks``: also between the A B B A blocks of runs within a lifetime, every thread of both engines moved
-    (for hosts with one memory node, where moving costs nothing); ``off``: the baseline always on the first."""
+    (for hosts with one memory node, where moving costs nothing); ``runs``: before every run the engine about
+    to run moves to the measuring half and the other one off it, so both runs of a pair use the same cores (the
+    measuring half alternates between blocks; one memory node too); ``off``: the baseline always on the first."""
 
     @field_validator("cores")
     @classmethod

@@ -566,6 +566,51 @@ def test_measure_pair_lets_the_engine_that_ran_settle_before_the_other_side_runs
     assert all(g >= 0.045 for g in gaps), gaps
 
 
+def test_measure_pair_places_each_run_before_its_settle_pause() -> None:
+    """``before_run(side, k)`` comes before every run, in A B B A order, ahead of the settle pause (the engine
+    about to run moves to the measuring cores, ``cpu_pinning.alternate: runs``), so the move has settled too."""
+    import time
+
+    from fasttrack.checks.perf import measure_pair
+
+    gate = PerfGate(
+        noise_margin=0.1, confidence=0.95, min_runs=4, max_runs=4, interleave=True, interleave_settle_s=0.05
+    )
+    sched = LookSchedule.for_group(["baseline", "candidate"], min_runs=4, max_runs=4, interleaved=True)
+    s = ItemState(item=_item())
+    events: list[tuple[str, str, int, float]] = []
+    runners = _pair_runner(s, [], tpot={"baseline": 2.0, "candidate": 2.0}, seed=1)
+
+    def logged(side: str):
+        async def run_once(k: int) -> RunMetrics:
+            events.append(("run", side, k, time.monotonic()))
+            return await runners[side](k)
+
+        return run_once
+
+    asyncio.run(
+        measure_pair(
+            s,
+            lifetime=1,
+            looks_here=False,
+            sched=sched,
+            gate=gate,
+            run_once={side: logged(side) for side in ("baseline", "candidate")},
+            before_run=lambda side, k: events.append(("place", side, k, time.monotonic())),
+        )
+    )
+    b, c = "baseline", "candidate"
+    assert [(e[0], e[1], e[2]) for e in events] == [
+        (what, side, k)
+        for k, sides in enumerate([(c, b), (b, c), (c, b), (b, c)])
+        for side in sides
+        for what in ("place", "run")
+    ]
+    places = [e for e in events if e[0] == "place"]
+    runs = [e for e in events if e[0] == "run"]
+    assert all(r[3] - p[3] >= 0.045 for p, r in list(zip(places, runs, strict=True))[1:]), "the pause follows"
+
+
 def test_measure_pair_without_looks_takes_min_runs_pairs_and_records_a_harness_error() -> None:
     from fasttrack.checks.perf import measure_pair
 

@@ -39,10 +39,10 @@ from fasttrack.checks.base import Blocker, PairedCheck, TierView, register
 from fasttrack.checks.context import EngineSession, RunContext
 from fasttrack.checks.perf.declare import perf_blockers, planned_workloads
 from fasttrack.checks.perf.judge import judge, perf_gate
-from fasttrack.checks.perf.measure import engine_gpus, measure_drift, measure_item, measure_pair
+from fasttrack.checks.perf.measure import engine_gpus, measure_drift, measure_item, measure_pair, pair_order
 from fasttrack.checks.perf.state import CHECK, PerfState
 from fasttrack.engine.errors import EngineCrashed, EngineUnreachable
-from fasttrack.engine.pinning import swap_cpus
+from fasttrack.engine.pinning import measuring_half, place, swap_cpus
 from fasttrack.errors import FasttrackError
 from fasttrack.inputs import PASSAGES, TokenizerClient, load_prompt_set, prompt_set_path
 from fasttrack.perf.analysis import ItemState
@@ -229,6 +229,7 @@ class PerfCheck(PairedCheck):
         st.lifetimes.append(record)
         inputs = {side: await self._inputs(ctx, e, todo) for side, e in engines.items()}
         swapper = self._core_swapper(ctx, engines, record)
+        placer = self._core_placer(ctx, engines, record)
         async with (
             PerfClient(engines["baseline"].base_url, model=engines["baseline"].model) as cb,
             PerfClient(engines["candidate"].base_url, model=engines["candidate"].model) as cc,
@@ -243,7 +244,9 @@ class PerfCheck(PairedCheck):
                 t_item = time.perf_counter()
                 n_warm: dict[str, int] = {}
                 try:
-                    for side in SIDES:
+                    for side in pair_order(0, lifetime):  # the side that opens the blocks warms up first
+                        if placer is not None:
+                            placer(side, 0)
                         n_warm[side] = await warm_up(clients[side], it, inputs[side])
                 except Exception as exc:  # noqa: BLE001 - a harness-side failure is recorded, not raised
                     s.errors.append(
@@ -272,6 +275,7 @@ class PerfCheck(PairedCheck):
                     gate=gate,
                     run_once=run_once,
                     between_blocks=swapper,
+                    before_run=placer,
                 )
                 record["runs"] += sum(taken.values())
                 ctx.log(
@@ -300,6 +304,32 @@ class PerfCheck(PairedCheck):
                 record["cores_now"] = {"baseline": now[0], "candidate": now[1]}
 
         return swap
+
+    @staticmethod
+    def _core_placer(
+        ctx: RunContext, engines: Mapping[Side, Any], record: dict[str, Any]
+    ) -> Callable[[str, int], None] | None:
+        """With ``engine.cpu_pinning.alternate: runs``, the engine about to run moves onto the measuring half and
+        the other one off it before every run (``fasttrack.engine.pinning.place``; the measuring half alternates
+        between A B B A blocks); the lifetime record counts the moves. None otherwise."""
+        pin = ctx.scope.engine.cpu_pinning
+        if pin.mode == "off" or pin.alternate != "runs":
+            return None
+        pids = {side: list(getattr(e, "group_pids", lambda: [])()) for side, e in engines.items()}
+        if not pids["baseline"] or not pids["candidate"]:
+            return None
+        record["core_moves"] = 0
+
+        def before_run(side: str, k: int) -> None:
+            halves = measuring_half(k // 2, cores=pin.cores)
+            if halves is None:
+                return
+            other = "candidate" if side == "baseline" else "baseline"
+            if place(pids[side], pids[other], halves[0], halves[1]):
+                record["core_moves"] += 1
+                record["measuring_cores"] = halves[0]
+
+        return before_run
 
     @staticmethod
     def _runner(

@@ -118,11 +118,13 @@ async def measure_pair(
     gate: PerfGate,
     run_once: dict[str, Callable[[int], Awaitable[RunMetrics]]],
     between_blocks: Callable[[], None] | None = None,
+    before_run: Callable[[str, int], None] | None = None,
 ) -> dict[str, int]:
     """Interleaved runs of one item on one pair of lifetimes (both engines up); returns runs per side.
 
     ``between_blocks`` is called before every A B B A block but the first (the engines trade their cores
-    there, with ``engine.cpu_pinning.alternate: blocks``).
+    there, with ``engine.cpu_pinning.alternate: blocks``); ``before_run(side, k)`` before every run, ahead of
+    the settle pause (the engine about to run moves to the measuring cores, with ``alternate: runs``).
 
     Pair k is one run of each side, back to back, in A B B A blocks (:func:`pair_order`), with
     ``gate.interleave_settle_s`` between consecutive runs (the engine that just ran settles
@@ -141,6 +143,8 @@ async def measure_pair(
         if between_blocks is not None and k and k % 2 == 0:
             between_blocks()
         for i, side in enumerate(pair_order(k, lifetime)):
+            if before_run is not None:
+                before_run(side, k)
             if settle and (k or i):
                 await asyncio.sleep(settle)
             try:
