@@ -154,30 +154,34 @@ def _recorded_tables(view: Any, check: str) -> dict[str, list[dict[str, Any]]]:
 _SUITE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 
-def _scope_file(name: str, text: str, sha: str | None, tmp: Path) -> tuple[Path, Path | None]:
+def _scope_file(name: str, text: str, sha: str | None, tmp: Path, scope_name: str) -> tuple[Path, Path | None]:
     """The scope to rerun and the folder its relative paths start from: the local suite when it is
     byte-identical; else the recorded text, written to ``tmp/scope/scope.yaml``, whose relative paths start
-    from the local suite of that name when there is one (its data, kernels and model builder).
+    from the local suite named like the recorded scope (``scope_name``, a checked slug) when there is one
+    (its data, kernels and model builder).
 
-    ``name`` comes from the bundle: it is only ever compared with the names of the suites
-    under ``suites/``, never used as a path component."""
+    ``name`` (the manifest's record of the scope) and ``scope_name`` come from the bundle: they are only
+    ever compared with the names of the suites under ``suites/``, never used as path components."""
     import hashlib
 
     suites = ROOT / "suites"
-    local: Path | None = None
-    if _SUITE_NAME.match(name) and ".." not in name:
-        known = {p.name: p for p in suites.iterdir() if p.is_dir()} if suites.is_dir() else {}
-        local = known.get(name)
-    if local is not None and (local / "scope.yaml").is_file():
+    known = {p.name: p for p in suites.iterdir() if p.is_dir()} if suites.is_dir() else {}
+
+    def local_suite(n: str) -> Path | None:
+        if not (_SUITE_NAME.match(n) and ".." not in n):
+            return None
+        found = known.get(n)
+        return found if found is not None and (found / "scope.yaml").is_file() else None
+
+    local = local_suite(name)
+    if local is not None:
         if hashlib.sha256((local / "scope.yaml").read_bytes()).hexdigest() == hashlib.sha256(text.encode()).hexdigest():
             return local / "scope.yaml", None
-    else:
-        local = None
     target = tmp / "scope"
     target.mkdir()
     p = target / "scope.yaml"
     p.write_text(text, encoding="utf-8")
-    return p, local
+    return p, local_suite(scope_name)
 
 
 def _suite_builders() -> set[str]:
@@ -327,7 +331,9 @@ def reproduce(
     )
     reg = registry()
     with tempfile.TemporaryDirectory(prefix="fasttrack-repro-") as tmpd:
-        scope_path, scope_base = _scope_file(m.scope.model, m.scope.yaml, getattr(m.scope, "sha256", None), Path(tmpd))
+        scope_path, scope_base = _scope_file(
+            m.scope.model, m.scope.yaml, getattr(m.scope, "sha256", None), Path(tmpd), recorded.name
+        )
         check_scope_paths(recorded, scope_base or scope_path.parent, ROOT / "suites")
         opts = ValidateOptions(
             model=str(scope_path),

@@ -74,8 +74,11 @@ if [[ $# == 0 && "${FASTTRACK_SIDE_BY_SIDE:-1}" != 0 ]]; then
   echo "==> end-to-end tests on the engine schedule (the other tests run alongside; their output follows)"
   FASTTRACK_TEST_SPLIT=schedule "${pytest_cmd[@]}" -m "e2e and not pending"
   schedule_rc=$?
+  schedule_wall=$(( $(date +%s) - t0 ))
   wait "$other_pid"
   other_rc=$?
+  # the other process's own wall clock (pytest's "in N s" line): it may have ended first
+  other_wall=$(sed -n 's/.* in \([0-9]*\)\.[0-9]*s .*/\1/p' "$other_log" | tail -1)
   echo "==> the other tests: fast, and end-to-end with engines of their own (run alongside; log: .artifacts/other-tests.log)"
   cat "$other_log"
   rc=$schedule_rc
@@ -98,7 +101,9 @@ wall=$(( $(date +%s) - t0 ))
 set -e
 # Sum a count over the pytest processes' summaries (tests/enginecount.py writes them).
 total() { cat "${summaries[@]}" 2>/dev/null | sed -n "s/^$1=//p" | awk '{n += $1} END {print n + 0}'; }
-echo "pytest: $(( wall / 60 )) min $(( wall % 60 )) s wall clock; vLLM engine starts: $(total engine_starts) (budget: 25 min, 14 starts); end-to-end tests run: $(total e2e_ran) of $(total e2e_selected)"
+split_walls=""
+[[ -n "${schedule_wall:-}" ]] && split_walls=" (engine schedule ${schedule_wall} s, other tests ${other_wall} s)"
+echo "pytest: $(( wall / 60 )) min $(( wall % 60 )) s wall clock${split_walls}; vLLM engine starts: $(total engine_starts) (budget: 25 min, 14 starts); end-to-end tests run: $(total e2e_ran) of $(total e2e_selected)"
 # A run meant to include the end-to-end tests (no -m deselecting them) fails when none of them ran.
 if (( $(total e2e_meant) > 0 && $(total e2e_ran) == 0 )); then
   echo "error: no end-to-end test ran (all skipped or errored); -m \"not e2e\" runs the fast tests alone" >&2

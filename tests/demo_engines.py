@@ -12,6 +12,7 @@ import importlib.metadata
 import importlib.util
 import json
 import os
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -285,11 +286,21 @@ class EngineSlot:
 
         env = {**(env or {}), **pinning_env(cpus, dict(env or {}), cpu_device=True)}
 
+        # the demo scope declares a device counter (path_markers.device_counters): as fasttrack's own engines,
+        # each gets a fresh folder for prometheus_client's multiprocess mode, so the worker's counter reaches /metrics
+        prom = self.root / "prometheus" / key
+        shutil.rmtree(prom, ignore_errors=True)
+        prom.mkdir(parents=True)
         eng = ManagedEngine(
             side=side,
             model=model,
             args=[*args, *profiler_args(self.profiler_dir(key)), *per_request_metrics_args(args)],
-            env={"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **(env or {})},
+            env={
+                "HF_HUB_OFFLINE": "1",
+                "TOKENIZERS_PARALLELISM": "false",
+                "PROMETHEUS_MULTIPROC_DIR": str(prom),
+                **(env or {}),
+            },
             log_dir=self.root / "logs",
             log_name=key,
             startup_timeout=900.0,

@@ -17,6 +17,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 from fasttrack.checks.batching import BatchCheck, verify_batch
+from fasttrack.engine.tls import tls_context
 from fasttrack.results import PathEvidence, Side
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -143,7 +144,7 @@ class WindowRecord(BaseModel):
 async def _sample_running(engine: "EngineHandle", out: list[float], stop: asyncio.Event, interval: float) -> None:
     from fasttrack.engine import parse_prometheus
 
-    async with httpx.AsyncClient(timeout=5.0) as http:
+    async with httpx.AsyncClient(timeout=5.0, verify=tls_context()) as http:
         while not stop.is_set():
             try:
                 r = await http.get(engine.base_url + "/metrics")

@@ -24,6 +24,7 @@ import httpx
 
 from fasttrack.engine.errors import EngineRequestError
 from fasttrack.engine.responses import CompletionResult, Endpoint, Request, error_message, parse_full, parse_stream
+from fasttrack.engine.tls import tls_context
 
 _PATHS: dict[str, str] = {"completion": "/v1/completions", "chat": "/v1/chat/completions"}
 
@@ -67,6 +68,7 @@ class EngineClient:
         self._http = httpx.AsyncClient(
             base_url=self.base_url,
             timeout=httpx.Timeout(timeout, connect=10.0),
+            verify=tls_context(),
             limits=httpx.Limits(
                 max_connections=max_connections,
                 max_keepalive_connections=max_connections,

@@ -22,6 +22,7 @@ from fasttrack.engine.errors import EngineStartError
 from fasttrack.engine.launchers import Launcher
 from fasttrack.engine.logs import read_log_range
 from fasttrack.engine.start import start_engine
+from fasttrack.engine.tls import tls_context
 
 PROBE_PROMPTS = ("The capital of France is", "One, two, three,")
 PROBE_TOKENS = 8
@@ -98,7 +99,7 @@ def probe_deployment(
     try:
         start = eng.log_offset()
         name = served_model or eng.model
-        with httpx.Client(timeout=httpx.Timeout(300.0, connect=10.0)) as http:
+        with httpx.Client(timeout=httpx.Timeout(300.0, connect=10.0), verify=tls_context()) as http:
             for prompt in PROBE_PROMPTS:
                 r = http.post(
                     eng.base_url + "/v1/completions",

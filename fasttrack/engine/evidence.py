@@ -87,6 +87,8 @@ class WindowEvidence(BaseModel):
     """Decode steps whose kernels carry an optimized marker but which the device counter did not confirm."""
     host_marker_ops: int = 0
     """Marker matches on host-side records of a GPU trace (not evidence: see the trace module)."""
+    device_counter_missing: bool = False
+    """The markers declare a device counter the engine did not export: the window's optimized steps are unconfirmed."""
     notes: list[str] = Field(default_factory=list)
     """What could not be measured and why."""
 
@@ -120,6 +122,7 @@ class WindowEvidence(BaseModel):
                 "device_stock_steps": self.device_stock_steps,
                 "device_unconfirmed_steps": self.device_unconfirmed_steps,
                 "host_marker_ops": self.host_marker_ops,
+                "device_counter_missing": self.device_counter_missing,
                 "trace_files": self.trace_files,
                 "fallback_lines": self.fallback_lines[:5],
                 "notes": self.notes,
@@ -220,6 +223,7 @@ def apply_device_counters(
     share of that size's optimized steps is marked ``device_unconfirmed`` (the counter is one number per
     window, so which steps of a size fell back cannot be told) and no longer counts as optimized."""
     if optimized is None:
+        ev.device_counter_missing = True
         ev.notes.append("the scope declares a device counter, but the engine's /metrics did not export it")
         return
     ev.device_optimized_steps = int(optimized)

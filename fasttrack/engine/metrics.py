@@ -17,6 +17,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 from fasttrack.engine.errors import EngineRequestError
+from fasttrack.engine.tls import tls_context
 
 if TYPE_CHECKING:  # pragma: no cover
     from fasttrack.engine.handle import EngineHandle
@@ -213,7 +214,7 @@ def _metrics_url(target: "EngineHandle | str") -> str:
 async def scrape_metrics(target: "EngineHandle | str", *, timeout: float = 10.0) -> MetricsSnapshot:
     """GET /metrics of an engine (handle or base URL) and parse it."""
     url = _metrics_url(target)
-    async with httpx.AsyncClient(timeout=timeout) as http:
+    async with httpx.AsyncClient(timeout=timeout, verify=tls_context()) as http:
         r = await http.get(url)
     if r.status_code != 200:
         raise EngineRequestError(r.text[:500], status_code=r.status_code, body=r.text, url=url)

@@ -24,6 +24,7 @@ from fasttrack.engine.errors import ProfilerError
 from fasttrack.engine.evidence import WindowEvidence, apply_device_counters, combine_analyses
 from fasttrack.engine.logs import scan_log
 from fasttrack.engine.metrics import MetricsSnapshot, metrics_diff, scrape_metrics_sync
+from fasttrack.engine.tls import tls_context
 from fasttrack.engine.trace import TRACE_CHUNK, MarkerSet, analyze_trace
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -88,7 +89,7 @@ class ProfilerWindow:
         self.name = name
         self.markers = markers or MarkerSet()
         self.fallback_pattern = fallback_pattern
-        self.scrape = scrape_metrics or bool(self.markers.device_optimized)
+        self.scrape = scrape_metrics or bool(self.markers.device_optimized and engine.side == "candidate")
         self.file_timeout = file_timeout
         self.request_timeout = request_timeout
         self.prefix = _safe_prefix(name)
@@ -125,12 +126,12 @@ class ProfilerWindow:
         self._log_start = self.engine.log_offset()
         if self.scrape:
             self._metrics_before = scrape_metrics_sync(self.engine)
-        with httpx.Client(timeout=self.request_timeout) as http:
+        with httpx.Client(timeout=self.request_timeout, verify=tls_context()) as http:
             self._post(http, "/start_profile", {"profile_prefix": self.prefix})
         self._t0 = time.monotonic()
 
     def _close(self) -> float:
-        with httpx.Client(timeout=self.request_timeout) as http:
+        with httpx.Client(timeout=self.request_timeout, verify=tls_context()) as http:
             self._post(http, "/stop_profile", None)
         return time.monotonic() - self._t0
 
@@ -183,7 +184,7 @@ class ProfilerWindow:
             after = scrape_metrics_sync(self.engine)
             d = metrics_diff(self._metrics_before, after)
             ev.metrics_delta = {k: v for k, v in d.deltas.items() if v}
-            if self.markers.device_optimized:
+            if self.markers.device_optimized and self.engine.side == "candidate":  # a stock build exports none
                 apply_device_counters(
                     ev,
                     analyses,

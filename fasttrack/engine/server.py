@@ -41,6 +41,7 @@ from fasttrack.engine.errors import EngineCrashed, EngineError, EngineStartError
 from fasttrack.engine.logs import free_log_path, read_log_tail
 from fasttrack.engine.procs import StopReport, free_port, group_members, start_logged, stop_group
 from fasttrack.engine.startup import StartupWatch
+from fasttrack.engine.tls import tls_context
 
 #: Default seconds to wait for each stop signal: SIGINT (graceful), SIGTERM, SIGKILL.
 DEFAULT_STOP_TIMEOUTS: tuple[float, float, float] = (30.0, 10.0, 10.0)
@@ -283,7 +284,7 @@ class ManagedEngine(EngineBase):
         t0 = time.monotonic()
         next_progress = t0 + self.progress_interval
         watch = StartupWatch(Path(self.log_path), started=t0)
-        with httpx.Client(timeout=httpx.Timeout(5.0, connect=2.0)) as http:
+        with httpx.Client(timeout=httpx.Timeout(5.0, connect=2.0), verify=tls_context()) as http:
             while True:
                 exited = self._exit_status()
                 if exited is not None:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from fasttrack.engine.tls import tls_context
 from fasttrack.inputs.shipped import InputSetError, Passage, stable_hash
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -35,7 +36,7 @@ class TokenizerClient:
         from fasttrack.engine import EngineRequestError
 
         url = self.base_url + path
-        async with httpx.AsyncClient(timeout=self._timeout) as http:
+        async with httpx.AsyncClient(timeout=self._timeout, verify=tls_context()) as http:
             try:
                 r = await http.post(url, json=body)
             except httpx.HTTPError as exc:

@@ -50,7 +50,7 @@ WORDS = [
     " today",
 ]
 WORD0 = 1000
-STEP_S = 0.015
+STEP_S = 0.005
 
 """Seconds per generated position (one 'engine step', whatever n is)."""
 BOS = 1

@@ -453,3 +453,21 @@ def test_a_long_refusal_line_keeps_the_part_that_matched() -> None:
     assert "does not support this deployment" in kept and len(kept) == LINE_CHARS
     assert _clip("short line", "nothing") == "short line"
     assert _clip(line, None) == line[-LINE_CHARS:]
+
+
+def test_a_declared_device_counter_the_candidate_did_not_export_is_not_run_never_pass(tmp_path: Path) -> None:
+    """The kernels' names alone cannot tell a kernel that fell back inside: where the scope declares a device
+    counter and the candidate's /metrics lacks it, the point is not run, whatever the trace says."""
+    ctx = demo_ctx(tmp_path)
+    _all_points(ctx)
+    point = f"{GID}-b4-ctx32"
+    for e in ctx.evidence:
+        if e.point == point and e.side == "candidate" and e.check == "equivalence":
+            e.detail["device_counter_missing"] = True
+    chk = CoverageCheck()
+    _probes(chk)
+    res = chk.judge(ctx)
+    assert res.verdict is not Verdict.PASS
+    (row,) = [r for r in res.tables["coverage"] if r["point"] == point and r["check"] == "equivalence"]
+    assert row["verdict"] == "not_run" and "device counter" in row["detail"]
+    assert all(r["verdict"] == "pass" for r in res.tables["coverage"] if r["point"] != point and r["in_plan"])

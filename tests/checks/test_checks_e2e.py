@@ -202,6 +202,11 @@ def test_clean_candidate_passes_all_three_checks(demo: Demo, baseline: Collected
     assert all(r["verdict"] == "pass" for r in cov.tables["markers"]), cov.tables["markers"]
     covered = {r["point"] for r in cov.tables["coverage"] if r["verdict"] == "pass"}
     assert covered == {p.id for p in demo.plan.points} - skipped
+    # the scope's device counter (the plugin's count of its fast steps, on /metrics) was read around every candidate
+    # window and confirmed every optimized decode step the traces show
+    passing = [r for r in cov.tables["coverage"] if r["verdict"] == "pass"]
+    assert all(r["candidate_device_counted"] is True for r in passing), passing
+    assert all(r["candidate_device_unconfirmed_steps"] == 0 for r in passing), passing
     assert all(
         r["verdict"] in ("pass", "not_exercised")
         for r in cov.tables["coverage"]

@@ -120,13 +120,19 @@ def test_serve_spec_adds_the_served_name_and_the_path_evidence_settings(tmp_path
     cfg = json.loads(args[args.index("--profiler-config") + 1])
     assert cfg["profiler"] == "torch" and cfg["torch_profiler_dir"] == str((tmp_path / "profiles/g.candidate.0"))
     assert spec.profiler_dir == tmp_path / "profiles/g.candidate.0"
-    assert dict(spec.env) == group.env["candidate"] and spec.model == "/models/demo"
+    counters = str(tmp_path / "engines/g.candidate.0.prometheus")  # the CPU demo names a device counter
+    assert dict(spec.env) == {**group.env["candidate"], "PROMETHEUS_MULTIPROC_DIR": counters}
+    assert spec.model == "/models/demo"
     on = serve_spec(loaded.scope, group, "candidate", model="m", run_dir=tmp_path, name="n", per_request_metrics=True)
     off = serve_spec(loaded.scope, group, "candidate", model="m", run_dir=tmp_path, name="n", per_request_metrics=False)
     assert "--enable-per-request-metrics" in on.args and "--enable-per-request-metrics" not in off.args
     bare = serve_spec(loaded.scope, group, "baseline", model="m", run_dir=tmp_path, name="n", evidence=False)
     assert "--profiler-config" not in bare.args and bare.profiler_dir is None
-    assert "PROMETHEUS_MULTIPROC_DIR" not in spec.env  # the CPU demo names no device counters
+    no_counters = loaded.scope.model_copy(
+        update={"path_markers": loaded.scope.path_markers.model_copy(update={"device_counters": None})}
+    )
+    plain = serve_spec(no_counters, group, "candidate", model="m", run_dir=tmp_path, name="n")
+    assert "PROMETHEUS_MULTIPROC_DIR" not in plain.env  # a scope that names no device counter gets no folder
 
 
 def test_serve_spec_gives_the_device_counters_a_folder(tmp_path: Path) -> None:

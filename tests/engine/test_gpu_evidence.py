@@ -99,7 +99,8 @@ def test_a_kernel_that_falls_back_inside_is_caught_by_its_device_counter():
 
 def test_a_declared_counter_the_engine_does_not_export_is_said():
     ev = _window(None)
-    assert ev.device_optimized_steps is None
+    assert ev.device_optimized_steps is None and ev.device_counter_missing
+    assert ev.to_path_evidence(check="equivalence", point="p").detail["device_counter_missing"] is True
     assert any("did not export it" in n for n in ev.notes)
 
 

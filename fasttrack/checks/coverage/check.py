@@ -295,6 +295,12 @@ class CoverageCheck(EngineCheck, DeploymentCheck):
                 why = "no candidate path evidence" + (
                     ": " + sides["candidate"][0].detail["unavailable"] if sides["candidate"] else ""
                 )
+            elif n_dec and any(e.side == "candidate" and e.detail.get("device_counter_missing") for e in cand):
+                v = Verdict.NOT_RUN
+                why = (
+                    "the scope declares a device counter (path_markers.device_counters) that the candidate's /metrics "
+                    "did not export, so which path its kernels took could not be confirmed"
+                )
             elif n_dec == 0:
                 v = None  # this check did not exercise the point's decode path (e.g. its round formed a smaller batch)
                 why = "not exercised: the candidate's windows of this check contain no decode step for this point"
@@ -333,6 +339,16 @@ class CoverageCheck(EngineCheck, DeploymentCheck):
                     "candidate_optimized_ops": sum(e.optimized_ops for e in cand),
                     "candidate_stock_ops": sum(e.stock_ops for e in cand),
                     "candidate_fallback_events": sum(e.fallback_events for e in cand),
+                    # the declared device counter, read over every candidate window of the cell (None: none declared
+                    # or none read); steps it did not confirm are not counted in candidate_optimized_decode_steps
+                    "candidate_device_counted": (
+                        all(e.detail.get("device_optimized_steps") is not None for e in cand)
+                        if cand and ctx.scope.path_markers and ctx.scope.path_markers.device_counters
+                        else None
+                    ),
+                    "candidate_device_unconfirmed_steps": sum(
+                        int(e.detail.get("device_unconfirmed_steps") or 0) for e in cand
+                    ),
                     "baseline_decode_steps": sum(e.decode_steps for e in base),
                     "baseline_optimized_ops": base_opt,
                     "baseline_stock_ops": sum(e.stock_ops for e in base),

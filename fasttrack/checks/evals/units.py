@@ -9,6 +9,7 @@ import httpx
 
 from fasttrack.checks.context import RunContext
 from fasttrack.engine.client import KEEPALIVE_EXPIRY_S
+from fasttrack.engine.tls import tls_context
 from fasttrack.errors import FasttrackError
 from fasttrack.evals.compare import SampleOutcome
 from fasttrack.evals.datasets import ResolvedDataset
@@ -131,7 +132,9 @@ class TokenCounter:
         self.base_url = base_url
         self.model = model
         self.max_model_len: int | None = None
-        self._http = httpx.Client(timeout=120.0, limits=httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_S))
+        self._http = httpx.Client(
+            timeout=120.0, verify=tls_context(), limits=httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_S)
+        )
         self(([{"role": "user", "content": "x"}]))
 
     def __call__(self, messages: list[dict[str, str]]) -> int:
