@@ -81,7 +81,8 @@ from fasttrack.perf.tokens import pool_from_engine  # noqa: E402 - the repositor
 from fasttrack.perf.workloads import RunInputs, WorkItem, execute, plan_items, warm_up  # noqa: E402 - the repository root goes on sys.path first
 from fasttrack.stats import mde_for_estimate, wilson_interval  # noqa: E402 - the repository root goes on sys.path first
 
-MARGINS = (0.05, 0.10, 0.25, 0.4, 0.5, 0.6)
+MARGINS = (0.05, 0.10, 0.25, 0.3, 0.33, 0.4, 0.5, 0.6)
+LOG_DIR = Path("/tmp") / "fasttrack-false-alarm-logs"
 
 
 def _items(ns: argparse.Namespace) -> tuple[Any, list[WorkItem], Any]:
@@ -98,15 +99,30 @@ def _items(ns: argparse.Namespace) -> tuple[Any, list[WorkItem], Any]:
     return loaded, items, plan.groups[0]
 
 
-def _engine_setup(ns: argparse.Namespace) -> tuple[Any, list[WorkItem], Any, Any, list[str]]:
-    """(loaded scope, work items, engine group, model folder, stock engine arguments)."""
-    from fasttrack.engine import per_request_metrics_args
+def _engine_setup(ns: argparse.Namespace) -> tuple[Any, list[WorkItem], Any, Any]:
+    """(loaded scope, work items, engine group, model folder)."""
     from fasttrack.models import resolve_model
 
     loaded, items, group = _items(ns)
     model_dir = resolve_model(loaded.scope, base_dir=loaded.base_dir, log=lambda m: print(m, file=sys.stderr)).model
-    args = [*group.args["baseline"], "--served-model-name", loaded.scope.model.served_name or "demo-llama"]
-    return loaded, items, group, model_dir, args + per_request_metrics_args(args)
+    return loaded, items, group, model_dir
+
+
+def _stock_engine(loaded: Any, group: Any, model_dir: Any, name: str) -> tuple[list[str], dict[str, str | None]]:
+    """Arguments and environment of one stock engine, exactly as ``fasttrack validate`` serves the baseline
+    (``fasttrack.engine.cmdline.serve_spec``: profiler configuration, per-request metrics, the scope's device
+    counters' folder, a fresh one per engine)."""
+    import shutil
+
+    from fasttrack.engine.cmdline import DEVICE_COUNTERS_ENV, serve_spec
+
+    spec = serve_spec(loaded.scope, group, "baseline", model=model_dir, run_dir=LOG_DIR, name=name)
+    env: dict[str, str | None] = dict(spec.env)
+    counters = env.get(DEVICE_COUNTERS_ENV)
+    if counters:
+        shutil.rmtree(counters, ignore_errors=True)
+        Path(counters).mkdir(parents=True)
+    return list(spec.args), env
 
 
 async def _one_run(client: Any, it: WorkItem, k: int, inputs: RunInputs, *, side: str, lifetime: int) -> RunMetrics:
@@ -135,19 +151,14 @@ async def _one_run(client: Any, it: WorkItem, k: int, inputs: RunInputs, *, side
 def collect(ns: argparse.Namespace) -> dict[str, Any]:
     from fasttrack.engine import start_engine
 
-    loaded, items, group, model_dir, args = _engine_setup(ns)
+    loaded, items, group, model_dir = _engine_setup(ns)
     runs: list[dict[str, Any]] = []
     timing: list[dict[str, float]] = []
     t_all = time.perf_counter()
     for lt in range(ns.lifetimes):
         t0 = time.perf_counter()
-        eng = start_engine(
-            side="baseline",
-            model=model_dir,
-            args=args,
-            env=group.env["baseline"],
-            log_dir=Path("/tmp") / "fasttrack-false-alarm-logs",
-        )
+        args, env = _stock_engine(loaded, group, model_dir, f"baseline.{lt}")
+        eng = start_engine(side="baseline", model=model_dir, args=args, env=env, log_dir=LOG_DIR)
         up = time.perf_counter() - t0
         try:
 
@@ -201,7 +212,7 @@ def _start_retrying(*, side: str, cpus: list[int] | None, **kw: Any) -> Any:
     for attempt in range(3):
         try:
             with pinned(cpus):
-                return start_engine(side=side, log_dir=Path("/tmp") / "fasttrack-false-alarm-logs", **kw)
+                return start_engine(side=side, log_dir=LOG_DIR, **kw)
         except EngineStartError as exc:
             if attempt == 2:
                 raise
@@ -213,7 +224,7 @@ def _start_retrying(*, side: str, cpus: list[int] | None, **kw: Any) -> Any:
 def collect_interleaved(ns: argparse.Namespace) -> dict[str, Any]:
     """``ns.interleaved`` pairs of stock engines, both up, runs alternating as the check takes them."""
 
-    loaded, items, group, model_dir, args = _engine_setup(ns)
+    loaded, items, group, model_dir = _engine_setup(ns)
     # the check's own interleaving (order, settle pause), with a fixed number of run pairs and no looks
     settle = loaded.scope.gates.perf.interleave_settle_s if ns.settle is None else ns.settle
     fixed = loaded.scope.gates.perf.model_copy(
@@ -234,7 +245,7 @@ def collect_interleaved(ns: argparse.Namespace) -> dict[str, Any]:
             for side in order:
                 # the check's own pinning: each engine of the pair on its own cores, halves swapped per pair
                 cpus = None if ns.no_pin else pair_cpus(side, lt)
-                env = dict(group.env["baseline"])
+                args, env = _stock_engine(loaded, group, model_dir, f"{side}.{lt}")
                 env.update(pinning_env(cpus, env, cpu_device=True))
                 engines[side] = _start_retrying(
                     side=side, cpus=cpus, model=model_dir, args=args, env=env, exclusive=not engines
