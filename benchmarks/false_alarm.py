@@ -655,6 +655,14 @@ def _stored(r: dict[str, Any]) -> RunMetrics:
     return RunMetrics.model_validate({k: v for k, v in r.items() if k in RunMetrics.model_fields})
 
 
+def _read_json(path: Path) -> dict[str, Any]:
+    """A stored measurement (``.json``, or gzip-compressed ``.json.gz`` as kept in ``benchmarks/results``)."""
+    import gzip
+
+    raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+    return json.loads(raw)
+
+
 def join_runs(parts: list[dict[str, Any]]) -> dict[str, Any]:
     """Stored measurements of one design joined into one: lifetimes (pairs) renumbered after each other."""
     if len(parts) == 1:
@@ -741,11 +749,12 @@ def main(argv: list[str] | None = None) -> int:
         "--from-json",
         type=Path,
         nargs="+",
-        help="analyse stored runs instead of measuring; several files of one design are joined (lifetimes renumbered)",
+        help="analyse stored runs (.json or .json.gz) instead of measuring; several files of one design are joined "
+        "(lifetimes renumbered)",
     )
     ns = ap.parse_args(argv)
     if ns.from_json:
-        data = join_runs([json.loads(p.read_text()) for p in ns.from_json])
+        data = join_runs([_read_json(p) for p in ns.from_json])
     else:
         data = collect_interleaved(ns) if ns.interleaved else collect(ns)
         if ns.json:

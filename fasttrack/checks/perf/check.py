@@ -315,7 +315,7 @@ class PerfCheck(PairedCheck):
         pin = ctx.scope.engine.cpu_pinning
         if pin.mode == "off" or pin.alternate != "runs":
             return None
-        pids = {side: list(getattr(e, "group_pids", lambda: [])()) for side, e in engines.items()}
+        pids: dict[str, list[int]] = {side: list(getattr(e, "group_pids", lambda: [])()) for side, e in engines.items()}
         if not pids["baseline"] or not pids["candidate"]:
             return None
         record["core_moves"] = 0

@@ -10,6 +10,7 @@ from fasttrack.engine.errors import EngineCrashed, EngineUnreachable
 from fasttrack.perf.analysis import ItemState, look, look_summary
 from fasttrack.perf.metrics import RunMetrics
 from fasttrack.perf.schedule import LookSchedule
+from fasttrack.results import Side
 from fasttrack.scope import PerfGate
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -96,11 +97,11 @@ def take_look(s: ItemState, *, gate: PerfGate, sched: LookSchedule) -> bool:
     return d.final
 
 
-PAIR_ORDERS = (("baseline", "candidate"), ("candidate", "baseline"))
+PAIR_ORDERS: tuple[tuple[Side, Side], tuple[Side, Side]] = (("baseline", "candidate"), ("candidate", "baseline"))
 """The two run pairs of an A B B A block."""
 
 
-def pair_order(k: int, lifetime: int) -> tuple[str, str]:
+def pair_order(k: int, lifetime: int) -> tuple[Side, Side]:
     """The sides of run pair ``k`` on the ``lifetime``-th pair of engines, in time order.
 
     Runs follow A B B A blocks (pairs 2j and 2j+1 are A B then B A), so within every block both sides
