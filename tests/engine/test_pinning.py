@@ -91,7 +91,7 @@ def test_two_running_engines_trade_cores_thread_by_thread() -> None:
         for cpu in (CPUS[0], CPUS[-1]):
             with pinned([cpu]):
                 procs.append(subprocess.Popen([sys.executable, "-c", code]))
-        time.sleep(0.5)
+        _wait_for_threads(procs)
         now = swap_cpus([procs[0].pid], [procs[1].pid])
         assert now == ([CPUS[-1]], [CPUS[0]])
         for p, want in zip(procs, ([CPUS[-1]], [CPUS[0]]), strict=True):
@@ -117,8 +117,16 @@ def _sleepers(cpus: list[int]) -> list[subprocess.Popen]:
     for cpu in cpus:
         with pinned([cpu]):
             procs.append(subprocess.Popen([sys.executable, "-c", code]))
-    time.sleep(0.5)
+    _wait_for_threads(procs)
     return procs
+
+
+def _wait_for_threads(procs: list[subprocess.Popen], n: int = 4, timeout: float = 60.0) -> None:
+    """Until each child runs its ``n`` threads (a loaded host can take seconds to start Python)."""
+    t0 = time.monotonic()
+    while any(len(os.listdir(f"/proc/{p.pid}/task")) < n for p in procs):
+        assert time.monotonic() - t0 < timeout, "the child processes did not start their threads"
+        time.sleep(0.05)
 
 
 def _threads_on(pid: int) -> set[tuple[int, ...]]:

@@ -234,7 +234,7 @@ class PerfCheck(PairedCheck):
             PerfClient(engines["baseline"].base_url, model=engines["baseline"].model) as cb,
             PerfClient(engines["candidate"].base_url, model=engines["candidate"].model) as cc,
         ):
-            clients = {"baseline": cb, "candidate": cc}
+            clients: dict[Side, PerfClient] = {"baseline": cb, "candidate": cc}
             for s in todo:
                 it = s.item
                 s.gpus.update(gpus)
@@ -242,16 +242,8 @@ class PerfCheck(PairedCheck):
                     for side in SIDES:
                         inputs[side].trace = st.traces[it.workload]
                 t_item = time.perf_counter()
-                n_warm: dict[str, int] = {}
-                try:
-                    for side in pair_order(0, lifetime):  # the side that opens the blocks warms up first
-                        if placer is not None:
-                            placer(side, 0)
-                        n_warm[side] = await warm_up(clients[side], it, inputs[side])
-                except Exception as exc:  # noqa: BLE001 - a harness-side failure is recorded, not raised
-                    s.errors.append(
-                        f"interleaved lifetime {lifetime}: warm-up could not be sent: {type(exc).__name__}: {exc}"
-                    )
+                n_warm = await self._warm_pair(s, clients, inputs, lifetime=lifetime, placer=placer)
+                if n_warm is None:
                     continue
                 run_once: dict[str, Callable[[int], Awaitable[RunMetrics]]] = {
                     side: self._runner(
@@ -283,6 +275,29 @@ class PerfCheck(PairedCheck):
                     f"run(s) in {time.perf_counter() - t_item:.1f} s" + (f", {s.decision}" if s.looks else "")
                 )
         record["seconds"] = round(time.perf_counter() - t_life, 2)
+
+    @staticmethod
+    async def _warm_pair(
+        s: ItemState,
+        clients: Mapping[Side, PerfClient],
+        inputs: Mapping[Side, RunInputs],
+        *,
+        lifetime: int,
+        placer: Callable[[str, int], None] | None,
+    ) -> dict[str, int] | None:
+        """One discarded warm-up wave per side before an item's interleaved runs, the side that opens the
+        lifetime pair's blocks first (on the measuring cores with ``alternate: runs``); warm-up requests per
+        side, or None when a warm-up could not be sent (recorded on the item)."""
+        n_warm: dict[str, int] = {}
+        try:
+            for side in pair_order(0, lifetime):
+                if placer is not None:
+                    placer(side, 0)
+                n_warm[side] = await warm_up(clients[side], s.item, inputs[side])
+        except Exception as exc:  # noqa: BLE001 - a harness-side failure is recorded, not raised
+            s.errors.append(f"interleaved lifetime {lifetime}: warm-up could not be sent: {type(exc).__name__}: {exc}")
+            return None
+        return n_warm
 
     @staticmethod
     def _core_swapper(
