@@ -600,15 +600,46 @@ def test_a_slow_factor_makes_each_slowed_step_that_many_times_its_own_time(ops, 
         current=SimpleNamespace(batch=4),
         settings=BackendSettings(backend="latency_specialized", defect="slow-batch", slow_factor=1.5),
     )
-    layer0 = SimpleNamespace(layer_index=0)
     for gap in (0.0, 0.010, 0.010, 0.010, 5.0, 0.010):
         clock["t"] += gap  # the step's own work, after the last busy-wait (which the fake clock already ran)
         t0 = clock["t"]
-        ops._maybe_slow_step(d, layer0)
+        ops.maybe_slow_step(d)
         waits.append(clock["t"] - t0)
     assert waits[0] < 1e-3, "no gap known on the first step"
     assert all(w == pytest.approx(0.005, abs=2e-4) for w in waits[1:]), waits
     d.current = SimpleNamespace(batch=3)
     t0 = clock["t"]
-    ops._maybe_slow_step(d, layer0)
+    ops.maybe_slow_step(d)
     assert clock["t"] - t0 < 1e-3, "other batch sizes are not slowed"
+
+
+def test_a_slow_step_that_overran_its_wait_does_not_grow_the_next_wait(ops, monkeypatch) -> None:
+    """The wait a gap held is taken out as long as it really took: busy-waits that ran 15 ms over (their thread
+    descheduled at the deadline) do not count as the steps' own time, so the next wait stays half a step."""
+    clock = {"t": 100.0, "late": 0.0, "calls": 0}
+    waits: list[float] = []
+
+    def fake_clock() -> float:
+        clock["calls"] += 1
+        clock["t"] += 1e-7
+        if clock["late"] and clock["calls"] > 1:  # in the busy loop, not the step's first reading
+            clock["t"] += clock["late"]
+            clock["late"] = 0.0
+        return clock["t"]
+
+    monkeypatch.setattr(ops.time, "perf_counter", fake_clock)
+    monkeypatch.setattr(ops, "_SLOW_STEPS", {"start": None, "waited": 0.0, "cycles": []})
+    d = SimpleNamespace(
+        defect="slow-batch",
+        current=SimpleNamespace(batch=4),
+        settings=BackendSettings(backend="latency_specialized", defect="slow-batch", slow_factor=1.5),
+    )
+    for k, gap in enumerate((0.0, 0.010, 0.010, 0.010, 0.010, 0.010, 0.010)):
+        clock["t"] += gap
+        if k in (2, 3, 4):
+            clock["late"], clock["calls"] = 0.020, 0  # these steps' waits end 15 ms past their deadline
+        t0 = clock["t"]
+        ops.maybe_slow_step(d)
+        waits.append(clock["t"] - t0)
+    assert all(w == pytest.approx(0.020, abs=3e-4) for w in waits[2:5]), waits
+    assert all(w == pytest.approx(0.005, abs=2e-4) for w in waits[5:]), ("the overruns are not step time", waits)
