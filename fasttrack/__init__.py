@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import importlib
+import sys
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 __version__ = "0.1.0"
 
@@ -18,3 +22,18 @@ SOURCE_CHECKOUT = not SHIPPED.is_dir()
 #: Where suites/, examples/demo_model/, schemas/ and templates/ live: the repository root in a source
 #: checkout, else the copy shipped in the package (same layout, so relative paths hold in both).
 ROOT = _PACKAGE.parent if SOURCE_CHECKOUT else SHIPPED
+
+
+def lazy_exports(package: str, exports: Mapping[str, str]) -> Callable[[str], Any]:
+    """The module ``__getattr__`` of a package whose public names are imported from their defining modules on
+    first use (``exports``: name -> module of ``package``), so that importing the package stays cheap."""
+
+    def __getattr__(name: str) -> Any:
+        mod = exports.get(name)
+        if mod is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(f"{package}.{mod}"), name)
+        setattr(sys.modules[package], name, value)
+        return value
+
+    return __getattr__

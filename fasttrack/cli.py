@@ -7,9 +7,8 @@ import sys
 from typing import Any
 
 import typer
-from rich.console import Console
 
-from fasttrack import __version__
+from fasttrack import __version__, terminal
 from fasttrack.errors import FasttrackError
 
 app = typer.Typer(
@@ -19,8 +18,8 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-console = Console()
-err_console = Console(stderr=True, soft_wrap=True)
+console = terminal.console()
+err_console = terminal.console(stderr=True, soft_wrap=True)
 
 #: Modules that add subcommands; each defines ``register(app: typer.Typer) -> None``.
 SUBCOMMAND_MODULES: list[str] = [
@@ -181,7 +180,7 @@ def plan_cmd(
     checks = tier_checks(loaded.scope, whole, base_dir=loaded.base_dir)
     args_check = None if no_arg_check else engine_arg_check(plan)
     if args_check is not None:
-        raise_for_issues(args_check, scope_name=loaded.scope.name)
+        raise_for_issues(args_check, scope_name=loaded.scope.name, scope_path=loaded.path)
     if as_json:
         doc = plan.model_dump(mode="json")
         doc["checks_planned"] = [c.model_dump(mode="json") for c in checks]
@@ -191,9 +190,11 @@ def plan_cmd(
         return
     s = loaded.scope
     console.print(f"[bold]{s.title}[/]  scope={s.name} tier={plan.tier} shard={plan.shard}")
-    _print_plan_groups(plan)
-    _print_plan_checks(plan.tier, checks)
-    _print_arg_check(args_check)
+    from fasttrack.cli_plan import print_arg_check, print_plan_checks, print_plan_groups
+
+    print_plan_groups(console, plan)
+    print_plan_checks(console, plan.tier, checks)
+    print_arg_check(console, args_check)
     if passing.ok:
         console.print(f"passability: every required item of the {plan.tier} tier can run")
     else:
@@ -203,82 +204,6 @@ def plan_cmd(
         )
         for line in passing.lines():
             console.print(f"  - {line}", highlight=False)
-
-
-def _print_plan_groups(plan: Any) -> None:
-    """The engine groups, the estimate and its assumptions."""
-    from rich.table import Table
-
-    table = Table(title="engine groups (one engine launch per side and lifetime)")
-    table.add_column("group", no_wrap=True)
-    for col in ("GPUs", "nodes", "points", "batches", "contexts", "lifetimes/side"):
-        table.add_column(col, no_wrap=True)
-    table.add_column("candidate adds")
-    for g in plan.groups:
-        pts = plan.group_points(g)
-        table.add_row(
-            g.id,
-            str(g.gpus),
-            f"{g.nodes} x {g.gpus_per_node}" if g.nodes > 1 else "1",
-            str(len(pts)),
-            ",".join(str(b) for b in sorted({p.batch for p in pts})),
-            ",".join(
-                sorted(
-                    {("full" if p.full_context else str(p.context)) for p in pts},
-                    key=lambda x: (x == "full", len(x), x),
-                )
-            ),
-            str(g.lifetimes_per_side),
-            " ".join(a for a in g.args["candidate"] if a not in g.args["baseline"]),
-        )
-    console.print(table)
-    e = plan.estimate
-    a = e.assumptions
-    console.print(
-        f"{len(plan.points)} config points in {len(plan.groups)} engine groups; "
-        f"{e.engine_starts} engine starts, {e.requests:,} requests, ~{e.gpu_hours:,.1f} GPU-hours, "
-        f"~{e.node_hours:,.1f} node-hours, ~{e.wall_hours:,.1f} h wall"
-    )
-    multi = sorted({(g.nodes, g.gpus_per_node, g.node_kind) for g in plan.groups if g.nodes > 1}, key=str)
-    for nodes, per, kind in multi:
-        console.print(
-            f"engines of {nodes * (per or 0)} GPUs span {nodes} nodes of {per} GPUs" + (f" ({kind})" if kind else "")
-        )
-    console.print(
-        f"[dim]assumptions: engine start {a.engine_start_s:.0f} s, {a.requests_per_point} requests/point of "
-        f"{a.tokens_per_request} tokens, {a.decode_tokens_per_s:.0f} decode tok/s "
-        "(override in the scope's 'estimates')[/]"
-    )
-
-
-def _print_plan_checks(tier: str, checks: list[Any]) -> None:
-    """The registered checks in run order: whether the tier runs them, their gate section, what they exercise."""
-    from rich.markup import escape
-    from rich.table import Table
-
-    table = Table(title=f"checks, in run order (the {tier} tier's)")
-    for col in ("check", "runs", "required", "gate", "exercises"):
-        table.add_column(col, no_wrap=col != "exercises")
-    for c in checks:
-        table.add_row(
-            escape(c.name),
-            "yes" if c.runs else "no (the tier leaves it out)",
-            "yes" if c.required else "no",
-            escape(c.gate or "-"),
-            escape(", ".join(c.exercises) or "-"),
-        )
-    console.print(table)
-
-
-def _print_arg_check(args_check: Any) -> None:
-    if args_check is None:
-        console.print("[dim]engine arguments: not checked (--no-arg-check)[/]")
-    elif args_check.skipped:
-        console.print(f"[yellow]engine arguments: not checked: {args_check.skipped}[/]", highlight=False)
-    else:
-        console.print(
-            f"engine arguments: {len(args_check.checked)} argument lists accepted by vLLM {args_check.vllm_version}"
-        )
 
 
 # --------------------------------------------------------------------------- doctor
@@ -332,7 +257,8 @@ def isolation_cmd(
     head: str = typer.Option(..., "--head", help="Head ref (the PR's head commit)."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
-    """Classify every changed path as owned / shared component / elsewhere; exit 1 on shared."""
+    """Classify every changed path as owned / shared component / elsewhere, by the rule of validate's isolation
+    row: exit 0 when every path is owned or allowed, 1 when a shared component or any other path changed."""
     from pathlib import Path
 
     from rich.table import Table
@@ -343,25 +269,32 @@ def isolation_cmd(
 
     loaded = load_scope(model)
     if loaded.scope.isolation is None:
-        raise ScopeError(f"scope {loaded.scope.name!r} declares no isolation section (owned paths are unknown).")
+        raise ScopeError(
+            f"scope {loaded.scope.name!r} ({loaded.path}) declares no isolation section (owned paths are unknown)."
+        )
     res = check_isolation(Path(repo), base, head, loaded.scope.isolation)
     if as_json:
         _print_json(res.model_dump(mode="json"))
     else:
+        from fasttrack.bundle.cli import shown
+
         table = Table(title=f"changed paths {res.base_sha[:10]}..{res.head_sha[:10]}")
         for col in ("path", "status", "class", "component / glob"):
             table.add_column(col)
         style = {"owned": "green", "shared": "bold red", "elsewhere": "yellow"}
         for c in res.changed:
+            cls = "allowed" if c.allowed else c.classification
             table.add_row(
-                c.path + (f" (from {c.old_path})" if c.old_path else ""),
+                shown(c.path + (f" (from {c.old_path})" if c.old_path else "")),
                 c.status,
-                f"[{style[c.classification]}]{c.classification}[/]",
-                c.component or c.matched or "",
+                f"[{style[c.classification]}]{cls}[/]",
+                shown(c.component or c.matched or ""),
             )
         console.print(table)
-        color = {"pass": "green", "fail": "red", "review": "yellow"}[res.verdict]
-        console.print(f"[bold {color}]{res.verdict.upper()}[/]: {res.message}", highlight=False)
+        color = "green" if res.verdict == "pass" else "red"
+        console.print(f"[bold {color}]{res.verdict.upper()}[/]: {shown(res.message)}", highlight=False)
+        for f in res.failures:
+            console.print(f"  - {shown(f)}", highlight=False)
         console.print(f"[dim]diff sha256 {res.diff_sha256}[/]")
     raise typer.Exit(res.exit_code)
 

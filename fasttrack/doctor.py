@@ -161,6 +161,9 @@ def diagnose(
             add("problem", "nodes", f"{where}, but srun is not on PATH", "load Slurm's client tools")
         else:
             add("ok", "nodes", f"engines span up to {max(spans)} nodes; launcher {launcher.name}; {where}")
+            say("reading every node's hardware report (srun)")
+            for node_status, found, fix in _engine_nodes(scope.hardware, exe, max(spans), engine_gpus or None):
+                add(node_status, "engine nodes", found, fix)
     # ------------------------------------------------------------ disk and weights
     out = out_dir or Path.cwd()
     probe = out if out.exists() else Path.cwd()
@@ -242,6 +245,29 @@ def diagnose(
                 add(status, f"passability ({t})", line)
     add("note", "estimate", _estimate(plan))
     return rep
+
+
+def _engine_nodes(
+    hw: Any, python: str, nnodes: int, engine_gpus: list[int] | None
+) -> list[tuple[Status, str, str | None]]:
+    """Inside an allocation: what every node reports (one ``srun`` task per node) against the scope, and whether the
+    nodes an engine spans share one NVLink domain (the multi-node NVLink fabric)."""
+    from fasttrack.engine.nodes import allocation_reports, host_from_report
+    from fasttrack.hardware import match_nodes
+
+    reports, err = allocation_reports(python=python, nnodes=nnodes)
+    if err:
+        return [("problem", err, "run doctor inside the allocation the shard gets (salloc/sbatch -N)")]
+    hosts = [host_from_report(r) for r in reports]
+    m = match_nodes(hw, {"the allocation": hosts}, engine_gpus=engine_gpus)
+    out: list[tuple[Status, str, str | None]] = [("note", f, None) for f in m.facts]
+    fix = "ask Slurm for nodes of one NVLink domain (site slurm.placement: --segment, --switches or --constraint)"
+    out += [("problem", p, fix if "NVLink domain" in p or "fabric" in p else None) for p in m.problems]
+    if m.ok:
+        names = ", ".join(h.hostname or "?" for h in hosts)
+        one = " in one NVLink domain" if hw.node is not None and hw.node.fabric == "mnnvl" else ""
+        out.append(("ok", f"{len(hosts)} node(s) of the allocation ({names}) match the scope{one}", None))
+    return out
 
 
 def _estimate(plan: Plan) -> str:

@@ -364,3 +364,61 @@ def _nodes(hw: HardwareSpec, host: HostInfo, engines: list[int], problems: list[
         )
     elif have is not None and have < most:
         problems.append(f"the largest engine spans {most} nodes; the allocation has {have}")
+
+
+def one_domain_problem(hosts: list[HostInfo]) -> tuple[str, str | None]:
+    """(fact, problem): whether the GPUs of ``hosts`` lie in one NVLink domain (one fabric clique / cluster UUID,
+    every GPU's fabric state ``Completed``)."""
+    cliques = sorted({g.fabric_clique or "unknown" for h in hosts for g in h.gpus})
+    states = sorted({g.fabric_state or "unknown" for h in hosts for g in h.gpus})
+    fact = f"NVLink domain across {len(hosts)} node(s): clique(s) {', '.join(cliques) or 'none'}; state(s) " + (
+        "/".join(states) or "none"
+    )
+    if not any(h.gpus for h in hosts):
+        return fact, "no node reported a GPU, so their NVLink domain is unknown"
+    if "unknown" in cliques or len(cliques) != 1:
+        return fact, f"the nodes are not in one NVLink domain (fabric cliques {', '.join(cliques)})"
+    if states != ["Completed"]:
+        return fact, f"the multi-node NVLink fabric is not up on every node (states {'/'.join(states)})"
+    return fact, None
+
+
+def match_nodes(
+    hw: HardwareSpec, engines: dict[str, list[HostInfo]], *, engine_gpus: list[int] | None = None
+) -> HardwareMatch:
+    """Whether the nodes each engine reports (label -> one :class:`HostInfo` per node) can run the scope's engines:
+    every node as :func:`match_hardware` checks a host (the engine's reported nodes standing for the allocation),
+    and the nodes of an engine that spans them over the multi-node NVLink fabric in one NVLink domain."""
+    problems: list[str] = []
+    facts: list[str] = []
+    found: list[str] = []
+    for label, hosts in engines.items():
+        if not hosts:
+            if hw.device == "gpu":
+                problems.append(f"{label}: reported no hardware")
+            else:
+                facts.append(f"{label}: reported no hardware (a CPU scope runs on any host)")
+            continue
+        found.append(f"{label}: " + "; ".join(describe_host(h) for h in hosts))
+        for i, host in enumerate(hosts):
+            where = f"{label} node {i}" + (f" ({host.hostname})" if host.hostname else "")
+            alloc = host.model_copy(
+                update={"allocation_nodes": len(hosts), "allocation": f"{label}: {len(hosts)} reported node(s)"}
+            )
+            m = match_hardware(hw, alloc, engine_gpus=engine_gpus)
+            problems += [f"{where}: {p}" for p in m.problems]
+            if i == 0:
+                facts += [f"{label}: {f}" for f in m.facts]
+        node = hw.node
+        if hw.device == "gpu" and node is not None and node.fabric == "mnnvl" and len(hosts) > 1:
+            fact, problem = one_domain_problem(hosts)
+            facts.append(f"{label}: {fact}")
+            if problem:
+                problems.append(f"{label}: {problem}")
+    return HardwareMatch(
+        ok=not problems,
+        required=describe_requirement(hw),
+        found="; ".join(found) or "no engine reported its hardware",
+        problems=problems,
+        facts=facts,
+    )

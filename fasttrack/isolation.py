@@ -3,12 +3,12 @@
 Asks git for every path changed between two refs (renames and deletions included,
 both sides of a rename), classifies each path as ``owned``, ``shared`` (one of the
 off-limits components: input preparation, sampling, KV-cache management) or
-``elsewhere``, and derives a verdict:
+``elsewhere``, and derives a verdict by one rule, the one ``fasttrack isolation`` and the
+isolation row of ``fasttrack validate`` both apply (:func:`judge_paths`):
 
-- every path owned -> ``pass``
-- any shared component touched -> ``fail`` ("needs core-maintainer review")
-- otherwise, paths elsewhere -> ``review`` (reported for a maintainer to look at), unless the
-  scope's ``allowed_paths`` cover them (then they are listed and the verdict is ``pass``)
+- every path owned, or outside the owned paths but in the scope's ``allowed_paths`` (listed) -> ``pass``
+- any shared component touched -> ``fail`` ("needs core-maintainer review"), naming the component
+- any other path outside the owned ones -> ``fail``, naming it
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from fasttrack.scope import IsolationSpec
 
 Classification = Literal["owned", "shared", "elsewhere"]
 """Where a changed path lies: in the optimization's own paths, in a shared component, or elsewhere."""
-IsolationVerdict = Literal["pass", "fail", "review"]
-"""``review``: paths outside the owned ones changed (reported, not failed)."""
+IsolationVerdict = Literal["pass", "fail"]
+"""``fail``: a shared component, or a path outside the owned and allowed ones, changed."""
 
 
 class ChangedPath(BaseModel):
@@ -62,10 +62,13 @@ class IsolationResult(BaseModel):
     diff_sha256: str
     """sha256 of the full binary diff base..head (what was reviewed)."""
     changed: list[ChangedPath]
+    failures: list[str] = []
+    """One line per changed path that fails the rule, naming the path and why."""
 
     @property
     def exit_code(self) -> int:
-        return {"pass": 0, "review": 0, "fail": 1}[self.verdict]
+        """0 for ``pass``, 1 for ``fail``: the exit code of ``validate --checks isolation`` on the same diff."""
+        return 0 if self.verdict == "pass" else 1
 
 
 class Glob:
@@ -257,32 +260,7 @@ def check_isolation(repo: Path | str, base: str, head: str, spec: IsolationSpec)
     assert isinstance(diff, bytes)
     digest = hashlib.sha256(diff).hexdigest()
 
-    verdict: IsolationVerdict
-    shared = [c for c in changed if c.classification == "shared"]
-    elsewhere = [c for c in changed if c.classification == "elsewhere" and not c.allowed]
-    allowed = [c for c in changed if c.allowed]
-    if not changed:
-        verdict, msg = "pass", "no paths changed"
-    elif shared:
-        names = ", ".join(f"{c.path} ({c.component.replace('_', ' ')})" for c in shared if c.component)
-        verdict, msg = "fail", f"touches shared components, needs core-maintainer review: {names}"
-    elif elsewhere:
-        verdict, msg = (
-            "review",
-            f"{len(elsewhere)} changed path(s) outside the owned paths, reported for review: "
-            + ", ".join(c.path for c in elsewhere),
-        )
-    else:
-        owned = len(changed) - len(allowed)
-        verdict, msg = (
-            "pass",
-            f"all {len(changed)} changed path(s) are owned by the optimization"
-            + (
-                f" ({owned}) or in the scope's allowed paths ({len(allowed)}: {', '.join(c.path for c in allowed)})"
-                if allowed
-                else ""
-            ),
-        )
+    verdict, msg, failures = judge_paths(changed)
     return IsolationResult(
         verdict=verdict,
         message=msg,
@@ -294,4 +272,44 @@ def check_isolation(repo: Path | str, base: str, head: str, spec: IsolationSpec)
         merge_base_sha=merge_base,
         diff_sha256=digest,
         changed=changed,
+        failures=failures,
     )
+
+
+def judge_paths(changed: list[ChangedPath]) -> tuple[IsolationVerdict, str, list[str]]:
+    """The isolation rule: (verdict, the reason in one sentence, one failure line per offending path).
+
+    ``pass`` only when nothing shared and nothing outside the owned and allowed paths changed."""
+    shared = [c for c in changed if c.classification == "shared"]
+    elsewhere = [c for c in changed if c.classification == "elsewhere" and not c.allowed]
+    allowed = [c for c in changed if c.allowed]
+    failures = [
+        f"{c.path} ({c.status}) is in the shared component {str(c.component).replace('_', ' ')} "
+        f"(glob {c.matched}): needs core-maintainer review"
+        for c in shared
+    ] + [
+        f"{c.path} ({c.status}) is outside the owned paths and the scope does not allow it (isolation.allowed_paths)"
+        for c in elsewhere
+    ]
+    if not changed:
+        return "pass", "no paths changed", []
+    if shared:
+        components = sorted({str(c.component) for c in shared})
+        msg = f"the change touches the shared component(s) {', '.join(components)}, which needs core-maintainer " + (
+            "review: " + ", ".join(c.path for c in shared)
+        )
+        if elsewhere:
+            msg += f"; and {len(elsewhere)} path(s) outside the owned paths: " + ", ".join(c.path for c in elsewhere)
+        return "fail", msg, failures
+    if elsewhere:
+        msg = f"{len(elsewhere)} changed path(s) outside the owned paths, not allowed by the scope: " + ", ".join(
+            c.path for c in elsewhere
+        )
+        return "fail", msg, failures
+    owned = len(changed) - len(allowed)
+    msg = f"all {len(changed)} changed path(s) are owned by the optimization" + (
+        f" ({owned}) or in the scope's allowed paths ({len(allowed)}: {', '.join(c.path for c in allowed)})"
+        if allowed
+        else ""
+    )
+    return "pass", msg, []

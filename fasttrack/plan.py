@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fasttrack.errors import PlanError
 from fasttrack.limits import MAX_SHARDS, SHARD_SPEC_MAX_CHARS
-from fasttrack.scope import TIER_ORDER, Envelope, Estimates, Scope, SpecDecodeSpec, expand_spec_names
+from fasttrack.scope import TIER_ORDER, Envelope, Estimates, Scope, SpecDecodeSpec, TierName
 
 SIDES = ("baseline", "candidate")
 
@@ -97,6 +97,9 @@ class PlanEstimate(_Model):
     node_hours: float = 0.0
     """Node-hours: hosts held times hours (an engine of 4 nodes for one hour is 4 node-hours)."""
     wall_hours: float
+    checks: dict[str, dict[str, float | int]] = Field(default_factory=dict)
+    """Per check (and ``engine starts``): wall, GPU and node hours, requests and decode tokens
+    (:mod:`fasttrack.cost`)."""
     assumptions: Estimates
     """The assumptions these numbers derive from (scope.estimates)."""
 
@@ -258,11 +261,9 @@ def build_plan(
     i, n = parse_shard(shard)
     env: Envelope = scope.envelope
     t = scope.tiers[tier]
-    tps = t.tensor_parallel or env.tensor_parallel
-    dcps = t.decode_context_parallel or env.decode_context_parallel
-    specs = expand_spec_names(t.speculative if t.speculative is not None else [s.name for s in env.speculative], env)
-    batches = t.batch or env.batch.sweep
-    contexts = t.context or env.context.sweep
+    matrix = scope.tier_matrix(tier)
+    tps, dcps, specs = matrix.tensor_parallel, matrix.decode_context_parallel, matrix.speculative
+    batches, contexts = matrix.batch, matrix.context
     out_tokens = scope.gates.equivalence.max_tokens
     hw = scope.hardware
     on_gpu = hw.device == "gpu"
@@ -335,7 +336,7 @@ def build_plan(
             {"scope": scope_sha256 or scope.name, "tier": tier, "points": [p.id for p in points]}, sort_keys=True
         ).encode()
     ).hexdigest()
-    groups, points = _shard(groups, points, i, n, scope.estimates)
+    groups, points = _shard(groups, points, i, n, scope, tier)
     return Plan(
         scope=scope.name,
         scope_sha256=scope_sha256,
@@ -343,7 +344,7 @@ def build_plan(
         shard=f"{i}/{n}",
         points=points,
         groups=groups,
-        estimate=estimate(groups, scope.estimates),
+        estimate=estimate(groups, points, scope, tier),
         checks=t.checks,
         check_order=check_order,
         workloads=t.workloads,
@@ -353,19 +354,15 @@ def build_plan(
     )
 
 
-def _group_seconds(g: EngineGroup, est: Estimates) -> float:
-    """Wall seconds of one group: every lifetime of both sides, start plus its points."""
-    per_point = est.requests_per_point * est.tokens_per_request / est.decode_tokens_per_s
-    return 2 * g.lifetimes_per_side * (est.engine_start_s + len(g.points) * per_point)
+def _group_cost(g: EngineGroup, points: list[ConfigPoint], scope: Scope, tier: TierName) -> float:
+    """Device-seconds of one group (GPU-seconds; host-seconds on CPU scopes): every check's work on its engines."""
+    from fasttrack.cost import group_cost
 
-
-def _group_cost(g: EngineGroup, est: Estimates) -> float:
-    """Device-seconds of one group (GPU-seconds; host-seconds on CPU scopes)."""
-    return max(g.gpus, 1) * _group_seconds(g, est)
+    return sum(c.device_s for c in group_cost(scope, tier, g, points).values())
 
 
 def _shard(
-    groups: list[EngineGroup], points: list[ConfigPoint], i: int, n: int, est: Estimates
+    groups: list[EngineGroup], points: list[ConfigPoint], i: int, n: int, scope: Scope, tier: TierName
 ) -> tuple[list[EngineGroup], list[ConfigPoint]]:
     """Deterministic sharding: whole engine groups where possible (split only when there
     are fewer groups than shards), assigned longest-first to the least-loaded shard."""
@@ -383,10 +380,11 @@ def _shard(
         units[k : k + 1] = [a, b]
     loads = [0.0] * n
     assign: list[list[EngineGroup]] = [[] for _ in range(n)]
-    for u in sorted(units, key=lambda g: (-_group_cost(g, est), g.id, g.points[0] if g.points else "")):
+    cost = {id(u): _group_cost(u, points, scope, tier) for u in units}
+    for u in sorted(units, key=lambda g: (-cost[id(g)], g.id, g.points[0] if g.points else "")):
         k = min(range(n), key=lambda s: (loads[s], s))
         assign[k].append(u)
-        loads[k] += _group_cost(u, est)
+        loads[k] += cost[id(u)]
     mine = assign[i - 1]
     order = {g.id: idx for idx, g in enumerate(groups)}
     mine.sort(key=lambda g: (order[g.id], g.points[0] if g.points else ""))
@@ -394,17 +392,19 @@ def _shard(
     return mine, [p for p in points if p.id in keep]
 
 
-def estimate(groups: list[EngineGroup], est: Estimates) -> PlanEstimate:
+def estimate(groups: list[EngineGroup], points: list[ConfigPoint], scope: Scope, tier: TierName) -> PlanEstimate:
+    """The plan's cost (:mod:`fasttrack.cost`): every check's work and the engine starts, in the scope's
+    ``estimates``; the engine-less checks once (one shard)."""
+    from fasttrack.cost import STARTS, plan_cost
+
+    costs = plan_cost(scope, tier, groups, points)
     starts = sum(2 * g.lifetimes_per_side for g in groups)
-    requests = sum(2 * g.lifetimes_per_side * len(g.points) * est.requests_per_point for g in groups)
-    wall = sum(_group_seconds(g, est) for g in groups)
-    gpu = sum(_group_cost(g, est) for g in groups)
-    node = sum(g.nodes * _group_seconds(g, est) for g in groups)
     return PlanEstimate(
         engine_starts=starts,
-        requests=requests,
-        gpu_hours=round(gpu / 3600, 3),
-        node_hours=round(node / 3600, 3),
-        wall_hours=round(wall / 3600, 3),
-        assumptions=est,
+        requests=sum(c.requests for c in costs.values()),
+        gpu_hours=round(sum(c.device_s for c in costs.values()) / 3600, 3),
+        node_hours=round(sum(c.node_s for c in costs.values()) / 3600, 3),
+        wall_hours=round(sum(c.wall_s for c in costs.values()) / 3600, 3),
+        checks={name: costs[name].as_dict() for name in sorted(costs, key=lambda k: (k != STARTS, k))},
+        assumptions=scope.estimates,
     )

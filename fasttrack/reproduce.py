@@ -30,12 +30,17 @@ from __future__ import annotations
 import re
 import tempfile
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from pydantic import BaseModel, ConfigDict
 
 from fasttrack import ROOT
 from fasttrack.errors import FasttrackError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from fasttrack.bundle.manifest import CheckEntry
+    from fasttrack.checks.base import Check
+    from fasttrack.results import CheckResult
 
 
 class CheckAgreement(BaseModel):
@@ -329,7 +334,6 @@ def reproduce(
     recorded = check_recorded_scope(
         m.scope.yaml, source=f"bundle {str(bundle)!r} (manifest scope.yaml)", trust_bundle_env=trust_bundle_env
     )
-    reg = registry()
     with tempfile.TemporaryDirectory(prefix="fasttrack-repro-") as tmpd:
         scope_path, scope_base = _scope_file(
             m.scope.model, m.scope.yaml, getattr(m.scope, "sha256", None), Path(tmpd), recorded.name
@@ -349,45 +353,52 @@ def reproduce(
         )
         outcome = run_validate(opts, log=log)
     new = {r.check: r for r in outcome.results}
-    agreements = []
-    for name in checks:
-        rec = m.checks[name]
-        res = new[name]
-        same = rec.verdict.value == res.verdict.value
-        problems, compared = compare_rows(recorded_tables[name], res.tables)
-        ok = same and not problems
-        if not same:
-            detail = f"verdict {rec.verdict.value} recorded, {res.verdict.value} now"
-        elif problems:
-            detail = f"verdicts agree, but {len(problems)} of {compared} row(s) do not: " + "; ".join(problems[:3])
-        else:
-            detail = f"verdicts agree; {compared} row(s) agree within the recorded intervals"
-        cls = reg.get(name)
-        if cls is not None and same:
-            try:
-                rule = cls.agrees(rec.summary, res)
-            except Exception as exc:  # noqa: BLE001 - a check's own rule failing is a disagreement, not a crash
-                ok, detail = False, f"agreement rule raised {type(exc).__name__}: {exc}"
-            else:
-                if rule is not None:
-                    ok, detail = ok and rule[0], rule[1]
-        a, b = _numeric(rec.summary), _numeric(res.summary)
-        figs = {}
-        for k in sorted(set(a) & set(b))[:50]:
-            den = abs(a[k]) if a[k] else 1.0
-            figs[k] = {"recorded": a[k], "new": b[k], "rel_diff": round((b[k] - a[k]) / den, 4)}
-        agreements.append(
-            CheckAgreement(
-                check=name,
-                recorded_verdict=rec.verdict.value,
-                new_verdict=res.verdict.value,
-                agrees=ok,
-                detail=detail,
-                figures=figs,
-                row_disagreements=problems,
-                rows_compared=compared,
-            )
-        )
+    reg = registry()
+    agreements = [_agreement(name, m.checks[name], new[name], recorded_tables[name], reg.get(name)) for name in checks]
     return ReproduceResult(
         bundle=str(bundle), verified=ver.verified, run_dir=str(outcome.run_dir), agreements=agreements
+    )
+
+
+def _agreement(
+    name: str,
+    rec: CheckEntry,
+    res: CheckResult,
+    recorded_rows: dict[str, list[dict[str, Any]]],
+    cls: type[Check] | None,
+) -> CheckAgreement:
+    """Whether a rerun of one check agrees with its recorded entry: the same verdict and rows within the recorded
+    intervals, or the check's own rule (:meth:`~fasttrack.checks.base.Check.agrees`); the summaries' figures
+    side by side."""
+    same = rec.verdict.value == res.verdict.value
+    problems, compared = compare_rows(recorded_rows, res.tables)
+    ok = same and not problems
+    if not same:
+        detail = f"verdict {rec.verdict.value} recorded, {res.verdict.value} now"
+    elif problems:
+        detail = f"verdicts agree, but {len(problems)} of {compared} row(s) do not: " + "; ".join(problems[:3])
+    else:
+        detail = f"verdicts agree; {compared} row(s) agree within the recorded intervals"
+    if cls is not None and same:
+        try:
+            rule = cls.agrees(rec.summary, res)
+        except Exception as exc:  # noqa: BLE001 - a check's own rule failing is a disagreement, not a crash
+            ok, detail = False, f"agreement rule raised {type(exc).__name__}: {exc}"
+        else:
+            if rule is not None:
+                ok, detail = ok and rule[0], rule[1]
+    a, b = _numeric(rec.summary), _numeric(res.summary)
+    figs = {}
+    for k in sorted(set(a) & set(b))[:50]:
+        den = abs(a[k]) if a[k] else 1.0
+        figs[k] = {"recorded": a[k], "new": b[k], "rel_diff": round((b[k] - a[k]) / den, 4)}
+    return CheckAgreement(
+        check=name,
+        recorded_verdict=rec.verdict.value,
+        new_verdict=res.verdict.value,
+        agrees=ok,
+        detail=detail,
+        figures=figs,
+        row_disagreements=problems,
+        rows_compared=compared,
     )

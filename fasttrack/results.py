@@ -198,3 +198,39 @@ def effective_verdict(recorded: str, rehearsal: bool) -> str:
     shows them as the rehearsal they were.
     """
     return "rehearsal" if rehearsal and recorded == "pass" else recorded
+
+
+ClaimVerdict = Literal["supported", "refuted", "inconclusive"]
+"""What a measured interval says about a claimed figure (a claim no run measured is ``not_measured``)."""
+
+DEFAULT_CLAIM_TOLERANCE = 0.05
+"""A claim's tolerance when its scope gives none (``claims[].tolerance``): 5% below the claimed figure."""
+
+
+def claim_verdict(
+    claimed: float, low: float, high: float, *, tolerance: float, higher_is_better: bool = True
+) -> tuple[ClaimVerdict, float]:
+    """Judge a claimed figure by a measured interval ``[low, high]``: (verdict, bound).
+
+    A claim says the change achieves its figure, give or take its tolerance. Higher is better (every speedup,
+    every throughput): ``bound = claimed x (1 - tolerance)``; **supported** iff the whole interval lies at or
+    above the bound (``low >= bound``), **refuted** iff it lies below (``high < bound``), **inconclusive**
+    when it straddles the bound. Lower is better, mirrored: ``bound = claimed x (1 + tolerance)``; supported
+    iff ``high <= bound``, refuted iff ``low > bound``. The perf check records claims by this rule, and the
+    report re-judges a recorded claim by it from the claimed figure and the recorded interval.
+    """
+    if low > high:
+        low, high = high, low
+    if higher_is_better:
+        bound = claimed * (1.0 - tolerance)
+        if low >= bound:
+            return "supported", bound
+        if high < bound:
+            return "refuted", bound
+        return "inconclusive", bound
+    bound = claimed * (1.0 + tolerance)
+    if high <= bound:
+        return "supported", bound
+    if low > bound:
+        return "refuted", bound
+    return "inconclusive", bound

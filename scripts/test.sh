@@ -51,7 +51,9 @@ summaries=("$FASTTRACK_SUITE_SUMMARY")
 if [[ $# == 0 && "${FASTTRACK_SIDE_BY_SIDE:-1}" != 0 ]]; then
   # The whole suite (what CI runs) in two pytest processes side by side (tests/sidebyside.py,
   # FASTTRACK_TEST_SPLIT): one runs the end-to-end tests on the engine schedule (those that use the
-  # session's engines, then those that stop them and start their own), the other every other test
+  # session's engines, then those that stop them and start their own) and then the kernel tests (fast,
+  # but minutes of pytest-in-pytest: the engine schedule ends first, so they even out the two), the
+  # other every other test
   # (first the end-to-end tests that start engines of their own from the outset, then the fast tests).
   # The other process pauses while the first one times engines (perf pairs; FASTTRACK_QUIET_FILE).
   # vLLM's CPU worker binds to one core (core 0 on two cores); the second process's engines bind
@@ -71,8 +73,8 @@ if [[ $# == 0 && "${FASTTRACK_SIDE_BY_SIDE:-1}" != 0 ]]; then
     "${pytest_cmd[@]}" -m "not pending" >"$other_log" 2>&1 &
   other_pid=$!
   on_exit=("kill $other_pid 2>/dev/null || true" "${on_exit[@]}")
-  echo "==> end-to-end tests on the engine schedule (the other tests run alongside; their output follows)"
-  FASTTRACK_TEST_SPLIT=schedule "${pytest_cmd[@]}" -m "e2e and not pending"
+  echo "==> end-to-end tests on the engine schedule, then the kernel tests (the other tests run alongside; their output follows)"
+  FASTTRACK_TEST_SPLIT=schedule "${pytest_cmd[@]}" -m "not pending"
   schedule_rc=$?
   schedule_wall=$(( $(date +%s) - t0 ))
   wait "$other_pid"
@@ -82,7 +84,7 @@ if [[ $# == 0 && "${FASTTRACK_SIDE_BY_SIDE:-1}" != 0 ]]; then
   echo "==> the other tests: fast, and end-to-end with engines of their own (run alongside; log: .artifacts/other-tests.log)"
   cat "$other_log"
   rc=$schedule_rc
-  for part in "scheduled end-to-end:$schedule_rc" "other:$other_rc"; do
+  for part in "engine schedule:$schedule_rc" "other:$other_rc"; do
     if [[ ${part#*:} == 5 ]]; then
       echo "error: pytest collected no ${part%%:*} tests" >&2
       rc=1

@@ -19,6 +19,23 @@ ONE_POINT = {
 """The smoke tier cut to one point (batch 1, context 32) that runs the kernel suites and equivalence only."""
 SLOW_HOST = {"  startup_timeout_s: 300": "  startup_timeout_s: 900"}
 """Shared CI hosts: an engine start can take minutes under load."""
+TWO_NODE_CANDIDATE = {
+    "hardware:\n  device: cpu\n": (
+        'hardware:\n  device: cpu\n  node: {gpus: 1, fabric: network, name: "loopback rehearsal node (one rank)"}\n'
+    ),
+    # the stock path on both sides (the example fast path supports tensor parallel 1 only)
+    '  candidate:\n    args: ["--additional-config", \'{"decode_backend": "latency_specialized"}\']': (
+        '  candidate:\n    args: ["--tensor-parallel-size", "2"]'
+    ),
+    # the deployment is what is rehearsed: its marker is the tensor-parallel all-reduce between the two
+    # nodes (gloo on CPU), which the single-node stock engine never runs
+    'optimized: ["^fasttrack_demo::fused_decode_"]': 'optimized: ["^c10d::allreduce_$"]',
+    # vLLM's multiprocessing executor spans the nodes: the single-rank setting stays with the baseline
+    '    VLLM_ENABLE_V1_MULTIPROCESSING: "0"\n': "",
+    "  baseline:\n    args: []": '  baseline:\n    args: []\n    env: {VLLM_ENABLE_V1_MULTIPROCESSING: "0"}',
+}
+"""A multi-node deployment rehearsed on CPU: nodes of one rank, the candidate the stock path at tensor parallel 2,
+i.e. an engine over two nodes, against the single-node stock engine."""
 
 
 def demo_scope_variant(folder: Path, swaps: dict[str, str]) -> Path:

@@ -2,7 +2,8 @@
 
 - **Shares** (``FASTTRACK_TEST_SPLIT``): ``schedule`` runs the tests on the engine schedule
   (:data:`demo_engines.ENGINE_SCHEDULE`: those that use the session's engines, then those that stop
-  them and start their own); ``other`` runs every other test (the fast tests, and the end-to-end
+  them and start their own), then the fast tests of :data:`SCHEDULE_TAIL`; ``other`` runs every other
+  test (the fast tests, and the end-to-end
   tests that start engines of their own from the outset). Unset or empty: all of them.
 - **Quiet window** (``FASTTRACK_QUIET_FILE``): the tests that time engines (the ``pair`` phase:
   interleaved perf pairs and the slow-batch effect) need the host to themselves; with two processes
@@ -30,6 +31,10 @@ SPLITS = ("schedule", "other")
 QUIET_ENV = "FASTTRACK_QUIET_FILE"
 QUIET_PHASE = "pair"
 """The phase whose tests time engines: the ``other`` process pauses while it runs."""
+SCHEDULE_TAIL: tuple[str, ...] = ("tests/kernels/",)
+"""Fast tests (no engine) that the ``schedule`` process runs after its end-to-end tests: its engine schedule
+ends minutes before the ``other`` process's fast tests do, so these even out the two (the kernel harness's
+pytest-in-pytest runs, a few minutes on two cores). Nothing on the engine schedule runs after them."""
 QUIET_WAIT_LIMIT_S = 1800.0
 """The longest the ``other`` process waits for one quiet window (then it goes on, saying so)."""
 
@@ -37,6 +42,15 @@ QUIET_WAIT_LIMIT_S = 1800.0
 def on_engine_schedule(item: pytest.Item) -> bool:
     """Whether ``item`` has a phase of the engine schedule (through the fixtures it uses)."""
     return _engine_phase(item) >= 0
+
+
+def in_schedule_share(item: pytest.Item) -> bool:
+    """Whether ``item`` belongs to the ``schedule`` share: on the engine schedule, or a fast test of
+    :data:`SCHEDULE_TAIL`."""
+    if on_engine_schedule(item):
+        return True
+    path = item.nodeid.split("::", 1)[0]
+    return item.get_closest_marker("e2e") is None and path.startswith(SCHEDULE_TAIL)
 
 
 def split() -> str:
@@ -62,11 +76,14 @@ class SideBySide:
         if not self.split:
             return
         scheduled = self.split == "schedule"
-        kept = [it for it in items if on_engine_schedule(it) == scheduled]
-        dropped = [it for it in items if on_engine_schedule(it) != scheduled]
+        kept = [it for it in items if in_schedule_share(it) == scheduled]
+        dropped = [it for it in items if in_schedule_share(it) != scheduled]
         if dropped:
             config.hook.pytest_deselected(items=dropped)
-        if not scheduled:
+        if scheduled:
+            # the engine schedule first, then the fast tail (the order within each part kept)
+            kept.sort(key=lambda it: not on_engine_schedule(it))
+        else:
             # the end-to-end tests first: by the time the quiet window opens, this process runs short tests
             kept.sort(key=lambda it: it.get_closest_marker("e2e") is None)
         items[:] = kept

@@ -22,8 +22,9 @@ The pipeline's calls, in order::
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from fasttrack import lazy_exports
 
 #: Public name -> defining module (imported on first use, so ``import fasttrack.bundle`` is cheap).
 _EXPORTS: dict[str, str] = {
@@ -107,13 +108,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    mod = _EXPORTS.get(name)
-    if mod is None:
-        raise AttributeError(f"module 'fasttrack.bundle' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"fasttrack.bundle.{mod}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _EXPORTS)
 
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -12,7 +12,6 @@ in a signed DSSE envelope (the envelope itself is :mod:`fasttrack.bundle.dsse`).
 from __future__ import annotations
 
 import os
-import stat
 import tempfile
 from pathlib import Path
 
@@ -34,7 +33,7 @@ from fasttrack.bundle.dsse import (
 )
 from fasttrack.bundle.errors import BundleError
 from fasttrack.bundle.keys import SigningKey
-from fasttrack.bundle.layout import ATTESTATION, MANIFEST
+from fasttrack.bundle.layout import ATTESTATION, MANIFEST, regular_files
 from fasttrack.bundle.manifest import load_manifest
 
 #: The envelope names are re-exported: callers and tests have always found them here.
@@ -60,23 +59,7 @@ __all__ = [
 
 def bundle_files(root: Path) -> dict[str, Path]:
     """Every regular file under ``root`` (bundle-relative POSIX path -> path); links and special files refused."""
-    files: dict[str, Path] = {}
-    for dirpath, dirs, names in os.walk(root, followlinks=False):
-        dirs.sort()
-        d = Path(dirpath)
-        for name in dirs:
-            if (d / name).is_symlink():
-                raise BundleError(f"bundle member {(d / name).relative_to(root).as_posix()} is a symbolic link")
-        for name in sorted(names):
-            p = d / name
-            mode = p.lstat().st_mode
-            rel = p.relative_to(root).as_posix()
-            if stat.S_ISLNK(mode):
-                raise BundleError(f"bundle member {rel} is a symbolic link; bundles hold regular files only")
-            if not stat.S_ISREG(mode):
-                raise BundleError(f"bundle member {rel} is not a regular file")
-            files[rel] = p
-    return files
+    return dict(regular_files(root, what="bundle member"))
 
 
 def subjects_of_dir(root: Path) -> dict[str, str]:

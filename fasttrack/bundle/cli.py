@@ -6,19 +6,22 @@ import json
 import os
 import unicodedata
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from fasttrack import terminal
 from fasttrack.bundle.errors import BundleError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from fasttrack.bundle.verify import VerifyResult
 from fasttrack.bundle.keys import generate_keypair, load_private_key, load_public_keys, openssh_public_line
 
 TRUST_ENV = "FASTTRACK_TRUST_DIR"
 
-console = Console()
+console = terminal.console()
 
 
 def shown(text: object) -> str:
@@ -80,51 +83,101 @@ def verify_cmd(
     pr_head: Optional[str] = typer.Option(None, "--pr-head", help="The PR head commit the bundle must have tested."),
     min_signatures: int = typer.Option(1, "--min-signatures", min=1, help="Valid trusted signatures required."),
     require_pass: bool = typer.Option(False, "--require-pass", help="Also fail unless the bundle verdict is pass."),
+    trusted_scope: Optional[str] = typer.Option(
+        None,
+        "--trusted-scope",
+        help="Hold the bundle's recorded scope against this one (the repository's at the PR base): a scope file, "
+        "a folder of NAME.yaml or NAME/scope.yaml, or a shipped suite's name. Any loosening fails, named.",
+    ),
+    min_tier: Optional[str] = typer.Option(
+        None, "--min-tier", help="Fail unless the bundle ran at least this tier (smoke < standard < full)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print a machine-readable result."),
 ) -> None:
-    """Check signatures, every hash, the file list, the schema, the verdicts and the PR head.
+    """Check signatures, every hash, the file list, the schema, the verdicts and the PR head; with
+    --trusted-scope, that the recorded scope asks for at least what the trusted one asks for.
 
     Exits 0 only when every check holds (and, with --require-pass, the verdict is pass: a
-    rehearsal's verdict is ``rehearsal``, which --require-pass refuses).
+    rehearsal's verdict is ``rehearsal``, which --require-pass refuses). A bundle whose scope
+    loosens the trusted scope, or that ran a tier below --min-tier, fails with every reason listed.
     """
+    from fasttrack.bundle.consistency import pr_head_argument, tier_argument
+    from fasttrack.bundle.headline import headline
     from fasttrack.bundle.verify import verify_bundle
 
+    pr_head = pr_head_argument(pr_head)
+    tier_argument(min_tier)
     if not key and trust is None:
         env_trust = os.environ.get(TRUST_ENV)
         if not env_trust:
             raise BundleError("no trusted key given: pass --key PUB (repeatable) or --trust DIR, or set $" + TRUST_ENV)
         trust = Path(env_trust)
-    res = verify_bundle(bundle, keys=key, trust_dir=trust, pr_head=pr_head, min_signatures=min_signatures)
-    ok = res.verified and (not require_pass or res.verdict == "pass")
+    res = verify_bundle(
+        bundle,
+        keys=key,
+        trust_dir=trust,
+        pr_head=pr_head,
+        min_signatures=min_signatures,
+        trusted_scope=trusted_scope,
+        min_tier=min_tier,
+    )
+    # --require-pass: the verdict is pass over the whole tier (a shard holds part of it)
+    ok = res.verified and (not require_pass or (res.verdict == "pass" and res.shard in (None, "1/1")))
+    hl = headline(res)
     if as_json:
         out = res.model_dump(mode="json")
         out["ok"] = ok
+        out["headline"] = hl.text
+        out["headline_reasons"] = list(hl.reasons)
         typer.echo(json.dumps(out, indent=2, sort_keys=True))
     else:
-        table = Table(show_header=True, header_style="bold", box=None)
-        table.add_column("check")
-        table.add_column("")
-        table.add_column("detail", overflow="fold")
-        for it in res.items:
-            mark = "[green]ok[/]" if it.ok else ("[dim]-[/]" if it.ok is None else "[bold red]FAIL[/]")
-            table.add_row(it.name, mark, shown(it.detail))
-        console.print(table)
-        signed = [f"{s['identity']} (key {s['key'][:16]})" for s in res.signatures if s.get("identity")]
-        if signed:
-            console.print(shown("signed by: " + ", ".join(signed)), highlight=False)
-        status = "[green]verified[/]" if res.verified else "[bold red]NOT verified[/]"
-        console.print(f"{shown(bundle)}: {status}; bundle verdict: [bold]{res.verdict}[/]", highlight=False)
-        if res.pr_link is not None:
-            console.print(shown(f"PR link: {res.pr_link}: {res.pr_link_detail}"), highlight=False)
-        if res.verified and require_pass and res.verdict != "pass":
-            why = (
-                " (a rehearsal on hardware the scope does not declare is not evidence)"
-                if res.verdict == "rehearsal"
-                else ""
-            )
-            console.print(f"--require-pass: the verdict is not pass{why}", highlight=False)
+        _print_verification(res, bundle, require_pass=require_pass)
     if not ok:
         raise SystemExit(1)
+
+
+def _print_verification(res: VerifyResult, bundle: Path, *, require_pass: bool) -> None:
+    """The text form of ``verify``: one row per item, who signed, the verdict, the bundle ID, the PR link and
+    every way the recorded scope loosens the trusted one."""
+    table = Table(show_header=True, header_style="bold", box=None)
+    table.add_column("check")
+    table.add_column("")
+    table.add_column("detail", overflow="fold")
+    for it in res.items:
+        mark = "[green]ok[/]" if it.ok else ("[dim]-[/]" if it.ok is None else "[bold red]FAIL[/]")
+        table.add_row(it.name, mark, shown(it.detail))
+    console.print(table)
+    signed = [f"{s['identity']} (key {s['key'][:16]})" for s in res.signatures if s.get("identity")]
+    if signed:
+        console.print(shown("signed by: " + ", ".join(signed)), highlight=False)
+    status = "[green]verified[/]" if res.verified else "[bold red]NOT verified[/]"
+    console.print(f"{shown(bundle)}: {status}; bundle verdict: [bold]{res.verdict}[/]", highlight=False)
+    if res.bundle_id:
+        console.print(f"bundle ID: {res.bundle_id}", highlight=False)
+    from fasttrack.bundle.headline import headline
+
+    hl = headline(res)
+    console.print(f"headline: [bold]{shown(hl.text)}[/]", highlight=False)
+    for why in hl.reasons:
+        console.print(f"  - {shown(why)}", highlight=False)
+    if res.pr_link is not None:
+        console.print(shown(f"PR link: {res.pr_link}: {res.pr_link_detail}"), highlight=False)
+    if res.scope_loosenings:
+        console.print(
+            shown(f"the recorded scope loosens the trusted scope {res.trusted_scope} in these ways:"),
+            highlight=False,
+        )
+        for line in res.scope_loosenings:
+            console.print(f"  - {shown(line)}", highlight=False)
+    if res.verified and require_pass and res.verdict == "pass" and res.shard not in (None, "1/1"):
+        console.print(f"--require-pass: shard {res.shard} holds part of the tier only", highlight=False)
+    if res.verified and require_pass and res.verdict != "pass":
+        why = (
+            " (a rehearsal on hardware the scope does not declare is not evidence)"
+            if res.verdict == "rehearsal"
+            else ""
+        )
+        console.print(f"--require-pass: the verdict is not pass{why}", highlight=False)
 
 
 def merge_cmd(

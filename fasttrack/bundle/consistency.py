@@ -217,6 +217,30 @@ def table_problems(manifest: Manifest, contents: Contents) -> list[str]:
 FULL_SHA_LENGTHS = (40, 64)
 
 
+def tier_argument(value: str | None, option: str = "--min-tier") -> str | None:
+    """A tier given on the command line, checked: smoke, standard or full (an input error, exit 2, otherwise)."""
+    from fasttrack.scope.common import TIER_ORDER
+
+    if value is not None and value not in TIER_ORDER:
+        raise BundleError(f"{option} {value[:40]!r} is not a tier; use one of {', '.join(TIER_ORDER)}")
+    return value
+
+
+def pr_head_argument(value: str | None, option: str = "--pr-head") -> str | None:
+    """A PR head given on the command line, checked: 7 to 64 hex digits (a commit SHA, possibly abbreviated).
+
+    Anything else is an input error (exit 2) naming the option and what it takes, before any bundle is read."""
+    if value is None:
+        return None
+    want = value.strip().lower()
+    if len(want) < 7 or len(want) > max(FULL_SHA_LENGTHS) or any(c not in "0123456789abcdef" for c in want):
+        raise BundleError(
+            f"{option} {value[:80]!r} is not a commit SHA: it takes 7 to 64 hex digits, the PR head commit "
+            "the bundle must have tested (e.g. the output of `git rev-parse HEAD` in the PR's checkout)"
+        )
+    return want
+
+
 def pr_head_problem(manifest: Manifest, pr_head: str) -> tuple[bool, str]:
     """Whether the bundle tested ``pr_head``, and the detail.
 

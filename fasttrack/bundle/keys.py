@@ -14,7 +14,7 @@ import os
 import re
 import socket
 import stat
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -206,14 +206,19 @@ def load_private_key(path: str | os.PathLike[str], *, password: bytes | str | No
     return SigningKey(private=key, keyid=keyid_of(key.public_key()), source=str(p))
 
 
-def _public_from_line(line: bytes, source: str) -> Ed25519PublicKey:
+def _public_key(load: Callable[[bytes], object], data: bytes, source: str, unreadable: str) -> Ed25519PublicKey:
+    """The Ed25519 public key ``load`` reads from ``data`` (``unreadable``: what is said when it cannot)."""
     try:
-        key = serialization.load_ssh_public_key(line)
+        key = load(data)
     except (ValueError, UnsupportedAlgorithm) as exc:
-        raise KeyFileError(f"{source}: not a valid OpenSSH public key: {exc}") from None
+        raise KeyFileError(f"{unreadable}: {exc}") from None
     if not isinstance(key, Ed25519PublicKey):
         raise KeyFileError(f"{source} is a {_type_name(key)} key; fasttrack verifies Ed25519 signatures only")
     return key
+
+
+def _public_from_line(line: bytes, source: str) -> Ed25519PublicKey:
+    return _public_key(serialization.load_ssh_public_key, line, source, f"{source}: not a valid OpenSSH public key")
 
 
 def load_public_keys(path: str | os.PathLike[str], *, allow_private: bool = False) -> list[PublicKey]:
@@ -229,12 +234,7 @@ def load_public_keys(path: str | os.PathLike[str], *, allow_private: bool = Fals
     data = _read(p, "public key")
     text = data.lstrip()
     if text.startswith(b"-----BEGIN PUBLIC KEY-----"):
-        try:
-            key = serialization.load_pem_public_key(data)
-        except (ValueError, UnsupportedAlgorithm) as exc:
-            raise KeyFileError(f"cannot load public key {p}: {exc}") from None
-        if not isinstance(key, Ed25519PublicKey):
-            raise KeyFileError(f"{p} is a {_type_name(key)} key; fasttrack verifies Ed25519 signatures only")
+        key = _public_key(serialization.load_pem_public_key, data, str(p), f"cannot load public key {p}")
         return [PublicKey(key=key, keyid=keyid_of(key), comment="", source=str(p))]
     if text.startswith(b"-----BEGIN"):
         if not allow_private:

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import re
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+from fasttrack.bundle.errors import BundleError
 
 #: The manifest: verdict, check entries, scope, plan, PR link, provenance.
 MANIFEST = "manifest.json"
@@ -22,3 +28,25 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 def table_path(check: str, table: str) -> str:
     """The bundle-relative path of one check table."""
     return f"{RESULTS_DIR}/{check}/{table}.parquet"
+
+
+def regular_files(root: Path, *, what: str, full_paths: bool = False) -> Iterator[tuple[str, Path]]:
+    """Every regular file under ``root``, folders and names in sorted order, as (POSIX path relative to
+    ``root``, path). A symbolic link (to a file or a folder) or a special file raises :class:`BundleError`
+    naming it as ``what`` and its relative path (its whole path with ``full_paths``): bundles hold regular
+    files only."""
+    for dirpath, dirs, names in os.walk(root, followlinks=False):
+        dirs.sort()
+        d = Path(dirpath)
+        for name in [*dirs, *sorted(names)]:
+            p = d / name
+            rel = p.relative_to(root).as_posix()
+            shown = p if full_paths else rel
+            mode = p.lstat().st_mode
+            if stat.S_ISLNK(mode):
+                raise BundleError(f"{what} {shown} is a symbolic link; bundles hold regular files only")
+            if name in dirs:
+                continue
+            if not stat.S_ISREG(mode):
+                raise BundleError(f"{what} {shown} is not a regular file")
+            yield rel, p

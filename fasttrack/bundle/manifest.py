@@ -21,7 +21,7 @@ import re
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, NotRequired, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -394,6 +394,21 @@ def check_entry(
     )
 
 
+class ManifestFields(TypedDict):
+    """What a manifest records about a run beside its checks' results (the keywords of
+    :func:`build_manifest` that :func:`~fasttrack.bundle.writer.write_bundle` passes on; the defaults are
+    :func:`build_manifest`'s)."""
+
+    scope: ScopeInfo
+    plan: PlanInfo
+    provenance: Provenance
+    pr: NotRequired[PRLink | None]
+    rehearsal: NotRequired[bool]
+    rehearsal_reason: NotRequired[str | None]
+    created: NotRequired[str | None]
+    expected_checks: NotRequired[Sequence[str]]
+
+
 def build_manifest(
     results: Sequence[CheckResult],
     *,
@@ -404,9 +419,9 @@ def build_manifest(
     rehearsal: bool = False,
     rehearsal_reason: str | None = None,
     created: str | None = None,
+    expected_checks: Sequence[str] = (),
     tables: Mapping[str, Mapping[str, TableRef]] | None = None,
     artifacts: Mapping[str, Sequence[str]] | None = None,
-    expected_checks: Sequence[str] = (),
 ) -> Manifest:
     """Assemble the manifest; the verdict is derived from ``results`` only.
 

@@ -31,7 +31,7 @@ from fasttrack.bundle.canonical import canonical_json, sha256_file, sha256_json,
 from fasttrack.bundle.errors import BundleError, MergeError
 from fasttrack.bundle.keys import PublicKey, SigningKey
 from fasttrack.bundle.layout import ARTIFACTS_DIR, LOGS_DIR, MANIFEST
-from fasttrack.bundle.manifest import Manifest, PlanInfo, ShardRef, load_manifest, parse_shard
+from fasttrack.bundle.manifest import Manifest, PlanInfo, Provenance, ShardRef, load_manifest, parse_shard
 from fasttrack.bundle.tables import read_rows
 from fasttrack.results import CheckResult, Verdict, ordered_checks, recorded_check_order
 
@@ -240,113 +240,21 @@ def merge_bundles(
     out_path = Path(out)
     as_tar = out_path.name.endswith((".tar.gz", ".tgz"))
     with ExitStack() as stack:
-        opened: list[tuple[Path, Path, Manifest]] = []
-        for s in shards:
-            sp = Path(s)
-            if not sp.exists():
-                raise MergeError(f"shard bundle {sp} does not exist")
-            _check_integrity(sp, sp, keys=keys, trust_dir=trust_dir)  # a tarball is verified before it is unpacked
-            root = _open_shard(sp, stack)
-            m = load_manifest((root / MANIFEST).read_bytes())
-            if m.plan.merged_from:
-                raise MergeError(f"{sp} is already a merged bundle; merge the original shard bundles instead")
-            opened.append((sp, root, m))
+        opened = _open_shards(shards, stack, keys=keys, trust_dir=trust_dir)
         _compare([(p, m) for p, _, m in opened])
-
-        by_index: dict[int, tuple[Path, Path, Manifest]] = {}
-        n = parse_shard(opened[0][2].plan.shard)[1]
-        for sp, root, m in opened:
-            i, _ = parse_shard(m.plan.shard)
-            if i in by_index:
-                raise MergeError(f"shard {m.plan.shard} is given twice: {by_index[i][0]} and {sp}")
-            by_index[i] = (sp, root, m)
         absent = dict(absent or {})
-        for label in absent:
-            ai, an = parse_shard(label)
-            if an != n or ai in by_index:
-                raise MergeError(f"shard {label} is named absent but " + ("given" if an == n else f"the plan has {n}"))
-        missing = [f"{i}/{n}" for i in range(1, n + 1) if i not in by_index and f"{i}/{n}" not in absent]
-        if missing:
-            given = sorted((m.plan.shard for _, _, m in opened), key=lambda x: parse_shard(x)[0])
-            raise MergeError(
-                f"shards {', '.join(missing)} of {n} are missing (given: {', '.join(given)}); "
-                "a merged bundle needs every shard of the plan"
-            )
-        ordered = [by_index[i] for i in range(1, n + 1) if i in by_index]
-
+        ordered = _every_shard(opened, absent)
         staging = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fasttrack-merge-")))
         for _, root, m in ordered:
             sub = _label_dir(m.plan.shard)
             for top in (ARTIFACTS_DIR, LOGS_DIR):
                 if (root / top).is_dir():
                     shutil.copytree(root / top, staging / top / sub)
-
         names = ordered_checks(
             (c for _, _, m in ordered for c in m.checks), recorded_check_order(ordered[0][2].plan.plan)
         )
-        results = []
-        for name in names:
-            per = [(m.plan.shard, m.checks.get(name)) for _, _, m in ordered]
-            gone = sorted(absent, key=lambda x: parse_shard(x)[0])
-            verdict, reason, required = _merge_check(
-                name, sorted(per + [(s, None) for s in gone], key=lambda x: parse_shard(x[0])[0]), absent, notes
-            )
-            gate = next((e.gate for _, e in per if e is not None and e.gate is not None), None)
-            title = next((e.title for _, e in per if e is not None and e.title), None)
-            view = next((e.view for _, e in per if e is not None and e.view), None)
-            tables: dict[str, list[dict[str, Any]]] = {}
-            for (_, root, _m), (label, e) in zip(ordered, per, strict=True):
-                if e is None:
-                    continue
-                for tname, ref in e.tables.items():
-                    rows = read_rows(root / ref.path)
-                    tables.setdefault(tname, []).extend(r if "shard" in r else {"shard": label, **r} for r in rows)
-            artifacts = []
-            for label, e in per:
-                if e is None:
-                    continue
-                for a in e.artifacts:
-                    top, _, rest = a.partition("/")
-                    artifacts.append(f"{top}/{_label_dir(label)}/{rest}")
-            results.append(
-                CheckResult(
-                    check=name,
-                    title=title,
-                    view=view,
-                    verdict=verdict,
-                    reason=reason,
-                    required=required,
-                    gate=gate,
-                    summary={
-                        "shards": {label: to_jsonable(e.summary) for label, e in per if e is not None}
-                        | {s: {"absent": absent[s]} for s in gone}
-                    },
-                    failures=[f"[shard {label}] {f}" for label, e in per if e is not None for f in e.failures],
-                    tables=tables,
-                    artifacts=artifacts,
-                )
-            )
-
+        results = [_merged_result(name, ordered, absent, notes) for name in names]
         first = ordered[0][2]
-        engines = [
-            rec.model_copy(update={"shard": m.plan.shard}) for _, _, m in ordered for rec in m.provenance.engines
-        ]
-        merged_plan = _merge_plans([m.plan.plan for _, _, m in ordered])
-        plan = PlanInfo(
-            plan=merged_plan,
-            sha256=sha256_json(merged_plan),
-            fingerprint=first.plan.fingerprint,
-            shard="1/1",
-            merged_from=[
-                ShardRef(
-                    shard=m.plan.shard,
-                    manifest_sha256=sha256_file(root / MANIFEST)[0],
-                    plan_sha256=m.plan.sha256,
-                    created=m.created,
-                )
-                for _, root, m in ordered
-            ],
-        )
         target = out_path
         if as_tar:
             target = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fasttrack-merged-"))) / "bundle"
@@ -355,16 +263,8 @@ def merge_bundles(
                 target,
                 results=results,
                 scope=first.scope,
-                plan=plan,
-                provenance=first.provenance.model_copy(
-                    update={
-                        "engines": engines,
-                        **{
-                            f: {k: v for _, _, m in ordered for k, v in getattr(m.provenance, f).items()}
-                            for f in _UNION_PROVENANCE
-                        },
-                    }
-                ),
+                plan=_merged_plan(ordered),
+                provenance=_merged_provenance(ordered),
                 pr=first.pr,
                 rehearsal=first.rehearsal,
                 rehearsal_reason=first.rehearsal_reason,
@@ -378,3 +278,123 @@ def merge_bundles(
         if as_tar:
             pack_bundle(target, out_path)
         return manifest
+
+
+_Shard = tuple[Path, Path, Manifest]
+"""An opened shard bundle: as given, the folder it was read from, its manifest."""
+
+
+def _open_shards(
+    shards: Sequence[str | os.PathLike[str]],
+    stack: ExitStack,
+    *,
+    keys: Sequence[str | os.PathLike[str] | PublicKey],
+    trust_dir: str | os.PathLike[str] | None,
+) -> list[_Shard]:
+    """Verify and open every shard bundle (a tarball is verified before it is unpacked); merged bundles refused."""
+    opened = []
+    for s in shards:
+        sp = Path(s)
+        if not sp.exists():
+            raise MergeError(f"shard bundle {sp} does not exist")
+        _check_integrity(sp, sp, keys=keys, trust_dir=trust_dir)
+        root = _open_shard(sp, stack)
+        m = load_manifest((root / MANIFEST).read_bytes())
+        if m.plan.merged_from:
+            raise MergeError(f"{sp} is already a merged bundle; merge the original shard bundles instead")
+        opened.append((sp, root, m))
+    return opened
+
+
+def _every_shard(opened: list[_Shard], absent: Mapping[str, str]) -> list[_Shard]:
+    """The shards in plan order, once each; every shard of the plan is given or named ``absent``."""
+    by_index: dict[int, _Shard] = {}
+    n = parse_shard(opened[0][2].plan.shard)[1]
+    for sp, root, m in opened:
+        i, _ = parse_shard(m.plan.shard)
+        if i in by_index:
+            raise MergeError(f"shard {m.plan.shard} is given twice: {by_index[i][0]} and {sp}")
+        by_index[i] = (sp, root, m)
+    for label in absent:
+        ai, an = parse_shard(label)
+        if an != n or ai in by_index:
+            raise MergeError(f"shard {label} is named absent but " + ("given" if an == n else f"the plan has {n}"))
+    missing = [f"{i}/{n}" for i in range(1, n + 1) if i not in by_index and f"{i}/{n}" not in absent]
+    if missing:
+        given = sorted((m.plan.shard for _, _, m in opened), key=lambda x: parse_shard(x)[0])
+        raise MergeError(
+            f"shards {', '.join(missing)} of {n} are missing (given: {', '.join(given)}); "
+            "a merged bundle needs every shard of the plan"
+        )
+    return [by_index[i] for i in range(1, n + 1) if i in by_index]
+
+
+def _merged_result(
+    name: str, ordered: list[_Shard], absent: Mapping[str, str], notes: Mapping[str, str] | None
+) -> CheckResult:
+    """One check's merged result: its verdict by :func:`_merge_check`, its shards' tables concatenated (with a
+    ``shard`` column) and their artifacts under each shard's folder."""
+    per = [(m.plan.shard, m.checks.get(name)) for _, _, m in ordered]
+    gone = sorted(absent, key=lambda x: parse_shard(x)[0])
+    verdict, reason, required = _merge_check(
+        name, sorted(per + [(s, None) for s in gone], key=lambda x: parse_shard(x[0])[0]), absent, notes
+    )
+    tables: dict[str, list[dict[str, Any]]] = {}
+    for (_, root, _m), (label, e) in zip(ordered, per, strict=True):
+        if e is None:
+            continue
+        for tname, ref in e.tables.items():
+            rows = read_rows(root / ref.path)
+            tables.setdefault(tname, []).extend(r if "shard" in r else {"shard": label, **r} for r in rows)
+    artifacts = []
+    for label, e in per:
+        if e is None:
+            continue
+        for a in e.artifacts:
+            top, _, rest = a.partition("/")
+            artifacts.append(f"{top}/{_label_dir(label)}/{rest}")
+    return CheckResult(
+        check=name,
+        title=next((e.title for _, e in per if e is not None and e.title), None),
+        view=next((e.view for _, e in per if e is not None and e.view), None),
+        verdict=verdict,
+        reason=reason,
+        required=required,
+        gate=next((e.gate for _, e in per if e is not None and e.gate is not None), None),
+        summary={
+            "shards": {label: to_jsonable(e.summary) for label, e in per if e is not None}
+            | {s: {"absent": absent[s]} for s in gone}
+        },
+        failures=[f"[shard {label}] {f}" for label, e in per if e is not None for f in e.failures],
+        tables=tables,
+        artifacts=artifacts,
+    )
+
+
+def _merged_plan(ordered: list[_Shard]) -> PlanInfo:
+    """The merged bundle's plan: every shard's plan merged (:func:`_merge_plans`), shard ``1/1``, with the
+    shards it was merged from."""
+    merged_plan = _merge_plans([m.plan.plan for _, _, m in ordered])
+    return PlanInfo(
+        plan=merged_plan,
+        sha256=sha256_json(merged_plan),
+        fingerprint=ordered[0][2].plan.fingerprint,
+        shard="1/1",
+        merged_from=[
+            ShardRef(
+                shard=m.plan.shard,
+                manifest_sha256=sha256_file(root / MANIFEST)[0],
+                plan_sha256=m.plan.sha256,
+                created=m.created,
+            )
+            for _, root, m in ordered
+        ],
+    )
+
+
+def _merged_provenance(ordered: list[_Shard]) -> Provenance:
+    """The first shard's provenance with every shard's engines (each marked with its shard) and the union of
+    the shards' datasets, models and seeds."""
+    engines = [rec.model_copy(update={"shard": m.plan.shard}) for _, _, m in ordered for rec in m.provenance.engines]
+    union = {f: {k: v for _, _, m in ordered for k, v in getattr(m.provenance, f).items()} for f in _UNION_PROVENANCE}
+    return ordered[0][2].provenance.model_copy(update={"engines": engines, **union})

@@ -47,6 +47,15 @@ def tree_sha256(digests: Mapping[str, str]) -> str:
     return h.hexdigest()
 
 
+def bundle_id(digests: Mapping[str, str]) -> str:
+    """A bundle's ID: :func:`tree_sha256` over every file but the attestation, so the ID is derived from the
+    content alone. A directory and the tarball packed from it have the same ID, and so does the bundle before
+    and after a signature is added (signatures live in the attestation and sign this same content). Verifying
+    computes it from the bytes it hashed (``VerifyResult.bundle_id``); the report, the PR comment, the
+    dashboard, ``verify`` and ``validate`` all show this one ID."""
+    return tree_sha256({k: v for k, v in digests.items() if k != ATTESTATION})
+
+
 def kept_in_memory(name: str) -> bool:
     return name in (MANIFEST, ATTESTATION) or (name.startswith(RESULTS_DIR + "/") and name.endswith(KEEP_SUFFIXES))
 

@@ -24,7 +24,7 @@ comment, or by its file name when it has none.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -71,43 +71,34 @@ class TrustSet:
         return self.identities.get(keyid)
 
 
-def _split_fields(line: str) -> list[str]:
-    """Whitespace-separated fields; double quotes group (and are kept inside a field)."""
-    fields: list[str] = []
-    cur: list[str] = []
-    quoted = False
-    for ch in line:
-        if ch == '"':
-            quoted = not quoted
-            cur.append(ch)
-        elif ch.isspace() and not quoted:
-            if cur:
-                fields.append("".join(cur))
-                cur = []
-        else:
-            cur.append(ch)
-    if quoted:
-        raise ValueError("unbalanced double quote")
-    if cur:
-        fields.append("".join(cur))
-    return fields
-
-
-def _split_options(text: str) -> list[str]:
-    """``a,b="x,y",c`` -> ``['a', 'b="x,y"', 'c']``."""
-    out: list[str] = []
+def _split_quoted(text: str, is_separator: Callable[[str], bool]) -> list[str]:
+    """``text`` split at the separators outside double quotes (quotes group, and are kept inside a part);
+    empty parts dropped."""
+    parts: list[str] = []
     cur: list[str] = []
     quoted = False
     for ch in text:
         if ch == '"':
             quoted = not quoted
-        if ch == "," and not quoted:
-            out.append("".join(cur))
+        if is_separator(ch) and not quoted:
+            parts.append("".join(cur))
             cur = []
         else:
             cur.append(ch)
-    out.append("".join(cur))
-    return [o for o in out if o]
+    if quoted:
+        raise ValueError("unbalanced double quote")
+    parts.append("".join(cur))
+    return [part for part in parts if part]
+
+
+def _split_fields(line: str) -> list[str]:
+    """Whitespace-separated fields; double quotes group (and are kept inside a field)."""
+    return _split_quoted(line, str.isspace)
+
+
+def _split_options(text: str) -> list[str]:
+    """``a,b="x,y",c`` -> ``['a', 'b="x,y"', 'c']``."""
+    return _split_quoted(text, lambda ch: ch == ",")
 
 
 def parse_allowed_signers(path: str | os.PathLike[str]) -> list[SignerEntry]:

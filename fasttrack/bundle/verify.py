@@ -21,6 +21,10 @@ Each property is one named item of the result:
 - ``pr_head``: the tested head commit equals ``--pr-head`` and the link to it is proven: the
   isolation row judged exactly the recorded base..head, and every engine served that commit (skipped
   when not given). ``pr_link`` says, also without ``--pr-head``, whether the bundle is PR evidence.
+- ``scope``: the scope the bundle recorded asks for at least what the trusted scope asks for
+  (``--trusted-scope``: the repository's, at the PR base): every loosening is named
+  (:mod:`fasttrack.scope.compare`; skipped when not given).
+- ``tier``: the bundle ran at least ``--min-tier`` (skipped when not given).
 
 The pass is :mod:`scan`, the envelope and signatures :mod:`dsse`, and the rules behind
 ``schema``, ``predicate``, ``verdicts``, ``tables`` and ``pr_head`` :mod:`consistency`
@@ -51,7 +55,7 @@ from fasttrack.bundle.keys import PublicKey, resolve_keys
 from fasttrack.bundle.layout import ATTESTATION, MANIFEST
 from fasttrack.bundle.manifest import Manifest
 from fasttrack.bundle.safe_tar import DEFAULT_LIMITS, Limits
-from fasttrack.bundle.scan import Contents, scan_dir, scan_tar, tree_sha256
+from fasttrack.bundle.scan import Contents, bundle_id, scan_dir, scan_tar, tree_sha256
 from fasttrack.bundle.trust import identity_names, signer_identities
 from fasttrack.limits import MANIFEST_MAX_BYTES
 
@@ -69,6 +73,8 @@ ITEMS: tuple[str, ...] = (
     "verdicts",
     "tables",
     "pr_head",
+    "scope",
+    "tier",
 )
 
 
@@ -119,6 +125,20 @@ class VerifyResult(BaseModel):
     manifest is unreadable."""
     pr_link_detail: str = ""
     """Why, in one sentence."""
+    bundle_id: str | None = None
+    """The bundle's ID, derived from its content (:func:`fasttrack.bundle.scan.bundle_id`: every file but the
+    attestation): the same for the directory and its tarball, before and after signing. None when no file
+    could be read (a refused archive)."""
+    tier: str | None = None
+    """The tier the bundle ran (None when the manifest is unreadable)."""
+    shard: str | None = None
+    """The part of the tier the bundle covers, ``i/n`` (``1/1``: the whole tier; None when unreadable)."""
+    trusted_scope: str | None = None
+    """The trusted scope the recorded one was held against (``--trusted-scope``), when given."""
+    scope_loosenings: list[str] = []
+    """Every way the recorded scope asks for less (or other) evidence than the trusted one, one line each."""
+    scope_tightenings: list[str] = []
+    """Every way it asks for more."""
     content_sha256: str | None = None
     """For a directory of regular files: its content id (sha256 over ``relpath NUL sha256`` lines of the
     files this pass read and hashed, sorted), so a caller can name the bundle by the very bytes that were
@@ -133,6 +153,60 @@ class VerifyResult(BaseModel):
     @property
     def failures(self) -> list[VerifyItem]:
         return [it for it in self.items if it.ok is False]
+
+
+_NA = VerifyItem(name="", ok=None, detail="")
+
+
+def _tier_below(tier: str, min_tier: str) -> bool:
+    from fasttrack.scope.compare import tier_below
+
+    return tier_below(tier, min_tier)
+
+
+#: Loosenings named in the ``scope`` item's detail (the result lists every one).
+SCOPE_LINES_SHOWN = 12
+
+
+def _against_trusted_scope(manifest: Manifest, spec: str) -> tuple[bool, str, tuple[str | None, list[str], list[str]]]:
+    """The ``scope`` item: the recorded scope held against the trusted one (ok, detail, (source, loosenings,
+    tightenings)). A trusted scope that cannot be found or read raises ScopeError (an input error)."""
+    from fasttrack.errors import ScopeError
+    from fasttrack.scope.compare import compare_scopes, parse_for_comparison, read_trusted_scope, trusted_scope_file
+
+    try:
+        recorded, rx = parse_for_comparison(manifest.scope.yaml, source="the bundle's recorded scope")
+    except ScopeError as exc:
+        return (
+            False,
+            f"the bundle's recorded scope cannot be read, so it cannot be compared: {exc.message}",
+            (
+                spec,
+                [],
+                [],
+            ),
+        )
+    path = trusted_scope_file(spec, recorded.name)
+    trusted, tx = parse_for_comparison(read_trusted_scope(path), source=str(path))
+    cmp = compare_scopes(
+        trusted,
+        recorded,
+        trusted_source=str(path),
+        known_checks=list(manifest.checks),
+        trusted_extra_gates=tx,
+        recorded_extra_gates=rx,
+    )
+    loose = [c.line() for c in cmp.loosenings]
+    tight = [c.line() for c in cmp.tightenings]
+    source = (str(path), loose, tight)
+    if loose:
+        shown = "; ".join(loose[:SCOPE_LINES_SHOWN]) + (
+            f"; and {len(loose) - SCOPE_LINES_SHOWN} more" if len(loose) > SCOPE_LINES_SHOWN else ""
+        )
+        return False, f"the recorded scope loosens the trusted scope {path} in {len(loose)} way(s): {shown}", source
+    if tight:
+        return True, f"the recorded scope asks for more than the trusted scope {path} ({len(tight)} way(s))", source
+    return True, f"the recorded scope asks for what the trusted scope {path} asks for", source
 
 
 def signatures_in_words(sigs: Sequence[dict[str, Any]], trusted_ids: set[str]) -> str:
@@ -170,11 +244,17 @@ def verify_bundle(
     pr_head: str | None = None,
     min_signatures: int = 1,
     limits: Limits = DEFAULT_LIMITS,
+    trusted_scope: str | os.PathLike[str] | None = None,
+    min_tier: str | None = None,
 ) -> VerifyResult:
     """Verify a bundle directory or tarball; see the module docstring for the items.
 
-    Key files that cannot be read raise :class:`~fasttrack.bundle.errors.KeyFileError`;
-    everything wrong with the bundle itself is reported in the result.
+    ``trusted_scope``: a scope file, a folder of scopes (``NAME.yaml`` or ``NAME/scope.yaml``) or a shipped
+    suite's name, to hold the recorded scope against; ``min_tier``: the lowest tier accepted.
+
+    Key files that cannot be read raise :class:`~fasttrack.bundle.errors.KeyFileError`, and a trusted scope that
+    cannot be found or read a :class:`~fasttrack.errors.ScopeError`; everything wrong with the bundle itself is
+    reported in the result.
     """
     p = Path(path)
     trusted = resolve_keys(keys, trust_dir)
@@ -191,6 +271,11 @@ def verify_bundle(
         ordered = [items[n] for n in ITEMS]
         link, link_detail = pr_link_state(manifest) if manifest else (None, "")
         return VerifyResult(
+            tier=manifest.scope.tier if manifest else None,
+            shard=manifest.plan.shard if manifest else None,
+            trusted_scope=scope_check[0],
+            scope_loosenings=scope_check[1],
+            scope_tightenings=scope_check[2],
             pr_link=link,
             pr_link_detail=link_detail,
             bundle=str(p),
@@ -202,9 +287,13 @@ def verify_bundle(
             identities=sorted({s["identity"] for s in sigs if s["status"] == "valid" and s.get("identity")}),
             items=ordered,
             bytes_hashed=total,
+            bundle_id=bundle_id(contents.digests)
+            if contents.digests and items.get("archive", _NA).ok is not False
+            else None,
             content_sha256=tree_sha256(contents.digests) if p.is_dir() and not contents.problems else None,
         )
 
+    scope_check: tuple[str | None, list[str], list[str]] = (None, [], [])
     contents = Contents()
     if p.is_dir() and not (p / MANIFEST).exists():
         for inner in ("bundle.tar.gz", "bundle"):
@@ -333,7 +422,23 @@ def verify_bundle(
         else:
             ok, detail = pr_head_problem(manifest, pr_head)
             put("pr_head", ok, detail)
-    elif pr_head is None:
-        put("pr_head", None, "no --pr-head given")
+        if trusted_scope is None:
+            put("scope", None, "no --trusted-scope given: the bundle is checked against the scope it recorded")
+        else:
+            ok, detail, scope_check = _against_trusted_scope(manifest, str(trusted_scope))
+            put("scope", ok, detail)
+        if min_tier is None:
+            put("tier", None, "no --min-tier given")
+        elif _tier_below(manifest.scope.tier, min_tier):
+            put("tier", False, f"the bundle ran the {manifest.scope.tier} tier, below the required {min_tier} tier")
+        else:
+            put("tier", True, f"the bundle ran the {manifest.scope.tier} tier (at least {min_tier})")
+    else:
+        if pr_head is None:
+            put("pr_head", None, "no --pr-head given")
+        if trusted_scope is None:
+            put("scope", None, "no --trusted-scope given")
+        if min_tier is None:
+            put("tier", None, "no --min-tier given")
 
     return finish(manifest, sigs, contents.total)

@@ -24,12 +24,21 @@ import stat
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Unpack
 
 from fasttrack.bundle.errors import BundleError
-from fasttrack.bundle.layout import ARTIFACTS_DIR, ATTESTATION, LOGS_DIR, MANIFEST, NAME_RE, table_path
+from fasttrack.bundle.layout import (
+    ARTIFACTS_DIR,
+    ATTESTATION,
+    LOGS_DIR,
+    MANIFEST,
+    NAME_RE,
+    regular_files,
+    table_path,
+)
 from fasttrack.bundle.manifest import (
     Manifest,
+    ManifestFields,
     PlanInfo,
     Provenance,
     ScopeInfo,
@@ -74,17 +83,9 @@ def _copy_file(src: Path, dst: Path, *, what: str) -> None:
 def _copy_tree(src: Path, dst: Path, *, what: str) -> list[str]:
     """Copy every regular file under ``src`` to ``dst``; return the copied paths relative to ``dst``."""
     copied = []
-    for root, dirs, files in os.walk(src, followlinks=False):
-        dirs.sort()
-        rroot = Path(root)
-        for d in dirs:
-            if (rroot / d).is_symlink():
-                raise BundleError(f"{what} {rroot / d} is a symbolic link; bundles hold regular files only")
-        for name in sorted(files):
-            s = rroot / name
-            rel = s.relative_to(src)
-            _copy_file(s, dst / rel, what=what)
-            copied.append(rel.as_posix())
+    for rel, path in regular_files(src, what=what, full_paths=True):
+        _copy_file(path, dst / rel, what=what)
+        copied.append(rel)
     return copied
 
 
@@ -112,18 +113,11 @@ def write_bundle(
     out_dir: str | os.PathLike[str],
     *,
     results: Sequence[CheckResult],
-    scope: ScopeInfo,
-    plan: PlanInfo,
-    provenance: Provenance,
-    pr: PRLink | None = None,
-    rehearsal: bool = False,
-    rehearsal_reason: str | None = None,
-    created: str | None = None,
     artifacts_from: str | os.PathLike[str] | None = None,
     logs: Mapping[str, str | os.PathLike[str]] | Sequence[str | os.PathLike[str]] | None = None,
-    expected_checks: Sequence[str] = (),
     sign_keys: Sequence[SigningKey] = (),
     overwrite: bool = False,
+    **fields: Unpack[ManifestFields],
 ) -> Manifest:
     """Write the bundle directory ``out_dir`` and return its manifest.
 
@@ -133,9 +127,11 @@ def write_bundle(
       copied whole; listed artifacts outside them land under ``artifacts/``.
     - ``logs``: extra log files, ``{name: path}`` (written to ``logs/<name>``) or paths
       (written to ``logs/<file name>``).
-    - ``expected_checks``: checks that must appear; missing ones are recorded as required
-      ``not_run`` (so the verdict is ``incomplete``).
     - ``sign_keys``: Ed25519 private keys (see :mod:`fasttrack.bundle.keys`) to sign with now.
+    - ``fields``: the rest of the manifest (:class:`ManifestFields`: scope, plan, provenance, PR link,
+      rehearsal, ``created``, ``expected_checks``), as :func:`build_manifest` takes them:
+      ``expected_checks`` that have no result are recorded as required ``not_run`` (so the
+      verdict is ``incomplete``).
 
     The verdict is derived from ``results`` only; ``created`` defaults to now (UTC, or
     ``$SOURCE_DATE_EPOCH``).
@@ -147,76 +143,11 @@ def write_bundle(
     if run_dir is not None and not run_dir.is_dir():
         raise BundleError(f"artifacts_from={run_dir} is not a directory")
     _prepare(out, overwrite)
-
-    tables: dict[str, dict[str, TableRef]] = {}
-    artifacts: dict[str, list[str]] = {}
-    copied: set[str] = set()
-
-    if run_dir is not None:
-        for sub in (ARTIFACTS_DIR, LOGS_DIR):
-            if (run_dir / sub).is_dir():
-                for copied_rel in _copy_tree(run_dir / sub, out / sub, what="artifact"):
-                    copied.add(f"{sub}/{copied_rel}")
-
-    for r in results:
-        if not NAME_RE.match(r.check):
-            raise BundleError(
-                f"check name {r.check!r} cannot be used in a bundle path; it must match {NAME_RE.pattern}"
-            )
-        tables[r.check] = {}
-        for tname, rows in r.tables.items():
-            if not NAME_RE.match(tname):
-                raise BundleError(f"table {tname!r} of check {r.check!r} must match {NAME_RE.pattern}")
-            data, nrows, cols = parquet_bytes(rows)
-            path = table_path(r.check, tname)
-            (out / path).parent.mkdir(parents=True, exist_ok=True)
-            (out / path).write_bytes(data)
-            os.chmod(out / path, 0o644)
-            tables[r.check][tname] = TableRef(path=path, rows=nrows, columns=cols)
-        listed = []
-        for a in r.artifacts:
-            rel = _rel(a, what=f"artifact of check {r.check!r}")
-            if run_dir is None:
-                raise BundleError(
-                    f"check {r.check!r} lists artifact {a!r} but no artifacts_from (run directory) was given"
-                )
-            src = run_dir / rel
-            if not src.exists() and not src.is_symlink():
-                raise BundleError(f"check {r.check!r} lists artifact {a!r}, but {src} does not exist")
-            dest = _bundle_path_of(rel)
-            if src.is_dir() and not src.is_symlink():
-                if dest not in copied and not any(c.startswith(dest + "/") for c in copied):
-                    for sub in _copy_tree(src, out / dest, what="artifact"):
-                        copied.add(f"{dest}/{sub}")
-            elif dest not in copied:
-                _copy_file(src, out / dest, what="artifact")
-                copied.add(dest)
-            listed.append(dest)
-        artifacts[r.check] = listed
-
-    if logs:
-        items = logs.items() if isinstance(logs, Mapping) else ((Path(p).name, p) for p in logs)
-        for name, log_src in items:
-            log_rel = _rel(name, what="log name")
-            dest = f"{LOGS_DIR}/{log_rel.as_posix()}"
-            if dest in copied:
-                raise BundleError(f"two logs would be written to {dest}; give them distinct names")
-            _copy_file(Path(log_src), out / dest, what="log")
-            copied.add(dest)
-
-    manifest = build_manifest(
-        results,
-        scope=scope,
-        plan=plan,
-        provenance=provenance,
-        pr=pr,
-        rehearsal=rehearsal,
-        rehearsal_reason=rehearsal_reason,
-        created=created,
-        tables=tables,
-        artifacts=artifacts,
-        expected_checks=expected_checks,
-    )
+    copied = _copy_run_trees(run_dir, out) if run_dir is not None else set()
+    tables = {r.check: _write_tables(r, out) for r in results}
+    artifacts = {r.check: _copy_artifacts(r, run_dir, out, copied) for r in results}
+    _copy_logs(logs or {}, out, copied)
+    manifest = build_manifest(results, tables=tables, artifacts=artifacts, **fields)
     (out / MANIFEST).write_bytes(manifest_bytes(manifest))
     os.chmod(out / MANIFEST, 0o644)
     attest_dir(out)
@@ -224,6 +155,69 @@ def write_bundle(
         sign_bundle(out, key)
     assert (out / ATTESTATION).exists()
     return manifest
+
+
+def _copy_run_trees(run_dir: Path, out: Path) -> set[str]:
+    """Copy the run folder's ``artifacts/`` and ``logs/`` trees whole; the bundle paths copied."""
+    copied = set()
+    for sub in (ARTIFACTS_DIR, LOGS_DIR):
+        if (run_dir / sub).is_dir():
+            for copied_rel in _copy_tree(run_dir / sub, out / sub, what="artifact"):
+                copied.add(f"{sub}/{copied_rel}")
+    return copied
+
+
+def _write_tables(r: CheckResult, out: Path) -> dict[str, TableRef]:
+    """Write one check's tables as Parquet files; their manifest references by table name."""
+    if not NAME_RE.match(r.check):
+        raise BundleError(f"check name {r.check!r} cannot be used in a bundle path; it must match {NAME_RE.pattern}")
+    refs = {}
+    for tname, rows in r.tables.items():
+        if not NAME_RE.match(tname):
+            raise BundleError(f"table {tname!r} of check {r.check!r} must match {NAME_RE.pattern}")
+        data, nrows, cols = parquet_bytes(rows)
+        path = table_path(r.check, tname)
+        (out / path).parent.mkdir(parents=True, exist_ok=True)
+        (out / path).write_bytes(data)
+        os.chmod(out / path, 0o644)
+        refs[tname] = TableRef(path=path, rows=nrows, columns=cols)
+    return refs
+
+
+def _copy_artifacts(r: CheckResult, run_dir: Path | None, out: Path, copied: set[str]) -> list[str]:
+    """Copy the artifacts one check lists (unless already copied; ``copied`` grows); their bundle paths."""
+    listed = []
+    for a in r.artifacts:
+        rel = _rel(a, what=f"artifact of check {r.check!r}")
+        if run_dir is None:
+            raise BundleError(f"check {r.check!r} lists artifact {a!r} but no artifacts_from (run directory) was given")
+        src = run_dir / rel
+        if not src.exists() and not src.is_symlink():
+            raise BundleError(f"check {r.check!r} lists artifact {a!r}, but {src} does not exist")
+        dest = _bundle_path_of(rel)
+        if src.is_dir() and not src.is_symlink():
+            if dest not in copied and not any(c.startswith(dest + "/") for c in copied):
+                for sub in _copy_tree(src, out / dest, what="artifact"):
+                    copied.add(f"{dest}/{sub}")
+        elif dest not in copied:
+            _copy_file(src, out / dest, what="artifact")
+            copied.add(dest)
+        listed.append(dest)
+    return listed
+
+
+def _copy_logs(
+    logs: Mapping[str, str | os.PathLike[str]] | Sequence[str | os.PathLike[str]], out: Path, copied: set[str]
+) -> None:
+    """Copy the extra log files into ``logs/`` (by name, or by file name)."""
+    items = logs.items() if isinstance(logs, Mapping) else ((Path(p).name, p) for p in logs)
+    for name, log_src in items:
+        log_rel = _rel(name, what="log name")
+        dest = f"{LOGS_DIR}/{log_rel.as_posix()}"
+        if dest in copied:
+            raise BundleError(f"two logs would be written to {dest}; give them distinct names")
+        _copy_file(Path(log_src), out / dest, what="log")
+        copied.add(dest)
 
 
 @dataclass(frozen=True)

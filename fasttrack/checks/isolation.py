@@ -84,7 +84,8 @@ class IsolationCheck(EnginelessCheck):
 
 
 def judge_isolation(res: IsolationResult, *, gate: Gate = GATE) -> CheckResult:
-    """The isolation row of one classified diff: ``pass`` only when nothing shared and nothing unallowed changed."""
+    """The isolation row of one classified diff, by the rule of :func:`fasttrack.isolation.judge_paths`
+    (``fasttrack isolation`` applies the same): ``pass`` only when nothing shared and nothing unallowed changed."""
     rows = [
         {
             "path": c.path,
@@ -100,27 +101,7 @@ def judge_isolation(res: IsolationResult, *, gate: Gate = GATE) -> CheckResult:
     shared = [c for c in res.changed if c.classification == "shared"]
     elsewhere = [c for c in res.changed if c.classification == "elsewhere" and not c.allowed]
     allowed = [c for c in res.changed if c.allowed]
-    failures = [
-        f"{c.path} ({c.status}) is in the shared component {str(c.component).replace('_', ' ')} "
-        f"(glob {c.matched}): needs core-maintainer review"
-        for c in shared
-    ] + [
-        f"{c.path} ({c.status}) is outside the owned paths and the scope does not allow it (isolation.allowed_paths)"
-        for c in elsewhere
-    ]
     components = sorted({str(c.component) for c in shared})
-    if shared:
-        reason = f"the change touches the shared component(s) {', '.join(components)}: " + ", ".join(
-            c.path for c in shared
-        )
-        if elsewhere:
-            reason += f"; and {len(elsewhere)} path(s) outside the owned paths: " + ", ".join(c.path for c in elsewhere)
-    elif elsewhere:
-        reason = f"{len(elsewhere)} changed path(s) outside the owned paths, not allowed by the scope: " + ", ".join(
-            c.path for c in elsewhere
-        )
-    else:
-        reason = res.message
     summary: dict[str, Any] = {
         "pr_link": True,
         "repo": res.repo,
@@ -140,12 +121,12 @@ def judge_isolation(res: IsolationResult, *, gate: Gate = GATE) -> CheckResult:
     }
     return CheckResult(
         check=ISOLATION,
-        verdict=Verdict.FAIL if failures else Verdict.PASS,
+        verdict=Verdict.PASS if res.verdict == "pass" else Verdict.FAIL,
         required=True,
-        reason=f"{res.base_sha[:12]}..{res.head_sha[:12]}: {reason}",
+        reason=f"{res.base_sha[:12]}..{res.head_sha[:12]}: {res.message}",
         gate=gate,
         summary=summary,
-        failures=failures,
+        failures=list(res.failures),
         tables={"changed": rows},
     )
 

@@ -212,18 +212,20 @@ def _run_probe(exe: str, todo: dict[str, list[str]], env: dict[str, str] | None,
     return data
 
 
-def raise_for_issues(check: ArgCheck, *, scope_name: str) -> None:
-    """A :class:`~fasttrack.errors.ScopeError` naming every rejected flag and the vLLM version."""
+def raise_for_issues(check: ArgCheck, *, scope_name: str, scope_path: str | os.PathLike[str] | None = None) -> None:
+    """A :class:`~fasttrack.errors.ScopeError` naming every rejected flag, the vLLM version and the scope file
+    that passes them (``scope_path``: the file the scope was read from, which need not be a shipped suite's)."""
     if not check.issues:
         return
     flags = sorted({i.flag for i in check.issues if i.flag})
+    where = str(scope_path) if scope_path is not None else f"suites/{scope_name}/scope.yaml"
     raise ScopeError(
-        f"scope {scope_name!r} passes engine arguments that vLLM {check.vllm_version} ({check.python}) "
+        f"scope {scope_name!r} ({where}) passes engine arguments that vLLM {check.vllm_version} ({check.python}) "
         f"does not accept:\n  " + "\n  ".join(check.lines()),
         hint=(
-            f"Remove or rename {', '.join(flags)} in suites/{scope_name}/scope.yaml (engine.*args, point_args)"
+            f"Remove or rename {', '.join(flags)} in {where} (engine.*args, point_args)"
             if flags
-            else f"Fix the engine arguments in suites/{scope_name}/scope.yaml"
+            else f"Fix the engine arguments in {where}"
         )
         + "; `python -m vllm.entrypoints.launchers.api_server.entry --help` lists what this vLLM accepts.",
     )

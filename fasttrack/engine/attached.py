@@ -17,8 +17,10 @@ from typing import Any, Sequence
 import httpx
 
 from fasttrack.engine.base import EngineBase, normalize_base_url
+from fasttrack.engine.cmdline import node_reports_dir
 from fasttrack.engine.environment import EngineEnvironment, endpoint_environment
 from fasttrack.engine.errors import EngineCrashed, EngineUnreachable
+from fasttrack.engine.nodes import read_reports, with_node_reports
 
 
 class AttachedEngine(EngineBase):
@@ -93,13 +95,20 @@ class AttachedEngine(EngineBase):
         return None
 
     def environment(self) -> EngineEnvironment:
+        """What the endpoint reports; with the node reports next to its profiler folder (engines started through
+        the node script: LeaderWorkerSet pods, ``srun`` tasks), the vLLM build every node served and its devices."""
         if self._environment is None:
-            self._environment = endpoint_environment(
+            env = endpoint_environment(
                 side=self.side,
                 base_url=self.base_url,
                 served_model=self._served_model,
                 served_vllm_version=self.served_version(),
             )
+            if self.profiler_dir is not None:
+                reports, _ = read_reports(node_reports_dir(self.profiler_dir))
+                if reports:
+                    env = with_node_reports(env, reports)
+            self._environment = env
         return self._environment
 
     def __repr__(self) -> str:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence, TypedDict, Unpack
 
 import httpx
 
@@ -46,6 +46,29 @@ KEEPALIVE_EXPIRY_S = 2.0
 timeout (``VLLM_HTTP_TIMEOUT_KEEP_ALIVE``, 5 s by default): with equal timeouts the
 server can close a connection at the moment the client reuses it, and the request
 then fails with "Server disconnected without sending a response"."""
+
+
+class RequestOptions(TypedDict, total=False):
+    """The options of one request, for :meth:`EngineClient.complete` and :meth:`EngineClient.chat`
+    (their defaults are those of :meth:`EngineClient._payload`). ``logprobs=k`` asks for the top-k
+    per position; ``tokens_as_ids`` makes the server render tokens as ``token_id:N`` so alternatives
+    are identified by id; ``extra`` is merged into the body verbatim."""
+
+    stream: bool
+    max_tokens: int | None
+    temperature: float | None
+    top_p: float | None
+    top_k: int | None
+    min_tokens: int | None
+    seed: int | None
+    stop: str | list[str] | None
+    n: int | None
+    ignore_eos: bool | None
+    response_format: dict[str, Any] | None
+    logprobs: int | None
+    tokens_as_ids: bool
+    return_token_ids: bool
+    extra: dict[str, Any] | None
 
 
 class EngineClient:
@@ -95,22 +118,23 @@ class EngineClient:
         self,
         endpoint: Endpoint,
         *,
-        stream: bool,
-        max_tokens: int | None,
-        temperature: float | None,
-        top_p: float | None,
-        top_k: int | None,
-        min_tokens: int | None,
-        seed: int | None,
-        stop: str | list[str] | None,
-        n: int | None,
-        ignore_eos: bool | None,
-        response_format: dict[str, Any] | None,
-        logprobs: int | None,
-        tokens_as_ids: bool,
-        return_token_ids: bool,
-        extra: dict[str, Any] | None,
+        stream: bool = False,
+        max_tokens: int | None = 16,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        top_k: int | None = None,
+        min_tokens: int | None = None,
+        seed: int | None = None,
+        stop: str | list[str] | None = None,
+        n: int | None = None,
+        ignore_eos: bool | None = None,
+        response_format: dict[str, Any] | None = None,
+        logprobs: int | None = None,
+        tokens_as_ids: bool = False,
+        return_token_ids: bool = True,
+        extra: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
+        """The request body for ``endpoint`` (the defaults of every :class:`RequestOptions` key are here)."""
         p: dict[str, Any] = {"model": self.model, "stream": stream}
         opts = {
             "max_tokens": max_tokens,
@@ -144,87 +168,18 @@ class EngineClient:
         self,
         prompt: str | list[int] | list[str],
         *,
-        stream: bool = False,
-        max_tokens: int | None = 16,
-        temperature: float | None = None,
-        top_p: float | None = None,
-        top_k: int | None = None,
-        min_tokens: int | None = None,
-        seed: int | None = None,
-        stop: str | list[str] | None = None,
-        n: int | None = None,
-        ignore_eos: bool | None = None,
-        response_format: dict[str, Any] | None = None,
-        logprobs: int | None = None,
-        tokens_as_ids: bool = False,
-        return_token_ids: bool = True,
-        extra: dict[str, Any] | None = None,
         on_chunk: Callable[[int], Any] | None = None,
+        **opts: Unpack[RequestOptions],
     ) -> CompletionResult:
-        """POST /v1/completions. ``logprobs=k`` asks for the top-k per position;
-        ``tokens_as_ids`` makes the server render tokens as ``token_id:N`` so alternatives
-        are identified by id; ``extra`` is merged into the body verbatim. ``on_chunk``
+        """POST /v1/completions with the :class:`RequestOptions` ``opts``. ``on_chunk``
         (streaming only) is called with the number of chunks received after each one."""
-        payload = self._payload(
-            "completion",
-            stream=stream,
-            max_tokens=max_tokens,
-            temperature=temperature,
-            top_p=top_p,
-            top_k=top_k,
-            min_tokens=min_tokens,
-            seed=seed,
-            stop=stop,
-            n=n,
-            ignore_eos=ignore_eos,
-            response_format=response_format,
-            logprobs=logprobs,
-            tokens_as_ids=tokens_as_ids,
-            return_token_ids=return_token_ids,
-            extra=extra,
-        )
+        payload = self._payload("completion", **opts)
         payload["prompt"] = prompt
         return await self.send("completion", payload, on_chunk=on_chunk)
 
-    async def chat(
-        self,
-        messages: list[dict[str, Any]],
-        *,
-        stream: bool = False,
-        max_tokens: int | None = 16,
-        temperature: float | None = None,
-        top_p: float | None = None,
-        top_k: int | None = None,
-        min_tokens: int | None = None,
-        seed: int | None = None,
-        stop: str | list[str] | None = None,
-        n: int | None = None,
-        ignore_eos: bool | None = None,
-        response_format: dict[str, Any] | None = None,
-        logprobs: int | None = None,
-        tokens_as_ids: bool = False,
-        return_token_ids: bool = True,
-        extra: dict[str, Any] | None = None,
-    ) -> CompletionResult:
+    async def chat(self, messages: list[dict[str, Any]], **opts: Unpack[RequestOptions]) -> CompletionResult:
         """POST /v1/chat/completions (same options as :meth:`complete`)."""
-        payload = self._payload(
-            "chat",
-            stream=stream,
-            max_tokens=max_tokens,
-            temperature=temperature,
-            top_p=top_p,
-            top_k=top_k,
-            min_tokens=min_tokens,
-            seed=seed,
-            stop=stop,
-            n=n,
-            ignore_eos=ignore_eos,
-            response_format=response_format,
-            logprobs=logprobs,
-            tokens_as_ids=tokens_as_ids,
-            return_token_ids=return_token_ids,
-            extra=extra,
-        )
+        payload = self._payload("chat", **opts)
         payload["messages"] = messages
         return await self.send("chat", payload)
 

@@ -52,6 +52,18 @@ DEVICE_COUNTERS_ENV = "PROMETHEUS_MULTIPROC_DIR"
 """Where an engine's processes publish the device counters a scope's ``path_markers.device_counters`` names:
 prometheus_client's multiprocess mode (the worker processes count, the API server serves ``/metrics``)."""
 
+NODE_REPORTS_ENV = "FASTTRACK_NODE_REPORTS"
+"""The folder where every node that runs through the node script writes its hardware report
+(``node<rank>.json``, :mod:`fasttrack.engine.node_report`): ``<run folder>/engines/<name>.nodes``, next to the
+profiler folder a driver finds on ``/server_info`` (:func:`node_reports_dir`)."""
+
+
+def node_reports_dir(profiler_dir: str | os.PathLike[str]) -> Path:
+    """The node reports' folder of an engine whose traces go to ``profiler_dir`` (``<run>/profiles/<name>``)."""
+    p = Path(profiler_dir)
+    return p.parent.parent / "engines" / f"{p.name}.nodes"
+
+
 Role = Literal["server", "leader", "follower", "task"]
 """What a node process does: ``server`` (a single-node engine), ``leader`` (node 0: the API server),
 ``follower`` (a headless node), ``task`` (a node that learns its rank where it runs: an ``srun`` task)."""
@@ -108,8 +120,9 @@ def serve_spec(
 ) -> ServeSpec:
     """What ``side`` of ``group`` serves: the group's arguments for the side (or ``args``), the served model
     name, and with ``evidence`` the profiler configuration (traces under ``<run_dir>/profiles/<name>``),
-    per-request metrics (``per_request_metrics`` None: when the installed vLLM has them) and, where the scope
-    names device counters, their folder (:data:`DEVICE_COUNTERS_ENV`: ``<run_dir>/engines/<name>.prometheus``)."""
+    per-request metrics (``per_request_metrics`` None: when the installed vLLM has them), where the scope
+    names device counters, their folder (:data:`DEVICE_COUNTERS_ENV`: ``<run_dir>/engines/<name>.prometheus``),
+    and the folder of the node reports (:data:`NODE_REPORTS_ENV`)."""
     out = [str(a) for a in (group.args[side] if args is None else args)]
     served = scope.model.served_name
     if served and "--served-model-name" not in out:
@@ -121,6 +134,7 @@ def serve_spec(
         markers = scope.path_markers
         if markers is not None and markers.device_counters is not None:
             env[DEVICE_COUNTERS_ENV] = str(Path(run_dir) / "engines" / f"{name}.prometheus")
+        env[NODE_REPORTS_ENV] = str(node_reports_dir(Path(run_dir) / "profiles" / name))
     return ServeSpec(side=side, model=str(model), args=tuple(out), env=env)
 
 

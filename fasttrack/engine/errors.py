@@ -16,8 +16,8 @@ def _with_tail(message: str, log_tail: str) -> str:
     return f"{message}\nLast engine log lines:\n{tail}"
 
 
-class EngineStartError(EngineError):
-    """The engine did not become healthy (it exited, or the health wait timed out)."""
+class EngineProcessError(EngineError):
+    """An engine's process failed; the error carries its evidence."""
 
     def __init__(
         self,
@@ -36,32 +36,17 @@ class EngineStartError(EngineError):
         self.log_path = log_path
         self.log_tail = log_tail
         self.process_exit_code = process_exit_code
-        """The server process's exit code (None: it had not exited). Not ``exit_code``: that is the
+        """The server process's exit code (None: it had not exited, or unknown). Not ``exit_code``: that is the
         CLI's exit status of every :class:`~fasttrack.errors.FasttrackError`."""
         super().__init__(_with_tail(message, log_tail), hint=hint)
 
 
-class EngineCrashed(EngineError):
-    """A running engine died (or stopped answering) while checks were using it."""
+class EngineStartError(EngineProcessError):
+    """The engine did not become healthy (it exited, or the health wait timed out)."""
 
-    def __init__(
-        self,
-        message: str,
-        *,
-        side: str,
-        process_exit_code: int | None = None,
-        log_path: str | None = None,
-        log_tail: str = "",
-        node: int | None = None,
-    ) -> None:
-        self.side = side
-        self.node = node
-        """The node rank of a multi-node engine that died (None: a single-node engine)."""
-        self.process_exit_code = process_exit_code
-        """The server process's exit code (None: unknown or still running); see :class:`EngineStartError`."""
-        self.log_path = log_path
-        self.log_tail = log_tail
-        super().__init__(_with_tail(message, log_tail))
+
+class EngineCrashed(EngineProcessError):
+    """A running engine died (or stopped answering) while checks were using it."""
 
 
 class EngineUnreachable(EngineError):

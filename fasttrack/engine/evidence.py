@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
-from typing import Iterable, Sequence, cast
+from typing import Any, Iterable, Sequence, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -99,6 +99,25 @@ class WindowEvidence(BaseModel):
             return None
         return self.optimized_decode_steps / self.decode_steps
 
+    def batch_size_facts(self) -> dict[str, dict[str, int]]:
+        """Decode steps per batch size, all and those on the optimized path (sizes as JSON keys)."""
+        return {
+            "decode_batch_sizes": {str(k): v for k, v in self.decode_batch_sizes.items()},
+            "optimized_decode_batch_sizes": {str(k): v for k, v in self.optimized_decode_batch_sizes.items()},
+        }
+
+    def counting_facts(self) -> dict[str, Any]:
+        """How the window's steps were counted: the ops on the kernel basis, the device counters, the marker
+        matches on host-side records."""
+        return {
+            "kernels_per_decode_step": self.kernels_per_decode_step,
+            "kernel_basis": self.kernel_basis,
+            "device_optimized_steps": self.device_optimized_steps,
+            "device_stock_steps": self.device_stock_steps,
+            "device_unconfirmed_steps": self.device_unconfirmed_steps,
+            "host_marker_ops": self.host_marker_ops,
+        }
+
     def to_path_evidence(self, *, check: str, point: str) -> PathEvidence:
         """The row the coverage check judges."""
         return PathEvidence(
@@ -114,14 +133,8 @@ class WindowEvidence(BaseModel):
             detail={
                 "step_counts": self.step_counts,
                 "optimized_step_counts": self.optimized_step_counts,
-                "decode_batch_sizes": {str(k): v for k, v in self.decode_batch_sizes.items()},
-                "optimized_decode_batch_sizes": {str(k): v for k, v in self.optimized_decode_batch_sizes.items()},
-                "kernels_per_decode_step": self.kernels_per_decode_step,
-                "kernel_basis": self.kernel_basis,
-                "device_optimized_steps": self.device_optimized_steps,
-                "device_stock_steps": self.device_stock_steps,
-                "device_unconfirmed_steps": self.device_unconfirmed_steps,
-                "host_marker_ops": self.host_marker_ops,
+                **self.batch_size_facts(),
+                **self.counting_facts(),
                 "device_counter_missing": self.device_counter_missing,
                 "trace_files": self.trace_files,
                 "fallback_lines": self.fallback_lines[:5],

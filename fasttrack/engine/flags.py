@@ -93,6 +93,18 @@ def per_request_metrics_args(args: Sequence[str], *, supported: bool | None = No
     return [PER_REQUEST_METRICS_FLAG] if supported else []
 
 
+def arg_values(args: Sequence[str], flag: str) -> list[str]:
+    """The values ``flag`` is given in engine arguments (``--flag VALUE`` or ``--flag=VALUE``), in order (vLLM's
+    parser keeps the last)."""
+    out = []
+    for i, a in enumerate(args):
+        if a == flag and i + 1 < len(args):
+            out.append(args[i + 1])
+        elif a.startswith(flag + "="):
+            out.append(a.split("=", 1)[1])
+    return out
+
+
 def profiler_dir_from_args(args: Sequence[str]) -> Path | None:
     """The torch profiler directory named in engine arguments (None when profiling is off)."""
     args = list(args)

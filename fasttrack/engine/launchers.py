@@ -106,6 +106,10 @@ class Launcher(ABC):
     def hosts(self, nnodes: int) -> list[str]:
         """The host of each node rank (rank 0 first)."""
 
+    def address(self, host: str) -> str:
+        """The address the driver reaches ``host`` at (its API server's URL): the host itself by default."""
+        return host
+
     @abstractmethod
     def launch(self, req: LaunchRequest) -> list[NodeProcess]:
         """Start every node; the first process returned runs node 0 (the API server)."""
@@ -229,6 +233,11 @@ class SlurmLauncher(Launcher):
                 f"({self.env.get('SLURM_JOB_NODELIST', 'no SLURM_JOB_NODELIST')})"
             )
         return hosts[:nnodes]
+
+    def address(self, host: str) -> str:
+        """The node's ``NodeAddr`` (:func:`slurm_node_address`), as the other nodes reach it: a Slurm node name
+        need not resolve on the driver's host."""
+        return slurm_node_address(host, self.env)
 
     def command(self, req: LaunchRequest) -> tuple[list[str], EngineCommand, dict[int, Path]]:
         """The ``srun`` command line, the node tasks' command and the log path of each node rank."""

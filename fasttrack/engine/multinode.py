@@ -78,7 +78,7 @@ class MultiNodeEngine(ManagedEngine):
         self.port = self._requested_port or free_port("127.0.0.1")
         self.master_port = self._master_port or free_port("127.0.0.1")
         hosts = self.launcher.hosts(self.nodes)
-        self.host = hosts[0]
+        self.host = self.launcher.address(hosts[0])
         self.base_url = f"http://{self.host}:{self.port}"
         self.log_dir.mkdir(parents=True, exist_ok=True)
         if self.profiler_dir is not None:

@@ -23,7 +23,9 @@ Roles:
 
 Every role first makes the folders the engine writes its evidence to (``--profiler-config``'s, the device
 counters' ``PROMETHEUS_MULTIPROC_DIR``), so a driver that attaches the engine by URL finds the profiler folder
-before the first trace is written.
+before the first trace is written, and writes the node's hardware report (``node_report.py``: its GPUs, NVLink,
+fabric and vLLM build) into ``$FASTTRACK_NODE_REPORTS`` when that is set, so such a driver checks the scope's
+hardware against every engine node, not its own host.
 """
 
 from __future__ import annotations
@@ -125,9 +127,28 @@ def run_slurm(argv: list[str]) -> None:
     (run_leader if role == "leader" else run_follower)(args)
 
 
+def report_node(role: str, argv: list[str]) -> None:
+    """Write this node's hardware report into ``$FASTTRACK_NODE_REPORTS`` (when set); a report that cannot be
+    written is said on stderr and the engine starts anyway (the driver then finds no report for this node)."""
+    folder = os.environ.get("FASTTRACK_NODE_REPORTS")
+    if not folder:
+        return
+    spec = importlib.util.spec_from_file_location("fasttrack_node_report", os.path.join(_HERE, "node_report.py"))
+    if spec is None or spec.loader is None:
+        return
+    mod = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(mod)
+        rank = int(os.environ.get("SLURM_NODEID", "0")) if role == "slurm" else mod.rank_from_args(argv)
+        mod.write(folder, 0 if role == "leader" else rank)
+    except Exception as exc:  # noqa: BLE001 - the report must never stop the engine
+        sys.stderr.write(f"fasttrack node: no hardware report written to {folder}: {exc}\n")
+
+
 if __name__ == "__main__":
     if len(sys.argv) < 2 or sys.argv[1] not in ("leader", "follower", "slurm"):
         raise SystemExit("usage: node_main.py leader|follower|slurm VLLM-SERVE-ARGS...")
     role, rest = sys.argv[1], sys.argv[2:]
     make_folders(rest)
+    report_node(role, rest)
     {"leader": run_leader, "follower": run_follower, "slurm": run_slurm}[role](rest)

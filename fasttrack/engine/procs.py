@@ -5,6 +5,7 @@ outlive a harness that died without cleaning up.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -57,6 +58,35 @@ def group_members(pgid: int) -> list[tuple[int, str]]:
         if pgrp == pgid and state not in ("Z", "X"):
             out.append((int(entry.name), state))
     return out
+
+
+def run_script(
+    exe: str, script: str, *, stdin: str | None = None, env: dict[str, str] | None = None, timeout: float
+) -> subprocess.CompletedProcess[str] | str:
+    """Run the Python ``script`` under the interpreter ``exe`` in a session of its own (``env``: its whole
+    environment, default this one's; ``stdin``: its input, else none). Its completed process, or why there is
+    none, said to follow a subject: ``could not run under EXE: ...`` or ``timed out after N s under EXE`` (its
+    process group is then killed)."""
+    try:
+        proc = subprocess.Popen(
+            [exe, "-c", script],
+            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env if env is not None else dict(os.environ),
+            start_new_session=True,
+        )
+    except OSError as exc:
+        return f"could not run under {exe}: {exc}"
+    try:
+        stdout, stderr = proc.communicate(stdin, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        return f"timed out after {timeout:.0f} s under {exe}"
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
 
 
 def parent_death_preexec() -> Callable[[], None] | None:

@@ -328,6 +328,109 @@ def parse_full(
     )
 
 
+_DONE: dict[str, Any] = {}
+"""What :func:`_event` returns for the stream's last line."""
+
+
+def _event(line: str, status_code: int, url: str) -> dict[str, Any] | None:
+    """The JSON of one server-sent ``data:`` line (None for other lines, :data:`_DONE` for ``[DONE]``); an
+    error event or a malformed one raises :class:`EngineRequestError`."""
+    if not line.startswith("data:"):
+        return None
+    data_s = line[5:].strip()
+    if data_s == "[DONE]":
+        return _DONE
+    try:
+        data = json.loads(data_s)
+    except ValueError as exc:
+        raise EngineRequestError(f"malformed stream chunk: {data_s[:300]!r}", status_code=status_code, url=url) from exc
+    if "error" in data and not data.get("choices"):
+        err = data["error"] if isinstance(data["error"], dict) else {"message": data["error"]}
+        code = err.get("code")
+        raise EngineRequestError(
+            str(err.get("message") or data_s[:500]),
+            status_code=int(code) if isinstance(code, int) else status_code,
+            body=data_s,
+            url=url,
+        )
+    return data
+
+
+@dataclass
+class _Stream:
+    """What the chunks of one streamed response said so far."""
+
+    endpoint: Endpoint
+    by_index: dict[int, ChoiceResult] = field(default_factory=dict)
+    texts: dict[int, list[str]] = field(default_factory=dict)
+    usage: Usage | None = None
+    rid: str | None = None
+    model: str | None = None
+    prompt_ids: list[int] | None = None
+    first: float | None = None
+    """When the first token arrived."""
+    n_chunks: int = 0
+
+    def add(self, data: dict[str, Any], now: float) -> None:
+        """One chunk, its line received at ``now``."""
+        self.rid = self.rid or data.get("id")
+        self.model = self.model or data.get("model")
+        if data.get("usage"):
+            self.usage = _usage(data["usage"])
+        if data.get("prompt_token_ids") and self.prompt_ids is None:
+            self.prompt_ids = data["prompt_token_ids"]
+        for ch in data.get("choices") or []:
+            self._add_choice(ch, now)
+
+    def _add_choice(self, ch: dict[str, Any], now: float) -> None:
+        idx = int(ch.get("index", 0))
+        c = self.by_index.get(idx)
+        if c is None:
+            c = self.by_index[idx] = ChoiceResult(index=idx)
+            self.texts[idx] = []
+        if ch.get("prompt_token_ids") and self.prompt_ids is None:
+            self.prompt_ids = ch["prompt_token_ids"]
+        if self.endpoint == "chat":
+            delta = ch.get("delta") or {}
+            piece = delta.get("content") or ""
+            rpiece = delta.get("reasoning_content") or delta.get("reasoning") or ""
+            if rpiece:
+                c.reasoning = (c.reasoning or "") + rpiece
+            if delta.get("tool_calls"):
+                c.tool_calls = (c.tool_calls or []) + list(delta["tool_calls"])
+            positions = _chat_logprobs(ch["logprobs"]) if ch.get("logprobs") else []
+        else:
+            piece = ch.get("text") or ""
+            rpiece = ""
+            positions = _completion_logprobs(ch["logprobs"]) if ch.get("logprobs") else []
+        ids = ch.get("token_ids")
+        if piece:
+            self.texts[idx].append(piece)
+        if ids is not None:
+            c.token_ids = (c.token_ids or []) + list(ids)
+        if positions:
+            c.logprobs = (c.logprobs or []) + positions
+        n_tokens = len(ids) if ids is not None else (len(positions) if positions else (1 if piece or rpiece else 0))
+        if n_tokens:
+            c.chunk_times.append(now)
+            c.token_times.extend([now] * n_tokens)
+            if self.first is None:
+                self.first = now
+        if ch.get("finish_reason") is not None:
+            c.finish_reason = ch["finish_reason"]
+            c.stop_reason = ch.get("stop_reason")
+
+    def choices(self) -> list[ChoiceResult]:
+        """The choices in index order, their texts joined."""
+        out = []
+        for idx in sorted(self.by_index):
+            c = self.by_index[idx]
+            c.text = "".join(self.texts[idx])
+            _fill_ids_from_positions(c)
+            out.append(c)
+        return out
+
+
 async def parse_stream(
     endpoint: Endpoint,
     payload: dict[str, Any],
@@ -339,99 +442,30 @@ async def parse_stream(
 ) -> CompletionResult:
     """Read a streamed response (server-sent events) into a :class:`CompletionResult`, with a
     ``perf_counter()`` timestamp per chunk and per token."""
-    by_index: dict[int, ChoiceResult] = {}
-    texts: dict[int, list[str]] = {}
-    usage = None
-    rid = model = None
-    prompt_ids: list[int] | None = None
-    first: float | None = None
-    n_chunks = 0
+    stream = _Stream(endpoint)
     async for line in r.aiter_lines():
         now = time.perf_counter()
-        if not line.startswith("data:"):
+        data = _event(line, r.status_code, url)
+        if data is None:
             continue
-        data_s = line[5:].strip()
-        if data_s == "[DONE]":
+        if data is _DONE:
             break
-        try:
-            data = json.loads(data_s)
-        except ValueError as exc:
-            raise EngineRequestError(
-                f"malformed stream chunk: {data_s[:300]!r}", status_code=r.status_code, url=url
-            ) from exc
-        if "error" in data and not data.get("choices"):
-            err = data["error"] if isinstance(data["error"], dict) else {"message": data["error"]}
-            code = err.get("code")
-            raise EngineRequestError(
-                str(err.get("message") or data_s[:500]),
-                status_code=int(code) if isinstance(code, int) else r.status_code,
-                body=data_s,
-                url=url,
-            )
-        n_chunks += 1
+        stream.n_chunks += 1
         if on_chunk is not None:
-            on_chunk(n_chunks)
-        rid = rid or data.get("id")
-        model = model or data.get("model")
-        if data.get("usage"):
-            usage = _usage(data["usage"])
-        if data.get("prompt_token_ids") and prompt_ids is None:
-            prompt_ids = data["prompt_token_ids"]
-        for ch in data.get("choices") or []:
-            idx = int(ch.get("index", 0))
-            c = by_index.get(idx)
-            if c is None:
-                c = by_index[idx] = ChoiceResult(index=idx)
-                texts[idx] = []
-            if ch.get("prompt_token_ids") and prompt_ids is None:
-                prompt_ids = ch["prompt_token_ids"]
-            if endpoint == "chat":
-                delta = ch.get("delta") or {}
-                piece = delta.get("content") or ""
-                rpiece = delta.get("reasoning_content") or delta.get("reasoning") or ""
-                if rpiece:
-                    c.reasoning = (c.reasoning or "") + rpiece
-                if delta.get("tool_calls"):
-                    c.tool_calls = (c.tool_calls or []) + list(delta["tool_calls"])
-                positions = _chat_logprobs(ch["logprobs"]) if ch.get("logprobs") else []
-            else:
-                piece = ch.get("text") or ""
-                rpiece = ""
-                positions = _completion_logprobs(ch["logprobs"]) if ch.get("logprobs") else []
-            ids = ch.get("token_ids")
-            if piece:
-                texts[idx].append(piece)
-            if ids is not None:
-                c.token_ids = (c.token_ids or []) + list(ids)
-            if positions:
-                c.logprobs = (c.logprobs or []) + positions
-            n_tokens = len(ids) if ids is not None else (len(positions) if positions else (1 if piece or rpiece else 0))
-            if n_tokens:
-                c.chunk_times.append(now)
-                c.token_times.extend([now] * n_tokens)
-                if first is None:
-                    first = now
-            if ch.get("finish_reason") is not None:
-                c.finish_reason = ch["finish_reason"]
-                c.stop_reason = ch.get("stop_reason")
+            on_chunk(stream.n_chunks)
+        stream.add(data, now)
     t_end = time.perf_counter()
-    choices = []
-    for idx in sorted(by_index):
-        c = by_index[idx]
-        c.text = "".join(texts[idx])
-        _fill_ids_from_positions(c)
-        choices.append(c)
     return CompletionResult(
         endpoint=endpoint,
         stream=True,
         payload=payload,
-        id=rid,
-        model=model,
-        choices=choices,
-        usage=usage,
-        prompt_token_ids=prompt_ids,
+        id=stream.rid,
+        model=stream.model,
+        choices=stream.choices(),
+        usage=stream.usage,
+        prompt_token_ids=stream.prompt_ids,
         t_start=t_start,
-        t_first_token=first,
+        t_first_token=stream.first,
         t_end=t_end,
-        chunks=n_chunks,
+        chunks=stream.n_chunks,
     )

@@ -30,14 +30,14 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, TypeVar
 
 import httpx
 
 from fasttrack.engine.base import EngineBase
 from fasttrack.engine.cmdline import HARNESS_ENV, LocalExecutor, ServeSpec, engine_command, host_safety_env
 from fasttrack.engine.environment import EngineEnvironment, local_environment
-from fasttrack.engine.errors import EngineCrashed, EngineError, EngineStartError
+from fasttrack.engine.errors import EngineCrashed, EngineError, EngineProcessError, EngineStartError
 from fasttrack.engine.logs import free_log_path, read_log_tail
 from fasttrack.engine.procs import StopReport, free_port, group_members, start_logged, stop_group
 from fasttrack.engine.startup import StartupWatch
@@ -121,6 +121,36 @@ class StartProgress:
     def line(self) -> str:
         """'compiling (for 12 s)'."""
         return f"{self.phase} (for {self.phase_s:.0f} s)"
+
+
+_E = TypeVar("_E", bound=EngineProcessError)
+
+
+@dataclass(frozen=True)
+class _Exited:
+    """A process of an engine that exited, and its evidence."""
+
+    side: str
+    who: str
+    code: int
+    log_path: str | None
+    node: int | None
+    """Its node rank in a multi-node engine (None: a single-node engine)."""
+    tail: str
+    """The last lines of its log."""
+    stopped_by_us: bool
+
+    def error(self, kind: type[_E], message: str, *, hint: str | None = None) -> _E:
+        """A ``kind`` error saying ``message``, with this exit's evidence."""
+        return kind(
+            message,
+            side=self.side,
+            log_path=self.log_path,
+            log_tail=self.tail,
+            process_exit_code=self.code,
+            node=self.node,
+            hint=hint,
+        )
 
 
 class ManagedEngine(EngineBase):
@@ -279,6 +309,18 @@ class ManagedEngine(EngineBase):
             return None
         return f"the {self.side} engine", code, str(self.log_path) if self.log_path else None, None
 
+    def _exited(self) -> _Exited | None:
+        """A process of the engine that exited, with the last lines of its log (the engine's processes are then
+        reaped), else None."""
+        exited = self._exit_status()
+        if exited is None:
+            return None
+        who, code, log_path, node = exited
+        tail = read_log_tail(Path(log_path) if log_path else None, 60)
+        stopped_by_us = self._stop_requested
+        self._reap()
+        return _Exited(self.side, who, code, log_path, node, tail, stopped_by_us)
+
     def _wait_healthy(self) -> None:
         assert self._proc is not None and self.log_path is not None
         t0 = time.monotonic()
@@ -286,18 +328,12 @@ class ManagedEngine(EngineBase):
         watch = StartupWatch(Path(self.log_path), started=t0)
         with httpx.Client(timeout=httpx.Timeout(5.0, connect=2.0), verify=tls_context()) as http:
             while True:
-                exited = self._exit_status()
+                exited = self._exited()
                 if exited is not None:
-                    who, code, log_path, node = exited
-                    tail = read_log_tail(Path(log_path) if log_path else None, 60)
-                    self._reap()
-                    raise EngineStartError(
-                        f"{who} exited with code {code} before it became healthy (log: {log_path})",
-                        side=self.side,
-                        log_path=log_path,
-                        log_tail=tail,
-                        process_exit_code=code,
-                        node=node,
+                    raise exited.error(
+                        EngineStartError,
+                        f"{exited.who} exited with code {exited.code} before it became healthy "
+                        f"(log: {exited.log_path})",
                         hint="Read the log lines above: a wrong model path, an unsupported argument "
                         "or an out-of-memory error are the usual causes.",
                     )
@@ -350,21 +386,14 @@ class ManagedEngine(EngineBase):
             raise EngineError(f"the {self.side} engine was never started")
         deadline = time.monotonic() + grace
         while True:
-            exited = self._exit_status()
+            exited = self._exited()
             if exited is not None:
-                who, code, log_path, node = exited
-                tail = read_log_tail(Path(log_path) if log_path else None, 60)
-                stopped_by_us = self._stop_requested
-                self._reap()
-                reason = "was stopped" if stopped_by_us else f"exited with code {code} while checks were running"
-                raise EngineCrashed(
-                    f"{who} {reason} (log: {log_path})",
-                    side=self.side,
-                    process_exit_code=code,
-                    log_path=log_path,
-                    log_tail=tail,
-                    node=node,
+                reason = (
+                    "was stopped"
+                    if exited.stopped_by_us
+                    else f"exited with code {exited.code} while checks were running"
                 )
+                raise exited.error(EngineCrashed, f"{exited.who} {reason} (log: {exited.log_path})")
             if time.monotonic() >= deadline:
                 break
             time.sleep(0.2)

@@ -228,16 +228,30 @@ def _matcher(patterns: Sequence[str]) -> re.Pattern[str] | None:
     return re.compile("|".join(f"(?:{p})" for p in pats))
 
 
-def analyze_trace(path: str | Path, markers: MarkerSet) -> TraceAnalysis:
-    """Stream-parse one trace and count ops per name, per marker and per engine step."""
-    path = Path(path)
-    opt_re = _matcher(markers.optimized)
-    stock_re = _matcher(markers.stock)
-    intern = sys.intern
+_Op = tuple[str, str, Any, Any, float, float, Any]
+"""One op of a trace: name, category, pid, tid, start, duration, launch correlation id (or None)."""
+_Span = tuple[float, float, str, StepInfo]
+"""One engine step: start, end, its annotation's name, what the name says."""
 
-    # pid and tid are whatever the trace writer put there (ints, or strings for GPU streams)
-    steps: dict[Any, list[tuple[float, float, str, StepInfo]]] = defaultdict(list)  # pid -> spans
-    ops: list[tuple[str, str, Any, Any, float, float, Any]] = []  # name, cat, pid, tid, ts, dur, correlation
+
+@dataclass
+class _Events:
+    """What :func:`analyze_trace` keeps of a trace's events. pid and tid are whatever the trace writer put there
+    (ints, or strings for GPU streams)."""
+
+    steps: dict[Any, list[_Span]]
+    """pid -> its engine steps, in start order."""
+    ops: list[_Op]
+    launches: dict[Any, tuple[Any, float]]
+    """correlation id -> (pid, start) of the host call that launched GPU work."""
+    n_events: int
+
+
+def _read_events(path: Path) -> _Events:
+    """Stream the trace once, keeping the step spans, the ops and the launches."""
+    intern = sys.intern
+    steps: dict[Any, list[_Span]] = defaultdict(list)
+    ops: list[_Op] = []
     launches: dict[Any, tuple[Any, float]] = {}
     n_events = 0
     for ev in iter_trace_events(path):
@@ -267,54 +281,67 @@ def analyze_trace(path: str | Path, markers: MarkerSet) -> TraceAnalysis:
         if cat in OP_CATEGORIES:
             corr = (ev.get("args") or {}).get("correlation") if cat != "cpu_op" else None
             ops.append((intern(name), intern(cat), pid, ev.get("tid"), ts, dur, corr))
+    ordered = {pid: sorted(spans, key=lambda x: x[0]) for pid, spans in steps.items()}
+    return _Events(steps=ordered, ops=ops, launches=launches, n_events=n_events)
 
-    has_kernels = any(o[1] == "kernel" for o in ops)
-    kernel_basis = "gpu_kernels" if has_kernels else "leaf_cpu_ops"
-    host_hits = 0
 
-    # leaf CPU ops: no other cpu_op nested inside them on the same thread
+def _leaf_cpu_ops(ops: list[_Op]) -> set[int]:
+    """The indexes of the leaf CPU ops: no other cpu_op nested inside them on the same thread."""
     leaf: set[int] = set()
-    if not has_kernels:
-        by_thread: dict[tuple[Any, Any], list[int]] = defaultdict(list)
-        for i, o in enumerate(ops):
-            if o[1] == "cpu_op":
-                by_thread[(o[2], o[3])].append(i)
-        for idxs in by_thread.values():
-            idxs.sort(key=lambda i: (ops[i][4], -ops[i][5]))
-            stack: list[tuple[float, int]] = []  # (end, index)
-            for i in idxs:
-                ts, end = ops[i][4], ops[i][4] + ops[i][5]
-                while stack and stack[-1][0] <= ts:
-                    stack.pop()
-                if stack:
-                    leaf.discard(stack[-1][1])
-                leaf.add(i)
-                stack.append((end, i))
+    by_thread: dict[tuple[Any, Any], list[int]] = defaultdict(list)
+    for i, o in enumerate(ops):
+        if o[1] == "cpu_op":
+            by_thread[(o[2], o[3])].append(i)
+    for idxs in by_thread.values():
+        idxs.sort(key=lambda i: (ops[i][4], -ops[i][5]))
+        stack: list[tuple[float, int]] = []  # (end, index)
+        for i in idxs:
+            ts, end = ops[i][4], ops[i][4] + ops[i][5]
+            while stack and stack[-1][0] <= ts:
+                stack.pop()
+            if stack:
+                leaf.discard(stack[-1][1])
+            leaf.add(i)
+            stack.append((end, i))
+    return leaf
 
-    step_lists = {pid: sorted(s, key=lambda x: x[0]) for pid, s in steps.items()}
+
+@dataclass
+class _Counts:
+    """Ops counted by name and by marker, and per step ``(pid, step index) -> [ops on basis, optimized,
+    stock]``."""
+
+    ops: Counter[str]
+    optimized: Counter[str]
+    stock: Counter[str]
+    per_step: dict[tuple[Any, int], list[int]]
+    unassigned: int = 0
+    host_hits: int = 0
+
+
+def _count_ops(events: _Events, markers: MarkerSet, *, has_kernels: bool) -> _Counts:
+    """Count every op by name and marker, and on its engine step (GPU work: the step its launch was issued in).
+    On a GPU trace only a kernel that ran on the device is evidence of a path; the ops counted per step are
+    the kernels there, the leaf CPU ops otherwise."""
+    opt_re, stock_re = _matcher(markers.optimized), _matcher(markers.stock)
+    leaf = set() if has_kernels else _leaf_cpu_ops(events.ops)
+    step_lists, launches = events.steps, events.launches
     step_starts = {pid: [s[0] for s in lst] for pid, lst in step_lists.items()}
-    # per step: [ops on basis, optimized, stock]
-    step_counts: dict[tuple[Any, int], list[int]] = defaultdict(lambda: [0, 0, 0])
-
-    op_counts: Counter[str] = Counter()
-    opt_counts: Counter[str] = Counter()
-    stock_counts: Counter[str] = Counter()
-    unassigned = 0
+    counts = _Counts(Counter(), Counter(), Counter(), defaultdict(lambda: [0, 0, 0]))
     match_cache: dict[str, tuple[bool, bool]] = {}
-    for i, (name, cat, pid, _tid, ts, _dur, corr) in enumerate(ops):
-        op_counts[name] += 1
+    for i, (name, cat, pid, _tid, ts, _dur, corr) in enumerate(events.ops):
+        counts.ops[name] += 1
         hit = match_cache.get(name)
         if hit is None:
             hit = (bool(opt_re and opt_re.search(name)), bool(stock_re and stock_re.search(name)))
             match_cache[name] = hit
         if has_kernels and cat != "kernel" and (hit[0] or hit[1]):
-            # on a GPU trace only a kernel that ran on the device is evidence of a path (see host_marker_ops)
-            host_hits += 1
+            counts.host_hits += 1  # reported as host_marker_ops, never as evidence
             hit = (False, False)
         if hit[0]:
-            opt_counts[name] += 1
+            counts.optimized[name] += 1
         if hit[1]:
-            stock_counts[name] += 1
+            counts.stock[name] += 1
         # where (pid, ts) was this op issued? GPU work: at its launch on the CPU side
         apid, ats = pid, ts
         if cat != "cpu_op" and cat != "user_annotation":
@@ -329,9 +356,9 @@ def analyze_trace(path: str | Path, markers: MarkerSet) -> TraceAnalysis:
             if j >= 0 and ats <= step_lists[apid][j][1]:
                 k = j
         if k < 0:
-            unassigned += 1
+            counts.unassigned += 1
             continue
-        c = step_counts[(apid, k)]
+        c = counts.per_step[(apid, k)]
         on_basis = (cat == "kernel") if has_kernels else (i in leaf)
         if on_basis:
             c[0] += 1
@@ -339,35 +366,44 @@ def analyze_trace(path: str | Path, markers: MarkerSet) -> TraceAnalysis:
             c[1] += 1
         if hit[1]:
             c[2] += 1
+    return counts
 
+
+def _step_records(events: _Events, counts: _Counts) -> list[StepRecord]:
+    """Every engine step with its counts, in start order."""
     records: list[tuple[float, StepRecord]] = []
-    for pid, lst in step_lists.items():
+    for pid, lst in events.steps.items():
         for k, (t0, t1, name, info) in enumerate(lst):
-            c = step_counts.get((pid, k), [0, 0, 0])
-            records.append(
-                (
-                    t0,
-                    StepRecord(
-                        kind=info.kind,
-                        annotation=name,
-                        batch=info.generation_requests,
-                        ops=c[0],
-                        optimized_ops=c[1],
-                        stock_ops=c[2],
-                        duration_us=round(t1 - t0, 3),
-                    ),
-                )
+            c = counts.per_step.get((pid, k), [0, 0, 0])
+            record = StepRecord(
+                kind=info.kind,
+                annotation=name,
+                batch=info.generation_requests,
+                ops=c[0],
+                optimized_ops=c[1],
+                stock_ops=c[2],
+                duration_us=round(t1 - t0, 3),
             )
+            records.append((t0, record))
     records.sort(key=lambda r: r[0])
+    return [r for _, r in records]
+
+
+def analyze_trace(path: str | Path, markers: MarkerSet) -> TraceAnalysis:
+    """Stream-parse one trace and count ops per name, per marker and per engine step."""
+    path = Path(path)
+    events = _read_events(path)
+    has_kernels = any(o[1] == "kernel" for o in events.ops)
+    counts = _count_ops(events, markers, has_kernels=has_kernels)
     return TraceAnalysis(
         path=str(path),
         bytes=path.stat().st_size,
-        events=n_events,
-        kernel_basis=kernel_basis,
-        op_counts=dict(op_counts.most_common()),
-        optimized_op_counts=dict(opt_counts.most_common()),
-        stock_op_counts=dict(stock_counts.most_common()),
-        steps=[r for _, r in records],
-        unassigned_ops=unassigned,
-        host_marker_ops=host_hits,
+        events=events.n_events,
+        kernel_basis="gpu_kernels" if has_kernels else "leaf_cpu_ops",
+        op_counts=dict(counts.ops.most_common()),
+        optimized_op_counts=dict(counts.optimized.most_common()),
+        stock_op_counts=dict(counts.stock.most_common()),
+        steps=_step_records(events, counts),
+        unassigned_ops=counts.unassigned,
+        host_marker_ops=counts.host_hits,
     )

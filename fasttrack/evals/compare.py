@@ -129,18 +129,17 @@ def _index(outcomes: list[SampleOutcome], what: str) -> dict[tuple[str, int], Sa
     return out
 
 
-def compare(
-    *,
-    eval_name: str,
-    point: str,
+_Index = dict[tuple[str, int], SampleOutcome]
+
+
+def _paired_rows(
+    where: str,
     baseline: list[SampleOutcome],
     candidate: list[SampleOutcome],
     reference: list[SampleOutcome] | None,
-    margin: float,
-    floor: float,
-    binary: bool,
-) -> Comparison:
-    """Match the runs by (sample, repeat), compute both gates and the review lists."""
+) -> tuple[list[PairRow], _Index, _Index, _Index | None]:
+    """The runs matched by (sample, repeat), in that order (they must cover the same samples), and each run's
+    outcomes by (sample, repeat)."""
     b_idx = _index(baseline, "the baseline run")
     c_idx = _index(candidate, "the candidate run")
     r_idx = _index(reference, "the reference run") if reference is not None else None
@@ -148,16 +147,14 @@ def compare(
         only_b = sorted(set(b_idx) - set(c_idx))[:5]
         only_c = sorted(set(c_idx) - set(b_idx))[:5]
         raise PairingError(
-            f"{eval_name} at {point}: baseline and candidate ran different samples "
-            f"(baseline only: {only_b}, candidate only: {only_c})"
+            f"{where}: baseline and candidate ran different samples (baseline only: {only_b}, candidate only: {only_c})"
         )
     if not b_idx:
-        raise PairingError(f"{eval_name} at {point}: no samples to compare")
+        raise PairingError(f"{where}: no samples to compare")
     if r_idx is not None and set(r_idx) != set(b_idx):
-        raise PairingError(f"{eval_name} at {point}: the reference run covers different samples than the baseline run")
-    keys = sorted(b_idx)
-    pairs: list[PairRow] = []
-    for k in keys:
+        raise PairingError(f"{where}: the reference run covers different samples than the baseline run")
+    pairs = []
+    for k in sorted(b_idx):
         b, c = b_idx[k], c_idx[k]
         r = r_idx[k] if r_idx is not None else None
         pairs.append(
@@ -172,56 +169,57 @@ def compare(
                 exact_match=c.output == b.output,
             )
         )
-    repeats = len({p.repeat for p in pairs})
-    samples = len({p.sample_id for p in pairs})
-    clusters = [p.sample_id for p in pairs] if repeats > 1 else None
-    b_scores = [p.baseline_score for p in pairs]
-    c_scores = [p.candidate_score for p in pairs]
-    task_diff = paired_bootstrap_difference(
-        b_scores, c_scores, clusters=clusters, confidence=CONFIDENCE, n_boot=BOOTSTRAP_REPLICATES, seed=BOOTSTRAP_SEED
+    return pairs, b_idx, c_idx, r_idx
+
+
+def _difference(b: list[float], c: list[float], clusters: list[str] | None) -> PairedDifference:
+    """The paired bootstrap difference ``c - b`` every gate of a comparison uses (pairs clustered by sample)."""
+    return paired_bootstrap_difference(
+        b, c, clusters=clusters, confidence=CONFIDENCE, n_boot=BOOTSTRAP_REPLICATES, seed=BOOTSTRAP_SEED
     )
-    task_gate = non_inferiority_gate(task_diff, margin=margin, floor=floor)
-    newcombe = paired_binary_difference(b_scores, c_scores, confidence=CONFIDENCE) if binary and repeats == 1 else None
-    agreement_gate = None
-    ref_mean = ref_exact = None
-    if r_idx is not None:
-        # every pair has a reference agreement when there is a reference run (same samples, checked above)
-        ref = [p.reference_agreement for p in pairs if p.reference_agreement is not None]
-        agr = [p.agreement for p in pairs]
-        agreement_diff = paired_bootstrap_difference(
-            ref, agr, clusters=clusters, confidence=CONFIDENCE, n_boot=BOOTSTRAP_REPLICATES, seed=BOOTSTRAP_SEED
-        )
-        agreement_gate = non_inferiority_gate(agreement_diff, margin=margin, floor=None)
-        ref_mean = sum(ref) / len(ref)
-        ref_exact = sum(1 for k in keys if r_idx[k].output == b_idx[k].output) / len(keys)
+
+
+def _failures(
+    where: str,
+    pairs: list[PairRow],
+    task_gate: NonInferiorityGate,
+    agreement_gate: NonInferiorityGate | None,
+    *,
+    margin: float,
+    floor: float,
+) -> list[str]:
+    """What a comparison failed, in words."""
     failures: list[str] = []
+    task_diff = task_gate.difference
     if not task_gate.non_inferior:
         failures.append(
-            f"{eval_name} at {point}: task score is worse than the baseline's: mean difference "
+            f"{where}: task score is worse than the baseline's: mean difference "
             f"{task_diff.difference:+.3f}, 95% lower bound {task_diff.ci_low:+.3f} < -{margin:g} "
             f"(baseline {task_diff.baseline_mean:.3f}, candidate {task_diff.candidate_mean:.3f}, {len(pairs)} pairs)"
         )
     if not task_gate.meets_floor:
-        failures.append(
-            f"{eval_name} at {point}: candidate mean score {task_diff.candidate_mean:.3f} is below the floor {floor:g}"
-        )
+        failures.append(f"{where}: candidate mean score {task_diff.candidate_mean:.3f} is below the floor {floor:g}")
     if agreement_gate is not None and not agreement_gate.non_inferior:
         d = agreement_gate.difference
         failures.append(
-            f"{eval_name} at {point}: candidate outputs agree with the baseline's less than the baseline agrees with "
+            f"{where}: candidate outputs agree with the baseline's less than the baseline agrees with "
             f"itself: mean agreement {d.candidate_mean:.3f} vs {d.baseline_mean:.3f} (repeated baseline run), "
             f"difference {d.difference:+.3f}, 95% lower bound {d.ci_low:+.3f} < -{margin:g}; "
             f"{sum(1 for p in pairs if not p.exact_match)}/{len(pairs)} outputs differ from the baseline's"
         )
-    ids = [f"{p.sample_id}#{p.repeat}" if repeats > 1 else p.sample_id for p in pairs]
-    disc = [d.model_dump() for d in discordant_pairs(b_scores, c_scores, ids=ids)][:MAX_REVIEW]
-    dis_out = []
+    return failures
+
+
+def _disagreeing_outputs(pairs: list[PairRow], b_idx: _Index, c_idx: _Index) -> list[dict[str, Any]]:
+    """Up to MAX_REVIEW pairs whose candidate output agrees with the baseline's less than the reference's does,
+    least agreeing first, with both outputs' beginnings."""
+    out: list[dict[str, Any]] = []
     for p in sorted(pairs, key=lambda p: (p.agreement - (p.reference_agreement or 1.0), p.sample_id, p.repeat)):
         ref_a = p.reference_agreement if p.reference_agreement is not None else 1.0
         if p.agreement >= ref_a:
             continue
         k = (p.sample_id, p.repeat)
-        dis_out.append(
+        out.append(
             {
                 "sample_id": p.sample_id,
                 "repeat": p.repeat,
@@ -233,13 +231,46 @@ def compare(
                 "candidate_output": c_idx[k].output[:TEXT_PREVIEW],
             }
         )
-        if len(dis_out) >= MAX_REVIEW:
+        if len(out) >= MAX_REVIEW:
             break
+    return out
+
+
+def compare(
+    *,
+    eval_name: str,
+    point: str,
+    baseline: list[SampleOutcome],
+    candidate: list[SampleOutcome],
+    reference: list[SampleOutcome] | None,
+    margin: float,
+    floor: float,
+    binary: bool,
+) -> Comparison:
+    """Match the runs by (sample, repeat), compute both gates and the review lists."""
+    where = f"{eval_name} at {point}"
+    pairs, b_idx, c_idx, r_idx = _paired_rows(where, baseline, candidate, reference)
+    repeats = len({p.repeat for p in pairs})
+    clusters = [p.sample_id for p in pairs] if repeats > 1 else None
+    b_scores = [p.baseline_score for p in pairs]
+    c_scores = [p.candidate_score for p in pairs]
+    task_gate = non_inferiority_gate(_difference(b_scores, c_scores, clusters), margin=margin, floor=floor)
+    newcombe = paired_binary_difference(b_scores, c_scores, confidence=CONFIDENCE) if binary and repeats == 1 else None
+    agreement_gate = None
+    ref_mean = ref_exact = None
+    if r_idx is not None:
+        # every pair has a reference agreement when there is a reference run (same samples, checked above)
+        ref = [p.reference_agreement for p in pairs if p.reference_agreement is not None]
+        agreement_diff = _difference(ref, [p.agreement for p in pairs], clusters)
+        agreement_gate = non_inferiority_gate(agreement_diff, margin=margin, floor=None)
+        ref_mean = sum(ref) / len(ref)
+        ref_exact = sum(1 for k, b in b_idx.items() if r_idx[k].output == b.output) / len(pairs)
+    ids = [f"{p.sample_id}#{p.repeat}" if repeats > 1 else p.sample_id for p in pairs]
     return Comparison(
         eval=eval_name,
         point=point,
         n_pairs=len(pairs),
-        n_samples=samples,
+        n_samples=len({p.sample_id for p in pairs}),
         repeats=repeats,
         margin=margin,
         floor=floor,
@@ -252,10 +283,10 @@ def compare(
         exact_match_rate=sum(1 for p in pairs if p.exact_match) / len(pairs),
         reference_exact_match_rate=ref_exact,
         passed=task_gate.passed and (agreement_gate is not None and agreement_gate.passed),
-        failures=failures,
+        failures=_failures(where, pairs, task_gate, agreement_gate, margin=margin, floor=floor),
         pairs=pairs,
-        discordant_scores=disc,
-        disagreeing_outputs=dis_out,
+        discordant_scores=[d.model_dump() for d in discordant_pairs(b_scores, c_scores, ids=ids)][:MAX_REVIEW],
+        disagreeing_outputs=_disagreeing_outputs(pairs, b_idx, c_idx),
     )
 
 

@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fasttrack.errors import FasttrackError
 from fasttrack.evals.mrcr import MRCR_REQUIRED, parse_prompt
+from fasttrack.inputs.jsonl import json_lines
 
 EvalKind = Literal["aime25", "mrcr"]
 
@@ -160,21 +161,17 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
             raise DatasetFormatError(f"{str(path)!r} is not valid JSON: {exc}") from exc
         rows = data
     else:
-        rows = []
-        for n, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except ValueError as exc:
-                raise DatasetFormatError(
-                    f"{str(path)!r} line {n} is not valid JSON: {exc}",
-                    hint="JSON Lines files hold one JSON object per line.",
-                ) from exc
+        rows = [row for _, row in json_lines(text, lambda n, exc: _bad_line(path, n, exc))]
     bad = [i for i, r in enumerate(rows) if not isinstance(r, dict)]
     if bad:
         raise DatasetFormatError(f"{str(path)!r}: row {bad[0] + 1} is not a JSON object.")
     return rows
+
+
+def _bad_line(path: Path, n: int, exc: ValueError) -> DatasetFormatError:
+    return DatasetFormatError(
+        f"{str(path)!r} line {n} is not valid JSON: {exc}", hint="JSON Lines files hold one JSON object per line."
+    )
 
 
 def _sha256_files(files: list[Path]) -> str:

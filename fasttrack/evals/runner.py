@@ -179,7 +179,6 @@ def run_lm_eval(
 ) -> LmEvalOutput:
     """Run one eval through lm-eval against ``base_url`` (``http://host:port``); ``ignore_eos``: see
     :func:`task_config`."""
-    import lm_eval
     from lm_eval.tasks import TaskManager
 
     cfg, source = task_config(kind, data_file, max_tokens=max_tokens, temperature=temperature, ignore_eos=ignore_eos)
@@ -210,9 +209,35 @@ def run_lm_eval(
         ignore_eos=ignore_eos,
     )
     t0 = time.perf_counter()
+    results = _evaluate(kind, base_url, model_args=model_args, tasks=tasks, task_manager=task_manager, seed=seed)
+    wall = time.perf_counter() - t0
+    if not results or "samples" not in results or task_name not in results["samples"]:
+        raise EvalRunError(f"lm-eval returned no per-sample log for task {task_name!r}")
+    agg = results.get("results", {}).get(task_name, {})
+    return LmEvalOutput(
+        task=task_name,
+        lm_model=LM_MODEL[kind],
+        model_args=model_args,
+        settings=settings,
+        task_config=printable,
+        task_source=source,
+        lm_eval_version=_lm_eval_version(),
+        wall_s=round(wall, 3),
+        aggregate={k: v for k, v in agg.items() if isinstance(v, (int, float, str)) or v is None},
+        samples=_sample_rows(results["samples"][task_name], task_name, SCORE_METRIC[kind]),
+    )
+
+
+def _evaluate(
+    kind: EvalKind, base_url: str, *, model_args: dict[str, Any], tasks: list[Any], task_manager: Any, seed: int
+) -> Any:
+    """``lm_eval.simple_evaluate`` with its per-sample log, every seed set, its chatter lowered; its many kinds
+    of failure raised as one :class:`EvalRunError`."""
+    import lm_eval
+
     quiet = _quiet_lm_eval()
     try:
-        results = lm_eval.simple_evaluate(
+        return lm_eval.simple_evaluate(
             model=LM_MODEL[kind],
             model_args=model_args,
             tasks=tasks,
@@ -234,12 +259,13 @@ def run_lm_eval(
         ) from exc
     finally:
         quiet()
-    wall = time.perf_counter() - t0
-    if not results or "samples" not in results or task_name not in results["samples"]:
-        raise EvalRunError(f"lm-eval returned no per-sample log for task {task_name!r}")
-    metric = SCORE_METRIC[kind]
+
+
+def _sample_rows(logged: list[dict[str, Any]], task_name: str, metric: str) -> list[dict[str, Any]]:
+    """lm-eval's per-sample log as fasttrack keeps it (output, filtered output, score, prompt, target), in
+    ``doc_id`` order."""
     samples = []
-    for s in results["samples"][task_name]:
+    for s in logged:
         resps = s.get("resps") or [[""]]
         raw = resps[0][0] if resps and resps[0] else ""
         filtered = s.get("filtered_resps") or [raw]
@@ -247,32 +273,18 @@ def run_lm_eval(
             raise EvalRunError(
                 f"lm-eval's sample log for {task_name!r} has no {metric!r} score (doc {s.get('doc_id')})"
             )
-        args = s.get("arguments") or {}
-        prompt = _prompt_of(args)
         samples.append(
             {
                 "doc_id": int(s["doc_id"]),
                 "output": raw if isinstance(raw, str) else str(raw),
                 "filtered_output": filtered[0] if isinstance(filtered, list) and filtered else filtered,
                 "score": float(s[metric]),
-                "prompt": prompt,
+                "prompt": _prompt_of(s.get("arguments") or {}),
                 "target": s.get("target"),
             }
         )
     samples.sort(key=lambda r: r["doc_id"])
-    agg = results.get("results", {}).get(task_name, {})
-    return LmEvalOutput(
-        task=task_name,
-        lm_model=LM_MODEL[kind],
-        model_args=model_args,
-        settings=settings,
-        task_config=printable,
-        task_source=source,
-        lm_eval_version=_lm_eval_version(),
-        wall_s=round(wall, 3),
-        aggregate={k: v for k, v in agg.items() if isinstance(v, (int, float, str)) or v is None},
-        samples=samples,
-    )
+    return samples
 
 
 PROMPT_PREVIEW = 4000

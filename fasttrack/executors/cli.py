@@ -8,52 +8,75 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 import typer
-from rich.console import Console
+
+# The executors (and the plan behind them) load only when one of these commands runs.
+from fasttrack.executors.cli_common import (
+    BASE,
+    BUILD,
+    DRY,
+    GPUS,
+    HEAD,
+    IMAGE,
+    MODEL,
+    OUT,
+    PARALLEL,
+    REPO,
+    SHARDS,
+    SIGN,
+    SITE,
+    TIER,
+    VARG,
+    _layout,
+    _nodes_model,
+    console,
+    err_console,
+    pr_and_image,
+)
 
 if TYPE_CHECKING:
     from fasttrack.executors.shards import ShardLayout
-    from fasttrack.executors.site import SiteProfile
-
-# The executors (and the plan behind them) load only when one of these commands runs.
-
-console = Console(soft_wrap=True)
-err_console = Console(stderr=True, soft_wrap=True)
 
 slurm_app = typer.Typer(
     help="Run a plan's shards as Slurm job arrays with a merge job after them (see docs/scale-out.md). "
     "Without a subcommand: render the scripts (--dry-run prints them).",
     invoke_without_command=True,
 )
-k8s_app = typer.Typer(help="Kubernetes manifests for a plan's shards (see docs/scale-out.md).", no_args_is_help=True)
-
-MODEL = typer.Option(None, "--model", "-m", help="Suite name or path to a scope.yaml.")
-TIER = typer.Option("smoke", "--tier", "-t", help="smoke < standard < full.")
-SHARDS = typer.Option("groups", "--shards", help="Shard count, or 'groups': one shard per engine group.")
-SITE = typer.Option(None, "--site", help="Site profile (YAML): partition, account, extra #SBATCH lines, image, ...")
-OUT = typer.Option(None, "-o", "--out", help="Job folder (on a file system every node shares).")
-SIGN = typer.Option(None, "--sign-key", help="Private key (on the shared file system) that signs every bundle.")
-GPUS = typer.Option(None, "--gpus-per-node", min=0, help="GPUs to request per node (default: the plan's).")
-IMAGE = typer.Option(None, "--container-image", help="Pyxis/enroot image the jobs run in (#SBATCH --container-image).")
-VARG = typer.Option([], "--validate-arg", help="Extra `fasttrack validate` argument for every shard (repeatable).")
-DRY = typer.Option(False, "--dry-run", help="Print the scripts; write and submit nothing.")
 
 
-def _nodes_model(model: str) -> str:
-    """The scope as the nodes name it: a suite name stays, a file becomes an absolute path."""
-    p = Path(model)
-    if p.suffix in {".yaml", ".yml"} or p.exists():
-        return str(p.resolve())
-    return model
+def _check_gpus_per_node(model: str, lay: ShardLayout, requested: Optional[int], source: str) -> list[str]:
+    """GPUs requested per node against the scope's node model and what each array's engines use on a node.
 
-
-def _layout(model: Optional[str], tier: str, shards: str) -> ShardLayout:
+    Fewer than the engines use, or more than the scope's node has, contradicts the plan: an input error (exit 2)
+    naming both. More than the engines use, within the node, is said (returned as notes), never silent."""
     from fasttrack.errors import FasttrackError
-    from fasttrack.executors.shards import layout
     from fasttrack.scope import load_scope
 
-    if not model:
-        raise FasttrackError("--model is required.", hint="e.g. fasttrack slurm --dry-run --model kimi-k3 --tier full")
-    return layout(load_scope(model), tier=tier, shards=shards)
+    if requested is None or not lay.gpu:
+        return []
+    hw = load_scope(model).scope.hardware
+    node = hw.node if hw is not None else None
+    if node is not None and requested > node.gpus:
+        raise FasttrackError(
+            f"{source} {requested} disagrees with the scope's node model: a node ({node.name or 'hardware.node'}) "
+            f"has {node.gpus} GPUs, so engines of more GPUs span several nodes of {node.gpus} (see fasttrack plan); "
+            f"requesting {requested} per node asks for nodes the scope does not describe",
+            hint=f"Leave {source} out (each array asks for what its engines use per node), or fix hardware.node "
+            "in the scope if its nodes have more GPUs.",
+        )
+    notes = []
+    for a in lay.arrays:
+        if requested < a.gpus_per_node:
+            raise FasttrackError(
+                f"{source} {requested} is fewer than the {a.gpus_per_node} GPUs per node the engines of array "
+                f"{a.key} (shards {','.join(map(str, a.indices))}) use",
+                hint=f"Leave {source} out, or give at least {a.gpus_per_node}.",
+            )
+        if requested > a.gpus_per_node:
+            notes.append(
+                f"array {a.key}: {source} {requested} requests {requested} GPUs per node; its engines use "
+                f"{a.gpus_per_node} of them"
+            )
+    return notes
 
 
 def _job_dir(out: Optional[Path], lay: ShardLayout, kind: str) -> Path:
@@ -94,14 +117,19 @@ def _render_slurm(
     image: Optional[str],
     validate_args: list[str],
     dry_run: bool,
+    pr_opts: tuple[Optional[str], Optional[str], Optional[str], Optional[Path]] = (None, None, None, None),
+    max_parallel: Optional[int] = None,
 ) -> tuple[Path, Any]:
     from fasttrack.executors import slurm
     from fasttrack.executors.site import load_site
 
+    pr, image = pr_and_image(*pr_opts, image)
     lay = _layout(model, tier, shards)
     site = load_site(site_path)
     job_dir = _job_dir(out, lay, "slurm")
     assert model is not None
+    source = "--gpus-per-node" if gpus is not None else "the site profile's slurm.gpus_per_node"
+    notes = _check_gpus_per_node(model, lay, gpus if gpus is not None else site.slurm.gpus_per_node, source)
     opts = slurm.SlurmOptions(
         model=_nodes_model(model),
         tier=tier,
@@ -110,9 +138,13 @@ def _render_slurm(
         gpus_per_node=gpus,
         container_image=image,
         validate_args=list(validate_args),
+        pr=pr,
+        max_parallel=max_parallel,
     )
     rendered = slurm.render(lay, site, opts)
     _summary(lay, rendered.arrays)
+    for n in notes:
+        err_console.print(f"note: {n}", highlight=False)
     if dry_run:
         _print_files(rendered.texts())
     else:
@@ -134,13 +166,31 @@ def slurm_root(
     image: Optional[str] = IMAGE,
     validate_arg: list[str] = VARG,
     dry_run: bool = DRY,
+    repo: Optional[str] = REPO,
+    base: Optional[str] = BASE,
+    head: Optional[str] = HEAD,
+    image_build: Optional[Path] = BUILD,
+    max_parallel: Optional[int] = PARALLEL,
 ) -> None:
     if ctx.invoked_subcommand is not None:
         return
     if model is None:
         console.print(ctx.get_help())
         raise typer.Exit(0)
-    _render_slurm(model, tier, shards, site, out, sign_key, gpus, image, validate_arg, dry_run)
+    _render_slurm(
+        model,
+        tier,
+        shards,
+        site,
+        out,
+        sign_key,
+        gpus,
+        image,
+        validate_arg,
+        dry_run,
+        (repo, base, head, image_build),
+        max_parallel,
+    )
 
 
 @slurm_app.command("render")
@@ -155,9 +205,27 @@ def slurm_render(
     image: Optional[str] = IMAGE,
     validate_arg: list[str] = VARG,
     dry_run: bool = DRY,
+    repo: Optional[str] = REPO,
+    base: Optional[str] = BASE,
+    head: Optional[str] = HEAD,
+    image_build: Optional[Path] = BUILD,
+    max_parallel: Optional[int] = PARALLEL,
 ) -> None:
     """Write the job folder: one sbatch script per array, the merge script, submit.sh, fasttrack-job.json."""
-    _render_slurm(model, tier, shards, site, out, sign_key, gpus, image, validate_arg, dry_run)
+    _render_slurm(
+        model,
+        tier,
+        shards,
+        site,
+        out,
+        sign_key,
+        gpus,
+        image,
+        validate_arg,
+        dry_run,
+        (repo, base, head, image_build),
+        max_parallel,
+    )
 
 
 @slurm_app.command("submit")
@@ -172,11 +240,29 @@ def slurm_submit(
     image: Optional[str] = IMAGE,
     validate_arg: list[str] = VARG,
     dry_run: bool = DRY,
+    repo: Optional[str] = REPO,
+    base: Optional[str] = BASE,
+    head: Optional[str] = HEAD,
+    image_build: Optional[Path] = BUILD,
+    max_parallel: Optional[int] = PARALLEL,
 ) -> None:
     """Render the job folder and submit it: every array with sbatch, then the merge job (afterany on all)."""
     from fasttrack.executors.slurm_jobs import submit
 
-    job_dir, rendered = _render_slurm(model, tier, shards, site, out, sign_key, gpus, image, validate_arg, dry_run)
+    job_dir, rendered = _render_slurm(
+        model,
+        tier,
+        shards,
+        site,
+        out,
+        sign_key,
+        gpus,
+        image,
+        validate_arg,
+        dry_run,
+        (repo, base, head, image_build),
+        max_parallel,
+    )
     if dry_run:
         err_console.print("--dry-run: nothing submitted", highlight=False)
         return
@@ -267,60 +353,11 @@ def slurm_merge(
     raise typer.Exit(0 if outcome.verdict == "pass" else 1)
 
 
-@k8s_app.command("render")
-def k8s_render(
-    model: Optional[str] = MODEL,
-    tier: str = TIER,
-    shards: str = SHARDS,
-    site: Optional[Path] = SITE,
-    out: Optional[Path] = typer.Option(None, "-o", "--out", help="Write the manifests here (default: print)."),
-    image: Optional[str] = typer.Option(None, "--image", help="The evaluation image (default: the site's)."),
-    gpus: Optional[int] = GPUS,
-    sign: bool = typer.Option(
-        False, "--sign", help="Sign bundles with the key in the site's kubernetes.sign_key_secret."
-    ),
-) -> None:
-    """Indexed Job for single-node shards, a LeaderWorkerSet per multi-node shard, a shared volume, a merge Job."""
-    from fasttrack.executors import k8s
-    from fasttrack.executors.site import load_site
-
-    lay = _layout(model, tier, shards)
-    prof: SiteProfile = load_site(site)
-    assert model is not None
-    rendered = k8s.render(
-        lay, prof, k8s.K8sOptions(model=_nodes_model(model), image=image, gpus_per_node=gpus, sign=sign)
-    )
-    err_console.print(rendered.summary(), highlight=False)
-    if out is None:
-        sys.stdout.write(rendered.text())
-        return
-    paths = k8s.write(rendered, out)
-    err_console.print(f"wrote {len(paths)} file(s) under {out}: apply with kubectl apply -f {out}", highlight=False)
-
-
-@k8s_app.command("merge")
-def k8s_merge(
-    job_dir: Path = typer.Argument(..., help="The shared volume's root (holds fasttrack-job.json and shards/)."),
-    sign_key: Optional[Path] = typer.Option(None, "--sign-key", help="Private key that signs the merged bundle."),
-) -> None:
-    """The merge Job's step: merge every shard bundle present, name each absent shard with its Job, completion
-    index and exit status, sign; exit 0 only when the merged verdict is pass."""
-    from fasttrack.bundle.keys import load_private_key
-    from fasttrack.executors import k8s
-    from fasttrack.executors.collect import load_job, merge_job
-
-    job_dir = job_dir.resolve()
-    job = load_job(job_dir)
-    outcome = merge_job(
-        job_dir,
-        describe_absent=k8s.describe_absent(job, job_dir),
-        sign_keys=[load_private_key(sign_key)] if sign_key else [],
-        log=lambda m: console.print(m, highlight=False, markup=False),
-    )
-    raise typer.Exit(0 if outcome.verdict == "pass" else 1)
-
-
 def register(app: typer.Typer) -> None:
-    """Add ``slurm`` and ``k8s`` to the ``fasttrack`` app."""
+    """Add ``slurm``, ``k8s`` and ``image`` to the ``fasttrack`` app."""
+    from fasttrack.executors.cli_image import image_cmd
+    from fasttrack.executors.cli_k8s import k8s_app
+
     app.add_typer(slurm_app, name="slurm")
     app.add_typer(k8s_app, name="k8s")
+    app.command("image")(image_cmd)

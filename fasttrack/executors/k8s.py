@@ -2,19 +2,28 @@
 
 * **Single-node shards**: one Indexed Job (``completionMode: Indexed``); pod ``k`` runs the
   ``k``-th of those shards (``JOB_COMPLETION_INDEX`` picks it from ``FASTTRACK_SHARDS``),
-  with ``backoffLimitPerIndex: 0`` so one failed shard does not stop the others.
-* **Multi-node shards** (one engine group each): a LeaderWorkerSet per side (baseline,
-  candidate) whose group of ``nodes`` pods serves that side's engine: the leader runs
-  the API server (node rank 0), the workers run headless vLLM ranks (rank
-  ``LWS_WORKER_INDEX``) with vLLM's multiprocessing backend across pods; a Service per
-  leader; and a driver Job that runs ``fasttrack validate --shard i/n`` against both
-  leaders (``--baseline-url`` / ``--candidate-url``: attached engines, one lifetime per
-  side, both up together).
+  with ``backoffLimitPerIndex: 0`` so one failed shard does not stop the others, and at most
+  ``max_parallel`` pods at once (without a Kueue queue).
+* **Multi-node shards** (one engine group each): a driver Job per shard (no GPU) that, when its
+  turn comes, creates the shard's engines (:mod:`~fasttrack.executors.k8s_engines`: per side a
+  LeaderWorkerSet, its leader's Service and, for one NVLink domain, a ComputeDomain; written into
+  the shard's ConfigMap), each owned by the driver Job, runs ``fasttrack validate --shard i/n``
+  against both leaders, and deletes them (:mod:`~fasttrack.executors.k8s_drive`). The drivers get
+  a ServiceAccount whose Role allows exactly that.
+* **Queueing**: with the site's ``kubernetes.queue`` every Job and LeaderWorkerSet carries
+  ``kueue.x-k8s.io/queue-name`` and Kueue admits them by quota (the drivers themselves, which hold
+  no GPU, are not queued); without one, shards run in waves of ``max_parallel``: the k-th
+  multi-node driver waits for the exit status of the (k - N)-th.
+* **Clean-up**: every Job has ``ttlSecondsAfterFinished``; the engine objects and the shard's
+  ConfigMap are owned by its driver Job. The shared volume (the bundles), the job ConfigMap and
+  the drivers' account are left for the operator (one label selects them all).
 * A shared ReadWriteMany volume (``/bundles``) holds every shard's run folder; each shard
-  pod records its exit status next to its bundle.
+  records its exit status next to its bundle.
 * A merge Job waits until every shard recorded an exit status (or the deadline passed),
   then runs ``fasttrack k8s merge``: shard bundles merged, each absent shard named with
   its Job, completion index and exit status.
+* **The PR under test**: every shard runs ``validate --repo --base --head`` (``--image-build``:
+  the checkout inside the PR head's image), and every pod runs the image pinned by digest.
 """
 
 from __future__ import annotations
@@ -28,19 +37,43 @@ from typing import Any
 
 import yaml
 
-from fasttrack.engine.cmdline import EngineCommand, Rendezvous, Role, engine_command, host_safety_env, serve_spec
 from fasttrack.errors import FasttrackError
 from fasttrack.executors.collect import JOB_FILE
+from fasttrack.executors.k8s_engines import PodExecutor, engine_commands, engine_objects, engine_run_dir, engine_url
+from fasttrack.executors.k8s_objects import (
+    API_PORT,
+    BUNDLES,
+    ENGINES_DIR,
+    EXIT_NOTE,
+    EXIT_STATUS,
+    JOB_LABEL,
+    KEY_DIR,
+    MASTER_PORT,
+    container,
+    job,
+    meta,
+    pod_env,
+    resources,
+    volumes,
+)
 from fasttrack.executors.shards import ShardLayout, ShardSpec, job_name
-from fasttrack.executors.site import KubernetesSite, SiteProfile, image_env
+from fasttrack.executors.site import SiteProfile, image_digest
 
-BUNDLES = "/bundles"
-KEY_DIR = "/fasttrack-key"
-EXIT_STATUS = "exit-status"
-API_PORT = 8000
-MASTER_PORT = 29500
-LWS_API = "leaderworkerset.x-k8s.io/v1"
-JOB_LABEL = "fasttrack.dev/job"
+__all__ = [
+    "API_PORT",
+    "BUNDLES",
+    "MASTER_PORT",
+    "JOB_LABEL",
+    "EXIT_STATUS",
+    "PodExecutor",
+    "engine_commands",
+    "engine_run_dir",
+    "K8sOptions",
+    "K8sRender",
+    "render",
+    "write",
+    "describe_absent",
+]
 
 
 @dataclass
@@ -50,6 +83,10 @@ class K8sOptions:
     gpus_per_node: int | None = None
     sign: bool = False
     validate_args: list[str] = field(default_factory=list)
+    pr: Any = None
+    """The PR the shards test (:class:`~fasttrack.executors.slurm.PRArgs`)."""
+    max_parallel: int | None = None
+    """Shards running at once without a queue (default: the site's ``kubernetes.max_parallel``)."""
 
 
 @dataclass
@@ -57,6 +94,8 @@ class K8sRender:
     layout: ShardLayout
     documents: list[dict[str, Any]]
     job: dict[str, Any]
+    engines: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    """Each multi-node shard's engine objects (also in its ConfigMap), by shard number."""
 
     def text(self) -> str:
         return yaml.safe_dump_all(self.documents, sort_keys=False, width=1000)
@@ -67,109 +106,32 @@ class K8sRender:
     def summary(self) -> str:
         single = [s for s in self.layout.shards if s.nodes == 1]
         multi = [s for s in self.layout.shards if s.nodes > 1]
+        q = self.job.get("queue")
+        how = f"Kueue queue {q}" if q else f"waves of {self.job.get('max_parallel')} shard(s)"
+        pinned = "image pinned by digest" if self.job.get("image_digest") else "IMAGE NOT PINNED BY DIGEST"
         return (
             f"{self.layout.scope} {self.layout.tier}: {self.layout.count} shard(s): {len(single)} single-node in one "
-            f"Indexed Job, {len(multi)} multi-node as LeaderWorkerSets (baseline + candidate each) with a driver Job; "
-            f"{len(self.documents)} objects"
+            f"Indexed Job, {len(multi)} multi-node with a driver Job each (its LeaderWorkerSets created when its turn "
+            f"comes); {how}; {pinned}; {len(self.documents)} objects"
         )
 
 
-def _meta(name: str, ns: str, base: str, **labels: str) -> dict[str, Any]:
-    return {"name": name, "namespace": ns, "labels": {JOB_LABEL: base, **labels}}
-
-
-def _env(site: SiteProfile, extra: dict[str, str] | None = None, image: str | None = None) -> list[dict[str, str]]:
-    """A pod's environment: the site's (with the GPU safety settings: the site's value, else the safe one)."""
-    env = {**site.env, **image_env(image or site.kubernetes.image), **(extra or {}), **host_safety_env(site.env)}
-    return [{"name": k, "value": v} for k, v in sorted(env.items())]
-
-
-def _volumes(k: KubernetesSite, claim: str, sign: bool) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    vols: list[dict[str, Any]] = [
-        {"name": "bundles", "persistentVolumeClaim": {"claimName": claim}},
-        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": k.shm_size}},
-        *k.volumes,
-    ]
-    mounts: list[dict[str, Any]] = [
-        {"name": "bundles", "mountPath": BUNDLES},
-        {"name": "dshm", "mountPath": "/dev/shm"},
-        *k.volume_mounts,
-    ]
-    if sign:
-        if not k.sign_key_secret:
-            raise FasttrackError(
-                "--sign needs kubernetes.sign_key_secret in the site profile (a Secret with the key in 'key').",
-                hint="kubectl create secret generic fasttrack-key --from-file=key=keys/me",
-            )
-        vols.append({"name": "sign-key", "secret": {"secretName": k.sign_key_secret, "defaultMode": 0o400}})
-        mounts.append({"name": "sign-key", "mountPath": KEY_DIR, "readOnly": True})
-    return vols, mounts
-
-
-def _pod_spec(
-    k: KubernetesSite, containers: list[dict[str, Any]], vols: list[dict[str, Any]], *, restart: str | None
-) -> dict[str, Any]:
-    spec: dict[str, Any] = {"containers": containers, "volumes": vols, "terminationGracePeriodSeconds": 60}
-    if restart:
-        spec["restartPolicy"] = restart
-    if k.node_selector:
-        spec["nodeSelector"] = dict(k.node_selector)
-    if k.tolerations:
-        spec["tolerations"] = [dict(t) for t in k.tolerations]
-    if k.service_account:
-        spec["serviceAccountName"] = k.service_account
-    return spec
-
-
-def _resources(k: KubernetesSite, gpus: int) -> dict[str, Any]:
-    return {"limits": {k.gpu_resource: gpus}} if gpus else {}
-
-
-def _container(
-    name: str, image: str, k: KubernetesSite, command: list[str], env: list[dict[str, str]], mounts: list[Any]
-) -> dict[str, Any]:
-    return {
-        "name": name,
-        "image": image,
-        "imagePullPolicy": k.image_pull_policy,
-        "command": command,
-        "env": env,
-        "volumeMounts": mounts,
-    }
-
-
-def _job(
-    name: str, base: str, role: str, k: KubernetesSite, container: dict[str, Any], vols: list[Any], **spec: Any
-) -> dict[str, Any]:
-    """A Job of one pod template (``role`` labels it), its ``spec`` fields before the template."""
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": _meta(name, k.namespace, base, **{"fasttrack.dev/role": role}),
-        "spec": {
-            **spec,
-            "template": {
-                "metadata": {"labels": {JOB_LABEL: base, "fasttrack.dev/role": role}},
-                "spec": _pod_spec(k, [container], vols, restart="Never"),
-            },
-        },
-    }
-
-
-def _validate_line(site: SiteProfile, opts: K8sOptions, layout: ShardLayout, extra: list[str]) -> str:
+def _validate_argv(site: SiteProfile, opts: K8sOptions, layout: ShardLayout) -> list[str]:
+    k = site.kubernetes
     argv = ["validate", "--model", opts.model, "--tier", layout.tier, "--force"]
     if opts.sign:
         argv += ["--sign-key", f"{KEY_DIR}/key"]
-    argv += [*site.validate_args, *opts.validate_args, *extra]
-    return site.fasttrack + " " + " ".join(shlex.quote(a) for a in argv)
+    if opts.pr is not None:
+        argv += opts.pr.args()
+    return [*argv, *k.validate_args, *opts.validate_args]
 
 
 def _shard_script(site: SiteProfile, validate: str, count: int, pick: str) -> str:
-    """Shell for a shard pod: pick the shard, run validate (SIGTERM passed on), record the exit status."""
+    """Shell for a single-node shard pod: pick the shard, run validate (SIGTERM passed on), record the exit status."""
     return "\n".join(
         [
             "set -u",
-            *site.setup,
+            *site.kubernetes.setup,
             pick,
             f'OUT="{BUNDLES}/shards/shard-$SHARD-of-{count}"',
             'mkdir -p "$OUT"',
@@ -184,195 +146,151 @@ def _shard_script(site: SiteProfile, validate: str, count: int, pick: str) -> st
     )
 
 
-def _deadline(k: KubernetesSite, s: ShardSpec) -> int:
-    return int(s.wall_s * k.active_deadline_factor) + 3600
+def _deadline(site: SiteProfile, s: ShardSpec) -> int:
+    return int(s.wall_s * site.kubernetes.active_deadline_factor) + 3600
+
+
+def _per_node(site: SiteProfile, opts: K8sOptions, default: int) -> int:
+    gpus = opts.gpus_per_node if opts.gpus_per_node is not None else site.kubernetes.gpus_per_node
+    return default if gpus is None else gpus
 
 
 def _indexed_job(
-    layout: ShardLayout, shards: list[ShardSpec], site: SiteProfile, opts: K8sOptions, base: str, claim: str
+    layout: ShardLayout, shards: list[ShardSpec], site: SiteProfile, opts: K8sOptions, base: str, claim: str, n: int
 ) -> dict[str, Any]:
     k = site.kubernetes
-    vols, mounts = _volumes(k, claim, opts.sign)
-    gpus = opts.gpus_per_node if opts.gpus_per_node is not None else k.gpus_per_node
-    per_node = max(s.gpus_per_node for s in shards) if gpus is None else gpus
+    vols, mounts = volumes(k, claim, opts.sign)
     pick = 'set -- $FASTTRACK_SHARDS; shift "$JOB_COMPLETION_INDEX"; SHARD="$1"; EXTRA_ARGS=""'
-    script = _shard_script(site, _validate_line(site, opts, layout, []), layout.count, pick)
-    env = _env(site, {"FASTTRACK_SHARDS": " ".join(str(s.index) for s in shards)}, opts.image)
-    container = _container("fasttrack", opts.image or k.image, k, ["/bin/bash", "-c", script], env, mounts)
-    container["resources"] = _resources(k, per_node)
-    return _job(
+    validate = k.fasttrack + " " + shlex.join(_validate_argv(site, opts, layout))
+    script = _shard_script(site, validate, layout.count, pick)
+    env = pod_env(k, {"FASTTRACK_SHARDS": " ".join(str(s.index) for s in shards)}, opts.image)
+    box = container("fasttrack", opts.image or k.image, k, ["/bin/bash", "-c", script], env, mounts)
+    box["resources"] = resources(k, _per_node(site, opts, max(s.gpus_per_node for s in shards)))
+    waves = -(-len(shards) // n)
+    return job(
         f"{base}-shards",
         base,
         "shards",
         k,
-        container,
+        box,
         vols,
+        queue=True,
         completionMode="Indexed",
         completions=len(shards),
-        parallelism=len(shards),
+        parallelism=len(shards) if k.queue else min(n, len(shards)),
         backoffLimitPerIndex=0,
-        activeDeadlineSeconds=max(_deadline(k, s) for s in shards),
+        activeDeadlineSeconds=max(_deadline(site, s) for s in shards) * (1 if k.queue else waves),
     )
 
 
-class PodExecutor:
-    """A LeaderWorkerSet pod (:class:`~fasttrack.engine.cmdline.Executor`): the image's fasttrack runs the node
-    (``python -m fasttrack.engine.node_main leader|follower``, which picks the image's vLLM entry point); the
-    leader pod is node 0, a worker pod node ``$(LWS_WORKER_INDEX)``; the ranks meet at
-    ``$(LWS_LEADER_ADDRESS)``. Kubernetes expands both in the command."""
+@dataclass
+class _Waves:
+    """The multi-node drivers' turns: slot ``k mod n``; each waits for the shard ahead of it in its slot."""
 
-    name = "pod"
-    bind_host = "0.0.0.0"
+    n: int
+    ahead: dict[int, ShardSpec] = field(default_factory=dict)
+    waits: dict[int, int] = field(default_factory=dict)
+    """Shard -> the most seconds it may wait for its turn (the deadlines of the shards ahead of it)."""
 
-    def entry(self, python: str, role: Role) -> list[str]:
-        return [python, "-m", "fasttrack.engine.node_main", role]
-
-    def rank(self, rank: int) -> str:
-        return "0" if rank == 0 else "$(LWS_WORKER_INDEX)"
-
-    def node_env(self, env: dict[str, str], *, python: str, rank: int | None, nnodes: int) -> dict[str, str]:
-        return env
-
-
-def engine_run_dir(shard: ShardSpec) -> str:
-    """The run folder of a multi-node shard's engines on the shared volume: their profiler traces go under its
-    ``profiles/``, outside the shard's own run folder (which the driver's ``validate --force`` replaces)."""
-    return f"{BUNDLES}/engines/{shard.dirname}"
+    @classmethod
+    def of(cls, site: SiteProfile, multi: list[ShardSpec], n: int) -> "_Waves":
+        w = cls(n)
+        for k, s in enumerate(multi):
+            if k >= n:
+                prev = multi[k - n]
+                w.ahead[s.index] = prev
+                w.waits[s.index] = w.waits.get(prev.index, 0) + _deadline(site, prev)
+        return w
 
 
-def engine_commands(
-    scope: Any, group: Any, side: str, shard: ShardSpec, site: SiteProfile, image: str | None
-) -> tuple[EngineCommand, EngineCommand]:
-    """The leader's and the workers' command line and environment for one side of a multi-node shard."""
-    spec = serve_spec(
-        scope,
-        group,
-        side,
-        model=scope.model.id,
-        run_dir=engine_run_dir(shard),
-        name=f"{group.id}.{side}.0",
-        per_request_metrics=True,  # the image's vLLM (0.26 and 0.32 both have them), not the renderer's
-    )
-    meet = Rendezvous(shard.nodes, "$(LWS_LEADER_ADDRESS)", MASTER_PORT)
-    host_env = {**site.env, **image_env(image or site.kubernetes.image)}
-    lead, follow = (
-        engine_command(
-            spec, executor=PodExecutor(), python="python", host_env=host_env, api_port=API_PORT, rank=r, rendezvous=meet
-        )
-        for r in (0, 1)
-    )
-    return lead, follow
-
-
-def _multi_node(
-    layout: ShardLayout,
-    shard: ShardSpec,
-    site: SiteProfile,
-    opts: K8sOptions,
-    base: str,
-    claim: str,
-    groups: dict[str, Any],
-    scope: Any,
+def _driver(
+    layout: ShardLayout, shard: ShardSpec, site: SiteProfile, opts: K8sOptions, base: str, claim: str, waves: _Waves
 ) -> list[dict[str, Any]]:
-    if len(shard.groups) != 1:
-        raise FasttrackError(
-            f"shard {shard.label} runs {len(shard.groups)} multi-node engine groups; on Kubernetes each multi-node "
-            "shard serves one group from its LeaderWorkerSets.",
-            hint="Render with --shards groups (one shard per engine group).",
-        )
+    """A multi-node shard's ConfigMap (its engine objects) and driver Job."""
     k = site.kubernetes
-    group = groups[shard.groups[0]]
-    image = opts.image or k.image
-    vols, mounts = _volumes(k, claim, opts.sign)
-    gpus = opts.gpus_per_node if opts.gpus_per_node is not None else k.gpus_per_node
-    per_node = shard.gpus_per_node if gpus is None else gpus
-    out: list[dict[str, Any]] = []
-    urls = {}
-    for side in ("baseline", "candidate"):
-        name = f"{base}-s{shard.index}-{side[:4]}"
-        lead, follow = engine_commands(scope, group, side, shard, site, image)
-
-        def container(cname: str, cmd: EngineCommand, probe: bool) -> dict[str, Any]:
-            env = [{"name": n, "value": v} for n, v in sorted(cmd.env.items())]
-            c = _container(cname, image, k, cmd.argv, env, mounts)
-            c["resources"] = _resources(k, per_node)
-            if probe:
-                c["ports"] = [{"containerPort": API_PORT, "name": "api"}]
-                c["readinessProbe"] = {"httpGet": {"path": "/health", "port": API_PORT}, "periodSeconds": 10}
-            return c
-
-        labels = {"fasttrack.dev/shard": str(shard.index), "fasttrack.dev/side": side}
-        out.append(
-            {
-                "apiVersion": LWS_API,
-                "kind": "LeaderWorkerSet",
-                "metadata": _meta(name, k.namespace, base, **labels),
-                "spec": {
-                    "replicas": 1,
-                    "startupPolicy": "LeaderCreated",
-                    "leaderWorkerTemplate": {
-                        "size": shard.nodes,
-                        "restartPolicy": "RecreateGroupOnPodRestart",
-                        "leaderTemplate": {
-                            "metadata": {"labels": {JOB_LABEL: base, **labels, "fasttrack.dev/role": "leader"}},
-                            "spec": _pod_spec(k, [container("vllm-leader", lead, True)], vols, restart=None),
-                        },
-                        "workerTemplate": {
-                            "metadata": {"labels": {JOB_LABEL: base, **labels, "fasttrack.dev/role": "worker"}},
-                            "spec": _pod_spec(k, [container("vllm-worker", follow, False)], vols, restart=None),
-                        },
-                    },
-                },
-            }
-        )
-        out.append(
-            {
-                "apiVersion": "v1",
-                "kind": "Service",
-                "metadata": _meta(f"{name}-api", k.namespace, base, **labels),
-                "spec": {
-                    "selector": {
-                        "leaderworkerset.sigs.k8s.io/name": name,
-                        "leaderworkerset.sigs.k8s.io/worker-index": "0",
-                    },
-                    "ports": [{"name": "api", "port": API_PORT, "targetPort": API_PORT}],
-                },
-            }
-        )
-        urls[side] = f"http://{name}-api.{k.namespace}.svc:{API_PORT}"
-    wait = (
-        "python - <<'PY'\nimport time, urllib.request\n"
-        f"for url in {sorted(urls.values())!r}:\n"
-        "    while True:\n"
-        "        try:\n"
-        "            urllib.request.urlopen(url + '/health', timeout=5); break\n"
-        "        except Exception:\n"
-        "            time.sleep(10)\n"
-        "PY"
-    )
-    pick = (
-        f"SHARD={shard.index}; "
-        f'EXTRA_ARGS="--baseline-url {urls["baseline"]} --candidate-url {urls["candidate"]}"\n{wait}'
-    )
-    script = _shard_script(site, _validate_line(site, opts, layout, []), layout.count, pick)
-    driver = _container("fasttrack", image, k, ["/bin/bash", "-c", script], _env(site, image=opts.image), mounts)
     name = f"{base}-s{shard.index}-driver"
-    out.append(_job(name, base, "driver", k, driver, vols, backoffLimit=0, activeDeadlineSeconds=_deadline(k, shard)))
-    return out
+    cm_name = f"{base}-s{shard.index}-engines"
+    vols, mounts = volumes(k, claim, opts.sign)
+    vols.append({"name": "engines", "configMap": {"name": cm_name}})
+    mounts.append({"name": "engines", "mountPath": ENGINES_DIR, "readOnly": True})
+    urls = {side: engine_url(base, shard, side, k) for side in ("baseline", "candidate")}
+    out = f"{BUNDLES}/shards/{shard.dirname}"
+    validate = [k.fasttrack, *_validate_argv(site, opts, layout), "--shard", shard.label, "--out", out]
+    validate += ["--baseline-url", urls["baseline"], "--candidate-url", urls["candidate"]]
+    drive = [k.fasttrack, "k8s", "drive", "--engines", f"{ENGINES_DIR}/engines.yaml", "--out", out]
+    drive += ["--configmap", cm_name, "--namespace", k.namespace, "--health-timeout-s", str(_deadline(site, shard))]
+    drive += [a for side, url in urls.items() for a in (f"--{side}-url", url)]
+    ahead = waves.ahead.get(shard.index)
+    if ahead is not None and not k.queue:
+        drive += ["--after", f"{BUNDLES}/shards/{ahead.dirname}/{EXIT_STATUS}"]
+        drive += ["--after-max-s", str(waves.waits[shard.index])]
+    script = "\n".join(["set -u", *k.setup, "exec " + shlex.join([*drive, "--", *validate])])
+    env: list[dict[str, Any]] = [*pod_env(k, image=opts.image)]
+    env += [
+        {"name": "JOB_NAME", "value": name},
+        {
+            "name": "JOB_UID",
+            "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['batch.kubernetes.io/controller-uid']"}},
+        },
+    ]
+    box = container("fasttrack", opts.image or k.image, k, ["/bin/bash", "-c", script], env, mounts)
+    wait = (waves.waits.get(shard.index, 0) if not k.queue else k.queue_wait_s) + 2 * _deadline(site, shard)
+    drv = job(
+        name,
+        base,
+        "driver",
+        k,
+        box,
+        vols,
+        service_account=f"{base}-driver",
+        labels={"fasttrack.dev/shard": str(shard.index)},
+        backoffLimit=0,
+        activeDeadlineSeconds=wait,
+    )
+    return [drv]
 
 
-def _merge_job(layout: ShardLayout, site: SiteProfile, opts: K8sOptions, base: str, claim: str) -> dict[str, Any]:
+def _rbac(k: Any, base: str) -> list[dict[str, Any]]:
+    """The drivers' ServiceAccount and the Role that lets them create, own and delete their engines."""
+    account = f"{base}-driver"
+    crud = ["create", "get", "delete"]
+    rules = [
+        {"apiGroups": ["leaderworkerset.x-k8s.io"], "resources": ["leaderworkersets"], "verbs": crud},
+        {"apiGroups": ["resource.nvidia.com"], "resources": ["computedomains"], "verbs": crud},
+        {"apiGroups": [""], "resources": ["services"], "verbs": crud},
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "patch"]},
+    ]
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta(account, k, base)},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": meta(account, k, base),
+            "rules": rules,
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": meta(account, k, base),
+            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": k.namespace}],
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": account},
+        },
+    ]
+
+
+def _merge_job(
+    layout: ShardLayout, site: SiteProfile, opts: K8sOptions, base: str, claim: str, wait_s: int
+) -> dict[str, Any]:
     k = site.kubernetes
-    vols, mounts = _volumes(k, claim, opts.sign)
+    vols, mounts = volumes(k, claim, opts.sign)
     vols.append({"name": "job", "configMap": {"name": f"{base}-job"}})
     mounts.append({"name": "job", "mountPath": "/fasttrack-job", "readOnly": True})
-    wait_s = max((_deadline(k, s) for s in layout.shards), default=3600) + 1800
     n = layout.count
-    merge = f"{site.fasttrack} k8s merge {BUNDLES}" + (f" --sign-key {KEY_DIR}/key" if opts.sign else "")
+    merge = f"{k.fasttrack} k8s merge {BUNDLES}" + (f" --sign-key {KEY_DIR}/key" if opts.sign else "")
     script = "\n".join(
         [
             "set -u",
-            *site.setup,
+            *k.setup,
             f"cp /fasttrack-job/{JOB_FILE} {BUNDLES}/{JOB_FILE}",
             f"deadline=$(( $(date +%s) + {wait_s} ))",
             "# wait until every shard recorded its exit status (or the deadline: then the rest count as absent)",
@@ -387,9 +305,54 @@ def _merge_job(layout: ShardLayout, site: SiteProfile, opts: K8sOptions, base: s
             f"exec {merge}",
         ]
     )
-    command = ["/bin/bash", "-c", script]
-    container = _container("merge", opts.image or k.image, k, command, _env(site, image=opts.image), mounts)
-    return _job(f"{base}-merge", base, "merge", k, container, vols, backoffLimit=0)
+    box = container(
+        "merge", opts.image or k.image, k, ["/bin/bash", "-c", script], pod_env(k, image=opts.image), mounts
+    )
+    return job(f"{base}-merge", base, "merge", k, box, vols, queue=True, backoffLimit=0)
+
+
+def _job_doc(layout: ShardLayout, site: SiteProfile, opts: K8sOptions, base: str, n: int) -> dict[str, Any]:
+    """``fasttrack-job.json`` (the merge's description of the run; ``shard_jobs`` filled in by :func:`render`)."""
+    k = site.kubernetes
+    image = opts.image or k.image
+    return {
+        "executor": "kubernetes",
+        "model": opts.model,
+        **layout.as_dict(),
+        "job_dir": BUNDLES,
+        "namespace": k.namespace,
+        "name": base,
+        "image": image,
+        "image_digest": image_digest(image),
+        "pr": {"repo": opts.pr.repo, "base": opts.pr.base, "head": opts.pr.head} if opts.pr else None,
+        "queue": k.queue,
+        "max_parallel": None if k.queue else n,
+        "shard_jobs": {},
+    }
+
+
+def _pvc(k: Any, base: str, claim: str) -> dict[str, Any]:
+    pvc: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": meta(claim, k, base),
+        "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": k.storage_size}}},
+    }
+    if k.storage_class:
+        pvc["spec"]["storageClassName"] = k.storage_class
+    return pvc
+
+
+def _multi_node_shards(layout: ShardLayout) -> list[ShardSpec]:
+    multi = [s for s in layout.shards if s.nodes > 1]
+    for s in multi:
+        if len(s.groups) != 1:
+            raise FasttrackError(
+                f"shard {s.label} runs {len(s.groups)} multi-node engine groups; on Kubernetes each multi-node "
+                "shard serves one group from its LeaderWorkerSets.",
+                hint="Render with --shards groups (one shard per engine group).",
+            )
+    return multi
 
 
 def render(layout: ShardLayout, site: SiteProfile, opts: K8sOptions) -> K8sRender:
@@ -400,49 +363,47 @@ def render(layout: ShardLayout, site: SiteProfile, opts: K8sOptions) -> K8sRende
     k = site.kubernetes
     base = job_name("ft", layout.scope, layout.tier)[:40].strip("-")
     loaded = load_scope(layout.scope_path)
-    full = build_plan(loaded.scope, tier=layout.tier, scope_sha256=loaded.sha256)
-    groups = {g.id: g for g in full.groups}
+    groups = {g.id: g for g in build_plan(loaded.scope, tier=layout.tier, scope_sha256=loaded.sha256).groups}
     claim = k.existing_claim or f"{base}-bundles"
-    job = {
-        "executor": "kubernetes",
-        "model": opts.model,
-        **layout.as_dict(),
-        "job_dir": BUNDLES,
-        "namespace": k.namespace,
-        "name": base,
-        "shard_jobs": {},
-    }
-    docs: list[dict[str, Any]] = []
-    if not k.existing_claim:
-        pvc: dict[str, Any] = {
-            "apiVersion": "v1",
-            "kind": "PersistentVolumeClaim",
-            "metadata": _meta(claim, k.namespace, base),
-            "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": k.storage_size}}},
-        }
-        if k.storage_class:
-            pvc["spec"]["storageClassName"] = k.storage_class
-        docs.append(pvc)
+    n = opts.max_parallel or k.max_parallel
     single = [s for s in layout.shards if s.nodes == 1]
-    multi = [s for s in layout.shards if s.nodes > 1]
-    if single:
-        docs.append(_indexed_job(layout, single, site, opts, base, claim))
-        for idx, s in enumerate(single):
-            job["shard_jobs"][s.label] = {"job": f"{base}-shards", "completion_index": idx}
+    multi = _multi_node_shards(layout)
+    job_doc = _job_doc(layout, site, opts, base, n)
+    docs: list[dict[str, Any]] = [] if k.existing_claim else [_pvc(k, base, claim)]
+    engines: dict[int, list[dict[str, Any]]] = {}
+    drivers: list[dict[str, Any]] = []
+    waves = _Waves.of(site, multi, n)
     for s in multi:
-        docs += _multi_node(layout, s, site, opts, base, claim, groups, loaded.scope)
-        job["shard_jobs"][s.label] = {"job": f"{base}-s{s.index}-driver", "completion_index": None}
-    docs.insert(
-        0 if k.existing_claim else 1,
-        {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": _meta(f"{base}-job", k.namespace, base),
-            "data": {JOB_FILE: json.dumps(job, indent=2)},
-        },
-    )
-    docs.append(_merge_job(layout, site, opts, base, claim))
-    return K8sRender(layout, docs, job)
+        drv_name = f"{base}-s{s.index}-driver"
+        vols, mounts = volumes(k, claim, False)
+        objs = engine_objects(
+            layout, s, groups[s.groups[0]], loaded.scope, k, base=base, driver=drv_name, image=opts.image or k.image,
+            per_node=_per_node(site, opts, s.gpus_per_node), vols=vols, mounts=mounts,
+        )  # fmt: skip
+        engines[s.index] = objs
+        docs.append(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": meta(f"{base}-s{s.index}-engines", k, base, labels={"fasttrack.dev/shard": str(s.index)}),
+                "data": {"engines.yaml": yaml.safe_dump_all(objs, sort_keys=False, width=1000)},
+            }
+        )
+        drivers += _driver(layout, s, site, opts, base, claim, waves)
+        job_doc["shard_jobs"][s.label] = {"job": drv_name, "completion_index": None}
+    docs += _rbac(k, base) if multi else []
+    if single:
+        docs.append(_indexed_job(layout, single, site, opts, base, claim, n))
+        for idx, s in enumerate(single):
+            job_doc["shard_jobs"][s.label] = {"job": f"{base}-shards", "completion_index": idx}
+    docs += drivers
+    job_cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(f"{base}-job", k, base)}
+    docs.insert(0 if k.existing_claim else 1, {**job_cm, "data": {JOB_FILE: json.dumps(job_doc, indent=2)}})
+    longest = max([waves.waits.get(s.index, 0) + 2 * _deadline(site, s) for s in multi] + [0])
+    if single:
+        longest = max(longest, max(_deadline(site, s) for s in single) * -(-len(single) // n))
+    docs.append(_merge_job(layout, site, opts, base, claim, longest + (k.queue_wait_s if k.queue else 0) + 1800))
+    return K8sRender(layout, docs, job_doc, engines)
 
 
 def write(rendered: K8sRender, out: Path) -> list[Path]:
@@ -456,28 +417,37 @@ def write(rendered: K8sRender, out: Path) -> list[Path]:
     return paths
 
 
-def describe_absent(job: dict[str, Any], job_dir: Path) -> Callable[[dict[str, Any]], tuple[str, dict[str, Any]]]:
-    """What the job folder says about a shard without a bundle (its recorded exit status, or none)."""
+def describe_absent(job_doc: dict[str, Any], job_dir: Path) -> Callable[[dict[str, Any]], tuple[str, dict[str, Any]]]:
+    """What the job folder says about a shard without a bundle (its recorded exit status and note, or none)."""
 
     def describe(shard: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        where = (job.get("shard_jobs") or {}).get(shard["shard"], {})
+        where = (job_doc.get("shard_jobs") or {}).get(shard["shard"], {})
         kjob, idx = where.get("job", "?"), where.get("completion_index")
-        who = f"Kubernetes Job {job.get('namespace', 'default')}/{kjob}" + (
-            f" completion index {idx}" if idx is not None else ""
-        )
-        status_file = job_dir / shard["dir"] / EXIT_STATUS
-        logs = f"kubectl logs -n {job.get('namespace', 'default')} job/{kjob}"
+        ns = job_doc.get("namespace", "default")
+        who = f"Kubernetes Job {ns}/{kjob}" + (f" completion index {idx}" if idx is not None else "")
+        logs = f"kubectl logs -n {ns} job/{kjob}"
         try:
-            rc = status_file.read_text().strip()
+            rc = (job_dir / shard["dir"] / EXIT_STATUS).read_text().strip()[:20]
         except OSError:
             note = (
                 f"wrote no bundle and no exit status: its pod ({who}) was killed after its grace period, evicted, "
                 f"ran out of time or never ran; logs: {logs}"
             )
             return note, {"job": kjob, "completion_index": idx, "exit_status": None}
+        try:
+            why = (job_dir / shard["dir"] / EXIT_NOTE).read_text().strip()[:500]
+        except OSError:
+            why = ""
         return (
-            f"wrote no bundle; its pod ({who}) exited with status {rc}; logs: {logs}",
+            f"wrote no bundle; its pod ({who}) exited with status {rc}"
+            + (f" ({why})" if why else "")
+            + f"; logs: {logs}",
             {"job": kjob, "completion_index": idx, "exit_status": rc},
         )
 
     return describe
+
+
+def engines_of(rendered: K8sRender) -> list[dict[str, Any]]:
+    """Every shard's engine objects (what the drivers create), for validation and inspection."""
+    return [d for objs in rendered.engines.values() for d in objs]

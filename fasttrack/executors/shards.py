@@ -4,7 +4,8 @@ fasttrack shards a plan deterministically (``--shard i/n``, :func:`fasttrack.pla
 this module asks the plan for every shard and summarises what one shard's allocation
 needs: the most nodes any of its engines spans (engines run one after another, so the
 allocation is sized for the largest), the GPUs per node those engines use, and the wall
-time the plan's estimate gives it. Shards of one shape (nodes, GPUs per node) form one
+time the plan's estimate gives it (:mod:`fasttrack.cost`; the layout's totals are the shards' sums, each shard
+running the engine-less checks itself). Shards of one shape (nodes, GPUs per node) form one
 job array; ``"groups"`` as the shard count gives one shard per engine group, so every
 shard's allocation fits its engine exactly.
 """
@@ -36,6 +37,9 @@ class ShardSpec:
     engine_starts: int
     wall_s: float
     """The plan's estimate of the shard's wall time (seconds)."""
+    node_hours: float = 0.0
+    gpu_hours: float = 0.0
+    """The shard plan's estimate (:mod:`fasttrack.cost`): every shard pays its own engine-less checks."""
 
     @property
     def label(self) -> str:
@@ -56,6 +60,8 @@ class ShardSpec:
             "gpus_per_node": self.gpus_per_node,
             "engine_starts": self.engine_starts,
             "estimated_wall_s": round(self.wall_s, 1),
+            "estimated_node_hours": self.node_hours,
+            "estimated_gpu_hours": self.gpu_hours,
         }
 
 
@@ -97,6 +103,15 @@ class ShardLayout:
     total_wall_s: float
     node_hours: float
     gpu_hours: float
+    fabric: str | None = None
+    """What joins an engine's nodes (the scope's ``hardware.node.fabric``): ``mnnvl`` asks for one NVLink domain."""
+    nvlink_domain: int | None = None
+    """GPUs in one NVLink domain (``hardware.node.nvlink_domain``)."""
+
+    @property
+    def one_domain(self) -> bool:
+        """Whether an engine spanning nodes must lie in one NVLink domain (the multi-node NVLink fabric)."""
+        return self.fabric == "mnnvl"
 
     @property
     def arrays(self) -> list[ArraySpec]:
@@ -119,6 +134,8 @@ class ShardLayout:
             "plan_fingerprint": self.fingerprint,
             "gpu": self.gpu,
             "node_kind": self.node_kind,
+            "fabric": self.fabric,
+            "nvlink_domain": self.nvlink_domain,
             "estimate": {
                 "wall_hours_sum": round(self.total_wall_s / 3600, 3),
                 "node_hours": self.node_hours,
@@ -167,9 +184,12 @@ def layout(loaded: LoadedScope, *, tier: str, shards: str | int | None = None) -
                 gpus_per_node=per_node if gpu else 0,
                 engine_starts=plan.estimate.engine_starts,
                 wall_s=plan.estimate.wall_hours * 3600,
+                node_hours=plan.estimate.node_hours,
+                gpu_hours=plan.estimate.gpu_hours,
             )
         )
     kinds = {g.node_kind for g in full.groups if g.node_kind}
+    node = scope.hardware.node if scope.hardware is not None else None
     return ShardLayout(
         scope=scope.name,
         scope_path=str(loaded.path),
@@ -180,9 +200,12 @@ def layout(loaded: LoadedScope, *, tier: str, shards: str | int | None = None) -
         gpu=gpu,
         node_kind=sorted(kinds)[0] if kinds else None,
         shards=specs,
-        total_wall_s=full.estimate.wall_hours * 3600,
-        node_hours=full.estimate.node_hours,
-        gpu_hours=full.estimate.gpu_hours,
+        # the shards' sums: each shard runs the engine-less checks (kernels) itself
+        total_wall_s=sum(s.wall_s for s in specs),
+        node_hours=round(sum(s.node_hours for s in specs), 3),
+        gpu_hours=round(sum(s.gpu_hours for s in specs), 3),
+        fabric=node.fabric if node is not None else None,
+        nvlink_domain=node.nvlink_domain if node is not None else None,
     )
 
 

@@ -17,7 +17,18 @@ allocation of several nodes). The merge job depends on every array with ``aftera
 folder (:mod:`fasttrack.executors.collect`).
 
 Time limits come from the plan's estimate of each shard (the longest shard of an
-array), times the site's ``time_factor`` plus ``time_margin_min``.
+array), times the site's ``time_factor`` plus ``time_margin_min``. An array runs at most
+``max_parallel`` shards at once (``--array=...%N``). The site's ``sbatch`` lines go to the
+shard arrays only; the merge job has its own section (``slurm.merge``).
+
+**The PR under test.** With ``--repo/--base/--head`` (or the record ``fasttrack image``
+wrote, whose image holds the PR's checkout) every shard runs ``validate --repo --base
+--head``: its bundle is evidence for that change, and the isolation row compares the head
+with the vLLM build every engine served. A container image named by digest is exported as
+``FASTTRACK_IMAGE_DIGEST``, which the bundle's provenance records.
+
+**One NVLink domain.** An array whose engines span nodes over the multi-node NVLink fabric
+asks Slurm for nodes of one domain (:func:`fasttrack.executors.placement.slurm_lines`).
 """
 
 from __future__ import annotations
@@ -30,6 +41,7 @@ from typing import Any
 
 from fasttrack.engine.cmdline import safety_exports
 from fasttrack.executors.collect import JOB_FILE, MERGED_BUNDLE, MERGED_DIR, save_job
+from fasttrack.executors.placement import slurm_lines
 from fasttrack.executors.shards import ArraySpec, ShardLayout, job_name
 from fasttrack.executors.site import SiteProfile, image_env
 
@@ -50,6 +62,26 @@ class SlurmOptions:
     gpus_per_node: int | None = None
     container_image: str | None = None
     validate_args: list[str] = field(default_factory=list)
+    pr: PRArgs | None = None
+    """The PR the shards test (``validate --repo --base --head``)."""
+    max_parallel: int | None = None
+    """Shards of one array running at once (default: the site's ``max_parallel``, else no limit)."""
+
+
+@dataclass(frozen=True)
+class PRArgs:
+    """The PR a rendered run tests: ``validate --repo REPO --base BASE --head HEAD`` on every shard (``repo`` as
+    the nodes see it: a shared file system, or the PR's checkout inside the image ``fasttrack image`` built)."""
+
+    repo: str | None
+    base: str | None
+    head: str
+
+    def args(self) -> list[str]:
+        out = ["--repo", self.repo] if self.repo else []
+        if self.base:
+            out += ["--base", self.base]
+        return [*out, "--head", self.head]
 
 
 @dataclass
@@ -78,9 +110,17 @@ def _q(s: str | Path) -> str:
 
 
 def _site_lines(site: SiteProfile, container_image: str | None, *, merge: bool) -> list[str]:
+    """The site's ``#SBATCH`` lines: the shards' (partition, account, QoS, image, ``sbatch``), or the merge job's
+    own (``merge``: its partition, account and QoS default to the shards', its lines are ``merge.sbatch`` only)."""
     s = site.slurm
     out = []
-    for opt, val in (("partition", s.partition), ("account", s.account), ("qos", s.qos)):
+    m = s.merge
+    where = (
+        (("partition", m.partition or s.partition), ("account", m.account or s.account), ("qos", m.qos or s.qos))
+        if merge
+        else (("partition", s.partition), ("account", s.account), ("qos", s.qos))
+    )
+    for opt, val in where:
         if val:
             out.append(f"#SBATCH --{opt}={val}")
     image = container_image or s.container_image
@@ -88,15 +128,13 @@ def _site_lines(site: SiteProfile, container_image: str | None, *, merge: bool) 
         out.append(f"#SBATCH --container-image={image}")
         if s.container_mounts:
             out.append(f"#SBATCH --container-mounts={','.join(s.container_mounts)}")
-    out += [f"#SBATCH {line}" for line in s.sbatch]
-    if merge:
-        out += [f"#SBATCH {line}" for line in s.merge_sbatch]
+    out += [f"#SBATCH {line}" for line in (m.sbatch if merge else s.sbatch)]
     return out
 
 
 def _prelude(site: SiteProfile, opts: SlurmOptions, *, image: str | None) -> list[str]:
     lines = ["set -uo pipefail", f"JOB_DIR={_q(opts.job_dir)}", 'cd "$JOB_DIR"']
-    env = {**site.env, **image_env(image or opts.container_image or site.slurm.container_image)}
+    env = {**site.slurm_env, **image_env(image or opts.container_image or site.slurm.container_image)}
     lines += [f"export {k}={_q(v)}" for k, v in sorted(env.items())]
     lines += safety_exports()  # the host's GPU safety settings (the kernels run here), else the safe values
     srun_args = list(site.slurm.srun_args)
@@ -106,7 +144,7 @@ def _prelude(site: SiteProfile, opts: SlurmOptions, *, image: str | None) -> lis
             srun_args.append(f"--container-mounts={','.join(site.slurm.container_mounts)}")
     if srun_args:
         lines.append(f"export FASTTRACK_SRUN_ARGS={_q(shlex.join(srun_args))}")
-    lines += list(site.setup)
+    lines += site.slurm_setup
     return lines
 
 
@@ -130,9 +168,10 @@ def render_array(layout: ShardLayout, array: ArraySpec, site: SiteProfile, opts:
             f"# WARNING: that exceeds the site's max_time_min ({site.slurm.max_time_min}); use more shards "
             "(--shards) so each fits the partition's limit"
         )
+    throttle = opts.max_parallel or site.slurm.max_parallel
     head += [
         f"#SBATCH --job-name={name}",
-        f"#SBATCH --array={_ranges(array.indices)}",
+        f"#SBATCH --array={_ranges(array.indices)}" + (f"%{throttle}" if throttle else ""),
         f"#SBATCH --nodes={array.nodes}",
         "#SBATCH --ntasks-per-node=1",
     ]
@@ -143,6 +182,7 @@ def render_array(layout: ShardLayout, array: ArraySpec, site: SiteProfile, opts:
         f"#SBATCH --output={opts.job_dir / LOGS_DIR}/%x-%A_%a.out",
         "#SBATCH --open-mode=append",
     ]
+    head += slurm_lines(layout, array.nodes, site.slurm.placement)
     head += _site_lines(site, opts.container_image, merge=False)
     validate = [
         "validate",
@@ -158,7 +198,9 @@ def render_array(layout: ShardLayout, array: ArraySpec, site: SiteProfile, opts:
     ]
     if opts.sign_key is not None:
         validate += ["--sign-key", str(opts.sign_key)]
-    validate += [*site.validate_args, *opts.validate_args]
+    if opts.pr is not None:
+        validate += opts.pr.args()
+    validate += [*site.slurm_validate_args, *opts.validate_args]
     body = [
         "",
         *_prelude(site, opts, image=image),
@@ -167,7 +209,7 @@ def render_array(layout: ShardLayout, array: ArraySpec, site: SiteProfile, opts:
         ' on ${SLURM_JOB_NODELIST} ($(date -Is))"',
         "# exec: scancel and the time limit (SIGTERM, then SIGKILL after KillWait) reach fasttrack itself,",
         "# which stops every engine and writes a partial bundle naming what did not finish",
-        "exec " + site.fasttrack + " " + " ".join(_arg(a) for a in validate),
+        "exec " + site.slurm_fasttrack + " " + " ".join(_arg(a) for a in validate),
         "",
     ]
     return RenderedScript(name=f"array-{array.key}.sbatch", job_name=name, text="\n".join(head + body), array=array)
@@ -200,7 +242,7 @@ def render_merge(layout: ShardLayout, site: SiteProfile, opts: SlurmOptions) -> 
         f"#SBATCH --job-name={name}",
         "#SBATCH --nodes=1",
         "#SBATCH --ntasks=1",
-        f"#SBATCH --time={slurm_time(site.slurm.merge_time_min)}",
+        f"#SBATCH --time={slurm_time(site.slurm.merge.time_min)}",
         f"#SBATCH --output={opts.job_dir / LOGS_DIR}/%x-%j.out",
         *_site_lines(site, opts.container_image, merge=True),
     ]
@@ -208,7 +250,7 @@ def render_merge(layout: ShardLayout, site: SiteProfile, opts: SlurmOptions) -> 
         "",
         *_prelude(site, opts, image=None),
         'echo "fasttrack: merging as Slurm job ${SLURM_JOB_ID} ($(date -Is))"',
-        f"exec {site.fasttrack} slurm merge {_q(opts.job_dir)}",
+        f"exec {site.slurm_fasttrack} slurm merge {_q(opts.job_dir)}",
         "",
     ]
     return RenderedScript(name="merge.sbatch", job_name=name, text="\n".join(head + body))
@@ -264,6 +306,8 @@ def render(layout: ShardLayout, site: SiteProfile, opts: SlurmOptions) -> SlurmR
         **layout.as_dict(),
         "job_dir": str(opts.job_dir),
         "sign_key": str(opts.sign_key) if opts.sign_key else None,
+        "image": opts.container_image or site.slurm.container_image,
+        "pr": {"repo": opts.pr.repo, "base": opts.pr.base, "head": opts.pr.head} if opts.pr else None,
         "arrays": [
             {
                 "script": r.name,

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fasttrack import ROOT
 from fasttrack.errors import FasttrackError
+from fasttrack.inputs.jsonl import json_lines
 from fasttrack.scope import SUITES_DIR, Scope
 
 COMMON_DIR = ROOT / "suites" / "common"
@@ -80,16 +81,15 @@ def _read_jsonl(path: Path, what: str) -> list[dict[str, Any]]:
             f"the {what} file {_rel(path)} does not exist.",
             hint="Restore it from the repository (suites/common) or point the scope at your own file.",
         )
+    where = _rel(path)
+
+    def bad_line(n: int, exc: ValueError) -> InputSetError:
+        return InputSetError(f"{where}:{n}: the {what} line is not valid JSON ({exc}).")
+
     rows: list[dict[str, Any]] = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except ValueError as exc:
-            raise InputSetError(f"{_rel(path)}:{n}: the {what} line is not valid JSON ({exc}).") from None
+    for n, obj in json_lines(path.read_text(encoding="utf-8"), bad_line):
         if not isinstance(obj, dict):
-            raise InputSetError(f"{_rel(path)}:{n}: each {what} line must be a JSON object.")
+            raise InputSetError(f"{where}:{n}: each {what} line must be a JSON object.")
         rows.append(obj)
     if not rows:
         raise InputSetError(f"the {what} file {_rel(path)} is empty.")

@@ -74,9 +74,9 @@ def kernels(
     as_json: bool = typer.Option(False, "--json", help="Print the check result as JSON."),
 ) -> None:
     """Run kernel suites: numerics against float64 references, determinism, races, sanitizers, speed of light."""
-    from rich.console import Console
     from rich.table import Table
 
+    from fasttrack import terminal
     from fasttrack.kernels.suites import judge, run_suite
 
     if tier not in TIERS:
@@ -85,7 +85,7 @@ def kernels(
     if bad:
         raise KernelSuiteError(f"unknown planted defect(s) {bad}.", hint=f"Known: {', '.join(sorted(KNOWN_DEFECTS))}.")
     specs = _specs(model, suite, candidate)
-    console = Console(stderr=as_json)
+    console = terminal.console(stderr=as_json)
     out_dir = out or Path(tempfile.mkdtemp(prefix="fasttrack-kernels-"))
     out_dir.mkdir(parents=True, exist_ok=True)
     docs = [

@@ -41,17 +41,20 @@ def tier() -> str:
     return t
 
 
+def json_object(text: str, what: str) -> dict[str, Any]:
+    """``text`` parsed as a JSON object; else ValueError naming ``what`` (an environment variable, an option)."""
+    try:
+        val = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{what} must hold a JSON object; parsing failed: {exc}") from None
+    if not isinstance(val, dict):
+        raise ValueError(f"{what} must hold a JSON object, got {type(val).__name__}")
+    return val
+
+
 def json_var(name: str) -> dict[str, Any]:
     raw = os.environ.get(name, "").strip()
-    if not raw:
-        return {}
-    try:
-        val = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{name} must hold a JSON object; parsing failed: {exc}") from None
-    if not isinstance(val, dict):
-        raise ValueError(f"{name} must hold a JSON object, got {type(val).__name__}")
-    return val
+    return json_object(raw, name) if raw else {}
 
 
 def defects() -> frozenset[str]:

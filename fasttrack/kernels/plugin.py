@@ -19,7 +19,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence, TypedDict, Unpack
 
 import pytest
 import torch
@@ -203,6 +203,15 @@ def require_cuda(device: torch.device, what: str) -> None:
 # --------------------------------------------------------------------------- recorder
 
 
+class KernelCase(TypedDict):
+    """What every row of a kernel test names (each :class:`Recorder` method takes these keywords)."""
+
+    kernel: str
+    shape: Mapping[str, Any]
+    """The case's dimensions by name."""
+    dtype: str | torch.dtype
+
+
 class Recorder:
     """Records one test's rows: numerics cases, determinism, perturbation, speed of light."""
 
@@ -223,27 +232,28 @@ class Recorder:
         suite, scope = pick(self.suite_tolerances), pick(self.scope_tolerances)
         return resolve(kernel, name, suite=suite, scope=scope)
 
-    def _base(self, kernel: str, shape: Mapping[str, Any], dtype: str | torch.dtype, **extra: Any) -> dict[str, Any]:
-        return {
+    def _record(self, table: str, where: KernelCase, **extra: Any) -> dict[str, Any]:
+        """One row of ``table`` for the case ``where``, kept for the rows file."""
+        row = {
             "suite": self.suite,
             "test": self.nodeid,
-            "kernel": kernel,
+            "kernel": where["kernel"],
             "candidate": _STATE["candidate"],
-            "shape": ",".join(f"{k}={v}" for k, v in shape.items()),
-            "dtype": dtype_name(dtype),
+            "shape": ",".join(f"{k}={v}" for k, v in where["shape"].items()),
+            "dtype": dtype_name(where["dtype"]),
             **extra,
         }
+        _STATE[table].append(row)
+        return row
 
     def case(
         self,
         *,
-        kernel: str,
-        shape: Mapping[str, Any],
-        dtype: str | torch.dtype,
         dist: str,
         outputs: Mapping[str, tuple[torch.Tensor, ...]],
         seed: int | None = None,
         device: torch.device | str | None = None,
+        **where: Unpack[KernelCase],
     ) -> list[dict[str, Any]]:
         """Compare each named output and record one row each.
 
@@ -257,55 +267,47 @@ class Recorder:
         for name, pair in outputs.items():
             actual, expected = pair[0], pair[1]
             atol_scale = float(pair[2]) if len(pair) > 2 else 1.0
-            tol = self.tolerance(kernel, dtype, name)
+            tol = self.tolerance(where["kernel"], where["dtype"], name)
             if atol_scale != 1.0:
                 tol = replace(
                     tol, atol=tol.atol * atol_scale, source=f"{tol.source}; atol x {atol_scale:g} (input scale)"
                 )
             m = compare(actual, expected, tol=tol)
-            row = self._base(
-                kernel,
-                shape,
-                dtype,
-                dist=dist,
-                output=name,
-                out_dtype=dtype_name(actual.dtype),
-                seed=seed,
-                device=str(device or actual.device),
-                atol_scale=atol_scale,
-                **m,
+            rows.append(
+                self._record(
+                    "cases",
+                    where,
+                    dist=dist,
+                    output=name,
+                    out_dtype=dtype_name(actual.dtype),
+                    seed=seed,
+                    device=str(device or actual.device),
+                    atol_scale=atol_scale,
+                    **m,
+                )
             )
-            rows.append(row)
-            _STATE["cases"].append(row)
         return rows
 
     def determinism(
         self,
         *,
-        kernel: str,
-        shape: Mapping[str, Any],
-        dtype: str | torch.dtype,
         fn: Callable[[], Any],
         names: Sequence[str],
         runs: int = 10,
         device: torch.device | str | None = None,
+        **where: Unpack[KernelCase],
     ) -> list[dict[str, Any]]:
         """Run ``fn`` ``runs`` times; bitwise (or within the tolerance's ULP budget) per output."""
-        budget = self.tolerance(kernel, dtype).ulp
+        budget = self.tolerance(where["kernel"], where["dtype"]).ulp
         results = repeated_runs(fn, runs=runs, budget_ulp=budget)
-        rows = []
-        for name, res in zip(names, results, strict=False):
-            row = self._base(kernel, shape, dtype, output=name, device=str(device), **res)
-            rows.append(row)
-            _STATE["determinism"].append(row)
-        return rows
+        return [
+            self._record("determinism", where, output=name, device=str(device), **res)
+            for name, res in zip(names, results, strict=False)
+        ]
 
     def perturbation(
         self,
         *,
-        kernel: str,
-        shape: Mapping[str, Any],
-        dtype: str | torch.dtype,
         run: Callable[[Any], Any],
         kind: str,
         poison: Sequence[torch.Tensor] = (),
@@ -313,35 +315,30 @@ class Recorder:
         seed: int = 0,
         device: torch.device | str = "cuda",
         expected_nan: Sequence[torch.Tensor] | None = None,
+        **where: Unpack[KernelCase],
     ) -> dict[str, Any]:
         """Timing perturbation with NaN-poisoned buffers; a failed trial means a race."""
-        budget = self.tolerance(kernel, dtype).ulp
+        budget = self.tolerance(where["kernel"], where["dtype"]).ulp
         res = perturbed_trials(
             run, poison=poison, trials=trials, seed=seed, device=device, budget_ulp=budget, expected_nan=expected_nan
         )
-        row = self._base(kernel, shape, dtype, kind=kind, defects=sorted(env.defects()), device=str(device), **res)
-        _STATE["perturbation"].append(row)
-        return row
+        return self._record("perturbation", where, kind=kind, defects=sorted(env.defects()), device=str(device), **res)
 
     def speed(
         self,
         *,
-        kernel: str,
-        shape: Mapping[str, Any],
-        dtype: str | torch.dtype,
         fn: Callable[[], Any],
         bytes_moved: int,
         flops: int,
         device: torch.device | str = "cuda",
+        **where: Unpack[KernelCase],
     ) -> dict[str, Any]:
         """Time ``fn`` and record achieved bandwidth / FLOP/s against the measured peaks."""
         from fasttrack.kernels import sol
 
         res = sol.bench(fn, bytes_moved=bytes_moved, flops=flops, device=device)
         _STATE["peaks"] = sol.measure_peaks(device)
-        row = self._base(kernel, shape, dtype, device=str(device), **res)
-        _STATE["speed_of_light"].append(row)
-        return row
+        return self._record("speed_of_light", where, device=str(device), **res)
 
     @staticmethod
     def expect(rows: Sequence[Mapping[str, Any]], what: str = "case") -> None:

@@ -37,18 +37,14 @@ class UsageError(ValueError):
 
 
 def _json_arg(raw: str | None, what: str) -> dict[str, Any]:
+    """An option's JSON object, given inline or as ``@file``."""
     if not raw:
         return {}
-    text = raw
-    if raw.startswith("@"):
-        text = Path(raw[1:]).read_text(encoding="utf-8")
+    text = Path(raw[1:]).read_text(encoding="utf-8") if raw.startswith("@") else raw
     try:
-        val = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"{what} must be a JSON object (or @file holding one); parsing failed: {exc}") from None
-    if not isinstance(val, dict):
-        raise UsageError(f"{what} must be a JSON object, got {type(val).__name__}")
-    return val
+        return env.json_object(text, f"{what} (inline, or @file)")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def suite_env(
@@ -164,21 +160,7 @@ def run_suite(
 ) -> dict[str, Any]:
     """Run the suite, then the sanitizers; write and return the rows document."""
     suite_dir = suite_dir.resolve()
-    if not suite_dir.is_dir():
-        raise UsageError(f"suite directory {str(suite_dir)!r} does not exist")
-    if not any(suite_dir.glob("test_*.py")):
-        raise UsageError(f"suite directory {str(suite_dir)!r} holds no test_*.py modules")
-    unknown = sorted(set(defects) - set(KNOWN_DEFECTS))
-    if unknown:
-        raise UsageError(f"unknown planted defect(s) {unknown}; known: {', '.join(sorted(KNOWN_DEFECTS))}")
-    if tier not in env.TIERS:
-        raise UsageError(f"tier {tier!r} is not one of {', '.join(env.TIERS)}")
-    tolerances = tolerances or {}
-    try:
-        validate_table(tolerances, where="tolerances")
-        dtypes = [dtype_name(d) for d in dtypes]
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    tolerances, dtypes = _checked_args(suite_dir, defects=defects, tier=tier, tolerances=tolerances, dtypes=dtypes)
     name = suite_name or suite_dir.parent.name + "/" + suite_dir.name
     out = out.resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -201,21 +183,7 @@ def run_suite(
         )
         cmd = pytest_args(suite_dir, ini, "not sanitize", select)
         rc, output = _stream(cmd, env_vars=e, cwd=suite_dir, timeout_s=timeout_s, quiet=quiet)
-        if rows_path.is_file():
-            doc: dict[str, Any] = json.loads(rows_path.read_text(encoding="utf-8"))
-        else:
-            why = "timed out" if rc is None else f"exit code {rc}"
-            doc = {
-                "schema": ROWS_SCHEMA,
-                "suite": name,
-                "error": f"pytest wrote no rows ({why}); see log_tail",
-                "cases": [],
-                "determinism": [],
-                "perturbation": [],
-                "speed_of_light": [],
-                "tests": [],
-            }
-        doc["suite"] = name
+        doc = _rows_doc(rows_path, name, rc)
         doc["runner"] = {
             "command": " ".join(cmd),
             "suite_dir": str(suite_dir),
@@ -229,6 +197,53 @@ def run_suite(
     doc["wall_s_total"] = round(time.time() - t0, 1)
     doc["summary"] = summarize(doc)
     out.write_text(json.dumps(doc, indent=1), encoding="utf-8")
+    return doc
+
+
+def _checked_args(
+    suite_dir: Path,
+    *,
+    defects: Sequence[str],
+    tier: str,
+    tolerances: dict[str, Any] | None,
+    dtypes: Sequence[str],
+) -> tuple[dict[str, Any], list[str]]:
+    """The suite folder, defects and tier checked (:class:`UsageError` otherwise); the tolerances checked and the
+    dtypes by their names."""
+    if not suite_dir.is_dir():
+        raise UsageError(f"suite directory {str(suite_dir)!r} does not exist")
+    if not any(suite_dir.glob("test_*.py")):
+        raise UsageError(f"suite directory {str(suite_dir)!r} holds no test_*.py modules")
+    unknown = sorted(set(defects) - set(KNOWN_DEFECTS))
+    if unknown:
+        raise UsageError(f"unknown planted defect(s) {unknown}; known: {', '.join(sorted(KNOWN_DEFECTS))}")
+    if tier not in env.TIERS:
+        raise UsageError(f"tier {tier!r} is not one of {', '.join(env.TIERS)}")
+    tolerances = tolerances or {}
+    try:
+        validate_table(tolerances, where="tolerances")
+        return tolerances, [dtype_name(d) for d in dtypes]
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _rows_doc(rows_path: Path, name: str, rc: int | None) -> dict[str, Any]:
+    """The rows the suite's run wrote (a document that says it wrote none, and why, when there are none)."""
+    if rows_path.is_file():
+        doc: dict[str, Any] = json.loads(rows_path.read_text(encoding="utf-8"))
+    else:
+        why = "timed out" if rc is None else f"exit code {rc}"
+        doc = {
+            "schema": ROWS_SCHEMA,
+            "suite": name,
+            "error": f"pytest wrote no rows ({why}); see log_tail",
+            "cases": [],
+            "determinism": [],
+            "perturbation": [],
+            "speed_of_light": [],
+            "tests": [],
+        }
+    doc["suite"] = name
     return doc
 
 

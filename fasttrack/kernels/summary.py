@@ -10,7 +10,7 @@ never ``pass``. Sanitizers that could not run are recorded as not run and do not
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 PASS, FAIL, NOT_RUN = "pass", "fail", "not_run"
 
@@ -42,18 +42,33 @@ def case_failure(r: Mapping[str, Any]) -> str:
     return f"case {where}: " + ", ".join(parts)
 
 
-def summarize(doc: Mapping[str, Any]) -> dict[str, Any]:
-    """Judge one suite's rows document (as written by ``fasttrack.kernels.run``)."""
-    suite = doc.get("suite") or "?"
-    cases = list(doc.get("cases") or [])
-    det = list(doc.get("determinism") or [])
-    pert = list(doc.get("perturbation") or [])
-    san = list(doc.get("sanitizer") or [])
-    sol = list(doc.get("speed_of_light") or [])
-    tests = list(doc.get("tests") or [])
+def determinism_failure(r: Mapping[str, Any]) -> str:
+    runs: Any = r.get("runs")
+    return (
+        f"determinism {r.get('kernel')}/{r.get('output')} [{r.get('shape')}, {r.get('dtype')}]: "
+        f"{r.get('differing_runs')} of {runs - 1} repeated runs differ from the first "
+        f"(max {r.get('max_ulp')} ULP, budget {r.get('budget_ulp')}"
+        f"{', NaN positions differ' if r.get('nan_differs') else ''})"
+    )
 
-    skipped = Counter(t.get("reason") or "skipped" for t in tests if t.get("outcome") == "skipped")
-    counts = {
+
+def race_failure(r: Mapping[str, Any]) -> str:
+    poisoned = " (the unperturbed run read poisoned data too)" if r.get("baseline_stale_nan") else ""
+    return (
+        f"race {r.get('kernel')} [{r.get('shape')}, {r.get('dtype')}]: {r.get('failed_trials')} of "
+        f"{r.get('trials')} perturbed trials differ from the unperturbed run, {r.get('stale_nan_trials')} read "
+        f"NaN-poisoned data{poisoned} ({r.get('kind')})"
+    )
+
+
+def _rows(doc: Mapping[str, Any], kind: str) -> list[Mapping[str, Any]]:
+    return list(doc.get(kind) or [])
+
+
+def _counts(doc: Mapping[str, Any], skipped: Counter[str]) -> dict[str, int]:
+    cases, det, pert = _rows(doc, "cases"), _rows(doc, "determinism"), _rows(doc, "perturbation")
+    san, tests = _rows(doc, "sanitizer"), _rows(doc, "tests")
+    return {
         "cases": len(cases),
         "cases_failed": sum(1 for r in cases if r.get("verdict") != PASS),
         "determinism": len(det),
@@ -64,71 +79,40 @@ def summarize(doc: Mapping[str, Any]) -> dict[str, Any]:
         "races_detected": sum(1 for r in pert if r.get("race_detected")),
         "sanitizer_ran": sum(1 for r in san if r.get("status") == "ran"),
         "sanitizer_errors": sum(int(r.get("errors") or 0) for r in san if r.get("status") == "ran"),
-        "speed_of_light": len(sol),
+        "speed_of_light": len(_rows(doc, "speed_of_light")),
         "tests": len(tests),
         "tests_failed": sum(1 for t in tests if t.get("outcome") == "failed"),
         "tests_skipped": sum(skipped.values()),
     }
-    base = {
-        "suite": suite,
-        "counts": counts,
-        "skipped": dict(skipped),
-        "per_kernel": per_kernel(cases),
-        "speed_of_light": sol_summary(sol),
-    }
 
-    if doc.get("candidate_error"):
-        return {
-            **base,
-            "verdict": NOT_RUN,
-            "reason": f"suite {suite}: the candidate could not be imported: {doc['candidate_error']}",
-            "failures": [],
-        }
 
+def _failures(doc: Mapping[str, Any]) -> list[str]:
+    """Every failing case, determinism check, perturbation and sanitizer, and every failed test that produced
+    none of those rows."""
+    cases, det, pert = _rows(doc, "cases"), _rows(doc, "determinism"), _rows(doc, "perturbation")
     failures = [case_failure(r) for r in cases if r.get("verdict") != PASS]
-    for r in det:
-        if r.get("verdict") != PASS:
-            failures.append(
-                f"determinism {r.get('kernel')}/{r.get('output')} [{r.get('shape')}, {r.get('dtype')}]: "
-                f"{r.get('differing_runs')} of {r.get('runs') - 1} repeated runs differ from the first "
-                f"(max {r.get('max_ulp')} ULP, budget {r.get('budget_ulp')}"
-                f"{', NaN positions differ' if r.get('nan_differs') else ''})"
-            )
-    for r in pert:
-        if r.get("verdict") != PASS:
-            failures.append(
-                f"race {r.get('kernel')} [{r.get('shape')}, {r.get('dtype')}]: "
-                f"{r.get('failed_trials')} of {r.get('trials')} perturbed trials "
-                f"differ from the unperturbed run, {r.get('stale_nan_trials')} read NaN-poisoned data"
-                f"{' (the unperturbed run read poisoned data too)' if r.get('baseline_stale_nan') else ''} "
-                f"({r.get('kind')})"
-            )
-    for r in san:
+    failures += [determinism_failure(r) for r in det if r.get("verdict") != PASS]
+    failures += [race_failure(r) for r in pert if r.get("verdict") != PASS]
+    for r in _rows(doc, "sanitizer"):
         if r.get("status") == "ran" and r.get("verdict") != PASS:
             failures.append(f"compute-sanitizer {r.get('tool')}: {r.get('errors')} error(s) reported")
     failing_tests = {r.get("test") for r in cases + det + pert if r.get("verdict") != PASS}
-    for t in tests:
+    for t in _rows(doc, "tests"):
         if t.get("outcome") == "failed" and t.get("test") not in failing_tests:
             err = (t.get("error") or "").strip().splitlines()
             failures.append(f"test {t.get('test')} failed ({t.get('when')}): {err[-1] if err else 'no message'}")
-    if failures:
-        return {
-            **base,
-            "verdict": FAIL,
-            "reason": f"suite {suite}: {len(failures)} failure(s); first: {failures[0]}",
-            "failures": failures,
-        }
-    if doc.get("error"):
-        return {**base, "verdict": NOT_RUN, "reason": f"suite {suite}: {doc['error']}", "failures": []}
-    if not cases and not det and not pert:
-        why = skipped.most_common(1)[0][0] if skipped else "no kernel test ran"
-        return {**base, "verdict": NOT_RUN, "reason": f"suite {suite}: not run: {why}", "failures": []}
+    return failures
+
+
+def _passed(doc: Mapping[str, Any], counts: Mapping[str, int], skipped: Counter[str]) -> str:
+    """What a passing suite showed."""
+    det, san = _rows(doc, "determinism"), _rows(doc, "sanitizer")
     bits = [f"{counts['cases']} numerics cases within tolerance"]
     if det:
         bits.append(
             f"{counts['determinism_bitwise']} of {len(det)} determinism checks bitwise equal, all within budget"
         )
-    if pert:
+    if counts["perturbation"]:
         bits.append(f"no race in {counts['perturbation_trials']} perturbed trials")
     ran_tools = [r["tool"] for r in san if r.get("status") == "ran"]
     if ran_tools:
@@ -138,10 +122,39 @@ def summarize(doc: Mapping[str, Any]) -> dict[str, Any]:
         bits.append(f"sanitizers not run: {not_run_tools[0].get('reason')}")
     if skipped:
         bits.append(f"{sum(skipped.values())} tests skipped ({'; '.join(sorted(skipped))})")
-    return {**base, "verdict": PASS, "reason": f"suite {suite}: " + "; ".join(bits), "failures": []}
+    return "; ".join(bits)
 
 
-def per_kernel(cases: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def summarize(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """Judge one suite's rows document (as written by ``fasttrack.kernels.run``)."""
+    suite = doc.get("suite") or "?"
+    skipped = Counter(t.get("reason") or "skipped" for t in _rows(doc, "tests") if t.get("outcome") == "skipped")
+    counts = _counts(doc, skipped)
+    base = {
+        "suite": suite,
+        "counts": counts,
+        "skipped": dict(skipped),
+        "per_kernel": per_kernel(_rows(doc, "cases")),
+        "speed_of_light": sol_summary(_rows(doc, "speed_of_light")),
+    }
+
+    def verdict(v: str, reason: str, failures: list[str] | None = None) -> dict[str, Any]:
+        return {**base, "verdict": v, "reason": f"suite {suite}: {reason}", "failures": failures or []}
+
+    if doc.get("candidate_error"):
+        return verdict(NOT_RUN, f"the candidate could not be imported: {doc['candidate_error']}")
+    failures = _failures(doc)
+    if failures:
+        return verdict(FAIL, f"{len(failures)} failure(s); first: {failures[0]}", failures)
+    if doc.get("error"):
+        return verdict(NOT_RUN, doc["error"])
+    if not counts["cases"] and not counts["determinism"] and not counts["perturbation"]:
+        why = skipped.most_common(1)[0][0] if skipped else "no kernel test ran"
+        return verdict(NOT_RUN, f"not run: {why}")
+    return verdict(PASS, _passed(doc, counts, skipped))
+
+
+def per_kernel(cases: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Worst errors per (kernel, output, dtype) over all cases."""
     agg: dict[tuple[str, str, str], dict[str, Any]] = defaultdict(
         lambda: {"cases": 0, "failed": 0, "max_abs_err": 0.0, "max_rel_err": 0.0, "max_ulp": 0}
@@ -164,7 +177,7 @@ def per_kernel(cases: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-def sol_summary(rows: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def sol_summary(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     keys = (
         "kernel",
         "shape",

@@ -1,19 +1,19 @@
 """Published claims (scope ``claims``) matched to what the perf check measured.
 
-Each claim is reported as **confirmed**, **contradicted**, **inconclusive** or **not measured**,
-judged by the measured interval against the claimed figure less the noise margin
-(``bound = claimed x (1 - noise_margin)``, for figures where higher is better):
+Each claim is reported as **supported**, **refuted**, **inconclusive** or **not measured**, judged by the
+measured interval against the claimed figure less the claim's own tolerance (``claims[].tolerance``,
+default 5%; :func:`fasttrack.results.claim_verdict`), ``bound = claimed x (1 - tolerance)`` for figures
+where higher is better:
 
-* **confirmed** iff the interval's lower end reaches the bound (the measurement shows the
-  claim holds, within the margin);
-* **contradicted** iff the interval's upper end falls short of the bound (the measurement
-  shows the claim does not hold);
+* **supported** iff the whole interval lies at or above the bound (its lower end reaches it);
+* **refuted** iff the whole interval lies below the bound (its upper end falls short);
 * **inconclusive** otherwise (the interval straddles the bound: the run cannot tell).
 
-For a figure where lower is better the rule is mirrored: ``bound = claimed x (1 + noise_margin)``,
-confirmed iff the upper end is at most the bound, contradicted iff the lower end exceeds it.
-Speedups are direction-aware (above 1 always means the candidate is better), so they are
-always judged as "higher is better".
+The perf gate's noise margin plays no part: it is how much slower a point may measure and pass, not how far
+a published figure may be from what was measured (a claim of 1.0x measured at 0.84x [0.75, 0.93] is refuted
+at the default tolerance, however wide the margin). For a figure where lower is better the rule is mirrored.
+Speedups are direction-aware (above 1 always means the candidate is better), so they are always judged as
+"higher is better".
 
 * A claim is matched to the measured (workload, point) cells whose point agrees
   with every dimension the claim names (tp, dcp, spec, draft_length,
@@ -50,9 +50,10 @@ from typing import Any, Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict
 
+from fasttrack.results import claim_verdict
 from fasttrack.stats import normalize_speedup_per_gpu
 
-ClaimStatus = Literal["confirmed", "contradicted", "inconclusive", "not_measured"]
+ClaimStatus = Literal["supported", "refuted", "inconclusive", "not_measured"]
 
 #: claim metric -> (measured metric, what is compared)
 CLAIM_METRICS: dict[str, tuple[str | None, str]] = {
@@ -114,7 +115,9 @@ class ClaimResult(BaseModel):
     ci_high: float | None = None
     """Upper end of that interval."""
     bound: float | None = None
-    """What the interval was compared with: claimed x (1 - noise_margin)."""
+    """What the interval was compared with: claimed x (1 - tolerance)."""
+    tolerance: float | None = None
+    """The claim's tolerance (``claims[].tolerance``)."""
     confidence: float | None = None
     measured_baseline: float | None = None
     claimed_baseline: float | None = None
@@ -178,38 +181,19 @@ def _fmt(x: float | None) -> str:
 
 
 def interval_status(
-    claimed: float, low: float, high: float, *, noise_margin: float, higher_is_better: bool = True
+    claimed: float, low: float, high: float, *, tolerance: float, higher_is_better: bool = True
 ) -> tuple[ClaimStatus, float]:
-    """Judge a claimed figure by a measured interval ``[low, high]``; returns (status, bound).
-
-    Higher is better: ``bound = claimed x (1 - noise_margin)``; confirmed iff ``low >= bound``,
-    contradicted iff ``high < bound``, else inconclusive. Lower is better, mirrored:
-    ``bound = claimed x (1 + noise_margin)``; confirmed iff ``high <= bound``, contradicted iff
-    ``low > bound``.
-    """
-    if low > high:
-        low, high = high, low
-    if higher_is_better:
-        bound = claimed * (1.0 - noise_margin)
-        if low >= bound:
-            return "confirmed", bound
-        if high < bound:
-            return "contradicted", bound
-        return "inconclusive", bound
-    bound = claimed * (1.0 + noise_margin)
-    if high <= bound:
-        return "confirmed", bound
-    if low > bound:
-        return "contradicted", bound
-    return "inconclusive", bound
+    """Judge a claimed figure by a measured interval ``[low, high]``; returns (status, bound). The rule is
+    :func:`fasttrack.results.claim_verdict` (the report re-judges recorded claims by the same function)."""
+    return claim_verdict(claimed, low, high, tolerance=tolerance, higher_is_better=higher_is_better)
 
 
-def _why(status: ClaimStatus, low: float, high: float, bound: float, claimed: float, noise_margin: float) -> str:
-    rule = f"{claimed:.3g} x (1 - {noise_margin:g}) = {bound:.3g}"
-    if status == "confirmed":
-        return f"the lower end {low:.3g} reaches {rule}: confirmed"
-    if status == "contradicted":
-        return f"the upper end {high:.3g} is below {rule}: contradicted"
+def _why(status: ClaimStatus, low: float, high: float, bound: float, claimed: float, tolerance: float) -> str:
+    rule = f"{claimed:.3g} x (1 - {tolerance:g}) = {bound:.3g}"
+    if status == "supported":
+        return f"the interval [{low:.3g}, {high:.3g}] lies at or above {rule}: supported"
+    if status == "refuted":
+        return f"the interval [{low:.3g}, {high:.3g}] lies below {rule}: refuted"
     return f"the interval [{low:.3g}, {high:.3g}] straddles {rule}: inconclusive (the run cannot tell)"
 
 
@@ -219,22 +203,13 @@ def match_claims(
     *,
     workload_kinds: dict[str, str],
     workloads_run: set[str],
-    noise_margin: float,
     rehearsal: bool,
 ) -> list[ClaimResult]:
-    """Match every claim (``fasttrack.scope.Claim``) to the measurements; see the module docstring."""
+    """Match every claim (``fasttrack.scope.Claim``) to the measurements; see the module docstring. Each claim
+    is judged by its own tolerance."""
     out = []
     for c in claims:
-        out.append(
-            _one(
-                c,
-                measured,
-                workload_kinds=workload_kinds,
-                workloads_run=workloads_run,
-                noise_margin=noise_margin,
-                rehearsal=rehearsal,
-            )
-        )
+        out.append(_one(c, measured, workload_kinds=workload_kinds, workloads_run=workloads_run, rehearsal=rehearsal))
     return out
 
 
@@ -244,7 +219,6 @@ def _one(
     *,
     workload_kinds: dict[str, str],
     workloads_run: set[str],
-    noise_margin: float,
     rehearsal: bool,
 ) -> ClaimResult:
     mmetric, how = CLAIM_METRICS.get(c.metric, (None, "unknown"))
@@ -275,7 +249,9 @@ def _one(
             + (f"; the claimed {raw_speedup:.3g}x is {per_gpu:.3g}x per GPU" if raw_speedup and per_gpu else "")
             + "."
         )
+    tolerance = float(c.tolerance)
     base = dict(
+        tolerance=tolerance,
         id=c.id,
         text=c.text,
         metric=c.metric,
@@ -325,7 +301,7 @@ def _one(
         measured_baseline_gpus=m.baseline_gpus,
         measured_candidate_gpus=m.candidate_gpus,
     )
-    tol = 1.0 - noise_margin
+    tol = 1.0 - tolerance
     # an absolute figure holds on its own GPU count: a candidate measured on other GPUs is compared per GPU
     cand_gpus = m.candidate_gpus or None
     per_gpu_abs = bool(unequal and cg and cand_gpus and cand_gpus != cg)
@@ -338,11 +314,11 @@ def _one(
                 else "the claim states neither a speedup nor a candidate value"
             )
             return not_measured(why, c.candidate)
-        status, bound = interval_status(claimed_speedup, m.ci_low, m.ci_high, noise_margin=noise_margin)
+        status, bound = interval_status(claimed_speedup, m.ci_low, m.ci_high, tolerance=tolerance)
         why = (
             f"measured speedup {m.speedup:.3f} [{m.ci_low:.3f}, {m.ci_high:.3f}] ({m.confidence:.0%}) at {m.point}"
             f"{' per GPU' if m.normalized else ''}; "
-            + _why(status, m.ci_low, m.ci_high, bound, claimed_speedup, noise_margin)
+            + _why(status, m.ci_low, m.ci_high, bound, claimed_speedup, tolerance)
         )
         if how == "absolute":
             why += (
@@ -374,7 +350,7 @@ def _one(
         return ClaimResult(
             status="inconclusive",
             reason=f"{measured_at}; no per-run values to judge it by, so it cannot be compared with "
-            f"{c.candidate:g} x (1 - {noise_margin:g}) = {bound:.3g}" + flag,
+            f"{c.candidate:g} x (1 - {tolerance:g}) = {bound:.3g}" + flag,
             claimed=c.candidate,
             measured=v,
             bound=bound,
@@ -382,8 +358,8 @@ def _one(
             **base,
             **common,
         )
-    status, bound = interval_status(c.candidate, lo, hi, noise_margin=noise_margin)
-    why = f"{measured_at}, runs [{_fmt(lo)}, {_fmt(hi)}]; " + _why(status, lo, hi, bound, c.candidate, noise_margin)
+    status, bound = interval_status(c.candidate, lo, hi, tolerance=tolerance)
+    why = f"{measured_at}, runs [{_fmt(lo)}, {_fmt(hi)}]; " + _why(status, lo, hi, bound, c.candidate, tolerance)
     return ClaimResult(
         status=status,
         reason=why + flag,

@@ -81,6 +81,9 @@ class RunState:
     interrupted: bool = False
     started: float = field(default_factory=time.time)
     finished: float | None = None
+    check_seconds: dict[str, float] = field(default_factory=dict)
+    """Seconds each engine-less check ran and each engine check took to judge (the cost model reads them from the
+    run summary; what a check collected on an engine is in that engine's record)."""
 
 
 def engine_slots(order: list[str], *, paired: bool) -> list[list[tuple[str, int]]]:
@@ -464,6 +467,7 @@ def _launch(
             shutil.rmtree(counters, ignore_errors=True)
             Path(counters).mkdir(parents=True)
         nodes = group.side_nodes.get(side, group.nodes)
+        gpu_scope = ctx.scope.hardware is not None and ctx.scope.hardware.device == "gpu"
         node_launcher = None
         if nodes > 1:
             node_launcher = launcher or get_launcher(None)
@@ -489,7 +493,8 @@ def _launch(
                     exclusive=exclusive,
                     nodes=nodes,
                     launcher=node_launcher,
-                    gpus_per_node=group.gpus_per_node,
+                    # GPUs to ask each node's task for; a CPU scope's node model counts ranks, not GPUs
+                    gpus_per_node=group.gpus_per_node if gpu_scope else None,
                 )
         except KeyboardInterrupt as exc:  # Ctrl-C or a termination signal: the engine stopped itself
             record.stop = f"stopped while starting ({str(exc) or 'interrupted by Ctrl-C'})"

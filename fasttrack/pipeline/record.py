@@ -171,6 +171,12 @@ def write_summary(facts: RunFacts, ctx: RunContext, results: Sequence[CheckResul
         "engines": [e.to_json(redact=redact_env) for e in state.engines],
         "crash": state.crash,
         "interrupted": state.interrupted,
+        "timing": {
+            "started": round(state.started, 3),
+            "finished": round(state.finished, 3) if state.finished is not None else None,
+            "wall_s": round(state.finished - state.started, 3) if state.finished is not None else None,
+            "check_seconds": dict(state.check_seconds),
+        },
     }
     path = ctx.run_dir / SUMMARY
     path.write_text(json.dumps(summary, indent=2, default=str))
@@ -212,5 +218,7 @@ def write_report(
             verify_result=written.verification,
         )
         log(f"report: {ctx.run_dir / 'report.html'}  PR comment: {ctx.run_dir / 'pr-comment.md'}")
+        if written.verification.bundle_id:
+            log(f"bundle ID: {written.verification.bundle_id}")
     except FasttrackError as exc:
         log(f"report not written: {exc.message}")

@@ -79,7 +79,12 @@ class ValidateOutcome:
 
 
 def prepare(opts: ValidateOptions, *, log: Callable[[str], None]) -> tuple[LoadedScope, HostInfo, bool, str | None]:
-    """Load the scope and check the host. Returns (scope, host, rehearsal, reason)."""
+    """Load the scope and check the hardware the engines run on. Returns (scope, host, rehearsal, reason).
+
+    Engines fasttrack starts run here (or on this allocation's nodes): this host is checked. An engine attached
+    by URL runs elsewhere: the check runs against what it reports (:mod:`fasttrack.engine.nodes`: every node's
+    report, else vLLM's ``/server_info``), so a driver without a GPU can drive GPU engines; the host recorded is
+    then the first attached engine's first node."""
     registry()  # every check registered first: a check's gate model makes its section of the scope's gates
     loaded = load_scope(opts.model, base_dir=opts.scope_base_dir)
     scope = loaded.scope
@@ -89,18 +94,26 @@ def prepare(opts: ValidateOptions, *, log: Callable[[str], None]) -> tuple[Loade
             + "\n  ".join(scope.missing_report()),
             hint=f"Fill these in suites/{scope.name}/scope.yaml (see 'fasttrack plan --model {scope.name}').",
         )
-    host = detect_host()
     assert scope.hardware is not None
     # the GPUs of the engines this run starts (a tier of TP8 engines needs fewer nodes than one of TP16)
-    engine_gpus = sorted({g.gpus for g in build_plan(scope, tier=opts.tier, shard=opts.shard).groups if g.gpus})
-    match = match_hardware(scope.hardware, host, engine_gpus=engine_gpus or None)
+    plan = build_plan(scope, tier=opts.tier, shard=opts.shard)
+    engine_gpus = sorted({g.gpus for g in plan.groups if g.gpus}) or None
+    attached = {s: u for s, u in (("baseline", opts.baseline_url), ("candidate", opts.candidate_url)) if u}
+    if attached:
+        from fasttrack.engine.nodes import attached_hardware
+
+        host, match = attached_hardware(scope.hardware, plan, attached, engine_gpus, log=log)
+    else:
+        host = detect_host()
+        match = match_hardware(scope.hardware, host, engine_gpus=engine_gpus)
     if match.ok:
         return loaded, host, False, None
     reason = f"requires {match.required}; found {match.found} ({'; '.join(match.problems)})"
     if not opts.allow_hardware_mismatch:
+        where = "the attached engines do" if attached else "this host does"
         raise HardwareMismatch(
-            f"this host does not match scope {scope.name!r}: it requires {match.required}, and this host has "
-            f"{match.found} ({'; '.join(match.problems)}).\nFound: " + "; ".join(match.facts) + ".",
+            f"{where} not match scope {scope.name!r}: it requires {match.required}, and {match.found} "
+            f"({'; '.join(match.problems)}).\nFound: " + "; ".join(match.facts) + ".",
             hint=f"Run it on matching hardware. To see what the run involves: fasttrack plan --model {scope.name} "
             f"--tier {opts.tier}. To rehearse anyway (not valid evidence): add --allow-hardware-mismatch.",
         )
@@ -131,7 +144,7 @@ def preflight(loaded: LoadedScope, plan: Plan, opts: ValidateOptions, *, log: Ca
         args = engine_arg_check(plan)
         if args.skipped:
             log(f"engine arguments not checked: {args.skipped}")
-        raise_for_issues(args, scope_name=scope.name)
+        raise_for_issues(args, scope_name=scope.name, scope_path=loaded.path)
 
 
 def select_groups(plan: Plan, ids: list[str] | None) -> Plan:
@@ -387,7 +400,9 @@ def _run_checks(
     """The engineless checks, then the engine checks over every engine of ``driven``, then their judgements."""
     for echk in [c for c in active if isinstance(c, EnginelessCheck)]:
         progress(f"check {echk.name}: running")
+        t0 = time.perf_counter()
         state.results[echk.name] = _guard(echk, lambda c=echk: c.run(ctx))  # type: ignore[misc]
+        state.check_seconds[echk.name] = round(time.perf_counter() - t0, 3)
     engine_checks = [c for c in active if isinstance(c, EngineCheck)]
     if not engine_checks:
         return
@@ -403,7 +418,9 @@ def _run_checks(
             state.results[chk.name] = _declared(chk, state.results[chk.name])
             continue
         progress(f"check {chk.name}: judging")
+        t0 = time.perf_counter()
         state.results[chk.name] = _guard(chk, lambda c=chk: c.judge(ctx))  # type: ignore[misc]
+        state.check_seconds[chk.name] = round(time.perf_counter() - t0, 3)
 
 
 def _cut_short(

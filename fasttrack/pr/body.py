@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from fasttrack.bundle.headline import headline
 from fasttrack.bundle.verify import VerifyResult, verify_bundle
 from fasttrack.pr.github import COMMENT_LIMIT, GitHubError
 from fasttrack.pr.sticky import MARKER, BundleLink, check_body
@@ -39,8 +40,9 @@ class Body:
 
     @property
     def passed(self) -> bool:
-        """Verified, and the bundle's verdict is pass (what ``verify --require-pass`` demands)."""
-        return self.verify.verified and self.verify.verdict == "pass"
+        """The headline is PASS (:mod:`fasttrack.bundle.headline`): verified, bound to the PR head, not a
+        rehearsal, complete for its tier."""
+        return headline(self.verify).passed
 
 
 def _signed_by(vr: VerifyResult) -> str:
@@ -64,12 +66,12 @@ def _banner(side: Side, vr: VerifyResult, *, pr_head: str | None, run_url: str |
         )
     run = f" · [workflow run]({run_url})" if run_url else ""
     head = code(pr_head[:12]) if pr_head else "(not given)"
+    hl = headline(vr)
     if vr.verified:
         who = _signed_by(vr) or "a trusted key"
-        verdict = "✅" if vr.verdict == "pass" else "⚠️"
         return (
-            f"> {verdict} **Verified by the maintainers' workflow** against the repository's trust set at PR head "
-            f"{head}: signed by {who}; bundle verdict **{md(vr.verdict or 'unknown', 20)}**{run}"
+            f"> {hl.icon} **{md(hl.text, 160)}** · **Verified by the maintainers' workflow** against the repository's "
+            f"trust set at PR head {head}: signed by {who}; bundle verdict **{md(vr.verdict or 'unknown', 20)}**{run}"
         )
     return (
         f"> 🛑 **The maintainers' workflow could NOT verify this bundle** (trust set, PR head {head}); "
@@ -80,7 +82,8 @@ def _banner(side: Side, vr: VerifyResult, *, pr_head: str | None, run_url: str |
 def _footer(link: BundleLink, vr: VerifyResult) -> str:
     who = _signed_by(vr)
     return (
-        f"**Bundle:** [{md(link.name, 120)}]({link.url}) · sha256 {code(link.sha256)} · {link.size:,} bytes"
+        f"**Bundle:** [{md(link.name, 120)}]({link.url}) · bundle ID {code((vr.bundle_id or 'unknown')[:16])}"
+        f" · tarball sha256 {code(link.sha256)} · {link.size:,} bytes"
         + (f" · signed by {who}" if who else "")
         + "\n"
         + link.line()
@@ -96,6 +99,8 @@ def render_body(
     keys: Sequence[Any] = (),
     trust_dir: str | os.PathLike[str] | None = None,
     pr_head: str | None = None,
+    trusted_scope: str | os.PathLike[str] | None = None,
+    min_tier: str | None = None,
     run_url: str | None = None,
     keys_desc: str = "",
     check_link: bool = True,
@@ -105,7 +110,9 @@ def render_body(
         link.check()
     if run_url is not None:
         check_url(run_url, "--run-url")  # a plain http(s) URL: it goes into the comment as a link
-    vr = verify_bundle(Path(bundle), keys=keys, trust_dir=trust_dir, pr_head=pr_head)
+    vr = verify_bundle(
+        Path(bundle), keys=keys, trust_dir=trust_dir, pr_head=pr_head, trusted_scope=trusted_scope, min_tier=min_tier
+    )
     content_hash = link.sha256 if Path(bundle).is_file() else None
     data = build_report_data(
         Path(bundle), keys=keys, trust_dir=trust_dir, pr_head=pr_head, verify_result=vr, content_hash=content_hash

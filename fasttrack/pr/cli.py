@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 import typer
-from rich.console import Console
+
+from fasttrack import terminal
 
 if TYPE_CHECKING:
     from fasttrack.pr.github import GitHubClient
@@ -15,8 +16,8 @@ if TYPE_CHECKING:
 # fasttrack.pr.github (and httpx) load only when a pr command runs: every fasttrack command
 # registers these subcommands, and `fasttrack verify` / `report` stay light.
 
-console = Console(soft_wrap=True)
-err_console = Console(stderr=True, soft_wrap=True)
+console = terminal.console(soft_wrap=True)
+err_console = terminal.console(stderr=True, soft_wrap=True)
 pr_app = typer.Typer(
     help="Publish a bundle to a GitHub PR and keep its one fasttrack comment (see docs/pr-flow.md).",
     no_args_is_help=True,
@@ -76,9 +77,11 @@ def publish_cmd(
 ) -> None:
     """Upload a bundle as a release asset of the PR's head repository and create or update the
     PR's one fasttrack comment (verification state, headline, link, sha256)."""
-    from fasttrack.pr.publish import PublishOptions, default_trust, publish
+    from fasttrack.bundle.consistency import pr_head_argument
+    from fasttrack.pr.publish import PublishOptions, default_trust, publish, unverified_warning
     from fasttrack.pr.publish import dry_run as plan
 
+    pr_head = pr_head_argument(pr_head)
     opts = PublishOptions(
         bundle=bundle,
         repo=repo,
@@ -93,12 +96,16 @@ def publish_cmd(
         if dry_run:
             text, body = plan(opts, client, token_source=source)
             typer.echo(text, nl=False)
+            warning = unverified_warning(opts, body)
+            if warning:
+                _log(warning + " (a real run would publish it)")
         else:
             res = publish(opts, client, log=_log)
             body = res.body
             verb = "created" if res.comment_created else "updated"
             console.print(
-                f"bundle {res.link.sha256[:16]} ({res.link.size:,} bytes) "
+                f"bundle ID {(body.verify.bundle_id or 'unknown')[:16]} (tarball sha256 {res.link.sha256[:16]}, "
+                f"{res.link.size:,} bytes) "
                 + ("uploaded to " if res.asset_uploaded else "already at ")
                 + f"{res.link.url}\n{verb} the fasttrack comment: {res.comment_url}",
                 highlight=False,
@@ -159,13 +166,22 @@ def body_cmd(
     key: list[Path] = typer.Option([], "--key", "-k", help="Trusted public key (repeatable)."),
     trust: Optional[Path] = typer.Option(None, "--trust", help="Trust directory (e.g. .fasttrack/trusted-keys)."),
     pr_head: Optional[str] = typer.Option(None, "--pr-head", help="The PR's head commit, from the event."),
+    trusted_scope: Optional[str] = typer.Option(
+        None, "--trusted-scope", help="Hold the recorded scope against this one (as `fasttrack verify` does)."
+    ),
+    min_tier: Optional[str] = typer.Option(
+        None, "--min-tier", help="The lowest tier accepted (smoke < standard < full)."
+    ),
     run_url: str = typer.Option(..., "--run-url", help="The workflow run (its artifacts hold the report)."),
 ) -> None:
     """Verify a fetched bundle and render the maintainers' comment body (exit 0 even when it does not verify)."""
     from fasttrack.bundle.canonical import sha256_file
+    from fasttrack.bundle.consistency import pr_head_argument, tier_argument
     from fasttrack.pr.body import render_body
     from fasttrack.pr.sticky import BundleLink
 
+    pr_head = pr_head_argument(pr_head)
+    tier_argument(min_tier)
     sha, size = sha256_file(bundle)
     body = render_body(
         bundle,
@@ -174,6 +190,8 @@ def body_cmd(
         keys=list(key),
         trust_dir=trust,
         pr_head=pr_head,
+        trusted_scope=trusted_scope,
+        min_tier=min_tier,
         run_url=run_url,
     )
     out.write_text(body.text, encoding="utf-8")

@@ -174,9 +174,9 @@ def publish(opts: PublishOptions, client: GitHubClient, *, log: Callable[[str], 
             pr_head=head_sha or None,
             keys_desc=opts.keys_desc(),
         )
-        if not body.verify.verified:
-            bad = "; ".join(f"{it.name}: {it.detail}" for it in body.verify.failures)
-            log(f"warning: the bundle does not verify ({opts.keys_desc()}): {bad}")
+        warning = unverified_warning(opts, body)
+        if warning:
+            log(warning)
         up = upsert(client, repo, opts.pr, body.text, author=me)
     return Published(
         link=link,
@@ -188,6 +188,18 @@ def publish(opts: PublishOptions, client: GitHubClient, *, log: Callable[[str], 
         comment_created=up.created,
         head_sha=head_sha,
         body=body,
+    )
+
+
+def unverified_warning(opts: PublishOptions, body: Body) -> str | None:
+    """The warning a publish (and its dry run) prints when the bundle does not verify: it is published all the
+    same, and the comment says NOT VERIFIED."""
+    if body.verify.verified:
+        return None
+    bad = "; ".join(f"{it.name}: {it.detail}" for it in body.verify.failures)
+    return (
+        f"warning: the bundle does not verify ({opts.keys_desc()}): {bad}. It is published all the same, and the "
+        "comment says it is NOT VERIFIED"
     )
 
 

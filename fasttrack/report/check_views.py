@@ -20,6 +20,7 @@ from fasttrack.report.views import (
     HeatmapView,
     TableView,
 )
+from fasttrack.results import DEFAULT_CLAIM_TOLERANCE, claim_verdict
 
 #: Titles of the shipped checks, for bundles written before checks recorded their own title.
 CHECK_TITLES = {
@@ -225,6 +226,34 @@ def _num(v: Any) -> str:
     return f"{x:.4g}" if x is not None else ""
 
 
+#: Recorded claim statuses, as the rule names them (older bundles said confirmed / contradicted / not_confirmed).
+_CLAIM_WORDS = {
+    "supported": "supported",
+    "confirmed": "supported",
+    "pass": "supported",
+    "passed": "supported",
+    "true": "supported",
+    "refuted": "refuted",
+    "contradicted": "refuted",
+    "not_confirmed": "refuted",
+    "fail": "refuted",
+    "failed": "refuted",
+    "false": "refuted",
+    "inconclusive": "inconclusive",
+    "undecided": "inconclusive",
+}
+
+
+def _claim_tolerances(scope_obj: dict[str, Any]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    claims = scope_obj.get("claims")
+    for c in claims if isinstance(claims, list) else []:
+        if isinstance(c, dict) and isinstance(c.get("id"), str):
+            tol = F.as_float(c.get("tolerance"))
+            out[c["id"]] = tol if tol is not None and 0 <= tol < 1 else DEFAULT_CLAIM_TOLERANCE
+    return out
+
+
 def _per_gpu(r: dict[str, Any]) -> str:
     """ "not like-for-like" with both per-GPU figures, for a claim across unequal GPU counts ("" otherwise)."""
     if r.get("like_for_like") is not False:
@@ -243,6 +272,11 @@ def _per_gpu(r: dict[str, Any]) -> str:
 
 
 def claims_view(manifest: Manifest, tables: Tables, scope_obj: dict[str, Any]) -> tuple[list[ClaimView], str]:
+    """The claims with what the data say about them: every claim with a claimed figure and an interval is judged
+    here by :func:`fasttrack.results.claim_verdict` at its tolerance (the claims table's, else the recorded
+    scope's, else the default), so a bundle written by an older rule (judged against the noise margin) reads
+    as the data say; where that differs from the recorded status, the detail says so."""
+    tolerances = _claim_tolerances(scope_obj)
     for check, tabs in tables.items():
         t = tabs.get("claims")
         if t is None or t.error:
@@ -251,22 +285,26 @@ def claims_view(manifest: Manifest, tables: Tables, scope_obj: dict[str, Any]) -
         for r in t.rows[:500]:
             cid = F.get(r, F.CLAIM_ID)
             status = F.get(r, F.CLAIM_STATUS)
-            s = str(status).strip().lower().replace(" ", "_").replace("-", "_") if status is not None else ""
-            if s in ("confirmed", "pass", "passed", "true"):
-                s = "confirmed"
-            elif s in ("contradicted", "fail", "failed", "false", "refuted"):
-                s = "contradicted"
-            elif s in ("inconclusive", "undecided"):
-                s = "inconclusive"
-            elif s == "not_confirmed":  # older bundles: judged by the interval's upper end only
-                s = "not_confirmed"
-            else:
-                s = "not_measured"
+            recorded = str(status).strip().lower().replace(" ", "_").replace("-", "_") if status is not None else ""
+            s = _CLAIM_WORDS.get(recorded, "not_measured")
             parts = []
             for k in ("point", "detail", "reason"):
                 if r.get(k) is not None:
                     parts.append(f"{k} {fmt.value(r.get(k), 200)}")
             lo, hi = F.as_float(r.get("ci_low")), F.as_float(r.get("ci_high"))
+            claimed = F.as_float(r.get("claimed"))
+            tol = F.as_float(r.get("tolerance"))
+            if tol is None or not 0 <= tol < 1:
+                tol = tolerances.get(str(cid), DEFAULT_CLAIM_TOLERANCE)
+            bound = F.as_float(r.get("bound"))
+            if claimed is not None and lo is not None and hi is not None:
+                s, bound = claim_verdict(claimed, lo, hi, tolerance=tol)
+                if recorded and _CLAIM_WORDS.get(recorded, recorded) != s:
+                    parts.insert(
+                        0,
+                        f"the bundle recorded {fmt.one_line(recorded, 40)} (an older rule judged claims against the "
+                        f"perf gate's noise margin); the interval against {claimed:.4g} x (1 - {tol:g}) says {s}",
+                    )
             out.append(
                 ClaimView(
                     id=fmt.one_line(cid, 120),
@@ -276,7 +314,8 @@ def claims_view(manifest: Manifest, tables: Tables, scope_obj: dict[str, Any]) -
                     claimed=_num(r.get("claimed")),
                     measured=_num(r.get("measured")),
                     interval=f"[{lo:.4g}, {hi:.4g}]" if lo is not None and hi is not None else "",
-                    bound=_num(r.get("bound")),
+                    bound=_num(bound),
+                    tolerance=f"{tol:g}",
                     per_gpu=_per_gpu(r),
                 )
             )

@@ -7,15 +7,15 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 
+from fasttrack import terminal
 from fasttrack.bundle.cli import shown
 from fasttrack.errors import FasttrackError
 
 TRUST_ENV = "FASTTRACK_TRUST_DIR"
 
-console = Console()
-err_console = Console(stderr=True)
+console = terminal.console()
+err_console = terminal.console(stderr=True)
 dashboard_app = typer.Typer(help="The maintainer dashboard over many bundles.", no_args_is_help=True)
 
 
@@ -39,13 +39,22 @@ def report_cmd(
     report_url: Optional[str] = typer.Option(
         None, "--report-url", help="Where the report will be published (linked from the comment)."
     ),
+    trusted_scope: Optional[str] = typer.Option(
+        None, "--trusted-scope", help="Hold the recorded scope against this one (as `fasttrack verify` does)."
+    ),
+    min_tier: Optional[str] = typer.Option(
+        None, "--min-tier", help="The lowest tier accepted (smoke < standard < full)."
+    ),
     require_verified: bool = typer.Option(
         False, "--require-verified", help="Exit 1 when the bundle does not verify (the report is still written)."
     ),
 ) -> None:
     """Verify a bundle and render its report (one self-contained HTML file) and PR comment."""
+    from fasttrack.bundle.consistency import pr_head_argument, tier_argument
     from fasttrack.report.report import render_report
 
+    pr_head = pr_head_argument(pr_head)
+    tier_argument(min_tier)
     if not bundle.exists():
         raise FasttrackError(
             f"{bundle} does not exist", hint="Give a bundle directory or a .tar.gz written by fasttrack validate."
@@ -56,6 +65,8 @@ def report_cmd(
         keys=key,
         trust_dir=_trust(key, trust),
         pr_head=pr_head,
+        trusted_scope=trusted_scope,
+        min_tier=min_tier,
         comment_path=comment,
         report_url=report_url,
     )

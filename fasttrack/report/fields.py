@@ -20,8 +20,9 @@ detectable effect  ``mde`` / ``detectable_slowdown`` (a fraction: 0.07 = 7 %)
 eval bin           ``bin``, ``context_bin``, ``needles``, ``needle_count``
 eval item          ``problem``, ``problem_id``, ``sample_id``, ``doc_id``
 claim              table named ``claims``: ``id``/``claim``, ``text``, ``status``
-                   (``confirmed``/``contradicted``/``inconclusive``/``not_measured``), ``claimed``,
-                   ``measured``, ``ci_low``/``ci_high``, ``bound``
+                   (``supported``/``refuted``/``inconclusive``/``not_measured``; older bundles:
+                   ``confirmed``/``contradicted``), ``claimed``, ``measured``, ``ci_low``/``ci_high``,
+                   ``tolerance``, ``bound``
 =================  ==========================================================================
 
 The perf check's per-point table is its ``points`` table (or else the first perf table with
@@ -74,8 +75,19 @@ def client_timed(row: Mapping[str, Any], metric: str) -> bool:
 
 CLAIM_STATUS = ("status", "verdict", "result")
 
-_PASS_WORDS = {"pass", "passed", "ok", "true", "confirmed", "agree", "match", "yes"}
-_FAIL_WORDS = {"fail", "failed", "false", "not_confirmed", "contradicted", "regression", "mismatch", "no", "error"}
+_PASS_WORDS = {"pass", "passed", "ok", "true", "confirmed", "supported", "agree", "match", "yes"}
+_FAIL_WORDS = {
+    "fail",
+    "failed",
+    "false",
+    "not_confirmed",
+    "contradicted",
+    "refuted",
+    "regression",
+    "mismatch",
+    "no",
+    "error",
+}
 _NOT_RUN_WORDS = {"not_run", "skipped", "not_measured", "none", "n/a", "incomplete", "undecided", "inconclusive"}
 
 

@@ -48,6 +48,8 @@ from fasttrack.report.eval_view import evals_view
 from fasttrack.report.identity import bundle_hash
 from fasttrack.report.links import LinkPolicy, quote_path, relative_base
 from fasttrack.report.perf_view import perf_rows, perf_view
+from fasttrack.report.speedup import speedup_summary
+from fasttrack.report.summary import headline_view, tier_caveats
 from fasttrack.report.tableread import read_table
 from fasttrack.report.verification import verify_view
 from fasttrack.report.views import ArtifactView, EngineView, PRView, ReportData, VerifyView
@@ -85,6 +87,8 @@ def build_report_data(
     keys: Sequence[Any] = (),
     trust_dir: str | os.PathLike[str] | None = None,
     pr_head: str | None = None,
+    trusted_scope: str | os.PathLike[str] | None = None,
+    min_tier: str | None = None,
     links: Links | None = None,
     verify_result: VerifyResult | None = None,
     content_hash: str | None = None,
@@ -94,7 +98,9 @@ def build_report_data(
     if not path.exists():
         raise BundleError(f"{path} does not exist; give a bundle directory or .tar.gz")
     trusted = resolve_keys(keys, trust_dir)
-    vr = verify_result or verify_bundle(path, keys=trusted, pr_head=pr_head)
+    vr = verify_result or verify_bundle(
+        path, keys=trusted, pr_head=pr_head, trusted_scope=trusted_scope, min_tier=min_tier
+    )
     vv = verify_view(vr, trusted_keys=len(trusted))
     bhash = content_hash or bundle_hash(path)
     links = links or Links(base=None, reason="not linked")
@@ -104,9 +110,11 @@ def build_report_data(
         return ReportData(
             bundle_name=name,
             bundle_hash=bhash,
+            bundle_id=vr.bundle_id or "",
             verification=vv,
             readable=False,
             unreadable_reason=fmt.one_line(reason, 2000),
+            headline=headline_view(vr),
         )
 
     archive = next((it for it in vr.items if it.name == "archive"), None)
@@ -163,6 +171,7 @@ def _read(view: BundleView, vr: VerifyResult, vv: VerifyView, name: str, bhash: 
     return ReportData(
         bundle_name=name,
         bundle_hash=bhash,
+        bundle_id=vr.bundle_id or "",
         verification=vv,
         readable=True,
         verdict=m.effective_verdict,
@@ -190,6 +199,9 @@ def _read(view: BundleView, vr: VerifyResult, vv: VerifyView, name: str, bhash: 
         artifacts=artifacts,
         artifacts_note=art_note,
         check_verdicts={n: m.checks[n].verdict.value for n in order},
+        headline=headline_view(vr),
+        caveats=tier_caveats(m, scope_obj),
+        speedup=speedup_summary(m, tables, plan_pts),
         linkable=sorted(n for n in policy.members if policy.href(n) is not None),
     )
 

@@ -34,7 +34,9 @@ class BundleRecord(_Model):
     """A bundle as the dashboard lists it (derived from its verified report data)."""
 
     id: str
-    """sha256 of the bundle's content (tarball bytes, or its files)."""
+    """The index's key: sha256 of the bundle's content as found (tarball bytes, or its files)."""
+    bundle_id: str = ""
+    """The bundle's ID (derived from its content, as the report and the PR comment show it)."""
     path: str
     """Where the bundle was found, relative to the bundles directory."""
     is_tar: bool
@@ -53,6 +55,10 @@ class BundleRecord(_Model):
     """Whether the manifest could be read."""
     verdict: str
     """Bundle verdict: pass, fail, incomplete, rehearsal (or unknown when unreadable)."""
+    headline: str = ""
+    """What the bundle may be called (:mod:`fasttrack.bundle.headline`): ``PASS`` or what is missing."""
+    headline_state: str = "warn"
+    """``pass``, ``fail`` or ``warn``, for the badge's colour."""
     model: str = ""
     """Validated model (from the scope)."""
     tier: str = ""
@@ -114,7 +120,8 @@ class BundleRecord(_Model):
 
     @property
     def short(self) -> str:
-        return self.id[:16]
+        """The bundle ID as the pages show it (the first 16 hex digits)."""
+        return (self.bundle_id or self.id)[:16]
 
     @property
     def group_key(self) -> tuple[str, str]:
@@ -142,6 +149,7 @@ def record_from(
                 )
     return BundleRecord(
         id=bundle_id,
+        bundle_id=data.bundle_id,
         path=rel_path,
         is_tar=is_tar,
         verified=v.verified,
@@ -151,6 +159,8 @@ def record_from(
         signers=sorted({s.keyid for s in v.signers if s.status == "valid"}),
         readable=data.readable,
         verdict=data.verdict if data.readable else "unknown",
+        headline=data.headline.text if data.headline else "",
+        headline_state=data.headline.state if data.headline else "warn",
         model=data.model,
         tier=data.tier,
         scope_title=data.scope_title,

@@ -31,6 +31,8 @@ def render_report(
     keys: Sequence[Any] = (),
     trust_dir: str | os.PathLike[str] | None = None,
     pr_head: str | None = None,
+    trusted_scope: str | os.PathLike[str] | None = None,
+    min_tier: str | None = None,
     comment_path: str | os.PathLike[str] | None = None,
     report_url: str | None = None,
     verify_result: VerifyResult | None = None,
@@ -43,7 +45,9 @@ def render_report(
 
     ``keys`` are trusted public keys (files or loaded keys) and ``trust_dir`` a directory of
     ``*.pub`` files; without either the signature cannot verify and the report says so.
-    ``pr_head`` is the PR's current head commit, when known, to check the bundle against.
+    ``pr_head`` is the PR's current head commit, when known, to check the bundle against; ``trusted_scope`` and
+    ``min_tier`` hold the recorded scope against the repository's and the tier against the lowest accepted (see
+    :func:`fasttrack.bundle.verify.verify_bundle`): the headline names what they find.
     Links to the bundle's files are relative to ``out_html`` (directory bundles only).
     """
     from fasttrack.report.comment import render_comment
@@ -60,7 +64,14 @@ def render_report(
                 )
     links: Links = default_links(bundle, out)
     data = build_report_data(
-        bundle, keys=keys, trust_dir=trust_dir, pr_head=pr_head, links=links, verify_result=verify_result
+        bundle,
+        keys=keys,
+        trust_dir=trust_dir,
+        pr_head=pr_head,
+        trusted_scope=trusted_scope,
+        min_tier=min_tier,
+        links=links,
+        verify_result=verify_result,
     )
     write_text(out, report_html(data))
     if comment_path is not None:

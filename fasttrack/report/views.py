@@ -247,7 +247,7 @@ class ClaimView:
     id: str
     text: str
     status: str
-    """confirmed, contradicted, inconclusive or not_measured (``not_confirmed`` in older bundles)."""
+    """supported, refuted, inconclusive or not_measured (:func:`fasttrack.results.claim_verdict`)."""
     detail: str
     claimed: str = ""
     """The claimed figure, formatted ("" when the row has none)."""
@@ -256,7 +256,9 @@ class ClaimView:
     interval: str = ""
     """The interval the claim was judged by, ``[low, high]``."""
     bound: str = ""
-    """What the interval was compared with (claimed less the noise margin)."""
+    """What the interval was compared with: the claimed figure less the claim's tolerance."""
+    tolerance: str = ""
+    """The claim's tolerance (``claims[].tolerance``)."""
     per_gpu: str = ""
     """A claim across unequal GPU counts: "not like-for-like" with both per-GPU figures ("" otherwise)."""
 
@@ -296,13 +298,79 @@ class PRView:
 
 
 @dataclass
+class PointSpeedup:
+    point: str
+    speedup: float
+    low: float | None
+    high: float | None
+    verdict: str | None
+
+    @property
+    def interval(self) -> str:
+        return f"[{self.low:.3f}, {self.high:.3f}]" if self.low is not None and self.high is not None else ""
+
+
+@dataclass
+class SpeedupSummary:
+    """What the first screen says about speed."""
+
+    status: str
+    """``shown``, or ``not_run`` / ``no_table`` with ``reason``."""
+    reason: str = ""
+    metric: str = ""
+    gated: bool = False
+    """Whether the metric is the gated one (each point has a verdict)."""
+    points: int = 0
+    geomean: float | None = None
+    geo_low: float | None = None
+    geo_high: float | None = None
+    worst: PointSpeedup | None = None
+    failed: int = 0
+    """Points that fail their gate."""
+    threshold: float | None = None
+    """The gate: a point fails when its interval's lower end is below this."""
+    plot: Markup | None = None
+
+    @property
+    def geo_interval(self) -> str:
+        if self.geo_low is None or self.geo_high is None:
+            return ""
+        return f"[{self.geo_low:.3f}, {self.geo_high:.3f}]"
+
+
+@dataclass
+class Condition:
+    label: str
+    ok: bool
+    detail: str
+
+
+@dataclass
+class HeadlineView:
+    """The headline as the report shows it."""
+
+    text: str
+    state: str
+    icon: str
+    verdict: str
+    passed: bool
+    missing: list[str]
+    reasons: list[str]
+    conditions: list[Condition] = field(default_factory=list)
+
+
+@dataclass
 class ReportData:
     """Everything one report page shows."""
 
     bundle_name: str
     bundle_hash: str
+    """The content hash the dashboard's cache keys the bundle by (a tarball's bytes, or a directory's files)."""
     verification: VerifyView
     readable: bool
+    bundle_id: str = ""
+    """The bundle's ID (:func:`fasttrack.bundle.scan.bundle_id`, derived from its content): the one ID every
+    page shows; "" when no file could be read."""
     unreadable_reason: str = ""
     verdict: str = "unknown"
     model: str = ""
@@ -331,6 +399,13 @@ class ReportData:
     artifacts: list[ArtifactView] = field(default_factory=list)
     artifacts_note: str = ""
     check_verdicts: dict[str, str] = field(default_factory=dict)
+    headline: HeadlineView | None = None
+    """What the bundle may be called (PASS only when verified, bound to the PR head, not a rehearsal and complete
+    for its tier), and why: the first thing the page shows."""
+    caveats: list[str] = field(default_factory=list)
+    """What the tier that ran cannot show, one sentence each (:func:`fasttrack.report.summary.tier_caveats`)."""
+    speedup: SpeedupSummary | None = None
+    """The first screen's speedup summary and plot (:mod:`fasttrack.report.speedup`)."""
     linkable: list[str] = field(default_factory=list)
     """Attested member names the link policy allows (raw names, for publishing copies)."""
 

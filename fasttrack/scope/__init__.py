@@ -68,7 +68,7 @@ from fasttrack.scope.inputs import (
     WorkloadSpec,
 )
 from fasttrack.scope.loading import LoadedScope, available_suites, find_scope, json_schema, load_scope, parse_scope
-from fasttrack.scope.manifest import Scope
+from fasttrack.scope.manifest import Scope, TierMatrix
 
 __all__ = [
     "DEFAULT_SHARED_COMPONENTS",
@@ -105,6 +105,7 @@ __all__ = [
     "SharedComponent",
     "SideSpec",
     "SpecDecodeSpec",
+    "TierMatrix",
     "TierName",
     "TierSpec",
     "WorkloadSpec",

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
 
-from pydantic import ConfigDict, Field, ValidationError, create_model, model_validator
+from pydantic import ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 from pydantic_core import InitErrorDetails
 
 from fasttrack.scope.common import ScopeModel
@@ -265,12 +265,38 @@ class TierSpec(ScopeModel):
 
 
 class Estimates(ScopeModel):
-    """Assumptions behind the plan's cost estimate (override per scope)."""
+    """The engine's speed on the scope's hardware, behind the plan's cost estimate (:mod:`fasttrack.cost`: each
+    check's work, counted from the scope and the tier, in these units)."""
 
     engine_start_s: float = Field(default=600.0, ge=0, le=86_400)
     """Seconds from launch to healthy."""
+    engine_stop_s: float = Field(default=10.0, ge=0, le=86_400)
+    """Seconds to stop an engine."""
     requests_per_point: int = Field(default=64, ge=1, le=1_000_000)
-    """Requests the checks send per config point and side."""
+    """Not used by the cost model any more (each check's requests are counted); accepted for older scopes."""
     tokens_per_request: int = Field(default=1024, ge=1, le=16 * 1024 * 1024)
+    """Not used by the cost model any more (each check's output lengths are counted); accepted for older scopes."""
     decode_tokens_per_s: float = Field(default=2000.0, gt=0, le=1e9)
-    """Whole-engine decode throughput assumed when estimating time per point."""
+    """Whole-engine decode throughput at a full batch (output tokens per second)."""
+    stream_tokens_per_s: float | None = Field(default=None, gt=0, le=1e9)
+    """Decode speed of one request alone (batch 1); default ``decode_tokens_per_s`` / 16."""
+    prefill_tokens_per_s: float = Field(default=20_000.0, gt=0, le=1e12)
+    """Prompt tokens per second."""
+    profile_window_s: float = Field(default=10.0, ge=0, le=86_400)
+    """Seconds a profiler window costs beyond its requests (start, stop, trace export)."""
+    eval_run_s: float = Field(default=10.0, ge=0, le=86_400)
+    """Seconds an lm-eval run costs before its requests (loading the task and the tokenizer)."""
+    eval_output_fraction: float = Field(default=1.0, gt=0, le=1)
+    """Share of an eval's ``max_tokens`` a request generates on average (1: every answer runs to the limit)."""
+    eval_samples: dict[str, int] = Field(default_factory=dict)
+    """Samples of an eval's dataset, by eval name (``*``: any other), where the scope names no limit; the public
+    AIME 2025 (30) and MRCR (2,400) are known."""
+    kernels_s: float = Field(default=600.0, ge=0, le=864_000)
+    """Seconds of the engine-less kernel tests (every shard runs them)."""
+
+    @field_validator("eval_samples")
+    @classmethod
+    def _positive_samples(cls, v: dict[str, int]) -> dict[str, int]:
+        if any(not 1 <= n <= 100_000_000 for n in v.values()):
+            raise ValueError("eval_samples values must lie in [1, 100000000]")
+        return v

@@ -240,6 +240,12 @@ class Claim(ScopeModel):
     candidate_gpus: int | None = Field(default=None, ge=1, le=1_000_000)
     """GPUs of the published candidate figure (null: the claim's point, both sides alike)."""
 
+    tolerance: float = Field(default=0.05, ge=0, lt=1)
+    """How far below the claimed figure the measured interval may reach and the claim still hold: the claim is
+    supported when the whole interval lies at or above ``claimed x (1 - tolerance)``, refuted when it lies
+    below, inconclusive when it straddles it (:func:`fasttrack.results.claim_verdict`). Not the perf gate's
+    noise margin: a claim states what the change achieves, the margin what a run may fail to show."""
+
     @model_validator(mode="after")
     def _resources(self) -> "Claim":
         b, c = self.baseline_gpus, self.candidate_gpus

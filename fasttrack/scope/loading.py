@@ -101,6 +101,11 @@ def _loc_line(loc: tuple[Any, ...], lines: dict[tuple[Any, ...], int]) -> int | 
 
 def parse_scope(text: str, *, source: str = "<scope>") -> Scope:
     """Parse YAML text into a Scope; raise ScopeError naming file, line and field."""
+    return validate_scope_doc(load_scope_doc(text, source=source), text, source=source)
+
+
+def load_scope_doc(text: str, *, source: str = "<scope>") -> dict[str, Any]:
+    """A scope's YAML as a mapping, within the limits (size, nesting, alias expansion); ScopeError otherwise."""
     problem = yaml_problem(text, source)  # size, nesting and alias expansion, before anything is built
     if problem:
         raise ScopeError(
@@ -118,6 +123,11 @@ def parse_scope(text: str, *, source: str = "<scope>") -> Scope:
         ) from None
     if not isinstance(data, dict):
         raise ScopeError(f"{source}: a scope must be a YAML mapping at the top level, got {type(data).__name__}.")
+    return data
+
+
+def validate_scope_doc(data: dict[str, Any], text: str, *, source: str = "<scope>") -> Scope:
+    """A Scope from its parsed YAML (``text``: the YAML it came from, for the line numbers of errors)."""
     try:
         return Scope.model_validate(data)
     except ValidationError as exc:

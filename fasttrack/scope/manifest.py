@@ -3,6 +3,7 @@ sections or ``unknown``, unique names, claims inside the envelope, nested tiers)
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
@@ -19,6 +20,30 @@ from fasttrack.scope.deployment import EngineSpec, HardwareSpec, ModelSpec
 from fasttrack.scope.envelope import Envelope, expand_spec_names, point_outside_envelope
 from fasttrack.scope.gates import Estimates, Gates, TierSpec
 from fasttrack.scope.inputs import Claim, EvalSpec, FallbackSpec, IsolationSpec, KernelSuite, PathMarkers, WorkloadSpec
+
+
+@dataclass(frozen=True)
+class TierMatrix:
+    """The values of each dimension one tier selects from the envelope; its config points are their product
+    (the plan expands them, and the trusted-scope comparison holds two scopes' points against each other)."""
+
+    tensor_parallel: tuple[int, ...]
+    decode_context_parallel: tuple[int, ...]
+    speculative: tuple[str, ...]
+    """Point labels: a config's name, or ``name:draft_length`` (one per draft length)."""
+    batch: tuple[int, ...]
+    context: tuple[int | Literal["full"], ...]
+
+    def points(self) -> list[tuple[int, int, str, int, int | Literal["full"]]]:
+        """Every (tp, dcp, speculative label, batch, context) of the tier, in the plan's order."""
+        return [
+            (tp, dcp, sp, b, c)
+            for tp in self.tensor_parallel
+            for dcp in self.decode_context_parallel
+            for sp in self.speculative
+            for b in self.batch
+            for c in self.context
+        ]
 
 
 class Scope(ScopeModel):
@@ -152,6 +177,20 @@ class Scope(ScopeModel):
             prev, prev_name = sel, tname
 
     # ---------------------------------------------------------------- helpers
+
+    def tier_matrix(self, tier: str) -> TierMatrix:
+        """What ``tier`` selects from the envelope, per dimension (a dimension it leaves out: all of it)."""
+        if self.envelope is None:
+            raise ValueError(f"scope {self.name!r} has no envelope to select points from")
+        env, t = self.envelope, self.tiers[tier]  # type: ignore[index]
+        names = t.speculative if t.speculative is not None else [s.name for s in env.speculative]
+        return TierMatrix(
+            tensor_parallel=tuple(t.tensor_parallel or env.tensor_parallel),
+            decode_context_parallel=tuple(t.decode_context_parallel or env.decode_context_parallel),
+            speculative=tuple(expand_spec_names(names, env)),
+            batch=tuple(t.batch or env.batch.sweep),
+            context=tuple(t.context or env.context.sweep),
+        )
 
     @property
     def is_complete(self) -> bool:

@@ -9,7 +9,7 @@ the raw numbers needed to re-check it.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Literal
 
 import numpy as np
@@ -80,3 +80,22 @@ def make_rng(seed: int) -> np.random.Generator:
     if seed < 0:
         raise StatsInputError(f"seed must be non-negative, got {seed}.")
     return np.random.default_rng(int(seed))
+
+
+def logprob_map(logprobs: Mapping[Hashable, float], what: str) -> dict[Hashable, float]:
+    """``token -> logprob`` checked: every value a number, none NaN or above 0 (a rounding excess up to 1e-6 is
+    clamped to 0; -inf is allowed)."""
+    if not isinstance(logprobs, Mapping):
+        raise StatsInputError(f"{what}: expected a mapping token -> logprob, got {type(logprobs).__name__}.")
+    out: dict[Hashable, float] = {}
+    for tok, lp in logprobs.items():
+        try:
+            v = float(lp)
+        except (TypeError, ValueError):
+            raise StatsInputError(f"{what}: logprob of token {tok!r} is not a number ({lp!r}).") from None
+        if math.isnan(v) or v > 1e-6:
+            raise StatsInputError(
+                f"{what}: logprob of token {tok!r} is {v}; log-probabilities are <= 0 (-inf allowed)."
+            )
+        out[tok] = min(v, 0.0)
+    return out

@@ -26,11 +26,12 @@ the bound.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Literal, Unpack
 
-from fasttrack.stats._base import Direction, StatResult, StatsInputError, check_confidence
+from fasttrack.stats._base import StatResult, StatsInputError, check_confidence
 from fasttrack.stats.hierarchical import (
     LIFETIME_T_MIN_LIFETIMES,
+    MetricSpec,
     RatioEstimate,
     hierarchical_ratio_bootstrap,
     lifetime_t_ratio,
@@ -159,13 +160,10 @@ def ratio_interval(
     candidate: SideSamples,
     *,
     interval: str,
-    metric: str,
-    direction: Direction,
-    statistic: str = "median",
-    confidence: float = 0.95,
     n_boot: int = 4000,
     seed: int = 0,
     paired: bool = False,
+    **spec: Unpack[MetricSpec],
 ) -> RatioEstimate:
     """The speedup's interval by the scope's method: ``bootstrap`` (hierarchical) or
     ``lifetime_t`` (t interval over per-lifetime values). ``lifetime_t`` needs three
@@ -173,44 +171,18 @@ def ratio_interval(
     estimate's warnings say so. ``paired`` (interleaved runs) applies to the bootstrap."""
     if interval not in ("bootstrap", "lifetime_t"):
         raise StatsInputError(f"interval must be 'bootstrap' or 'lifetime_t', got {interval!r}.")
+    fallback = None
     if interval == "lifetime_t":
-        n_b = count_lifetimes(baseline, what=f"{metric} baseline")
-        n_c = count_lifetimes(candidate, what=f"{metric} candidate")
+        n_b = count_lifetimes(baseline, what=f"{spec['metric']} baseline")
+        n_c = count_lifetimes(candidate, what=f"{spec['metric']} candidate")
         if n_b + n_c >= LIFETIME_T_MIN_LIFETIMES:
-            return lifetime_t_ratio(
-                baseline, candidate, metric=metric, direction=direction, statistic=statistic, confidence=confidence
-            )
-        est = hierarchical_ratio_bootstrap(
-            baseline,
-            candidate,
-            metric=metric,
-            direction=direction,
-            statistic=statistic,
-            confidence=confidence,
-            n_boot=n_boot,
-            seed=seed,
-            paired=paired,
+            return lifetime_t_ratio(baseline, candidate, **spec)
+        fallback = (
+            f"interval 'lifetime_t' needs at least {LIFETIME_T_MIN_LIFETIMES} engine lifetimes in "
+            f"total (got {n_b} baseline, {n_c} candidate); the hierarchical bootstrap was used"
         )
-        return est.model_copy(
-            update={
-                "warnings": [
-                    *est.warnings,
-                    f"interval 'lifetime_t' needs at least {LIFETIME_T_MIN_LIFETIMES} engine lifetimes in "
-                    f"total (got {n_b} baseline, {n_c} candidate); the hierarchical bootstrap was used",
-                ]
-            }
-        )
-    return hierarchical_ratio_bootstrap(
-        baseline,
-        candidate,
-        metric=metric,
-        direction=direction,
-        statistic=statistic,
-        confidence=confidence,
-        n_boot=n_boot,
-        seed=seed,
-        paired=paired,
-    )
+    est = hierarchical_ratio_bootstrap(baseline, candidate, n_boot=n_boot, seed=seed, paired=paired, **spec)
+    return est.model_copy(update={"warnings": [*est.warnings, fallback]}) if fallback else est
 
 
 def planned_looks(*, min_runs: int, max_runs: int, step: int = 1) -> int:
@@ -224,18 +196,15 @@ def sequential_decision(
     baseline: SideSamples,
     candidate: SideSamples,
     *,
-    metric: str,
-    direction: Direction,
     noise_margin: float,
     look: int,
     planned_looks: int,
-    statistic: str = "median",
-    confidence: float = 0.95,
-    n_boot: int = 4000,
-    seed: int = 0,
     point: str = "",
     interval: str = "bootstrap",
+    n_boot: int = 4000,
+    seed: int = 0,
     paired: bool = False,
+    **spec: Unpack[MetricSpec],
 ) -> SequentialDecision:
     """One look of adaptive repetition (Bonferroni over the planned looks).
 
@@ -246,24 +215,14 @@ def sequential_decision(
     if this is the last planned look and the point has not passed; otherwise
     ``undecided`` (take another run and look again).
     """
-    confidence = check_confidence(confidence)
+    confidence = check_confidence(spec.get("confidence", 0.95))
     if planned_looks < 1 or not (1 <= look <= planned_looks):
         raise StatsInputError(
             f"look must be in 1..planned_looks (planned_looks >= 1), got look={look}, planned_looks={planned_looks}."
         )
     per_look = 1.0 - (1.0 - confidence) / planned_looks
-    est = ratio_interval(
-        baseline,
-        candidate,
-        interval=interval,
-        metric=metric,
-        direction=direction,
-        statistic=statistic,
-        confidence=per_look,
-        n_boot=n_boot,
-        seed=seed,
-        paired=paired,
-    )
+    at_look: MetricSpec = {**spec, "confidence": per_look}
+    est = ratio_interval(baseline, candidate, interval=interval, n_boot=n_boot, seed=seed, paired=paired, **at_look)
     gate = no_regression_gate(est, noise_margin=noise_margin, point=point)
     thr = gate.threshold
     if gate.passed:

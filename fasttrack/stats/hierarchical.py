@@ -39,6 +39,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, NotRequired, TypedDict, Unpack
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
@@ -167,10 +169,59 @@ def _quantile_dict(x: np.ndarray) -> dict[str, float]:
     return {f"{p:g}": float(v) for p, v in zip(STORED_QUANTILES, qs, strict=False)}
 
 
-# --------------------------------------------------------------------------- public API
+class MetricSpec(TypedDict):
+    """What a ratio estimate compares, shared by :func:`hierarchical_ratio_bootstrap`,
+    :func:`lifetime_t_ratio` and the gates built on them: the metric's name and direction, the
+    statistic per side (``'median'``, ``'mean'`` or ``'pNN'``; default median) and the two-sided
+    confidence of the interval (default 0.95)."""
+
+    metric: str
+    direction: Direction
+    statistic: NotRequired[str]
+    confidence: NotRequired[float]
 
 
-def hierarchical_ratio_bootstrap(
+@dataclass(frozen=True)
+class _Sides:
+    """Both sides of a comparison, checked: the layouts, the statistic and the interval's level."""
+
+    metric: str
+    direction: Direction
+    statistic: str
+    """The statistic's name, as recorded (stripped, lower case)."""
+    confidence: float
+    reducer: Callable[[np.ndarray], np.ndarray]
+    baseline: SideLayout
+    candidate: SideLayout
+
+    def directed(self, b: Any, c: Any) -> Any:
+        """The direction-aware speedup of a baseline and a candidate value (or arrays of them)."""
+        return b / c if self.direction == "lower_is_better" else c / b
+
+    def estimate_name(self) -> str:
+        better = "baseline/candidate" if self.direction == "lower_is_better" else "candidate/baseline"
+        return f"speedup of {self.statistic} {self.metric} ({better}; > 1 means the candidate is better)"
+
+    def estimate(
+        self, *, include_raw: bool, values: tuple[float, float] | None = None, **figures: Any
+    ) -> RatioEstimate:
+        """A :class:`RatioEstimate` of these sides: what they compared and their summaries (``values``: the
+        sides' point values, else the statistic over each side's pooled samples), with the ``figures`` of
+        the interval."""
+        b_val, c_val = values if values else (None, None)
+        return RatioEstimate(
+            name=self.estimate_name(),
+            metric=self.metric,
+            direction=self.direction,
+            summary_statistic=self.statistic,
+            confidence=self.confidence,
+            baseline=_side_summary(self.baseline, self.reducer, include_raw=include_raw, value=b_val),
+            candidate=_side_summary(self.candidate, self.reducer, include_raw=include_raw, value=c_val),
+            **figures,
+        )
+
+
+def _sides(
     baseline: SideSamples,
     candidate: SideSamples,
     *,
@@ -178,17 +229,77 @@ def hierarchical_ratio_bootstrap(
     direction: Direction,
     statistic: str = "median",
     confidence: float = 0.95,
+) -> _Sides:
+    """Check a comparison's inputs (the defaults of :class:`MetricSpec` are here)."""
+    confidence = check_confidence(confidence)
+    if direction not in ("lower_is_better", "higher_is_better"):
+        raise StatsInputError(f"direction must be 'lower_is_better' or 'higher_is_better', got {direction!r}.")
+    reducer = parse_statistic(statistic)
+    return _Sides(
+        metric=metric,
+        direction=direction,
+        statistic=statistic.strip().lower(),
+        confidence=confidence,
+        reducer=reducer,
+        baseline=SideLayout(normalise_side(baseline, what=f"{metric} baseline")),
+        candidate=SideLayout(normalise_side(candidate, what=f"{metric} candidate")),
+    )
+
+
+def _replicates(
+    sides: _Sides, rng: np.random.Generator, boots: int, *, paired: bool
+) -> tuple[np.ndarray, np.ndarray, bool, list[str]]:
+    """The bootstrap replicates of both sides' statistic: drawn together when ``paired`` and the layouts
+    match, else independently (baseline first). Also whether they were paired, and a note when they could
+    not be."""
+    b_side, c_side, reducer = sides.baseline, sides.candidate, sides.reducer
+    if paired and b_side.same_layout(c_side):
+        b_rep, c_rep = paired_replicates(b_side, c_side, rng, boots, reducer)
+        return b_rep, c_rep, True, []
+    note = []
+    if paired:
+        note.append(
+            "runs were interleaved but the sides' layouts differ (runs per lifetime "
+            f"{b_side.runs_per_lifetime.tolist()} vs {c_side.runs_per_lifetime.tolist()}), "
+            "so the sides were resampled independently"
+        )
+    return b_side.replicates(rng, boots, reducer), c_side.replicates(rng, boots, reducer), False, note
+
+
+def _bootstrap_method(*, paired: bool, one_lifetime: bool) -> str:
+    method = (
+        "hierarchical bootstrap: engine lifetimes resampled with replacement, then runs within each drawn "
+        "lifetime (samples of a run kept together); statistic on the pooled samples per side; sides resampled "
+        + (
+            "together (paired: interleaved runs, run k of one side next to run k of the other)"
+            if paired
+            else "independently"
+        )
+        + "; percentile interval"
+    )
+    if one_lifetime:
+        method += "; a side with one lifetime has only its runs resampled, so the interval ignores lifetime variance"
+    return method
+
+
+# --------------------------------------------------------------------------- public API
+
+
+def hierarchical_ratio_bootstrap(
+    baseline: SideSamples,
+    candidate: SideSamples,
+    *,
     n_boot: int = 4000,
     seed: int = 0,
     include_raw: bool = True,
     paired: bool = False,
+    **spec: Unpack[MetricSpec],
 ) -> RatioEstimate:
     """Speedup of the candidate over the baseline with a hierarchical-bootstrap interval.
 
-    Statistic: per side, ``statistic`` ('median', 'mean' or 'pNN') over the pooled
-    samples of all runs of all lifetimes; ratio = candidate / baseline; speedup =
-    baseline / candidate for ``lower_is_better`` metrics and candidate / baseline for
-    ``higher_is_better`` ones.
+    Statistic: per side, the ``statistic`` of ``spec`` over the pooled samples of all runs of
+    all lifetimes; ratio = candidate / baseline; speedup = baseline / candidate for
+    ``lower_is_better`` metrics and candidate / baseline for ``higher_is_better`` ones.
 
     Interval: two-sided percentile interval at ``confidence`` of the speedup over
     ``n_boot`` hierarchical replicates (lifetimes with replacement, then runs within
@@ -206,73 +317,28 @@ def hierarchical_ratio_bootstrap(
     Deterministic: replicates come from ``numpy.random.default_rng(seed)``, baseline
     first, then candidate (paired: one set of draws).
     """
-    confidence = check_confidence(confidence)
-    if direction not in ("lower_is_better", "higher_is_better"):
-        raise StatsInputError(f"direction must be 'lower_is_better' or 'higher_is_better', got {direction!r}.")
-    reducer = parse_statistic(statistic)
-    b_side = SideLayout(normalise_side(baseline, what=f"{metric} baseline"))
-    c_side = SideLayout(normalise_side(candidate, what=f"{metric} candidate"))
-    boots = _n_boot(n_boot, confidence)
-    rng = make_rng(seed)
-
-    b_obs, c_obs = b_side.observed(reducer), c_side.observed(reducer)
-    pair_note: list[str] = []
-    if paired and b_side.same_layout(c_side):
-        b_rep, c_rep = paired_replicates(b_side, c_side, rng, boots, reducer)
-    else:
-        if paired:
-            pair_note.append(
-                "runs were interleaved but the sides' layouts differ (runs per lifetime "
-                f"{b_side.runs_per_lifetime.tolist()} vs {c_side.runs_per_lifetime.tolist()}), "
-                "so the sides were resampled independently"
-            )
-            paired = False
-        b_rep = b_side.replicates(rng, boots, reducer)
-        c_rep = c_side.replicates(rng, boots, reducer)
-    if direction == "lower_is_better":
-        speedup, reps = b_obs / c_obs, b_rep / c_rep
-    else:
-        speedup, reps = c_obs / b_obs, c_rep / b_rep
-    tail = (1.0 - confidence) / 2.0
+    sides = _sides(baseline, candidate, **spec)
+    boots = _n_boot(n_boot, sides.confidence)
+    b_rep, c_rep, paired, pair_note = _replicates(sides, make_rng(seed), boots, paired=paired)
+    b_obs, c_obs = sides.baseline.observed(sides.reducer), sides.candidate.observed(sides.reducer)
+    speedup, reps = sides.directed(b_obs, c_obs), sides.directed(b_rep, c_rep)
+    tail = (1.0 - sides.confidence) / 2.0
     lo, hi = np.quantile(reps, [tail, 1.0 - tail])
-    logs = np.log(reps)
-    se = float(np.std(logs, ddof=1))
-
-    one = b_side.n_lifetimes == 1 or c_side.n_lifetimes == 1
-    method = (
-        "hierarchical bootstrap: engine lifetimes resampled with replacement, then runs within each drawn "
-        "lifetime (samples of a run kept together); statistic on the pooled samples per side; sides resampled "
-        + (
-            "together (paired: interleaved runs, run k of one side next to run k of the other)"
-            if paired
-            else "independently"
-        )
-        + "; percentile interval"
-    )
-    if one:
-        method += "; a side with one lifetime has only its runs resampled, so the interval ignores lifetime variance"
-    stat_name = statistic.strip().lower()
-    better = "baseline/candidate" if direction == "lower_is_better" else "candidate/baseline"
-    return RatioEstimate(
-        name=f"speedup of {stat_name} {metric} ({better}; > 1 means the candidate is better)",
-        method=method,
-        metric=metric,
-        direction=direction,
-        summary_statistic=stat_name,
-        confidence=confidence,
-        baseline=_side_summary(b_side, reducer, include_raw=include_raw),
-        candidate=_side_summary(c_side, reducer, include_raw=include_raw),
+    one = sides.baseline.n_lifetimes == 1 or sides.candidate.n_lifetimes == 1
+    return sides.estimate(
+        include_raw=include_raw,
+        method=_bootstrap_method(paired=paired, one_lifetime=one),
         ratio=c_obs / b_obs,
         speedup=float(speedup),
         ci_low=float(lo),
         ci_high=float(hi),
-        log_speedup_se=se,
+        log_speedup_se=float(np.std(np.log(reps), ddof=1)),
         speedup_quantiles=_quantile_dict(reps),
         n_boot=boots,
         seed=int(seed),
         ignores_lifetime_variance=one,
         paired=paired,
-        warnings=_warnings("baseline", b_side) + _warnings("candidate", c_side) + pair_note,
+        warnings=_warnings("baseline", sides.baseline) + _warnings("candidate", sides.candidate) + pair_note,
     )
 
 
@@ -281,18 +347,11 @@ LIFETIME_T_MIN_LIFETIMES = 3
 
 
 def lifetime_t_ratio(
-    baseline: SideSamples,
-    candidate: SideSamples,
-    *,
-    metric: str,
-    direction: Direction,
-    statistic: str = "median",
-    confidence: float = 0.95,
-    include_raw: bool = True,
+    baseline: SideSamples, candidate: SideSamples, *, include_raw: bool = True, **spec: Unpack[MetricSpec]
 ) -> RatioEstimate:
     """Speedup with a t interval computed at the unit of replication (the engine lifetime).
 
-    Statistic: per lifetime, ``statistic`` over the pooled samples of its runs;
+    Statistic: per lifetime, the ``statistic`` of ``spec`` over the pooled samples of its runs;
     ``x = log`` of that value. Per side the mean of ``x``; ``d`` = difference of the
     means (direction-aware, so ``exp(d)`` is the speedup, a ratio of geometric means of
     lifetime statistics). Interval: ``d +/- t_{1-alpha/2, df} * s * sqrt(1/L_b + 1/L_c)``
@@ -307,12 +366,8 @@ def lifetime_t_ratio(
     """
     from scipy import stats as _sps
 
-    confidence = check_confidence(confidence)
-    if direction not in ("lower_is_better", "higher_is_better"):
-        raise StatsInputError(f"direction must be 'lower_is_better' or 'higher_is_better', got {direction!r}.")
-    reducer = parse_statistic(statistic)
-    b_side = SideLayout(normalise_side(baseline, what=f"{metric} baseline"))
-    c_side = SideLayout(normalise_side(candidate, what=f"{metric} candidate"))
+    sides = _sides(baseline, candidate, **spec)
+    b_side, c_side, reducer, confidence = sides.baseline, sides.candidate, sides.reducer, sides.confidence
     df = b_side.n_lifetimes + c_side.n_lifetimes - 2
     if b_side.n_lifetimes + c_side.n_lifetimes < LIFETIME_T_MIN_LIFETIMES:
         raise StatsInputError(
@@ -326,27 +381,20 @@ def lifetime_t_ratio(
     sd = math.sqrt(ss / df)
     se = sd * math.sqrt(1.0 / xb.size + 1.0 / xc.size)
     d_ratio = float(xc.mean() - xb.mean())  # log(candidate / baseline)
-    d = -d_ratio if direction == "lower_is_better" else d_ratio
+    d = -d_ratio if sides.direction == "lower_is_better" else d_ratio
     tq = float(_sps.t.ppf(1.0 - (1.0 - confidence) / 2.0, df))
     quantiles = {f"{p:g}": float(math.exp(d + float(_sps.t.ppf(p, df)) * se)) for p in STORED_QUANTILES}
     b_val, c_val = float(math.exp(xb.mean())), float(math.exp(xc.mean()))
-    stat_name = statistic.strip().lower()
-    better = "baseline/candidate" if direction == "lower_is_better" else "candidate/baseline"
     warns = []
     if min(xb.size, xc.size) == 1:
         warns.append("a side has one lifetime: its lifetime variance is assumed equal to the other side's")
-    return RatioEstimate(
-        name=f"speedup of {stat_name} {metric} ({better}; > 1 means the candidate is better)",
+    return sides.estimate(
+        include_raw=include_raw,
+        values=(b_val, c_val),
         method=(
             "t interval on log per-lifetime statistics (lifetime = unit of replication), pooled variance, "
             f"df = {df}; point estimate = ratio of geometric means of lifetime statistics"
         ),
-        metric=metric,
-        direction=direction,
-        summary_statistic=stat_name,
-        confidence=confidence,
-        baseline=_side_summary(b_side, reducer, include_raw=include_raw, value=b_val),
-        candidate=_side_summary(c_side, reducer, include_raw=include_raw, value=c_val),
         ratio=c_val / b_val,
         speedup=float(math.exp(d)),
         ci_low=float(math.exp(d - tq * se)),

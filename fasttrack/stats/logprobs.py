@@ -36,7 +36,7 @@ from collections.abc import Hashable, Mapping, Sequence
 
 import numpy as np
 
-from fasttrack.stats._base import StatResult, StatsInputError
+from fasttrack.stats._base import StatResult, StatsInputError, logprob_map
 
 Token = Hashable
 TopLogprobs = Mapping[Token, float]
@@ -102,20 +102,7 @@ class GreedySummary(StatResult):
 
 
 def _clean(d: Mapping[Token, float] | None, what: str) -> dict[Token, float] | None:
-    if d is None:
-        return None
-    if not isinstance(d, Mapping):
-        raise StatsInputError(f"{what}: expected a mapping token -> logprob or None, got {type(d).__name__}.")
-    out = {}
-    for t, v in d.items():
-        try:
-            f = float(v)
-        except (TypeError, ValueError):
-            raise StatsInputError(f"{what}: logprob of {t!r} is not a number ({v!r}).") from None
-        if math.isnan(f) or f > 1e-6:
-            raise StatsInputError(f"{what}: logprob of {t!r} is {f}; log-probabilities are <= 0 (-inf allowed).")
-        out[t] = min(f, 0.0)
-    return out
+    return None if d is None else logprob_map(d, what)
 
 
 def _topk_keys(d: Mapping[Token, float], k: int | None) -> set[Token]:
@@ -152,6 +139,41 @@ def topk_kl(p_logprobs: TopLogprobs, q_logprobs: TopLogprobs, *, floor: float = 
     return float(max(0.0, np.sum(pv * np.log(pv / qv))))
 
 
+_Positions = list[dict[Token, float] | None]
+
+
+def _close_rule(
+    bt: list[Token], ct: list[Token], blp: _Positions, clp: _Positions, mismatch: int | None, top_k: int | None
+) -> tuple[bool, str, bool | None, bool | None]:
+    """vLLM's ``check_logprobs_close`` rule: close when the tokens match, or at the first mismatch each side's token
+    is among the other's top logprobs. Also why, and the two membership tests (None without a mismatch)."""
+    if mismatch is None:
+        length = f" (lengths {len(bt)} vs {len(ct)})" if len(bt) != len(ct) else ""
+        return True, "tokens identical over the common length" + length, None, None
+    eb, ec = blp[mismatch], clp[mismatch]
+    if eb is None or ec is None:
+        return False, f"tokens differ at position {mismatch} and a side returned no logprobs there", None, None
+    c_in_b = ct[mismatch] in _topk_keys(eb, top_k)
+    b_in_c = bt[mismatch] in _topk_keys(ec, top_k)
+    reason = (
+        f"tokens differ at position {mismatch}: candidate token {'in' if c_in_b else 'NOT in'} baseline's top "
+        f"logprobs, baseline token {'in' if b_in_c else 'NOT in'} candidate's top logprobs"
+    )
+    return bool(c_in_b and b_in_c), reason, c_in_b, b_in_c
+
+
+def _prefix_drift(bt: list[Token], ct: list[Token], blp: _Positions, clp: _Positions, prefix_end: int) -> list[float]:
+    """|logprob difference| of the chosen token at every position of the matching prefix where both sides
+    report it (two -inf count as equal)."""
+    diffs: list[float] = []
+    for i in range(prefix_end):
+        eb, ec = blp[i], clp[i]
+        if eb is not None and ec is not None and bt[i] in eb and ct[i] in ec:
+            a, b = eb[bt[i]], ec[ct[i]]
+            diffs.append(0.0 if math.isinf(a) and math.isinf(b) else abs(a - b))
+    return diffs
+
+
 def compare_greedy(
     baseline_tokens: Sequence[Token],
     candidate_tokens: Sequence[Token],
@@ -185,42 +207,10 @@ def compare_greedy(
     length_mismatch = len(bt) != len(ct)
     first_div = mismatch if mismatch is not None else (common if length_mismatch else None)
 
-    c_in_b = b_in_c = None
-    if mismatch is None:
-        close = True
-        reason = "tokens identical over the common length" + (
-            f" (lengths {len(bt)} vs {len(ct)})" if length_mismatch else ""
-        )
-    else:
-        eb, ec = blp[mismatch], clp[mismatch]
-        if eb is None or ec is None:
-            close = False
-            reason = f"tokens differ at position {mismatch} and a side returned no logprobs there"
-        else:
-            c_in_b = ct[mismatch] in _topk_keys(eb, top_k)
-            b_in_c = bt[mismatch] in _topk_keys(ec, top_k)
-            close = bool(c_in_b and b_in_c)
-            reason = (
-                f"tokens differ at position {mismatch}: candidate token {'in' if c_in_b else 'NOT in'} baseline's top "
-                f"logprobs, baseline token {'in' if b_in_c else 'NOT in'} candidate's top logprobs"
-            )
-
-    prefix_end = mismatch if mismatch is not None else common
-    diffs: list[float] = []
-    for i in range(prefix_end):
-        eb, ec = blp[i], clp[i]
-        if eb is not None and ec is not None and bt[i] in eb and ct[i] in ec:
-            a, b = eb[bt[i]], ec[ct[i]]
-            if math.isinf(a) and math.isinf(b):
-                diffs.append(0.0)
-            else:
-                diffs.append(abs(a - b))
-    kls: list[float] = []
-    kl_end = min(common, prefix_end + 1)
-    for i in range(kl_end):
-        eb, ec = blp[i], clp[i]
-        if eb and ec:
-            kls.append(topk_kl(eb, ec, floor=kl_floor))
+    close, reason, c_in_b, b_in_c = _close_rule(bt, ct, blp, clp, mismatch, top_k)
+    diffs = _prefix_drift(bt, ct, blp, clp, mismatch if mismatch is not None else common)
+    kl_end = min(common, (mismatch if mismatch is not None else common) + 1)
+    kls = [topk_kl(eb, ec, floor=kl_floor) for eb, ec in zip(blp[:kl_end], clp[:kl_end], strict=True) if eb and ec]
 
     def tok(x: Token | None) -> str | None:
         return None if x is None else str(x)

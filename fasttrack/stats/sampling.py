@@ -34,7 +34,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 from scipy import stats as _sps
 
-from fasttrack.stats._base import StatResult, StatsInputError
+from fasttrack.stats._base import StatResult, StatsInputError, logprob_map
 
 Token = Hashable
 REST = "<rest>"
@@ -118,16 +118,7 @@ class MaskCheck(StatResult):
 def _logprob_map(logprobs: Mapping[Token, float], what: str) -> dict[Token, float]:
     if not isinstance(logprobs, Mapping) or len(logprobs) == 0:
         raise StatsInputError(f"{what}: expected a non-empty mapping token -> logprob.")
-    out: dict[Token, float] = {}
-    for tok, lp in logprobs.items():
-        try:
-            v = float(lp)
-        except (TypeError, ValueError):
-            raise StatsInputError(f"{what}: logprob of token {tok!r} is not a number ({lp!r}).") from None
-        if math.isnan(v) or v > 1e-6:
-            raise StatsInputError(f"{what}: logprob of token {tok!r} is {v}, a log-probability must be <= 0.")
-        out[tok] = min(v, 0.0)
-    return out
+    return logprob_map(logprobs, what)
 
 
 def _count_map(counts: Mapping[Token, int], what: str) -> dict[Token, int]:
@@ -157,6 +148,66 @@ def _check_temperature(t: float) -> float:
 # --------------------------------------------------------------------------- goodness of fit
 
 
+_Bin = tuple[str, list[str], float, int]
+"""A chi-square bin: its label, its tokens, its expected probability, its observed count."""
+
+
+def _tempered(lps: dict[Token, float], temperature: float, rest_mass: float | None) -> dict[Token, float]:
+    """Expected probabilities at ``temperature``, conditional on the top-k set (the tempered mass outside it is
+    unknown)."""
+    if rest_mass is not None:
+        raise StatsInputError(
+            "rest_mass cannot be used with temperature != 1: the tempered mass outside the top-k is unknown. "
+            "Pass logprobs of the tempered distribution with temperature=1 instead."
+        )
+    tokens = list(lps)
+    x = np.array([lps[t] for t in tokens]) / temperature
+    p = np.exp(x - x.max())
+    p /= p.sum()
+    return dict(zip(tokens, p.tolist(), strict=False))
+
+
+def _with_rest(lps: dict[Token, float], rest_mass: float | None) -> tuple[dict[Token, float], float]:
+    """Expected probabilities ``exp(logprob)`` and the rest bin's (outside the top-k: ``rest_mass``, or what the
+    top-k leaves of 1), normalised together."""
+    known = float(np.exp(np.array(list(lps.values()))).sum())
+    if known > 1.0 + 1e-3:
+        raise StatsInputError(
+            f"the top-k probabilities sum to {known:.6f} > 1: these are not logprobs of one distribution."
+        )
+    if rest_mass is None:
+        rest = max(0.0, 1.0 - known)
+    else:
+        if not (0.0 <= rest_mass <= 1.0):
+            raise StatsInputError(f"rest_mass must be in [0, 1], got {rest_mass!r}.")
+        rest = float(rest_mass)
+    total = known + rest
+    return {t: math.exp(lp) / total for t, lp in lps.items()}, rest / total
+
+
+def _pooled(bins: list[_Bin], n_test: int, min_expected: float) -> list[_Bin]:
+    """The bins tested: those with an expected count below ``min_expected`` pooled together, with the next
+    smallest ones until the pool reaches it; at least two."""
+    bins = sorted(bins, key=lambda b: (b[2], b[0]))
+    cut = min_expected * (1.0 - 1e-9)  # an expected count of exactly min_expected is not pooled
+    small = [b for b in bins if b[2] * n_test < cut]
+    used = [b for b in bins if b[2] * n_test >= cut]
+    if small:
+        pooled = (POOLED, [t for b in small for t in b[1]], sum(b[2] for b in small), sum(b[3] for b in small))
+        while pooled[2] * n_test < cut and used:
+            b = used.pop(0)  # smallest remaining
+            pooled = (POOLED, pooled[1] + b[1], pooled[2] + b[2], pooled[3] + b[3])
+        if len(pooled[1]) == 1:  # a single small bin that absorbed nothing keeps its own label
+            pooled = (small[0][0], *pooled[1:])
+        used.append(pooled)
+    if len(used) < 2:
+        raise StatsInputError(
+            f"only {len(used)} bin has an expected count >= {min_expected:g} with N={n_test}: draw more samples "
+            "(or the distribution is nearly deterministic, which this test cannot check)."
+        )
+    return used
+
+
 def chi_square_sampling_test(
     expected_logprobs: Mapping[Token, float],
     observed_counts: Mapping[Token, int],
@@ -174,67 +225,23 @@ def chi_square_sampling_test(
         raise StatsInputError(f"alpha must be in (0, 1), got {alpha!r}.")
     if not (min_expected > 0):
         raise StatsInputError(f"min_expected must be > 0, got {min_expected!r}.")
-    tokens = list(lps)
     n_all = sum(counts.values())
     n_out = sum(n for t, n in counts.items() if t not in lps)
     conditional = not math.isclose(temperature, 1.0, rel_tol=0, abs_tol=1e-12)
-
     if conditional:
-        if rest_mass is not None:
-            raise StatsInputError(
-                "rest_mass cannot be used with temperature != 1: the tempered mass outside the top-k is unknown. "
-                "Pass logprobs of the tempered distribution with temperature=1 instead."
-            )
-        x = np.array([lps[t] for t in tokens]) / temperature
-        p = np.exp(x - x.max())
-        p /= p.sum()
-        probs = dict(zip(tokens, p.tolist(), strict=False))
-        rest: float | None = None
-        n_test = n_all - n_out
+        probs, rest, n_test = _tempered(lps, temperature, rest_mass), None, n_all - n_out
         if n_test == 0:
             raise StatsInputError(
                 "no candidate sample fell inside the baseline's top-k: the conditional test has nothing to test."
             )
     else:
-        known = float(np.exp(np.array([lps[t] for t in tokens])).sum())
-        if known > 1.0 + 1e-3:
-            raise StatsInputError(
-                f"the top-k probabilities sum to {known:.6f} > 1: these are not logprobs of one distribution."
-            )
-        if rest_mass is None:
-            rest = max(0.0, 1.0 - known)
-        else:
-            if not (0.0 <= rest_mass <= 1.0):
-                raise StatsInputError(f"rest_mass must be in [0, 1], got {rest_mass!r}.")
-            rest = float(rest_mass)
-        total = known + rest
-        probs = {t: math.exp(lps[t]) / total for t in tokens}
-        rest = rest / total
+        probs, rest = _with_rest(lps, rest_mass)
         n_test = n_all
-
     # initial bins: (label, tokens, prob, observed)
-    bins: list[tuple[str, list[str], float, int]] = [(str(t), [str(t)], probs[t], counts.get(t, 0)) for t in tokens]
+    bins: list[_Bin] = [(str(t), [str(t)], probs[t], counts.get(t, 0)) for t in lps]
     if rest is not None:
         bins.append((REST, [REST], rest, n_out))
-    bins.sort(key=lambda b: (b[2], b[0]))
-    cut = min_expected * (1.0 - 1e-9)  # an expected count of exactly min_expected is not pooled
-    small = [b for b in bins if b[2] * n_test < cut]
-    big = [b for b in bins if b[2] * n_test >= cut]
-    if small:
-        pooled = (POOLED, [t for b in small for t in b[1]], sum(b[2] for b in small), sum(b[3] for b in small))
-        while pooled[2] * n_test < cut and big:
-            b = big.pop(0)  # smallest remaining
-            pooled = (POOLED, pooled[1] + b[1], pooled[2] + b[2], pooled[3] + b[3])
-        if len(pooled[1]) == 1:  # a single small bin that absorbed nothing keeps its own label
-            pooled = (small[0][0], *pooled[1:])
-        used = big + [pooled]
-    else:
-        used = big
-    if len(used) < 2:
-        raise StatsInputError(
-            f"only {len(used)} bin has an expected count >= {min_expected:g} with N={n_test}: draw more samples "
-            "(or the distribution is nearly deterministic, which this test cannot check)."
-        )
+    used = _pooled(bins, n_test, min_expected)
     obs = np.array([b[3] for b in used], dtype=float)
     exp_ = np.array([b[2] for b in used]) * n_test
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -272,6 +279,42 @@ def chi_square_sampling_test(
 # --------------------------------------------------------------------------- masks
 
 
+def _top_k(
+    ranked: list[Token], x: np.ndarray, top_k: int, tolerance: float
+) -> tuple[list[Token], np.ndarray, set[Token]]:
+    """The top-k mask on the (tempered) logits ``x`` of the ``ranked`` tokens: the tokens kept (ties at the k-th
+    value kept), their renormalised probabilities, and the tokens at the boundary."""
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+        raise StatsInputError(f"top_k must be a positive integer, got {top_k!r}.")
+    if len(ranked) < top_k:
+        raise StatsInputError(
+            f"top_k={top_k} but only {len(ranked)} logprobs are known: "
+            "request at least top_k logprobs to know the mask."
+        )
+    keep = x >= x[top_k - 1] - tolerance
+    near = {ranked[i] for i in range(top_k, len(ranked)) if keep[i]}
+    # ties (or near ties) at the k-th value: which of them the engine keeps depends on rounding
+    boundary = near | {ranked[top_k - 1]} if near else set()
+    kept = x[keep]
+    p = np.exp(kept - kept.max())
+    return [t for t, k in zip(ranked, keep, strict=False) if k], p / p.sum(), boundary
+
+
+def _probabilities(x: np.ndarray, temperature: float, rest_mass: float | None) -> np.ndarray:
+    """The probabilities of the listed tokens without a top-k mask: at temperature 1 out of their mass and the
+    rest's; otherwise the logprobs must cover the whole distribution."""
+    if math.isclose(temperature, 1.0, abs_tol=1e-12):
+        p = np.exp(x)
+        return p / (p.sum() + (max(0.0, 1.0 - p.sum()) if rest_mass is None else rest_mass))
+    if rest_mass is None or rest_mass > 1e-6:
+        raise StatsInputError(
+            "top_p with temperature != 1 needs the whole distribution (rest_mass ~ 0) or logprobs of the "
+            "tempered distribution passed with temperature=1; with top-k logprobs only the nucleus is unknown."
+        )
+    p = np.exp(x - x.max())
+    return p / p.sum()
+
+
 def allowed_tokens(
     logprobs: Mapping[Token, float],
     *,
@@ -303,46 +346,20 @@ def allowed_tokens(
     x = np.array([lps[t] for t in ranked]) / temperature
     boundary: set[Token] = set()
     if top_k is not None:
-        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
-            raise StatsInputError(f"top_k must be a positive integer, got {top_k!r}.")
-        if len(ranked) < top_k:
-            raise StatsInputError(
-                f"top_k={top_k} but only {len(ranked)} logprobs are known: "
-                "request at least top_k logprobs to know the mask."
-            )
-        kth = x[top_k - 1]
-        keep = x >= kth - tolerance
-        near = {ranked[i] for i in range(top_k, len(ranked)) if keep[i]}
-        if near:  # ties (or near ties) at the k-th value: which of them the engine keeps depends on rounding
-            boundary |= near | {ranked[top_k - 1]}
-        ranked = [t for t, k in zip(ranked, keep, strict=False) if k]
-        x = x[keep]
-        p = np.exp(x - x.max())
-        p /= p.sum()
+        ranked, p, boundary = _top_k(ranked, x, top_k, tolerance)
         known = 1.0
     else:
-        if math.isclose(temperature, 1.0, abs_tol=1e-12):
-            p = np.exp(x)
-            total = p.sum() + (max(0.0, 1.0 - p.sum()) if rest_mass is None else rest_mass)
-            p = p / total
-        else:
-            if rest_mass is None or rest_mass > 1e-6:
-                raise StatsInputError(
-                    "top_p with temperature != 1 needs the whole distribution (rest_mass ~ 0) or logprobs of the "
-                    "tempered distribution passed with temperature=1; with top-k logprobs only the nucleus is unknown."
-                )
-            p = np.exp(x - x.max())
-            p /= p.sum()
+        p = _probabilities(x, temperature, rest_mass)
         known = float(p.sum())
     if top_p is not None:
         if not (0.0 < top_p <= 1.0):
             raise StatsInputError(f"top_p must be in (0, 1], got {top_p!r}.")
-        above = np.concatenate([[0.0], np.cumsum(p)[:-1]])  # mass ranked strictly above each token
         if top_k is None and known < top_p - tolerance:
             raise StatsInputError(
                 f"the known logprobs carry {known:.4f} of the mass, less than top_p={top_p}: "
                 "the nucleus includes tokens that are not listed. Request more logprobs."
             )
+        above = np.concatenate([[0.0], np.cumsum(p)[:-1]])  # mass ranked strictly above each token
         keep = above < top_p + tolerance
         keep[0] = True
         boundary |= {ranked[i] for i in range(len(ranked)) if abs(above[i] - top_p) <= tolerance}

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
-from scope_testlib import EAGER, demo_scope_variant
+from scope_testlib import EAGER, TWO_NODE_CANDIDATE, demo_scope_variant
 
 from fasttrack import ROOT
 
@@ -44,23 +44,12 @@ def _env(cache: Path | None = None) -> dict[str, str]:
 def rehearsal_scope(folder: Path, *, both_sides: bool) -> Path:
     """The demo scope on nodes of one rank; the candidate (or both sides) at TP2, i.e. on two nodes."""
     swaps = {
-        "hardware:\n  device: cpu\n": (
-            'hardware:\n  device: cpu\n  node: {gpus: 1, fabric: network, name: "loopback rehearsal node (one rank)"}\n'
-        ),
-        # the stock path on both sides (the example fast path supports tensor parallel 1 only)
-        '  candidate:\n    args: ["--additional-config", \'{"decode_backend": "latency_specialized"}\']': (
-            '  candidate:\n    args: ["--tensor-parallel-size", "2"]'
-        ),
+        **TWO_NODE_CANDIDATE,
         "    batch: [1, 2, 3, 4, 8]\n    context: [32, full]": "    batch: [1, 4]\n    context: [32]",
-        # the deployment is what is rehearsed: its marker is the tensor-parallel all-reduce between the two
-        # nodes (gloo on CPU), which the single-node stock engine never runs
-        'optimized: ["^fasttrack_demo::fused_decode_"]': 'optimized: ["^c10d::allreduce_$"]',
         # two node processes plus their workers start slowly on a loaded two-core host
         "  startup_timeout_s: 300": "  startup_timeout_s: 1800",
         # the deployment is under test, not the compiled model: eager engines start without compiling
         **EAGER,
-        # vLLM's multiprocessing executor spans the nodes: the single-rank setting stays out
-        '    VLLM_ENABLE_V1_MULTIPROCESSING: "0"\n': "",
     }
     if both_sides:
         swaps["  baseline:\n    args: []"] = '  baseline:\n    args: ["--tensor-parallel-size", "2"]'

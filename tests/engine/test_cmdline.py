@@ -121,7 +121,12 @@ def test_serve_spec_adds_the_served_name_and_the_path_evidence_settings(tmp_path
     assert cfg["profiler"] == "torch" and cfg["torch_profiler_dir"] == str((tmp_path / "profiles/g.candidate.0"))
     assert spec.profiler_dir == tmp_path / "profiles/g.candidate.0"
     counters = str(tmp_path / "engines/g.candidate.0.prometheus")  # the CPU demo names a device counter
-    assert dict(spec.env) == {**group.env["candidate"], "PROMETHEUS_MULTIPROC_DIR": counters}
+    # the node reports' folder (every node the node script runs writes its hardware there), next to the profiles
+    assert dict(spec.env) == {
+        **group.env["candidate"],
+        "PROMETHEUS_MULTIPROC_DIR": counters,
+        "FASTTRACK_NODE_REPORTS": str(tmp_path / "engines/g.candidate.0.nodes"),
+    }
     assert spec.model == "/models/demo"
     on = serve_spec(loaded.scope, group, "candidate", model="m", run_dir=tmp_path, name="n", per_request_metrics=True)
     off = serve_spec(loaded.scope, group, "candidate", model="m", run_dir=tmp_path, name="n", per_request_metrics=False)

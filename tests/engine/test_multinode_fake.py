@@ -313,3 +313,16 @@ def test_a_node_without_an_address_is_reached_by_its_name(tmp_path: Path) -> Non
     assert slurm_node_address("gb7", {"PATH": f"{bin_dir}:/usr/bin:/bin"}) == "gb7"
     (bin_dir / "scontrol").unlink()
     assert slurm_node_address("gb7", {"PATH": str(bin_dir)}) == "gb7"  # no scontrol at all
+
+
+def test_the_driver_reaches_a_slurm_head_node_at_its_address(tmp_path: Path) -> None:
+    """A Slurm node name need not resolve on the driver's host: the API server's URL uses its NodeAddr."""
+    from fasttrack.engine.launchers import LocalLauncher, SlurmLauncher
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text('#!/bin/bash\necho "NodeName=$4 NodeHostname=localhost NodeAddr=10.0.0.7"\n')
+    (bin_dir / "scontrol").chmod(0o755)
+    launcher = SlurmLauncher(env={"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_JOB_NODELIST": "n1"})
+    assert launcher.address("n1") == "10.0.0.7"
+    assert LocalLauncher().address("127.0.0.1") == "127.0.0.1"

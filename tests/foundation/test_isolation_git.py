@@ -77,12 +77,15 @@ def test_deletion_and_rename_of_shared_files_are_seen(repo: Path, spec) -> None:
     assert any(c.status == "D" and c.path == "vllm/v1/sample/sampler.py" for c in res2.changed)
 
 
-def test_elsewhere_is_reported_for_review(repo: Path, spec) -> None:
+def test_a_path_elsewhere_fails_as_in_the_validate_row(repo: Path, spec) -> None:
     branch(repo, "pr")
     write(repo, "README.md", "changed\n")
     commit(repo)
     res = check_isolation(repo, "main", "pr", spec)
-    assert res.verdict == "review" and "README.md" in res.message
+    assert res.verdict == "fail" and "README.md" in res.message
+    assert res.exit_code == 1 and res.failures == [
+        "README.md (M) is outside the owned paths and the scope does not allow it (isolation.allowed_paths)"
+    ]
 
 
 def test_not_a_repo_and_unknown_refs(tmp_path: Path, repo: Path, spec) -> None:

@@ -40,16 +40,18 @@ PKG = ROOT / "fasttrack"
 
 #: Layer of each top-level component of ``fasttrack`` (see the module docstring).
 LEVELS: dict[str, float] = {
-    "fasttrack": 1,  # the package root: ROOT and __version__, imports nothing
+    "fasttrack": 1,  # the package root: ROOT, __version__ and lazy_exports; imports nothing of fasttrack
     "errors": 1,
     "results": 1,
     "limits": 1,  # every resource limit on untrusted input (bundles, scopes, key files, shards)
+    "terminal": 1,  # the consoles commands print to: full width without a terminal
     "scope": 1,
     "stats": 1,
     "bundle": 1.5,
     "report": 1.7,
     "engine": 2,
     "plan": 2,
+    "cost": 2,  # what a plan costs per check (the plan's estimate; shards balance by it)
     "isolation": 2,
     "hardware": 2,
     "hostfit": 2,  # whether the host fits the scope's engines: device, CUDA build against the driver, memory shares
@@ -67,6 +69,7 @@ LEVELS: dict[str, float] = {
     "reproduce": 5,
     "doctor": 5,  # the preflight: hardware, engine interpreter, arguments, passability (no engine started)
     "cli": 6,
+    "cli_plan": 6,  # what `fasttrack plan` prints (its groups, the cost per check, its checks)
     "__main__": 6,
 }
 

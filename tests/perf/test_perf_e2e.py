@@ -37,6 +37,7 @@ from fasttrack.checks.base import EngineSession, RunContext, Verdict
 from fasttrack.checks.perf import PerfCheck
 from fasttrack.perf.loadgen import run_loop
 from fasttrack.plan import build_plan
+from fasttrack.results import claim_verdict
 from fasttrack.scope import load_scope
 
 SLOW_BATCH = 4
@@ -198,10 +199,12 @@ def test_clean_candidate_full_table(perf_results: dict[str, Any]) -> None:
                     file=sys.stderr,
                 )
     assert res.verdict is Verdict.PASS and not res.failures, (res.reason, res.failures, figures)
-    # so the demo's claim (engine-timed TPOT at batch 1 no worse than stock beyond the noise margin) is confirmed:
-    # the claim's nominal interval is no wider than the gate's corrected one, whose lower end passed the margin
+    # the demo's claim (engine-timed TPOT at batch 1 is stock's within 5%) is judged by its own tolerance, never
+    # by the gate's noise margin: what its interval says against 1.0 x 0.95 (usually inconclusive on two cores)
     claims = {c["id"]: c for c in res.tables["claims"]}
-    assert claims["demo-b1"]["status"] == "confirmed", claims["demo-b1"]
+    c = claims["demo-b1"]
+    assert c["tolerance"] == 0.05 and c["bound"] == pytest.approx(0.95), c
+    assert c["status"] == claim_verdict(1.0, c["ci_low"], c["ci_high"], tolerance=0.05)[0], c
     assert claims["demo-b1"]["point"] and "-b1-" in claims["demo-b1"]["point"]
 
 

@@ -38,6 +38,7 @@ def test_dry_run_prints_the_exact_requests_and_sends_nothing(
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert gh.state.requests == []  # nothing sent, and no token needed
+    assert "warning" not in r.stderr  # the bundle verifies
     out = r.stdout
     api = gh.api_url
     for line in (
@@ -66,6 +67,20 @@ def test_dry_run_prints_the_exact_requests_and_sends_nothing(
     assert link.url == f"{gh.url}/{FORK}/releases/download/{release_tag(sha)}/{asset_name(sha)}"
     assert "Verification:** ✅ verified" in body and "not yet verified by the maintainers' workflow" in body
     assert "tok-" not in out
+
+
+def test_a_dry_run_warns_as_a_real_run_does_when_the_bundle_does_not_verify(
+    gh: GitHubDouble, demo_tarball: Path, trust_dir: Path
+) -> None:
+    """docs/pr-flow.md: a bundle that does not verify (here: it tested another head than the PR's) is published
+    with a warning; the dry run says the same, on stderr (a verifying bundle's dry run, above, says none)."""
+    args = ["pr", "publish", demo_tarball, "--repo", UPSTREAM, "--pr", PR, "--trust", trust_dir, "--dry-run"]
+    args += ["--api-url", gh.api_url]
+    r = ft(*args, "--pr-head", "fedcba9876543210")
+    assert r.returncode == 0, r.stderr
+    assert "warning: the bundle does not verify" in r.stderr and "pr_head" in r.stderr
+    assert "NOT VERIFIED" in r.stderr and "a real run would publish it" in r.stderr
+    assert "# comment verification state: NOT verified" in r.stdout and gh.state.requests == []
 
 
 def test_second_publish_updates_the_first_comment(

@@ -109,3 +109,20 @@ def test_verify_takes_the_pr_head_from_the_event(path: Path) -> None:
     assert (
         render["env"]["PR_HEAD"] == "${{ steps.head.outputs.sha }}" and render["run"].count('--pr-head "$PR_HEAD"') == 2
     )
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_the_workflow_holds_every_bundle_against_the_repository_scope(path: Path) -> None:
+    """verify, the report and the comment body all get the base branch's scopes and the lowest tier accepted, so
+    a scope loosened in the PR fails and every page names how."""
+    wf = load(path)
+    assert wf["env"]["SCOPES"] == ".fasttrack/scopes" and wf["env"]["MIN_TIER"] in ("standard", "full")
+    steps = wf["jobs"]["verify"]["steps"]
+    runs = " ".join(" ".join(str(s.get("run", "")).split()) for s in steps)
+    for cmd in ("fasttrack verify", "fasttrack report", "fasttrack pr body"):
+        part = runs[runs.index(cmd) :]
+        part = part[: part.index("fasttrack", len(cmd))] if "fasttrack" in part[len(cmd) :] else part
+        assert '--trusted-scope "$SCOPES"' in part and '--min-tier "$MIN_TIER"' in part, cmd
+    # the scopes come from the same sparse checkout of the base branch as the trust set (never the PR's)
+    checkout = next(s for s in steps if str(s.get("uses", "")).startswith("actions/checkout@"))
+    assert checkout["with"]["sparse-checkout"] == ".fasttrack"

@@ -1,18 +1,19 @@
 """The report and the dashboard in real headless Chromium (Debian's package, driven by
-playwright-python): pages load, filters and drill-down work, screenshots are saved for CI,
-and a bundle carrying script and link payloads in every text field runs nothing and links
-nowhere it should not."""
+playwright-python): pages load, filters and drill-down work, the report's first screen answers
+(below), screenshots are saved for CI, and a bundle carrying script and link payloads in every
+text field runs nothing and links nowhere it should not. One browser serves every test here."""
 
 from __future__ import annotations
 
 import concurrent.futures
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from dashboard_testlib import served_dashboard
-from report_testlib import CHROMIUM_ARGS, SCREENSHOTS, chromium_or_skip
+from report_testlib import CHROMIUM_ARGS, ROOT, SCREENSHOTS, BundleFactory, Keys, chromium_or_skip
 from synthetic import PAYLOADS, payload_text
 
 from fasttrack.report import render_report
@@ -43,6 +44,7 @@ DOM_AUDIT = """() => {
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
+    """One headless Chromium for every test of this module (each test opens a context of its own)."""
     exe = chromium_or_skip()
     from playwright.sync_api import sync_playwright
 
@@ -141,7 +143,9 @@ def test_report_static_file_reads_well(page: Any, bundle_factory, keys, tmp_path
     assert page.locator("#gates-table tr.gate-fail").count() == 2
     assert page.errors == []  # type: ignore[attr-defined]
     _shot(page, "report.png")
+    page.locator("#perf > summary").click()  # sections below the first screen open on a click
     page.locator("#perf").scroll_into_view_if_needed()
+    assert page.locator("#perf svg.chart").first.is_visible()
     _shot(page, "report-perf.png", full=False)
     page.emulate_media(media="print")
     assert page.locator("nav.toc").is_hidden()
@@ -187,14 +191,17 @@ def test_dashboard_served_filter_and_drill_down(page: Any, served: str) -> None:
     page.select_option("#f-verified", "")
     # drill down from the queue to a report, and back
     link = page.locator("#queue a.report-link").nth(1)
-    short = link.inner_text()
+    short = link.inner_text()  # the bundle's ID, as the report shows it
+    href = link.get_attribute("href")
     link.click()
-    page.wait_for_url(f"**/reports/{short}.html")
+    page.wait_for_url(f"**/{href}")
     assert "fasttrack report" in page.title()
+    assert page.locator("#bundle-id").inner_text() == short
     assert page.locator("#verdict-box").is_visible()
     _shot(page, "dashboard-drilldown-report.png")
     # files of a verified bundle open as text from the server
     notes = page.locator("#checks a", has_text="artifacts/perf/notes.txt")
+    page.locator("#checks > summary").click()  # the check details are a closed section below the first screen
     if notes.count():
         with page.expect_navigation():
             notes.first.click()
@@ -339,3 +346,114 @@ def test_report_draws_the_interactivity_throughput_curves(page: Any, bundle_fact
     fig.screenshot(path=str(shot))
     assert shot.stat().st_size > 10_000
     _shot(page, "report-curves.png", full=False)
+
+
+# ---------------------------------------------------------------- the first screen
+# The report's first screen answers the maintainer's questions on a laptop screen (1280 x 900): the headline and
+# why, the speedup summary with its plot, the tier's caveats, the PR and verification status and the claims are
+# all inside the first screen; every other section is closed, and the page is at most six screens tall.
+#
+# The screenshot in docs/img/ is of a real demo run's report: ``FASTTRACK_DEMO_RUN=runs/demo`` (a folder
+# ``scripts/demo.sh`` wrote, with its key in ``runs/demo-keys``) adds that run to the cases, and
+# ``FASTTRACK_WRITE_DOCS_SCREENSHOT=1`` writes its first screen to ``DOCS_SHOT``.
+
+W, H = 1280, 900
+FIRST_SCREEN = ("#headline-text", "#headline-why", "#speedup svg.speedup-plot", "#speedup-geomean", "#speedup-worst")
+FIRST_SCREEN += ("#tier-caveats", "#verification", "#pr-summary", "#claims-summary")
+DOCS_SHOT = ROOT / "docs" / "img" / "report-first-screen.png"
+DEMO_RUN = os.environ.get("FASTTRACK_DEMO_RUN")
+
+
+@pytest.fixture(scope="module")
+def static_page(browser: Any) -> Iterator[Any]:
+    """A page at the first screen's size, with script off (the report needs none)."""
+    ctx = browser.new_context(viewport={"width": W, "height": H}, java_script_enabled=False)
+    try:
+        yield ctx.new_page()
+    finally:
+        ctx.close()
+
+
+def render(bundle: Path, out: Path, key: Path, pg: Any) -> Any:
+    render_report(bundle, out, keys=[key])
+    pg.goto(out.as_uri())
+    return pg
+
+
+def in_first_screen(pg: Any, selector: str) -> bool:
+    box = pg.locator(selector).first.bounding_box()
+    return box is not None and box["y"] >= 0 and box["y"] + box["height"] <= H and box["width"] > 0
+
+
+@pytest.mark.parametrize(
+    "name, fields, want",
+    [
+        # the demo: the smoke tier, signed with the local demo key, no PR: every check passed, not PR evidence
+        ("demo", {"tier": "smoke", "pr_link": False}, "NOT EVIDENCE FOR THIS PR"),
+        ("pr-failing", {"fail": ("perf",)}, "FAIL"),
+        ("pr-pass", {}, "PASS"),
+    ],
+)
+def test_the_first_screen_answers_and_the_page_is_short(
+    name: str,
+    fields: dict[str, Any],
+    want: str,
+    bundle_factory: BundleFactory,
+    keys: Keys,
+    tmp_path: Path,
+    static_page: Any,
+) -> None:
+    b = bundle_factory(f"first-screen-{name}", model="demo-llama", **fields)
+    render(b, tmp_path / "report.html", keys.trusted_pub, static_page)
+    assert static_page.locator("#headline-text").inner_text() == want
+    for sel in FIRST_SCREEN:
+        assert in_first_screen(static_page, sel), f"{sel} is not inside the first {W}x{H} screen"
+    caveats = static_page.locator("#tier-caveats").inner_text()
+    assert "noise margin" in caveats and ("smoke" in caveats if name == "demo" else True)
+    if name == "demo":
+        why = static_page.locator("#headline-why").inner_text()
+        assert "Bound to the PR head" in why and "no PR link" in why
+        assert static_page.locator("#not-pr-evidence").is_visible()
+    # every section below the first screen is closed, and the whole page is at most six screens tall
+    assert static_page.locator("details.sec[open]").count() == 0
+    assert static_page.locator("details.sec").count() >= 12
+    height = static_page.evaluate("document.documentElement.scrollHeight")
+    assert height <= 6 * H, height
+    static_page.screenshot(path=str(SCREENSHOTS / f"report-first-screen-{name}.png"))
+    # a section opens on a click, and the performance table is there
+    static_page.locator("#perf > summary").click()
+    assert static_page.locator("#perf table.perf-table").first.is_visible()
+
+
+def check_demo_run(run: str, tmp_path: Path, static_page: Any) -> None:
+    """A real demo run: its report verified against its own demo key answers in one screen; with
+    ``FASTTRACK_WRITE_DOCS_SCREENSHOT=1`` the screen becomes docs/img's screenshot."""
+    folder = Path(run)
+    key = folder.parent / "demo-keys" / "fasttrack-demo-key.pub"
+    render(folder / "bundle.tar.gz", tmp_path / "report.html", key, static_page)
+    assert "NOT EVIDENCE FOR THIS PR" in static_page.locator("#headline-text").inner_text()  # the demo has no PR link
+    for sel in FIRST_SCREEN:
+        assert in_first_screen(static_page, sel), f"{sel} is not inside the first {W}x{H} screen"
+    assert static_page.locator("#verification").inner_text().startswith("Verified")
+    shot = SCREENSHOTS / "report-first-screen-demo-run.png"
+    static_page.screenshot(path=str(shot))
+    if os.environ.get("FASTTRACK_WRITE_DOCS_SCREENSHOT") == "1":
+        from PIL import Image
+
+        img = Image.open(shot).convert("RGB").quantize(colors=64, dither=Image.Dither.NONE)
+        DOCS_SHOT.parent.mkdir(exist_ok=True)
+        img.save(DOCS_SHOT, optimize=True)
+
+
+if DEMO_RUN:  # collected only when asked for (no skipped test in an ordinary run)
+
+    def test_a_demo_runs_first_screen(tmp_path: Path, static_page: Any) -> None:
+        check_demo_run(str(DEMO_RUN), tmp_path, static_page)
+
+
+def test_the_docs_screenshot_is_a_first_screen_and_small() -> None:
+    """The README shows docs/img's screenshot of a demo run's first screen: one screen, kept small."""
+    data = DOCS_SHOT.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) < 120_000
+    assert (int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")) == (W, H)
+    assert "(docs/img/report-first-screen.png)" in (ROOT / "README.md").read_text()

@@ -34,7 +34,8 @@ def test_report_trust_dir_from_environment(bundle_factory, keys, tmp_path: Path)
     p = run("report", str(b), "-o", str(out), env={"FASTTRACK_TRUST_DIR": str(keys.trust_dir)})
     assert p.returncode == 0, p.stderr
     html = out.read_text()
-    assert "no trusted key given" not in html and '<li class="tri-ok"><b><span class="mark-ok" aria-label="ok">' in html
+    assert "no trusted key given" not in html and '<div class="big">Verified</div>' in html
+    assert '<li class="ok"><span class="mark-ok" aria-label="ok">&#10003;</span> <b>Verified:' in html
 
 
 def test_unverified_report_still_written_and_require_verified(bundle_factory, tmp_path: Path) -> None:

@@ -203,8 +203,8 @@ def test_claims_show_the_claim_the_interval_and_the_word(bundle_factory, keys) -
     claims = text[text.index("### Claims") : text.index("### Coverage")]
     b1 = next(ln for ln in claims.splitlines() if "claim-b1" in ln)
     c = {x.id: x for x in d.claims}["claim-b1"]
-    assert c.status == "confirmed" and c.interval.startswith("[") and c.bound == "0.95"
-    assert c.interval.replace("[", "\\[").replace("]", "\\]") in b1 and "✅ confirmed" in b1 and "0.95" in b1
+    assert c.status == "supported" and c.interval.startswith("[") and c.bound == "0.95"
+    assert c.interval.replace("[", "\\[").replace("]", "\\]") in b1 and "✅ supported" in b1 and "0.95" in b1
     assert "not measured" in claims
 
 

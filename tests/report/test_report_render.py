@@ -240,13 +240,38 @@ def test_claims_from_table(bundle_factory, keys) -> None:
     d = build_report_data(bundle_factory("good", model="demo-llama", seed=1), keys=[keys.trusted_pub])
     status = {c.id: c.status for c in d.claims}
     assert status["claim-b64"] == "not_measured"
-    assert status["claim-b1"] == "confirmed"  # the synthetic fast path runs at about 1.12x at batch 1
+    assert status["claim-b1"] == "supported"  # the synthetic fast path runs at about 1.12x at batch 1
     slow = build_report_data(
         bundle_factory("slow-claim", model="demo-llama", seed=1, speedup=0.8), keys=[keys.trusted_pub]
     )
     slow_b1 = {c.id: c for c in slow.claims}["claim-b1"]
-    assert slow_b1.status == "contradicted"  # about 0.8x: the interval's upper end is below 1.0 x 0.95
+    assert slow_b1.status == "refuted"  # about 0.8x: the whole interval lies below 1.0 x (1 - 0.05)
     assert slow_b1.claimed == "1" and slow_b1.bound == "0.95" and slow_b1.interval.startswith("[0.")
+    assert slow_b1.tolerance == "0.05"
+
+
+def test_a_claim_recorded_by_an_older_rule_reads_as_the_data_say() -> None:
+    """An older perf check judged claims against the gate's noise margin and recorded "claimed 1, measured 0.84
+    [0.75, 0.93], confirmed" (bound 1 x (1 - 0.6) = 0.4). The report re-judges the recorded interval by the
+    claim's tolerance (the recorded scope's, else 5%) and says the bundle recorded otherwise."""
+    from fasttrack.report.check_views import claims_view
+    from fasttrack.report.tableread import LoadedTable
+
+    row = {"id": "demo-b1", "text": "parity at batch 1", "claimed": 1.0, "measured": 0.84, "ci_low": 0.75}
+    row |= {"ci_high": 0.93, "bound": 0.4, "status": "confirmed", "point": "decode-b1"}
+    old = {"perf": {"claims": LoadedTable(path="x", columns=list(row), rows=[row], total_rows=1)}}
+    (c,), note = claims_view(None, old, {})  # type: ignore[arg-type]
+    assert c.status == "refuted" and c.bound == "0.95" and c.interval == "[0.75, 0.93]" and c.tolerance == "0.05"
+    assert c.detail.startswith("the bundle recorded confirmed") and "says refuted" in c.detail
+    assert note == "from results/perf/claims.parquet"
+    # the recorded scope's tolerance for that claim is the one used
+    (c,), _ = claims_view(None, old, {"claims": [{"id": "demo-b1", "tolerance": 0.3}]})  # type: ignore[arg-type]
+    assert c.status == "supported" and c.bound == "0.7" and c.tolerance == "0.3"
+    # a row recorded by this rule, with its tolerance, is shown as recorded
+    new = dict(row, status="inconclusive", tolerance=0.1, ci_high=1.2, bound=0.9)
+    tables = {"perf": {"claims": LoadedTable(path="x", columns=list(new), rows=[new], total_rows=1)}}
+    (c,), _ = claims_view(None, tables, {})  # type: ignore[arg-type]
+    assert c.status == "inconclusive" and c.bound == "0.9" and "recorded" not in c.detail
 
 
 def test_tarball_renders_and_verifies_without_links(bundle_factory, keys, tmp_path: Path) -> None:

@@ -418,9 +418,13 @@ def test_a_hostile_bundle_is_reported_not_crashed_on(
     # a bundle that fails verification is a result, not a usage error: verify exits 1 naming the
     # failed item; report writes a page marked NOT verified (exit 0; 1 with --require-verified)
     b = path_of(bad, keys, name)
+    # a --pr-head that is not a SHA is a usage error (exit 2) before the bundle is read; its raw bytes are quoted,
+    # never echoed
     code, text = run(["verify", b, "--key", keys.trusted_pub, "--pr-head", "\x1b[2J"], capsys, monkeypatch)
+    assert code == 2 and "Traceback" not in text and "is not a commit SHA" in text, text
+    assert "\x1b[2J" not in text
+    code, text = run(["verify", b, "--key", keys.trusted_pub, "--pr-head", "1234567"], capsys, monkeypatch)
     assert code == 1 and "Traceback" not in text and "NOT verified" in text, text
-    assert "\x1b[2J" not in text  # the option's raw bytes are quoted, not echoed
     if name.startswith("nested"):
         assert "more than 64 deep" in text
     out = bad.root / f"{name}.html"

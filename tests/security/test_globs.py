@@ -97,7 +97,7 @@ def test_a_diff_with_a_pathological_owned_glob(tmp_path: Path) -> None:
     t0 = time.perf_counter()
     res = check_isolation(repo, "main", "pr", spec)
     assert time.perf_counter() - t0 < 10
-    assert res.verdict == "review" and len(res.changed) == 20
+    assert res.verdict == "fail" and len(res.changed) == 20
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -47,14 +47,15 @@ _HW = {
 
 
 @functools.lru_cache(maxsize=8)
-def _suite(model: str) -> tuple[str, str, dict[str, Any]] | None:
-    """(yaml text, tier, plan json) of a suite, or None when it cannot be planned."""
+def _suite(model: str, tier: str | None = None) -> tuple[str, str, dict[str, Any]] | None:
+    """(yaml text, tier, plan json) of a suite (its tier in :data:`SUITES`, unless ``tier``), or None when it cannot
+    be planned."""
     try:
         from fasttrack.plan import build_plan
         from fasttrack.scope import load_scope
 
         loaded = load_scope(model)
-        tier = SUITES.get(model, "smoke")
+        tier = tier or SUITES.get(model, "smoke")
         plan = build_plan(loaded.scope, tier=tier, scope_sha256=loaded.sha256)
         return loaded.text, tier, plan.model_dump(mode="json")
     except Exception:  # noqa: BLE001 - any unplannable scope falls back to an invented plan
@@ -119,8 +120,11 @@ def make_bundle(
 ) -> Path:
     """Write one synthetic bundle directory at ``out_dir`` and return its path."""
     rng = random.Random(spec.seed)
-    suite = _suite(spec.model)
+    suite = _suite(spec.model, spec.tier)
     yaml_text, tier, plan = suite if suite is not None else _invented_plan(spec.model, rng)
+    for old, new in spec.scope_swaps.items():
+        assert old in yaml_text, f"not in the {spec.model} scope: {old!r}"
+        yaml_text = yaml_text.replace(old, new)
     yaml_text = _marked_title(yaml_text, spec)
     # rows for the points most checks exercise: a group with synthetic acceptance (its points carry the forced
     # acceptance length) measures speed only, so its points get no rows here
@@ -188,13 +192,13 @@ def _write(
                 env={"VLLM_FLAG": plant(spec, "1")},
                 url=plant(spec, "http://127.0.0.1:8000"),
                 vllm_version=plant(spec, "0.32.0"),
-                vllm_commit=spec.head_sha,
-                vllm_commit_source="vllm/_version.py",
+                vllm_commit=spec.head_sha if spec.served_commit == "head" else spec.served_commit,
+                vllm_commit_source="vllm/_version.py" if spec.served_commit else "not recorded by this build",
             )
             for s in ("baseline", "candidate")
         ],
     )
-    pr = PRLink(
+    pr: PRLink | None = PRLink(
         repository=plant(spec, spec.repository),
         number=spec.pr_number,
         base_sha=spec.base_sha,
@@ -211,6 +215,8 @@ def _write(
             }[spec.isolation],
         ),
     )
+    if not spec.pr_link:
+        pr = None
     si: ScopeInfo = scope_info(yaml_text, model=spec.model, tier=tier, path=None)
     pi: PlanInfo = plan_info(plan)
     write_bundle(

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fasttrack.report.check_views import CHECK_TITLES
-from fasttrack.results import CheckResult, Gate, Verdict
+from fasttrack.results import DEFAULT_CLAIM_TOLERANCE, NOT_PR_EVIDENCE, CheckResult, Gate, Verdict, claim_verdict
 
 SHIPPED_CHECKS = ("isolation", "kernels", "equivalence", "features", "coverage", "evals", "perf")
 """The checks a synthetic bundle records, in the order the shipped checks run (its rows imitate theirs)."""
@@ -47,6 +47,16 @@ class Spec:
     """Names the checks are recorded under (e.g. ``{"perf": "speed"}``); each keeps its title and view."""
     legacy_entries: bool = False
     """Record no title and view per check, like bundles written before checks declared them."""
+    tier: str | None = None
+    """The tier whose plan the bundle records (default: the suite's in ``synthetic.bundles.SUITES``)."""
+    pr_link: bool = True
+    """Whether the bundle records a PR link (without one its isolation row is not run: not PR evidence)."""
+    served_commit: str | None = "head"
+    """The vLLM commit the engines report: ``head`` (the PR head: the link is proven), another SHA (a
+    mismatch), or None (no commit readable: the link is unproven)."""
+    scope_swaps: dict[str, str] = field(default_factory=dict)
+    """Text of the recorded scope replaced (each key must occur in the suite's scope): a scope edited by its
+    contributor."""
 
 
 def recorded_name(spec: Spec, check: str) -> str:
@@ -116,18 +126,18 @@ def _rows_perf(
                     "statement": plant(spec, "hierarchical bootstrap over engine lifetimes"),
                 }
             )
-    return rows, failures, _perf_claims(spec, rows, margin)
+    return rows, failures, _perf_claims(spec, rows)
 
 
-def _perf_claims(spec: Spec, rows: list[dict[str, Any]], margin: float) -> list[dict[str, Any]]:
-    """The claims table: one claim matched to the first point (judged like the perf check), one not measured."""
+def _perf_claims(spec: Spec, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The claims table: one claim matched to the first point (judged like the perf check, by the claim's
+    tolerance), one not measured."""
     first = rows[0] if rows else None
-    bound = 1.0 * (1 - margin)
+    tolerance = DEFAULT_CLAIM_TOLERANCE
+    bound = 1.0 * (1 - tolerance)
     status = "not_measured"
-    if first is not None:  # the perf check's claim rule: the interval against claimed x (1 - margin)
-        status = (
-            "confirmed" if first["ci_low"] >= bound else "contradicted" if first["ci_high"] < bound else "inconclusive"
-        )
+    if first is not None:
+        status, bound = claim_verdict(1.0, first["ci_low"], first["ci_high"], tolerance=tolerance)
     claims = [
         {
             "id": "claim-b1",
@@ -139,6 +149,7 @@ def _perf_claims(spec: Spec, rows: list[dict[str, Any]], margin: float) -> list[
             "ci_low": first["ci_low"] if first else None,
             "ci_high": first["ci_high"] if first else None,
             "bound": bound,
+            "tolerance": tolerance,
             "point": first["point"] if first else None,
             "status": status,
         },
@@ -492,6 +503,10 @@ def isolation_result(spec: Spec) -> CheckResult:
     """The isolation row of the synthetic PR link: over exactly its base..head, with its verdict
     (``review``: a path the scope does not allow, which fails the row like a shared component)."""
     name = recorded_name(spec, "isolation")
+    if not spec.pr_link:
+        return CheckResult(
+            check=name, verdict=Verdict.NOT_RUN, required=False, reason=NOT_PR_EVIDENCE, summary={"pr_link": False}
+        )
     if spec.isolation == "not_run":
         return CheckResult.not_run(name, plant(spec, "--head was given without --repo: the diff was not checked"))
     path, cls, component = _ISOLATION_CHANGES[spec.isolation]

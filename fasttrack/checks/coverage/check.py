@@ -42,11 +42,12 @@ fallback table (situation x side).
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from fasttrack.checks.base import Blocker, Deployment, DeploymentCheck, EngineCheck, TierView, register
 from fasttrack.checks.context import EngineSession, RunContext
-from fasttrack.checks.coverage.judge import judge_deployments, judge_situations, merge_sizes, no_decode_evidence
+from fasttrack.checks.coverage.cells import Outcome, coverage_reason, judge_cells
+from fasttrack.checks.coverage.judge import judge_deployments, judge_situations, no_decode_evidence
 from fasttrack.checks.coverage.markers import audit_markers
 from fasttrack.checks.coverage.probes import (
     PROBE_TOKENS,
@@ -59,11 +60,12 @@ from fasttrack.checks.coverage.probes import (
 )
 from fasttrack.checks.outcome import fold_verdicts, write_artifact
 from fasttrack.checks.points import group_batches, short_point
-from fasttrack.checks.windows import EvidenceWindow, WindowRecord, in_range_fraction
+from fasttrack.checks.windows import EvidenceWindow, WindowRecord
 from fasttrack.engine.deployment import DeploymentOutcome
+from fasttrack.engine.flags import arg_values
 from fasttrack.inputs import load_prompt_set, prompt_set_path
 from fasttrack.plan import EngineGroup
-from fasttrack.results import CheckResult, Gate, PathEvidence, Side, Verdict
+from fasttrack.results import CheckResult, Gate, Side, Verdict
 from fasttrack.scope.gates import CheckGate, CoverageGate
 
 PROBED_SITUATIONS = (
@@ -78,13 +80,8 @@ PROBED_SITUATIONS = (
 
 def _admitted(args: list[str]) -> int | None:
     """The ``--max-num-seqs`` an engine's arguments set (the last one given; None when unset or not a number)."""
-    val: str | None = None
-    for i, a in enumerate(args):
-        if a == "--max-num-seqs" and i + 1 < len(args):
-            val = args[i + 1]
-        elif a.startswith("--max-num-seqs="):
-            val = a.split("=", 1)[1]
-    return int(val) if val is not None and val.isdigit() else None
+    given = arg_values(args, "--max-num-seqs")
+    return int(given[-1]) if given and given[-1].isdigit() else None
 
 
 CONTEXT_NOTE = (
@@ -262,189 +259,56 @@ class CoverageCheck(EngineCheck, DeploymentCheck):
         return self.windows + [p.window for p in self.probes if p.window is not None]
 
     def judge(self, ctx: RunContext) -> CheckResult:
-        thr = ctx.scope.gates.coverage.min_optimized_decode_fraction
-        env = ctx.scope.envelope
-        lo, hi = (env.batch.min, env.batch.max) if env else (1, 10**9)
-        gate = self.gate(ctx)
-        evidence = [e for e in ctx.evidence]
+        evidence = list(ctx.evidence)
         if not evidence and not self.probes:
             return CheckResult.not_run(
                 self.name, "no check recorded path evidence (no engine ran)", required=self.required
             )
         plan_points = {p.id for p in ctx.plan.points}
-        failures: list[str] = []
-        verdicts: list[Verdict] = []
-        rows: list[dict[str, Any]] = []
-        cells: dict[tuple[str, str], dict[str, list[PathEvidence]]] = {}
-        for e in evidence:
-            cells.setdefault((e.point, e.check), {"baseline": [], "candidate": []})[e.side].append(e)
-        per_check_cand: dict[str, list[PathEvidence]] = {}
-        unavailable = 0
-        for (point, check), sides in sorted(cells.items()):
-            cand = [e for e in sides["candidate"] if "unavailable" not in e.detail]
-            base = [e for e in sides["baseline"] if "unavailable" not in e.detail]
-            unavailable += sum(1 for e in sides["candidate"] + sides["baseline"] if "unavailable" in e.detail)
-            per_check_cand.setdefault(check, []).extend(cand)
-            n_dec = sum(in_range_fraction(e, lo, hi)[0] for e in cand)
-            n_opt = sum(in_range_fraction(e, lo, hi)[1] for e in cand)
-            base_opt = sum(e.optimized_ops for e in base)
-            frac = n_opt / n_dec if n_dec else None
-            problems = []
-            if not cand:
-                v = Verdict.NOT_RUN
-                why = "no candidate path evidence" + (
-                    ": " + sides["candidate"][0].detail["unavailable"] if sides["candidate"] else ""
-                )
-            elif n_dec and any(e.side == "candidate" and e.detail.get("device_counter_missing") for e in cand):
-                v = Verdict.NOT_RUN
-                why = (
-                    "the scope declares a device counter (path_markers.device_counters) that the candidate's /metrics "
-                    "did not export, so which path its kernels took could not be confirmed"
-                )
-            elif n_dec == 0:
-                v = None  # this check did not exercise the point's decode path (e.g. its round formed a smaller batch)
-                why = "not exercised: the candidate's windows of this check contain no decode step for this point"
-            else:
-                if frac is not None and frac < thr:
-                    problems.append(
-                        "used the standard path"
-                        if n_opt == 0
-                        else f"only {n_opt} of {n_dec} decode steps on the optimized path"
-                    )
-                if base_opt:
-                    problems.append(f"the baseline ran {base_opt} optimized-path op(s)")
-                v = Verdict.FAIL if problems else Verdict.PASS
-                why = "; ".join(problems)
-            if point in plan_points and v is not None:
-                verdicts.append(v)
-            if v is Verdict.FAIL:
-                c_ops = sum(e.optimized_ops for e in cand)
-                s_ops = sum(e.stock_ops for e in cand)
-                sizes = merge_sizes(cand)
-                failures.append(
-                    f"{point} [{check}]: {why}: the candidate ran {n_opt} of {n_dec} in-range decode steps on the "
-                    f"optimized path (threshold {thr:g}); optimized-marker ops {c_ops}, stock-marker ops {s_ops}, "
-                    f"decode steps by batch size {sizes}; windows {sorted({e.window for e in cand})}"
-                )
-            rows.append(
-                {
-                    "point": point,
-                    "check": check,
-                    "in_plan": point in plan_points,
-                    "verdict": v.value if v is not None else "not_exercised",
-                    "candidate_decode_steps": n_dec,
-                    "candidate_optimized_decode_steps": n_opt,
-                    "candidate_optimized_fraction": frac,
-                    "threshold": thr,
-                    "candidate_optimized_ops": sum(e.optimized_ops for e in cand),
-                    "candidate_stock_ops": sum(e.stock_ops for e in cand),
-                    "candidate_fallback_events": sum(e.fallback_events for e in cand),
-                    # the declared device counter, read over every candidate window of the cell (None: none declared
-                    # or none read); steps it did not confirm are not counted in candidate_optimized_decode_steps
-                    "candidate_device_counted": (
-                        all(e.detail.get("device_optimized_steps") is not None for e in cand)
-                        if cand and ctx.scope.path_markers and ctx.scope.path_markers.device_counters
-                        else None
-                    ),
-                    "candidate_device_unconfirmed_steps": sum(
-                        int(e.detail.get("device_unconfirmed_steps") or 0) for e in cand
-                    ),
-                    "baseline_decode_steps": sum(e.decode_steps for e in base),
-                    "baseline_optimized_ops": base_opt,
-                    "baseline_stock_ops": sum(e.stock_ops for e in base),
-                    "windows": ",".join(sorted({e.window for e in sides["candidate"] + sides["baseline"]})),
-                    "detail": why,
-                }
-            )
-        # checks that never reached the optimized path
-        standard_checks = []
-        for check, evs in sorted(per_check_cand.items()):
-            dec = sum(e.decode_steps for e in evs)
-            if evs and dec and sum(e.optimized_decode_steps for e in evs) == 0:
-                standard_checks.append(check)
-                failures.insert(
-                    0,
-                    f"check {check} used the standard path: none of its candidate's {dec} decode steps in "
-                    f"{len({e.window for e in evs})} window(s) ran an optimized-path marker "
-                    f"({', '.join(ctx.scope.path_markers.optimized) if ctx.scope.path_markers else ''})",
-                )
-                verdicts.append(Verdict.FAIL)
-        exercised = {r["point"] for r in rows if r["verdict"] in ("pass", "fail")}
+        cells = judge_cells(ctx, evidence, plan_points)
+        standard_checks = cells.standard_path_checks(ctx)
+        exercised = {r["point"] for r in cells.rows if r["verdict"] in ("pass", "fail")}
         not_exercised = sorted(plan_points - exercised)
         # an in-tier point without decode evidence is not_run, never dropped: no check showed its path
-        unseen = no_decode_evidence(rows, not_exercised)
-        verdicts.extend(Verdict.NOT_RUN for _ in unseen)
+        unseen = no_decode_evidence(cells.rows, not_exercised)
+        cells.verdicts.extend(Verdict.NOT_RUN for _ in unseen)
         # the markers themselves, checked against the op names the engines reported
         marker_rows, scope_errors = audit_markers(ctx.scope, self._profiled_windows())
         if scope_errors:
-            verdicts.append(Verdict.NOT_RUN)
-            failures[:0] = scope_errors
+            cells.verdicts.append(Verdict.NOT_RUN)
+            cells.failures[:0] = scope_errors
         # out-of-scope situations
         fb_rows, fb_verdicts, fb_fail = judge_situations(ctx, self.probes, self.stock_seen)
         dep_rows, dep_verdicts, dep_fail = judge_deployments(ctx, self.deployed)
-        fb_rows, fb_verdicts, fb_fail = fb_rows + dep_rows, fb_verdicts + dep_verdicts, fb_fail + dep_fail
-        verdicts.extend(fb_verdicts)
-        failures.extend(fb_fail)
-        verdict = fold_verdicts(verdicts)
-        n_in = sum(1 for r in rows if r["in_plan"])
-        n_pass = sum(1 for r in rows if r["in_plan"] and r["verdict"] == "pass")
-        if verdict is Verdict.PASS:
-            reason = (
-                f"optimized path at all {n_pass} exercised (point, check) pairs, visible stock fallback in "
-                f"{sum(v is Verdict.PASS for v in fb_verdicts)} out-of-scope situation(s)"
-            )
-        elif verdict is Verdict.FAIL:
-            if standard_checks:
-                reason = f"check(s) {', '.join(standard_checks)} used the standard path"
-            else:
-                reason = f"{len(failures)} coverage problem(s): " + failures[0].split(":")[0]
-        elif scope_errors:
-            reason = f"{len(scope_errors)} scope error(s) in path_markers: {scope_errors[0]}"
-        elif unseen:
-            reason = (
-                f"no decode evidence at {len(unseen)} in-tier point(s): {', '.join(unseen[:4])}"
-                + (f" and {len(unseen) - 4} more" if len(unseen) > 4 else "")
-                + f"; {n_pass} of {n_in} (point, check) pairs verified"
-            )
-        else:
-            missing = [
-                f"{r['point']} [{r['check']}]: {r['detail']}"
-                for r in rows
-                if r["in_plan"] and r["verdict"] == "not_run"
-            ]
-            missing += [
-                f"{r['situation']} on the {r['side']}: {r['detail']}"
-                for r in fb_rows
-                if r["verdict"] == "not_run" and r["side"] == "candidate"
-            ]
-            reason = (
-                (
-                    "path evidence is missing"
-                    + (f" ({unavailable} window(s) without a profiler)" if unavailable else "")
-                    if unavailable or not missing
-                    else "not everything could be judged"
-                )
-                + f"; {n_pass} of {n_in} (point, check) pairs verified"
-                + (f"; not judged: {'; '.join(missing[:3])}" if missing else "")
-            )
+        fb_rows, fb_verdicts = fb_rows + dep_rows, fb_verdicts + dep_verdicts
+        cells.verdicts.extend(fb_verdicts)
+        cells.failures.extend(fb_fail + dep_fail)
+        outcome = Outcome(
+            verdict=fold_verdicts(cells.verdicts),
+            standard_checks=standard_checks,
+            scope_errors=scope_errors,
+            unseen=unseen,
+            situation_rows=fb_rows,
+            situation_verdicts=fb_verdicts,
+        )
         return CheckResult(
             check=self.name,
-            verdict=verdict,
-            reason=reason,
+            verdict=outcome.verdict,
+            reason=coverage_reason(cells, outcome),
             required=self.required,
-            gate=gate,
+            gate=self.gate(ctx),
             summary={
-                "threshold": thr,
-                "pairs": n_in,
-                "pairs_passing": n_pass,
+                "threshold": cells.threshold,
+                "pairs": cells.in_plan(),
+                "pairs_passing": cells.passing(),
                 "checks_on_standard_path": standard_checks,
                 "points_not_exercised": not_exercised,
                 "points_without_decode_evidence": unseen,
                 "scope_errors": scope_errors,
-                "windows_without_profiler": unavailable,
+                "windows_without_profiler": cells.unavailable,
                 "stock_markers_observable": {f"{g}/{s}": v for (g, s), v in sorted(self.stock_seen.items())},
             },
-            failures=failures,
-            tables={"coverage": rows, "fallback": fb_rows, "markers": marker_rows},
+            failures=cells.failures,
+            tables={"coverage": cells.rows, "fallback": fb_rows, "markers": marker_rows},
             artifacts=list(self.artifacts),
         )

@@ -70,6 +70,75 @@ def stock_observable(
     return seen
 
 
+def _fallback_visible(p: SituationProbe) -> bool:
+    """A fallback line in the engine log (in the probe's window or earlier) or an increase of the fallback metric."""
+    return bool(p.fallback_lines_window or p.fallback_lines_earlier or (p.fallback_metric_delta or 0) > 0)
+
+
+def _probe_verdict(
+    ctx: RunContext, probes: list[SituationProbe], stock_seen: dict[tuple[str, str], bool], p: SituationProbe
+) -> tuple[Verdict, list[str], list[str]]:
+    """One probe's verdict, its problems and its notes."""
+    if p.note and p.window is None:
+        return Verdict.NOT_RUN, [], [p.note]
+    if p.window is None or not p.window.available:
+        return Verdict.NOT_RUN, [], [p.note or "no path evidence for this probe"]
+    if p.steps == 0:
+        return (
+            Verdict.NOT_RUN,
+            [],
+            [
+                f"the probe did not produce a {SITUATION_KIND[p.situation]} step in {p.attempts} "
+                f"attempt(s) (steps seen in the last: {p.window.summary.get('step_counts')})"
+            ],
+        )
+    problems: list[str] = []
+    notes: list[str] = []
+    if p.optimized_steps:
+        problems.append(f"{p.optimized_steps} of {p.steps} {p.situation} steps ran optimized-path ops")
+    unseen = False
+    if p.side == "candidate":
+        unseen = _candidate_stock_path(ctx, probes, stock_seen, p, problems, notes)
+    return (Verdict.FAIL if problems else Verdict.NOT_RUN if unseen else Verdict.PASS), problems, notes
+
+
+def _candidate_stock_path(
+    ctx: RunContext,
+    probes: list[SituationProbe],
+    stock_seen: dict[tuple[str, str], bool],
+    p: SituationProbe,
+    problems: list[str],
+    notes: list[str],
+) -> bool:
+    """On the candidate a situation must show the stock markers and a visible fallback (added to ``problems`` and
+    ``notes``). True when the stock path could not be seen at all (its markers matched no op on this engine)."""
+    assert p.window is not None
+    unseen = False
+    if stock_observable(ctx, probes, stock_seen, p.group, p.side):
+        if p.stock_steps < p.steps:
+            problems.append(f"only {p.stock_steps} of {p.steps} {p.situation} steps show the stock markers")
+    else:
+        # the stock path is not inferred from the absence of optimized ops: it was not seen
+        unseen = True
+        pm = ctx.scope.path_markers
+        top_ops = p.window.summary.get("top_ops")
+        notes.append(
+            "scope error: the stock markers matched no op in any window of this engine "
+            f"({', '.join(pm.stock) if pm else 'none declared'}), so the stock path could not be seen"
+            + (f" (ops seen in the probe: {', '.join(list(top_ops or {})[:8])})" if top_ops else "")
+        )
+    fb = ctx.scope.fallback
+    if fb is not None and fb.visible:
+        if not _fallback_visible(p):
+            problems.append(
+                "the fallback is not visible: no log line matches "
+                f"{fb.log_regex!r}" + (f" and {fb.metric} did not increase" if fb.metric else "")
+            )
+        elif not p.fallback_lines_window and p.fallback_lines_earlier:
+            notes.append("the fallback line was logged earlier in this engine's life (rate-limited logger)")
+    return unseen
+
+
 def judge_situations(
     ctx: RunContext, probes: list[SituationProbe], stock_seen: dict[tuple[str, str], bool]
 ) -> tuple[list[dict[str, Any]], list[Verdict], list[str]]:
@@ -78,53 +147,7 @@ def judge_situations(
     fb = ctx.scope.fallback
     rows, verdicts, failures = [], [], []
     for p in probes:
-        problems: list[str] = []
-        notes: list[str] = []
-        if p.note and p.window is None:
-            v = Verdict.NOT_RUN
-            notes.append(p.note)
-        elif p.window is None or not p.window.available:
-            v = Verdict.NOT_RUN
-            notes.append(p.note or "no path evidence for this probe")
-        elif p.steps == 0:
-            v = Verdict.NOT_RUN
-            notes.append(
-                f"the probe did not produce a {SITUATION_KIND[p.situation]} step in {p.attempts} "
-                f"attempt(s) (steps seen in the last: {p.window.summary.get('step_counts')})"
-            )
-        else:
-            if p.optimized_steps:
-                problems.append(f"{p.optimized_steps} of {p.steps} {p.situation} steps ran optimized-path ops")
-            unseen = False
-            if p.side == "candidate":
-                if stock_observable(ctx, probes, stock_seen, p.group, p.side):
-                    if p.stock_steps < p.steps:
-                        problems.append(f"only {p.stock_steps} of {p.steps} {p.situation} steps show the stock markers")
-                else:
-                    # the stock path is not inferred from the absence of optimized ops: it was not seen
-                    unseen = True
-                    pm = ctx.scope.path_markers
-                    notes.append(
-                        "scope error: the stock markers matched no op in any window of this engine "
-                        f"({', '.join(pm.stock) if pm else 'none declared'}), so the stock path could not be seen"
-                        + (
-                            f" (ops seen in the probe: {', '.join(list(p.window.summary.get('top_ops') or {})[:8])})"
-                            if p.window.summary.get("top_ops")
-                            else ""
-                        )
-                    )
-                if fb is not None and fb.visible:
-                    visible = bool(
-                        p.fallback_lines_window or p.fallback_lines_earlier or (p.fallback_metric_delta or 0) > 0
-                    )
-                    if not visible:
-                        problems.append(
-                            "the fallback is not visible: no log line matches "
-                            f"{fb.log_regex!r}" + (f" and {fb.metric} did not increase" if fb.metric else "")
-                        )
-                    elif not p.fallback_lines_window and p.fallback_lines_earlier:
-                        notes.append("the fallback line was logged earlier in this engine's life (rate-limited logger)")
-            v = Verdict.FAIL if problems else Verdict.NOT_RUN if unseen else Verdict.PASS
+        v, problems, notes = _probe_verdict(ctx, probes, stock_seen, p)
         if p.side == "candidate" or v is Verdict.FAIL:
             verdicts.append(v)
         if v is Verdict.FAIL:
@@ -145,9 +168,7 @@ def judge_situations(
                 "steps": p.steps,
                 "optimized_steps": p.optimized_steps,
                 "stock_steps": p.stock_steps,
-                "fallback_visible": bool(
-                    p.fallback_lines_window or p.fallback_lines_earlier or (p.fallback_metric_delta or 0) > 0
-                ),
+                "fallback_visible": _fallback_visible(p),
                 "fallback_line": _clip(
                     (p.fallback_lines_window or p.fallback_lines_earlier or [""])[0], fb.log_regex if fb else None
                 ),

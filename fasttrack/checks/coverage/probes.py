@@ -12,6 +12,7 @@ from fasttrack.checks.batching import HOLD_PER_REQUEST_S, HOLD_S, hold_scheduler
 from fasttrack.checks.context import EngineSession, RunContext
 from fasttrack.checks.requests import gather_requests
 from fasttrack.checks.windows import EvidenceWindow, WindowRecord
+from fasttrack.engine.flags import arg_values
 from fasttrack.inputs import PromptItem
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -170,12 +171,9 @@ def read_probe(
 
 
 def max_num_seqs(args: list[str]) -> int | None:
-    for i, a in enumerate(args):
-        if a == "--max-num-seqs" and i + 1 < len(args):
-            return int(args[i + 1])
-        if a.startswith("--max-num-seqs="):
-            return int(a.split("=", 1)[1])
-    return None
+    """The first ``--max-num-seqs`` of an engine's arguments (None when unset)."""
+    given = arg_values(args, "--max-num-seqs")
+    return int(given[0]) if given else None
 
 
 async def gather_texts(client: Any, prompts: list[str], max_tokens: int) -> None:

@@ -224,12 +224,18 @@ async def _draw(
     return out[:need], k
 
 
+def _max_requests(need: int, wave: int, p_first: float) -> int:
+    """Requests allowed for ``need`` samples of the second token: 1.5 times the expected number (a request
+    gives ``wave`` choices, a ``p_first`` share of which start with the first token), plus two."""
+    return math.ceil(need / (wave * max(p_first, 0.1)) * 1.5) + 2
+
+
 async def _samples_at(
     env: FeatureEnv, data: SamplingResult, ref: SamplingReference, t: float, *, seed0: int, wave: int, p_first: float
 ) -> None:
     """``sampling_samples`` samples of the decode position at temperature ``t``."""
     need = env.ctx.scope.gates.features.sampling_samples
-    max_req = math.ceil(need / (wave * max(p_first, 0.1)) * 1.5) + 2
+    max_req = _max_requests(need, wave, p_first)
     assert data.prompt_text is not None
     got, used = await _draw(
         env, data.prompt_text, ref.first_token, need=need, wave=wave, temperature=t, seed0=seed0, max_requests=max_req
@@ -239,27 +245,33 @@ async def _samples_at(
     data.requests[f"{t:g}"] = used
 
 
+async def _masked(
+    env: FeatureEnv, data: SamplingResult, ref: SamplingReference, *, wave: int, p_first: float, **mask: Any
+) -> None:
+    """``mask_samples`` samples at T=1 under one mask (``top_k=`` or ``top_p=``), kept as a :class:`MaskSamples`."""
+    ((key, value),) = mask.items()
+    seed0 = SEEDS[f"{key}_mask"]
+    assert data.prompt_text is not None
+    got, _ = await _draw(
+        env,
+        data.prompt_text,
+        ref.first_token,
+        need=env.mask_samples,
+        wave=wave,
+        temperature=1.0,
+        seed0=seed0,
+        max_requests=_max_requests(env.mask_samples, wave, p_first),
+        **mask,
+    )
+    env.ctx.provenance.seed(f"features/temperature_sampling/{key}_mask", seed0)
+    data.masks.append(MaskSamples(name=f"{key}={value:g} mask", samples=got, **mask))
+
+
 async def _mask_samples(
     env: FeatureEnv, data: SamplingResult, ref: SamplingReference, *, wave: int, p_first: float
 ) -> None:
     """Samples under a top-k mask and, where the known logprobs carry the nucleus, a top-p mask (at T=1)."""
-    mask_need = env.mask_samples
-    max_req = math.ceil(mask_need / (wave * max(p_first, 0.1)) * 1.5) + 2
-    assert data.prompt_text is not None
-    prompt, first = data.prompt_text, ref.first_token
-    got, _ = await _draw(
-        env,
-        prompt,
-        first,
-        need=mask_need,
-        wave=wave,
-        temperature=1.0,
-        seed0=SEEDS["top_k_mask"],
-        max_requests=max_req,
-        top_k=MASK_TOP_K,
-    )
-    env.ctx.provenance.seed("features/temperature_sampling/top_k_mask", SEEDS["top_k_mask"])
-    data.masks.append(MaskSamples(name=f"top_k={MASK_TOP_K} mask", top_k=MASK_TOP_K, samples=got))
+    await _masked(env, data, ref, wave=wave, p_first=p_first, top_k=MASK_TOP_K)
     known = sum(math.exp(v) for v in ref.second_position.values())
     if known < MASK_TOP_P + 0.05:
         data.masks_skipped.append(
@@ -270,16 +282,4 @@ async def _mask_samples(
             )
         )
         return
-    got, _ = await _draw(
-        env,
-        prompt,
-        first,
-        need=mask_need,
-        wave=wave,
-        temperature=1.0,
-        seed0=SEEDS["top_p_mask"],
-        max_requests=max_req,
-        top_p=MASK_TOP_P,
-    )
-    env.ctx.provenance.seed("features/temperature_sampling/top_p_mask", SEEDS["top_p_mask"])
-    data.masks.append(MaskSamples(name=f"top_p={MASK_TOP_P:g} mask", top_p=MASK_TOP_P, samples=got))
+    await _masked(env, data, ref, wave=wave, p_first=p_first, top_p=MASK_TOP_P)

@@ -250,7 +250,6 @@ def judge(ctx: RunContext, st: PerfState, *, stopped: str | None = None) -> Chec
         jd.measured,
         workload_kinds=kinds,
         workloads_run=run_workloads,
-        noise_margin=m,
         rehearsal=ctx.rehearsal,
     )
     claim_rows = [c.model_dump(mode="json") for c in claims]

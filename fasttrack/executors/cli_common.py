@@ -1,0 +1,74 @@
+"""What ``fasttrack slurm`` and ``fasttrack k8s`` share: their options, the plan's shards, the PR and image."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional
+
+import typer
+from rich.console import Console
+
+if TYPE_CHECKING:
+    from fasttrack.executors.shards import ShardLayout
+
+console = Console(soft_wrap=True)
+err_console = Console(stderr=True, soft_wrap=True)
+
+MODEL = typer.Option(None, "--model", "-m", help="Suite name or path to a scope.yaml.")
+TIER = typer.Option("smoke", "--tier", "-t", help="smoke < standard < full.")
+SHARDS = typer.Option("groups", "--shards", help="Shard count, or 'groups': one shard per engine group.")
+SITE = typer.Option(None, "--site", help="Site profile (YAML): partition, account, extra #SBATCH lines, image, ...")
+OUT = typer.Option(None, "-o", "--out", help="Job folder (on a file system every node shares).")
+SIGN = typer.Option(None, "--sign-key", help="Private key (on the shared file system) that signs every bundle.")
+GPUS = typer.Option(None, "--gpus-per-node", min=0, help="GPUs to request per node (default: the plan's).")
+IMAGE = typer.Option(None, "--container-image", help="Pyxis/enroot image the jobs run in (#SBATCH --container-image).")
+VARG = typer.Option([], "--validate-arg", help="Extra `fasttrack validate` argument for every shard (repeatable).")
+DRY = typer.Option(False, "--dry-run", help="Print the scripts; write and submit nothing.")
+REPO = typer.Option(None, "--repo", help="The PR's vLLM repository as the nodes see it (validate --repo).")
+BASE = typer.Option(None, "--base", help="The PR's base ref or SHA (validate --base).")
+HEAD = typer.Option(None, "--head", help="The PR's head SHA (validate --head).")
+BUILD = typer.Option(
+    None,
+    "--image-build",
+    help="image.json of `fasttrack image`: the PR head's image (pinned by digest) and its --repo/--base/--head.",
+)
+PARALLEL = typer.Option(None, "--max-parallel", min=1, help="Shards running at once (Slurm: --array=...%N).")
+
+
+def pr_and_image(
+    repo: Optional[str], base: Optional[str], head: Optional[str], build: Optional[Path], image: Optional[str]
+) -> tuple[Any, Optional[str]]:
+    """The PR linkage (``PRArgs`` or None) and the image every job runs in: from the build record, with explicit
+    ``--repo/--base/--head`` or image winning over it."""
+    from fasttrack.errors import FasttrackError
+    from fasttrack.executors.image import ImageBuild
+    from fasttrack.executors.slurm import PRArgs
+
+    rec = ImageBuild.load(build) if build is not None else None
+    head = head or (rec.head if rec else None)
+    if (repo or base) and not head:
+        raise FasttrackError("--repo and --base need --head (the PR's head SHA).")
+    pr = (
+        PRArgs(repo=repo or (rec.repo if rec else None), base=base or (rec.base if rec else None), head=head)
+        if head
+        else None
+    )
+    return pr, image or (rec.image if rec else None)
+
+
+def _nodes_model(model: str) -> str:
+    """The scope as the nodes name it: a suite name stays, a file becomes an absolute path."""
+    p = Path(model)
+    if p.suffix in {".yaml", ".yml"} or p.exists():
+        return str(p.resolve())
+    return model
+
+
+def _layout(model: Optional[str], tier: str, shards: str) -> ShardLayout:
+    from fasttrack.errors import FasttrackError
+    from fasttrack.executors.shards import layout
+    from fasttrack.scope import load_scope
+
+    if not model:
+        raise FasttrackError("--model is required.", hint="e.g. fasttrack slurm --dry-run --model kimi-k3 --tier full")
+    return layout(load_scope(model), tier=tier, shards=shards)

@@ -1,0 +1,155 @@
+"""The cost model (fasttrack/cost.py): every check's work counted from the scope and the tier, timed by the
+scope's ``estimates``; ``plan`` shows it per check, shards balance by it, and the demo's estimate is held to its
+measured run (tests/fixtures/cost/)."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from fasttrack import ROOT
+from fasttrack.cost import STARTS, measured, plan_cost
+from fasttrack.executors.shards import layout
+from fasttrack.plan import build_plan
+from fasttrack.scope import load_scope, parse_scope
+
+FIXTURES = ROOT / "tests" / "fixtures"
+DEMO_RUNS = sorted((FIXTURES / "cost").glob("demo-smoke-run-*.json"))
+LINES = {STARTS, "kernels", "equivalence", "features", "coverage", "evals", "perf"}
+
+
+@pytest.fixture(scope="module")
+def k3():
+    return load_scope("kimi-k3")
+
+
+def test_plan_shows_every_check_and_the_engine_starts_and_they_add_up() -> None:
+    plan = build_plan(load_scope("demo-llama").scope, tier="smoke")
+    e = plan.estimate
+    assert set(e.checks) == LINES
+    assert next(iter(e.checks)) == STARTS  # the engine starts first, then the checks by name
+    for key in ("wall_hours", "gpu_hours", "node_hours"):
+        assert sum(c[key] for c in e.checks.values()) == pytest.approx(e.__dict__[key], abs=1e-3)
+    assert sum(c["requests"] for c in e.checks.values()) == e.requests
+    assert all(c["wall_hours"] > 0 for c in e.checks.values()), e.checks
+
+
+def test_a_tier_that_leaves_a_check_out_does_not_pay_for_it() -> None:
+    text = (ROOT / "suites/demo-llama/scope.yaml").read_text()
+    text = text.replace("    workloads: [decode]\n    lifetimes_per_side: 1\n", (
+        "    workloads: [decode]\n    lifetimes_per_side: 1\n    checks: [kernels, equivalence]\n"
+    ))  # fmt: skip
+    scope = parse_scope(text, source="demo")
+    assert set(build_plan(scope, tier="smoke").estimate.checks) == {STARTS, "kernels", "equivalence"}
+
+
+def test_evals_are_counted_by_their_tokens(k3) -> None:
+    """Doubling an eval's max_tokens doubles its decode tokens; AIME 2025 (30 problems) at the K3 full tier's
+    points costs what its answers take to decode (the estimate that once ignored evals)."""
+    scope = k3.scope
+    plan = build_plan(scope, tier="full")
+    base = plan_cost(scope, "full", plan.groups, plan.points)["evals"]
+    longer = scope.model_copy(
+        update={"evals": [e.model_copy(update={"max_tokens": 2 * e.max_tokens}) for e in scope.evals]}
+    )
+    doubled = plan_cost(longer, "full", plan.groups, plan.points)["evals"]
+    assert doubled.decode_tokens == 2 * base.decode_tokens and doubled.wall_s > 1.7 * base.wall_s  # prompts too
+    # one group's AIME runs at batch 1: the baseline twice (its own agreement), the candidate once, 30 problems
+    # x 4 repeats, each answer half of 32768 tokens, one stream at the scope's single-stream speed
+    est = scope.estimates
+    aime = next(e for e in scope.evals if e.name == "aime25")
+    one_run_s = 30 * aime.repeats * aime.max_tokens * est.eval_output_fraction / est.stream_tokens_per_s
+    assert one_run_s > 3600  # hours, not the minutes the old estimate gave a whole shard
+    group = next(g for g in plan.groups if g.spec == "none" and g.dcp == 1 and g.tp == 16)
+    alone = plan_cost(scope, "full", [group], plan.points)
+    assert alone["evals"].wall_s > 3 * one_run_s
+    # the shard that runs this group (one shard per group) is given at least that time
+    lay = layout(k3, tier="full")
+    (shard,) = [s for s in lay.shards if s.groups == (group.id,)]
+    assert shard.wall_s > sum(c.wall_s for c in alone.values()) - 1
+
+
+def test_k3_gpu_hours_are_four_per_node_hour_and_shards_add_up(k3) -> None:
+    full = build_plan(k3.scope, tier="full")
+    assert full.estimate.gpu_hours == pytest.approx(4 * full.estimate.node_hours, rel=1e-3)
+    # 40 shards of 36 groups: groups split, and each part starts its own engines and runs the kernel tests:
+    # the layout's totals are its shards' sums, more than the unsharded plan's, never less
+    lay = layout(k3, tier="full", shards=40)
+    assert lay.node_hours == pytest.approx(sum(s.node_hours for s in lay.shards), abs=0.01)
+    assert lay.gpu_hours == pytest.approx(4 * lay.node_hours, rel=1e-3)
+    assert lay.total_wall_s == pytest.approx(sum(s.wall_s for s in lay.shards))
+    assert lay.node_hours > full.estimate.node_hours
+    assert sum(s.engine_starts for s in lay.shards) > full.estimate.engine_starts
+    one = layout(k3, tier="full", shards=1)
+    assert (one.node_hours, one.gpu_hours) == (full.estimate.node_hours, full.estimate.gpu_hours)
+
+
+def test_shards_balance_by_cost(k3) -> None:
+    n = 8
+    full = build_plan(k3.scope, tier="full")
+    loads = [build_plan(k3.scope, tier="full", shard=f"{i}/{n}").estimate.gpu_hours for i in range(1, n + 1)]
+    biggest = max(
+        sum(c.device_s for c in plan_cost(k3.scope, "full", [g], full.points).values()) / 3600 for g in full.groups
+    )
+    # longest first onto the least loaded shard: no shard exceeds another by more than one group's cost
+    assert max(loads) - min(loads) <= biggest + 1e-6
+    # what sharding adds: each shard's kernel tests and its coverage probe of a deployment outside the envelope
+    # (one engine start of at most 16 GPUs)
+    per_shard = full.estimate.checks["kernels"]["gpu_hours"] + k3.scope.estimates.engine_start_s * 16 / 3600
+    assert full.estimate.gpu_hours <= sum(loads) <= full.estimate.gpu_hours + (n - 1) * per_shard
+
+
+def _start_s(log: Path) -> float:
+    """Seconds from an engine log's first timestamped line to the API server's routes (it listens)."""
+    stamps = re.findall(r"INFO (\d\d-\d\d \d\d:\d\d:\d\d) \[([\w.]+):\d+\]", log.read_text())
+    first = datetime.strptime(stamps[0][0], "%m-%d %H:%M:%S")
+    up = next(datetime.strptime(t, "%m-%d %H:%M:%S") for t, src in stamps if src == "launcher.py")
+    return (up - first).total_seconds()
+
+
+def test_the_gpu_demo_start_estimate_is_its_recorded_starts() -> None:
+    """The H200 engine logs (tests/fixtures/gpu): the starts after the first one."""
+    later = [_start_s(FIXTURES / "gpu" / f"h200-{side}-engine.log") for side in ("baseline", "candidate")]
+    assert later == [49.0, 77.0]
+    est = load_scope("demo-llama-gpu").scope.estimates.engine_start_s
+    assert abs(est - sum(later) / 2) / (sum(later) / 2) <= 0.25
+
+
+@pytest.mark.parametrize("run", DEMO_RUNS, ids=[p.stem for p in DEMO_RUNS])
+def test_the_demo_estimate_is_within_25_percent_of_its_measured_run(run: Path) -> None:
+    """The demo's smoke tier (what scripts/demo.sh runs) against measured runs of it (run summaries, trimmed to what
+    the model reads; tests/fixtures/cost/README.md): the whole run within 25%, each line within a factor of 2."""
+    summary = json.loads(run.read_text())
+    assert (summary["scope"], summary["tier"], summary["shard"]) == ("demo-llama", "smoke", "1/1")
+    assert summary["crash"] is None and not summary["interrupted"]
+    # every check ran (none cut short), so every line of the estimate was measured
+    assert all(c["verdict"] != "not_run" for name, c in summary["checks"].items() if name != "isolation")
+    scope = load_scope("demo-llama").scope
+    plan = build_plan(scope, tier="smoke")
+    est = plan_cost(scope, "smoke", plan.groups, plan.points)
+    got = measured(summary)
+    assert set(est) <= set(got)
+    total = sum(c.wall_s for c in est.values())
+    assert abs(total - got["total"]) / got["total"] <= 0.25, (total, got["total"])
+    assert total == pytest.approx(plan.estimate.wall_hours * 3600, abs=3.6)
+    for name, c in est.items():
+        assert 0.5 <= c.wall_s / got[name] <= 2, (name, c.wall_s, got[name])
+
+
+def test_measured_reads_a_run_summary() -> None:
+    summary = {
+        "engines": [
+            {"group": "g", "side": "baseline", "lifetime": 0, "startup_s": 30, "stop": {"duration_s": 2},
+             "check_seconds": {"equivalence": 10, "perf": 50}, "up_with": ["candidate"]},
+            {"group": "g", "side": "candidate", "lifetime": 0, "startup_s": 40, "stop": {"duration_s": 3},
+             "check_seconds": {"equivalence": 12, "perf": 50}, "up_with": ["baseline"]},
+        ],
+        "timing": {"wall_s": 200, "check_seconds": {"kernels": 20, "equivalence": 1.5, "bogus": float("nan")}},
+    }  # fmt: skip
+    m = measured(summary)
+    # an interleaved pair's shared measurement (perf) once; each side's own checks both
+    assert m == {STARTS: 75.0, "equivalence": 23.5, "perf": 50.0, "kernels": 20.0, "total": 200.0}
