@@ -52,6 +52,7 @@ import argparse
 import asyncio
 import itertools
 import json
+import os
 import random
 import statistics
 import sys
@@ -62,7 +63,16 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from fasttrack.checks.perf import measure_item, measure_pair  # noqa: E402 - the repository root goes on sys.path first
+from fasttrack.checks.perf.measure import measure_item, measure_pair, pair_order  # noqa: E402 - the repository root goes on sys.path first
+from fasttrack.engine.pinning import (  # noqa: E402 - the repository root goes on sys.path first
+    measuring_half,
+    pair_cpus,
+    pinned,
+    pinning_env,
+    place,
+    process_cpus,
+    swap_cpus,
+)
 from fasttrack.perf.analysis import ItemState, estimate  # noqa: E402 - the repository root goes on sys.path first
 from fasttrack.perf.loadgen import PerfClient, run_loop, timed  # noqa: E402 - the repository root goes on sys.path first
 from fasttrack.perf.metrics import METRICS, RunMetrics, compute_run_metrics  # noqa: E402 - the repository root goes on sys.path first
@@ -71,7 +81,8 @@ from fasttrack.perf.tokens import pool_from_engine  # noqa: E402 - the repositor
 from fasttrack.perf.workloads import RunInputs, WorkItem, execute, plan_items, warm_up  # noqa: E402 - the repository root goes on sys.path first
 from fasttrack.stats import mde_for_estimate, wilson_interval  # noqa: E402 - the repository root goes on sys.path first
 
-MARGINS = (0.05, 0.10, 0.25, 0.4, 0.5, 0.6)
+MARGINS = (0.05, 0.10, 0.25, 0.3, 0.33, 0.4, 0.5, 0.6)
+LOG_DIR = Path("/tmp") / "fasttrack-false-alarm-logs"
 
 
 def _items(ns: argparse.Namespace) -> tuple[Any, list[WorkItem], Any]:
@@ -88,15 +99,30 @@ def _items(ns: argparse.Namespace) -> tuple[Any, list[WorkItem], Any]:
     return loaded, items, plan.groups[0]
 
 
-def _engine_setup(ns: argparse.Namespace) -> tuple[Any, list[WorkItem], Any, Any, list[str]]:
-    """(loaded scope, work items, engine group, model folder, stock engine arguments)."""
-    from fasttrack.engine import per_request_metrics_args
+def _engine_setup(ns: argparse.Namespace) -> tuple[Any, list[WorkItem], Any, Any]:
+    """(loaded scope, work items, engine group, model folder)."""
     from fasttrack.models import resolve_model
 
     loaded, items, group = _items(ns)
     model_dir = resolve_model(loaded.scope, base_dir=loaded.base_dir, log=lambda m: print(m, file=sys.stderr)).model
-    args = [*group.args["baseline"], "--served-model-name", loaded.scope.model.served_name or "demo-llama"]
-    return loaded, items, group, model_dir, args + per_request_metrics_args(args)
+    return loaded, items, group, model_dir
+
+
+def _stock_engine(loaded: Any, group: Any, model_dir: Any, name: str) -> tuple[list[str], dict[str, str | None]]:
+    """Arguments and environment of one stock engine, exactly as ``fasttrack validate`` serves the baseline
+    (``fasttrack.engine.cmdline.serve_spec``: profiler configuration, per-request metrics, the scope's device
+    counters' folder, a fresh one per engine)."""
+    import shutil
+
+    from fasttrack.engine.cmdline import DEVICE_COUNTERS_ENV, serve_spec
+
+    spec = serve_spec(loaded.scope, group, "baseline", model=model_dir, run_dir=LOG_DIR, name=name)
+    env: dict[str, str | None] = dict(spec.env)
+    counters = env.get(DEVICE_COUNTERS_ENV)
+    if counters:
+        shutil.rmtree(counters, ignore_errors=True)
+        Path(counters).mkdir(parents=True)
+    return list(spec.args), env
 
 
 async def _one_run(client: Any, it: WorkItem, k: int, inputs: RunInputs, *, side: str, lifetime: int) -> RunMetrics:
@@ -125,19 +151,14 @@ async def _one_run(client: Any, it: WorkItem, k: int, inputs: RunInputs, *, side
 def collect(ns: argparse.Namespace) -> dict[str, Any]:
     from fasttrack.engine import start_engine
 
-    loaded, items, group, model_dir, args = _engine_setup(ns)
+    loaded, items, group, model_dir = _engine_setup(ns)
     runs: list[dict[str, Any]] = []
     timing: list[dict[str, float]] = []
     t_all = time.perf_counter()
     for lt in range(ns.lifetimes):
         t0 = time.perf_counter()
-        eng = start_engine(
-            side="baseline",
-            model=model_dir,
-            args=args,
-            env=group.env["baseline"],
-            log_dir=Path("/tmp") / "fasttrack-false-alarm-logs",
-        )
+        args, env = _stock_engine(loaded, group, model_dir, f"baseline.{lt}")
+        eng = start_engine(side="baseline", model=model_dir, args=args, env=env, log_dir=LOG_DIR)
         up = time.perf_counter() - t0
         try:
 
@@ -183,33 +204,72 @@ def collect(ns: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def _start_retrying(*, side: str, cpus: list[int] | None, **kw: Any) -> Any:
+    """Start one engine pinned to ``cpus``; a start that fails is tried twice more (on a shared host another
+    user's package install can break an engine's imports for a few seconds)."""
+    from fasttrack.engine import EngineStartError, start_engine
+
+    for attempt in range(3):
+        try:
+            with pinned(cpus):
+                return start_engine(side=side, log_dir=LOG_DIR, **kw)
+        except EngineStartError as exc:
+            if attempt == 2:
+                raise
+            print(f"{side} engine did not start ({exc.message.splitlines()[0]}); trying again", file=sys.stderr)
+            time.sleep(20)
+    raise AssertionError("unreachable")
+
+
 def collect_interleaved(ns: argparse.Namespace) -> dict[str, Any]:
     """``ns.interleaved`` pairs of stock engines, both up, runs alternating as the check takes them."""
-    from fasttrack.engine import start_engine
 
-    loaded, items, group, model_dir, args = _engine_setup(ns)
+    loaded, items, group, model_dir = _engine_setup(ns)
     # the check's own interleaving (order, settle pause), with a fixed number of run pairs and no looks
-    fixed = loaded.scope.gates.perf.model_copy(update={"min_runs": ns.runs, "max_runs": ns.runs})
+    settle = loaded.scope.gates.perf.interleave_settle_s if ns.settle is None else ns.settle
+    fixed = loaded.scope.gates.perf.model_copy(
+        update={"min_runs": ns.runs, "max_runs": ns.runs, "interleave_settle_s": settle}
+    )
     sched = LookSchedule.for_group(["baseline", "candidate"], min_runs=ns.runs, max_runs=ns.runs, interleaved=True)
     runs: list[dict[str, Any]] = []
     timing: list[dict[str, float]] = []
     t_all = time.perf_counter()
+    pins: list[dict[str, Any]] = []
+    alternate = "blocks" if ns.swap_blocks else ns.alternate
     for lt in range(ns.interleaved):
         t0 = time.perf_counter()
         engines: dict[str, Any] = {}
+        pin: dict[str, Any] = {}
         try:
-            for side in ("baseline", "candidate"):
-                engines[side] = start_engine(
-                    side=side,
-                    model=model_dir,
-                    args=args,
-                    env=group.env["baseline"],
-                    log_dir=Path("/tmp") / "fasttrack-false-alarm-logs",
-                    exclusive=not engines,
+            order = ("candidate", "baseline") if ns.alternate_start and lt % 2 else ("baseline", "candidate")
+            for side in order:
+                # the check's own pinning: each engine of the pair on its own cores, halves swapped per pair
+                cpus = None if ns.no_pin else pair_cpus(side, lt)
+                args, env = _stock_engine(loaded, group, model_dir, f"{side}.{lt}")
+                env.update(pinning_env(cpus, env, cpu_device=True))
+                engines[side] = _start_retrying(
+                    side=side, cpus=cpus, model=model_dir, args=args, env=env, exclusive=not engines
                 )
+                pin[side] = process_cpus(engines[side].pid) if engines[side].pid else None
+            pins.append(pin)
             up = time.perf_counter() - t0
 
-            async def measure(engines: dict[str, Any] = engines, lt: int = lt) -> None:
+            pids = {sd: e.group_pids() for sd, e in engines.items()}
+
+            def swap(pids: dict[str, list[int]] = pids) -> None:
+                swap_cpus(pids["baseline"], pids["candidate"])
+
+            def before_run(side: str, k: int, pids: dict[str, list[int]] = pids) -> None:
+                halves = measuring_half(k // 2)
+                if halves is not None:
+                    place(pids[side], pids["candidate" if side == "baseline" else "baseline"], *halves)
+
+            swapper = swap if alternate == "blocks" and not ns.no_pin else None
+            placer = before_run if alternate == "runs" and not ns.no_pin else None
+
+            async def measure(
+                engines: dict[str, Any] = engines, lt: int = lt, swapper: Any = swapper, placer: Any = placer
+            ) -> None:
                 mml = loaded.scope.envelope.context.max_model_len
                 inputs = {sd: RunInputs(pool=await pool_from_engine(e), max_model_len=mml) for sd, e in engines.items()}
                 async with (
@@ -218,7 +278,9 @@ def collect_interleaved(ns: argparse.Namespace) -> dict[str, Any]:
                 ):
                     clients = {"baseline": cb, "candidate": cc}
                     for it in items:
-                        for sd in ("baseline", "candidate"):
+                        for sd in pair_order(0, lt):  # as the check: the side that opens the blocks first
+                            if placer is not None:
+                                placer(sd, 0)
                             await warm_up(clients[sd], it, inputs[sd])
 
                         def runner(sd: str, it: WorkItem = it):
@@ -236,6 +298,8 @@ def collect_interleaved(ns: argparse.Namespace) -> dict[str, Any]:
                             sched=sched,
                             gate=fixed,
                             run_once={sd: runner(sd) for sd in ("baseline", "candidate")},
+                            between_blocks=swapper,
+                            before_run=placer,
                         )
 
             t1 = time.perf_counter()
@@ -255,13 +319,19 @@ def collect_interleaved(ns: argparse.Namespace) -> dict[str, Any]:
             return statistics.median(vals) if vals else float("nan")
 
         print(
-            f"pair {lt + 1}/{ns.interleaved}: start {up:.0f} s, measure {took:.0f} s, median engine TPOT A / B "
+            f"pair {lt + 1}/{ns.interleaved}: start {up:.0f} s, measure {took:.0f} s, cores A {pin.get('baseline')} "
+            f"B {pin.get('candidate')}, load {os.getloadavg()[0]:.2f}, median engine TPOT A / B "
             + ", ".join(f"b{it.batch} {med(it, 'baseline'):.3f} / {med(it, 'candidate'):.3f} ms" for it in items),
             file=sys.stderr,
         )
     return {
         "args": {k: v for k, v in vars(ns).items() if k not in ("json", "from_json")},
         "design": "interleaved",
+        "pinning": pins,
+        "swap_blocks": alternate == "blocks" and not ns.no_pin,
+        "alternate": "off" if ns.no_pin else alternate,
+        "settle_s": settle,
+        "alternate_start": bool(ns.alternate_start),
         "runs": runs,
         "timing": timing,
         "wall_s": round(time.perf_counter() - t_all, 1),
@@ -341,7 +411,7 @@ def _print_rates(per_point: dict[str, dict[str, Any]], points: list[str], n: int
 
 def analyse_interleaved(data: dict[str, Any], gate: Any) -> None:
     a = data["args"]
-    runs_all = [RunMetrics.model_validate(r) for r in data["runs"]]
+    runs_all = [_stored(r) for r in data["runs"]]
     points = sorted({r.point for r in runs_all}, key=lambda p: int(p.split("-b")[1].split("-")[0]))
     pairs = sorted({r.lifetime for r in runs_all})
     metric = gate.gated_metric
@@ -472,11 +542,15 @@ def analyse(data: dict[str, Any], ns: argparse.Namespace) -> None:
         gate = gate.model_copy(update={"gated_metric": ns.metric})
     if ns.interval is not None:
         gate = gate.model_copy(update={"interval": ns.interval})
+    if ns.min_runs is not None or ns.max_runs is not None:
+        gate = gate.model_copy(
+            update={"min_runs": ns.min_runs or gate.min_runs, "max_runs": ns.max_runs or gate.max_runs}
+        )
     if data.get("design") == "interleaved":
         analyse_interleaved(data, gate)
         return
     a = data["args"]
-    runs_all = [RunMetrics.model_validate(r) for r in data["runs"]]
+    runs_all = [_stored(r) for r in data["runs"]]
     points = sorted({r.point for r in runs_all}, key=lambda p: int(p.split("-b")[1].split("-")[0]))
     lifetimes = sorted({r.lifetime for r in runs_all})
     by: dict[str, dict[int, list[RunMetrics]]] = {p: {lt: [] for lt in lifetimes} for p in points}
@@ -576,6 +650,39 @@ def analyse(data: dict[str, Any], ns: argparse.Namespace) -> None:
     )
 
 
+def _stored(r: dict[str, Any]) -> RunMetrics:
+    """A stored run (fields this version does not know, from other versions of the record, are left out)."""
+    return RunMetrics.model_validate({k: v for k, v in r.items() if k in RunMetrics.model_fields})
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    """A stored measurement (``.json``, or gzip-compressed ``.json.gz`` as kept in ``benchmarks/results``)."""
+    import gzip
+
+    raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+    return json.loads(raw)
+
+
+def join_runs(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Stored measurements of one design joined into one: lifetimes (pairs) renumbered after each other."""
+    if len(parts) == 1:
+        return parts[0]
+    designs = {p.get("design") for p in parts}
+    if len(designs) != 1:
+        raise SystemExit(f"--from-json: the files hold different designs ({sorted(map(str, designs))})")
+    out = {**parts[0], "runs": [], "timing": [], "pinning": [], "wall_s": 0.0}
+    offset = 0
+    for p in parts:
+        lts = sorted({r["lifetime"] for r in p["runs"]})
+        renum = {lt: offset + i for i, lt in enumerate(lts)}
+        out["runs"] += [{**r, "lifetime": renum[r["lifetime"]]} for r in p["runs"]]
+        out["timing"] += p.get("timing", [])
+        out["pinning"] += p.get("pinning", [])
+        out["wall_s"] += p.get("wall_s", 0.0)
+        offset += len(lts)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
@@ -598,6 +705,8 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="the gate's interval (default: the demo scope's); lifetime_t applies from three lifetimes in all",
     )
+    ap.add_argument("--min-runs", type=int, default=None, help="the gate's min_runs (default: the demo scope's)")
+    ap.add_argument("--max-runs", type=int, default=None, help="the gate's max_runs (default: the demo scope's)")
     ap.add_argument(
         "--interleaved",
         type=int,
@@ -605,13 +714,47 @@ def main(argv: list[str] | None = None) -> int:
         metavar="N",
         help="measure N pairs of engines up together, runs interleaved (the interleaved design) instead",
     )
+    ap.add_argument(
+        "--no-pin",
+        action="store_true",
+        help="interleaved: leave both engines of a pair on every core (the design before core pinning)",
+    )
+    ap.add_argument(
+        "--settle",
+        type=float,
+        default=None,
+        help="interleaved: pause between one side's run and the other's (default: the demo scope's)",
+    )
+    ap.add_argument(
+        "--alternate-start",
+        action="store_true",
+        help="interleaved: start the 'candidate' engine of odd pairs first (is the first-started engine slower?)",
+    )
+    ap.add_argument(
+        "--swap-blocks",
+        action="store_true",
+        help="interleaved: the engines also trade cores between A B B A blocks (same as --alternate blocks)",
+    )
+    ap.add_argument(
+        "--alternate",
+        choices=["lifetimes", "blocks", "runs"],
+        default="lifetimes",
+        help="interleaved: cpu_pinning.alternate (runs: before every run the engine about to run moves to the "
+        "measuring core, the other one off it)",
+    )
     ap.add_argument("--max-comparisons", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path, help="write the raw runs here")
-    ap.add_argument("--from-json", type=Path, help="analyse stored runs instead of measuring")
+    ap.add_argument(
+        "--from-json",
+        type=Path,
+        nargs="+",
+        help="analyse stored runs (.json or .json.gz) instead of measuring; several files of one design are joined "
+        "(lifetimes renumbered)",
+    )
     ns = ap.parse_args(argv)
     if ns.from_json:
-        data = json.loads(ns.from_json.read_text())
+        data = join_runs([_read_json(p) for p in ns.from_json])
     else:
         data = collect_interleaved(ns) if ns.interleaved else collect(ns)
         if ns.json:

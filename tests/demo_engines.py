@@ -46,6 +46,10 @@ DEMO_STOCK_MARKERS: tuple[str, ...] = (r"^fasttrack_demo::stock_step$",)
 DEMO_FALLBACK_PATTERN = r"fasttrack-demo fallback reason="
 DEFECT_ENV = "FASTTRACK_DEMO_DEFECT"
 DEFECT_FILE_ENV = "FASTTRACK_DEMO_DEFECT_FILE"
+SLOW_FACTOR_ENV = "FASTTRACK_DEMO_SLOW_FACTOR"
+SLOW_FACTOR = 1.5
+"""The session candidate's ``slow-batch`` defect makes each decode step at batch 4 this many times slower
+(``FASTTRACK_DEMO_SLOW_FACTOR``): the smallest slowdown the demo scope's perf gate is set to detect."""
 """The demo plugin's run-time defect switch (examples/README.md): the session's one candidate engine
 serves the clean candidate and every planted defect in turn, so the defects cost no engine start."""
 
@@ -201,6 +205,7 @@ class EngineSlot:
         env: dict[str, str | None] | None = None,
         process_env: dict[str, str | None] | None = None,
         fresh: bool = False,
+        cpus: list[int] | None = None,
     ) -> Any:
         """The live engine for ``key``; stops whatever else runs and starts it if needed.
 
@@ -209,9 +214,10 @@ class EngineSlot:
         running next to the live one (``acquire_also``) becomes the live one.
 
         ``process_env`` is set in this process while the engine starts (as if set
-        where fasttrack runs); ``env`` is given to the engine as overrides.
+        where fasttrack runs); ``env`` is given to the engine as overrides. ``cpus``: the cores
+        its processes are pinned to (``fasttrack.engine.pinning``).
         """
-        signature = self._signature(side, model, args, env, process_env)
+        signature = (*self._signature(side, model, args, env, process_env), tuple(cpus or ()))
         if (
             not fresh
             and self.key == key
@@ -227,7 +233,7 @@ class EngineSlot:
             self.key, self.engine, self.signature = key, extra[0], signature
             return self.engine
         self.release()
-        eng = self._start(key, side=side, model=model, args=args, env=env, process_env=process_env)
+        eng = self._start(key, side=side, model=model, args=args, env=env, process_env=process_env, cpus=cpus)
         self.key, self.engine, self.signature = key, eng, signature
         return eng
 
@@ -240,17 +246,20 @@ class EngineSlot:
         args: tuple[str, ...] | list[str],
         env: dict[str, str | None] | None = None,
         process_env: dict[str, str | None] | None = None,
+        cpus: list[int] | None = None,
     ) -> Any:
         """An engine next to the live one (interleaved perf): reused when one of this key and launch
         runs, else started; stopped by ``release`` (or ``release_also``)."""
         if self.engine is None or not self.engine.running:
             raise RuntimeError("acquire_also needs a live engine from acquire()")
-        signature = self._signature(side, model, args, env, process_env)
+        signature = (*self._signature(side, model, args, env, process_env), tuple(cpus or ()))
         extra = self.extras.get(key)
         if extra is not None and extra[1] == signature and extra[0].running:
             return extra[0]
         self.release_also(key)
-        eng = self._start(key, side=side, model=model, args=args, env=env, process_env=process_env, exclusive=False)
+        eng = self._start(
+            key, side=side, model=model, args=args, env=env, process_env=process_env, exclusive=False, cpus=cpus
+        )
         self.extras[key] = (eng, signature)
         return eng
 
@@ -270,8 +279,12 @@ class EngineSlot:
         env: dict[str, str | None] | None,
         process_env: dict[str, str | None] | None,
         exclusive: bool = True,
+        cpus: list[int] | None = None,
     ) -> Any:
         from fasttrack.engine import ManagedEngine, per_request_metrics_args, profiler_args
+        from fasttrack.engine.pinning import pinned, pinning_env
+
+        env = {**(env or {}), **pinning_env(cpus, dict(env or {}), cpu_device=True)}
 
         # the demo scope declares a device counter (path_markers.device_counters): as fasttrack's own engines,
         # each gets a fresh folder for prometheus_client's multiprocess mode, so the worker's counter reaches /metrics
@@ -294,7 +307,7 @@ class EngineSlot:
             progress=lambda p: print(f"[{p.side}] starting, {p.elapsed_s:.0f} s: {p.line()}", file=sys.stderr),
             exclusive=exclusive,
         )
-        with _environ(**(process_env or {})):
+        with _environ(**(process_env or {})), pinned(cpus):
             eng.start()
         self.starts.append(key)
         return eng
@@ -368,8 +381,27 @@ def demo_engine(
     env = target.env(side)
     if side == "candidate":
         env[DEFECT_FILE_ENV] = str(slot.defect_file)
+        env[SLOW_FACTOR_ENV] = str(SLOW_FACTOR)
         set_defect(slot, defect)
-    return start(side, side=side, model=model.path, args=target.args(side), env=env, process_env={DEFECT_ENV: None})
+    return start(
+        side,
+        side=side,
+        model=model.path,
+        args=target.args(side),
+        env=env,
+        process_env={DEFECT_ENV: None},
+        cpus=session_cpus(target, side),
+    )
+
+
+def session_cpus(target: DemoTarget, side: str) -> list[int] | None:
+    """The cores of the session's ``side`` engine: its half for the first lifetime of an interleaved pair, as
+    ``fasttrack validate`` pins the demo target's pairs (``engine.cpu_pinning``); the baseline and the candidate
+    are up together in the perf tests, so each is pinned from its start."""
+    from fasttrack.engine.pinning import pair_cpus
+
+    pin = target.loaded.scope.engine.cpu_pinning
+    return None if pin.mode == "off" else pair_cpus(side, 0, cores=pin.cores)
 
 
 @dataclass

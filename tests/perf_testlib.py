@@ -4,7 +4,7 @@ context, and a driver of the check's adaptive loop as the pipeline drives it."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +14,7 @@ from fasttrack.checks.perf import PerfCheck, measure_item
 from fasttrack.perf.analysis import ItemState
 from fasttrack.perf.metrics import RunMetrics
 from fasttrack.perf.schedule import LookSchedule
+from fasttrack.perf.slo import with_goodput
 from fasttrack.perf.workloads import WorkItem
 from fasttrack.plan import build_plan
 from fasttrack.scope import PerfGate, load_scope
@@ -69,15 +70,21 @@ def fake_run(
         client_cpu_us_per_token=50.0,
         content_chunks=64 * n,
         burst_delivered=burst,
+        itl_counts=[1] * n,
+        timed_output_tokens=[64] * n,
     )
 
 
-def demo_perf_ctx(tier: str, tmp: Path, *, interleave: bool = False) -> RunContext:
-    """The demo scope's context; one engine at a time unless ``interleave`` (the demo scope interleaves)."""
+def demo_perf_ctx(tier: str, tmp: Path, *, interleave: bool = False, workloads: list[str] | None = None) -> RunContext:
+    """The demo scope's context; one engine at a time unless ``interleave`` (the demo scope interleaves).
+    ``workloads``: the tier's perf workloads (default: the smoke tier's pure-decode points only, its ten config
+    points, as the perf end-to-end test measures them; every workload of the other tiers)."""
     loaded = load_scope("demo-llama")
     scope = loaded.scope.model_copy(deep=True)
     scope.gates.perf.interleave = interleave
     scope.gates.perf.interleave_settle_s = 0.0
+    if workloads is not None or tier == "smoke":
+        scope.tiers[tier].workloads = workloads or ["decode"]
     plan = build_plan(scope, tier=tier, scope_sha256=loaded.sha256)
     return RunContext(scope=scope, plan=plan, tier=tier, run_dir=tmp, loaded=loaded, log=lambda m: None)
 
@@ -113,12 +120,17 @@ def simulate(
     lifetime_effect: float = 0.0,
     engine_timed: tuple[str, ...] = ("baseline", "candidate"),
     client: Mapping[int, tuple[float, int]] | None = None,
+    factor: Mapping[int, float] | None = None,
+    keys: Collection[str] | None = None,
+    sides: tuple[str, ...] = ("baseline", "candidate"),
 ) -> None:
     """Drive the check's adaptive loop as the pipeline would, with synthetic runs instead of engines.
 
     ``slow_batch``: the candidate is :data:`SLOW_FACTOR` slower at that batch. ``client``: batch ->
     (speedup, burst): at that batch the candidate's client-timed TPOT reads ``speedup`` x faster than
-    the engine-timed one, and each of its runs counts ``burst`` requests delivered in one chunk."""
+    the engine-timed one, and each of its runs counts ``burst`` requests delivered in one chunk. ``factor``:
+    batch -> the candidate's TPOT there over the baseline's (e.g. 1.3: 30% slower). ``keys``: only these items
+    are measured; ``sides``: only these sides' lifetimes run (a run stopped part way)."""
     gate = ctx.scope.gates.perf
     rng = np.random.default_rng(0)
     for group in ctx.plan.groups:
@@ -127,28 +139,35 @@ def simulate(
         for side in group.order:
             lt = counts[side]
             counts[side] += 1
+            if side not in sides:
+                continue
             shift = float(np.exp(rng.normal(0, lifetime_effect))) if lifetime_effect else 1.0
             for s in chk.state.items.values():
-                if s.item.group != group.id or s.final:
+                if s.item.group != group.id or s.final or (keys is not None and s.item.key not in keys):
                     continue
                 base = 1.0 + 0.3 * (s.item.batch or 1)
                 slow = side == "candidate" and slow_batch is not None and s.item.batch == slow_batch
                 tpot = base * shift * (SLOW_FACTOR if slow else 1.0)
+                if side == "candidate" and factor:
+                    tpot *= factor.get(s.item.batch or 0, 1.0)
                 speedup, burst = (client or {}).get(s.item.batch or 0, (1.0, 0)) if side == "candidate" else (1.0, 0)
 
                 async def run_once(
                     k: int, s=s, side=side, lt=lt, tpot=tpot, f=1.0 / speedup, burst=burst
                 ) -> RunMetrics:
-                    return fake_run(
-                        s.item,
-                        side,
-                        lt,
-                        k,
-                        tpot=tpot,
-                        rng=rng,
-                        engine_timed=side in engine_timed,
-                        client_factor=f,
-                        burst=burst,
+                    return with_goodput(
+                        fake_run(
+                            s.item,
+                            side,
+                            lt,
+                            k,
+                            tpot=tpot,
+                            rng=rng,
+                            engine_timed=side in engine_timed,
+                            client_factor=f,
+                            burst=burst,
+                        ),
+                        gate.slo,
                     )
 
                 s.gpus[side] = 0

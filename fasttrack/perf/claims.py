@@ -33,9 +33,14 @@ Speedups are direction-aware (above 1 always means the candidate is better), so 
   contradict); without per-run values the claim is inconclusive.
 * ``kernels_per_layer`` and ``latency_per_layer_us`` come from profiler traces,
   not from serving metrics: not measured here.
-* ``like_for_like: false`` claims are flagged: the published comparison used
-  different resources per side; when the claim states GPU counts
-  (``baseline_gpus``/``candidate_gpus``) its per-GPU speedup is reported too.
+* **Like-for-like.** A claim compares figures at equal GPU counts, or per GPU. A claim that
+  states unequal GPU counts (``baseline_gpus`` != ``candidate_gpus``) must say
+  ``like_for_like: false`` (the scope is refused otherwise), and is then judged **per GPU**:
+  the claimed ratio becomes ``candidate / candidate_gpus`` over ``baseline / baseline_gpus``
+  (e.g. the AgentX figure 403.2 on 16 GPUs against 223.7 on 8 is 25.2 against 27.96
+  tokens/s/user per GPU, 0.90x), compared with the measured per-GPU speedup; the result
+  shows both per-GPU figures and says "not like-for-like". Measured speedups are per GPU
+  whenever the two sides' engines used different GPU counts (``fasttrack.perf.analysis``).
 """
 
 from __future__ import annotations
@@ -81,6 +86,10 @@ class MeasuredMetric(BaseModel):
     detectable_slowdown: float | None = None
     normalized: bool = False
     """True when speedup and interval are per GPU (unequal resources)."""
+    baseline_gpus: int | None = None
+    """GPUs of one baseline engine at this point (None or 0 on CPU hosts)."""
+    candidate_gpus: int | None = None
+    """GPUs of one candidate engine at this point."""
     candidate_low: float | None = None
     """The smallest of the candidate's per-run values (in the metric's display unit), when known."""
     candidate_high: float | None = None
@@ -117,8 +126,20 @@ class ClaimResult(BaseModel):
     workload: str | None = None
     other_matches: list[str] = []
     like_for_like: bool = True
+    """False when the published figures came from unequal GPU counts (then judged per GPU)."""
+    baseline_gpus: int | None = None
+    """GPUs behind the published baseline figure (when the claim states them)."""
+    candidate_gpus: int | None = None
+    """GPUs behind the published candidate figure."""
     claimed_per_gpu_speedup: float | None = None
-    """The claim's speedup per GPU, when it is not like-for-like and states GPU counts."""
+    """The claim's speedup per GPU, when it is not like-for-like."""
+    claimed_baseline_per_gpu: float | None = None
+    """The published baseline figure per GPU (not like-for-like claims with a baseline figure)."""
+    claimed_candidate_per_gpu: float | None = None
+    """The published candidate figure per GPU (not like-for-like claims with a candidate figure)."""
+    measured_baseline_gpus: int | None = None
+    measured_candidate_gpus: int | None = None
+    """GPUs of one engine of each side at the matched point (None or 0 on CPU hosts)."""
     detectable_slowdown: float | None = None
 
 
@@ -129,6 +150,8 @@ class _Match(TypedDict):
     workload: str
     other_matches: list[str]
     detectable_slowdown: float | None
+    measured_baseline_gpus: int | None
+    measured_candidate_gpus: int | None
 
 
 def point_matches(claim_point: dict[str, Any], dims: dict[str, Any], *, trace: bool) -> bool:
@@ -200,15 +223,32 @@ def _one(
 ) -> ClaimResult:
     mmetric, how = CLAIM_METRICS.get(c.metric, (None, "unknown"))
     per_gpu = None
-    bg, cg = getattr(c, "baseline_gpus", None), getattr(c, "candidate_gpus", None)
-    if not c.like_for_like and c.speedup is None and c.candidate and c.baseline:
-        claimed_speedup: float | None = c.candidate / c.baseline
+    bg, cg = c.baseline_gpus, c.candidate_gpus
+    unequal = not c.like_for_like and isinstance(bg, int) and isinstance(cg, int)
+    if c.speedup is None and c.candidate and c.baseline:
+        raw_speedup: float | None = c.candidate / c.baseline
     else:
-        claimed_speedup = c.speedup
-    if not c.like_for_like and claimed_speedup and isinstance(bg, int) and isinstance(cg, int):
-        per_gpu = normalize_speedup_per_gpu(
-            claimed_speedup, baseline_gpus=bg, candidate_gpus=cg, metric=c.metric
-        ).normalized_speedup
+        raw_speedup = c.speedup
+    claimed_speedup = raw_speedup
+    flag = ""
+    if unequal:
+        assert bg is not None and cg is not None
+        if raw_speedup:
+            per_gpu = normalize_speedup_per_gpu(
+                raw_speedup, baseline_gpus=bg, candidate_gpus=cg, metric=c.metric
+            ).normalized_speedup
+            claimed_speedup = per_gpu  # a comparison across unequal resources is judged per GPU only
+        flag = (
+            f" The published comparison is not like-for-like: {cg} candidate GPUs against {bg} baseline GPUs"
+            + (
+                f" ({_fmt(c.candidate)} / {cg} = {_fmt(c.candidate / cg)} against {_fmt(c.baseline)} / {bg} = "
+                f"{_fmt(c.baseline / bg)} per GPU)"
+                if c.candidate and c.baseline
+                else ""
+            )
+            + (f"; the claimed {raw_speedup:.3g}x is {per_gpu:.3g}x per GPU" if raw_speedup and per_gpu else "")
+            + "."
+        )
     tolerance = float(c.tolerance)
     base = dict(
         tolerance=tolerance,
@@ -216,10 +256,13 @@ def _one(
         text=c.text,
         metric=c.metric,
         like_for_like=c.like_for_like,
+        baseline_gpus=bg,
+        candidate_gpus=cg,
         claimed_per_gpu_speedup=per_gpu,
+        claimed_baseline_per_gpu=c.baseline / bg if unequal and c.baseline and bg else None,
+        claimed_candidate_per_gpu=c.candidate / cg if unequal and c.candidate and cg else None,
         claimed_baseline=c.baseline,
     )
-    flag = "" if c.like_for_like else " The published comparison is not like-for-like (different resources per side)."
 
     def not_measured(why: str, claimed: float | None) -> ClaimResult:
         return ClaimResult(status="not_measured", reason=why + flag, claimed=claimed, measured=None, **base)
@@ -250,9 +293,19 @@ def _one(
     cands.sort(key=lambda m: (bool(m.point_dims.get("full_context")), m.point_dims.get("context") or 0, m.point))
     m = cands[0]
     others = [x.point for x in cands[1:]]
-    common = _Match(point=m.point, workload=m.workload, other_matches=others, detectable_slowdown=m.detectable_slowdown)
+    common = _Match(
+        point=m.point,
+        workload=m.workload,
+        other_matches=others,
+        detectable_slowdown=m.detectable_slowdown,
+        measured_baseline_gpus=m.baseline_gpus,
+        measured_candidate_gpus=m.candidate_gpus,
+    )
     tol = 1.0 - tolerance
-    absolute = how == "absolute" and not rehearsal and c.candidate is not None
+    # an absolute figure holds on its own GPU count: a candidate measured on other GPUs is compared per GPU
+    cand_gpus = m.candidate_gpus or None
+    per_gpu_abs = bool(unequal and cg and cand_gpus and cand_gpus != cg)
+    absolute = how == "absolute" and not rehearsal and c.candidate is not None and not per_gpu_abs
     if not absolute:
         if claimed_speedup is None:
             why = (
@@ -268,7 +321,11 @@ def _one(
             + _why(status, m.ci_low, m.ci_high, bound, claimed_speedup, tolerance)
         )
         if how == "absolute":
-            why += " (absolute numbers are not comparable on this host, so the claimed ratio is compared)"
+            why += (
+                " (the candidate ran on other GPU counts than the published figure, so the ratio is compared per GPU)"
+                if per_gpu_abs
+                else " (absolute numbers are not comparable on this host, so the claimed ratio is compared)"
+            )
         return ClaimResult(
             status=status,
             reason=why + flag,

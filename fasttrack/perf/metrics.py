@@ -205,6 +205,17 @@ class RunMetrics(_Model):
     """Content chunks streamed in the run."""
     burst_delivered: int = 0
     """Requests whose stream arrived at once (module docstring): no TTFT, TPOT or ITL from them."""
+    itl_counts: list[int] = Field(default_factory=list)
+    """Per request with client timing (the requests of ``ttft_ms``, in that order): how many of ``itl_ms``'s
+    gaps are its own, so each request's gaps can be told apart (SLO attainment per request)."""
+    timed_output_tokens: list[int] = Field(default_factory=list)
+    """Per request with client timing (same order): its ``usage.completion_tokens``."""
+    good_requests: int | None = None
+    """Requests that met the scope's SLO (``gates.perf.slo``; None without one)."""
+    good_output_tokens: int | None = None
+    """Output tokens of the requests that met the SLO."""
+    goodput: float | None = None
+    """good_output_tokens / duration_s: output tokens/s of the requests that met the SLO (whole engine)."""
     warmup_requests: int = 0
     """Warm-up requests sent before the run and discarded."""
     extra: dict[str, Any] = Field(default_factory=dict)
@@ -279,8 +290,11 @@ def compute_run_metrics(
         if r.engine_timing and r.engine_timing.get("time_to_first_token_ms") is not None
     ]
     itl: list[float] = []
+    itl_counts: list[int] = []
     for r in timed:
-        itl.extend(g * 1e3 for g in r.itls())
+        gaps = r.itls()
+        itl.extend(g * 1e3 for g in gaps)
+        itl_counts.append(len(gaps))
     out_tokens = sum(int(r.output_tokens or 0) for r in ok)
     prompt_tokens = sum(int(r.prompt_tokens or 0) for r in ok)
     cached = [r.cached_tokens for r in ok if r.cached_tokens is not None]
@@ -331,6 +345,8 @@ def compute_run_metrics(
         client_cpu_us_per_token=(client_cpu_s / chunks * 1e6) if chunks else None,
         content_chunks=chunks,
         burst_delivered=len(ok) - len(timed),
+        itl_counts=itl_counts,
+        timed_output_tokens=[int(r.output_tokens or 0) for r in timed],
         warmup_requests=warmup_requests,
         extra=dict(extra or {}),
     )
@@ -355,6 +371,9 @@ class MetricDef:
     """Samples are ITL (ms) but the metric is shown as 1000/value (interactivity)."""
 
     def samples(self, run: RunMetrics) -> list[float] | float | None:
+        if self.name == "goodput":  # one number per run; +1 token so a run where no request met the SLO has a ratio
+            g = run.good_output_tokens
+            return (g + 1) / run.duration_s if g is not None and run.duration_s > 0 else None
         v = getattr(run, self.field)
         if isinstance(v, list):
             return [float(x) for x in v if x is not None and math.isfinite(x) and x > 0] or None
@@ -369,9 +388,9 @@ class MetricDef:
         return 1000.0 / value if self.display_inverse else value
 
 
-CLIENT_TIMED_FIELDS: frozenset[str] = frozenset({"ttft_ms", "tpot_ms", "itl_ms"})
-"""Sample fields timed by the client as the stream arrived (burst delivery distorts them; the
-engine-timed fields and throughputs do not depend on how the stream travelled)."""
+CLIENT_TIMED_FIELDS: frozenset[str] = frozenset({"ttft_ms", "tpot_ms", "itl_ms", "goodput"})
+"""Sample fields timed by the client as the stream arrived (burst delivery distorts them, and goodput is
+judged on them; the engine-timed fields and throughputs do not depend on how the stream travelled)."""
 
 METRICS: dict[str, MetricDef] = {
     "median_tpot_ms": MetricDef(
@@ -404,6 +423,24 @@ METRICS: dict[str, MetricDef] = {
         "output_throughput",
         "tokens/s",
         "mean over runs of the run's completion tokens / wall time (whole engine)",
+    ),
+    "p50_interactivity": MetricDef(
+        "p50_interactivity",
+        "lower_is_better",
+        "p50",
+        "itl_ms",
+        "tokens/s/user",
+        "1000 / p50 ITL: the typical user's tokens/s; the speedup of p50 ITL equals the speedup of p50 interactivity",
+        display_inverse=True,
+    ),
+    "goodput": MetricDef(
+        "goodput",
+        "higher_is_better",
+        "mean",
+        "goodput",
+        "tokens/s",
+        "mean over runs of (output tokens of the requests that met gates.perf.slo + 1) / wall time (whole engine; "
+        "the one token keeps a run where no request met the SLO comparable)",
     ),
     "p90_interactivity": MetricDef(
         "p90_interactivity",

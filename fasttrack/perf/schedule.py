@@ -19,9 +19,10 @@ every look uses the Bonferroni-corrected interval at
 ``1 - (1 - confidence) / planned_looks`` (see :func:`fasttrack.stats.sequential_decision`).
 
 **Interleaved** (``gates.perf.interleave``): the k-th baseline and the k-th candidate
-lifetime are up together and each point's runs alternate between them, so looks
-happen only where a pair is complete (the later of the two positions), and the
-planned looks count those positions only.
+lifetime are up together and each point's runs alternate between them in A B B A
+blocks, so looks happen only where a pair is complete (the later of the two
+positions), after whole blocks (``min_runs`` run pairs, then every two more), and the
+planned looks count those positions and blocks only.
 """
 
 from __future__ import annotations
@@ -112,8 +113,17 @@ class LookSchedule:
         return pos is not None and pos in self.look_positions()
 
     @property
+    def block(self) -> int:
+        """Run pairs between looks: 2 interleaved (an A B B A block), else 1 run."""
+        return 2 if self.interleaved else 1
+
+    @property
     def looks_per_lifetime(self) -> int:
-        return self.max_runs - self.min_runs + 1
+        return (self.max_runs - self.min_runs) // self.block + 1
+
+    def look_after(self, runs: int) -> bool:
+        """Whether a look follows the ``runs``-th run (pair) on a lifetime where looks are allowed."""
+        return runs >= self.min_runs and (runs - self.min_runs) % self.block == 0
 
     @property
     def planned_looks(self) -> int:

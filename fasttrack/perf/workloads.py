@@ -19,6 +19,10 @@ prompts        waves of ``batch`` requests with the shipped real prompts        
                (token ids from the engine's tokenizer), cycled                  shortest-context point
 trace_replay   the whole trace (sessions, tool pauses, shared prefixes,         one row per engine
                parallel subagents) at its own timing                            group (``<group>-trace``)
+concurrency_   ``requests_per_run`` requests (default 4 per user) kept         one row per level and
+sweep          ``concurrency`` in flight, each finished one replaced by the     engine group
+               next (closed loop); prompts of ``input_len`` tokens (default:    (``<group>-c<N>``)
+               the group's shortest context), unique per request
 =============  ===============================================================  =====================
 
 Full-context points send ``max_model_len - output_len - 1`` prompt tokens (the
@@ -42,7 +46,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from fasttrack.perf.loadgen import GenRequest, PerfClient, run_open, run_waves
+from fasttrack.perf.loadgen import GenRequest, PerfClient, run_closed, run_open, run_waves
 from fasttrack.perf.metrics import RequestRecord
 from fasttrack.perf.tokens import TokenPool
 
@@ -51,7 +55,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from fasttrack.plan import ConfigPoint, EngineGroup, Plan
     from fasttrack.scope import WorkloadSpec
 
-Mode = Literal["waves", "open", "trace"]
+Mode = Literal["waves", "open", "trace", "closed"]
 
 WARMUP_TOKENS = 16
 UNIQUE_TAIL = 16
@@ -167,6 +171,9 @@ def plan_items(
             sel = [p for p in pts if p.batch == batches[0]]
         elif w.kind in ("mixed", "prompts"):
             sel = [short(b) for b in batches]
+        elif w.kind == "concurrency_sweep":
+            items.extend(_sweep_items(w, group, short(batches[0]), max_model_len=max_model_len, notes=base_notes))
+            continue
         elif w.kind == "trace_replay":
             items.append(
                 WorkItem(
@@ -238,6 +245,39 @@ def plan_items(
                 )
             )
     return items
+
+
+def _sweep_items(
+    w: "WorkloadSpec", group: "EngineGroup", p: "ConfigPoint", *, max_model_len: int, notes: list[str]
+) -> list[WorkItem]:
+    """One item per concurrency level of a ``concurrency_sweep`` (prompts: ``input_len``, else the group's
+    shortest context)."""
+    out = []
+    room = max_model_len - w.output_len - 1
+    want = w.input_len or p.context
+    plen = max(1, min(want, room))
+    extra = [f"prompts cut to {plen} tokens to fit max_model_len {max_model_len}"] if plen < want else []
+    for level in w.concurrencies or []:
+        dims = {**_dims(p), "batch": level, "concurrency": level}
+        out.append(
+            WorkItem(
+                key=f"{w.name}@{group.id}-c{level}",
+                workload=w.name,
+                kind=w.kind,
+                point=f"{group.id}-c{level}",
+                group=group.id,
+                batch=level,
+                context=plen,
+                full_context=False,
+                prompt_len=plen,
+                output_len=w.output_len,
+                requests_per_run=w.requests_per_run or DEFAULT_WAVES * level,
+                mode="closed",
+                point_dims=dims,
+                notes=list(notes) + extra,
+            )
+        )
+    return out
 
 
 # ---------------------------------------------------------------------------------- arrivals
@@ -332,6 +372,9 @@ async def execute(
     if item.mode == "waves":
         assert item.batch is not None
         return await run_waves(client, reqs, batch=item.batch), {}
+    if item.mode == "closed":
+        assert item.batch is not None
+        return await run_closed(client, reqs, concurrency=item.batch), {"concurrency": item.batch}
     assert item.arrival_rate is not None
     seed = arrival_seed(item.key, run)
     arrivals = poisson_arrivals(len(reqs), item.arrival_rate, seed=seed)

@@ -40,6 +40,8 @@ class EngineLaunch:
     """Checks that collected on it."""
     up_with: list[str] | None = None
     """The other side(s) up at the same time (interleaved measurement)."""
+    cpus: list[int] | None = None
+    """The CPU cores its processes were pinned to (engines up together: ``engine.cpu_pinning``)."""
     owned: bool | None = None
     """Whether fasttrack started it (False: attached by URL)."""
     base_url: str | None = None
@@ -224,7 +226,17 @@ def _run_launch(
             together = " (up together with the other side)" if len(up) > 1 else ""
             progress(f"{launch.labels[side]}: starting engine{together}")
             engines[side] = stack.enter_context(
-                _launch(ctx, group, side, lifetime, attach.get(side), record, exclusive=not engines, launcher=launcher)
+                _launch(
+                    ctx,
+                    group,
+                    side,
+                    lifetime,
+                    attach.get(side),
+                    record,
+                    exclusive=not engines,
+                    launcher=launcher,
+                    cpus=pair_cpus_for(ctx, side, lifetime) if len(up) > 1 else None,
+                )
             )
             progress(f"{launch.labels[side]}: engine up at {engines[side].base_url}")
         run_loop(_collect_launch(ctx, launch, engines, progress))
@@ -356,16 +368,26 @@ def _record_crash(
     log(f"engine {what} ({where}): {first_line}")
     reason = f"engine {what} in {where}: {first_line}" + ("" if "(log: " in first_line else f" (log: {failed_log})")
     for chk in checks:
-        state.results.setdefault(
-            chk.name,
-            CheckResult(
-                check=chk.name,
-                verdict=Verdict.NOT_RUN,
-                required=chk.required,
-                reason=reason,
-                summary={"engine_failure": state.crash},
-            ),
-        )
+        if chk.name in state.results:
+            continue
+        res = stopped_result(chk, ctx, reason, required=chk.required)
+        state.results[chk.name] = res.model_copy(update={"summary": {**res.summary, "engine_failure": state.crash}})
+
+
+def stopped_result(chk: EngineCheck, ctx: RunContext, why: str, *, required: bool) -> CheckResult:
+    """The result of a check the run stopped before it could judge (``why``: an interrupt, a termination signal,
+    an engine crash): its partial judgement when it offers one (``judge_partial(ctx, why)``: the perf check keeps
+    every decided point), else ``not_run`` with ``why``. A partial judgement that raises is ``not_run`` too."""
+    partial = getattr(chk, "judge_partial", None)
+    if partial is not None:
+        try:
+            res = partial(ctx, why)
+        except Exception as exc:  # noqa: BLE001 - the run is stopping: what was measured is reported, or why not
+            why = f"{why}; its partial results could not be judged ({type(exc).__name__}: {exc})"
+        else:
+            if isinstance(res, CheckResult):
+                return res.model_copy(update={"required": required})
+    return CheckResult(check=chk.name, verdict=Verdict.NOT_RUN, required=required, reason=why)
 
 
 def _relative(path: Path, run_dir: Path) -> str:
@@ -373,6 +395,16 @@ def _relative(path: Path, run_dir: Path) -> str:
         return str(path.resolve().relative_to(run_dir.resolve()))
     except ValueError:
         return str(path)
+
+
+def pair_cpus_for(ctx: RunContext, side: str, lifetime: int) -> list[int] | None:
+    """The cores of ``side``'s engine when both sides are up together (``engine.cpu_pinning``; None: unpinned)."""
+    from fasttrack.engine.pinning import pair_cpus
+
+    pin = ctx.scope.engine.cpu_pinning
+    if pin.mode == "off":
+        return None
+    return pair_cpus(side, lifetime, cores=pin.cores, alternate=pin.alternate != "off")
 
 
 def engine_seed(args: list[str]) -> int | None:
@@ -400,13 +432,16 @@ def _launch(
     *,
     exclusive: bool = True,
     launcher: Launcher | None = None,
+    cpus: list[int] | None = None,
 ) -> Iterator[EngineHandle]:
     """Start (or attach to) one side's engine; always torn down when the block exits.
 
     ``exclusive=False`` lets it start while the other side's engine is up (interleaved perf). A side
-    that spans several nodes (``group.side_nodes``) starts one process per node through ``launcher``."""
+    that spans several nodes (``group.side_nodes``) starts one process per node through ``launcher``.
+    ``cpus``: the cores its processes are pinned to (:func:`pair_cpus_for`)."""
     from fasttrack.engine import MultiNodeEngine, attach_engine, get_launcher, start_engine
     from fasttrack.engine.cmdline import DEVICE_COUNTERS_ENV, serve_spec
+    from fasttrack.engine.pinning import pinned, pinning_env
 
     engine: ManagedEngine | Any
     if url:
@@ -438,22 +473,29 @@ def _launch(
             node_launcher = launcher or get_launcher(None)
             record.nodes, record.launcher = nodes, node_launcher.name
             ctx.log(f"{group.id} {side}: the engine spans {nodes} nodes (launcher {node_launcher.name})")
+        if cpus:  # engines up together: this one's cores, and the settings that keep its threads on them
+            hw = ctx.scope.hardware
+            pin_env = pinning_env(cpus, env, cpu_device=hw is not None and hw.device == "cpu")
+            env.update(pin_env)
+            record.cpus = list(cpus)
+            record.env = {**(record.env or {}), **{k: v for k, v in pin_env.items() if v is not None}}
         try:
-            engine = start_engine(
-                side=side,
-                model=resolved.model,
-                args=args,
-                env=env,
-                log_dir=ctx.run_dir / "logs",
-                log_name=log_name,
-                startup_timeout=ctx.scope.engine.startup_timeout_s,
-                progress=on_progress,
-                exclusive=exclusive,
-                nodes=nodes,
-                launcher=node_launcher,
-                # GPUs to ask each node's task for; a CPU scope's node model counts ranks, not GPUs
-                gpus_per_node=group.gpus_per_node if gpu_scope else None,
-            )
+            with pinned(cpus):
+                engine = start_engine(
+                    side=side,
+                    model=resolved.model,
+                    args=args,
+                    env=env,
+                    log_dir=ctx.run_dir / "logs",
+                    log_name=log_name,
+                    startup_timeout=ctx.scope.engine.startup_timeout_s,
+                    progress=on_progress,
+                    exclusive=exclusive,
+                    nodes=nodes,
+                    launcher=node_launcher,
+                    # GPUs to ask each node's task for; a CPU scope's node model counts ranks, not GPUs
+                    gpus_per_node=group.gpus_per_node if gpu_scope else None,
+                )
         except KeyboardInterrupt as exc:  # Ctrl-C or a termination signal: the engine stopped itself
             record.stop = f"stopped while starting ({str(exc) or 'interrupted by Ctrl-C'})"
             raise

@@ -27,7 +27,7 @@ from fasttrack.errors import FasttrackError, HardwareMismatch, ScopeError
 from fasttrack.hardware import HostInfo, detect_host, match_hardware
 from fasttrack.isolation import resolve_refs
 from fasttrack.passability import analyze, engine_arg_check
-from fasttrack.pipeline.engines import RunState, drive_engines
+from fasttrack.pipeline.engines import RunState, drive_engines, stopped_result
 from fasttrack.pipeline.record import RunFacts, write_outputs
 from fasttrack.plan import Plan, build_plan
 from fasttrack.results import ISOLATION, CheckResult, Side, Verdict, bundle_verdict, ordered_checks, overall_verdict
@@ -461,9 +461,15 @@ def _cut_short(
         why_stopped = "the run was interrupted (Ctrl-C) before this check finished"
         log("interrupted: engines were stopped; writing a partial bundle")
     for chk in active:
-        state.results.setdefault(
-            chk.name, _declared(chk, CheckResult.not_run(chk.name, why_stopped, required=chk.required_in(ctx)))
+        if chk.name in state.results:
+            continue
+        # an engine check keeps what it measured before the stop (its partial judgement), never a pass
+        stopped = (
+            stopped_result(chk, ctx, why_stopped, required=chk.required_in(ctx))
+            if isinstance(chk, EngineCheck)
+            else CheckResult.not_run(chk.name, why_stopped, required=chk.required_in(ctx))
         )
+        state.results[chk.name] = _declared(chk, stopped)
     return terminated
 
 

@@ -254,6 +254,23 @@ def _claim_tolerances(scope_obj: dict[str, Any]) -> dict[str, float]:
     return out
 
 
+def _per_gpu(r: dict[str, Any]) -> str:
+    """ "not like-for-like" with both per-GPU figures, for a claim across unequal GPU counts ("" otherwise)."""
+    if r.get("like_for_like") is not False:
+        return ""
+    bg, cg = F.as_int(r.get("baseline_gpus")), F.as_int(r.get("candidate_gpus"))
+    cb, cc = F.as_float(r.get("claimed_baseline_per_gpu")), F.as_float(r.get("claimed_candidate_per_gpu"))
+    sp = F.as_float(r.get("claimed_per_gpu_speedup"))
+    out = "not like-for-like"
+    if bg and cg:
+        out += f" ({cg} candidate GPUs vs {bg} baseline)"
+    if cc is not None and cb is not None:
+        out += f"; per GPU: candidate {fmt.number(cc)}, baseline {fmt.number(cb)}"
+    if sp is not None:
+        out += f" ({sp:.3g}x per GPU)"
+    return out
+
+
 def claims_view(manifest: Manifest, tables: Tables, scope_obj: dict[str, Any]) -> tuple[list[ClaimView], str]:
     """The claims with what the data say about them: every claim with a claimed figure and an interval is judged
     here by :func:`fasttrack.results.claim_verdict` at its tolerance (the claims table's, else the recorded
@@ -299,6 +316,7 @@ def claims_view(manifest: Manifest, tables: Tables, scope_obj: dict[str, Any]) -
                     interval=f"[{lo:.4g}, {hi:.4g}]" if lo is not None and hi is not None else "",
                     bound=_num(bound),
                     tolerance=f"{tol:g}",
+                    per_gpu=_per_gpu(r),
                 )
             )
         return out, f"from results/{check}/claims.parquet"

@@ -103,12 +103,12 @@ class Delta:
 def shown_perf_rows(r: ReportData) -> tuple[list[PerfRow], list[PerfRow]]:
     """(rows the comment may show, in its order; rows left out as burst-distorted).
 
-    Order: the gated metric's rows first; within each, failing rows first, then the largest
-    |log speedup|, then by point."""
+    Order: the gated metric's rows first; within each, failing rows first, then rows measured
+    slower within the margin, then the largest |log speedup|, then by point."""
     rows = [x for x in (r.perf.all_rows if r.perf else []) if x.speedup is not None]
     dropped = [x for x in rows if x.burst_distorted]
     rows = [x for x in rows if not x.burst_distorted]
-    rows.sort(key=lambda x: (not x.gated, x.verdict != "fail", -Delta(x).size, x.point))
+    rows.sort(key=lambda x: (not x.gated, x.verdict != "fail", not x.slower_within_margin, -Delta(x).size, x.point))
     return rows, dropped
 
 

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fasttrack.bundle.manifest import Manifest
 from fasttrack.report import fields as F
 from fasttrack.report import fmt
 from fasttrack.report.charts import speedup_chart
 from fasttrack.report.check_views import PlanPoints, Tables, view_entry
+from fasttrack.report.curves import curve_charts
 from fasttrack.report.tableread import LoadedTable
-from fasttrack.report.views import PerfCharts, PerfMetricView, PerfRow, PerfView
+from fasttrack.report.views import PerfCharts, PerfMetricView, PerfRow, PerfView, TailRow
 
 #: Engine groups drawn per metric (the table lists every row).
 MAX_CHART_GROUPS = 24
@@ -150,4 +153,64 @@ def perf_view(manifest: Manifest, tables: Tables, plan_pts: PlanPoints) -> PerfV
     reason = fmt.one_line(entry.reason, 600)
     if t.truncated:
         reason += f" (showing the first {len(t.rows)} of {t.total_rows} rows)"
-    return PerfView(status="shown", reason=reason, table=name, threshold=threshold, metrics=views)
+    ctabs = tables.get(check, {})
+    curves_t, dom_t, tails_t = ctabs.get("curves"), ctabs.get("curve_dominance"), ctabs.get("tails")
+    curve_views = curve_charts(
+        curves_t.rows if curves_t is not None and curves_t.error is None else [],
+        dom_t.rows if dom_t is not None and dom_t.error is None else [],
+    )
+    tails = tail_view(tails_t.rows) if tails_t is not None and tails_t.error is None else []
+    return PerfView(
+        status="shown",
+        reason=reason,
+        table=name,
+        threshold=threshold,
+        metrics=views,
+        curves=curve_views,
+        tails=tails[:MAX_TAIL_ROWS],
+        tails_total=len(tails),
+    )
+
+
+#: Rows of the latency-tails table shown (the table file has every one).
+MAX_TAIL_ROWS = 240
+
+
+def _with_ci(v: Any, lo: Any, hi: Any) -> str:
+    v, lo, hi = F.as_float(v), F.as_float(lo), F.as_float(hi)
+    if v is None:
+        return "\u2014"
+    s = fmt.number(v)
+    if lo is not None and hi is not None:
+        s += f" [{fmt.number(lo)}, {fmt.number(hi)}]"
+    return s
+
+
+def tail_view(rows: list[dict[str, Any]]) -> list[TailRow]:
+    """The tails table's rows as the report shows them (ms, each side with its interval, the speedup)."""
+    out = []
+    for r in rows:
+        pid, label = r.get("point"), r.get("label")
+        if not isinstance(pid, str) or not isinstance(label, str):
+            continue
+        slo = ""
+        bound = F.as_float(r.get("slo_bound"))
+        if bound is not None:
+            sb, sc = fmt.one_line(r.get("slo_baseline"), 20), fmt.one_line(r.get("slo_candidate"), 20)
+            slo = f"\u2264 {fmt.number(bound)} ms: baseline {sb}, candidate {sc}"
+        sp = F.as_float(r.get("speedup"))
+        lo, hi = F.as_float(r.get("ci_low")), F.as_float(r.get("ci_high"))
+        speed = "\u2014"
+        if sp is not None:
+            speed = fmt.speedup(sp) + (f" [{lo:.3f}, {hi:.3f}]" if lo is not None and hi is not None else "")
+        out.append(
+            TailRow(
+                point=fmt.one_line(pid, 160),
+                label=fmt.one_line(label, 40),
+                baseline=_with_ci(r.get("baseline"), r.get("baseline_ci_low"), r.get("baseline_ci_high")),
+                candidate=_with_ci(r.get("candidate"), r.get("candidate_ci_low"), r.get("candidate_ci_high")),
+                speedup=speed,
+                slo=slo,
+            )
+        )
+    return out

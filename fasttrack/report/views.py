@@ -141,6 +141,18 @@ class PerfRow:
     """Burst-delivered requests in this point's runs (both sides)."""
 
     @property
+    def slower_within_margin(self) -> bool:
+        """Passed, with the whole interval below 1: measured slower, within the margin (never a plain pass)."""
+        return self.verdict == "pass" and self.ci_high is not None and self.ci_high < 1.0
+
+    @property
+    def outcome(self) -> str | None:
+        """The verdict as shown: ``measured slower, within margin`` for such a pass, else the verdict."""
+        if self.verdict is None:
+            return None
+        return "measured slower, within margin" if self.slower_within_margin else self.verdict
+
+    @property
     def gated(self) -> bool:
         """Rows with a verdict are the gated metric's; the others are reported, not gated."""
         return self.verdict is not None
@@ -170,6 +182,18 @@ class PerfMetricView:
 
 
 @dataclass
+class TailRow:
+    """One row of the latency-tails table: a percentile of one metric at one point, each side with its interval."""
+
+    point: str
+    label: str
+    baseline: str
+    candidate: str
+    speedup: str
+    slo: str = ""
+
+
+@dataclass
 class PerfView:
     status: str
     """shown, not_run or no_table."""
@@ -177,6 +201,11 @@ class PerfView:
     table: str = ""
     threshold: float | None = None
     metrics: list[PerfMetricView] = field(default_factory=list)
+    curves: list[Any] = field(default_factory=list)
+    """Interactivity-throughput charts (``fasttrack.report.curves.CurveChart``)."""
+    tails: list[TailRow] = field(default_factory=list)
+    tails_total: int = 0
+    """Rows of the bundle's tails table (the view may show fewer)."""
 
     @property
     def all_rows(self) -> list[PerfRow]:
@@ -230,6 +259,8 @@ class ClaimView:
     """What the interval was compared with: the claimed figure less the claim's tolerance."""
     tolerance: str = ""
     """The claim's tolerance (``claims[].tolerance``)."""
+    per_gpu: str = ""
+    """A claim across unequal GPU counts: "not like-for-like" with both per-GPU figures ("" otherwise)."""
 
 
 @dataclass

@@ -29,7 +29,15 @@ from fasttrack.scope.common import (
     SharedComponent,
     TierName,
 )
-from fasttrack.scope.deployment import HOST_SAFETY_ENV, EngineSpec, HardwareSpec, ModelSpec, NodeSpec, SideSpec
+from fasttrack.scope.deployment import (
+    HOST_SAFETY_ENV,
+    CpuPinning,
+    EngineSpec,
+    HardwareSpec,
+    ModelSpec,
+    NodeSpec,
+    SideSpec,
+)
 from fasttrack.scope.envelope import (
     BatchRange,
     ContextRange,
@@ -46,6 +54,7 @@ from fasttrack.scope.gates import (
     FeaturesGate,
     Gates,
     PerfGate,
+    ServiceLevel,
     TierSpec,
     gate_models,
 )
@@ -72,6 +81,7 @@ __all__ = [
     "Claim",
     "ContextRange",
     "CoverageGate",
+    "CpuPinning",
     "EngineSpec",
     "Envelope",
     "EquivalenceGate",
@@ -89,6 +99,7 @@ __all__ = [
     "NodeSpec",
     "PathMarkers",
     "PerfGate",
+    "ServiceLevel",
     "Scope",
     "ScopeModel",
     "SharedComponent",

@@ -59,6 +59,37 @@ class SideSpec(ScopeModel):
     _env = field_validator("env")(_no_host_safety_env)
 
 
+#: Core numbers of ``engine.cpu_pinning.cores`` lie below this (a CPU list is expanded core by core).
+MAX_CPU_ID = 65536
+
+
+class CpuPinning(ScopeModel):
+    """How engines that are up together (interleaved perf pairs) share this host's CPU cores."""
+
+    mode: Literal["split", "off"] = "split"
+    """``split``: each engine of a pair gets its own half of the cores (``fasttrack.engine.pinning``); its
+    processes inherit that CPU affinity mask, and a CPU engine binds its compute threads inside it. ``off``:
+    both engines may use every core."""
+    cores: str | None = Field(default=None, max_length=256)
+    """The cores to split, as a CPU list (``"0-31,64-95"``; core numbers below 65536); null: every core the
+    harness may use."""
+    alternate: Literal["lifetimes", "blocks", "runs", "off"] = "lifetimes"
+    """``lifetimes``: the halves swap sides on every engine lifetime (lifetime 0: baseline on the first half);
+    ``blocks``: also between the A B B A blocks of runs within a lifetime, every thread of both engines moved
+    (for hosts with one memory node, where moving costs nothing); ``runs``: before every run the engine about
+    to run moves to the measuring half and the other one off it, so both runs of a pair use the same cores (the
+    measuring half alternates between blocks; one memory node too); ``off``: the baseline always on the first."""
+
+    @field_validator("cores")
+    @classmethod
+    def _cpu_list(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"\d+(-\d+)?(,\d+(-\d+)?)*", v.replace(" ", "")):
+            raise ValueError(f"{v!r} is not a CPU list such as '0-31,64-95'")
+        if v is not None and any(int(n) >= MAX_CPU_ID for n in re.findall(r"\d+", v)):
+            raise ValueError(f"{v!r} names a core number of {MAX_CPU_ID} or more")
+        return v
+
+
 class EngineSpec(ScopeModel):
     common_args: list[str] = Field(default_factory=list)
     """Server arguments both sides share."""
@@ -75,6 +106,8 @@ class EngineSpec(ScopeModel):
     ``{tp}``, ``{dcp}``, ``{method}``, ``{draft_length}``, ``{max_model_len}`` placeholders."""
     startup_timeout_s: float = Field(default=900.0, gt=0, le=86_400)
     """How long to wait for ``/health`` before declaring the start failed."""
+    cpu_pinning: CpuPinning = Field(default_factory=CpuPinning)
+    """CPU cores of engines that are up together (interleaved perf): disjoint halves by default."""
 
     _env = field_validator("env")(_no_host_safety_env)
 

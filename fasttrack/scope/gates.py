@@ -25,9 +25,11 @@ PerfMetric = Literal[
     "median_itl_ms",
     "output_throughput",
     "median_ttft_ms",
+    "p50_interactivity",
     "p90_interactivity",
+    "goodput",
 ]
-"""Metrics the perf check reports per point."""
+"""Metrics the perf check reports per point (``goodput`` needs ``gates.perf.slo``)."""
 
 
 #: Highest sampling temperature a scope may ask for (the shipped scopes use 1.0 and 0.6).
@@ -102,6 +104,36 @@ class CoverageGate(CheckGate, check="coverage"):
     """Fraction of decode steps at an in-scope point that must run the optimized path."""
 
 
+class ServiceLevel(ScopeModel):
+    """A latency service-level objective: goodput is the output throughput of the requests that meet it."""
+
+    percentile: float = Field(default=99.0, gt=0, lt=100)
+    """The percentile each bound applies to at a point (e.g. TTFT p99 <= ttft_ms)."""
+    ttft_ms: float | None = Field(default=None, gt=0, le=1e7)
+    """Bound on time to first token (ms)."""
+    itl_ms: float | None = Field(default=None, gt=0, le=1e7)
+    """Bound on the gap between consecutive tokens (ms)."""
+    tpot_ms: float | None = Field(default=None, gt=0, le=1e7)
+    """Bound on time per output token after the first (ms)."""
+    gate: bool = False
+    """Gate goodput at every point as well: its speedup's lower bound must reach 1 - noise_margin."""
+
+    @model_validator(mode="after")
+    def _some_bound(self) -> "ServiceLevel":
+        if self.ttft_ms is None and self.itl_ms is None and self.tpot_ms is None:
+            raise ValueError("an SLO needs at least one of ttft_ms, itl_ms, tpot_ms")
+        return self
+
+    def describe(self) -> str:
+        q = f"p{self.percentile:g}"
+        parts = [
+            f"{name} {q} <= {v:g} ms"
+            for name, v in (("TTFT", self.ttft_ms), ("ITL", self.itl_ms), ("TPOT", self.tpot_ms))
+            if v is not None
+        ]
+        return ", ".join(parts)
+
+
 class PerfGate(CheckGate, check="perf"):
     noise_margin: float = Field(default=0.05, ge=0, lt=1)
     """A point passes when the lower confidence bound of its speedup is >= 1 - noise_margin."""
@@ -124,6 +156,16 @@ class PerfGate(CheckGate, check="perf"):
     down for minutes slows both sides alike instead of one side's whole lifetime; the speedup's
     bootstrap then resamples those run pairs together. Needs hardware that holds both engines at once
     (the other checks still use one engine at a time)."""
+    require: Literal["no_regression", "strictly_better"] = "no_regression"
+    """What every point must show: ``no_regression`` (lower bound >= 1 - noise_margin) or ``strictly_better``
+    (lower bound > 1: the candidate is measurably faster at every point)."""
+    curve_dominance: bool = False
+    """``concurrency_sweep`` workloads: require the candidate's interactivity-throughput curve to dominate the
+    baseline's within the margin at every measured concurrency (the lower bounds of both the per-GPU output
+    throughput and the P90 interactivity speedups >= 1 - noise_margin)."""
+    slo: ServiceLevel | None = None
+    """A latency SLO: goodput (output tokens/s of the requests meeting it) is reported per point, and gated
+    when ``slo.gate``."""
     interleave_settle_s: float = Field(default=1.5, ge=0, le=60)
     """Interleaved: pause between one side's run and the other's. A vLLM worker keeps polling its
     input queue for about a second after its last step (``shm_broadcast.SpinCondition``,
@@ -133,6 +175,13 @@ class PerfGate(CheckGate, check="perf"):
     def _runs(self) -> "PerfGate":
         if self.min_runs > self.max_runs:
             raise ValueError(f"min_runs ({self.min_runs}) exceeds max_runs ({self.max_runs})")
+        if self.interleave and (self.min_runs % 2 or self.max_runs % 2):
+            raise ValueError(
+                f"interleave takes runs in A B B A blocks (two run pairs each), so min_runs ({self.min_runs}) and "
+                f"max_runs ({self.max_runs}) must be even"
+            )
+        if "goodput" in self.metrics and self.slo is None:
+            raise ValueError("the goodput metric needs an slo")
         return self
 
 

@@ -3,7 +3,7 @@ kernel suites, evals, perf workloads and the published claims."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -182,7 +182,7 @@ class EvalSpec(ScopeModel):
 
 class WorkloadSpec(ScopeModel):
     name: str = Field(pattern=SLUG_PATTERN, max_length=SLUG_MAX)
-    kind: Literal["pure_decode", "context_sweep", "mixed", "prompts", "trace_replay"]
+    kind: Literal["pure_decode", "context_sweep", "mixed", "prompts", "trace_replay", "concurrency_sweep"]
     input_len: int | None = Field(default=None, ge=1, le=16 * 1024 * 1024)
     output_len: int = Field(default=256, ge=1, le=1024 * 1024)
     requests_per_run: int | None = Field(default=None, ge=1, le=100_000)
@@ -192,6 +192,21 @@ class WorkloadSpec(ScopeModel):
     """Prompt set file (relative to the scope file) for 'prompts'."""
     trace: str | None = None
     """Trace file (relative to the scope file) for 'trace_replay'."""
+    concurrencies: list[Annotated[int, Field(ge=1, le=100_000)]] | None = Field(default=None, max_length=64)
+    """'concurrency_sweep': the concurrency levels (users sending back to back), e.g. [1, 2, 4, 8]."""
+
+    @model_validator(mode="after")
+    def _sweep(self) -> "WorkloadSpec":
+        if self.kind == "concurrency_sweep":
+            if not self.concurrencies:
+                raise ValueError(
+                    f"workload {self.name!r} is a concurrency_sweep and needs concurrencies, e.g. [1, 4, 16]"
+                )
+            if any(c < 1 for c in self.concurrencies) or len(set(self.concurrencies)) != len(self.concurrencies):
+                raise ValueError(f"workload {self.name!r}: concurrencies must be distinct positive integers")
+        elif self.concurrencies is not None:
+            raise ValueError(f"workload {self.name!r}: concurrencies apply to concurrency_sweep only, not {self.kind}")
+        return self
 
 
 class Claim(ScopeModel):
@@ -220,8 +235,29 @@ class Claim(ScopeModel):
     notes: str | None = None
     like_for_like: bool = True
     """False when the published comparison used different resources on each side."""
+    baseline_gpus: int | None = Field(default=None, ge=1, le=1_000_000)
+    """GPUs of the published baseline figure (null: the claim's point, both sides alike)."""
+    candidate_gpus: int | None = Field(default=None, ge=1, le=1_000_000)
+    """GPUs of the published candidate figure (null: the claim's point, both sides alike)."""
+
     tolerance: float = Field(default=0.05, ge=0, lt=1)
     """How far below the claimed figure the measured interval may reach and the claim still hold: the claim is
     supported when the whole interval lies at or above ``claimed x (1 - tolerance)``, refuted when it lies
     below, inconclusive when it straddles it (:func:`fasttrack.results.claim_verdict`). Not the perf gate's
     noise margin: a claim states what the change achieves, the margin what a run may fail to show."""
+
+    @model_validator(mode="after")
+    def _resources(self) -> "Claim":
+        b, c = self.baseline_gpus, self.candidate_gpus
+        if self.like_for_like and b is not None and c is not None and b != c:
+            raise ValueError(
+                f"claim {self.id!r} compares {c} candidate GPUs with {b} baseline GPUs, which is not like-for-like: "
+                "set like_for_like: false (the claim is then judged per GPU and both per-GPU figures are shown) "
+                "or state figures at equal GPU counts"
+            )
+        if not self.like_for_like and (b is None or c is None):
+            raise ValueError(
+                f"claim {self.id!r} is not like-for-like: state baseline_gpus and candidate_gpus, so it can be "
+                "compared per GPU"
+            )
+        return self

@@ -11,6 +11,8 @@ Performance (perf check)
     :func:`sequential_decision` -> :class:`SequentialDecision`; :func:`ratio_interval`; :func:`planned_looks`
     :func:`detect_drift` -> :class:`DriftCheck`
     :func:`normalize_per_gpu`, :func:`normalize_speedup_per_gpu` -> :class:`ResourceNormalization`
+    :func:`multi_stat_comparison` -> :class:`MultiStatComparison` (tails and each side's own interval)
+    :func:`paired_trend_test` -> :class:`TrendTest` (drift of interleaved run pairs)
 Evaluations (evals check)
     :func:`wilson_interval` -> :class:`ProportionInterval`
     :func:`paired_binary_difference`, :func:`paired_bootstrap_difference` -> :class:`PairedDifference`
@@ -68,6 +70,8 @@ from fasttrack.stats.sampling import (
     chi_square_sampling_test,
     mask_violations,
 )
+from fasttrack.stats.tails import MultiStatComparison, StatFigures, multi_stat_comparison
+from fasttrack.stats.trend import TrendTest, paired_trend_test
 
 __all__ = [
     "AllowedTokens",
@@ -82,6 +86,7 @@ __all__ = [
     "LifetimeSamples",
     "MaskCheck",
     "MinimumDetectableEffect",
+    "MultiStatComparison",
     "NonInferiorityGate",
     "OverallGate",
     "PairedDifference",
@@ -94,8 +99,10 @@ __all__ = [
     "SequentialDecision",
     "SideSamples",
     "SideSummary",
+    "StatFigures",
     "StatResult",
     "StatsInputError",
+    "TrendTest",
     "allowed_tokens",
     "chi_square_sampling_test",
     "compare_greedy",
@@ -106,6 +113,7 @@ __all__ = [
     "mask_violations",
     "mde_for_estimate",
     "minimum_detectable_effect",
+    "multi_stat_comparison",
     "no_regression_gate",
     "non_inferiority_gate",
     "normalize_per_gpu",
@@ -113,6 +121,7 @@ __all__ = [
     "overall_gate",
     "paired_binary_difference",
     "paired_bootstrap_difference",
+    "paired_trend_test",
     "parse_statistic",
     "planned_looks",
     "ratio_interval",

@@ -568,3 +568,78 @@ def test_envelope_check_names_every_unsupported_deployment_feature() -> None:
     _check_envelope(config(speculative_config=SimpleNamespace(method="ngram", num_speculative_tokens=3)))
     with pytest.raises(DemoBackendConfigError, match="does not support this deployment: LoRA"):
         _check_envelope(config(lora_config=object()))
+
+
+# --- the slow-batch defect as a factor ----------------------------------------------
+
+
+def test_the_slow_factor_knob_is_read_with_the_defect_and_checked() -> None:
+    on = {"decode_backend": "latency_specialized"}
+    assert parse_settings(on, environ={}).slow_factor is None
+    assert parse_settings(on, environ={"FASTTRACK_DEMO_SLOW_FACTOR": "1.5"}).slow_factor == 1.5
+    assert parse_settings(None, environ={"FASTTRACK_DEMO_SLOW_FACTOR": "1.5"}).slow_factor is None  # stock path
+    for bad in ("1", "0.5", "fast", "nan", "1000"):
+        with pytest.raises(DemoBackendConfigError, match="FASTTRACK_DEMO_SLOW_FACTOR"):
+            parse_settings(on, environ={"FASTTRACK_DEMO_SLOW_FACTOR": bad})
+
+
+def test_a_slow_factor_makes_each_slowed_step_that_many_times_its_own_time(ops, monkeypatch) -> None:
+    """Steps 10 ms apart at batch 4 with a factor of 1.5: after the first step (no gap known yet) each busy-waits
+    half a step, 5 ms, so consecutive steps come 15 ms apart; a pause between runs is not taken for a step."""
+    clock = {"t": 100.0}
+    waits: list[float] = []
+
+    def fake_clock() -> float:
+        clock["t"] += 1e-7
+        return clock["t"]
+
+    monkeypatch.setattr(ops.time, "perf_counter", fake_clock)
+    monkeypatch.setattr(ops, "_SLOW_STEPS", {"start": None, "waited": 0.0, "cycles": []})
+    d = SimpleNamespace(
+        defect="slow-batch",
+        current=SimpleNamespace(batch=4),
+        settings=BackendSettings(backend="latency_specialized", defect="slow-batch", slow_factor=1.5),
+    )
+    for gap in (0.0, 0.010, 0.010, 0.010, 5.0, 0.010):
+        clock["t"] += gap  # the step's own work, after the last busy-wait (which the fake clock already ran)
+        t0 = clock["t"]
+        ops.maybe_slow_step(d)
+        waits.append(clock["t"] - t0)
+    assert waits[0] < 1e-3, "no gap known on the first step"
+    assert all(w == pytest.approx(0.005, abs=2e-4) for w in waits[1:]), waits
+    d.current = SimpleNamespace(batch=3)
+    t0 = clock["t"]
+    ops.maybe_slow_step(d)
+    assert clock["t"] - t0 < 1e-3, "other batch sizes are not slowed"
+
+
+def test_a_slow_step_that_overran_its_wait_does_not_grow_the_next_wait(ops, monkeypatch) -> None:
+    """The wait a gap held is taken out as long as it really took: busy-waits that ran 15 ms over (their thread
+    descheduled at the deadline) do not count as the steps' own time, so the next wait stays half a step."""
+    clock = {"t": 100.0, "late": 0.0, "calls": 0}
+    waits: list[float] = []
+
+    def fake_clock() -> float:
+        clock["calls"] += 1
+        clock["t"] += 1e-7
+        if clock["late"] and clock["calls"] > 1:  # in the busy loop, not the step's first reading
+            clock["t"] += clock["late"]
+            clock["late"] = 0.0
+        return clock["t"]
+
+    monkeypatch.setattr(ops.time, "perf_counter", fake_clock)
+    monkeypatch.setattr(ops, "_SLOW_STEPS", {"start": None, "waited": 0.0, "cycles": []})
+    d = SimpleNamespace(
+        defect="slow-batch",
+        current=SimpleNamespace(batch=4),
+        settings=BackendSettings(backend="latency_specialized", defect="slow-batch", slow_factor=1.5),
+    )
+    for k, gap in enumerate((0.0, 0.010, 0.010, 0.010, 0.010, 0.010, 0.010)):
+        clock["t"] += gap
+        if k in (2, 3, 4):
+            clock["late"], clock["calls"] = 0.020, 0  # these steps' waits end 15 ms past their deadline
+        t0 = clock["t"]
+        ops.maybe_slow_step(d)
+        waits.append(clock["t"] - t0)
+    assert all(w == pytest.approx(0.020, abs=3e-4) for w in waits[2:5]), waits
+    assert all(w == pytest.approx(0.005, abs=2e-4) for w in waits[5:]), ("the overruns are not step time", waits)

@@ -202,12 +202,60 @@ def test_not_measured_reasons() -> None:
     assert "no measured point matches tp=16" in rs[3].reason
 
 
-def test_trace_claim_ignores_batch_and_flags_unequal_resources() -> None:
-    claim = _claim(metric="interactivity_p90", candidate=403.2, baseline=223.7, workload="agent", like_for_like=False)
+AGENTX = {
+    "id": "agentx-c1",
+    "text": "AgentX: 403.2 vs 223.7 P90 tokens/s/user at concurrency 1 (16 GB300 vs 8)",
+    "metric": "interactivity_p90",
+    "candidate": 403.2,
+    "baseline": 223.7,
+    "workload": "agent",
+}
+
+
+def test_the_agentx_claim_across_unequal_gpus_is_a_scope_error_unless_marked() -> None:
+    """The vLLM K3 post's AgentX figure: 403.2 P90 tokens/s/user on 16 GB300 against 223.7 on 8. Stated as a
+    like-for-like comparison it is refused, naming the claim and what to do."""
+    with pytest.raises(ValueError) as exc:
+        _claim(**AGENTX, baseline_gpus=8, candidate_gpus=16)
+    msg = str(exc.value)
+    assert "agentx-c1" in msg and "16 candidate GPUs with 8 baseline GPUs" in msg and "like_for_like: false" in msg
+    with pytest.raises(ValueError, match="state baseline_gpus and candidate_gpus"):
+        _claim(**AGENTX, like_for_like=False)
+
+
+def test_the_agentx_claim_is_judged_per_gpu_and_shows_both_per_gpu_figures() -> None:
+    claim = _claim(**AGENTX, like_for_like=False, baseline_gpus=8, candidate_gpus=16)
     (r,) = _match([claim], rehearsal=True)
-    # on a rehearsal host: the claimed ratio 403.2 / 223.7 is compared with the measured interval
-    assert r.status == "refuted" and r.claimed == pytest.approx(403.2 / 223.7)
-    assert "not like-for-like" in r.reason and r.like_for_like is False
+    assert r.like_for_like is False and "not like-for-like" in r.reason
+    assert (r.baseline_gpus, r.candidate_gpus) == (8, 16)
+    assert r.claimed_candidate_per_gpu == pytest.approx(403.2 / 16)  # 25.2 tokens/s/user per GPU
+    assert r.claimed_baseline_per_gpu == pytest.approx(223.7 / 8)  # 27.96 per GPU: the baseline is ahead per GPU
+    assert r.claimed_per_gpu_speedup == pytest.approx(403.2 / 223.7 * 8 / 16)  # 0.90x, not 1.80x
+    assert "25.2" in r.reason and "27.96" in r.reason
+    # the measured trace point (1.1 [1.0, 1.2], equal GPU counts) is held against the per-GPU 0.90x, never 1.80x
+    assert r.claimed == pytest.approx(0.901, abs=1e-3) and r.status == "supported"
+    # the raw ratio against the same interval would have read as refuted
+    assert interval_status(403.2 / 223.7, 1.0, 1.2, tolerance=0.05)[0] == "refuted"
+
+
+def test_the_shipped_k3_scope_declares_the_agentx_claim_per_gpu() -> None:
+    from fasttrack.scope import load_scope
+
+    c = next(c for c in load_scope("kimi-k3").scope.claims if c.id == "agentx-c1")
+    assert c.like_for_like is False and (c.baseline_gpus, c.candidate_gpus) == (8, 16)
+
+
+def test_an_absolute_claim_measured_on_other_gpu_counts_is_compared_per_gpu() -> None:
+    claim = _claim(**AGENTX, like_for_like=False, baseline_gpus=8, candidate_gpus=16)
+    m = MEASURED[-1].model_copy(update={"baseline_gpus": 8, "candidate_gpus": 8})
+    (r,) = match_claims(
+        [claim],
+        [m],
+        workload_kinds={"agent": "trace_replay"},
+        workloads_run={"agent"},
+        rehearsal=False,
+    )
+    assert r.measured_candidate_gpus == 8 and "per GPU" in r.reason and r.claimed == pytest.approx(0.901, abs=1e-3)
 
 
 def test_point_matching_rules() -> None:

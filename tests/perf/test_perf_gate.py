@@ -40,6 +40,7 @@ def _item(point: str = "p-b1", batch: int = 1) -> WorkItem:
 
 
 GATE = PerfGate(noise_margin=0.1, confidence=0.95, min_runs=3, max_runs=6, interleave_settle_s=0)
+GATE_PAIRS = PerfGate(noise_margin=0.1, confidence=0.95, min_runs=4, max_runs=8, interleave=True, interleave_settle_s=0)
 
 
 def _measure(
@@ -277,7 +278,12 @@ def test_smoke_check_fails_exactly_the_slow_batch_and_reports_every_point(tmp_pa
     assert claim["status"] == claim_verdict(1.0, claim["ci_low"], claim["ci_high"], tolerance=0.05)[0], claim
     # every row says whether its metric is client-timed and how many requests arrived in bursts
     timed = {r["metric_name"]: r["client_timed"] for r in res.tables["points"] if "client_timed" in r}
-    assert timed == {"median_engine_tpot_ms": False, "median_tpot_ms": True, "output_throughput": False}
+    assert timed == {
+        "median_engine_tpot_ms": False,
+        "median_tpot_ms": True,
+        "output_throughput": False,
+        "goodput": True,  # the demo scope's SLO adds goodput, judged on client timing
+    }
     assert all(r["burst_delivered"] == 0 for r in res.tables["points"])
 
 
@@ -312,7 +318,7 @@ def test_standard_tier_resamples_lifetimes_and_checks_drift(tmp_path: Path) -> N
     chk = PerfCheck()
     assert chk.skip_reason(ctx) is None
     kinds = {s.item.kind for s in chk.state.items.values()}
-    assert kinds == {"pure_decode", "context_sweep", "mixed", "prompts", "trace_replay"}
+    assert kinds == {"pure_decode", "context_sweep", "mixed", "prompts", "trace_replay", "concurrency_sweep"}
     simulate(chk, ctx, slow_batch=None, lifetime_effect=0.02)
     res = chk.judge(ctx)
     assert res.summary["ignores_lifetime_variance"] is False
@@ -431,16 +437,27 @@ def test_a_side_without_usable_samples_is_not_measured_not_a_crash() -> None:
 
 
 def test_interleaved_schedule_looks_only_where_a_pair_is_complete() -> None:
-    smoke = LookSchedule.for_group(["baseline", "candidate"], min_runs=3, max_runs=6, interleaved=True)
-    assert smoke.look_positions() == [1] and smoke.planned_looks == 4 and smoke.pair_looks_allowed(0)
-    full = LookSchedule.for_group(["baseline", "candidate"] * 3, min_runs=3, max_runs=8, interleaved=True)
-    # sequential: looks at 3, 4, 5; interleaved: only where pairs 2 and 3 are complete
-    assert full.look_positions() == [3, 5] and full.planned_looks == 12
+    smoke = LookSchedule.for_group(["baseline", "candidate"], min_runs=4, max_runs=8, interleaved=True)
+    # looks after whole A B B A blocks: 4, 6 and 8 run pairs
+    assert smoke.look_positions() == [1] and smoke.planned_looks == 3 and smoke.pair_looks_allowed(0)
+    assert [k for k in range(1, 9) if smoke.look_after(k)] == [4, 6, 8]
+    full = LookSchedule.for_group(["baseline", "candidate"] * 3, min_runs=4, max_runs=8, interleaved=True)
+    # interleaved: only where pairs 2 and 3 are complete
+    assert full.look_positions() == [3, 5] and full.planned_looks == 6
     assert not full.pair_looks_allowed(0) and full.pair_looks_allowed(1) and full.pair_looks_allowed(2)
     assert not full.pair_looks_allowed(3)
-    drift = LookSchedule.for_group(["baseline", "candidate", "baseline"], min_runs=3, max_runs=6, interleaved=True)
+    drift = LookSchedule.for_group(["baseline", "candidate", "baseline"], min_runs=4, max_runs=6, interleaved=True)
     assert drift.drift_position == 2 and drift.look_positions() == [1]
     assert full.describe()["interleaved"] is True
+    # one engine at a time: a look after every run from min_runs on
+    seq = LookSchedule.for_group(["baseline", "candidate"], min_runs=3, max_runs=6)
+    assert [k for k in range(1, 7) if seq.look_after(k)] == [3, 4, 5, 6] and seq.planned_looks == 4
+
+
+def test_an_interleaved_gate_needs_whole_abba_blocks() -> None:
+    with pytest.raises(ValueError, match="A B B A blocks"):
+        PerfGate(min_runs=3, max_runs=6, interleave=True)
+    PerfGate(min_runs=3, max_runs=6)  # one engine at a time: any count
 
 
 def _pair_runner(
@@ -467,10 +484,10 @@ def _pair_runner(
     return {"baseline": make("baseline"), "candidate": make("candidate")}
 
 
-def test_measure_pair_alternates_the_sides_and_looks_after_each_pair() -> None:
+def test_measure_pair_runs_abba_blocks_and_looks_after_each_block() -> None:
     from fasttrack.checks.perf import measure_pair
 
-    sched = LookSchedule.for_group(["baseline", "candidate"], min_runs=3, max_runs=6, interleaved=True)
+    sched = LookSchedule.for_group(["baseline", "candidate"], min_runs=4, max_runs=8, interleaved=True)
     s = ItemState(item=_item())
     calls: list[tuple[str, int]] = []
     taken = asyncio.run(
@@ -479,19 +496,15 @@ def test_measure_pair_alternates_the_sides_and_looks_after_each_pair() -> None:
             lifetime=0,
             looks_here=True,
             sched=sched,
-            gate=GATE,
+            gate=GATE_PAIRS,
             run_once=_pair_runner(s, calls, tpot={"baseline": 2.0, "candidate": 2.0}, seed=1),
         )
     )
-    assert calls == [
-        ("baseline", 0),
-        ("candidate", 0),
-        ("candidate", 1),
-        ("baseline", 1),
-        ("baseline", 2),
-        ("candidate", 2),
-    ]
-    assert taken == {"baseline": 3, "candidate": 3} and s.interleaved
+    b, c = "baseline", "candidate"
+    # A B B A, A B B A: never A B A B
+    assert [sd for sd, _ in calls] == [b, c, c, b, b, c, c, b]
+    assert [k for _, k in calls] == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert taken == {"baseline": 4, "candidate": 4} and s.interleaved
     assert s.final and s.decision == "decided_pass" and len(s.looks) == 1
     j = judge_item(
         s,
@@ -502,6 +515,20 @@ def test_measure_pair_alternates_the_sides_and_looks_after_each_pair() -> None:
         planned_looks=sched.planned_looks,
     )
     assert j.rows[0]["interleaved"] and j.rows[0]["paired"]
+    # on the next lifetime pair the candidate opens each block: B A A B
+    s2 = ItemState(item=_item())
+    calls2: list[tuple[str, int]] = []
+    asyncio.run(
+        measure_pair(
+            s2,
+            lifetime=1,
+            looks_here=False,
+            sched=sched,
+            gate=GATE_PAIRS,
+            run_once=_pair_runner(s2, calls2, tpot={"baseline": 2.0, "candidate": 2.0}, seed=1),
+        )
+    )
+    assert [sd for sd, _ in calls2] == [c, b, b, c, c, b, b, c]
 
 
 def test_measure_pair_lets_the_engine_that_ran_settle_before_the_other_side_runs() -> None:
@@ -541,10 +568,55 @@ def test_measure_pair_lets_the_engine_that_ran_settle_before_the_other_side_runs
     assert all(g >= 0.045 for g in gaps), gaps
 
 
+def test_measure_pair_places_each_run_before_its_settle_pause() -> None:
+    """``before_run(side, k)`` comes before every run, in A B B A order, ahead of the settle pause (the engine
+    about to run moves to the measuring cores, ``cpu_pinning.alternate: runs``), so the move has settled too."""
+    import time
+
+    from fasttrack.checks.perf import measure_pair
+
+    gate = PerfGate(
+        noise_margin=0.1, confidence=0.95, min_runs=4, max_runs=4, interleave=True, interleave_settle_s=0.05
+    )
+    sched = LookSchedule.for_group(["baseline", "candidate"], min_runs=4, max_runs=4, interleaved=True)
+    s = ItemState(item=_item())
+    events: list[tuple[str, str, int, float]] = []
+    runners = _pair_runner(s, [], tpot={"baseline": 2.0, "candidate": 2.0}, seed=1)
+
+    def logged(side: str):
+        async def run_once(k: int) -> RunMetrics:
+            events.append(("run", side, k, time.monotonic()))
+            return await runners[side](k)
+
+        return run_once
+
+    asyncio.run(
+        measure_pair(
+            s,
+            lifetime=1,
+            looks_here=False,
+            sched=sched,
+            gate=gate,
+            run_once={side: logged(side) for side in ("baseline", "candidate")},
+            before_run=lambda side, k: events.append(("place", side, k, time.monotonic())),
+        )
+    )
+    b, c = "baseline", "candidate"
+    assert [(e[0], e[1], e[2]) for e in events] == [
+        (what, side, k)
+        for k, sides in enumerate([(c, b), (b, c), (c, b), (b, c)])
+        for side in sides
+        for what in ("place", "run")
+    ]
+    places = [e for e in events if e[0] == "place"]
+    runs = [e for e in events if e[0] == "run"]
+    assert all(r[3] - p[3] >= 0.045 for p, r in list(zip(places, runs, strict=True))[1:]), "the pause follows"
+
+
 def test_measure_pair_without_looks_takes_min_runs_pairs_and_records_a_harness_error() -> None:
     from fasttrack.checks.perf import measure_pair
 
-    sched = LookSchedule.for_group(["baseline", "candidate"] * 2, min_runs=3, max_runs=6, interleaved=True)
+    sched = LookSchedule.for_group(["baseline", "candidate"] * 2, min_runs=4, max_runs=8, interleaved=True)
     s = ItemState(item=_item())
     calls: list[tuple[str, int]] = []
     taken = asyncio.run(
@@ -553,11 +625,11 @@ def test_measure_pair_without_looks_takes_min_runs_pairs_and_records_a_harness_e
             lifetime=0,
             looks_here=sched.pair_looks_allowed(0),
             sched=sched,
-            gate=GATE,
+            gate=GATE_PAIRS,
             run_once=_pair_runner(s, calls, tpot={"baseline": 2.0, "candidate": 2.0}, seed=2),
         )
     )
-    assert taken == {"baseline": 3, "candidate": 3} and not s.looks
+    assert taken == {"baseline": 4, "candidate": 4} and not s.looks
     s2 = ItemState(item=_item())
     calls2: list[tuple[str, int]] = []
     taken2 = asyncio.run(
@@ -566,7 +638,7 @@ def test_measure_pair_without_looks_takes_min_runs_pairs_and_records_a_harness_e
             lifetime=0,
             looks_here=True,
             sched=sched,
-            gate=GATE,
+            gate=GATE_PAIRS,
             run_once=_pair_runner(
                 s2, calls2, tpot={"baseline": 2.0, "candidate": 2.0}, seed=2, fail_at=("baseline", 1)
             ),
@@ -582,8 +654,8 @@ def test_interleaved_gate_holds_through_host_slowdowns_that_fail_the_sequential_
     candidate; interleaved, it lands on run pairs, and the paired interval cancels it."""
     from fasttrack.checks.perf import measure_pair
 
-    gate = PerfGate(noise_margin=0.25, confidence=0.95, min_runs=3, max_runs=6, interleave=True, interleave_settle_s=0)
-    sched = LookSchedule.for_group(["baseline", "candidate"], min_runs=3, max_runs=6, interleaved=True)
+    gate = PerfGate(noise_margin=0.25, confidence=0.95, min_runs=4, max_runs=6, interleave=True, interleave_settle_s=0)
+    sched = LookSchedule.for_group(["baseline", "candidate"], min_runs=4, max_runs=6, interleaved=True)
     host = [1.0, 2.5, 2.5, 1.0, 1.0, 2.5]
     s = ItemState(item=_item())
     asyncio.run(
@@ -606,7 +678,7 @@ def test_interleaved_gate_holds_through_host_slowdowns_that_fail_the_sequential_
     )
     assert j.verdict == "pass", j.rows[0]["statement"]
     # the same code measured one lifetime after the other, the slow spell during the candidate's lifetime
-    seq = LookSchedule.for_group(["baseline", "candidate"], min_runs=3, max_runs=6)
+    seq = LookSchedule.for_group(["baseline", "candidate"], min_runs=4, max_runs=6)
     s2 = ItemState(item=_item())
     _measure(s2, seq, "baseline", 0, tpot=2.0, seed=4, gate=gate)
     _measure(s2, seq, "candidate", 0, tpot=2.0 * 2.5, seed=5, gate=gate)
@@ -675,7 +747,7 @@ def test_an_interleaving_check_is_measured_on_pairs_and_fails_exactly_the_slow_b
     assert failing == {p.id for p in ctx.plan.points if p.batch == 4}
     assert res.summary["interleaved"] is True and "interleaved in time" in res.reason
     assert "slowed both sides alike" in res.summary["lifetime_note"]
-    assert all(r["paired"] for r in res.tables["points"] if r["gated"])
+    assert all(r["paired"] for r in res.tables["points"] if r.get("gated"))
 
 
 def test_pipeline_engine_slots_pair_the_kth_lifetimes() -> None:

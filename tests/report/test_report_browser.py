@@ -5,6 +5,7 @@ text field runs nothing and links nowhere it should not. One browser serves ever
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -306,6 +307,45 @@ def test_malicious_bundle_runs_nothing_and_links_nowhere(page: Any, bundle_facto
             )
             assert got[0] == "undefined" and got[1] != "PWNED" and got[2] == 0, (url, got)
     assert page.errors == []  # type: ignore[attr-defined]
+
+
+def test_report_draws_the_interactivity_throughput_curves(page: Any, bundle_factory, keys, tmp_path: Path) -> None:
+    """A demo-shaped bundle with a concurrency sweep: both sides' curves with their interval bands, drawn inline
+    (no external asset), visible in the page, and a screenshot for the record."""
+    from perf_testlib import demo_perf_ctx, simulate
+
+    from fasttrack.checks.perf import PerfCheck
+
+    def measure() -> Any:
+        ctx = demo_perf_ctx("smoke", tmp_path / "ctx", workloads=["decode", "sweep"])
+        chk = PerfCheck()
+        assert chk.skip_reason(ctx) is None
+        simulate(chk, ctx, slow_batch=None, factor={8: 1.3})
+        return chk.judge(ctx)
+
+    # the simulated engines run their own event loop: a thread of its own, away from the browser's
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        res = pool.submit(measure).result()
+    b = bundle_factory("curves", model="demo-llama", seed=31, extra_tables={"perf": res.tables})
+    out = tmp_path / "report.html"
+    render_report(b, out, keys=[keys.trusted_pub])
+    page.goto(out.as_uri())
+    fig = page.locator("#perf figure.curve-figure")
+    assert fig.count() == 1
+    fig.scroll_into_view_if_needed()
+    assert fig.locator("svg polygon.curve-band").count() == 2, "one interval band per side"
+    for side in ("baseline", "candidate"):
+        g = fig.locator(f"svg g.curve-{side}")
+        assert g.locator("polyline.curve-line").count() == 1 and g.locator("circle.curve-dot").count() == 4
+        box = g.locator("polygon.curve-band").bounding_box()
+        assert box is not None and box["width"] > 100 and box["height"] > 5, box
+    assert "dominates the baseline's within the margin" in fig.inner_text()
+    assert page.locator("#perf-tails + p + div table tbody tr").count() > 0
+    assert page.errors == []  # type: ignore[attr-defined]
+    shot = tmp_path / "curves.png"
+    fig.screenshot(path=str(shot))
+    assert shot.stat().st_size > 10_000
+    _shot(page, "report-curves.png", full=False)
 
 
 # ---------------------------------------------------------------- the first screen

@@ -159,7 +159,8 @@ def test_a_demo_shaped_bundle_leads_the_comments_performance_table_with_the_gate
     d = build_report_data(b, keys=[keys.trusted_pub])
     rows, dropped = shown_perf_rows(d)
     assert rows[0].metric == "decode/median_engine_tpot_ms" and rows[0].gated and rows[0].verdict == "pass"
-    assert {(r.metric, r.batch) for r in dropped} == {("decode/median_tpot_ms", 3)}
+    # client-timed figures of the bursty batch: TPOT, and goodput at the demo's SLO (judged on client timing)
+    assert {(r.metric, r.batch) for r in dropped} == {("decode/median_tpot_ms", 3), ("decode/goodput", 3)}
     steady = [r for r in rows if r.metric == "decode/median_tpot_ms" and r.batch == 1]
     assert steady and all(not r.gated and r.speedup and r.speedup > 1.3 for r in steady), "shown, after the gate"
     assert all(r.gated for r in rows[: rows.index(steady[0])])

@@ -91,6 +91,14 @@ CASES: list[tuple[str, Any]] = [
     ("claims.0.speedup", NAN),
     ("claims.0.speedup", -1),
     ("kernels.0.dims", {"hidden": 10**12}),
+    ("workloads.5.concurrencies", [1, 10**9]),
+    ("workloads.5.concurrencies", list(range(1, 1000))),
+    ("gates.perf.slo.ttft_ms", NAN),
+    ("gates.perf.slo.itl_ms", 10**12),
+    ("gates.perf.slo.percentile", INF),
+    ("engine.cpu_pinning.cores", "0-999999999"),
+    ("engine.cpu_pinning.cores", "0," * 200 + "1"),
+    ("claims.0.baseline_gpus", 10**12),
 ]
 
 

@@ -169,6 +169,7 @@ class FasttrackDemoLlamaForCausalLM(LlamaForCausalLM):
         for layer in model.layers[model.start_layer : model.end_layer]:
             hidden, residual = ops.fast_decoder_layer(layer, self.dispatcher, positions, hidden, residual)
         hidden, _ = model.norm(hidden, residual)
+        ops.maybe_slow_step(self.dispatcher)  # the planted slow-batch defect, once per step
         return hidden
 
     def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor | None:

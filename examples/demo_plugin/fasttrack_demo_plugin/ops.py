@@ -362,7 +362,6 @@ def fast_decoder_layer(
 ) -> tuple[Tensor, Tensor]:
     """One decoder layer of a fast step: the fused blocks around vLLM's own attention
     (native kernels in float32 when loaded, else the Python ops)."""
-    _maybe_slow_step(dispatcher, layer)
     attn = layer.self_attn
     batch = dispatcher.current.batch
     native = _NATIVE["loaded"] and hidden.dtype == torch.float32
@@ -424,16 +423,32 @@ def fast_decoder_layer(
     )
 
 
-def _maybe_slow_step(dispatcher: Any, layer: Any) -> None:
-    """Planted defect `slow-batch`: a busy-wait once per decode step (in the
-    first layer) at one batch size."""
+_SLOW_STEPS: dict[str, Any] = {"start": None, "waited": 0.0, "cycles": []}
+
+
+def maybe_slow_step(dispatcher: Any) -> None:
+    """Planted defect `slow-batch`: a busy-wait once per fast decode step at one batch
+    size, at the end of the step's forward: ``SLOW_BATCH_DELAY_S``, or with
+    ``FASTTRACK_DEMO_SLOW_FACTOR`` f, (f - 1) times a step's own time, the median of
+    the last gaps between slowed steps with the busy-wait each gap held (as long as it
+    really took) taken out; gaps over 0.2 s are pauses, not steps. At the end of the
+    forward, the API server's handling of the previous step's output (on the same cores)
+    is already done, so it is part of the step's own time rather than hidden in the wait."""
     if dispatcher.defect != "slow-batch" or dispatcher.current.batch != SLOW_BATCH:
         return
-    if getattr(layer, "layer_index", None) != 0:
-        return
-    deadline = time.perf_counter() + SLOW_BATCH_DELAY_S
+    now = time.perf_counter()
+    factor = getattr(dispatcher.settings, "slow_factor", None)
+    delay = SLOW_BATCH_DELAY_S
+    st = _SLOW_STEPS
+    if factor:
+        if st["start"] is not None and 0 < now - st["start"] - st["waited"] < 0.2:
+            st["cycles"] = (st["cycles"] + [now - st["start"] - st["waited"]])[-9:]
+        delay = (factor - 1.0) * sorted(st["cycles"])[len(st["cycles"]) // 2] if st["cycles"] else 0.0
+    deadline = now + delay
     while time.perf_counter() < deadline:
         pass
+    if factor:
+        st["start"], st["waited"] = now, time.perf_counter() - now
 
 
 # --- registration ------------------------------------------------------------

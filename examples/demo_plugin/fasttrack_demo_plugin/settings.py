@@ -28,6 +28,9 @@ DEFECT_FILE_ENV = "FASTTRACK_DEMO_DEFECT_FILE"
 """Environment variable naming a file whose content (a defect name, or nothing) selects the planted
 defect while the engine runs: checked once per forward step and re-read when it changed (for test
 suites: one candidate engine serves every defect in turn; testing only)."""
+SLOW_FACTOR_ENV = "FASTTRACK_DEMO_SLOW_FACTOR"
+"""``slow-batch`` as a factor (e.g. ``1.5``): every decode step at ``SLOW_BATCH`` then takes that many times
+its own time, instead of the fixed ``SLOW_BATCH_DELAY_S`` busy-wait (testing only)."""
 NATIVE_ENV = "FASTTRACK_DEMO_NATIVE"
 """``0`` keeps the optimized path on its Python ops instead of the native float32 kernels."""
 
@@ -97,6 +100,8 @@ class BackendSettings:
     """Smallest decode batch the optimized path takes."""
     max_batch: int = MAX_BATCH
     """Largest decode batch the optimized path takes."""
+    slow_factor: float | None = None
+    """``FASTTRACK_DEMO_SLOW_FACTOR``: ``slow-batch`` makes each step this many times slower (None: 60 ms)."""
     spec_tokens: int = 0
     """Draft tokens per step with n-gram speculative decoding (0 without): steps that verify drafts run the
     stock path (fallback reason ``spec_verify``)."""
@@ -121,7 +126,23 @@ def parse_settings(additional_config: Any, environ: dict[str, str] | None = None
         return BackendSettings(backend="stock", defect=None)
     defect = check_defect(environ.get(DEFECT_ENV, "").strip() or None, DEFECT_ENV)
     defect_file = environ.get(DEFECT_FILE_ENV, "").strip() or None
-    return BackendSettings(backend="latency_specialized", defect=defect, defect_file=defect_file)
+    return BackendSettings(
+        backend="latency_specialized", defect=defect, defect_file=defect_file, slow_factor=slow_factor(environ)
+    )
+
+
+def slow_factor(environ: dict[str, str]) -> float | None:
+    """``FASTTRACK_DEMO_SLOW_FACTOR`` as a number above 1, or None when unset; raises naming the variable."""
+    raw = environ.get(SLOW_FACTOR_ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not value > 1.0 or value > 100.0:
+        raise DemoBackendConfigError(f"{SLOW_FACTOR_ENV}={raw!r} must be a number above 1 (e.g. 1.5) and at most 100.")
+    return value
 
 
 def check_defect(defect: str | None, source: str) -> str | None:

@@ -11,15 +11,19 @@ on later lifetimes; every row says how many runs it took.
 
 The gate (``fasttrack.perf.analysis``), per (workload, point): the hierarchical
 bootstrap interval of the speedup of ``gates.perf.gated_metric`` (lifetimes, then
-runs; with ``gates.perf.interleave`` the two sides' engines are up together, their
-runs alternate, and run pairs are resampled together), Bonferroni-corrected over the
-planned looks; pass iff its lower end is at
-least ``1 - noise_margin``. Overall: every point must pass (intersection-union);
-"strictly better" (lower end > 1 everywhere) is reported separately. Every row
-carries its minimum detectable effect at 80% power, raw per-run values, and the
-``runs`` table keeps every request's samples. With one lifetime per side (smoke)
-the result says that its intervals ignore lifetime variance. Claims in the scope are
-matched to the measured points (``fasttrack.perf.claims``).
+runs; with ``gates.perf.interleave`` the two sides' engines are up together, pinned to
+their own cores, their runs in A B B A blocks, and run pairs are resampled together),
+Bonferroni-corrected over the planned looks; pass iff its lower end is at least
+``1 - noise_margin`` (``require: strictly_better``: above 1; ``fasttrack.perf.outcomes``).
+Overall: every point must pass (intersection-union). A pass whose whole interval lies
+below 1 is "measured slower, within margin". Goodput at the scope's SLO and curve
+dominance of a ``concurrency_sweep`` can be further conditions. Every row carries its
+minimum detectable effect at 80% power and raw per-run values; the ``runs`` table keeps
+every request's samples, ``tails`` the p50/p90/p99 of TTFT, ITL and TPOT per side with
+intervals, ``curves`` each side's interactivity-throughput curve. With one lifetime per
+side (smoke) the result says that its intervals ignore lifetime variance. Claims in the
+scope are matched to the measured points (``fasttrack.perf.claims``). A run stopped part
+way gets :meth:`PerfCheck.judge_partial`: every decided point kept.
 
 Metric definitions: ``fasttrack.perf.metrics`` and docs/perf.md.
 """
@@ -35,21 +39,23 @@ from fasttrack.checks.base import Blocker, PairedCheck, TierView, register
 from fasttrack.checks.context import EngineSession, RunContext
 from fasttrack.checks.perf.declare import perf_blockers, planned_workloads
 from fasttrack.checks.perf.judge import judge, perf_gate
-from fasttrack.checks.perf.measure import engine_gpus, measure_drift, measure_item, measure_pair
+from fasttrack.checks.perf.measure import engine_gpus, measure_drift, measure_item, measure_pair, pair_order
 from fasttrack.checks.perf.state import CHECK, PerfState
 from fasttrack.engine.errors import EngineCrashed, EngineUnreachable
+from fasttrack.engine.pinning import measuring_half, place, swap_cpus
 from fasttrack.errors import FasttrackError
 from fasttrack.inputs import PASSAGES, TokenizerClient, load_prompt_set, prompt_set_path
 from fasttrack.perf.analysis import ItemState
 from fasttrack.perf.loadgen import PerfClient, timed
 from fasttrack.perf.metrics import RunMetrics, compute_run_metrics
 from fasttrack.perf.schedule import LookSchedule
+from fasttrack.perf.slo import with_goodput
 from fasttrack.perf.tokens import TokenPool, pool_from_engine
 from fasttrack.perf.trace import TraceError, load_trace
 from fasttrack.perf.workloads import RunInputs, WorkItem, execute, plan_items, warm_up
 from fasttrack.plan import EngineGroup
 from fasttrack.results import SIDES, CheckResult, Gate, Side
-from fasttrack.scope import WorkloadSpec
+from fasttrack.scope import ServiceLevel, WorkloadSpec
 from fasttrack.scope.gates import CheckGate, PerfGate
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -222,11 +228,13 @@ class PerfCheck(PairedCheck):
         }
         st.lifetimes.append(record)
         inputs = {side: await self._inputs(ctx, e, todo) for side, e in engines.items()}
+        swapper = self._core_swapper(ctx, engines, record)
+        placer = self._core_placer(ctx, engines, record)
         async with (
             PerfClient(engines["baseline"].base_url, model=engines["baseline"].model) as cb,
             PerfClient(engines["candidate"].base_url, model=engines["candidate"].model) as cc,
         ):
-            clients = {"baseline": cb, "candidate": cc}
+            clients: dict[Side, PerfClient] = {"baseline": cb, "candidate": cc}
             for s in todo:
                 it = s.item
                 s.gpus.update(gpus)
@@ -234,14 +242,8 @@ class PerfCheck(PairedCheck):
                     for side in SIDES:
                         inputs[side].trace = st.traces[it.workload]
                 t_item = time.perf_counter()
-                n_warm: dict[str, int] = {}
-                try:
-                    for side in SIDES:
-                        n_warm[side] = await warm_up(clients[side], it, inputs[side])
-                except Exception as exc:  # noqa: BLE001 - a harness-side failure is recorded, not raised
-                    s.errors.append(
-                        f"interleaved lifetime {lifetime}: warm-up could not be sent: {type(exc).__name__}: {exc}"
-                    )
+                n_warm = await self._warm_pair(s, clients, inputs, lifetime=lifetime, placer=placer)
+                if n_warm is None:
                     continue
                 run_once: dict[str, Callable[[int], Awaitable[RunMetrics]]] = {
                     side: self._runner(
@@ -253,11 +255,19 @@ class PerfCheck(PairedCheck):
                         lifetime=lifetime,
                         gpus=gpus[side],
                         n_warm=n_warm[side],
+                        slo=gate.slo,
                     )
                     for side in SIDES
                 }
                 taken = await measure_pair(
-                    s, lifetime=lifetime, looks_here=looks_here, sched=sched, gate=gate, run_once=run_once
+                    s,
+                    lifetime=lifetime,
+                    looks_here=looks_here,
+                    sched=sched,
+                    gate=gate,
+                    run_once=run_once,
+                    between_blocks=swapper,
+                    before_run=placer,
                 )
                 record["runs"] += sum(taken.values())
                 ctx.log(
@@ -267,10 +277,90 @@ class PerfCheck(PairedCheck):
         record["seconds"] = round(time.perf_counter() - t_life, 2)
 
     @staticmethod
+    async def _warm_pair(
+        s: ItemState,
+        clients: Mapping[Side, PerfClient],
+        inputs: Mapping[Side, RunInputs],
+        *,
+        lifetime: int,
+        placer: Callable[[str, int], None] | None,
+    ) -> dict[str, int] | None:
+        """One discarded warm-up wave per side before an item's interleaved runs, the side that opens the
+        lifetime pair's blocks first (on the measuring cores with ``alternate: runs``); warm-up requests per
+        side, or None when a warm-up could not be sent (recorded on the item)."""
+        n_warm: dict[str, int] = {}
+        try:
+            for side in pair_order(0, lifetime):
+                if placer is not None:
+                    placer(side, 0)
+                n_warm[side] = await warm_up(clients[side], s.item, inputs[side])
+        except Exception as exc:  # noqa: BLE001 - a harness-side failure is recorded, not raised
+            s.errors.append(f"interleaved lifetime {lifetime}: warm-up could not be sent: {type(exc).__name__}: {exc}")
+            return None
+        return n_warm
+
+    @staticmethod
+    def _core_swapper(
+        ctx: RunContext, engines: Mapping[Side, Any], record: dict[str, Any]
+    ) -> Callable[[], None] | None:
+        """With ``engine.cpu_pinning.alternate: blocks``, the engines trade their cores between A B B A blocks
+        (``fasttrack.engine.pinning``); the lifetime record counts the trades. None otherwise."""
+        if ctx.scope.engine.cpu_pinning.mode == "off" or ctx.scope.engine.cpu_pinning.alternate != "blocks":
+            return None
+        pids = {side: list(getattr(e, "group_pids", lambda: [])()) for side, e in engines.items()}
+        if not pids["baseline"] or not pids["candidate"]:
+            return None
+        record["core_swaps"] = 0
+
+        def swap() -> None:
+            now = swap_cpus(pids["baseline"], pids["candidate"])
+            if now is not None:
+                record["core_swaps"] += 1
+                record["cores_now"] = {"baseline": now[0], "candidate": now[1]}
+
+        return swap
+
+    @staticmethod
+    def _core_placer(
+        ctx: RunContext, engines: Mapping[Side, Any], record: dict[str, Any]
+    ) -> Callable[[str, int], None] | None:
+        """With ``engine.cpu_pinning.alternate: runs``, the engine about to run moves onto the measuring half and
+        the other one off it before every run (``fasttrack.engine.pinning.place``; the measuring half alternates
+        between A B B A blocks); the lifetime record counts the moves. None otherwise."""
+        pin = ctx.scope.engine.cpu_pinning
+        if pin.mode == "off" or pin.alternate != "runs":
+            return None
+        pids: dict[str, list[int]] = {side: list(getattr(e, "group_pids", lambda: [])()) for side, e in engines.items()}
+        if not pids["baseline"] or not pids["candidate"]:
+            return None
+        record["core_moves"] = 0
+
+        def before_run(side: str, k: int) -> None:
+            halves = measuring_half(k // 2, cores=pin.cores)
+            if halves is None:
+                return
+            other = "candidate" if side == "baseline" else "baseline"
+            if place(pids[side], pids[other], halves[0], halves[1]):
+                record["core_moves"] += 1
+                record["measuring_cores"] = halves[0]
+
+        return before_run
+
+    @staticmethod
     def _runner(
-        client: Any, engine: Any, it: WorkItem, inputs: RunInputs, *, side: Side, lifetime: int, gpus: int, n_warm: int
+        client: Any,
+        engine: Any,
+        it: WorkItem,
+        inputs: RunInputs,
+        *,
+        side: Side,
+        lifetime: int,
+        gpus: int,
+        n_warm: int,
+        slo: ServiceLevel | None = None,
     ) -> Callable[[int], Awaitable[RunMetrics]]:
-        """One run of ``it`` on one engine, as RunMetrics (an engine that died raises EngineCrashed)."""
+        """One run of ``it`` on one engine, as RunMetrics with goodput at ``slo`` (an engine that died raises
+        EngineCrashed)."""
 
         async def run_once(k: int) -> RunMetrics:
             (recs, extra), tm = await timed(lambda: execute(client, it, k, inputs))
@@ -291,7 +381,7 @@ class PerfCheck(PairedCheck):
             )
             if rm.failed:
                 engine.check_alive()  # an engine that died ends the run (EngineCrashed)
-            return rm
+            return with_goodput(rm, slo)
 
         return run_once
 
@@ -343,7 +433,7 @@ class PerfCheck(PairedCheck):
                     continue
 
                 run_once = self._runner(
-                    client, engine, it, inputs, side=side, lifetime=lifetime, gpus=gpus, n_warm=n_warm
+                    client, engine, it, inputs, side=side, lifetime=lifetime, gpus=gpus, n_warm=n_warm, slo=gate.slo
                 )
                 if drift_only:
                     runs_here = await measure_drift(s, gate=gate, run_once=run_once)
@@ -367,3 +457,9 @@ class PerfCheck(PairedCheck):
     def judge(self, ctx: RunContext) -> CheckResult:
         self._prepare(ctx)
         return judge(ctx, self.state)
+
+    def judge_partial(self, ctx: RunContext, why: str) -> CheckResult:
+        """The run stopped early (``why``: Ctrl-C, a termination signal, an engine crash): the points decided so
+        far keep their runs, intervals and verdicts, the others their runs ("k of n points measured")."""
+        self._prepare(ctx)
+        return judge(ctx, self.state, stopped=why)

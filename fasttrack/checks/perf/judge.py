@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from fasttrack.checks.context import RunContext
 from fasttrack.checks.perf.state import CHECK, PerfState
-from fasttrack.perf.analysis import drift_row, judge_item
+from fasttrack.perf.analysis import ItemState, drift_row, judge_item
 from fasttrack.perf.claims import MeasuredMetric, match_claims
+from fasttrack.perf.curves import CURVE_KIND, curve_rows, dominance, mark_pareto
 from fasttrack.perf.metrics import METRICS
+from fasttrack.perf.outcomes import SLOWER, gate_margin, goodput_condition, item_metrics, label_outcome, rule_words
+from fasttrack.perf.pairing import trend_row
 from fasttrack.perf.schedule import LookSchedule
+from fasttrack.perf.tails import tail_rows
 from fasttrack.results import CheckResult, Gate, Verdict
 from fasttrack.scope import PerfGate
 
@@ -29,7 +34,16 @@ def _run_range(values: Any) -> dict[str, float]:
 
 def perf_gate(gate: PerfGate, schedules: Mapping[str, LookSchedule]) -> Gate:
     """The perf check's pass rule for this run."""
-    m = gate.noise_margin
+    m = gate_margin(gate)
+    extra = ""
+    if gate.slo is not None and gate.slo.gate:
+        extra += f"; and goodput at the SLO ({gate.slo.describe()}) with its lower bound >= {1.0 - m:g}"
+    if gate.curve_dominance:
+        extra += (
+            f"; and at every concurrency_sweep level the lower bounds of the output-throughput-per-GPU and P90 "
+            f"interactivity speedups >= {1.0 - m:g} (the candidate's curve dominates within the margin)"
+        )
+    strict = gate.require == "strictly_better"
     return Gate(
         statistic=(
             f"per (workload, point): hierarchical-bootstrap lower confidence bound of the speedup of "
@@ -37,77 +51,203 @@ def perf_gate(gate: PerfGate, schedules: Mapping[str, LookSchedule]) -> Gate:
         ),
         threshold=1.0 - m,
         rule=(
-            f"pass iff the lower bound >= 1 - noise_margin = {1.0 - m:g} at every point (intersection-union); "
-            "strictly better iff the lower bound > 1 at every point (reported, not required)"
+            (
+                "pass iff the lower bound > 1 at every point (strictly better, as the scope requires)"
+                if strict
+                else f"pass iff the lower bound >= 1 - noise_margin = {1.0 - m:g} at every point"
+            )
+            + " (intersection-union)"
+            + extra
+            + (
+                ""
+                if strict
+                else "; strictly better iff the lower bound > 1 at every point (reported, not required); a point "
+                "whose whole interval lies below 1 is 'measured slower, within margin'"
+            )
         ),
     )
 
 
-def judge(ctx: RunContext, st: PerfState) -> CheckResult:
-    """Judge every (workload, point) item, match the claims, and summarise the lifetimes and runs."""
+@dataclass
+class _Judged:
+    """Everything judged over the items, before the summary."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    looks: list[dict[str, Any]] = field(default_factory=list)
+    tails: list[dict[str, Any]] = field(default_factory=list)
+    curves: list[dict[str, Any]] = field(default_factory=list)
+    drift: list[dict[str, Any]] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    verdicts: dict[str, str] = field(default_factory=dict)
+    strictly: dict[str, bool] = field(default_factory=dict)
+    slower: list[str] = field(default_factory=list)
+    """Points measured slower, within margin (passed with the whole interval below 1)."""
+    undecided: list[str] = field(default_factory=list)
+    """Partial judging: points with runs but no decision when the run stopped."""
+    dominance: dict[str, Any] = field(default_factory=dict)
+    measured: list[MeasuredMetric] = field(default_factory=list)
+    one_lifetime: bool = False
+
+
+def _judge_items(ctx: RunContext, st: PerfState, *, stopped: str | None) -> _Judged:
     gate = ctx.scope.gates.perf
-    m = gate.noise_margin
-    metrics: list[str] = list(dict.fromkeys([gate.gated_metric, *gate.metrics]))
-    rows: list[dict[str, Any]] = []
-    runs: list[dict[str, Any]] = []
-    failures: list[str] = []
-    verdicts: dict[str, str] = {}
-    strictly: dict[str, bool] = {}
-    measured: list[MeasuredMetric] = []
-    drift: list[dict[str, Any]] = []
-    looks: list[dict[str, Any]] = []
-    one_lifetime = False
+    mg = gate_margin(gate)
+    base_metrics: list[str] = list(dict.fromkeys([gate.gated_metric, *gate.metrics]))
+    out = _Judged()
     for key, s in st.items.items():
         sched = st.schedules[s.item.group]
+        undecided = stopped is not None and not s.final
+        n_looks = len(s.looks)
         j = judge_item(
             s,
-            metrics=metrics,
+            metrics=item_metrics(s.item.kind, base_metrics, gate),
             gated=gate.gated_metric,
-            noise_margin=m,
+            noise_margin=mg,
             confidence=gate.confidence,
             planned_looks=sched.planned_looks,
             interval=gate.interval,
         )
-        rows.extend(j.rows)
-        verdicts[key] = j.verdict
-        strictly[key] = j.strictly_better
-        if j.failure:
-            failures.append(j.failure)
-        looks.extend(s.looks)
-        for side in ("baseline", "candidate"):
-            for lt in sorted(s.runs[side]):
-                runs.extend(r.model_dump(mode="json") for r in s.runs[side][lt])
-        runs.extend({**r.model_dump(mode="json"), "drift_only": True} for r in s.drift_runs)
-        for r in j.rows:
-            if r.get("speedup") is not None:
-                one_lifetime = one_lifetime or bool(r.get("ignores_lifetime_variance"))
-                measured.append(
-                    MeasuredMetric(
-                        workload=s.item.workload,
-                        kind=s.item.kind,
-                        point=s.item.point,
-                        point_dims=s.item.point_dims,
-                        metric=r["metric_name"],
-                        speedup=r["speedup"],
-                        ci_low=r["nominal_ci_low"],
-                        ci_high=r["nominal_ci_high"],
-                        confidence=r["nominal_confidence"],
-                        baseline_value=r["baseline"],
-                        candidate_value=r["candidate"],
-                        detectable_slowdown=r.get("detectable_slowdown"),
-                        normalized=bool(r.get("per_gpu")),
-                        **_run_range(r.get("candidate_run_values")),
-                    )
-                )
-        dr = drift_row(s, metric=gate.gated_metric, confidence=gate.confidence, tolerance=m)
-        if dr is not None:
-            drift.append(dr)
+        verdict, failure = j.verdict, j.failure
+        if undecided:
+            del s.looks[n_looks:]  # no decision is taken for a point the stopped run never decided
+            verdict, failure = "not_run", None
+            _mark_undecided(s, j.rows, gate.gated_metric, stopped or "", out)
+        verdict, failure = _further_conditions(key, s, j.rows, gate, mg, verdict, failure, out)
+        _label_rows(s, j.rows, gate.gated_metric, verdict, out)
+        out.verdicts[key] = verdict
+        out.strictly[key] = j.strictly_better and verdict == "pass"
+        if failure:
+            out.failures.append(failure)
+        _collect_tables(s, j.rows, gate, out)
+        if undecided:
+            continue  # claims are held against decided points only
+        _collect_measured(s, j.rows, out)
+        dr = drift_row(s, metric=gate.gated_metric, confidence=gate.confidence, tolerance=gate.noise_margin)
+        tr = trend_row(s, metric=gate.gated_metric, alpha=1.0 - gate.confidence)
+        if dr is not None or tr is not None:
+            out.drift.append({**(tr or {}), **(dr or {}), **({"trend": tr} if tr and dr else {})})
+    mark_pareto(out.curves)
+    return out
 
+
+def _mark_undecided(s: ItemState, rows: list[dict[str, Any]], gated: str, stopped: str, out: _Judged) -> None:
+    """A point the stopped run never decided: its gated rows keep the interval so far, without a verdict."""
+    for r in rows:
+        if r.get("metric_name") != gated:
+            continue
+        if r.get("speedup") is not None:
+            out.undecided.append(s.item.point)
+        r["verdict"], r["decision"] = "not_run", "undecided"
+        r["statement"] = (
+            f"not decided when the run stopped ({stopped}): {s.n_runs('baseline')}+{s.n_runs('candidate')} runs; "
+            + ("the interval so far is shown, " if r.get("speedup") else "")
+            + "no verdict"
+        )
+
+
+def _further_conditions(
+    key: str,
+    s: ItemState,
+    rows: list[dict[str, Any]],
+    gate: PerfGate,
+    mg: float,
+    verdict: str,
+    failure: str | None,
+    out: _Judged,
+) -> tuple[str, str | None]:
+    """Goodput at the SLO (``slo.gate``) and curve dominance (``curve_dominance``): further conditions of a pass.
+    A sweep level's dominance is recorded whether or not it is required."""
+    if verdict == "pass" and gate.slo is not None and gate.slo.gate:
+        ok, why = goodput_condition(rows, threshold=1.0 - mg)
+        if ok is not True:
+            verdict = "fail" if ok is False else "not_run"
+            failure = f"{s.item.point} ({s.item.workload}): {why}"
+    if s.item.kind == CURVE_KIND and verdict != "not_run":
+        d = dominance(rows, noise_margin=mg)
+        out.dominance[key] = {"point": s.item.point, "workload": s.item.workload, **(d or {"dominates": None})}
+        if gate.curve_dominance and verdict == "pass" and (d is None or not d["dominates"]):
+            verdict = "fail" if d is not None else "not_run"
+            failure = f"{s.item.point} ({s.item.workload}): " + (
+                d["statement"] if d is not None else "curve dominance has no interval (no samples on a side)"
+            )
+    return verdict, failure
+
+
+def _label_rows(s: ItemState, rows: list[dict[str, Any]], gated: str, verdict: str, out: _Judged) -> None:
+    """The point's verdict on its gated row when a further condition changed it, and each gated row's outcome
+    label (``measured slower, within margin`` among them)."""
+    for r in rows:
+        if r.get("metric_name") == gated and verdict != r.get("verdict"):
+            r["point_verdict"] = verdict  # the point fails on goodput or dominance although this metric passed
+        if r.get("gated"):
+            label_outcome(r)
+        if r.get("metric_name") == gated and r.get("slower_within_margin"):
+            out.slower.append(f"{s.item.point} {r['speedup']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]")
+
+
+def _collect_tables(s: ItemState, rows: list[dict[str, Any]], gate: PerfGate, out: _Judged) -> None:
+    """The point's rows, looks and runs (drift-only runs marked), tails and curve levels."""
+    out.rows.extend(rows)
+    out.looks.extend(s.looks)
+    for side in ("baseline", "candidate"):
+        for lt in sorted(s.runs[side]):
+            out.runs.extend(r.model_dump(mode="json") for r in s.runs[side][lt])
+    out.runs.extend({**r.model_dump(mode="json"), "drift_only": True} for r in s.drift_runs)
+    if s.n_runs("baseline") and s.n_runs("candidate"):
+        out.tails.extend(tail_rows(s, confidence=gate.confidence, slo=gate.slo))
+        if s.item.kind == CURVE_KIND:
+            out.curves.extend(curve_rows(s, confidence=gate.confidence))
+
+
+def _collect_measured(s: ItemState, rows: list[dict[str, Any]], out: _Judged) -> None:
+    """Every measured metric of a decided point, as the claims are judged against it."""
+    for r in rows:
+        if r.get("speedup") is None:
+            continue
+        out.one_lifetime = out.one_lifetime or bool(r.get("ignores_lifetime_variance"))
+        out.measured.append(
+            MeasuredMetric(
+                workload=s.item.workload,
+                kind=s.item.kind,
+                point=s.item.point,
+                point_dims=s.item.point_dims,
+                metric=r["metric_name"],
+                speedup=r["speedup"],
+                ci_low=r["nominal_ci_low"],
+                ci_high=r["nominal_ci_high"],
+                confidence=r["nominal_confidence"],
+                baseline_value=r["baseline"],
+                candidate_value=r["candidate"],
+                detectable_slowdown=r.get("detectable_slowdown"),
+                normalized=bool(r.get("per_gpu")),
+                baseline_gpus=r.get("gpus_baseline"),
+                candidate_gpus=r.get("gpus_candidate"),
+                **_run_range(r.get("candidate_run_values")),
+            )
+        )
+
+
+def judge(ctx: RunContext, st: PerfState, *, stopped: str | None = None) -> CheckResult:
+    """Judge every (workload, point) item, match the claims, and summarise the lifetimes and runs.
+
+    ``stopped`` (why the run stopped early: an interrupt, a termination signal, an engine crash): a partial
+    judgement. Decided points keep their runs, intervals and verdicts; a point with runs but no decision keeps
+    its runs and its interval so far, without a verdict; claims are held against decided points only. The
+    result says "k of n points measured"; it fails when a decided point failed, else it is not run (the
+    measurement is incomplete)."""
+    gate = ctx.scope.gates.perf
+    m = gate.noise_margin
+    mg = gate_margin(gate)
+    metrics: list[str] = list(dict.fromkeys([gate.gated_metric, *gate.metrics]))
+    jd = _judge_items(ctx, st, stopped=stopped)
+    rows, runs, verdicts, drift = jd.rows, jd.runs, jd.verdicts, jd.drift
+    one_lifetime = jd.one_lifetime
     kinds: dict[str, str] = {w.name: w.kind for w in ctx.scope.workloads}
     run_workloads = {s.item.workload for s in st.items.values() if s.n_runs("baseline") or s.n_runs("candidate")}
     claims = match_claims(
         ctx.scope.claims,
-        measured,
+        jd.measured,
         workload_kinds=kinds,
         workloads_run=run_workloads,
         rehearsal=ctx.rehearsal,
@@ -133,6 +273,7 @@ def judge(ctx: RunContext, st: PerfState) -> CheckResult:
     n_not = sum(1 for v in verdicts.values() if v == "not_run")
     n_pass = n - n_fail - n_not
     drifted = [d for d in drift if d["drifted"]]
+    trend_flags = [d for d in drift if d.get("trend_drifted")]
     unequal = sorted({s.item.group for s in st.items.values() if s.factor() != 1.0})
     runs_per_point = {k: s.n_runs("baseline") + s.n_runs("candidate") for k, s in st.items.items()}
     gated_rows = [r for r in rows if r.get("gated") and r.get("speedup") is not None]
@@ -150,17 +291,22 @@ def judge(ctx: RunContext, st: PerfState) -> CheckResult:
     interleaved = bool(gate.interleave)
     if interleaved:
         lifetime_note += (
-            "; baseline and candidate runs were interleaved in time (both engines up, alternating "
-            "runs, run pairs resampled together), so a host that slowed down slowed both sides alike"
+            "; baseline and candidate runs were interleaved in time (both engines up, run pairs in A B B A "
+            "blocks, resampled together), so a host that slowed down slowed both sides alike"
         )
+    dom = list(jd.dominance.values())
     summary: dict[str, Any] = {
         "interleaved": interleaved,
         "points": n,
         "passed": n_pass,
         "failed": n_fail,
         "not_measured": n_not,
-        "strictly_better": bool(n and all(strictly.values())),
-        "strictly_better_points": sum(1 for v in strictly.values() if v),
+        "points_measured": n_pass + n_fail,
+        "require": gate.require,
+        "rule": rule_words(gate),
+        "strictly_better": bool(n and all(jd.strictly.values())),
+        "strictly_better_points": sum(1 for v in jd.strictly.values() if v),
+        "slower_within_margin": jd.slower,
         "gated_metric": gate.gated_metric,
         "metrics": metrics,
         "noise_margin": m,
@@ -174,9 +320,18 @@ def judge(ctx: RunContext, st: PerfState) -> CheckResult:
         "schedules": {g: sc.describe() for g, sc in st.schedules.items()},
         "drift_checked": len(drift),
         "drift_detected": [f"{d['point']} ({d['workload']})" for d in drifted],
+        "drift_trend_detected": [f"{d['point']} ({d['workload']})" for d in trend_flags],
         "equal_resources": not unequal,
         "unequal_resource_groups": unequal,
         "claims": {c.id: c.status for c in claims},
+        "slo": gate.slo.describe() if gate.slo is not None else None,
+        "slo_gated": bool(gate.slo is not None and gate.slo.gate),
+        "curve_dominance": {
+            "required": gate.curve_dominance,
+            "levels": len(dom),
+            "dominated": sum(1 for d in dom if d.get("dominates")),
+            "not_dominated": [d["point"] for d in dom if d.get("dominates") is False],
+        },
         "lifetimes": st.lifetimes,
         "notes": st.notes,
         "errors": errors,
@@ -185,15 +340,23 @@ def judge(ctx: RunContext, st: PerfState) -> CheckResult:
         "p90_interactivity": METRICS["p90_interactivity"].description,
         "definitions": "docs/perf.md (metric definitions, trace format, statistics)",
     }
+    if stopped is not None:
+        summary.update(partial=True, stopped=stopped, undecided=jd.undecided)
     gate_model = perf_gate(gate, st.schedules)
     tables = {
         "points": rows,
         "runs": runs,
-        "looks": looks,
+        "looks": jd.looks,
         "claims": claim_rows,
         "drift": drift,
         "lifetimes": st.lifetimes,
+        "tails": jd.tails,
+        "curves": jd.curves,
+        "curve_dominance": dom,
     }
+    measured_words = f"{n_pass + n_fail} of {n} point(s) measured"
+    if stopped is not None:
+        return _partial_result(gate_model, summary, jd.failures, tables, stopped, n_fail, n_pass, measured_words)
     if n == 0 or n_pass + n_fail == 0:
         why = "no point was measured on both sides" + (f" ({errors[0]})" if errors else "")
         return CheckResult(
@@ -202,35 +365,88 @@ def judge(ctx: RunContext, st: PerfState) -> CheckResult:
             reason=why,
             gate=gate_model,
             summary=summary,
-            failures=failures,
+            failures=jd.failures,
             tables=tables,
         )
+    strict = gate.require == "strictly_better"
     if n_fail:
         verdict = Verdict.FAIL
-        reason = f"{n_fail} of {n} point(s) failed the no-regression gate ({gate.gated_metric}, margin {m:g})"
+        reason = f"{n_fail} of {n} point(s) failed the {'strictly-better' if strict else 'no-regression'} gate " + (
+            f"({gate.gated_metric}, lower bound > 1)" if strict else f"({gate.gated_metric}, margin {mg:g})"
+        )
     elif n_not:
         verdict = Verdict.NOT_RUN
-        reason = f"{n_not} of {n} point(s) could not be compared; the other {n_pass} passed"
+        reason = f"{measured_words}; {n_not} could not be compared; the {n_pass} measured passed"
         if errors:
             reason += f" ({errors[0]})"
     else:
         verdict = Verdict.PASS
-        reason = f"no regression beyond {m:.0%} at any of {n} point(s) ({gate.gated_metric}); " + (
-            "strictly better everywhere"
-            if summary["strictly_better"]
-            else f"strictly better at {summary['strictly_better_points']} of {n}"
-        )
-    if one_lifetime:
-        reason += "; one lifetime per side, so the intervals ignore lifetime variance"
-    if interleaved:
-        reason += "; runs interleaved in time"
-    if drifted:
-        reason += f"; drift between baseline lifetimes at {len(drifted)} point(s)"
-    if unequal:
-        reason += "; unequal GPU counts, compared per GPU"
+        if strict:
+            reason = f"strictly better (lower bound > 1) at every one of {n} point(s) ({gate.gated_metric})"
+        else:
+            reason = f"no regression beyond {mg:.0%} at any of {n} point(s) ({gate.gated_metric}); " + (
+                "strictly better everywhere"
+                if summary["strictly_better"]
+                else f"strictly better at {summary['strictly_better_points']} of {n}"
+            )
+    if jd.slower:
+        reason += f"; {SLOWER} at {len(jd.slower)} point(s): {', '.join(jd.slower[:4])}"
+    reason += _reason_tail(
+        summary, one_lifetime=one_lifetime, interleaved=interleaved, drifted=drifted, unequal=unequal
+    )
     return CheckResult(
         check=CHECK,
         verdict=verdict,
+        reason=reason,
+        gate=gate_model,
+        summary=summary,
+        failures=jd.failures,
+        tables=tables,
+    )
+
+
+def _reason_tail(
+    summary: dict[str, Any], *, one_lifetime: bool, interleaved: bool, drifted: list[Any], unequal: list[str]
+) -> str:
+    out = ""
+    if one_lifetime:
+        out += "; one lifetime per side, so the intervals ignore lifetime variance"
+    if interleaved:
+        out += "; runs interleaved in time"
+    if drifted:
+        out += f"; drift between baseline lifetimes at {len(drifted)} point(s)"
+    if summary["drift_trend_detected"]:
+        out += f"; the paired differences trend over time at {len(summary['drift_trend_detected'])} point(s)"
+    if unequal:
+        out += "; unequal GPU counts, compared per GPU"
+    cd = summary["curve_dominance"]
+    if cd["levels"]:
+        out += f"; the candidate's curve dominates within the margin at {cd['dominated']} of {cd['levels']} level(s)"
+        out += " (required)" if cd["required"] else " (reported, not required)"
+    return out
+
+
+def _partial_result(
+    gate_model: Gate,
+    summary: dict[str, Any],
+    failures: list[str],
+    tables: dict[str, list[dict[str, Any]]],
+    stopped: str,
+    n_fail: int,
+    n_pass: int,
+    measured_words: str,
+) -> CheckResult:
+    """A run stopped early: the decided points' evidence, and no pass."""
+    reason = f"{measured_words} before the run stopped ({stopped})"
+    if n_fail:
+        reason += f": {n_fail} failed, {n_pass} passed"
+    elif n_pass:
+        reason += f": all {n_pass} passed; the others were not decided"
+    if summary.get("undecided"):
+        reason += f"; {len(summary['undecided'])} point(s) had runs but no decision (their runs and intervals are kept)"
+    return CheckResult(
+        check=CHECK,
+        verdict=Verdict.FAIL if n_fail else Verdict.NOT_RUN,
         reason=reason,
         gate=gate_model,
         summary=summary,

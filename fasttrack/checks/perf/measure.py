@@ -10,6 +10,7 @@ from fasttrack.engine.errors import EngineCrashed, EngineUnreachable
 from fasttrack.perf.analysis import ItemState, look, look_summary
 from fasttrack.perf.metrics import RunMetrics
 from fasttrack.perf.schedule import LookSchedule
+from fasttrack.results import Side
 from fasttrack.scope import PerfGate
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -73,7 +74,7 @@ async def measure_item(
             break
         s.add(rm)
         runs_here += 1
-        if looks_here and runs_here >= gate.min_runs and take_look(s, gate=gate, sched=sched):
+        if looks_here and sched.look_after(runs_here) and take_look(s, gate=gate, sched=sched):
             break
     return runs_here
 
@@ -96,9 +97,17 @@ def take_look(s: ItemState, *, gate: PerfGate, sched: LookSchedule) -> bool:
     return d.final
 
 
-PAIR_ORDERS = (("baseline", "candidate"), ("candidate", "baseline"))
-"""Interleaved runs: pair k runs the sides in ``PAIR_ORDERS[k % 2]`` (B C, C B, B C, ...), so neither side
-always goes first and a steady drift of the host cancels over two pairs."""
+PAIR_ORDERS: tuple[tuple[Side, Side], tuple[Side, Side]] = (("baseline", "candidate"), ("candidate", "baseline"))
+"""The two run pairs of an A B B A block."""
+
+
+def pair_order(k: int, lifetime: int) -> tuple[Side, Side]:
+    """The sides of run pair ``k`` on the ``lifetime``-th pair of engines, in time order.
+
+    Runs follow A B B A blocks (pairs 2j and 2j+1 are A B then B A), so within every block both sides
+    sit at the same mean time and a host that speeds up or slows down steadily hits both alike; A is
+    the baseline on even lifetimes and the candidate on odd ones, so neither side opens every block."""
+    return PAIR_ORDERS[(k + lifetime) % 2]
 
 
 async def measure_pair(
@@ -109,14 +118,20 @@ async def measure_pair(
     sched: LookSchedule,
     gate: PerfGate,
     run_once: dict[str, Callable[[int], Awaitable[RunMetrics]]],
+    between_blocks: Callable[[], None] | None = None,
+    before_run: Callable[[str, int], None] | None = None,
 ) -> dict[str, int]:
     """Interleaved runs of one item on one pair of lifetimes (both engines up); returns runs per side.
 
-    Pair k is one run of each side, back to back (order alternating, ``PAIR_ORDERS``), with
+    ``between_blocks`` is called before every A B B A block but the first (the engines trade their cores
+    there, with ``engine.cpu_pinning.alternate: blocks``); ``before_run(side, k)`` before every run, ahead of
+    the settle pause (the engine about to run moves to the measuring cores, with ``alternate: runs``).
+
+    Pair k is one run of each side, back to back, in A B B A blocks (:func:`pair_order`), with
     ``gate.interleave_settle_s`` between consecutive runs (the engine that just ran settles
     before the other one starts).
     Without looks on this pair: ``min_runs`` pairs. With looks: ``min_runs`` pairs, then a
-    look after every pair until a look is final or ``max_runs`` pairs were taken. A
+    look after every block (two pairs) until a look is final or ``max_runs`` pairs were taken. A
     harness-side failure ends the item's runs on this pair (recorded); a pair left
     incomplete makes the sides' layouts differ, and the interval then says it was not
     paired.
@@ -126,7 +141,11 @@ async def measure_pair(
     limit = gate.max_runs if looks_here else gate.min_runs
     settle = gate.interleave_settle_s
     for k in range(limit):
-        for i, side in enumerate(PAIR_ORDERS[k % 2]):
+        if between_blocks is not None and k and k % 2 == 0:
+            between_blocks()
+        for i, side in enumerate(pair_order(k, lifetime)):
+            if before_run is not None:
+                before_run(side, k)
             if settle and (k or i):
                 await asyncio.sleep(settle)
             try:
@@ -138,7 +157,7 @@ async def measure_pair(
                 return taken
             s.add(rm)
             taken[side] += 1
-        if looks_here and k + 1 >= gate.min_runs and take_look(s, gate=gate, sched=sched):
+        if looks_here and sched.look_after(k + 1) and take_look(s, gate=gate, sched=sched):
             break
     return taken
 
