@@ -279,12 +279,20 @@ def _perf(w: Work, g: EngineGroup, pts: Sequence[ConfigPoint], devices: int, nod
     for wl in w.scope.workloads:
         if wanted is not None and wl.name not in wanted:
             continue
-        for p in _perf_points(wl.kind, pts):
+        items: list[tuple[int, int, int]] = []  # (batch, requests per run, prompt tokens per run)
+        if wl.kind == "concurrency_sweep":  # one item per level, prompts of input_len or the shortest context
+            first = min(pts, key=lambda p: (p.batch, p.full_context, p.context), default=None)
+            ctx = max(1, min(wl.input_len or (first.context if first else 1), max_len - wl.output_len - 1))
+            for level in wl.concurrencies or []:
+                n = wl.requests_per_run or 4 * level
+                items.append((level, n, n * ctx))
+        for p in _perf_points(wl.kind, pts) if wl.kind != "concurrency_sweep" else []:
             n = wl.requests_per_run or 4 * p.batch
             ctx = (max_len - wl.output_len - 1) if p.full_context else (wl.input_len or p.context)
-            prompt = ctx + 16 * n if wl.kind == "pure_decode" else n * ctx  # pure_decode's prefix is cached
-            one = m.decode(n, p.batch, wl.output_len) + m.prefill(prompt)
-            warm = m.decode(p.batch, p.batch, 16)
+            items.append((p.batch, n, ctx + 16 * n if wl.kind == "pure_decode" else n * ctx))  # decode: prefix cached
+        for batch, n, prompt in items:
+            one = m.decode(n, batch, wl.output_len) + m.prefill(prompt)
+            warm = m.decode(batch, batch, 16)
             for _lt in range(g.lifetimes_per_side):
                 secs = 2 * (runs * one + warm)  # both sides' runs, one after another (interleaved or not)
                 w.line("perf").add(

@@ -8,6 +8,7 @@ import json
 import re
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,7 +16,7 @@ from fasttrack import ROOT
 from fasttrack.cost import STARTS, measured, plan_cost
 from fasttrack.executors.shards import layout
 from fasttrack.plan import build_plan
-from fasttrack.scope import load_scope, parse_scope
+from fasttrack.scope import Scope, load_scope, parse_scope
 
 FIXTURES = ROOT / "tests" / "fixtures"
 DEMO_RUNS = sorted((FIXTURES / "cost").glob("demo-smoke-run-*.json"))
@@ -40,8 +41,8 @@ def test_plan_shows_every_check_and_the_engine_starts_and_they_add_up() -> None:
 
 def test_a_tier_that_leaves_a_check_out_does_not_pay_for_it() -> None:
     text = (ROOT / "suites/demo-llama/scope.yaml").read_text()
-    text = text.replace("    workloads: [decode]\n    lifetimes_per_side: 1\n", (
-        "    workloads: [decode]\n    lifetimes_per_side: 1\n    checks: [kernels, equivalence]\n"
+    text = text.replace("    workloads: [decode, sweep]\n    lifetimes_per_side: 1\n", (
+        "    workloads: [decode, sweep]\n    lifetimes_per_side: 1\n    checks: [kernels, equivalence]\n"
     ))  # fmt: skip
     scope = parse_scope(text, source="demo")
     assert set(build_plan(scope, tier="smoke").estimate.checks) == {STARTS, "kernels", "equivalence"}
@@ -119,6 +120,30 @@ def test_the_gpu_demo_start_estimate_is_its_recorded_starts() -> None:
     assert abs(est - sum(later) / 2) / (sum(later) / 2) <= 0.25
 
 
+RUN_SCOPES: dict[str, dict[str, Any]] = {
+    # run A: the perf gate took 3..6 run pairs (A B A B) and the smoke tier had no concurrency sweep
+    "demo-smoke-run-a": {"min_runs": 3, "max_runs": 6, "smoke_workloads": ["decode"]},
+}
+"""What differed in the demo scope when each measured run was taken (the estimate is of the plan that ran)."""
+
+
+def scope_then(scope: Scope, then: dict[str, Any]) -> Scope:
+    """The demo scope as a measured run had it: the current one with that run's perf runs and smoke workloads
+    (copies without validation: 3..6 run pairs are no longer a valid interleaved design)."""
+    perf = scope.gates.perf.model_copy(update={"min_runs": then["min_runs"], "max_runs": then["max_runs"]})
+    smoke = scope.tiers["smoke"].model_copy(update={"workloads": then["smoke_workloads"]})
+    return scope.model_copy(
+        update={
+            "gates": scope.gates.model_copy(update={"perf": perf}),
+            "tiers": {**scope.tiers, "smoke": smoke},
+        }
+    )
+
+
+def test_every_measured_run_says_what_its_scope_was() -> None:
+    assert {p.stem for p in DEMO_RUNS} == set(RUN_SCOPES)
+
+
 @pytest.mark.parametrize("run", DEMO_RUNS, ids=[p.stem for p in DEMO_RUNS])
 def test_the_demo_estimate_is_within_25_percent_of_its_measured_run(run: Path) -> None:
     """The demo's smoke tier (what scripts/demo.sh runs) against measured runs of it (run summaries, trimmed to what
@@ -128,7 +153,7 @@ def test_the_demo_estimate_is_within_25_percent_of_its_measured_run(run: Path) -
     assert summary["crash"] is None and not summary["interrupted"]
     # every check ran (none cut short), so every line of the estimate was measured
     assert all(c["verdict"] != "not_run" for name, c in summary["checks"].items() if name != "isolation")
-    scope = load_scope("demo-llama").scope
+    scope = scope_then(load_scope("demo-llama").scope, RUN_SCOPES[run.stem])
     plan = build_plan(scope, tier="smoke")
     est = plan_cost(scope, "smoke", plan.groups, plan.points)
     got = measured(summary)

@@ -40,6 +40,8 @@ from fasttrack.plan import build_plan
 from fasttrack.results import claim_verdict
 from fasttrack.scope import load_scope
 
+ROOT = Path(__file__).resolve().parents[2]
+
 SLOW_BATCH = 4
 DEFECT_BATCHES = [SLOW_BATCH - 1, SLOW_BATCH]
 """The slow-batch candidate's sweep (CI budget): the defect's batch and its neighbour below, at every context."""
@@ -107,18 +109,22 @@ def perf_results(
     t0 = time.perf_counter()
     out = {"clean": (clean.judge(clean_ctx), clean_ctx), "defect": (defect.judge(defect_ctx), defect_ctx)}
     TIMINGS["judge all"] = round(time.perf_counter() - t0, 1)
-    print("\nperf e2e timings (s): " + ", ".join(f"{k}: {v}" for k, v in TIMINGS.items()), file=sys.stderr)
+    lines = ["perf e2e timings (s): " + ", ".join(f"{k}: {v}" for k, v in TIMINGS.items())]
     for name, (res, _) in out.items():  # the figures, for the log
-        print(f"\n{name}: {res.verdict.value}: {res.reason}", file=sys.stderr)
+        lines.append(f"{name}: {res.verdict.value}: {res.reason}")
         for r in res.tables["points"]:
             if r.get("gated") and r.get("speedup") is not None:
-                print(
+                lines.append(
                     f"  {r['point']:<26} speedup {r['speedup']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}] "
                     f"mde {r['mde']:.1%} gate-mde {r['gate_detectable_slowdown']:.1%} runs {r['runs']} "
                     f"{r['verdict']}\n    run values baseline {_fmt(r['baseline_run_values'])} "
-                    f"candidate {_fmt(r['candidate_run_values'])}",
-                    file=sys.stderr,
+                    f"candidate {_fmt(r['candidate_run_values'])}"
                 )
+    print("\n" + "\n".join(lines), file=sys.stderr)
+    # a passing test's stderr is not shown: the figures also go to a file (.artifacts/perf-e2e-figures.txt)
+    figures = Path(os.environ.get("FASTTRACK_PERF_FIGURES", ROOT / ".artifacts" / "perf-e2e-figures.txt"))
+    figures.parent.mkdir(parents=True, exist_ok=True)
+    figures.write_text("\n".join(lines) + "\n")
     return out
 
 

@@ -330,8 +330,10 @@ def test_report_draws_the_interactivity_throughput_curves(page: Any, bundle_fact
     out = tmp_path / "report.html"
     render_report(b, out, keys=[keys.trusted_pub])
     page.goto(out.as_uri())
+    if page.locator("#perf").get_attribute("open") is None:  # a collapsed section: opened as a reader opens it
+        page.locator("#perf > summary").click()
     fig = page.locator("#perf figure.curve-figure")
-    assert fig.count() == 1
+    assert fig.count() == 1 and fig.is_visible()
     fig.scroll_into_view_if_needed()
     assert fig.locator("svg polygon.curve-band").count() == 2, "one interval band per side"
     for side in ("baseline", "candidate"):
