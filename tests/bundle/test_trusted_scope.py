@@ -57,9 +57,7 @@ CASES: dict[str, tuple[dict[str, str], str | None]] = {
         "evals.aime25.margin: raised from 0.1 to 0.4",
     ),
     "a workload removed from a tier": (
-        {
-            "workloads: [decode, context, mixed, real-prompts, agent-replay, sweep]": "workloads: [decode, context, sweep]"
-        },
+        {"context, mixed, real-prompts, agent-replay, sweep]": "context, sweep]"},
         "tiers.standard.workloads: removed [mixed, real-prompts, agent-replay]",
     ),
     "lifetimes reduced": (
