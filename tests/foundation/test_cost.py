@@ -178,3 +178,19 @@ def test_measured_reads_a_run_summary() -> None:
     m = measured(summary)
     # an interleaved pair's shared measurement (perf) once; each side's own checks both
     assert m == {STARTS: 75.0, "equivalence": 23.5, "perf": 50.0, "kernels": 20.0, "total": 200.0}
+
+
+def test_a_concurrency_sweep_is_priced_per_level() -> None:
+    """The demo's sweep (levels 1, 2, 4, 8; 4 x level requests per run) adds each level's runs on both sides."""
+    scope = load_scope("demo-llama").scope
+    sweep = next(w for w in scope.workloads if w.kind == "concurrency_sweep")
+    assert sweep.concurrencies == [1, 2, 4, 8] and sweep.requests_per_run is None
+    plan = build_plan(scope, tier="smoke")
+    with_sweep = plan_cost(scope, "smoke", plan.groups, plan.points)["perf"]
+    smoke = scope.tiers["smoke"].model_copy(update={"workloads": ["decode"]})
+    without = scope.model_copy(update={"tiers": {**scope.tiers, "smoke": smoke}})
+    plain = plan_cost(without, "smoke", plan.groups, plan.points)["perf"]
+    runs = (scope.gates.perf.min_runs + scope.gates.perf.max_runs) / 2
+    lifetimes = sum(g.lifetimes_per_side for g in plan.groups)
+    assert with_sweep.requests - plain.requests == lifetimes * sum(int(2 * runs * 4 * c) for c in (1, 2, 4, 8))
+    assert with_sweep.wall_s > plain.wall_s
