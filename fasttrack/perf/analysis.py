@@ -259,12 +259,7 @@ def judge_item(
     mdes: dict[str, Any] = {}
     runs_b, runs_c = state.n_runs("baseline"), state.n_runs("candidate")
     base_row = {
-        "workload": it.workload,
-        "kind": it.kind,
-        "point": it.point,
-        "group": it.group,
-        "batch": it.batch,
-        "context": it.context,
+        **it.identity(),
         "full_context": it.full_context,
         "prompt_len": it.prompt_len,
         "output_len": it.output_len,

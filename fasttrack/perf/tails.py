@@ -80,12 +80,7 @@ def tail_rows(state: ItemState, *, confidence: float, slo: "ServiceLevel | None"
         bound = getattr(slo, SLO_FIELDS[field]) if slo is not None and field in SLO_FIELDS else None
         for f in cmp.figures:
             row: dict[str, Any] = {
-                "workload": it.workload,
-                "kind": it.kind,
-                "point": it.point,
-                "group": it.group,
-                "batch": it.batch,
-                "context": it.context,
+                **it.identity(),
                 "metric": field,
                 "label": f"{label} {f.statistic}",
                 "statistic": f.statistic,

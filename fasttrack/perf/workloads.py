@@ -90,7 +90,8 @@ class WorkItem:
     """tp, dcp, spec, draft_length, batch, context, full_context (for claims matching)."""
     notes: list[str] = field(default_factory=list)
 
-    def describe(self) -> dict[str, Any]:
+    def identity(self) -> dict[str, Any]:
+        """The fields that say which measurement a table row is of (the start of every perf row)."""
         return {
             "workload": self.workload,
             "kind": self.kind,
@@ -98,6 +99,11 @@ class WorkItem:
             "group": self.group,
             "batch": self.batch,
             "context": self.context,
+        }
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            **self.identity(),
             "full_context": self.full_context,
             "prompt_len": self.prompt_len,
             "output_len": self.output_len,
