@@ -32,8 +32,9 @@ from fasttrack.bundle.errors import BundleError, MergeError
 from fasttrack.bundle.keys import PublicKey, SigningKey
 from fasttrack.bundle.layout import ARTIFACTS_DIR, LOGS_DIR, MANIFEST
 from fasttrack.bundle.manifest import Manifest, PlanInfo, Provenance, ShardRef, load_manifest, parse_shard
+from fasttrack.bundle.prlink import PRLink
 from fasttrack.bundle.tables import read_rows
-from fasttrack.results import CheckResult, Verdict, ordered_checks, recorded_check_order
+from fasttrack.results import ISOLATION, CheckResult, Verdict, ordered_checks, recorded_check_order
 
 #: Provenance fields that may differ between shards.
 _PER_SHARD_PROVENANCE = {"engines"}
@@ -86,7 +87,8 @@ def _compare(manifests: list[tuple[Path, Manifest]]) -> None:
             "scope.tier": m.scope.tier,
             "plan": m.plan.fingerprint or m.plan.sha256,
             "shard count": parse_shard(m.plan.shard)[1],
-            "pr": None if m.pr is None else m.pr.model_dump(mode="json"),
+            # the PR link without its isolation reason: that names each shard's own engines' builds
+            "pr": None if m.pr is None else m.pr.model_dump(mode="json", exclude={"isolation_reason"}),
             "rehearsal": m.rehearsal,
             **{
                 f"provenance.{k}": v
@@ -265,7 +267,7 @@ def merge_bundles(
                 scope=first.scope,
                 plan=_merged_plan(ordered),
                 provenance=_merged_provenance(ordered),
-                pr=first.pr,
+                pr=_merged_pr(first.pr, results),
                 rehearsal=first.rehearsal,
                 rehearsal_reason=first.rehearsal_reason,
                 created=created or max((m.created for _, _, m in ordered), key=_dt.datetime.fromisoformat),
@@ -327,6 +329,14 @@ def _every_shard(opened: list[_Shard], absent: Mapping[str, str]) -> list[_Shard
             "a merged bundle needs every shard of the plan"
         )
     return [by_index[i] for i in range(1, n + 1) if i in by_index]
+
+
+def _merged_pr(pr: PRLink | None, results: list[CheckResult]) -> PRLink | None:
+    """The shards' PR link (one, as compared), with the merged isolation row's reason (every shard's engines)."""
+    iso = next((r for r in results if r.check == ISOLATION), None)
+    if pr is None or iso is None:
+        return pr
+    return pr.model_copy(update={"isolation_reason": iso.reason})
 
 
 def _merged_result(

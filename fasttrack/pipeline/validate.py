@@ -403,6 +403,11 @@ def _declare_inactive(ctx: RunContext, checks: list[Check], skipped: dict[str, s
         state.results[name] = _declared(reg[name], CheckResult.not_run(name, why, required=required))
     active: list[Check] = []
     for chk in checks:
+        if isinstance(chk, EngineCheck) and not plan.groups and plan.shard != "1/1":
+            # a shard that holds none of the plan's engine groups: the other shards run this check
+            why = f"shard {plan.shard} holds none of the plan's engine groups: the other shards run this check"
+            state.results[chk.name] = _declared(chk, CheckResult.not_run(chk.name, why, required=False))
+            continue
         skip = chk.skip_reason(ctx)
         if skip:
             state.results[chk.name] = _declared(chk, CheckResult.not_run(chk.name, skip, required=chk.required_in(ctx)))

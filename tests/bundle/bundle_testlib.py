@@ -113,6 +113,7 @@ def build(
     provenance: Provenance | None = None,
     head: str = HEAD,
     rehearsal: bool = False,
+    isolation_reason: str = "owned paths only",
 ) -> Path:
     """A bundle of a PR run: a passing isolation row over BASE..head is added when ``results`` has none.
 
@@ -134,7 +135,7 @@ def build(
             head_sha=head,
             diff_sha256=DIFF,
             isolation="pass",
-            isolation_reason="owned paths only",
+            isolation_reason=isolation_reason,
         ),
         rehearsal=rehearsal,
         rehearsal_reason=REHEARSAL_REASON if rehearsal else None,

@@ -108,6 +108,22 @@ def test_mismatched_pr_head_is_refused(tmp_path: Path) -> None:
         B.merge_bundles(shards, tmp_path / "merged")
 
 
+def test_shards_whose_isolation_reasons_name_their_own_engines_merge(tmp_path: Path) -> None:
+    """Each shard's isolation reason says what its own engines served (a shard without engines: none); the PR
+    link is still one, and the merged link carries the merged isolation row's reason."""
+    shards = make_shards(
+        tmp_path,
+        n=2,
+        overrides={
+            1: {"isolation_reason": "owned paths only; PR head unproven: the commit of 2 engine(s) could not be read"},
+            2: {"isolation_reason": "owned paths only; PR head unproven: no engine ran"},
+        },
+    )
+    m = B.merge_bundles(shards, tmp_path / "merged")
+    assert m.pr is not None and m.pr.isolation == "pass"
+    assert m.pr.isolation_reason == m.checks["isolation"].reason
+
+
 def test_tampered_shard_is_refused(tmp_path: Path) -> None:
     shards = make_shards(tmp_path, n=2)
     (shards[1] / "logs" / "g0.baseline.0.log").write_text("edited\n")
