@@ -33,7 +33,6 @@ EXCEPTIONS: dict[str, str] = {
     "report/site_pages.py:write_index": NOT_SPLIT_YET,
     "plan.py:build_plan": NOT_SPLIT_YET,
     "report/site.py:build_site": NOT_SPLIT_YET,
-    "report/eval_view.py:evals_view": NOT_SPLIT_YET,
 }
 
 
