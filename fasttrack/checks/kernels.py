@@ -55,8 +55,17 @@ class KernelsCheck(EnginelessCheck):
 
     @classmethod
     def passability(cls, tier: TierView) -> list[Blocker]:
-        """A suite that needs a GPU cannot run on a CPU scope; its folder must exist."""
+        """The scope declares a kernel suite; a suite that needs a GPU cannot run on a CPU scope; its folder must
+        exist."""
         scope, out = tier.scope, []
+        if not scope.kernels:
+            return [
+                tier.blocker(
+                    "kernel suites",
+                    "the scope declares none, so the kernels check has nothing to run",
+                    f"declare the fast path's kernel suites under kernels:, or leave kernels out of {tier.hint}.checks",
+                )
+            ]
         if scope.hardware is None:
             return []
         for k in scope.kernels:

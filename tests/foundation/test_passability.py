@@ -189,3 +189,30 @@ def test_validate_refuses_a_tier_that_can_never_pass(tmp_path: Path) -> None:
         "kernels",
     )
     assert "can never pass" not in res.stderr
+
+
+@pytest.mark.parametrize(
+    ("emptied", "check", "item"),
+    [("kernels", "kernels", "kernel suites"), ("evals", "evals", "evals"), ("workloads", "perf", "perf workloads")],
+)
+def test_a_required_check_with_nothing_to_run_is_a_blocker(emptied: str, check: str, item: str) -> None:
+    """A scope without kernel suites, evals or perf workloads: the check would end 'not run' and the bundle
+    incomplete, so the plan says so before anything starts, naming the section."""
+    loaded = load_scope("demo-llama")
+    scope = loaded.scope.model_copy(update={emptied: []})
+    if emptied == "evals":  # the tiers' eval selections name the evals that are gone
+        scope = scope.model_copy(
+            update={"tiers": {t: v.model_copy(update={"evals": None}) for t, v in scope.tiers.items()}}
+        )
+    if emptied == "workloads":
+        scope = scope.model_copy(
+            update={"tiers": {t: v.model_copy(update={"workloads": None}) for t, v in scope.tiers.items()}}
+        )
+    res = analyze(scope, build_plan(scope, tier="smoke"), base_dir=loaded.base_dir)
+    assert [(b.check, b.item) for b in res.blockers] == [(check, item)], res.lines()
+    # a tier that leaves the check out does not need it
+    tiers = dict(scope.tiers)
+    others = [c for c in ("kernels", "equivalence", "features", "coverage", "evals", "perf") if c != check]
+    tiers["smoke"] = tiers["smoke"].model_copy(update={"checks": others})
+    scope = scope.model_copy(update={"tiers": tiers})
+    assert analyze(scope, build_plan(scope, tier="smoke"), base_dir=loaded.base_dir).ok

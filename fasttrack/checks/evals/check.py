@@ -94,7 +94,19 @@ class EvalsCheck(EngineCheck):
 
     @classmethod
     def passability(cls, tier: TierView) -> list[Blocker]:
-        """An eval's ``points`` filter must select a config point of the tier; its data must exist."""
+        """The tier runs an eval; an eval's ``points`` filter must select a config point of the tier; its data must
+        exist."""
+        if not cls.planned(tier):
+            what = (
+                "the scope declares no evals" if not tier.scope.evals else "the tier selects none of the scope's evals"
+            )
+            return [
+                tier.blocker(
+                    "evals",
+                    what,
+                    f"declare evals (and select them in {tier.hint}.evals), or leave evals out of {tier.hint}.checks",
+                )
+            ]
         out = []
         for ev in tier.scope.evals:
             if ev.name in cls.planned(tier):

@@ -12,9 +12,14 @@ def planned_workloads(tier: TierView) -> list[str]:
 
 
 def perf_blockers(tier: TierView) -> list[Blocker]:
-    """Every workload the tier runs has its data: a trace for ``trace_replay``, a prompt set file where one is named."""
+    """The tier runs a workload; every workload it runs has its data: a trace for ``trace_replay``, a prompt set
+    file where one is named."""
     out = []
     runs = set(planned_workloads(tier))
+    if not runs:
+        what = "the scope declares none" if not tier.scope.workloads else "the tier selects none of the scope's"
+        fix = f"declare workloads (and select them in {tier.hint}.workloads), or leave perf out of {tier.hint}.checks"
+        return [tier.blocker("perf workloads", what, fix)]
     for w in tier.scope.workloads:
         if w.name not in runs:
             continue
