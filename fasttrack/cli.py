@@ -154,6 +154,11 @@ def _print_json(obj: object) -> None:
     sys.stdout.write(json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
 
 
+def _comma_list(text: str) -> list[str]:
+    """The names of a comma-separated option (``--checks a,b``), blanks dropped."""
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
 @app.command("plan")
 def plan_cmd(
     model: str = typer.Option(..., "--model", "-m", help="Suite name (folder under suites/) or path to a scope.yaml."),
@@ -401,8 +406,8 @@ def validate_cmd(
         tier=tier,
         shard=shard,
         out=Path(out),
-        checks=[c.strip() for c in checks.split(",") if c.strip()] if checks else None,
-        groups=[g.strip() for g in group.split(",") if g.strip()] if group else None,
+        checks=_comma_list(checks) if checks else None,
+        groups=_comma_list(group) if group else None,
         allow_hardware_mismatch=allow_hardware_mismatch,
         baseline_url=baseline_url,
         candidate_url=candidate_url,
@@ -483,7 +488,7 @@ def reproduce_cmd(
 
     res = reproduce(
         Path(bundle),
-        checks=[c.strip() for c in checks.split(",") if c.strip()],
+        checks=_comma_list(checks),
         out=Path(out),
         keys=[Path(k) for k in (key or [])],
         trust=Path(trust) if trust else None,

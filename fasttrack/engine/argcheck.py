@@ -18,14 +18,13 @@ import contextlib
 import hashlib
 import json
 import os
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from fasttrack.engine.environment import probe_local_environment
+from fasttrack.engine.procs import run_script
 from fasttrack.errors import ScopeError
 
 _MARK = "FASTTRACK-ARGCHECK:"
@@ -183,28 +182,12 @@ def check_arg_lists(
 
 
 def _run_probe(exe: str, todo: dict[str, list[str]], env: dict[str, str] | None, timeout: float) -> dict | str:
-    try:
-        proc = subprocess.Popen(
-            [exe, "-c", _PROBE],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env if env is not None else dict(os.environ),
-            start_new_session=True,
-        )
-    except OSError as exc:
-        return f"the argument check could not run under {exe}: {exc}"
-    try:
-        stdout, stderr = proc.communicate(json.dumps({"lists": todo}), timeout=timeout)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(OSError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        return f"the argument check timed out after {timeout:.0f} s under {exe}"
-    line = next((ln for ln in reversed(stdout.splitlines()) if ln.startswith(_MARK)), None)
+    proc = run_script(exe, _PROBE, stdin=json.dumps({"lists": todo}), env=env, timeout=timeout)
+    if isinstance(proc, str):
+        return f"the argument check {proc}"
+    line = next((ln for ln in reversed(proc.stdout.splitlines()) if ln.startswith(_MARK)), None)
     if proc.returncode != 0 or line is None:
-        return f"the argument check failed under {exe} (exit {proc.returncode}): {stderr.strip()[-400:]}"
+        return f"the argument check failed under {exe} (exit {proc.returncode}): {proc.stderr.strip()[-400:]}"
     try:
         data: dict = json.loads(line[len(_MARK) :])
     except ValueError:

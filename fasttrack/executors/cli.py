@@ -30,7 +30,9 @@ from fasttrack.executors.cli_common import (
     _nodes_model,
     console,
     err_console,
+    merge_and_exit,
     pr_and_image,
+    shares_options,
 )
 
 if TYPE_CHECKING:
@@ -107,29 +109,34 @@ def _summary(lay: ShardLayout, arrays: list[Any]) -> None:
 
 
 def _render_slurm(
-    model: Optional[str],
-    tier: str,
-    shards: str,
-    site_path: Optional[Path],
-    out: Optional[Path],
-    sign_key: Optional[Path],
-    gpus: Optional[int],
-    image: Optional[str],
-    validate_args: list[str],
-    dry_run: bool,
-    pr_opts: tuple[Optional[str], Optional[str], Optional[str], Optional[Path]] = (None, None, None, None),
-    max_parallel: Optional[int] = None,
+    model: Optional[str] = MODEL,
+    tier: str = TIER,
+    shards: str = SHARDS,
+    site: Optional[Path] = SITE,
+    out: Optional[Path] = OUT,
+    sign_key: Optional[Path] = SIGN,
+    gpus: Optional[int] = GPUS,
+    image: Optional[str] = IMAGE,
+    validate_arg: list[str] = VARG,
+    dry_run: bool = DRY,
+    repo: Optional[str] = REPO,
+    base: Optional[str] = BASE,
+    head: Optional[str] = HEAD,
+    image_build: Optional[Path] = BUILD,
+    max_parallel: Optional[int] = PARALLEL,
 ) -> tuple[Path, Any]:
+    """Render the job folder and write it (``--dry-run``: print it): its folder and the rendered scripts. Its
+    parameters are the options of every ``fasttrack slurm`` command that renders (see :func:`shares_options`)."""
     from fasttrack.executors import slurm
     from fasttrack.executors.site import load_site
 
-    pr, image = pr_and_image(*pr_opts, image)
+    pr, image = pr_and_image(repo, base, head, image_build, image)
     lay = _layout(model, tier, shards)
-    site = load_site(site_path)
+    prof = load_site(site)
     job_dir = _job_dir(out, lay, "slurm")
     assert model is not None
     source = "--gpus-per-node" if gpus is not None else "the site profile's slurm.gpus_per_node"
-    notes = _check_gpus_per_node(model, lay, gpus if gpus is not None else site.slurm.gpus_per_node, source)
+    notes = _check_gpus_per_node(model, lay, gpus if gpus is not None else prof.slurm.gpus_per_node, source)
     opts = slurm.SlurmOptions(
         model=_nodes_model(model),
         tier=tier,
@@ -137,11 +144,11 @@ def _render_slurm(
         sign_key=sign_key.resolve() if sign_key else None,
         gpus_per_node=gpus,
         container_image=image,
-        validate_args=list(validate_args),
+        validate_args=list(validate_arg),
         pr=pr,
         max_parallel=max_parallel,
     )
-    rendered = slurm.render(lay, site, opts)
+    rendered = slurm.render(lay, prof, opts)
     _summary(lay, rendered.arrays)
     for n in notes:
         err_console.print(f"note: {n}", highlight=False)
@@ -153,117 +160,35 @@ def _render_slurm(
     return job_dir, rendered
 
 
+_render_options = shares_options(_render_slurm)
+
+
 @slurm_app.callback()
-def slurm_root(
-    ctx: typer.Context,
-    model: Optional[str] = MODEL,
-    tier: str = TIER,
-    shards: str = SHARDS,
-    site: Optional[Path] = SITE,
-    out: Optional[Path] = OUT,
-    sign_key: Optional[Path] = SIGN,
-    gpus: Optional[int] = GPUS,
-    image: Optional[str] = IMAGE,
-    validate_arg: list[str] = VARG,
-    dry_run: bool = DRY,
-    repo: Optional[str] = REPO,
-    base: Optional[str] = BASE,
-    head: Optional[str] = HEAD,
-    image_build: Optional[Path] = BUILD,
-    max_parallel: Optional[int] = PARALLEL,
-) -> None:
+@_render_options
+def slurm_root(ctx: typer.Context, **opts: Any) -> None:
     if ctx.invoked_subcommand is not None:
         return
-    if model is None:
+    if opts["model"] is None:
         console.print(ctx.get_help())
         raise typer.Exit(0)
-    _render_slurm(
-        model,
-        tier,
-        shards,
-        site,
-        out,
-        sign_key,
-        gpus,
-        image,
-        validate_arg,
-        dry_run,
-        (repo, base, head, image_build),
-        max_parallel,
-    )
+    _render_slurm(**opts)
 
 
 @slurm_app.command("render")
-def slurm_render(
-    model: Optional[str] = MODEL,
-    tier: str = TIER,
-    shards: str = SHARDS,
-    site: Optional[Path] = SITE,
-    out: Optional[Path] = OUT,
-    sign_key: Optional[Path] = SIGN,
-    gpus: Optional[int] = GPUS,
-    image: Optional[str] = IMAGE,
-    validate_arg: list[str] = VARG,
-    dry_run: bool = DRY,
-    repo: Optional[str] = REPO,
-    base: Optional[str] = BASE,
-    head: Optional[str] = HEAD,
-    image_build: Optional[Path] = BUILD,
-    max_parallel: Optional[int] = PARALLEL,
-) -> None:
+@_render_options
+def slurm_render(**opts: Any) -> None:
     """Write the job folder: one sbatch script per array, the merge script, submit.sh, fasttrack-job.json."""
-    _render_slurm(
-        model,
-        tier,
-        shards,
-        site,
-        out,
-        sign_key,
-        gpus,
-        image,
-        validate_arg,
-        dry_run,
-        (repo, base, head, image_build),
-        max_parallel,
-    )
+    _render_slurm(**opts)
 
 
 @slurm_app.command("submit")
-def slurm_submit(
-    model: Optional[str] = MODEL,
-    tier: str = TIER,
-    shards: str = SHARDS,
-    site: Optional[Path] = SITE,
-    out: Optional[Path] = OUT,
-    sign_key: Optional[Path] = SIGN,
-    gpus: Optional[int] = GPUS,
-    image: Optional[str] = IMAGE,
-    validate_arg: list[str] = VARG,
-    dry_run: bool = DRY,
-    repo: Optional[str] = REPO,
-    base: Optional[str] = BASE,
-    head: Optional[str] = HEAD,
-    image_build: Optional[Path] = BUILD,
-    max_parallel: Optional[int] = PARALLEL,
-) -> None:
+@_render_options
+def slurm_submit(**opts: Any) -> None:
     """Render the job folder and submit it: every array with sbatch, then the merge job (afterany on all)."""
     from fasttrack.executors.slurm_jobs import submit
 
-    job_dir, rendered = _render_slurm(
-        model,
-        tier,
-        shards,
-        site,
-        out,
-        sign_key,
-        gpus,
-        image,
-        validate_arg,
-        dry_run,
-        (repo, base, head, image_build),
-        max_parallel,
-    )
-    if dry_run:
+    job_dir, _ = _render_slurm(**opts)
+    if opts["dry_run"]:
         err_console.print("--dry-run: nothing submitted", highlight=False)
         return
     ids = submit(job_dir)
@@ -333,24 +258,20 @@ def slurm_merge(
 ) -> None:
     """The merge job's step: merge every shard bundle present, name each absent shard with its Slurm job,
     state and log, sign; exit 0 only when the merged verdict is pass."""
-    from fasttrack.bundle.keys import load_private_key
-    from fasttrack.executors.collect import load_job, merge_job
+    from fasttrack.executors.collect import load_job
     from fasttrack.executors.slurm_jobs import describe_absent, task_details, task_note, task_states
 
     job_dir = job_dir.resolve()
     job = load_job(job_dir)
     key = sign_key or (Path(job["sign_key"]) if job.get("sign_key") else None)
-    keys = [load_private_key(key)] if key else []
     states = task_states(job) if job.get("submitted") else {}
-    outcome = merge_job(
+    merge_and_exit(
         job_dir,
+        key,
         describe_absent=describe_absent(job, states),
         details=task_details(states),
         present_note=task_note,
-        sign_keys=keys,
-        log=lambda m: console.print(m, highlight=False, markup=False),
     )
-    raise typer.Exit(0 if outcome.verdict == "pass" else 1)
 
 
 def register(app: typer.Typer) -> None:

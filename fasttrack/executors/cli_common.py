@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, NoReturn, Optional, TypeVar
 
 import typer
 from rich.console import Console
 
 if TYPE_CHECKING:
     from fasttrack.executors.shards import ShardLayout
+
+_Command = TypeVar("_Command", bound=Callable[..., Any])
 
 console = Console(soft_wrap=True)
 err_console = Console(stderr=True, soft_wrap=True)
@@ -72,3 +76,40 @@ def _layout(model: Optional[str], tier: str, shards: str) -> ShardLayout:
     if not model:
         raise FasttrackError("--model is required.", hint="e.g. fasttrack slurm --dry-run --model kimi-k3 --tier full")
     return layout(load_scope(model), tier=tier, shards=shards)
+
+
+def shares_options(template: Callable[..., Any]) -> Callable[[_Command], _Command]:
+    """A decorator: the command it decorates takes, after its own parameters, the options that are the parameters
+    of ``template``, and receives them as keyword arguments (``**opts``), to pass on with ``template(**opts)``.
+    Typer reads a command's options from its signature, so the decorator sets ``__signature__``: one list of
+    options for every command that runs ``template``."""
+
+    def share(command: _Command) -> _Command:
+        own = [
+            p
+            for p in inspect.signature(command, eval_str=True).parameters.values()
+            if p.kind is not inspect.Parameter.VAR_KEYWORD
+        ]
+        shared = inspect.signature(template, eval_str=True).parameters.values()
+        # setattr: mypy knows no __signature__ on a callable
+        setattr(command, "__signature__", inspect.Signature([*own, *shared]))  # noqa: B010
+        return command
+
+    return share
+
+
+def log_line(message: str) -> None:
+    """A progress line on stdout, printed as it is (no markup, no highlighting)."""
+    console.print(message, highlight=False, markup=False)
+
+
+def merge_and_exit(job_dir: Path, sign_key: Optional[Path], **merge_args: Any) -> NoReturn:
+    """The merge job's step: :func:`fasttrack.executors.collect.merge_job` of the job folder (``merge_args``: how
+    the executor names absent shards), signed with ``sign_key`` when given; exit 0 only when the merged verdict
+    is pass."""
+    from fasttrack.bundle.keys import load_private_key
+    from fasttrack.executors.collect import merge_job
+
+    keys = [load_private_key(sign_key)] if sign_key else []
+    outcome = merge_job(job_dir, sign_keys=keys, log=log_line, **merge_args)
+    raise typer.Exit(0 if outcome.verdict == "pass" else 1)

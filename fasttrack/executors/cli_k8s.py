@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 
 from fasttrack.executors.cli_common import (
     BASE,
@@ -22,11 +21,12 @@ from fasttrack.executors.cli_common import (
     TIER,
     _layout,
     _nodes_model,
-    console,
+    err_console,
+    log_line,
+    merge_and_exit,
     pr_and_image,
 )
 
-err_console = Console(stderr=True, soft_wrap=True)
 k8s_app = typer.Typer(help="Kubernetes manifests for a plan's shards (see docs/scale-out.md).", no_args_is_help=True)
 
 
@@ -101,7 +101,7 @@ def k8s_drive(
             after_max_s=after_max_s,
             health_timeout_s=health_timeout_s,
         ),
-        log=lambda m: console.print(m, highlight=False, markup=False),
+        log=log_line,
     )
     raise typer.Exit(rc)
 
@@ -113,16 +113,8 @@ def k8s_merge(
 ) -> None:
     """The merge Job's step: merge every shard bundle present, name each absent shard with its Job, completion
     index and exit status, sign; exit 0 only when the merged verdict is pass."""
-    from fasttrack.bundle.keys import load_private_key
     from fasttrack.executors import k8s
-    from fasttrack.executors.collect import load_job, merge_job
+    from fasttrack.executors.collect import load_job
 
     job_dir = job_dir.resolve()
-    job = load_job(job_dir)
-    outcome = merge_job(
-        job_dir,
-        describe_absent=k8s.describe_absent(job, job_dir),
-        sign_keys=[load_private_key(sign_key)] if sign_key else [],
-        log=lambda m: console.print(m, highlight=False, markup=False),
-    )
-    raise typer.Exit(0 if outcome.verdict == "pass" else 1)
+    merge_and_exit(job_dir, sign_key, describe_absent=k8s.describe_absent(load_job(job_dir), job_dir))

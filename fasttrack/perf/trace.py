@@ -52,6 +52,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from fasttrack.errors import FasttrackError
+from fasttrack.inputs.jsonl import json_lines
 from fasttrack.perf.loadgen import GenRequest, PerfClient
 from fasttrack.perf.metrics import RequestRecord
 from fasttrack.perf.tokens import TokenPool
@@ -235,13 +236,7 @@ def _short(exc: Exception) -> str:
 def parse_trace(text: str, *, source: str = "<trace>") -> Trace:
     """Parse a trace in the fasttrack format, or import a Mooncake-style one (recognised by its keys)."""
     objs: list[tuple[int, dict[str, Any]]] = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except ValueError as exc:
-            raise TraceError(f"{source}:{n}: not valid JSON ({exc}).") from None
+    for n, obj in json_lines(text, lambda n, exc: TraceError(f"{source}:{n}: not valid JSON ({exc}).")):
         if not isinstance(obj, dict):
             raise TraceError(f"{source}:{n}: each line must be a JSON object.")
         objs.append((n, obj))

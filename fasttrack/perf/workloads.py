@@ -181,34 +181,7 @@ def plan_items(
             items.extend(_sweep_items(w, group, short(batches[0]), max_model_len=max_model_len, notes=base_notes))
             continue
         elif w.kind == "trace_replay":
-            items.append(
-                WorkItem(
-                    key=f"{w.name}@{group.id}-trace",
-                    workload=w.name,
-                    kind=w.kind,
-                    point=f"{group.id}-trace",
-                    group=group.id,
-                    batch=None,
-                    context=None,
-                    full_context=False,
-                    prompt_len=None,
-                    output_len=None,
-                    requests_per_run=w.requests_per_run or 0,
-                    mode="trace",
-                    point_dims={
-                        "tp": group.tp,
-                        "dcp": group.dcp,
-                        "spec": group.spec,
-                        "draft_length": group.draft_length,
-                    },
-                    notes=base_notes
-                    + (
-                        ["output_len is not used by trace_replay: each request has its own"]
-                        if "output_len" in w.model_fields_set
-                        else []
-                    ),
-                )
-            )
+            items.append(_trace_item(w, group, base_notes))
             continue
         else:  # pragma: no cover - the scope's Literal forbids it
             continue
@@ -232,12 +205,10 @@ def plan_items(
                 notes += n3
                 mode = "waves"
             items.append(
-                WorkItem(
-                    key=f"{w.name}@{p.id}",
-                    workload=w.name,
-                    kind=w.kind,
-                    point=p.id,
-                    group=group.id,
+                _item(
+                    w,
+                    group,
+                    p.id,
                     batch=p.batch,
                     context=p.context,
                     full_context=p.full_context,
@@ -253,6 +224,32 @@ def plan_items(
     return items
 
 
+def _item(w: "WorkloadSpec", group: "EngineGroup", point: str, **fields: Any) -> WorkItem:
+    """The work item of workload ``w`` at ``point`` of ``group``, keyed ``workload@point``; ``fields``: the rest
+    of the item."""
+    return WorkItem(key=f"{w.name}@{point}", workload=w.name, kind=w.kind, point=point, group=group.id, **fields)
+
+
+def _trace_item(w: "WorkloadSpec", group: "EngineGroup", notes: list[str]) -> WorkItem:
+    """The one item of a ``trace_replay`` workload on ``group``: the trace fixes each request's prompt and output
+    length, so the item has none."""
+    unused = ["output_len is not used by trace_replay: each request has its own"]
+    return _item(
+        w,
+        group,
+        f"{group.id}-trace",
+        batch=None,
+        context=None,
+        full_context=False,
+        prompt_len=None,
+        output_len=None,
+        requests_per_run=w.requests_per_run or 0,
+        mode="trace",
+        point_dims={"tp": group.tp, "dcp": group.dcp, "spec": group.spec, "draft_length": group.draft_length},
+        notes=notes + (unused if "output_len" in w.model_fields_set else []),
+    )
+
+
 def _sweep_items(
     w: "WorkloadSpec", group: "EngineGroup", p: "ConfigPoint", *, max_model_len: int, notes: list[str]
 ) -> list[WorkItem]:
@@ -266,12 +263,10 @@ def _sweep_items(
     for level in w.concurrencies or []:
         dims = {**_dims(p), "batch": level, "concurrency": level}
         out.append(
-            WorkItem(
-                key=f"{w.name}@{group.id}-c{level}",
-                workload=w.name,
-                kind=w.kind,
-                point=f"{group.id}-c{level}",
-                group=group.id,
+            _item(
+                w,
+                group,
+                f"{group.id}-c{level}",
                 batch=level,
                 context=plen,
                 full_context=False,

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from fasttrack.checks.base import Deployment, DeploymentCheck, EngineCheck, PairedCheck
 from fasttrack.checks.context import EngineSession, RunContext
+from fasttrack.engine.flags import arg_values
 from fasttrack.results import SIDES, CheckResult, Side, Verdict
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -409,14 +410,9 @@ def pair_cpus_for(ctx: RunContext, side: str, lifetime: int) -> list[int] | None
 
 def engine_seed(args: list[str]) -> int | None:
     """The ``--seed`` an engine was started with (vLLM's global seed), or None."""
-    seed: str | None = None
-    for i, a in enumerate(args):
-        if a == "--seed" and i + 1 < len(args):
-            seed = args[i + 1]
-        elif a.startswith("--seed="):
-            seed = a.split("=", 1)[1]
+    seeds = arg_values(args, "--seed")
     try:
-        return int(seed) if seed is not None else None
+        return int(seeds[-1]) if seeds else None
     except ValueError:
         return None
 

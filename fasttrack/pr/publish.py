@@ -165,15 +165,7 @@ def publish(opts: PublishOptions, client: GitHubClient, *, log: Callable[[str], 
                 hint="Delete that asset (or the release) on GitHub and publish again.",
             )
         link = BundleLink(url=str(asset["browser_download_url"]), sha256=sha, size=size).check()
-        body = render_body(
-            tar,
-            link,
-            side="contributor",
-            keys=opts.keys,
-            trust_dir=opts.trust_dir,
-            pr_head=head_sha or None,
-            keys_desc=opts.keys_desc(),
-        )
+        body = _contributor_body(tar, link, opts, pr_head=head_sha or None)
         warning = unverified_warning(opts, body)
         if warning:
             log(warning)
@@ -188,6 +180,23 @@ def publish(opts: PublishOptions, client: GitHubClient, *, log: Callable[[str], 
         comment_created=up.created,
         head_sha=head_sha,
         body=body,
+    )
+
+
+def _contributor_body(
+    tar: Path, link: BundleLink, opts: PublishOptions, *, pr_head: str | None, check_link: bool = True
+) -> Body:
+    """The PR comment of the contributor's side for the bundle ``tar`` behind ``link``, checked with the keys and
+    trust folder of ``opts``."""
+    return render_body(
+        tar,
+        link,
+        side="contributor",
+        keys=opts.keys,
+        trust_dir=opts.trust_dir,
+        pr_head=pr_head,
+        keys_desc=opts.keys_desc(),
+        check_link=check_link,
     )
 
 
@@ -210,16 +219,7 @@ def dry_run(opts: PublishOptions, client: GitHubClient, *, token_source: str) ->
     with tarball_of(opts.bundle) as tar:
         sha, size = sha256_file(tar)
         link = BundleLink(url=download_url(server_from_api(client.api_url), target, sha), sha256=sha, size=size)
-        body = render_body(
-            tar,
-            link,
-            side="contributor",
-            keys=opts.keys,
-            trust_dir=opts.trust_dir,
-            pr_head=opts.pr_head,
-            keys_desc=opts.keys_desc(),
-            check_link=opts.asset_repo is not None,
-        )
+        body = _contributor_body(tar, link, opts, pr_head=opts.pr_head, check_link=opts.asset_repo is not None)
         tag, name = release_tag(sha), asset_name(sha)
         steps: list[tuple[str, Call]] = [
             (

@@ -12,8 +12,9 @@ Everything is rendered from bundles only, after verifying them::
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from fasttrack import lazy_exports
 
 _EXPORTS = {
     "render_report": "report",
@@ -34,13 +35,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    mod = _EXPORTS.get(name)
-    if mod is None:
-        raise AttributeError(f"module 'fasttrack.report' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"fasttrack.report.{mod}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _EXPORTS)
 
 
 if TYPE_CHECKING:  # pragma: no cover

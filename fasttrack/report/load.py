@@ -52,7 +52,7 @@ from fasttrack.report.speedup import speedup_summary
 from fasttrack.report.summary import headline_view, tier_caveats
 from fasttrack.report.tableread import read_table
 from fasttrack.report.verification import verify_view
-from fasttrack.report.views import ArtifactView, EngineView, PRView, ReportData, VerifyView
+from fasttrack.report.views import ArtifactView, EngineView, PRView, ReportData
 
 #: Names that callers found here before the views moved to their own modules.
 __all__ = ["CHECK_TITLES", "Links", "build_report_data", "default_links", "perf_rows", "verify_view"]
@@ -101,21 +101,18 @@ def build_report_data(
     vr = verify_result or verify_bundle(
         path, keys=trusted, pr_head=pr_head, trusted_scope=trusted_scope, min_tier=min_tier
     )
-    vv = verify_view(vr, trusted_keys=len(trusted))
-    bhash = content_hash or bundle_hash(path)
     links = links or Links(base=None, reason="not linked")
-    name = fmt.one_line(path.name, 200)
+    # what the report says of the bundle whether or not its files can be read
+    known: dict[str, Any] = {
+        "bundle_name": fmt.one_line(path.name, 200),
+        "bundle_hash": content_hash or bundle_hash(path),
+        "bundle_id": vr.bundle_id or "",
+        "verification": verify_view(vr, trusted_keys=len(trusted)),
+        "headline": headline_view(vr),
+    }
 
     def unreadable(reason: str) -> ReportData:
-        return ReportData(
-            bundle_name=name,
-            bundle_hash=bhash,
-            bundle_id=vr.bundle_id or "",
-            verification=vv,
-            readable=False,
-            unreadable_reason=fmt.one_line(reason, 2000),
-            headline=headline_view(vr),
-        )
+        return ReportData(**known, readable=False, unreadable_reason=fmt.one_line(reason, 2000))
 
     archive = next((it for it in vr.items if it.name == "archive"), None)
     if archive is not None and archive.ok is False:
@@ -123,12 +120,13 @@ def build_report_data(
         return unreadable(f"the archive is refused, so nothing in it is read: {archive.detail}")
     try:
         with open_bundle(path) as view:
-            return _read(view, vr, vv, name, bhash, links)
+            return _read(view, vr, links, known)
     except BundleError as exc:
         return unreadable(exc.message)
 
 
-def _read(view: BundleView, vr: VerifyResult, vv: VerifyView, name: str, bhash: str, links: Links) -> ReportData:
+def _read(view: BundleView, vr: VerifyResult, links: Links, known: dict[str, Any]) -> ReportData:
+    """The report's data of a readable bundle (``known``: what the report says of any bundle, readable or not)."""
     root, m = view.root, view.manifest
     subjects = _subjects(root)
     by = {it.name: it for it in vr.items}
@@ -169,10 +167,7 @@ def _read(view: BundleView, vr: VerifyResult, vv: VerifyView, name: str, bhash: 
     title = scope_obj.get("title") if isinstance(scope_obj.get("title"), str) else ""
     desc = scope_obj.get("description") if isinstance(scope_obj.get("description"), str) else ""
     return ReportData(
-        bundle_name=name,
-        bundle_hash=bhash,
-        bundle_id=vr.bundle_id or "",
-        verification=vv,
+        **known,
         readable=True,
         verdict=m.effective_verdict,
         model=fmt.one_line(m.scope.model, 200),
@@ -199,7 +194,6 @@ def _read(view: BundleView, vr: VerifyResult, vv: VerifyView, name: str, bhash: 
         artifacts=artifacts,
         artifacts_note=art_note,
         check_verdicts={n: m.checks[n].verdict.value for n in order},
-        headline=headline_view(vr),
         caveats=tier_caveats(m, scope_obj),
         speedup=speedup_summary(m, tables, plan_pts),
         linkable=sorted(n for n in policy.members if policy.href(n) is not None),

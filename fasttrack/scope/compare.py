@@ -228,7 +228,9 @@ def compare_scopes(
     _fallback(d, td["fallback"], rd["fallback"])
     d.value("features", td["features"], rd["features"], "superset")
     d.value("path_markers", td["path_markers"], rd["path_markers"], "equal")
-    _claims(d, td["claims"], rd["claims"])
+    # Claims by id: one removed or changed loosens (the report shows the recorded claims' verdicts); a claim
+    # added is the contributor's to make, and is judged by the data like any other.
+    _named(d, "claims", td["claims"], rd["claims"], "id", {})
     for k in sorted((set(td) | set(rd)) - handled):
         d.value(k, td.get(k), rd.get(k), "equal")
     return ScopeComparison(trusted=trusted_source, changes=d.changes)
@@ -331,16 +333,24 @@ def _gates(d: _Diff, t: Json, r: Json, tx: dict[str, Json], rx: dict[str, Json])
         d.value(f"gates.{sec}", tx.get(sec), rx.get(sec), "equal")
 
 
-def _named(d: _Diff, section: str, t: list[Json], r: list[Json], key: str, rules: Mapping[str, Rule]) -> None:
-    """Items of a list by name: one removed loosens (when no tier selection already said so); shared ones by
-    ``rules``."""
+def _matched(
+    d: _Diff, section: str, t: list[Json], r: list[Json], key: str, removed: str = "removed"
+) -> list[tuple[str, Json, Json]]:
+    """Items of the trusted and the recorded list matched by ``key``: one the recorded list lacks loosens (said
+    under ``section`` after ``removed``); the items both lists have, as (key, trusted, recorded), by key."""
     tn = {x[key]: x for x in t}
     rn = {x[key]: x for x in r}
     gone = sorted(set(tn) - set(rn))
     if gone:
-        d.add(section, True, f"removed: {_names(gone)}")
-    for name in sorted(set(tn) & set(rn)):
-        d.mapping(f"{section}.{name}", tn[name], rn[name], rules)
+        d.add(section, True, f"{removed}: {_names(gone)}")
+    return [(name, tn[name], rn[name]) for name in sorted(set(tn) & set(rn))]
+
+
+def _named(d: _Diff, section: str, t: list[Json], r: list[Json], key: str, rules: Mapping[str, Rule]) -> None:
+    """Items of a list by name: one removed loosens (when no tier selection already said so); shared ones by
+    ``rules``."""
+    for name, a, b in _matched(d, section, t, r, key):
+        d.mapping(f"{section}.{name}", a, b, rules)
 
 
 def _leaves(v: Json, prefix: str = "") -> dict[str, Json]:
@@ -353,13 +363,7 @@ def _leaves(v: Json, prefix: str = "") -> dict[str, Json]:
 
 
 def _kernels(d: _Diff, t: list[Json], r: list[Json]) -> None:
-    tn = {k["name"]: k for k in t}
-    rn = {k["name"]: k for k in r}
-    gone = sorted(set(tn) - set(rn))
-    if gone:
-        d.add("kernels", True, f"kernel suites removed: {_names(gone)}")
-    for name in sorted(set(tn) & set(rn)):
-        a, b = tn[name], rn[name]
+    for name, a, b in _matched(d, "kernels", t, r, "name", "kernel suites removed"):
         where = f"kernels.{name}"
         d.value(f"{where}.dtypes", a["dtypes"], b["dtypes"], "superset")
         ta, ra = _leaves(a["tolerances"]), _leaves(b["tolerances"])
@@ -402,18 +406,6 @@ def _fallback(d: _Diff, t: Json, r: Json) -> None:
         d.add("fallback.visible", False, "fallbacks must now be visible")
     for k in sorted((set(t) | set(r)) - {"stock_path_for", "visible"}):
         d.value(f"fallback.{k}", t.get(k), r.get(k), "equal")
-
-
-def _claims(d: _Diff, t: list[Json], r: list[Json]) -> None:
-    """Claims by id: one removed or changed loosens (the report shows the recorded claims' verdicts); a claim
-    added is the contributor's to make, and is judged by the data like any other."""
-    tn = {c["id"]: c for c in t}
-    rn = {c["id"]: c for c in r}
-    gone = sorted(set(tn) - set(rn))
-    if gone:
-        d.add("claims", True, f"removed: {_names(gone)}")
-    for cid in sorted(set(tn) & set(rn)):
-        d.mapping(f"claims.{cid}", tn[cid], rn[cid], {})
 
 
 # --------------------------------------------------------------------------- reading the two scopes

@@ -22,7 +22,6 @@ EXCEPTIONS: dict[str, str] = {
     "checks/perf/judge.py:judge": PERF,
     "perf/analysis.py:judge_item": PERF,
     "perf/claims.py:_one": PERF,
-    "perf/workloads.py:plan_items": PERF,
     "perf/metrics.py:compute_run_metrics": PERF,
     "perf/loadgen.py:PerfClient.stream": PERF,
     "pipeline/engines.py:_launch": "how an engine's command line is built is being reworked; split after that",
@@ -34,7 +33,6 @@ EXCEPTIONS: dict[str, str] = {
     "report/site_pages.py:write_index": NOT_SPLIT_YET,
     "plan.py:build_plan": NOT_SPLIT_YET,
     "report/site.py:build_site": NOT_SPLIT_YET,
-    "report/eval_view.py:evals_view": NOT_SPLIT_YET,
 }
 
 

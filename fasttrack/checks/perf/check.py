@@ -202,6 +202,33 @@ class PerfCheck(PairedCheck):
             self.state.errors.append(msg)
             ctx.log(f"  perf: measurement stopped early: {msg}")
 
+    def _lifetime_record(
+        self,
+        group: EngineGroup,
+        side: str,
+        lifetime: int,
+        looks_allowed: bool,
+        drift_only: bool,
+        *,
+        n_items: int,
+        todo: list[ItemState],
+    ) -> dict[str, Any]:
+        """The record of one engine lifetime (``side``: a side, or ``interleaved`` for a pair), added to the
+        state's lifetimes: ``todo`` of the group's ``n_items`` items run in it (the rest are decided); its
+        ``runs`` count up as it measures."""
+        record: dict[str, Any] = {
+            "group": group.id,
+            "side": side,
+            "lifetime": lifetime,
+            "looks_allowed": looks_allowed,
+            "drift_only": drift_only,
+            "items": len(todo),
+            "skipped_decided": n_items - len(todo),
+            "runs": 0,
+        }
+        self.state.lifetimes.append(record)
+        return record
+
     async def _collect_pair(self, ctx: RunContext, sessions: Mapping[Side, EngineSession]) -> None:
         st = self.state
         gate = ctx.scope.gates.perf
@@ -216,17 +243,7 @@ class PerfCheck(PairedCheck):
         engines = {side: sessions[side].engine for side in SIDES}
         gpus: dict[str, int] = {side: engine_gpus(e, group) for side, e in engines.items()}
         t_life = time.perf_counter()
-        record: dict[str, Any] = {
-            "group": group.id,
-            "side": "interleaved",
-            "lifetime": lifetime,
-            "looks_allowed": looks_here,
-            "drift_only": False,
-            "items": len(todo),
-            "skipped_decided": len(items) - len(todo),
-            "runs": 0,
-        }
-        st.lifetimes.append(record)
+        record = self._lifetime_record(group, "interleaved", lifetime, looks_here, False, n_items=len(items), todo=todo)
         inputs = {side: await self._inputs(ctx, e, todo) for side, e in engines.items()}
         swapper = self._core_swapper(ctx, engines, record)
         placer = self._core_placer(ctx, engines, record)
@@ -405,17 +422,7 @@ class PerfCheck(PairedCheck):
         todo = items if drift_only else [s for s in items if not s.final]
         gpus = engine_gpus(engine, group)
         t_life = time.perf_counter()
-        record: dict[str, Any] = {
-            "group": group.id,
-            "side": side,
-            "lifetime": lifetime,
-            "looks_allowed": looks_here,
-            "drift_only": drift_only,
-            "items": len(todo),
-            "skipped_decided": len(items) - len(todo),
-            "runs": 0,
-        }
-        st.lifetimes.append(record)
+        record = self._lifetime_record(group, side, lifetime, looks_here, drift_only, n_items=len(items), todo=todo)
         inputs = await self._inputs(ctx, engine, todo)
         async with PerfClient(engine.base_url, model=engine.model) as client:
             for s in todo:
