@@ -583,6 +583,17 @@ def test_the_slow_factor_knob_is_read_with_the_defect_and_checked() -> None:
             parse_settings(on, environ={"FASTTRACK_DEMO_SLOW_FACTOR": bad})
 
 
+def _slow_batch_at_4(ops: Any, monkeypatch: pytest.MonkeyPatch, clock: Any) -> SimpleNamespace:
+    """The slow-batch defect at 1.5x, its step clock ``clock``, a decode step at batch 4 current."""
+    monkeypatch.setattr(ops.time, "perf_counter", clock)
+    monkeypatch.setattr(ops, "_SLOW_STEPS", {"start": None, "waited": 0.0, "cycles": []})
+    return SimpleNamespace(
+        defect="slow-batch",
+        current=SimpleNamespace(batch=4),
+        settings=BackendSettings(backend="latency_specialized", defect="slow-batch", slow_factor=1.5),
+    )
+
+
 def test_a_slow_factor_makes_each_slowed_step_that_many_times_its_own_time(ops, monkeypatch) -> None:
     """Steps 10 ms apart at batch 4 with a factor of 1.5: after the first step (no gap known yet) each busy-waits
     half a step, 5 ms, so consecutive steps come 15 ms apart; a pause between runs is not taken for a step."""
@@ -593,13 +604,7 @@ def test_a_slow_factor_makes_each_slowed_step_that_many_times_its_own_time(ops, 
         clock["t"] += 1e-7
         return clock["t"]
 
-    monkeypatch.setattr(ops.time, "perf_counter", fake_clock)
-    monkeypatch.setattr(ops, "_SLOW_STEPS", {"start": None, "waited": 0.0, "cycles": []})
-    d = SimpleNamespace(
-        defect="slow-batch",
-        current=SimpleNamespace(batch=4),
-        settings=BackendSettings(backend="latency_specialized", defect="slow-batch", slow_factor=1.5),
-    )
+    d = _slow_batch_at_4(ops, monkeypatch, fake_clock)
     for gap in (0.0, 0.010, 0.010, 0.010, 5.0, 0.010):
         clock["t"] += gap  # the step's own work, after the last busy-wait (which the fake clock already ran)
         t0 = clock["t"]
@@ -627,13 +632,7 @@ def test_a_slow_step_that_overran_its_wait_does_not_grow_the_next_wait(ops, monk
             clock["late"] = 0.0
         return clock["t"]
 
-    monkeypatch.setattr(ops.time, "perf_counter", fake_clock)
-    monkeypatch.setattr(ops, "_SLOW_STEPS", {"start": None, "waited": 0.0, "cycles": []})
-    d = SimpleNamespace(
-        defect="slow-batch",
-        current=SimpleNamespace(batch=4),
-        settings=BackendSettings(backend="latency_specialized", defect="slow-batch", slow_factor=1.5),
-    )
+    d = _slow_batch_at_4(ops, monkeypatch, fake_clock)
     for k, gap in enumerate((0.0, 0.010, 0.010, 0.010, 0.010, 0.010, 0.010)):
         clock["t"] += gap
         if k in (2, 3, 4):

@@ -80,18 +80,9 @@ def test_processes_started_inside_pinned_inherit_the_cores() -> None:
 
 @needs_two
 def test_two_running_engines_trade_cores_thread_by_thread() -> None:
-    code = (
-        "import threading, time\n"
-        "for _ in range(3):\n"
-        "    threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n"
-        "time.sleep(30)"
-    )
     procs = []
     try:
-        for cpu in (CPUS[0], CPUS[-1]):
-            with pinned([cpu]):
-                procs.append(subprocess.Popen([sys.executable, "-c", code]))
-        _wait_for_threads(procs)
+        procs = _sleepers([CPUS[0], CPUS[-1]])
         now = swap_cpus([procs[0].pid], [procs[1].pid])
         assert now == ([CPUS[-1]], [CPUS[0]])
         for p, want in zip(procs, ([CPUS[-1]], [CPUS[0]]), strict=True):
