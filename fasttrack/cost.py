@@ -268,6 +268,28 @@ def _perf_points(kind: str, pts: Sequence[ConfigPoint]) -> list[ConfigPoint]:
     return list(pts[:1])  # trace_replay: one row per group
 
 
+def _point_runs(wl: Any, pts: Sequence[ConfigPoint], max_len: int) -> list[tuple[int, int, int]]:
+    """(batch, requests per run, prompt tokens per run) of each point a workload measures."""
+    out = []
+    for p in _perf_points(wl.kind, pts):
+        n = wl.requests_per_run or 4 * p.batch
+        ctx = (max_len - wl.output_len - 1) if p.full_context else (wl.input_len or p.context)
+        out.append((p.batch, n, ctx + 16 * n if wl.kind == "pure_decode" else n * ctx))  # decode: prefix cached
+    return out
+
+
+def _sweep_runs(wl: Any, pts: Sequence[ConfigPoint], max_len: int) -> list[tuple[int, int, int]]:
+    """The same for a ``concurrency_sweep``: one per level, its prompts of ``input_len`` or the group's shortest
+    context (the smallest batch's, as fasttrack/perf/workloads.py picks it)."""
+    first = min(pts, key=lambda p: (p.batch, p.full_context, p.context), default=None)
+    ctx = max(1, min(wl.input_len or (first.context if first else 1), max_len - wl.output_len - 1))
+    out = []
+    for level in wl.concurrencies or []:
+        n = wl.requests_per_run or 4 * level
+        out.append((level, n, n * ctx))
+    return out
+
+
 def _perf(w: Work, g: EngineGroup, pts: Sequence[ConfigPoint], devices: int, nodes: int) -> None:
     if not w.runs("perf"):
         return
@@ -279,17 +301,7 @@ def _perf(w: Work, g: EngineGroup, pts: Sequence[ConfigPoint], devices: int, nod
     for wl in w.scope.workloads:
         if wanted is not None and wl.name not in wanted:
             continue
-        items: list[tuple[int, int, int]] = []  # (batch, requests per run, prompt tokens per run)
-        if wl.kind == "concurrency_sweep":  # one item per level, prompts of input_len or the shortest context
-            first = min(pts, key=lambda p: (p.batch, p.full_context, p.context), default=None)
-            ctx = max(1, min(wl.input_len or (first.context if first else 1), max_len - wl.output_len - 1))
-            for level in wl.concurrencies or []:
-                n = wl.requests_per_run or 4 * level
-                items.append((level, n, n * ctx))
-        for p in _perf_points(wl.kind, pts) if wl.kind != "concurrency_sweep" else []:
-            n = wl.requests_per_run or 4 * p.batch
-            ctx = (max_len - wl.output_len - 1) if p.full_context else (wl.input_len or p.context)
-            items.append((p.batch, n, ctx + 16 * n if wl.kind == "pure_decode" else n * ctx))  # decode: prefix cached
+        items = _sweep_runs(wl, pts, max_len) if wl.kind == "concurrency_sweep" else _point_runs(wl, pts, max_len)
         for batch, n, prompt in items:
             one = m.decode(n, batch, wl.output_len) + m.prefill(prompt)
             warm = m.decode(batch, batch, 16)

@@ -222,12 +222,9 @@ def _check_run_dir(out: Path, force: bool) -> None:
 
 
 def _prepare_run_dir(out: Path, force: bool) -> Path:
+    """The run folder, empty: ``--out`` as :func:`_check_run_dir` allows it, a folder in use replaced (--force)."""
+    _check_run_dir(out, force)
     if out.exists() and any(out.iterdir()):
-        if not force:
-            raise FasttrackError(
-                f"output folder {str(out)!r} exists and is not empty.",
-                hint="Choose another --out, or pass --force to replace it.",
-            )
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
     return out

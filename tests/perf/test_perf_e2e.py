@@ -33,14 +33,13 @@ from typing import Any
 import pytest
 from demo_engines import SLOW_FACTOR, EnginePair, demo_engine, engine_phase, require_demo_target
 
+from fasttrack import ROOT
 from fasttrack.checks.base import EngineSession, RunContext, Verdict
 from fasttrack.checks.perf import PerfCheck
 from fasttrack.perf.loadgen import run_loop
 from fasttrack.plan import build_plan
 from fasttrack.results import claim_verdict
 from fasttrack.scope import load_scope
-
-ROOT = Path(__file__).resolve().parents[2]
 
 SLOW_BATCH = 4
 DEFECT_BATCHES = [SLOW_BATCH - 1, SLOW_BATCH]
