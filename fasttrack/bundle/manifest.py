@@ -25,6 +25,7 @@ from typing import Any, Final, Literal, NotRequired, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from fasttrack import attrs
 from fasttrack.bundle.canonical import SHA256_PATTERN, canonical_json, sha256_bytes, sha256_json
 from fasttrack.bundle.errors import BundleError
 from fasttrack.bundle.layout import NAME_RE
@@ -381,12 +382,7 @@ def check_entry(
     from fasttrack.bundle.canonical import to_jsonable
 
     return CheckEntry(
-        title=result.title,
-        view=result.view,
-        verdict=result.verdict,
-        reason=result.reason,
-        required=result.required,
-        gate=result.gate,
+        **attrs(result, "title", "view", "verdict", "reason", "required", "gate"),
         summary=to_jsonable(result.summary),
         failures=list(result.failures),
         tables=dict(tables or {}),

@@ -50,6 +50,7 @@ from typing import Any, Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict
 
+from fasttrack import attrs
 from fasttrack.results import claim_verdict
 from fasttrack.stats import normalize_speedup_per_gpu
 
@@ -252,10 +253,7 @@ def _one(
     tolerance = float(c.tolerance)
     base = dict(
         tolerance=tolerance,
-        id=c.id,
-        text=c.text,
-        metric=c.metric,
-        like_for_like=c.like_for_like,
+        **attrs(c, "id", "text", "metric", "like_for_like"),
         baseline_gpus=bg,
         candidate_gpus=cg,
         claimed_per_gpu_speedup=per_gpu,
@@ -331,10 +329,8 @@ def _one(
             reason=why + flag,
             claimed=claimed_speedup,
             measured=m.speedup,
-            ci_low=m.ci_low,
-            ci_high=m.ci_high,
+            **attrs(m, "ci_low", "ci_high", "confidence"),
             bound=bound,
-            confidence=m.confidence,
             measured_baseline=None,
             **base,
             **common,

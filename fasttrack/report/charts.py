@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from markupsafe import Markup
 
 from fasttrack.report import fmt
-from fasttrack.report.svg import El, line, num, polyline, svg, text
+from fasttrack.report.svg import El, PlotArea, line, num, polyline, svg, text
 from fasttrack.report.views import PerfRow
 
 #: Series colours available in the stylesheet (classes s0..s9).
@@ -44,26 +44,12 @@ def _tick_label(v: float) -> str:
 
 
 @dataclass(frozen=True)
-class _Frame:
-    """Where a speedup chart's plot area lies and how values map into it."""
+class _Frame(PlotArea):
+    """A speedup chart's plot area (the legend in its right margin) and how values map into it."""
 
     n_x: int
     lo: float
     hi: float
-    W: int = 680
-    H: int = 300
-    ml: int = 58
-    mr: int = 190
-    mt: int = 16
-    mb: int = 48
-
-    @property
-    def pw(self) -> int:
-        return self.W - self.ml - self.mr
-
-    @property
-    def ph(self) -> int:
-        return self.H - self.mt - self.mb
 
     def px(self, i: int) -> float:
         return self.ml + (i + 0.5) * self.pw / self.n_x
@@ -97,7 +83,7 @@ def speedup_chart(
     xs = sorted({xval(r) for r in usable})  # type: ignore[type-var]
     x_index = {v: i for i, v in enumerate(xs)}
     lo, hi, ticks = _speedup_range(usable, threshold)
-    f = _Frame(n_x=len(xs), lo=lo, hi=hi)
+    f = _Frame(680, 300, 58, 190, 16, 48, n_x=len(xs), lo=lo, hi=hi)
     xname = "batch size" if x == "batch" else "context length (tokens)"
     root = svg(f.W, f.H, label=f"{metric}: speedup of candidate over baseline by {xname}, with confidence intervals")
     root.add(_grid(f, ticks))

@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import Field
 
+from fasttrack import attrs
 from fasttrack.checks.features.model import FeatureResult, Outcome, _Model
 from fasttrack.checks.features.spec import Judged, OnGroup
 from fasttrack.checks.outcome import clip
@@ -116,11 +117,7 @@ class SamplingJudging:
             test="goodness_of_fit",
             temperature=t,
             verdict=v.value,
-            p_value=test.p_value,
-            statistic=test.statistic,
-            dof=test.dof,
-            n_samples=test.n_samples,
-            n_tested=test.n_tested,
+            **attrs(test, "p_value", "statistic", "dof", "n_samples", "n_tested"),
             control_p_value=control.p_value if control else None,
             control_n=control.n_tested if control else None,
             alpha=self.alpha,
