@@ -13,6 +13,7 @@ from typing import Any, Iterable, Sequence, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from fasttrack import attrs
 from fasttrack.engine.logs import scan_log
 from fasttrack.engine.trace import MarkerSet, StepRecord, TraceAnalysis, analyze_trace
 from fasttrack.results import PathEvidence, Side
@@ -125,11 +126,7 @@ class WindowEvidence(BaseModel):
             point=point,
             side=cast(Side, self.side),  # a window's side is its engine's; PathEvidence validates it
             window=self.name,
-            optimized_ops=self.optimized_ops,
-            stock_ops=self.stock_ops,
-            decode_steps=self.decode_steps,
-            optimized_decode_steps=self.optimized_decode_steps,
-            fallback_events=self.fallback_events,
+            **attrs(self, "optimized_ops", "stock_ops", "decode_steps", "optimized_decode_steps", "fallback_events"),
             detail={
                 "step_counts": self.step_counts,
                 "optimized_step_counts": self.optimized_step_counts,

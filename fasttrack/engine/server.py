@@ -444,13 +444,9 @@ class ManagedEngine(EngineBase):
             if self._proc is None:
                 raise EngineError(f"the {self.side} engine was never started; its environment is unknown")
             self._environment = local_environment(
-                side=self.side,
-                base_url=self.base_url,
+                **attrs(self, "side", "base_url", "argv", "env_overrides", "python"),
                 served_model=self._served_model,
-                argv=self.argv,
-                env_overrides=self.env_overrides,
                 full_env=self._full_env,
-                python=self.python,
                 served_vllm_version=self.served_version() if self.running else None,
             )
         return self._environment

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fasttrack import attrs
 from fasttrack.checks.equivalence.records import Explanation, PointRun, compare, fmt, prompt_sha, rounds_check
 from fasttrack.checks.outcome import clip
 from fasttrack.results import Verdict
@@ -68,11 +69,7 @@ def judge_point(
         "requests": len(brun.records),
         "n_exact": summary.n_exact if summary else 0,
         "n_close": summary.n_close if summary else 0,
-        "close_fraction": summary.close_fraction if summary else None,
-        "max_abs_logprob_diff": summary.max_abs_logprob_diff if summary else None,
-        "mean_abs_logprob_diff": summary.mean_abs_logprob_diff if summary else None,
-        "kl_mean": summary.kl_mean if summary else None,
-        "kl_max": summary.kl_max if summary else None,
+        **attrs(summary, "close_fraction", "max_abs_logprob_diff", "mean_abs_logprob_diff", "kl_mean", "kl_max"),
         "baseline_batch_verified": bcheck_b.verified if bcheck_b else None,
         "baseline_batch_evidence": bcheck_b.detail if bcheck_b else None,
         "candidate_batch_verified": bcheck_c.verified if bcheck_c else None,

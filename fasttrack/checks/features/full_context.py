@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
+from fasttrack import attrs
 from fasttrack.checks.batching import BatchCheck, run_batched
 from fasttrack.checks.features.env import FeatureEnv
 from fasttrack.checks.features.model import FeatureResult, GreedyOutput, Outcome, _Model, err, greedy_output, tops
@@ -179,10 +180,7 @@ def _judge_point(
         "context": crun.context,
         "max_tokens": crun.max_tokens,
         "verdict": v.value,
-        "n_close": summ.n_close if summ else None,
-        "n_exact": summ.n_exact if summ else None,
-        "max_abs_logprob_diff": summ.max_abs_logprob_diff if summ else None,
-        "kl_mean": summ.kl_mean if summ else None,
+        **attrs(summ, "n_close", "n_exact", "max_abs_logprob_diff", "kl_mean"),
         "batch_verified": bc.verified if bc else None,
         "batch_evidence": bc.detail if bc else None,
         "trace_decode_steps_at_batch": steps_at[0] if steps_at else None,
