@@ -14,6 +14,15 @@ from fasttrack.errors import FasttrackError
 
 TRUST_ENV = "FASTTRACK_TRUST_DIR"
 
+KEYS_OPT = typer.Option([], "--key", "-k", help="Trusted public key file (repeatable).")
+TRUST_OPT = typer.Option(
+    None, "--trust", help=f"Directory of trusted *.pub keys (default: ${TRUST_ENV} when no --key)."
+)
+TRUSTED_SCOPE_OPT = typer.Option(
+    None, "--trusted-scope", help="Hold the recorded scope against this one (as `fasttrack verify` does)."
+)
+MIN_TIER_OPT = typer.Option(None, "--min-tier", help="The lowest tier accepted (smoke < standard < full).")
+
 console = terminal.console()
 err_console = terminal.console(stderr=True)
 dashboard_app = typer.Typer(help="The maintainer dashboard over many bundles.", no_args_is_help=True)
@@ -29,22 +38,16 @@ def report_cmd(
     bundle: Path = typer.Argument(..., help="Bundle directory or .tar.gz."),
     out: Path = typer.Option(..., "-o", "--out", help="The HTML report to write."),
     comment: Optional[Path] = typer.Option(None, "--comment", help="Also write the PR comment (GitHub Markdown) here."),
-    key: list[Path] = typer.Option([], "--key", "-k", help="Trusted public key file (repeatable)."),
-    trust: Optional[Path] = typer.Option(
-        None, "--trust", help=f"Directory of trusted *.pub keys (default: ${TRUST_ENV} when no --key)."
-    ),
+    key: list[Path] = KEYS_OPT,
+    trust: Optional[Path] = TRUST_OPT,
     pr_head: Optional[str] = typer.Option(
         None, "--pr-head", help="The PR's current head commit, to check the bundle against."
     ),
     report_url: Optional[str] = typer.Option(
         None, "--report-url", help="Where the report will be published (linked from the comment)."
     ),
-    trusted_scope: Optional[str] = typer.Option(
-        None, "--trusted-scope", help="Hold the recorded scope against this one (as `fasttrack verify` does)."
-    ),
-    min_tier: Optional[str] = typer.Option(
-        None, "--min-tier", help="The lowest tier accepted (smoke < standard < full)."
-    ),
+    trusted_scope: Optional[str] = TRUSTED_SCOPE_OPT,
+    min_tier: Optional[str] = MIN_TIER_OPT,
     require_verified: bool = typer.Option(
         False, "--require-verified", help="Exit 1 when the bundle does not verify (the report is still written)."
     ),
@@ -89,10 +92,8 @@ def dashboard_build(
         ..., "--bundles", help="Folder of bundles (directories or .tar.gz, searched recursively)."
     ),
     out: Path = typer.Option(..., "-o", "--out", help="The site folder to write (index.html, reports/, index.json)."),
-    key: list[Path] = typer.Option([], "--key", "-k", help="Trusted public key file (repeatable)."),
-    trust: Optional[Path] = typer.Option(
-        None, "--trust", help=f"Directory of trusted *.pub keys (default: ${TRUST_ENV} when no --key)."
-    ),
+    key: list[Path] = KEYS_OPT,
+    trust: Optional[Path] = TRUST_OPT,
     cache: Optional[Path] = typer.Option(None, "--cache", help="SQLite index file (default: SITE/index.sqlite)."),
     artifacts: str = typer.Option(
         "copy", "--artifacts", help="copy: publish verified bundle files with the site; none: link nothing."
@@ -134,10 +135,8 @@ def dashboard_serve(
     out: Optional[Path] = typer.Option(
         None, "-o", "--out", help="Site folder (default: a cache folder per bundles folder)."
     ),
-    key: list[Path] = typer.Option([], "--key", "-k", help="Trusted public key file (repeatable)."),
-    trust: Optional[Path] = typer.Option(
-        None, "--trust", help=f"Directory of trusted *.pub keys (default: ${TRUST_ENV} when no --key)."
-    ),
+    key: list[Path] = KEYS_OPT,
+    trust: Optional[Path] = TRUST_OPT,
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1, help="Bundles processed in parallel."),
 ) -> None:
     """Serve the dashboard on 127.0.0.1, rebuilding it when bundles change."""

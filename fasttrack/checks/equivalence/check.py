@@ -65,15 +65,11 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 @register
-class EquivalenceCheck(
-    EngineCheck,
-    name="equivalence",
-    title="Output equivalence",
-    report_view="equivalence",
-    after=("kernels",),
-    gate_model=EquivalenceGate,
-):
+class EquivalenceCheck(EngineCheck, name="equivalence", title="Output equivalence", report_view="equivalence"):
     """Greedy output equivalence, per config point (batch size x context)."""
+
+    after = ("kernels",)
+    gate_model = EquivalenceGate
 
     explain_limit: ClassVar[int] = 3
     """Divergences per point decoded to text for the failure message."""

@@ -133,18 +133,20 @@ def _compare_requests(
 
 
 def _threshold_problems(gate: EquivalenceGate, summary: GreedySummary) -> list[str]:
-    """What the point's comparisons break of the gate: the close rule, the logprob drift, the KL."""
+    """What the point's comparisons break of the gate: the close rule, the logprob drift, the KL (the rule of
+    :meth:`GreedySummary.breaks`, shared with the features' full-context points, which word it their own way)."""
+    close, drift, kl = summary.breaks(**attrs(gate, "min_close_fraction", "max_abs_logprob_diff", "max_kl"))
     problems = []
-    if summary.close_fraction < gate.min_close_fraction:
+    if close:
         problems.append(
             f"{summary.n_requests - summary.n_close} of {summary.n_requests} requests break vLLM's "
             f"check_logprobs_close rule (close fraction {summary.close_fraction:.2f} < {gate.min_close_fraction:g})"
         )
-    if summary.max_abs_logprob_diff is not None and summary.max_abs_logprob_diff > gate.max_abs_logprob_diff:
+    if drift:
         problems.append(
             f"max |Δ logprob| on matching prefixes {summary.max_abs_logprob_diff:.4f} > {gate.max_abs_logprob_diff:g}"
         )
-    if summary.kl_mean is not None and summary.kl_mean > gate.max_kl:
+    if kl:
         problems.append(f"mean top-{gate.top_k} KL {summary.kl_mean:.4f} > {gate.max_kl:g}")
     return problems
 

@@ -39,15 +39,11 @@ from fasttrack.scope.gates import FeaturesGate
 
 
 @register
-class FeaturesCheck(
-    EngineCheck,
-    name="features",
-    title="Serving features",
-    report_view="features",
-    after=("equivalence",),
-    gate_model=FeaturesGate,
-):
+class FeaturesCheck(EngineCheck, name="features", title="Serving features", report_view="features"):
     """Serving features on the optimized path: structured output, sampling, full context, API behaviour."""
+
+    after = ("equivalence",)
+    gate_model = FeaturesGate
 
     @classmethod
     def planned(cls, tier: TierView) -> list[str]:

@@ -158,13 +158,14 @@ def _judge_point(
         comps.append(compare_greedy(br.token_ids, cr.token_ids, tops(br), tops(cr), top_k=eq.top_k))
     summ = summarize_greedy(comps) if comps else None
     if summ is not None:
-        if summ.close_fraction < eq.min_close_fraction:
+        close, drift, kl = summ.breaks(**attrs(eq, "min_close_fraction", "max_abs_logprob_diff", "max_kl"))
+        if close:
             problems.append(
                 f"{summ.n_requests - summ.n_close} of {summ.n_requests} outputs break the check_logprobs_close rule"
             )
-        if summ.max_abs_logprob_diff is not None and summ.max_abs_logprob_diff > eq.max_abs_logprob_diff:
+        if drift:
             problems.append(f"max |Δ logprob| {summ.max_abs_logprob_diff:.4f} > {eq.max_abs_logprob_diff:g}")
-        if summ.kl_mean is not None and summ.kl_mean > eq.max_kl:
+        if kl:
             problems.append(f"mean top-k KL {summ.kl_mean:.4f} > {eq.max_kl:g}")
     # Batch composition is recorded, not gated: long prompts prefill one after another (chunked prefill
     # admits one long prompt at a time), so short generations may finish before the last prefill ends.
