@@ -23,13 +23,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from fasttrack.engine.argcheck import check_arg_lists
 from fasttrack.engine.environment import probe_local_environment
 from fasttrack.engine.launchers import default_launcher
 from fasttrack.hardware import HostInfo, detect_host, match_hardware
 from fasttrack.hostfit import cuda_fit, device_fit, engines_run_on, memory_fit
+from fasttrack.modelbase import StrictModel
 from fasttrack.models import builder_path
 from fasttrack.passability import analyze
 from fasttrack.plan import Plan, build_plan
@@ -41,18 +42,14 @@ MIN_FREE_DISK_GIB = 5.0
 """Free space the run folder needs beyond the model (logs, profiler traces, the bundle)."""
 
 
-class Finding(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class Finding(StrictModel):
     status: Status
     topic: str
     found: str
     fix: str | None = None
 
 
-class DoctorReport(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class DoctorReport(StrictModel):
     scope: str
     tier: str
     findings: list[Finding] = Field(default_factory=list)

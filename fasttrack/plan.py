@@ -15,20 +15,17 @@ import json
 import re
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from fasttrack.errors import PlanError
 from fasttrack.limits import MAX_SHARDS, SHARD_SPEC_MAX_CHARS
+from fasttrack.modelbase import DocModel
 from fasttrack.scope import TIER_ORDER, Estimates, Scope, SpecDecodeSpec, TierName
 
 SIDES = ("baseline", "candidate")
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
-
-
-class ConfigPoint(_Model):
+class ConfigPoint(DocModel):
     id: str
     """Stable identifier, e.g. 'tp16-dcp1-dspark.dl7-b1-ctx8192'."""
     group: str
@@ -50,7 +47,7 @@ class ConfigPoint(_Model):
         return self.model_dump()
 
 
-class EngineGroup(_Model):
+class EngineGroup(DocModel):
     id: str
     tp: int
     dcp: int
@@ -88,7 +85,7 @@ class EngineGroup(_Model):
         return (self.speculative_config or {}).get("rejection_sample_method") == "synthetic"
 
 
-class PlanEstimate(_Model):
+class PlanEstimate(DocModel):
     engine_starts: int
     requests: int
     """Requests sent across both sides and every lifetime."""
@@ -104,7 +101,7 @@ class PlanEstimate(_Model):
     """The assumptions these numbers derive from (scope.estimates)."""
 
 
-class Plan(_Model):
+class Plan(DocModel):
     scope: str
     scope_sha256: str | None = None
     tier: str

@@ -16,21 +16,20 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from fasttrack.engine.errors import EngineStartError
 from fasttrack.engine.logs import read_log_range
 from fasttrack.engine.start import start_engine
 from fasttrack.engine.tls import tls_context
+from fasttrack.modelbase import DocModel
 
 PROBE_PROMPTS = ("The capital of France is", "One, two, three,")
 PROBE_TOKENS = 8
 
 
-class DeploymentOutcome(BaseModel):
+class DeploymentOutcome(DocModel):
     """What one engine start outside the envelope did."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     args: list[str]
     started: bool

@@ -11,18 +11,17 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable, Sequence, cast
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from fasttrack import attrs
 from fasttrack.engine.logs import scan_log
 from fasttrack.engine.trace import MarkerSet, StepRecord, TraceAnalysis, analyze_trace
+from fasttrack.modelbase import StrictModel
 from fasttrack.results import PathEvidence, Side
 
 
-class WindowEvidence(BaseModel):
+class WindowEvidence(StrictModel):
     """What one profiler window shows about the path an engine took."""
-
-    model_config = ConfigDict(extra="forbid")
 
     name: str
     """Window name given by the check (e.g. `decode-b4`)."""

@@ -48,9 +48,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal, TypedDict
 
-from pydantic import BaseModel, ConfigDict
-
 from fasttrack import attrs
+from fasttrack.modelbase import StrictModel
 from fasttrack.results import claim_verdict
 from fasttrack.stats import normalize_speedup_per_gpu
 
@@ -68,10 +67,8 @@ CLAIM_METRICS: dict[str, tuple[str | None, str]] = {
 }
 
 
-class MeasuredMetric(BaseModel):
+class MeasuredMetric(StrictModel):
     """One measured (workload, point, metric) cell, as claims matching sees it."""
-
-    model_config = ConfigDict(extra="forbid")
 
     workload: str
     kind: str
@@ -97,10 +94,8 @@ class MeasuredMetric(BaseModel):
     """The largest of the candidate's per-run values, when known."""
 
 
-class ClaimResult(BaseModel):
+class ClaimResult(StrictModel):
     """The outcome for one claim (a row of the ``claims`` table)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     id: str
     text: str

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
@@ -32,6 +32,12 @@ def _trust(key: list[Path], trust: Optional[Path]) -> Optional[Path]:
     if not key and trust is None and os.environ.get(TRUST_ENV):
         return Path(os.environ[TRUST_ENV])
     return trust
+
+
+def _trusted(key: list[Path], trust: Optional[Path]) -> dict[str, Any]:
+    """``keys`` and ``trust_dir`` as the renderers take them: the keys given, else the trust folder (``--trust``,
+    else ``$FASTTRACK_TRUST_DIR``)."""
+    return {"keys": key, "trust_dir": _trust(key, trust)}
 
 
 def report_cmd(
@@ -65,8 +71,7 @@ def report_cmd(
     data = render_report(
         bundle,
         out,
-        keys=key,
-        trust_dir=_trust(key, trust),
+        **_trusted(key, trust),
         pr_head=pr_head,
         trusted_scope=trusted_scope,
         min_tier=min_tier,
@@ -111,8 +116,7 @@ def dashboard_build(
     stats = build_site(
         bundles,
         out,
-        keys=key,
-        trust_dir=_trust(key, trust),
+        **_trusted(key, trust),
         cache=cache,
         artifacts=artifacts,  # type: ignore[arg-type]
         jobs=jobs,

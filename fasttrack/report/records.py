@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import statistics
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from fasttrack import attrs
+from fasttrack.modelbase import DocModel
 from fasttrack.report.views import ReportData
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
-
-
-class PerfPoint(_Model):
+class PerfPoint(DocModel):
     """One perf row of a bundle (speedup > 1: candidate better)."""
 
     point: str
@@ -31,7 +28,7 @@ class PerfPoint(_Model):
     """The row's verdict, when it has one."""
 
 
-class BundleRecord(_Model):
+class BundleRecord(DocModel):
     """A bundle as the dashboard lists it (derived from its verified report data)."""
 
     id: str

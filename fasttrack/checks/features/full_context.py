@@ -15,11 +15,12 @@ from pydantic import Field
 from fasttrack import attrs
 from fasttrack.checks.batching import BatchCheck, run_batched
 from fasttrack.checks.features.env import FeatureEnv
-from fasttrack.checks.features.model import FeatureResult, GreedyOutput, Outcome, _Model, err, greedy_output, tops
+from fasttrack.checks.features.model import FeatureResult, GreedyOutput, Outcome, err, greedy_output, tops
 from fasttrack.checks.features.spec import GroupPlan, OnGroup, ServingFeature, Step
 from fasttrack.checks.outcome import clip, fold_verdicts
 from fasttrack.checks.tier import Blocker, TierView
 from fasttrack.checks.windows import WindowRecord
+from fasttrack.modelbase import DocModel
 from fasttrack.plan import ConfigPoint
 from fasttrack.results import Verdict
 from fasttrack.scope import EquivalenceGate
@@ -35,7 +36,7 @@ class FullRecord(GreedyOutput):
     text: str = ""
 
 
-class FullRun(_Model):
+class FullRun(DocModel):
     """The requests at one full-context point."""
 
     point: str
