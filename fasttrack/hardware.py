@@ -23,14 +23,13 @@ import shutil
 import subprocess
 from collections.abc import Mapping
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from fasttrack.modelbase import DocModel, StrictModel
 from fasttrack.scope import HardwareSpec
 
 
-class GPU(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class GPU(StrictModel):
     index: int
     name: str
     compute_capability: str | None = None
@@ -44,9 +43,7 @@ class GPU(BaseModel):
     """Fabric cluster UUID / clique id: GPUs of one NVLink domain share it."""
 
 
-class HostInfo(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
-
+class HostInfo(DocModel):
     cpu_model: str
     cpu_count: int
     gpus: list[GPU] = Field(default_factory=list)
@@ -68,9 +65,7 @@ class HostInfo(BaseModel):
         return {"sm_" + g.compute_capability.replace(".", "") for g in self.gpus if g.compute_capability}
 
 
-class HardwareMatch(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class HardwareMatch(StrictModel):
     ok: bool
     required: str
     found: str

@@ -19,10 +19,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
-
 from fasttrack.errors import IsolationError
 from fasttrack.limits import GLOB_MAX_CHARS
+from fasttrack.modelbase import DocModel
 from fasttrack.scope import IsolationSpec
 
 Classification = Literal["owned", "shared", "elsewhere"]
@@ -31,9 +30,7 @@ IsolationVerdict = Literal["pass", "fail"]
 """``fail``: a shared component, or a path outside the owned and allowed ones, changed."""
 
 
-class ChangedPath(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
-
+class ChangedPath(DocModel):
     path: str
     status: str
     """git's status letter: A, M, D, R (rename), C (copy), T (type change)."""
@@ -48,9 +45,7 @@ class ChangedPath(BaseModel):
     """An 'elsewhere' path the scope allows a change to touch (``isolation.allowed_paths``): listed, not failed."""
 
 
-class IsolationResult(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
-
+class IsolationResult(DocModel):
     verdict: IsolationVerdict
     message: str
     repo: str

@@ -9,16 +9,13 @@ import re
 import shutil
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
-
 from fasttrack.errors import FasttrackError, ScopeError
+from fasttrack.modelbase import DocModel
 from fasttrack.scope import SUITES_DIR, Scope
 from fasttrack.scope.common import SLUG_MAX, SLUG_PATTERN
 
 
-class ResolvedModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
-
+class ResolvedModel(DocModel):
     model: str
     """What is passed to vLLM's ``--model``."""
     sha256: str | None = None

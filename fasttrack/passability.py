@@ -18,21 +18,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
-
 from fasttrack.checks.base import registry
 from fasttrack.checks.tier import Blocker, TierView
 from fasttrack.engine.argcheck import ArgCheck, check_arg_lists
+from fasttrack.modelbase import StrictModel
 from fasttrack.plan import Plan, build_plan
 from fasttrack.scope import TIER_ORDER, Scope
 
 __all__ = ["Blocker", "Passability", "PlannedCheck", "analyze", "analyze_tiers", "engine_arg_check", "tier_checks"]
 
 
-class Passability(BaseModel):
+class Passability(StrictModel):
     """The analysis of one tier (and shard) of a scope."""
-
-    model_config = ConfigDict(extra="forbid")
 
     scope: str
     tier: str
@@ -64,10 +61,8 @@ def analyze_tiers(scope: Scope, *, base_dir: Path | None = None) -> dict[str, Pa
     return {t: analyze(scope, build_plan(scope, tier=t), base_dir=base_dir) for t in TIER_ORDER}
 
 
-class PlannedCheck(BaseModel):
+class PlannedCheck(StrictModel):
     """One registered check as the plan of a tier lists it."""
-
-    model_config = ConfigDict(extra="forbid")
 
     name: str
     title: str

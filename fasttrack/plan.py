@@ -15,20 +15,17 @@ import json
 import re
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from fasttrack.errors import PlanError
 from fasttrack.limits import MAX_SHARDS, SHARD_SPEC_MAX_CHARS
-from fasttrack.scope import TIER_ORDER, Envelope, Estimates, Scope, SpecDecodeSpec, TierName
+from fasttrack.modelbase import DocModel
+from fasttrack.scope import TIER_ORDER, Estimates, Scope, SpecDecodeSpec, TierName
 
 SIDES = ("baseline", "candidate")
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
-
-
-class ConfigPoint(_Model):
+class ConfigPoint(DocModel):
     id: str
     """Stable identifier, e.g. 'tp16-dcp1-dspark.dl7-b1-ctx8192'."""
     group: str
@@ -50,7 +47,7 @@ class ConfigPoint(_Model):
         return self.model_dump()
 
 
-class EngineGroup(_Model):
+class EngineGroup(DocModel):
     id: str
     tp: int
     dcp: int
@@ -88,7 +85,7 @@ class EngineGroup(_Model):
         return (self.speculative_config or {}).get("rejection_sample_method") == "synthetic"
 
 
-class PlanEstimate(_Model):
+class PlanEstimate(DocModel):
     engine_starts: int
     requests: int
     """Requests sent across both sides and every lifetime."""
@@ -104,7 +101,7 @@ class PlanEstimate(_Model):
     """The assumptions these numbers derive from (scope.estimates)."""
 
 
-class Plan(_Model):
+class Plan(DocModel):
     scope: str
     scope_sha256: str | None = None
     tier: str
@@ -252,83 +249,10 @@ def build_plan(
     """Expand the scope's envelope for ``tier`` and keep the points of ``shard``."""
     if tier not in TIER_ORDER:
         raise PlanError(f"unknown tier {tier!r}.", hint=f"Tiers: {', '.join(TIER_ORDER)} (smoke < standard < full).")
-    if scope.envelope is None or scope.hardware is None:
-        missing = "\n  ".join(scope.missing_report()) or "envelope/hardware"
-        raise PlanError(
-            f"scope {scope.name!r} is incomplete; it cannot be planned until these are known:\n  {missing}",
-            hint=f"Fill in the missing fields in suites/{scope.name}/scope.yaml and set status: complete.",
-        )
+    _check_complete(scope)
     i, n = parse_shard(shard)
-    env: Envelope = scope.envelope
     t = scope.tiers[tier]
-    matrix = scope.tier_matrix(tier)
-    tps, dcps, specs = matrix.tensor_parallel, matrix.decode_context_parallel, matrix.speculative
-    batches, contexts = matrix.batch, matrix.context
-    out_tokens = scope.gates.equivalence.max_tokens
-    hw = scope.hardware
-    on_gpu = hw.device == "gpu"
-    max_len = env.context.max_model_len
-
-    points: list[ConfigPoint] = []
-    groups: list[EngineGroup] = []
-    for tp in tps:
-        for dcp in dcps:
-            for spec_label in specs:
-                name, _, dl = spec_label.partition(":")
-                sp = env.spec_by_name(name)
-                assert sp is not None
-                draft = int(dl) if dl else None
-                spec_id = name if draft is None else f"{name}.dl{draft}"
-                gid = f"tp{tp}-dcp{dcp}-{spec_id}"
-                gpoints = []
-                for b in batches:
-                    for c in contexts:
-                        full = c == "full"
-                        ctx = max_len - out_tokens if full else int(c)
-                        pid = f"{gid}-b{b}-ctx{'full' if full else _ctx_label(ctx)}"
-                        gpoints.append(
-                            ConfigPoint(
-                                id=pid,
-                                group=gid,
-                                tp=tp,
-                                dcp=dcp,
-                                spec=name,
-                                draft_length=draft,
-                                acceptance_length=sp.synthetic_acceptance_length if draft else None,
-                                batch=b,
-                                context=ctx,
-                                full_context=full,
-                            )
-                        )
-                lifetimes = t.lifetimes_per_side
-                order = [s for _ in range(lifetimes) for s in SIDES]
-                side_args = {s: _side_args(scope, s, tp, dcp, sp, draft, max_len) for s in SIDES}
-                side_tp = {s: effective_tp(side_args[s], tp) for s in SIDES}
-                side_nodes = {s: hw.nodes_for(side_tp[s]) for s in SIDES}
-                nodes = max(side_nodes.values())
-                big = max(side_tp.values())
-                groups.append(
-                    EngineGroup(
-                        id=gid,
-                        tp=tp,
-                        dcp=dcp,
-                        spec=name,
-                        draft_length=draft,
-                        gpus=big if on_gpu else 0,
-                        nodes=nodes,
-                        side_nodes=side_nodes,
-                        gpus_per_node=big // nodes if nodes > 1 else None,
-                        node_kind=hw.node.name if hw.node is not None and nodes > 1 else None,
-                        speculative_config=sp.engine_config(draft) if draft is not None else None,
-                        points=[p.id for p in gpoints],
-                        args=side_args,
-                        env={s: {**scope.engine.env, **getattr(scope.engine, s).env} for s in SIDES},
-                        lifetimes_per_side=lifetimes,
-                        order=order,
-                    )
-                )
-                points.extend(gpoints)
-
+    groups, points = _expand(scope, tier)
     # Order: fewest GPUs first, then by id — a stable order that keeps similar launches adjacent.
     groups.sort(key=lambda g: (g.gpus, g.dcp, g.spec, g.draft_length or 0, g.id))
     fp = hashlib.sha256(
@@ -351,6 +275,110 @@ def build_plan(
         features=list(t.features) if t.features is not None else None,
         evals=t.evals,
         fingerprint=fp,
+    )
+
+
+def _check_complete(scope: Scope) -> None:
+    """A scope with an envelope and hardware, or a :class:`PlanError` that says what is missing."""
+    if scope.envelope is None or scope.hardware is None:
+        missing = "\n  ".join(scope.missing_report()) or "envelope/hardware"
+        raise PlanError(
+            f"scope {scope.name!r} is incomplete; it cannot be planned until these are known:\n  {missing}",
+            hint=f"Fill in the missing fields in suites/{scope.name}/scope.yaml and set status: complete.",
+        )
+
+
+def _expand(scope: Scope, tier: TierName) -> tuple[list[EngineGroup], list[ConfigPoint]]:
+    """The tier's matrix as engine groups (one per tp, dcp and speculative config) and their points, unsorted."""
+    env = scope.envelope
+    assert env is not None
+    matrix = scope.tier_matrix(tier)
+    points: list[ConfigPoint] = []
+    groups: list[EngineGroup] = []
+    for tp in matrix.tensor_parallel:
+        for dcp in matrix.decode_context_parallel:
+            for spec_label in matrix.speculative:
+                name, _, dl = spec_label.partition(":")
+                sp = env.spec_by_name(name)
+                assert sp is not None
+                draft = int(dl) if dl else None
+                spec_id = name if draft is None else f"{name}.dl{draft}"
+                gid = f"tp{tp}-dcp{dcp}-{spec_id}"
+                gpoints = _group_points(scope, tier, gid, tp, dcp, sp, draft)
+                groups.append(_engine_group(scope, tier, gid, tp, dcp, sp, draft, gpoints))
+                points.extend(gpoints)
+    return groups, points
+
+
+def _group_points(
+    scope: Scope, tier: str, gid: str, tp: int, dcp: int, sp: SpecDecodeSpec, draft: int | None
+) -> list[ConfigPoint]:
+    """The config points of one engine group: every batch and context of the tier's matrix."""
+    assert scope.envelope is not None
+    matrix = scope.tier_matrix(tier)
+    out_tokens = scope.gates.equivalence.max_tokens
+    max_len = scope.envelope.context.max_model_len
+    gpoints = []
+    for b in matrix.batch:
+        for c in matrix.context:
+            full = c == "full"
+            ctx = max_len - out_tokens if full else int(c)
+            pid = f"{gid}-b{b}-ctx{'full' if full else _ctx_label(ctx)}"
+            gpoints.append(
+                ConfigPoint(
+                    id=pid,
+                    group=gid,
+                    tp=tp,
+                    dcp=dcp,
+                    spec=sp.name,
+                    draft_length=draft,
+                    acceptance_length=sp.synthetic_acceptance_length if draft else None,
+                    batch=b,
+                    context=ctx,
+                    full_context=full,
+                )
+            )
+    return gpoints
+
+
+def _engine_group(
+    scope: Scope,
+    tier: TierName,
+    gid: str,
+    tp: int,
+    dcp: int,
+    sp: SpecDecodeSpec,
+    draft: int | None,
+    gpoints: list[ConfigPoint],
+) -> EngineGroup:
+    """One engine launch per side: both sides' arguments, GPUs and nodes, and the order of their lifetimes."""
+    hw = scope.hardware
+    assert hw is not None and scope.envelope is not None
+    max_len = scope.envelope.context.max_model_len
+    lifetimes = scope.tiers[tier].lifetimes_per_side
+    order = [s for _ in range(lifetimes) for s in SIDES]
+    side_args = {s: _side_args(scope, s, tp, dcp, sp, draft, max_len) for s in SIDES}
+    side_tp = {s: effective_tp(side_args[s], tp) for s in SIDES}
+    side_nodes = {s: hw.nodes_for(side_tp[s]) for s in SIDES}
+    nodes = max(side_nodes.values())
+    big = max(side_tp.values())
+    return EngineGroup(
+        id=gid,
+        tp=tp,
+        dcp=dcp,
+        spec=sp.name,
+        draft_length=draft,
+        gpus=big if hw.device == "gpu" else 0,
+        nodes=nodes,
+        side_nodes=side_nodes,
+        gpus_per_node=big // nodes if nodes > 1 else None,
+        node_kind=hw.node.name if hw.node is not None and nodes > 1 else None,
+        speculative_config=sp.engine_config(draft) if draft is not None else None,
+        points=[p.id for p in gpoints],
+        args=side_args,
+        env={s: {**scope.engine.env, **getattr(scope.engine, s).env} for s in SIDES},
+        lifetimes_per_side=lifetimes,
+        order=order,
     )
 
 

@@ -32,10 +32,9 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeGuard
 
-from pydantic import BaseModel, ConfigDict
-
 from fasttrack import ROOT
 from fasttrack.errors import FasttrackError
+from fasttrack.modelbase import StrictModel
 
 if TYPE_CHECKING:  # pragma: no cover
     from fasttrack.bundle.manifest import CheckEntry
@@ -43,9 +42,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from fasttrack.results import CheckResult
 
 
-class CheckAgreement(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class CheckAgreement(StrictModel):
     check: str
     recorded_verdict: str
     new_verdict: str
@@ -57,9 +54,7 @@ class CheckAgreement(BaseModel):
     rows_compared: int = 0
 
 
-class ReproduceResult(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class ReproduceResult(StrictModel):
     bundle: str
     verified: bool
     run_dir: str

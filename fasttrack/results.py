@@ -13,7 +13,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from fasttrack.modelbase import StrictModel
 
 Side = Literal["baseline", "candidate"]
 """``baseline`` is the stock path, ``candidate`` the optimized path."""
@@ -97,10 +99,8 @@ class Verdict(str, enum.Enum):
     NOT_RUN = "not_run"
 
 
-class Gate(BaseModel):
+class Gate(StrictModel):
     """The pass rule of a check, with its statistic and threshold."""
-
-    model_config = ConfigDict(extra="forbid")
 
     statistic: str
     """What is computed, e.g. 'hierarchical bootstrap 95% lower bound of speedup'."""
@@ -110,10 +110,8 @@ class Gate(BaseModel):
     """The rule in words, e.g. 'lower bound >= 1 - noise_margin (0.95) at every point'."""
 
 
-class CheckResult(BaseModel):
+class CheckResult(StrictModel):
     """What one check contributes to the bundle."""
-
-    model_config = ConfigDict(extra="forbid")
 
     check: str
     """Check name (as the check registers it)."""

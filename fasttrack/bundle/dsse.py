@@ -20,23 +20,22 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from fasttrack.bundle.canonical import canonical_json
 from fasttrack.bundle.errors import BundleError
 from fasttrack.bundle.keys import PublicKey, SigningKey
 from fasttrack.bundle.layout import ATTESTATION
 from fasttrack.limits import MANIFEST_MAX_BYTES, json_problem
+from fasttrack.modelbase import DocModel
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://fasttrack.dev/evidence/v1"
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
 
 
-class Signature(BaseModel):
+class Signature(DocModel):
     """One DSSE signature."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     keyid: str = ""
     """Hex sha256 of the signer's raw Ed25519 public key."""
@@ -44,10 +43,8 @@ class Signature(BaseModel):
     """Base64 Ed25519 signature over PAE(payloadType, payload)."""
 
 
-class Envelope(BaseModel):
+class Envelope(DocModel):
     """A DSSE envelope (https://github.com/secure-systems-lab/dsse)."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     payload: str
     """Base64 of the serialized in-toto Statement."""

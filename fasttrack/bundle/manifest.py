@@ -23,13 +23,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, Literal, NotRequired, TypedDict
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
+from fasttrack import attrs
 from fasttrack.bundle.canonical import SHA256_PATTERN, canonical_json, sha256_bytes, sha256_json
 from fasttrack.bundle.errors import BundleError
 from fasttrack.bundle.layout import NAME_RE
 from fasttrack.bundle.prlink import PRLink, missing_isolation
 from fasttrack.limits import MANIFEST_MAX_BYTES, MAX_SHARDS, SHARD_SPEC_MAX_CHARS, json_problem
+from fasttrack.modelbase import DocModel
 from fasttrack.results import (
     ISOLATION,
     BundleVerdict,
@@ -53,11 +55,7 @@ SCHEMA_FILE = Path("schemas") / "bundle-manifest.schema.json"
 _SHARD_RE = re.compile(r"^([1-9][0-9]*)/([1-9][0-9]*)$")
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
-
-
-class TableRef(_Model):
+class TableRef(DocModel):
     """One Parquet table of a check."""
 
     path: str
@@ -68,7 +66,7 @@ class TableRef(_Model):
     """Column names, in file order."""
 
 
-class CheckEntry(_Model):
+class CheckEntry(DocModel):
     """What one check contributed: its verdict, why, the gate, figures and tables."""
 
     title: str | None = None
@@ -101,7 +99,7 @@ class CheckEntry(_Model):
         return v
 
 
-class ScopeInfo(_Model):
+class ScopeInfo(DocModel):
     """The scope this run validated: a verbatim copy and its hash."""
 
     yaml: str
@@ -123,7 +121,7 @@ class ScopeInfo(_Model):
         return self
 
 
-class ShardRef(_Model):
+class ShardRef(DocModel):
     """One shard bundle that went into a merged bundle."""
 
     shard: str = Field(pattern=_SHARD_RE.pattern)
@@ -136,7 +134,7 @@ class ShardRef(_Model):
     """When that shard bundle was written."""
 
 
-class PlanInfo(_Model):
+class PlanInfo(DocModel):
     """The plan that ran and which part of it (shard) this bundle covers."""
 
     plan: dict[str, Any]
@@ -160,7 +158,7 @@ class PlanInfo(_Model):
         return self
 
 
-class Hardware(_Model):
+class Hardware(DocModel):
     """The accelerator(s) or CPU the engines ran on."""
 
     kind: Literal["gpu", "cpu"]
@@ -175,7 +173,7 @@ class Hardware(_Model):
     """Logical CPUs available to the run."""
 
 
-class EngineRecord(_Model):
+class EngineRecord(DocModel):
     """One engine launch (or attachment): the exact arguments per side."""
 
     side: Side
@@ -211,7 +209,7 @@ class EngineRecord(_Model):
     """The NVIDIA driver the engine's GPUs ran under (nvidia-smi); None without GPUs."""
 
 
-class Provenance(_Model):
+class Provenance(DocModel):
     """Everything needed to tell whether two runs are comparable, and to reproduce one."""
 
     fasttrack_version: str
@@ -250,7 +248,7 @@ class Provenance(_Model):
     """Every engine launch or attachment, per side and group."""
 
 
-class Manifest(_Model):
+class Manifest(DocModel):
     """The top-level ``manifest.json`` of an evidence bundle."""
 
     schema_version: Literal["fasttrack.bundle/v1"] = SCHEMA_VERSION
@@ -381,12 +379,7 @@ def check_entry(
     from fasttrack.bundle.canonical import to_jsonable
 
     return CheckEntry(
-        title=result.title,
-        view=result.view,
-        verdict=result.verdict,
-        reason=result.reason,
-        required=result.required,
-        gate=result.gate,
+        **attrs(result, "title", "view", "verdict", "reason", "required", "gate"),
         summary=to_jsonable(result.summary),
         failures=list(result.failures),
         tables=dict(tables or {}),

@@ -12,19 +12,18 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from fasttrack.bundle.canonical import SHA256_PATTERN
+from fasttrack.modelbase import DocModel
 from fasttrack.results import ISOLATION, NOT_PR_EVIDENCE, CheckResult
 
 #: A git commit SHA, abbreviated (7 hex digits) up to SHA-256 object format (64).
 GIT_SHA_PATTERN = r"^[0-9a-f]{7,64}$"
 
 
-class PRLink(BaseModel):
+class PRLink(DocModel):
     """The pull request (or commit range) that was tested."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     repository: str | None = None
     """``owner/name`` or a URL of the repository."""

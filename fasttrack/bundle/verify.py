@@ -38,8 +38,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-
 from fasttrack.bundle.consistency import (
     pr_head_problem,
     pr_link_state,
@@ -58,6 +56,7 @@ from fasttrack.bundle.safe_tar import DEFAULT_LIMITS, Limits
 from fasttrack.bundle.scan import Contents, bundle_id, scan_dir, scan_tar, tree_sha256
 from fasttrack.bundle.trust import identity_names, signer_identities
 from fasttrack.limits import MANIFEST_MAX_BYTES
+from fasttrack.modelbase import DocModel
 
 #: ``resolve_keys`` lives in :mod:`keys`; it is named here too because callers found it here.
 __all__ = ["ITEMS", "VerifyItem", "VerifyResult", "resolve_keys", "verify_bundle"]
@@ -78,10 +77,8 @@ ITEMS: tuple[str, ...] = (
 )
 
 
-class VerifyItem(BaseModel):
+class VerifyItem(DocModel):
     """One verified property."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     name: str
     """The property (see ``ITEMS``)."""
@@ -91,10 +88,8 @@ class VerifyItem(BaseModel):
     """What was found, naming every offending file, key or check."""
 
 
-class VerifyResult(BaseModel):
+class VerifyResult(DocModel):
     """The outcome of verifying one bundle."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     bundle: str
     """The path that was verified."""

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Unpack
 
+from fasttrack import attrs
 from fasttrack.bundle.errors import BundleError
 from fasttrack.bundle.layout import (
     ARTIFACTS_DIR,
@@ -268,16 +269,11 @@ def write_run_bundle(
     out = run.run_dir / BUNDLE_DIR
     manifest = write_bundle(
         out,
-        results=run.results,
-        scope=run.scope,
-        plan=run.plan,
-        provenance=run.provenance,
-        pr=run.pr,
-        rehearsal=run.rehearsal,
-        rehearsal_reason=run.rehearsal_reason,
+        **attrs(
+            run, "results", "scope", "plan", "provenance", "pr", "rehearsal", "rehearsal_reason", "expected_checks"
+        ),
         artifacts_from=run.run_dir,
         logs=dict(run.logs),
-        expected_checks=run.expected_checks,
         sign_keys=sign_keys,
         overwrite=True,
     )

@@ -79,6 +79,10 @@ __all__ = [
 ]
 
 
+DECLARATIONS = ("name", "title", "report_view", "required", "every_tier", "after", "before", "blocked_by", "gate_model")
+"""What a check's class declares about it (as class attributes or class keywords)."""
+
+
 class Check(ABC):
     """What every check declares. Subclass :class:`EnginelessCheck` or :class:`EngineCheck`."""
 
@@ -102,6 +106,16 @@ class Check(ABC):
     this check is ``not_run``, naming it: never a pass on a premise that failed or was not shown."""
     gate_model: ClassVar[type[CheckGate] | None] = None
     """Its section of the scope's ``gates`` (declared ``class XGate(CheckGate, check="x")``), or None."""
+
+    def __init_subclass__(cls, **declared: Any) -> None:
+        """The declarations above, given as class attributes or as class keywords:
+        ``class KernelsCheck(EnginelessCheck, name="kernels", title="Kernels", after=("isolation",))``."""
+        unknown = sorted(set(declared) - set(DECLARATIONS))
+        if unknown:
+            raise TypeError(f"{cls.__name__}: not a check declaration: {', '.join(unknown)}")
+        super().__init_subclass__()
+        for key, value in declared.items():
+            setattr(cls, key, value)
 
     @classmethod
     def passability(cls, tier: TierView) -> list[Blocker]:

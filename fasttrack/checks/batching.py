@@ -16,13 +16,11 @@ import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from fasttrack.modelbase import DocModel
 
 
-class BatchCheck(BaseModel):
+class BatchCheck(DocModel):
     """Whether a window's requests were really batched as intended."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     target: int
     """The batch size the requests were sent at."""

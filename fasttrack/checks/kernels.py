@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 from pathlib import Path
-from typing import ClassVar
 
 from fasttrack.checks.base import Blocker, EnginelessCheck, RunContext, TierView, register
 from fasttrack.kernels.spec import SuiteSpec, from_scope_section
@@ -45,13 +44,8 @@ def module_available(name: str) -> bool:
 
 
 @register
-class KernelsCheck(EnginelessCheck):
+class KernelsCheck(EnginelessCheck, name="kernels", title="Kernels", report_view="kernels", after=("isolation",)):
     """Numerics, determinism, race hunting, sanitizers and speed of light of the scope's kernels."""
-
-    name: ClassVar[str] = "kernels"
-    title: ClassVar[str] = "Kernels"
-    report_view: ClassVar[str] = "kernels"
-    after: ClassVar[tuple[str, ...]] = ("isolation",)
 
     @classmethod
     def passability(cls, tier: TierView) -> list[Blocker]:

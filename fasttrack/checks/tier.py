@@ -11,16 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
-
+from fasttrack.modelbase import StrictModel
 from fasttrack.plan import Plan
 from fasttrack.scope import Scope
 
 
-class Blocker(BaseModel):
+class Blocker(StrictModel):
     """One required item the tier can never run."""
-
-    model_config = ConfigDict(extra="forbid")
 
     check: str
     item: str

@@ -14,10 +14,11 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from fasttrack.checks.batching import BatchCheck, verify_batch
 from fasttrack.engine.tls import tls_context
+from fasttrack.modelbase import DocModel
 from fasttrack.results import PathEvidence, Side
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -88,10 +89,8 @@ def window_summary(ev: "WindowEvidence") -> dict[str, Any]:
     }
 
 
-class WindowRecord(BaseModel):
+class WindowRecord(DocModel):
     """What one evidence window observed, as kept by a check."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     name: str
     """Window name."""

@@ -21,11 +21,12 @@ import os
 import sys
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from fasttrack.engine.environment import probe_local_environment
 from fasttrack.engine.procs import run_script
 from fasttrack.errors import ScopeError
+from fasttrack.modelbase import StrictModel
 
 _MARK = "FASTTRACK-ARGCHECK:"
 UNKNOWN = "unrecognized argument"
@@ -68,9 +69,7 @@ print("__MARK__" + json.dumps({"version": vllm.__version__, "parser": where, "re
 """.replace("__MARK__", _MARK)
 
 
-class ArgIssue(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class ArgIssue(StrictModel):
     key: str
     """Which argument list: ``group/side`` (or a node's role)."""
     flag: str | None = None
@@ -78,10 +77,8 @@ class ArgIssue(BaseModel):
     message: str
 
 
-class ArgCheck(BaseModel):
+class ArgCheck(StrictModel):
     """The outcome of checking argument lists against one vLLM installation."""
-
-    model_config = ConfigDict(extra="forbid")
 
     python: str
     vllm_version: str | None = None

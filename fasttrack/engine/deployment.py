@@ -16,22 +16,20 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from fasttrack.engine.errors import EngineStartError
-from fasttrack.engine.launchers import Launcher
 from fasttrack.engine.logs import read_log_range
 from fasttrack.engine.start import start_engine
 from fasttrack.engine.tls import tls_context
+from fasttrack.modelbase import DocModel
 
 PROBE_PROMPTS = ("The capital of France is", "One, two, three,")
 PROBE_TOKENS = 8
 
 
-class DeploymentOutcome(BaseModel):
+class DeploymentOutcome(DocModel):
     """What one engine start outside the envelope did."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     args: list[str]
     started: bool
@@ -53,36 +51,19 @@ class DeploymentOutcome(BaseModel):
 
 def probe_deployment(
     *,
-    side: str,
-    model: str,
     args: Sequence[str],
-    env: dict[str, str | None] | None,
-    log_dir: Path,
-    log_name: str,
-    startup_timeout: float,
     served_model: str | None = None,
     reject_regex: str | None = None,
     log_regex: str | None = None,
-    nodes: int = 1,
-    launcher: Launcher | None = None,
-    **kwargs: Any,
+    **launch: Any,
 ) -> DeploymentOutcome:
-    """Start the engine once with ``args``; record a refusal, or serve a few requests and record the
-    fallback lines. The engine is always stopped before this returns."""
+    """Start the engine once with ``args`` (``launch``: the other arguments of
+    :func:`~fasttrack.engine.start.start_engine`: side, model, env, log folder and name, startup timeout, nodes,
+    launcher); record a refusal, or serve a few requests and record the fallback lines. The engine is always stopped
+    before this returns."""
     t0 = time.monotonic()
     try:
-        eng = start_engine(
-            side=side,
-            model=model,
-            args=list(args),
-            env=env,
-            log_dir=log_dir,
-            log_name=log_name,
-            startup_timeout=startup_timeout,
-            nodes=nodes,
-            launcher=launcher,
-            **kwargs,
-        )
+        eng = start_engine(args=list(args), **launch)
     except EngineStartError as exc:
         text = read_log_range(Path(exc.log_path), 0) if exc.log_path else exc.log_tail
         rx = re.compile(reject_regex) if reject_regex else None

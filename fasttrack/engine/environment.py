@@ -12,9 +12,10 @@ import json
 import sys
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from fasttrack.engine.procs import run_script
+from fasttrack.modelbase import StrictModel
 
 #: Environment variables worth recording even when the harness did not set them:
 #: they change what the engine does.
@@ -33,10 +34,8 @@ RELEVANT_ENV_PREFIXES: tuple[str, ...] = (
 )
 
 
-class DeviceInfo(BaseModel):
+class DeviceInfo(StrictModel):
     """The accelerator (or CPU) an engine runs on."""
-
-    model_config = ConfigDict(extra="forbid")
 
     kind: Literal["cpu", "cuda", "unknown"]
     """Device family the engine runs on."""
@@ -48,10 +47,8 @@ class DeviceInfo(BaseModel):
     """Extra facts: NUMA nodes, driver version, compute capability, total memory."""
 
 
-class EngineEnvironment(BaseModel):
+class EngineEnvironment(StrictModel):
     """The engine's environment, as recorded in the bundle."""
-
-    model_config = ConfigDict(extra="forbid")
 
     side: str
     """`baseline` or `candidate`."""

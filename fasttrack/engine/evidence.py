@@ -11,17 +11,17 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable, Sequence, cast
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from fasttrack import attrs
 from fasttrack.engine.logs import scan_log
 from fasttrack.engine.trace import MarkerSet, StepRecord, TraceAnalysis, analyze_trace
+from fasttrack.modelbase import StrictModel
 from fasttrack.results import PathEvidence, Side
 
 
-class WindowEvidence(BaseModel):
+class WindowEvidence(StrictModel):
     """What one profiler window shows about the path an engine took."""
-
-    model_config = ConfigDict(extra="forbid")
 
     name: str
     """Window name given by the check (e.g. `decode-b4`)."""
@@ -125,11 +125,7 @@ class WindowEvidence(BaseModel):
             point=point,
             side=cast(Side, self.side),  # a window's side is its engine's; PathEvidence validates it
             window=self.name,
-            optimized_ops=self.optimized_ops,
-            stock_ops=self.stock_ops,
-            decode_steps=self.decode_steps,
-            optimized_decode_steps=self.optimized_decode_steps,
-            fallback_events=self.fallback_events,
+            **attrs(self, "optimized_ops", "stock_ops", "decode_steps", "optimized_decode_steps", "fallback_events"),
             detail={
                 "step_counts": self.step_counts,
                 "optimized_step_counts": self.optimized_step_counts,

@@ -14,10 +14,11 @@ from collections import defaultdict
 from typing import TYPE_CHECKING
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from fasttrack.engine.errors import EngineRequestError
 from fasttrack.engine.tls import tls_context
+from fasttrack.modelbase import StrictModel
 
 if TYPE_CHECKING:  # pragma: no cover
     from fasttrack.engine.handle import EngineHandle
@@ -92,10 +93,8 @@ def split_metric_key(key: str) -> tuple[str, dict[str, str]]:
     return key[:brace], _parse_labels(key[brace:])
 
 
-class MetricsSnapshot(BaseModel):
+class MetricsSnapshot(StrictModel):
     """One scrape of ``/metrics``: every sample, keyed by name and sorted labels."""
-
-    model_config = ConfigDict(extra="forbid")
 
     samples: dict[str, float] = Field(default_factory=dict)
     """Sample value per :func:`metric_key` (histogram buckets, sums and counts are separate samples)."""
@@ -166,10 +165,8 @@ def parse_prometheus(text: str, *, scraped_at: float | None = None) -> MetricsSn
     return MetricsSnapshot(samples=samples, types=types, scraped_at=scraped_at)
 
 
-class MetricsDelta(BaseModel):
+class MetricsDelta(StrictModel):
     """The change between two scrapes."""
-
-    model_config = ConfigDict(extra="forbid")
 
     deltas: dict[str, float] = Field(default_factory=dict)
     """after - before for counters, histograms and summaries (absent before = 0)."""

@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Sequence
 
+from fasttrack import attrs
 from fasttrack.engine.errors import EngineCrashed
 from fasttrack.engine.launchers import Launcher, LaunchRequest, LocalLauncher, NodeProcess
 from fasttrack.engine.procs import StopReport, free_port, group_members, stop_group
@@ -84,15 +85,10 @@ class MultiNodeEngine(ManagedEngine):
         if self.profiler_dir is not None:
             self.profiler_dir.mkdir(parents=True, exist_ok=True)
         req = LaunchRequest(
-            python=self.python,
-            spec=self.spec,
+            **attrs(self, "python", "spec", "master_port", "log_dir", "log_name", "gpus_per_node"),
             nnodes=self.nodes,
             api_port=self.port,
-            master_port=self.master_port,
             host_env=dict(os.environ),
-            log_dir=self.log_dir,
-            log_name=self.log_name,
-            gpus_per_node=self.gpus_per_node,
         )
         self._failure = None
         self._watch_stop.clear()

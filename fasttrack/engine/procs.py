@@ -17,7 +17,9 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from fasttrack.modelbase import StrictModel
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -130,10 +132,8 @@ def start_logged(argv: list[str], log_path: Path, env: dict[str, str], header: s
         )
 
 
-class StopReport(BaseModel):
+class StopReport(StrictModel):
     """How an owned engine (its process group) was stopped."""
-
-    model_config = ConfigDict(extra="forbid")
 
     signals_sent: list[str] = Field(default_factory=list)
     """Signals sent to the process group, in order (SIGINT, SIGTERM, SIGKILL)."""

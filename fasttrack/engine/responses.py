@@ -14,17 +14,16 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from fasttrack.engine.errors import EngineRequestError
+from fasttrack.modelbase import StrictModel
 
 Endpoint = Literal["completion", "chat"]
 
 
-class TopLogprob(BaseModel):
+class TopLogprob(StrictModel):
     """One alternative at one position."""
-
-    model_config = ConfigDict(extra="forbid")
 
     token: str
     """The token as the server rendered it (``token_id:N`` when ids were requested)."""
@@ -34,10 +33,8 @@ class TopLogprob(BaseModel):
     """Its log-probability."""
 
 
-class LogprobPosition(BaseModel):
+class LogprobPosition(StrictModel):
     """The sampled token at one generated position and its top-k alternatives."""
-
-    model_config = ConfigDict(extra="forbid")
 
     token: str
     """The sampled token as rendered by the server."""
@@ -55,10 +52,8 @@ class LogprobPosition(BaseModel):
         return {t.token: t.logprob for t in self.top}
 
 
-class Usage(BaseModel):
+class Usage(StrictModel):
     """Token counts reported by the server."""
-
-    model_config = ConfigDict(extra="forbid")
 
     prompt_tokens: int = 0
     """Tokens in the prompt(s)."""
@@ -70,10 +65,8 @@ class Usage(BaseModel):
     """Other usage fields the server sent (cached tokens, ...)."""
 
 
-class ChoiceResult(BaseModel):
+class ChoiceResult(StrictModel):
     """One generated sequence."""
-
-    model_config = ConfigDict(extra="forbid")
 
     index: int = 0
     """Choice index (0..n-1)."""
@@ -97,10 +90,8 @@ class ChoiceResult(BaseModel):
     """Tool calls (chat)."""
 
 
-class CompletionResult(BaseModel):
+class CompletionResult(StrictModel):
     """The outcome of one request."""
-
-    model_config = ConfigDict(extra="forbid")
 
     endpoint: Endpoint
     """`completion` or `chat`."""

@@ -34,6 +34,7 @@ from typing import Any, Callable, Sequence, TypeVar
 
 import httpx
 
+from fasttrack import attrs
 from fasttrack.engine.base import EngineBase
 from fasttrack.engine.cmdline import HARNESS_ENV, LocalExecutor, ServeSpec, engine_command, host_safety_env
 from fasttrack.engine.environment import EngineEnvironment, local_environment
@@ -144,11 +145,9 @@ class _Exited:
         """A ``kind`` error saying ``message``, with this exit's evidence."""
         return kind(
             message,
-            side=self.side,
-            log_path=self.log_path,
+            **attrs(self, "side", "log_path", "node"),
             log_tail=self.tail,
             process_exit_code=self.code,
-            node=self.node,
             hint=hint,
         )
 
@@ -445,13 +444,9 @@ class ManagedEngine(EngineBase):
             if self._proc is None:
                 raise EngineError(f"the {self.side} engine was never started; its environment is unknown")
             self._environment = local_environment(
-                side=self.side,
-                base_url=self.base_url,
+                **attrs(self, "side", "base_url", "argv", "env_overrides", "python"),
                 served_model=self._served_model,
-                argv=self.argv,
-                env_overrides=self.env_overrides,
                 full_env=self._full_env,
-                python=self.python,
                 served_vllm_version=self.served_version() if self.running else None,
             )
         return self._environment

@@ -23,9 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from fasttrack.engine.errors import ProfilerError
+from fasttrack.modelbase import StrictModel
 
 _TRACE_EVENTS_RE = re.compile(r'"traceEvents"\s*:\s*\[')
 TRACE_CHUNK = 1 << 20
@@ -146,10 +147,8 @@ def parse_step_name(name: str) -> StepInfo | None:
     return StepInfo(a, b, c, d)
 
 
-class MarkerSet(BaseModel):
+class MarkerSet(StrictModel):
     """Regexes (searched in op/kernel names) that prove which path ran."""
-
-    model_config = ConfigDict(extra="forbid")
 
     optimized: list[str] = Field(default_factory=list)
     """Markers of the optimized path."""
@@ -161,10 +160,8 @@ class MarkerSet(BaseModel):
     """Prometheus counter of the candidate's stock-path steps, counted on the device."""
 
 
-class StepRecord(BaseModel):
+class StepRecord(StrictModel):
     """What ran in one engine step (one worker)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     kind: str
     """`decode`, `prefill`, `mixed` or `empty`."""
@@ -188,10 +185,8 @@ class StepRecord(BaseModel):
     """Optimized-marker kernels of a step the device counter did not confirm."""
 
 
-class TraceAnalysis(BaseModel):
+class TraceAnalysis(StrictModel):
     """Counts from one worker trace file."""
-
-    model_config = ConfigDict(extra="forbid")
 
     path: str
     """The trace file."""

@@ -32,9 +32,10 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from fasttrack.evals.mrcr import bin_order, similarity
+from fasttrack.modelbase import DocModel
 from fasttrack.stats import (
     NonInferiorityGate,
     PairedDifference,
@@ -53,10 +54,8 @@ TEXT_PREVIEW = 400
 """Characters of each output kept in the review list."""
 
 
-class SampleOutcome(BaseModel):
+class SampleOutcome(DocModel):
     """One sample's output and score in one run."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     sample_id: str
     repeat: int = 0
@@ -64,10 +63,8 @@ class SampleOutcome(BaseModel):
     score: float
 
 
-class PairRow(BaseModel):
+class PairRow(DocModel):
     """One (sample, repeat) pair after matching the three runs."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     sample_id: str
     repeat: int
@@ -82,10 +79,8 @@ class PairRow(BaseModel):
     """Candidate output identical to the baseline output."""
 
 
-class Comparison(BaseModel):
+class Comparison(DocModel):
     """The paired comparison of one eval at one config point."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     eval: str
     point: str

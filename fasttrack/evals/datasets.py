@@ -26,11 +26,12 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from fasttrack.errors import FasttrackError
 from fasttrack.evals.mrcr import MRCR_REQUIRED, parse_prompt
 from fasttrack.inputs.jsonl import json_lines
+from fasttrack.modelbase import DocModel
 
 EvalKind = Literal["aime25", "mrcr"]
 
@@ -52,10 +53,8 @@ class DatasetFormatError(FasttrackError):
     """An eval's dataset exists but is not in the original format (missing columns, bad rows, empty)."""
 
 
-class ResolvedDataset(BaseModel):
+class ResolvedDataset(DocModel):
     """One eval's data, loaded and checked."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     eval: str
     """Eval name (from the scope)."""

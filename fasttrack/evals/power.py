@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
 
 from fasttrack.evals.compare import CONFIDENCE
+from fasttrack.modelbase import DocModel
 
 POWER = 0.8
 TRIALS = 200
@@ -27,10 +27,8 @@ GRID = tuple(round(0.05 * i, 2) for i in range(1, 21))
 """Fractions of samples zeroed, in order."""
 
 
-class DetectableDrop(BaseModel):
+class DetectableDrop(DocModel):
     """The smallest mean score drop the task-score gate catches with probability ``power``."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     drop: float | None
     """Mean score drop (baseline mean - candidate mean) caught in at least ``power`` of the trials;

@@ -27,11 +27,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from fasttrack import ROOT
 from fasttrack.errors import FasttrackError
 from fasttrack.evals.datasets import EvalKind
+from fasttrack.modelbase import DocModel
 
 MRCR_TASK_YAML = ROOT / "suites" / "common" / "evals" / "mrcr" / "mrcr.yaml"
 """fasttrack's MRCR task for lm-eval."""
@@ -47,10 +48,8 @@ class EvalRunError(FasttrackError):
     """lm-eval could not run an eval against an engine."""
 
 
-class GenerationSettings(BaseModel):
+class GenerationSettings(DocModel):
     """What every request of one eval run asks for."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     max_tokens: int
     temperature: float
@@ -64,10 +63,8 @@ class GenerationSettings(BaseModel):
     """Whether requests decode past the end-of-sequence token to ``max_tokens`` (the profiled evidence runs)."""
 
 
-class LmEvalOutput(BaseModel):
+class LmEvalOutput(DocModel):
     """The result of one lm-eval run."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     task: str
     lm_model: str

@@ -22,21 +22,20 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Callable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from fasttrack.errors import FasttrackError
 from fasttrack.evals.datasets import EvalKind, ResolvedDataset
 from fasttrack.evals.mrcr import context_bin, parse_prompt
+from fasttrack.modelbase import DocModel
 
 
 class NoSamples(FasttrackError):
     """No sample of a dataset can be run (e.g. every MRCR prompt is longer than the context)."""
 
 
-class EvalSample(BaseModel):
+class EvalSample(DocModel):
     """One selected sample."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     sample_id: str
     """Stable id (AIME: the problem id; MRCR: 'mrcr-<row>')."""
@@ -54,10 +53,8 @@ class EvalSample(BaseModel):
     """MRCR: needle count."""
 
 
-class Selection(BaseModel):
+class Selection(DocModel):
     """The samples of one eval, and how they were chosen."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     eval: str
     kind: EvalKind

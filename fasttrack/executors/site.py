@@ -31,16 +31,13 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
 from fasttrack.errors import FasttrackError
+from fasttrack.modelbase import DocModel
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
-
-
-class SlurmPlacement(_Model):
+class SlurmPlacement(DocModel):
     """How an engine's nodes are kept in one NVLink domain (the scope's ``hardware.node`` says when they must be)."""
 
     mode: Literal["auto", "segment", "switches", "constraint", "none"] = "auto"
@@ -55,7 +52,7 @@ class SlurmPlacement(_Model):
     """Node features, one per NVLink domain (``constraint``), e.g. ``["nvl72-a", "nvl72-b"]``."""
 
 
-class SlurmMerge(_Model):
+class SlurmMerge(DocModel):
     """The merge job's own settings: it needs one node and no GPU, so the shards' partition and lines stay out."""
 
     partition: str | None = None
@@ -68,7 +65,7 @@ class SlurmMerge(_Model):
     time_min: Annotated[int, Field(gt=0)] = 30
 
 
-class SlurmSite(_Model):
+class SlurmSite(DocModel):
     fasttrack: str | None = None
     """The command that runs fasttrack on the nodes (default: the top-level ``fasttrack``, else ``fasttrack``)."""
     setup: list[str] | None = None
@@ -115,7 +112,7 @@ class SlurmSite(_Model):
         return data
 
 
-class KubernetesSite(_Model):
+class KubernetesSite(DocModel):
     namespace: str = "default"
     image: str = "fasttrack-eval:latest"
     """The evaluation image (``fasttrack image`` builds one from the PR head); pin it by digest."""
@@ -164,7 +161,7 @@ class KubernetesSite(_Model):
     """Node label naming a node's NVLink domain: every pod of one engine is scheduled where it has one value."""
 
 
-class SiteProfile(_Model):
+class SiteProfile(DocModel):
     fasttrack: str = "fasttrack"
     """The Slurm jobs' fasttrack command (older profiles; ``slurm.fasttrack`` wins)."""
     setup: list[str] = []

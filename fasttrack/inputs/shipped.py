@@ -12,11 +12,12 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from fasttrack import ROOT
 from fasttrack.errors import FasttrackError
 from fasttrack.inputs.jsonl import json_lines
+from fasttrack.modelbase import DocModel
 from fasttrack.scope import SUITES_DIR, Scope
 
 COMMON_DIR = ROOT / "suites" / "common"
@@ -33,11 +34,7 @@ class InputSetError(FasttrackError):
 # ====================================================================== shipped inputs
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
-
-
-class PromptItem(_Model):
+class PromptItem(DocModel):
     id: str
     """Stable identifier (used in result rows and failure messages)."""
     topic: str
@@ -48,7 +45,7 @@ class PromptItem(_Model):
     """The prompt text."""
 
 
-class Passage(_Model):
+class Passage(DocModel):
     id: str
     """Stable identifier."""
     topic: str
@@ -57,7 +54,7 @@ class Passage(_Model):
     """A paragraph of real text; passages are tiled to build long and full-context prompts."""
 
 
-class SchemaCase(_Model):
+class SchemaCase(DocModel):
     name: str
     """The schema's title (also its ``response_format`` name)."""
     schema_: dict[str, Any] = Field(alias="schema")

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from fasttrack import attrs
 from fasttrack.kernels import ROWS_SCHEMA, env, sanitizer
 from fasttrack.kernels.defects import KNOWN as KNOWN_DEFECTS
 from fasttrack.kernels.summary import FAIL, NOT_RUN, PASS, summarize
@@ -352,19 +353,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         doc = run_suite(
             a.suite,
             a.out,
-            candidate=a.candidate,
+            **attrs(a, "candidate", "tier", "sanitize", "select", "seed", "quiet"),
             defects=[d for x in a.defect for d in x.split(",") if d],
-            tier=a.tier,
             tolerances=_json_arg(a.tolerances, "--tolerances"),
             dims=_json_arg(a.dims, "--dims"),
             dtypes=[d for d in a.dtypes.split(",") if d],
-            sanitize=a.sanitize,
-            select=a.select,
-            seed=a.seed,
             suite_name=a.name,
             timeout_s=a.timeout,
             sanitizer_timeout_s=a.sanitizer_timeout,
-            quiet=a.quiet,
         )
     except (UsageError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -48,8 +48,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal, TypedDict
 
-from pydantic import BaseModel, ConfigDict
-
+from fasttrack import attrs
+from fasttrack.modelbase import StrictModel
 from fasttrack.results import claim_verdict
 from fasttrack.stats import normalize_speedup_per_gpu
 
@@ -67,10 +67,8 @@ CLAIM_METRICS: dict[str, tuple[str | None, str]] = {
 }
 
 
-class MeasuredMetric(BaseModel):
+class MeasuredMetric(StrictModel):
     """One measured (workload, point, metric) cell, as claims matching sees it."""
-
-    model_config = ConfigDict(extra="forbid")
 
     workload: str
     kind: str
@@ -96,10 +94,8 @@ class MeasuredMetric(BaseModel):
     """The largest of the candidate's per-run values, when known."""
 
 
-class ClaimResult(BaseModel):
+class ClaimResult(StrictModel):
     """The outcome for one claim (a row of the ``claims`` table)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     id: str
     text: str
@@ -252,10 +248,7 @@ def _one(
     tolerance = float(c.tolerance)
     base = dict(
         tolerance=tolerance,
-        id=c.id,
-        text=c.text,
-        metric=c.metric,
-        like_for_like=c.like_for_like,
+        **attrs(c, "id", "text", "metric", "like_for_like"),
         baseline_gpus=bg,
         candidate_gpus=cg,
         claimed_per_gpu_speedup=per_gpu,
@@ -331,10 +324,8 @@ def _one(
             reason=why + flag,
             claimed=claimed_speedup,
             measured=m.speedup,
-            ci_low=m.ci_low,
-            ci_high=m.ci_high,
+            **attrs(m, "ci_low", "ci_high", "confidence"),
             bound=bound,
-            confidence=m.confidence,
             measured_baseline=None,
             **base,
             **common,

@@ -49,10 +49,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
 from fasttrack.errors import FasttrackError
 from fasttrack.inputs.jsonl import json_lines
+from fasttrack.modelbase import DocModel
 from fasttrack.perf.loadgen import GenRequest, PerfClient
 from fasttrack.perf.metrics import RequestRecord
 from fasttrack.perf.tokens import TokenPool
@@ -65,18 +66,14 @@ class TraceError(FasttrackError):
     """A trace file is missing or malformed."""
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
-
-
-class SharedPrefix(_Model):
+class SharedPrefix(DocModel):
     id: str
     """Name of the prefix; the same name is the same content in every session (KV-cache reuse)."""
     tokens: int = Field(ge=1)
     """Its length in tokens."""
 
 
-class TraceRequest(_Model):
+class TraceRequest(DocModel):
     """One request of a trace."""
 
     id: str
@@ -107,7 +104,7 @@ class TraceRequest(_Model):
         return self.session or self.id
 
 
-class TraceHeader(_Model):
+class TraceHeader(DocModel):
     fasttrack_trace: int
     """Format version (1)."""
     name: str = ""
@@ -118,7 +115,7 @@ class TraceHeader(_Model):
     """Where the trace came from (e.g. 'mooncake import of FILE')."""
 
 
-class Trace(_Model):
+class Trace(DocModel):
     header: TraceHeader
     requests: list[TraceRequest]
 

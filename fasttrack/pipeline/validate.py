@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fasttrack import attrs
 from fasttrack.checks.base import Check, EngineCheck, EnginelessCheck, registry
 from fasttrack.checks.context import ChangeRequest, RunContext
 from fasttrack.checks.isolation import bind_served_builds, engine_builds
@@ -375,15 +376,9 @@ def _set_up(opts: ValidateOptions, *, log: Callable[[str], None]) -> _Run:
         change=change,
     )
     facts = RunFacts(
-        loaded=loaded,
-        plan=plan,
-        host=host,
-        rehearsal=rehearsal,
+        **attrs(ctx, "loaded", "plan", "host", "rehearsal"),
+        **attrs(opts, "pr_repository", "pr_number", "base", "head"),
         rehearsal_reason=rehearsal_reason,
-        pr_repository=opts.pr_repository,
-        pr_number=opts.pr_number,
-        base=opts.base,
-        head=opts.head,
         sign_keys=sign_keys,
     )
     return _Run(ctx=ctx, driven=driven, checks=checks, skipped=skipped, facts=facts)

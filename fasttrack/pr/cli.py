@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Optional
 import typer
 
 from fasttrack import terminal
+from fasttrack.report.cli import MIN_TIER_OPT, TRUSTED_SCOPE_OPT
 
 if TYPE_CHECKING:
     from fasttrack.pr.github import GitHubClient
@@ -166,12 +167,8 @@ def body_cmd(
     key: list[Path] = typer.Option([], "--key", "-k", help="Trusted public key (repeatable)."),
     trust: Optional[Path] = typer.Option(None, "--trust", help="Trust directory (e.g. .fasttrack/trusted-keys)."),
     pr_head: Optional[str] = typer.Option(None, "--pr-head", help="The PR's head commit, from the event."),
-    trusted_scope: Optional[str] = typer.Option(
-        None, "--trusted-scope", help="Hold the recorded scope against this one (as `fasttrack verify` does)."
-    ),
-    min_tier: Optional[str] = typer.Option(
-        None, "--min-tier", help="The lowest tier accepted (smoke < standard < full)."
-    ),
+    trusted_scope: Optional[str] = TRUSTED_SCOPE_OPT,
+    min_tier: Optional[str] = MIN_TIER_OPT,
     run_url: str = typer.Option(..., "--run-url", help="The workflow run (its artifacts hold the report)."),
 ) -> None:
     """Verify a fetched bundle and render the maintainers' comment body (exit 0 even when it does not verify)."""

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from markupsafe import Markup
 
 from fasttrack.report import fmt
-from fasttrack.report.svg import El, line, num, polyline, svg, text
+from fasttrack.report.svg import El, PlotArea, line, num, polyline, svg, text
 from fasttrack.report.views import PerfRow
 
 #: Series colours available in the stylesheet (classes s0..s9).
@@ -42,6 +43,21 @@ def _tick_label(v: float) -> str:
     return f"{v:g}" if abs(v) < 1e5 else f"{v:.2e}"
 
 
+@dataclass(frozen=True)
+class _Frame(PlotArea):
+    """A speedup chart's plot area (the legend in its right margin) and how values map into it."""
+
+    n_x: int
+    lo: float
+    hi: float
+
+    def px(self, i: int) -> float:
+        return self.ml + (i + 0.5) * self.pw / self.n_x
+
+    def py(self, v: float) -> float:
+        return self.mt + self.ph - (v - self.lo) / (self.hi - self.lo) * self.ph
+
+
 def speedup_chart(
     rows: Sequence[PerfRow],
     *,
@@ -58,6 +74,40 @@ def speedup_chart(
     usable = [r for r in rows if xval(r) is not None and r.speedup is not None]
     if not usable:
         return None
+    label_of = _series_labels(usable, x)
+    labels = _ordered_series(usable, label_of, x)
+    extra = len(labels) - MAX_SERIES
+    if extra > 0:
+        labels = labels[:MAX_SERIES]
+        usable = [r for r in usable if label_of[id(r)] in labels]
+    xs = sorted({xval(r) for r in usable})  # type: ignore[type-var]
+    x_index = {v: i for i, v in enumerate(xs)}
+    lo, hi, ticks = _speedup_range(usable, threshold)
+    f = _Frame(680, 300, 58, 190, 16, 48, n_x=len(xs), lo=lo, hi=hi)
+    xname = "batch size" if x == "batch" else "context length (tokens)"
+    root = svg(f.W, f.H, label=f"{metric}: speedup of candidate over baseline by {xname}, with confidence intervals")
+    root.add(_grid(f, ticks))
+    root.add(_speedup_axes(f, xs, x, xname))
+    root.add(_reference_lines(f, threshold))
+    n = len(labels)
+    off = min(10.0, f.pw / len(xs) * 0.6 / max(n, 1))
+    for si, lab in enumerate(labels):
+        g = El("g", {"class": f"series s{si % N_COLOURS}"})
+        rs = sorted((r for r in usable if label_of[id(r)] == lab), key=lambda r: x_index[xval(r)])
+        dx = (si - (n - 1) / 2) * off
+        pts = [(f.px(x_index[xval(r)]) + dx, f.py(r.speedup)) for r in rs]  # type: ignore[arg-type]
+        if len(pts) > 1:
+            g.add(polyline(pts, cls="series-line"))
+        for r, (cx, cy) in zip(rs, pts, strict=False):
+            g.add(_speedup_mark(f, r, cx, cy))
+        root.add(g)
+    root.add(_legend(f, labels, extra))
+    return root.markup()
+
+
+def _series_labels(usable: list[PerfRow], x: str) -> dict[int, str]:
+    """Each row's series (``id(row) -> label``): the dimension that is not on the x axis, and the group when there
+    are several."""
     groups = sorted({r.group for r in usable})
 
     def series_of(r: PerfRow) -> str:
@@ -65,7 +115,11 @@ def speedup_chart(
         other = f"ctx {other}" if x == "batch" else other
         return f"{r.group} \u00b7 {other}" if len(groups) > 1 else other
 
-    label_of = {id(r): series_of(r) for r in usable}
+    return {id(r): series_of(r) for r in usable}
+
+
+def _ordered_series(usable: list[PerfRow], label_of: dict[int, str], x: str) -> list[str]:
+    """The series labels by group, then by the other dimension."""
     first: dict[str, PerfRow] = {}
     for r in usable:
         first.setdefault(label_of[id(r)], r)
@@ -74,14 +128,11 @@ def speedup_chart(
         r = first[label]
         return (r.group, (r.context or 0) if x == "batch" else (r.batch or 0), label)
 
-    labels = sorted(first, key=sort_key)
-    extra = len(labels) - MAX_SERIES
-    if extra > 0:
-        labels = labels[:MAX_SERIES]
-        usable = [r for r in usable if label_of[id(r)] in labels]
-    xs = sorted({xval(r) for r in usable})  # type: ignore[type-var]
-    x_index = {v: i for i, v in enumerate(xs)}
+    return sorted(first, key=sort_key)
 
+
+def _speedup_range(usable: list[PerfRow], threshold: float | None) -> tuple[float, float, list[float]]:
+    """The y axis: every speedup, interval end, parity and the gate, padded; and its ticks."""
     vals: list[float] = [1.0]
     for r in usable:
         vals.append(r.speedup)  # type: ignore[arg-type]
@@ -92,33 +143,26 @@ def speedup_chart(
     pad = (hi - lo) * 0.08 or 0.05
     lo, hi = lo - pad, hi + pad
     ticks = nice_ticks(lo, hi)
-    lo, hi = min(lo, ticks[0]), max(hi, ticks[-1])
+    return min(lo, ticks[0]), max(hi, ticks[-1]), ticks
 
-    legend_w = 190
-    W, H = 680 + (0 if len(labels) <= 1 else 0), 300
-    ml, mr, mt, mb = 58, legend_w, 16, 48
-    pw, ph = W - ml - mr, H - mt - mb
 
-    def px(i: int) -> float:
-        return ml + (i + 0.5) * pw / len(xs)
-
-    def py(v: float) -> float:
-        return mt + ph - (v - lo) / (hi - lo) * ph
-
-    xname = "batch size" if x == "batch" else "context length (tokens)"
-    root = svg(W, H, label=f"{metric}: speedup of candidate over baseline by {xname}, with confidence intervals")
+def _grid(f: _Frame, ticks: list[float]) -> El:
     grid = El("g", {"class": "grid"})
     for t in ticks:
-        grid.add(line(ml, py(t), ml + pw, py(t), cls="gridline"))
-        grid.add(text(ml - 6, py(t) + 4, _tick_label(t), anchor="end", cls="tick"))
-    root.add(grid)
+        grid.add(line(f.ml, f.py(t), f.ml + f.pw, f.py(t), cls="gridline"))
+        grid.add(text(f.ml - 6, f.py(t) + 4, _tick_label(t), anchor="end", cls="tick"))
+    return grid
+
+
+def _speedup_axes(f: _Frame, xs: list[int | None], x: str, xname: str) -> El:
+    ml, mt, pw, ph = f.ml, f.mt, f.pw, f.ph
     axes = El("g", {"class": "axes"})
     axes.add(line(ml, mt, ml, mt + ph, cls="axis"), line(ml, mt + ph, ml + pw, mt + ph, cls="axis"))
     for i, xv in enumerate(xs):
-        axes.add(line(px(i), mt + ph, px(i), mt + ph + 4, cls="axis"))
+        axes.add(line(f.px(i), mt + ph, f.px(i), mt + ph + 4, cls="axis"))
         lab = str(xv) if x == "batch" else _ctx(xv)
-        axes.add(text(px(i), mt + ph + 17, lab, anchor="middle", cls="tick"))
-    axes.add(text(ml + pw / 2, H - 8, xname, anchor="middle", cls="axis-title"))
+        axes.add(text(f.px(i), mt + ph + 17, lab, anchor="middle", cls="tick"))
+    axes.add(text(ml + pw / 2, f.H - 8, xname, anchor="middle", cls="axis-title"))
     axes.add(
         text(
             14,
@@ -129,55 +173,52 @@ def speedup_chart(
             transform=f"rotate(-90 14 {num(mt + ph / 2)})",
         )
     )
-    root.add(axes)
+    return axes
+
+
+def _reference_lines(f: _Frame, threshold: float | None) -> El:
+    """Parity, and the gate where it lies inside the y range."""
+    ml, pw, py = f.ml, f.pw, f.py
     ref = El("g", {"class": "refs"})
     ref.add(line(ml, py(1.0), ml + pw, py(1.0), cls="parity", dash="4 3"))
     ref.add(text(ml + pw - 4, py(1.0) - 4, "parity 1.0", anchor="end", cls="ref-label"))
-    if threshold is not None and lo <= threshold <= hi:
+    if threshold is not None and f.lo <= threshold <= f.hi:
         ref.add(line(ml, py(threshold), ml + pw, py(threshold), cls="threshold", dash="6 3"))
         ref.add(
             text(ml + 4, py(threshold) + 12, f"gate {threshold:g}", anchor="start", cls="ref-label threshold-label")
         )
-    root.add(ref)
+    return ref
 
-    n = len(labels)
-    slot = pw / len(xs)
-    off = min(10.0, slot * 0.6 / max(n, 1))
-    for si, lab in enumerate(labels):
-        cls = f"s{si % N_COLOURS}"
-        g = El("g", {"class": f"series {cls}"})
-        rs = sorted((r for r in usable if label_of[id(r)] == lab), key=lambda r: x_index[xval(r)])
-        dx = (si - (n - 1) / 2) * off
-        pts = [(px(x_index[xval(r)]) + dx, py(r.speedup)) for r in rs]  # type: ignore[arg-type]
-        if len(pts) > 1:
-            g.add(polyline(pts, cls="series-line"))
-        for r, (cx, cy) in zip(rs, pts, strict=False):
-            mark = El("g", {"class": "mark" + (" failed" if r.verdict == "fail" else "")})
-            tip = (
-                f"{r.point}: speedup {fmt.speedup(r.speedup)}"
-                + (f" [{r.ci_low:.3f}, {r.ci_high:.3f}]" if r.ci_low is not None and r.ci_high is not None else "")
-                + (f"; verdict {r.verdict}" if r.verdict else "")
-            )
-            mark.add(El("title", None, tip))
-            if r.ci_low is not None and r.ci_high is not None:
-                mark.add(line(cx, py(r.ci_low), cx, py(r.ci_high), cls="ci"))
-                mark.add(line(cx - 3, py(r.ci_low), cx + 3, py(r.ci_low), cls="ci"))
-                mark.add(line(cx - 3, py(r.ci_high), cx + 3, py(r.ci_high), cls="ci"))
-            mark.add(El("circle", {"cx": num(cx), "cy": num(cy), "r": "4", "class": "dot"}))
-            if r.verdict == "fail":
-                mark.add(El("circle", {"cx": num(cx), "cy": num(cy), "r": "8", "class": "fail-ring", "fill": "none"}))
-            g.add(mark)
-        root.add(g)
+
+def _speedup_mark(f: _Frame, r: PerfRow, cx: float, cy: float) -> El:
+    """One point: its dot, its interval, a ring when it fails, and a tooltip."""
+    mark = El("g", {"class": "mark" + (" failed" if r.verdict == "fail" else "")})
+    tip = (
+        f"{r.point}: speedup {fmt.speedup(r.speedup)}"
+        + (f" [{r.ci_low:.3f}, {r.ci_high:.3f}]" if r.ci_low is not None and r.ci_high is not None else "")
+        + (f"; verdict {r.verdict}" if r.verdict else "")
+    )
+    mark.add(El("title", None, tip))
+    if r.ci_low is not None and r.ci_high is not None:
+        mark.add(line(cx, f.py(r.ci_low), cx, f.py(r.ci_high), cls="ci"))
+        mark.add(line(cx - 3, f.py(r.ci_low), cx + 3, f.py(r.ci_low), cls="ci"))
+        mark.add(line(cx - 3, f.py(r.ci_high), cx + 3, f.py(r.ci_high), cls="ci"))
+    mark.add(El("circle", {"cx": num(cx), "cy": num(cy), "r": "4", "class": "dot"}))
+    if r.verdict == "fail":
+        mark.add(El("circle", {"cx": num(cx), "cy": num(cy), "r": "8", "class": "fail-ring", "fill": "none"}))
+    return mark
+
+
+def _legend(f: _Frame, labels: list[str], extra: int) -> El:
     leg = El("g", {"class": "legend"})
-    lx = W - legend_w + 14
+    lx = f.W - f.mr + 14
     for si, lab in enumerate(labels):
-        ly = mt + 10 + si * 18
+        ly = f.mt + 10 + si * 18
         leg.add(El("circle", {"cx": num(lx), "cy": num(ly - 4), "r": "4", "class": f"dot s{si % N_COLOURS}"}))
         leg.add(text(lx + 10, ly, fmt.one_line(lab, 26), cls="legend-label"))
     if extra > 0:
-        leg.add(text(lx, mt + 10 + len(labels) * 18, f"+{extra} more series (see table)", cls="legend-label"))
-    root.add(leg)
-    return root.markup()
+        leg.add(text(lx, f.mt + 10 + len(labels) * 18, f"+{extra} more series (see table)", cls="legend-label"))
+    return leg
 
 
 def _ctx(v: int | None) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
@@ -13,6 +13,15 @@ from fasttrack.bundle.cli import shown
 from fasttrack.errors import FasttrackError
 
 TRUST_ENV = "FASTTRACK_TRUST_DIR"
+
+KEYS_OPT = typer.Option([], "--key", "-k", help="Trusted public key file (repeatable).")
+TRUST_OPT = typer.Option(
+    None, "--trust", help=f"Directory of trusted *.pub keys (default: ${TRUST_ENV} when no --key)."
+)
+TRUSTED_SCOPE_OPT = typer.Option(
+    None, "--trusted-scope", help="Hold the recorded scope against this one (as `fasttrack verify` does)."
+)
+MIN_TIER_OPT = typer.Option(None, "--min-tier", help="The lowest tier accepted (smoke < standard < full).")
 
 console = terminal.console()
 err_console = terminal.console(stderr=True)
@@ -25,26 +34,26 @@ def _trust(key: list[Path], trust: Optional[Path]) -> Optional[Path]:
     return trust
 
 
+def _trusted(key: list[Path], trust: Optional[Path]) -> dict[str, Any]:
+    """``keys`` and ``trust_dir`` as the renderers take them: the keys given, else the trust folder (``--trust``,
+    else ``$FASTTRACK_TRUST_DIR``)."""
+    return {"keys": key, "trust_dir": _trust(key, trust)}
+
+
 def report_cmd(
     bundle: Path = typer.Argument(..., help="Bundle directory or .tar.gz."),
     out: Path = typer.Option(..., "-o", "--out", help="The HTML report to write."),
     comment: Optional[Path] = typer.Option(None, "--comment", help="Also write the PR comment (GitHub Markdown) here."),
-    key: list[Path] = typer.Option([], "--key", "-k", help="Trusted public key file (repeatable)."),
-    trust: Optional[Path] = typer.Option(
-        None, "--trust", help=f"Directory of trusted *.pub keys (default: ${TRUST_ENV} when no --key)."
-    ),
+    key: list[Path] = KEYS_OPT,
+    trust: Optional[Path] = TRUST_OPT,
     pr_head: Optional[str] = typer.Option(
         None, "--pr-head", help="The PR's current head commit, to check the bundle against."
     ),
     report_url: Optional[str] = typer.Option(
         None, "--report-url", help="Where the report will be published (linked from the comment)."
     ),
-    trusted_scope: Optional[str] = typer.Option(
-        None, "--trusted-scope", help="Hold the recorded scope against this one (as `fasttrack verify` does)."
-    ),
-    min_tier: Optional[str] = typer.Option(
-        None, "--min-tier", help="The lowest tier accepted (smoke < standard < full)."
-    ),
+    trusted_scope: Optional[str] = TRUSTED_SCOPE_OPT,
+    min_tier: Optional[str] = MIN_TIER_OPT,
     require_verified: bool = typer.Option(
         False, "--require-verified", help="Exit 1 when the bundle does not verify (the report is still written)."
     ),
@@ -62,8 +71,7 @@ def report_cmd(
     data = render_report(
         bundle,
         out,
-        keys=key,
-        trust_dir=_trust(key, trust),
+        **_trusted(key, trust),
         pr_head=pr_head,
         trusted_scope=trusted_scope,
         min_tier=min_tier,
@@ -89,10 +97,8 @@ def dashboard_build(
         ..., "--bundles", help="Folder of bundles (directories or .tar.gz, searched recursively)."
     ),
     out: Path = typer.Option(..., "-o", "--out", help="The site folder to write (index.html, reports/, index.json)."),
-    key: list[Path] = typer.Option([], "--key", "-k", help="Trusted public key file (repeatable)."),
-    trust: Optional[Path] = typer.Option(
-        None, "--trust", help=f"Directory of trusted *.pub keys (default: ${TRUST_ENV} when no --key)."
-    ),
+    key: list[Path] = KEYS_OPT,
+    trust: Optional[Path] = TRUST_OPT,
     cache: Optional[Path] = typer.Option(None, "--cache", help="SQLite index file (default: SITE/index.sqlite)."),
     artifacts: str = typer.Option(
         "copy", "--artifacts", help="copy: publish verified bundle files with the site; none: link nothing."
@@ -110,8 +116,7 @@ def dashboard_build(
     stats = build_site(
         bundles,
         out,
-        keys=key,
-        trust_dir=_trust(key, trust),
+        **_trusted(key, trust),
         cache=cache,
         artifacts=artifacts,  # type: ignore[arg-type]
         jobs=jobs,
@@ -134,10 +139,8 @@ def dashboard_serve(
     out: Optional[Path] = typer.Option(
         None, "-o", "--out", help="Site folder (default: a cache folder per bundles folder)."
     ),
-    key: list[Path] = typer.Option([], "--key", "-k", help="Trusted public key file (repeatable)."),
-    trust: Optional[Path] = typer.Option(
-        None, "--trust", help=f"Directory of trusted *.pub keys (default: ${TRUST_ENV} when no --key)."
-    ),
+    key: list[Path] = KEYS_OPT,
+    trust: Optional[Path] = TRUST_OPT,
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1, help="Bundles processed in parallel."),
 ) -> None:
     """Serve the dashboard on 127.0.0.1, rebuilding it when bundles change."""

@@ -21,7 +21,7 @@ from markupsafe import Markup
 from fasttrack.report import fields as F
 from fasttrack.report import fmt
 from fasttrack.report.charts import _tick_label, nice_ticks
-from fasttrack.report.svg import El, line, num, polyline, svg, text
+from fasttrack.report.svg import El, PlotArea, line, num, polyline, svg, text
 
 SIDES = ("baseline", "candidate")
 SIDE_CLASS = {"baseline": "curve-baseline", "candidate": "curve-candidate"}
@@ -75,26 +75,12 @@ def _points(rows: Sequence[dict[str, Any]]) -> list[CurvePoint]:
     return out
 
 
-@dataclass
-class _Frame:
+@dataclass(frozen=True)
+class _Frame(PlotArea):
     """The plot area of a chart and its scales (data to SVG coordinates)."""
 
-    W: int
-    H: int
-    ml: int
-    mr: int
-    mt: int
-    mb: int
     x_hi: float
     y_hi: float
-
-    @property
-    def pw(self) -> int:
-        return self.W - self.ml - self.mr
-
-    @property
-    def ph(self) -> int:
-        return self.H - self.mt - self.mb
 
     def px(self, v: float) -> float:
         return self.ml + max(0.0, v) / self.x_hi * self.pw

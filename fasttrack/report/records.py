@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import statistics
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from fasttrack import attrs
+from fasttrack.modelbase import DocModel
 from fasttrack.report.views import ReportData
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
-
-
-class PerfPoint(_Model):
+class PerfPoint(DocModel):
     """One perf row of a bundle (speedup > 1: candidate better)."""
 
     point: str
@@ -30,7 +28,7 @@ class PerfPoint(_Model):
     """The row's verdict, when it has one."""
 
 
-class BundleRecord(_Model):
+class BundleRecord(DocModel):
     """A bundle as the dashboard lists it (derived from its verified report data)."""
 
     id: str
@@ -133,23 +131,11 @@ def record_from(
     data: ReportData, *, bundle_id: str, rel_path: str, is_tar: bool, report: str, members: list[str]
 ) -> BundleRecord:
     v = data.verification
-    perf = []
-    if data.perf is not None:
-        for r in data.perf.all_rows:
-            if r.speedup is not None:
-                perf.append(
-                    PerfPoint(
-                        point=r.point,
-                        metric=r.metric,
-                        speedup=r.speedup,
-                        ci_low=r.ci_low,
-                        ci_high=r.ci_high,
-                        verdict=r.verdict,
-                    )
-                )
+    rows = data.perf.all_rows if data.perf is not None else []
+    perf = [PerfPoint(**attrs(r, *PerfPoint.model_fields)) for r in rows if r.speedup is not None]
     return BundleRecord(
+        **attrs(data, "bundle_id", "readable", "model", "tier", "scope_title", "rehearsal", "hardware", "created"),
         id=bundle_id,
-        bundle_id=data.bundle_id,
         path=rel_path,
         is_tar=is_tar,
         verified=v.verified,
@@ -157,20 +143,13 @@ def record_from(
         signature_ok=v.signature.ok,
         hashes_ok=v.hashes.ok,
         signers=sorted({s.keyid for s in v.signers if s.status == "valid"}),
-        readable=data.readable,
         verdict=data.verdict if data.readable else "unknown",
         headline=data.headline.text if data.headline else "",
         headline_state=data.headline.state if data.headline else "warn",
-        model=data.model,
-        tier=data.tier,
-        scope_title=data.scope_title,
         repository=data.pr.repository if data.pr else "",
         pr_number=int(data.pr.number) if data.pr and data.pr.number else None,
         head_sha=data.pr.head_sha if data.pr else "",
         isolation=data.pr.isolation if data.pr else "not_run",
-        rehearsal=data.rehearsal,
-        hardware=data.hardware,
-        created=data.created,
         checks=dict(data.check_verdicts),
         coverage_covered=data.coverage.covered if data.coverage else None,
         coverage_total=data.coverage.total if data.coverage else None,

@@ -268,55 +268,16 @@ def build_site(
         on_disk = _reports_on_disk(site)
         known = frozenset(i for i in index.ids() if i[:16] in on_disk)
         with _Workers(key_paths, str(trust_dir) if trust_dir else None, jobs, len(found)) as workers:
-            # every found bundle is hashed (in the workers) and looked up by its content: sizes and times
-            # say nothing (an edit in place can keep both); none is hashed twice on a first build
-            hashes: dict[str, str] = {}
-            unreadable: set[str] = set()
-            if known:
-                for rel, h, err in workers.map(hash_bundle, [(rel, str(p)) for rel, p in found]):
-                    if err or h is None:
-                        errors.append(err or f"{rel}: cannot read")
-                        unreadable.add(rel)
-                    else:
-                        hashes[rel] = h
-            todo: list[_Job] = []
-            reused = 0
-            seen = set()
-            for rel, p in found:
-                seen.add(rel)
-                h = hashes.get(rel)
-                if h is not None and h in known:
-                    reused += 1
-                    index.put_source(rel, h)
-                elif not known or h is not None:
-                    todo.append(_Job(rel=rel, path=str(p), site=str(site), artifacts=artifacts, known=known))
-            read = 0
+            hashes, unreadable = _hash_found(workers, found, known, errors)
+            todo, reused = _jobs_to_read(index, found, hashes, known, site, artifacts)
             with index.transaction():  # records go into the index as the workers finish them
-                for rel, h, rec_json, err in workers.map(process_bundle, todo):
-                    if err:
-                        errors.append(err)
-                        index.drop_source(rel)
-                        continue
-                    if rec_json is not None:
-                        index.put(BundleRecord.model_validate_json(rec_json))
-                        read += 1
-                    else:
-                        reused += 1
-                    index.put_source(rel, h)
-                for rel in set(sources) - seen:
-                    index.drop_source(rel)
-                for rel in unreadable:
-                    index.drop_source(rel)  # unreadable now: its old record must not stay listed
-                removed = 0
-                for bid in index.orphans():
-                    index.drop(bid)
-                    removed += 1
-                    for p in (site / "reports" / f"{bid[:16]}.html",):
-                        p.unlink(missing_ok=True)
-                    shutil.rmtree(site / "bundles" / bid[:16], ignore_errors=True)
+                read, unchanged = _index_read_bundles(index, workers, todo, errors)
+                stale = set(sources) - {rel for rel, _ in found}
+                removed = _drop_stale(index, site, stale | unreadable)
                 index.set_meta("config", config)
-        # the pages hold the records and the errors only: with the same of both they are left as they are
+        reused += unchanged
         ids = sorted(index.ids())
+        # the pages hold the records and the errors only: with the same of both they are left as they are
         stamp = hashlib.sha256(json.dumps([config, ids, errors]).encode()).hexdigest()
         if index.meta("pages") != stamp or not (site / "index.html").is_file() or read or removed:
             write_index(site, index.records(), errors=errors)
@@ -325,17 +286,80 @@ def build_site(
         if log:
             took = time.perf_counter() - t0
             log(f"{len(ids)} bundles: {read} read, {reused} unchanged, {removed} removed ({took:.1f} s)")
-        return BuildStats(
-            site=site,
-            bundles=len(ids),
-            read=read,
-            reused=reused,
-            removed=removed,
-            seconds=time.perf_counter() - t0,
-            errors=errors,
-        )
+        seconds = time.perf_counter() - t0
+        return BuildStats(site, len(ids), read=read, reused=reused, removed=removed, seconds=seconds, errors=errors)
     finally:
         index.close()
+
+
+def _hash_found(
+    workers: _Workers, found: list[tuple[str, Path]], known: frozenset[str], errors: list[str]
+) -> tuple[dict[str, str], set[str]]:
+    """Every found bundle's content hash (``rel -> hash``) and the ones that could not be read, when anything is
+    indexed already (on a first build nothing is hashed twice: the workers hash what they read)."""
+    # every found bundle is looked up by its content: sizes and times say nothing (an edit in place can keep both)
+    hashes: dict[str, str] = {}
+    unreadable: set[str] = set()
+    if known:
+        for rel, h, err in workers.map(hash_bundle, [(rel, str(p)) for rel, p in found]):
+            if err or h is None:
+                errors.append(err or f"{rel}: cannot read")
+                unreadable.add(rel)
+            else:
+                hashes[rel] = h
+    return hashes, unreadable
+
+
+def _jobs_to_read(
+    index: Index,
+    found: list[tuple[str, Path]],
+    hashes: dict[str, str],
+    known: frozenset[str],
+    site: Path,
+    artifacts: ArtifactMode,
+) -> tuple[list[_Job], int]:
+    """The bundles to verify and render, and how many are reused as indexed (their sources recorded here)."""
+    todo: list[_Job] = []
+    reused = 0
+    for rel, p in found:
+        h = hashes.get(rel)
+        if h is not None and h in known:
+            reused += 1
+            index.put_source(rel, h)
+        elif not known or h is not None:
+            todo.append(_Job(rel=rel, path=str(p), site=str(site), artifacts=artifacts, known=known))
+    return todo, reused
+
+
+def _index_read_bundles(index: Index, workers: _Workers, todo: list[_Job], errors: list[str]) -> tuple[int, int]:
+    """Read ``todo`` in the workers and index each record as it comes: ``(read, found already indexed)``."""
+    read = unchanged = 0
+    for rel, h, rec_json, err in workers.map(process_bundle, todo):
+        if err:
+            errors.append(err)
+            index.drop_source(rel)
+            continue
+        if rec_json is not None:
+            index.put(BundleRecord.model_validate_json(rec_json))
+            read += 1
+        else:
+            unchanged += 1
+        index.put_source(rel, h)
+    return read, unchanged
+
+
+def _drop_stale(index: Index, site: Path, stale: set[str]) -> int:
+    """Forget the sources no longer found or now unreadable (an old record must not stay listed), then every record
+    no source holds, with its report and files; returns how many records went."""
+    for rel in stale:
+        index.drop_source(rel)
+    removed = 0
+    for bid in index.orphans():
+        index.drop(bid)
+        removed += 1
+        (site / "reports" / f"{bid[:16]}.html").unlink(missing_ok=True)
+        shutil.rmtree(site / "bundles" / bid[:16], ignore_errors=True)
+    return removed
 
 
 def _reports_on_disk(site: Path) -> set[str]:

@@ -88,14 +88,7 @@ def compare_view(g: agreement.GroupResult, *, max_bundles: int = 8, max_rows: in
 def write_index(site: Path, records: list[BundleRecord], *, errors: Sequence[str] = ()) -> None:
     """index.html, index.json and compare pages from the indexed records."""
     groups = agreement.group(records)
-    disagree: set[str] = set()
-    status_of: dict[str, str] = {}
-    for g in groups:
-        for r in g.bundles:
-            status_of[r.id] = g.status
-        for p in g.pairs:
-            if p.status == "disagree":
-                disagree.update((p.a, p.b))
+    status_of, disagree = _agreement_of(groups)
     risks = {r.id: risk.assess(r, disagrees=r.id in disagree) for r in records}
     ordered = risk.order([(r, risks[r.id]) for r in records])
     queue = [(r, k) for r, k in ordered if k.score > 0]
@@ -108,54 +101,9 @@ def write_index(site: Path, records: list[BundleRecord], *, errors: Sequence[str
     multi.sort(key=lambda g: ({"disagree": 0, "not_comparable": 1, "agree": 2}.get(g.status, 3), g.key))
     gids = {g.key: group_id(g.key) for g in multi}
     group_of = {r.id: gids[g.key] for g in multi for r in g.bundles}
-
-    compare_dir = site / "compare"
-    if compare_dir.is_dir():
-        for old in compare_dir.glob("*.html"):
-            if old.stem not in gids.values():
-                old.unlink()
     css = static("report.css") + "\n" + static("dashboard.css")
-    # a compare page depends only on its bundles (and the renderer): re-render it when they change
-    stamps_file = compare_dir / "stamps.json"
-    try:
-        stamps = json.loads(stamps_file.read_text()) if stamps_file.is_file() else {}
-    except ValueError:
-        stamps = {}
-    version = renderer_version()
-    new_stamps = {}
-    for g in multi:
-        gid = gids[g.key]
-        stamp = hashlib.sha256((version + "".join(sorted(r.id for r in g.bundles))).encode()).hexdigest()
-        new_stamps[gid] = stamp
-        if stamps.get(gid) == stamp and (compare_dir / f"{gid}.html").is_file():
-            continue
-        page = render_page("compare.html.j2", css=css, g=g, risks=risks, gid=gid, cmp=compare_view(g))
-        write_text(compare_dir / f"{gid}.html", page)
-    write_text(stamps_file, json.dumps(new_stamps, sort_keys=True))
-
-    filt = [
-        {
-            "id": r.short,
-            "s": _search_text(r, risks[r.id]),
-            "v": r.verdict,
-            "ok": r.verified,
-            "m": r.model,
-            "iso": r.isolation,
-            "risk": risks[r.id].level,
-        }
-        for r in records
-    ]
-    counts = {
-        "bundles": len(records),
-        "verified": sum(r.verified for r in records),
-        "unverified": sum(not r.verified for r in records),
-        "pass": sum(r.verdict == "pass" for r in records),
-        "fail": sum(r.verdict == "fail" for r in records),
-        "incomplete": sum(r.verdict == "incomplete" for r in records),
-        "rehearsal": sum(r.verdict == "rehearsal" for r in records),
-        "heads": len({r.head_sha for r in records if r.head_sha}),
-        "disagree": sum(1 for g in multi if g.status == "disagree"),
-    }
+    _write_compare_pages(site / "compare", multi, gids, risks, css)
+    counts = _counts(records, multi)
     html = render_page(
         "dashboard.html.j2",
         css=css,
@@ -171,7 +119,7 @@ def write_index(site: Path, records: list[BundleRecord], *, errors: Sequence[str
         status_of=status_of,
         models=sorted(by_model),
         errors=list(errors)[:200],
-        data=_json_for_script(filt),
+        data=_json_for_script(_filter_rows(records, risks)),
     )
     write_text(site / "index.html", html)
     doc = {
@@ -201,3 +149,77 @@ def write_index(site: Path, records: list[BundleRecord], *, errors: Sequence[str
         "errors": list(errors),
     }
     write_text(site / "index.json", json.dumps(doc, sort_keys=True, ensure_ascii=False, separators=(",", ":")))
+
+
+def _agreement_of(groups: list[agreement.GroupResult]) -> tuple[dict[str, str], set[str]]:
+    """Each bundle's group status (``record id -> status``), and the bundles of a pair that disagrees."""
+    disagree: set[str] = set()
+    status_of: dict[str, str] = {}
+    for g in groups:
+        for r in g.bundles:
+            status_of[r.id] = g.status
+        for p in g.pairs:
+            if p.status == "disagree":
+                disagree.update((p.a, p.b))
+    return status_of, disagree
+
+
+def _write_compare_pages(
+    compare_dir: Path,
+    multi: list[agreement.GroupResult],
+    gids: dict[tuple[str, str], str],
+    risks: dict[str, risk.Risk],
+    css: str,
+) -> None:
+    """One side-by-side page per group of several bundles; pages of groups that are gone are removed."""
+    if compare_dir.is_dir():
+        for old in compare_dir.glob("*.html"):
+            if old.stem not in gids.values():
+                old.unlink()
+    # a compare page depends only on its bundles (and the renderer): re-render it when they change
+    stamps_file = compare_dir / "stamps.json"
+    try:
+        stamps = json.loads(stamps_file.read_text()) if stamps_file.is_file() else {}
+    except ValueError:
+        stamps = {}
+    version = renderer_version()
+    new_stamps = {}
+    for g in multi:
+        gid = gids[g.key]
+        stamp = hashlib.sha256((version + "".join(sorted(r.id for r in g.bundles))).encode()).hexdigest()
+        new_stamps[gid] = stamp
+        if stamps.get(gid) == stamp and (compare_dir / f"{gid}.html").is_file():
+            continue
+        page = render_page("compare.html.j2", css=css, g=g, risks=risks, gid=gid, cmp=compare_view(g))
+        write_text(compare_dir / f"{gid}.html", page)
+    write_text(stamps_file, json.dumps(new_stamps, sort_keys=True))
+
+
+def _filter_rows(records: list[BundleRecord], risks: dict[str, risk.Risk]) -> list[dict[str, Any]]:
+    """What the index page's filter script searches, one row per bundle."""
+    return [
+        {
+            "id": r.short,
+            "s": _search_text(r, risks[r.id]),
+            "v": r.verdict,
+            "ok": r.verified,
+            "m": r.model,
+            "iso": r.isolation,
+            "risk": risks[r.id].level,
+        }
+        for r in records
+    ]
+
+
+def _counts(records: list[BundleRecord], multi: list[agreement.GroupResult]) -> dict[str, int]:
+    return {
+        "bundles": len(records),
+        "verified": sum(r.verified for r in records),
+        "unverified": sum(not r.verified for r in records),
+        "pass": sum(r.verdict == "pass" for r in records),
+        "fail": sum(r.verdict == "fail" for r in records),
+        "incomplete": sum(r.verdict == "incomplete" for r in records),
+        "rehearsal": sum(r.verdict == "rehearsal" for r in records),
+        "heads": len({r.head_sha for r in records if r.head_sha}),
+        "disagree": sum(1 for g in multi if g.status == "disagree"),
+    }

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fasttrack import attrs
 from fasttrack.bundle.headline import Headline, headline
 from fasttrack.bundle.manifest import Manifest
 from fasttrack.bundle.verify import VerifyResult
@@ -51,11 +52,7 @@ def headline_view(vr: VerifyResult) -> HeadlineView:
     for w in extra:  # a trusted scope or a lowest tier asked for and not met
         conds.append(Condition(label=w.capitalize(), ok=False, detail=fmt.one_line(why.get(w, ""), 600)))
     return HeadlineView(
-        text=hl.text,
-        state=hl.state,
-        icon=hl.icon,
-        verdict=hl.verdict,
-        passed=hl.passed,
+        **attrs(hl, "text", "state", "icon", "verdict", "passed"),
         missing=list(hl.missing),
         reasons=[fmt.one_line(r, 600) for r in hl.reasons],
         conditions=conds,

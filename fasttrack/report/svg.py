@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from markupsafe import Markup
 
@@ -169,3 +170,23 @@ def line(x1: float, y1: float, x2: float, y2: float, *, cls: str = "", dash: str
 def polyline(points: Iterable[tuple[float, float]], *, cls: str = "") -> El:
     pts = " ".join(f"{num(x)},{num(y)}" for x, y in points)
     return El("polyline", {"points": pts, "class": cls or "series", "fill": "none"})
+
+
+@dataclass(frozen=True)
+class PlotArea:
+    """A chart's size and margins (left, right, top, bottom); the plot area is what the margins leave."""
+
+    W: int
+    H: int
+    ml: int
+    mr: int
+    mt: int
+    mb: int
+
+    @property
+    def pw(self) -> int:
+        return self.W - self.ml - self.mr
+
+    @property
+    def ph(self) -> int:
+        return self.H - self.mt - self.mb

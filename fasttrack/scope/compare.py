@@ -37,8 +37,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
-
+from fasttrack.modelbase import StrictModel
 from fasttrack.scope.common import TIER_ORDER
 from fasttrack.scope.manifest import Scope
 
@@ -89,10 +88,8 @@ UNCAPPED = frozenset({"limit", "eval_limit"})
 Json = Any
 
 
-class ScopeChange(BaseModel):
+class ScopeChange(StrictModel):
     """One difference between the trusted and the recorded scope."""
-
-    model_config = ConfigDict(extra="forbid")
 
     field: str
     """Dotted path of the setting, e.g. ``tiers.smoke.checks`` or ``gates.perf.noise_margin``."""
@@ -105,10 +102,8 @@ class ScopeChange(BaseModel):
         return f"{self.field}: {self.detail}"
 
 
-class ScopeComparison(BaseModel):
+class ScopeComparison(StrictModel):
     """Every change from the trusted scope to the recorded one."""
-
-    model_config = ConfigDict(extra="forbid")
 
     trusted: str
     """Where the trusted scope came from."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from scipy import stats as _sps
 
+from fasttrack import attrs
 from fasttrack.stats._base import StatResult, StatsInputError
 from fasttrack.stats.hierarchical import hierarchical_ratio_bootstrap
 from fasttrack.stats.nested import SideSamples
@@ -96,20 +97,15 @@ def detect_drift(
         name=f"ratio of {est.summary_statistic} {metric}, second baseline block over first",
         method=est.method + "; plus Mann-Whitney U on per-run summaries",
         metric=metric,
-        summary_statistic=est.summary_statistic,
-        confidence=est.confidence,
+        **attrs(est, "summary_statistic", "confidence", "ratio", "ci_low", "ci_high", "ignores_lifetime_variance"),
         first_value=est.baseline.value,
         second_value=est.candidate.value,
-        ratio=est.ratio,
-        ci_low=est.ci_low,
-        ci_high=est.ci_high,
         tolerance=tolerance,
         drifted=drifted,
         mannwhitney_u=u,
         mannwhitney_p=p,
         first_run_values=[float(x) for x in a],
         second_run_values=[float(x) for x in b],
-        ignores_lifetime_variance=est.ignores_lifetime_variance,
         n_boot=est.n_boot,
         seed=est.seed,
     )

@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal, Unpack
 
+from fasttrack import attrs
 from fasttrack.stats._base import StatResult, StatsInputError, check_confidence
 from fasttrack.stats.hierarchical import (
     LIFETIME_T_MIN_LIFETIMES,
@@ -109,16 +110,11 @@ def no_regression_gate(estimate: RatioEstimate, *, noise_margin: float, point: s
         name=f"no-regression gate on {estimate.name}",
         method=f"non-inferiority: lower end of the {estimate.confidence:.4g} two-sided interval ({estimate.method})",
         point=point,
-        metric=estimate.metric,
-        speedup=estimate.speedup,
-        ci_low=estimate.ci_low,
-        ci_high=estimate.ci_high,
-        confidence=estimate.confidence,
+        **attrs(estimate, "metric", "speedup", "ci_low", "ci_high", "confidence", "ignores_lifetime_variance"),
         noise_margin=noise_margin,
         threshold=thr,
         passed=estimate.ci_low >= thr,
         strictly_better=estimate.ci_low > 1.0,
-        ignores_lifetime_variance=estimate.ignores_lifetime_variance,
         rule=(
             f"pass iff lower confidence bound of speedup >= 1 - noise_margin = {thr:.4g} "
             f"(one-sided level {alpha1:.4g}); strictly better iff lower bound > 1"

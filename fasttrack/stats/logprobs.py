@@ -100,6 +100,17 @@ class GreedySummary(StatResult):
     not_close: list[int]
     """Indices of requests that fail the check_logprobs_close rule."""
 
+    def breaks(
+        self, *, min_close_fraction: float, max_abs_logprob_diff: float, max_kl: float
+    ) -> tuple[bool, bool, bool]:
+        """Which of these limits the comparisons break: the close fraction, the largest logprob difference on
+        matching prefixes, the mean KL (a limit whose figure was not measured is not broken)."""
+        return (
+            self.close_fraction < min_close_fraction,
+            self.max_abs_logprob_diff is not None and self.max_abs_logprob_diff > max_abs_logprob_diff,
+            self.kl_mean is not None and self.kl_mean > max_kl,
+        )
+
 
 def _clean(d: Mapping[Token, float] | None, what: str) -> dict[Token, float] | None:
     return None if d is None else logprob_map(d, what)

@@ -22,9 +22,9 @@ import math
 from collections.abc import Hashable, Sequence
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
 from scipy import stats as _sps
 
+from fasttrack.modelbase import DocModel
 from fasttrack.stats._base import StatResult, StatsInputError, as_finite_array, check_confidence, make_rng, z_quantile
 from fasttrack.stats.hierarchical import MIN_TAIL_REPLICATES
 
@@ -40,10 +40,8 @@ class ProportionInterval(StatResult):
     ci_high: float
 
 
-class PairedTable(BaseModel):
+class PairedTable(DocModel):
     """The paired 2x2 table of binary scores (candidate first, baseline second)."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     both_correct: int
     """a: candidate 1, baseline 1."""
@@ -100,10 +98,8 @@ class NonInferiorityGate(StatResult):
     difference: PairedDifference
 
 
-class DiscordantPair(BaseModel):
+class DiscordantPair(DocModel):
     """One sample on which the two sides scored differently."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     sample_id: str
     baseline: float

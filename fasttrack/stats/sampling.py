@@ -31,9 +31,9 @@ import math
 from collections.abc import Hashable, Mapping
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
 from scipy import stats as _sps
 
+from fasttrack.modelbase import DocModel
 from fasttrack.stats._base import StatResult, StatsInputError, logprob_map
 
 Token = Hashable
@@ -41,10 +41,8 @@ REST = "<rest>"
 POOLED = "<pooled>"
 
 
-class ChiSquareBin(BaseModel):
+class ChiSquareBin(DocModel):
     """One bin of the goodness-of-fit table."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     label: str
     """Token (as text), '<rest>' (tokens outside the top-k) or '<pooled>'."""

@@ -14,7 +14,6 @@ from fasttrack import ROOT
 MAX_LINES = 80
 PKG = ROOT / "fasttrack"
 
-NOT_SPLIT_YET = "not split into steps yet"
 PERF = "fasttrack/perf and the perf check are being rewritten; they are split with that rewrite"
 
 #: ``path:qualified name`` (path relative to fasttrack/) -> why it is longer than MAX_LINES.
@@ -28,11 +27,6 @@ EXCEPTIONS: dict[str, str] = {
     "bundle/verify.py:verify_bundle": "the verifier reads as one checklist of items; the verify rules are changing",
     "cli.py:validate_cmd": "typer declares every option as a parameter: most of its lines are the signature",
     "report/server.py:make_handler": "the handler class is defined inside it, so its methods count as its lines",
-    "doctor.py:diagnose": NOT_SPLIT_YET,
-    "report/charts.py:speedup_chart": NOT_SPLIT_YET,
-    "report/site_pages.py:write_index": NOT_SPLIT_YET,
-    "plan.py:build_plan": NOT_SPLIT_YET,
-    "report/site.py:build_site": NOT_SPLIT_YET,
 }
 
 

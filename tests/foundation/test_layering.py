@@ -45,6 +45,7 @@ LEVELS: dict[str, float] = {
     "results": 1,
     "limits": 1,  # every resource limit on untrusted input (bundles, scopes, key files, shards)
     "terminal": 1,  # the consoles commands print to: full width without a terminal
+    "modelbase": 1,  # the pydantic bases of the records: strict, and strict with docstrings as descriptions
     "scope": 1,
     "stats": 1,
     "bundle": 1.5,

@@ -6,7 +6,7 @@ import asyncio
 import re
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from fasttrack.checks.batching import HOLD_PER_REQUEST_S, HOLD_S, hold_scheduler, release_after, run_batched
 from fasttrack.checks.context import EngineSession, RunContext
@@ -14,6 +14,7 @@ from fasttrack.checks.requests import gather_requests
 from fasttrack.checks.windows import EvidenceWindow, WindowRecord
 from fasttrack.engine.flags import arg_values
 from fasttrack.inputs import PromptItem
+from fasttrack.modelbase import DocModel
 
 if TYPE_CHECKING:  # pragma: no cover
     from fasttrack.engine import EngineHandle
@@ -45,11 +46,7 @@ that is the request-side dimension an engine inside the envelope can serve beyon
 cannot exceed the envelope, whose longest context is the engine's own ``--max-model-len``."""
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
-
-
-class SituationProbe(_Model):
+class SituationProbe(DocModel):
     """One out-of-scope situation probed on one side."""
 
     situation: str

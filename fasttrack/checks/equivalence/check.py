@@ -58,21 +58,18 @@ from fasttrack.inputs import (
 )
 from fasttrack.plan import EngineGroup
 from fasttrack.results import CheckResult, Gate, Side, Verdict
-from fasttrack.scope.gates import CheckGate, EquivalenceGate
+from fasttrack.scope.gates import EquivalenceGate
 
 if TYPE_CHECKING:  # pragma: no cover
     from fasttrack.engine import EngineHandle
 
 
 @register
-class EquivalenceCheck(EngineCheck):
+class EquivalenceCheck(EngineCheck, name="equivalence", title="Output equivalence", report_view="equivalence"):
     """Greedy output equivalence, per config point (batch size x context)."""
 
-    name: ClassVar[str] = "equivalence"
-    title: ClassVar[str] = "Output equivalence"
-    report_view: ClassVar[str] = "equivalence"
-    after: ClassVar[tuple[str, ...]] = ("kernels",)
-    gate_model: ClassVar[type[CheckGate]] = EquivalenceGate
+    after = ("kernels",)
+    gate_model = EquivalenceGate
 
     explain_limit: ClassVar[int] = 3
     """Divergences per point decoded to text for the failure message."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fasttrack import attrs
 from fasttrack.checks.equivalence.records import Explanation, PointRun, compare, fmt, prompt_sha, rounds_check
 from fasttrack.checks.outcome import clip
 from fasttrack.results import Verdict
@@ -68,11 +69,7 @@ def judge_point(
         "requests": len(brun.records),
         "n_exact": summary.n_exact if summary else 0,
         "n_close": summary.n_close if summary else 0,
-        "close_fraction": summary.close_fraction if summary else None,
-        "max_abs_logprob_diff": summary.max_abs_logprob_diff if summary else None,
-        "mean_abs_logprob_diff": summary.mean_abs_logprob_diff if summary else None,
-        "kl_mean": summary.kl_mean if summary else None,
-        "kl_max": summary.kl_max if summary else None,
+        **attrs(summary, "close_fraction", "max_abs_logprob_diff", "mean_abs_logprob_diff", "kl_mean", "kl_max"),
         "baseline_batch_verified": bcheck_b.verified if bcheck_b else None,
         "baseline_batch_evidence": bcheck_b.detail if bcheck_b else None,
         "candidate_batch_verified": bcheck_c.verified if bcheck_c else None,
@@ -136,18 +133,20 @@ def _compare_requests(
 
 
 def _threshold_problems(gate: EquivalenceGate, summary: GreedySummary) -> list[str]:
-    """What the point's comparisons break of the gate: the close rule, the logprob drift, the KL."""
+    """What the point's comparisons break of the gate: the close rule, the logprob drift, the KL (the rule of
+    :meth:`GreedySummary.breaks`, shared with the features' full-context points, which word it their own way)."""
+    close, drift, kl = summary.breaks(**attrs(gate, "min_close_fraction", "max_abs_logprob_diff", "max_kl"))
     problems = []
-    if summary.close_fraction < gate.min_close_fraction:
+    if close:
         problems.append(
             f"{summary.n_requests - summary.n_close} of {summary.n_requests} requests break vLLM's "
             f"check_logprobs_close rule (close fraction {summary.close_fraction:.2f} < {gate.min_close_fraction:g})"
         )
-    if summary.max_abs_logprob_diff is not None and summary.max_abs_logprob_diff > gate.max_abs_logprob_diff:
+    if drift:
         problems.append(
             f"max |Δ logprob| on matching prefixes {summary.max_abs_logprob_diff:.4f} > {gate.max_abs_logprob_diff:g}"
         )
-    if summary.kl_mean is not None and summary.kl_mean > gate.max_kl:
+    if kl:
         problems.append(f"mean top-{gate.top_k} KL {summary.kl_mean:.4f} > {gate.max_kl:g}")
     return problems
 

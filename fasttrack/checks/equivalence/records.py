@@ -6,20 +6,17 @@ import hashlib
 from collections.abc import Hashable
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from fasttrack.checks.batching import BatchCheck
 from fasttrack.checks.windows import WindowRecord
 from fasttrack.inputs import PromptItem
+from fasttrack.modelbase import DocModel
 from fasttrack.stats import GreedyComparison, compare_greedy
 from fasttrack.stats.logprobs import TopLogprobs
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
-
-
-class GreedyRecord(_Model):
+class GreedyRecord(DocModel):
     """One greedy request on one side."""
 
     point: str
@@ -58,7 +55,7 @@ class GreedyRecord(_Model):
         return out
 
 
-class PointRun(_Model):
+class PointRun(DocModel):
     """One side's requests at one config point."""
 
     point: str
@@ -71,7 +68,7 @@ class PointRun(_Model):
     """Batch composition per round, from the requests' completion times."""
 
 
-class Explanation(_Model):
+class Explanation(DocModel):
     """Text around a divergence, decoded with the engine's tokenizer."""
 
     before: str

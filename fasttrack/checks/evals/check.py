@@ -39,7 +39,7 @@ import time
 from collections.abc import Iterable
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from fasttrack.checks.base import Blocker, EngineCheck, TierView, register
 from fasttrack.checks.context import EngineSession, RunContext
@@ -80,13 +80,8 @@ def check_eval_data_names(scope: Scope, names: Iterable[str]) -> None:
 
 
 @register
-class EvalsCheck(EngineCheck):
+class EvalsCheck(EngineCheck, name="evals", title="Model evaluations", report_view="evals", after=("coverage",)):
     """Model evaluations (AIME25, MRCR) through lm-eval, paired against the baseline."""
-
-    name: ClassVar[str] = "evals"
-    title: ClassVar[str] = "Model evaluations"
-    report_view: ClassVar[str] = "evals"
-    after: ClassVar[tuple[str, ...]] = ("coverage",)
 
     @classmethod
     def planned(cls, tier: TierView) -> list[str]:

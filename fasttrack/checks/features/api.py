@@ -23,10 +23,11 @@ from typing import Any, ClassVar
 from pydantic import Field
 
 from fasttrack.checks.features.env import FeatureEnv
-from fasttrack.checks.features.model import FeatureError, FeatureResult, Outcome, _Model, err
+from fasttrack.checks.features.model import FeatureError, FeatureResult, Outcome, err
 from fasttrack.checks.features.spec import GroupPlan, OnGroup, R, ServingFeature, SideJudgement, Step, judge_sides
 from fasttrack.checks.outcome import clip
 from fasttrack.inputs import TokenizerClient
+from fasttrack.modelbase import DocModel
 
 SEEDED_SAMPLING_SEED = 4242
 """Seed of the first seeded request (request ``i`` uses ``SEEDED_SAMPLING_SEED + i``)."""
@@ -210,7 +211,7 @@ async def pick_stop(tok: TokenizerClient, ids: list[int], text: str) -> str:
 # ---------------------------------------------------------------------------------------------- max_tokens
 
 
-class MaxTokensRequest(_Model):
+class MaxTokensRequest(DocModel):
     max_tokens: int
     n_tokens: int
     """Tokens returned (-1: the request failed)."""

@@ -20,7 +20,7 @@ profiled candidate window (no profiler, or no trace) is ``not_run``, never ``pas
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 from fasttrack.checks.base import Blocker, EngineCheck, TierView, register
 from fasttrack.checks.context import EngineSession, RunContext
@@ -35,18 +35,15 @@ from fasttrack.errors import FasttrackError
 from fasttrack.inputs import PASSAGES, SCHEMAS_DIR, STRUCTURED_PROMPTS, prompt_set_path
 from fasttrack.plan import EngineGroup
 from fasttrack.results import CheckResult, Gate, Side, Verdict
-from fasttrack.scope.gates import CheckGate, FeaturesGate
+from fasttrack.scope.gates import FeaturesGate
 
 
 @register
-class FeaturesCheck(EngineCheck):
+class FeaturesCheck(EngineCheck, name="features", title="Serving features", report_view="features"):
     """Serving features on the optimized path: structured output, sampling, full context, API behaviour."""
 
-    name: ClassVar[str] = "features"
-    title: ClassVar[str] = "Serving features"
-    report_view: ClassVar[str] = "features"
-    after: ClassVar[tuple[str, ...]] = ("equivalence",)
-    gate_model: ClassVar[type[CheckGate]] = FeaturesGate
+    after = ("equivalence",)
+    gate_model = FeaturesGate
 
     @classmethod
     def planned(cls, tier: TierView) -> list[str]:

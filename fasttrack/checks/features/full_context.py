@@ -12,13 +12,15 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
+from fasttrack import attrs
 from fasttrack.checks.batching import BatchCheck, run_batched
 from fasttrack.checks.features.env import FeatureEnv
-from fasttrack.checks.features.model import FeatureResult, GreedyOutput, Outcome, _Model, err, greedy_output, tops
+from fasttrack.checks.features.model import FeatureResult, GreedyOutput, Outcome, err, greedy_output, tops
 from fasttrack.checks.features.spec import GroupPlan, OnGroup, ServingFeature, Step
 from fasttrack.checks.outcome import clip, fold_verdicts
 from fasttrack.checks.tier import Blocker, TierView
 from fasttrack.checks.windows import WindowRecord
+from fasttrack.modelbase import DocModel
 from fasttrack.plan import ConfigPoint
 from fasttrack.results import Verdict
 from fasttrack.scope import EquivalenceGate
@@ -34,7 +36,7 @@ class FullRecord(GreedyOutput):
     text: str = ""
 
 
-class FullRun(_Model):
+class FullRun(DocModel):
     """The requests at one full-context point."""
 
     point: str
@@ -157,13 +159,14 @@ def _judge_point(
         comps.append(compare_greedy(br.token_ids, cr.token_ids, tops(br), tops(cr), top_k=eq.top_k))
     summ = summarize_greedy(comps) if comps else None
     if summ is not None:
-        if summ.close_fraction < eq.min_close_fraction:
+        close, drift, kl = summ.breaks(**attrs(eq, "min_close_fraction", "max_abs_logprob_diff", "max_kl"))
+        if close:
             problems.append(
                 f"{summ.n_requests - summ.n_close} of {summ.n_requests} outputs break the check_logprobs_close rule"
             )
-        if summ.max_abs_logprob_diff is not None and summ.max_abs_logprob_diff > eq.max_abs_logprob_diff:
+        if drift:
             problems.append(f"max |Δ logprob| {summ.max_abs_logprob_diff:.4f} > {eq.max_abs_logprob_diff:g}")
-        if summ.kl_mean is not None and summ.kl_mean > eq.max_kl:
+        if kl:
             problems.append(f"mean top-k KL {summ.kl_mean:.4f} > {eq.max_kl:g}")
     # Batch composition is recorded, not gated: long prompts prefill one after another (chunked prefill
     # admits one long prompt at a time), so short generations may finish before the last prefill ends.
@@ -179,10 +182,7 @@ def _judge_point(
         "context": crun.context,
         "max_tokens": crun.max_tokens,
         "verdict": v.value,
-        "n_close": summ.n_close if summ else None,
-        "n_exact": summ.n_exact if summ else None,
-        "max_abs_logprob_diff": summ.max_abs_logprob_diff if summ else None,
-        "kl_mean": summ.kl_mean if summ else None,
+        **attrs(summ, "n_close", "n_exact", "max_abs_logprob_diff", "kl_mean"),
         "batch_verified": bc.verified if bc else None,
         "batch_evidence": bc.detail if bc else None,
         "trace_decode_steps_at_batch": steps_at[0] if steps_at else None,

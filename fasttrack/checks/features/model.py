@@ -6,10 +6,11 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny
+from pydantic import Field, SerializeAsAny
 
 from fasttrack.checks.windows import WindowRecord
 from fasttrack.errors import FasttrackError
+from fasttrack.modelbase import DocModel
 from fasttrack.results import Verdict
 from fasttrack.stats.logprobs import TopLogprobs
 
@@ -25,11 +26,7 @@ MASK_SAMPLES = 120
 """Samples per mask test (top-k, top-p)."""
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
-
-
-class Outcome(_Model):
+class Outcome(DocModel):
     """The verdict of one sub-test, with its rows."""
 
     feature: str
@@ -43,14 +40,14 @@ class Outcome(_Model):
     extra_tables: dict[str, list[dict[str, Any]]] = Field(default_factory=dict)
 
 
-class FeatureResult(_Model):
+class FeatureResult(DocModel):
     """What one side measured of one feature on one engine group; each feature's result model extends it."""
 
     points: list[str] = Field(default_factory=list)
     """The config points its requests ran at."""
 
 
-class GreedyOutput(_Model):
+class GreedyOutput(DocModel):
     """A greedy generation with its logprobs: the chosen tokens, their logprobs, the top-k alternatives."""
 
     token_ids: list[int] = Field(default_factory=list)
@@ -59,7 +56,7 @@ class GreedyOutput(_Model):
     """Per position: (token id, logprob) of the top-k alternatives."""
 
 
-class SideData(_Model):
+class SideData(DocModel):
     """What one side measured for one engine group."""
 
     results: dict[str, SerializeAsAny[FeatureResult]] = Field(default_factory=dict)

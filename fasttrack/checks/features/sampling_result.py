@@ -12,16 +12,18 @@ from typing import Any
 
 from pydantic import Field
 
-from fasttrack.checks.features.model import FeatureResult, Outcome, _Model
+from fasttrack import attrs
+from fasttrack.checks.features.model import FeatureResult, Outcome
 from fasttrack.checks.features.spec import Judged, OnGroup
 from fasttrack.checks.outcome import clip
 from fasttrack.errors import FasttrackError
+from fasttrack.modelbase import DocModel
 from fasttrack.results import Verdict
 from fasttrack.stats import allowed_tokens, chi_square_sampling_test, mask_violations
 from fasttrack.stats.sampling import ChiSquareTest
 
 
-class SamplingReference(_Model):
+class SamplingReference(DocModel):
     """The baseline's next-token distribution at the sampled (decode) position."""
 
     first_token: int
@@ -35,19 +37,19 @@ class SamplingReference(_Model):
     first_token_text: str = ""
 
 
-class MaskSamples(_Model):
+class MaskSamples(DocModel):
     name: str
     top_k: int | None = None
     top_p: float | None = None
     samples: list[int]
 
 
-class MaskSkipped(_Model):
+class MaskSkipped(DocModel):
     name: str
     why: str
 
 
-class ZeroTemperature(_Model):
+class ZeroTemperature(DocModel):
     """Temperature 0 with seeds, top-k and top-p set: every variant's output."""
 
     point: str
@@ -116,11 +118,7 @@ class SamplingJudging:
             test="goodness_of_fit",
             temperature=t,
             verdict=v.value,
-            p_value=test.p_value,
-            statistic=test.statistic,
-            dof=test.dof,
-            n_samples=test.n_samples,
-            n_tested=test.n_tested,
+            **attrs(test, "p_value", "statistic", "dof", "n_samples", "n_tested"),
             control_p_value=control.p_value if control else None,
             control_n=control.n_tested if control else None,
             alpha=self.alpha,

@@ -16,15 +16,16 @@ from pydantic import ConfigDict, Field
 
 from fasttrack.checks.batching import run_batched
 from fasttrack.checks.features.env import FeatureEnv
-from fasttrack.checks.features.model import FeatureResult, Outcome, _Model, err
+from fasttrack.checks.features.model import FeatureResult, Outcome, err
 from fasttrack.checks.features.spec import GroupPlan, OnGroup, ServingFeature, Step
 from fasttrack.checks.outcome import clip, fold_verdicts
 from fasttrack.inputs import load_schema_cases
+from fasttrack.modelbase import DocModel
 from fasttrack.results import Verdict
 from fasttrack.stats import wilson_interval
 
 
-class StructuredRecord(_Model):
+class StructuredRecord(DocModel):
     """One structured-output request and what its output was."""
 
     model_config = ConfigDict(populate_by_name=True)

@@ -33,7 +33,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from fasttrack.checks.base import Blocker, PairedCheck, TierView, register
 from fasttrack.checks.context import EngineSession, RunContext
@@ -56,21 +56,17 @@ from fasttrack.perf.workloads import RunInputs, WorkItem, execute, plan_items, w
 from fasttrack.plan import EngineGroup
 from fasttrack.results import SIDES, CheckResult, Gate, Side
 from fasttrack.scope import ServiceLevel, WorkloadSpec
-from fasttrack.scope.gates import CheckGate, PerfGate
+from fasttrack.scope.gates import PerfGate
 
 if TYPE_CHECKING:  # pragma: no cover
     from fasttrack.engine import EngineHandle
 
 
 @register
-class PerfCheck(PairedCheck):
+class PerfCheck(
+    PairedCheck, name=CHECK, title="Performance", report_view="perf", after=("evals",), gate_model=PerfGate
+):
     """Performance of every workload at every config point it covers, both sides, gated per point."""
-
-    name: ClassVar[str] = CHECK
-    title: ClassVar[str] = "Performance"
-    report_view: ClassVar[str] = "perf"
-    after: ClassVar[tuple[str, ...]] = ("evals",)
-    gate_model: ClassVar[type[CheckGate]] = PerfGate
 
     @classmethod
     def passability(cls, tier: TierView) -> list[Blocker]:
