@@ -8,7 +8,8 @@ the scope's hardware check against what each engine reports:
   build into ``<run>/engines/<name>.nodes/node<rank>.json`` on the run's shared file system. The driver finds
   that folder next to the profiler folder the engine names on ``/server_info`` (its ``--profiler-config``);
 * else **vLLM's own report** on ``/server_info`` (development mode, ``VLLM_SERVER_DEV_MODE=1``): the API server
-  host's GPU names and driver (``system_env``), one node only and without the GPUs' architecture.
+  host's GPU names and driver (``system_env``), one node only; the GPUs' architecture follows from their
+  product names where those are known data-center models (``hardware.capability_from_name``), else is unknown.
 
 An engine that reports neither has unknown hardware: the check cannot pass on it (:func:`fasttrack.hardware
 .match_nodes` says so). Reports are data from the run's own engines; they are read with a size limit and
@@ -31,6 +32,7 @@ from fasttrack.hardware import (
     GPU,
     HardwareMatch,
     HostInfo,
+    capability_from_name,
     detect_host,
     match_hardware,
     match_nodes,
@@ -102,14 +104,16 @@ def host_from_report(rep: dict[str, Any]) -> HostInfo:
 
 def host_from_system_env(sysenv: dict[str, Any]) -> HostInfo:
     """vLLM's ``/server_info`` ``system_env`` (``vllm.collect_env``) as a :class:`HostInfo` of the API server's
-    host: GPU names from ``nvidia-smi -L``, the driver; the architecture is not reported."""
+    host: GPU names from ``nvidia-smi -L``, the driver. The architecture is not reported: it is taken from the
+    GPU's product name where :func:`fasttrack.hardware.capability_from_name` knows it, else left unknown."""
     gpus = []
     models = sysenv.get("nvidia_gpu_models")
     if isinstance(models, str) and sysenv.get("is_cuda_available") is not False:
         for line in models.splitlines():
             m = re.match(r"^\s*GPU (\d+):\s*(.+?)\s*$", line)
             if m:
-                gpus.append(GPU(index=int(m.group(1)), name=m.group(2)[:200]))
+                name = m.group(2)[:200]
+                gpus.append(GPU(index=int(m.group(1)), name=name, compute_capability=capability_from_name(name)))
     cpu = sysenv.get("cpu_info") if isinstance(sysenv.get("cpu_info"), str) else ""
     count = re.search(r"^\s*CPU\(s\):\s*(\d+)", cpu or "", re.M)
     model = re.search(r"^\s*Model name:\s*(.+)$", cpu or "", re.M)

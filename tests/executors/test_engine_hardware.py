@@ -213,3 +213,30 @@ def test_an_attached_engine_serves_the_commit_its_nodes_report() -> None:
     differ = [same[0], {"vllm": {"commit": "cd" * 20}}]
     got = with_node_reports(env, differ)
     assert got.vllm_commit is None and "different vLLM commits" in (got.vllm_commit_source or "")
+
+
+def test_server_info_names_the_gpu_and_its_architecture_follows_from_the_name() -> None:
+    """vLLM's /server_info lists GPU names only (``nvidia-smi -L``); an attached H200 engine then matches an sm_90
+    scope (on the H200 run its architecture was 'unknown' and every attached-engine validate was refused), while
+    a GPU whose name is not a known data-center model stays unknown and cannot pass."""
+    from fasttrack.engine.nodes import host_from_system_env
+    from fasttrack.hardware import capability_from_name, match_hardware
+
+    scope = load_scope("demo-llama-gpu").scope
+    sysenv = {
+        "is_cuda_available": True,
+        "nvidia_gpu_models": "GPU 0: NVIDIA H200",
+        "nvidia_driver_version": "580.159.04",
+        "cpu_info": "CPU(s):   16\nModel name:   Intel(R) Xeon(R) Platinum 8480+",
+    }
+    host = host_from_system_env(sysenv)
+    assert host.sm_archs == {"sm_90"}
+    assert match_hardware(scope.hardware, host).ok
+    unknown = host_from_system_env({**sysenv, "nvidia_gpu_models": "GPU 0: NVIDIA Future X1"})
+    assert unknown.sm_archs == set()
+    assert not match_hardware(scope.hardware, unknown).ok
+    assert capability_from_name("NVIDIA H100 80GB HBM3") == "9.0"
+    assert capability_from_name("NVIDIA GB300") == "10.3"
+    assert capability_from_name("NVIDIA A100-SXM4-80GB") == "8.0"
+    assert capability_from_name("NVIDIA A10") == "8.6"
+    assert capability_from_name("NVIDIA L40S") == "8.9"
