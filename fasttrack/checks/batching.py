@@ -1,7 +1,7 @@
 """Batches that really are batches: scheduler holds, and verifying a round's composition.
 
 Checks that need requests decoded together hold the engine's scheduler while a round's
-requests arrive (vLLM's ``/pause?mode=keep`` and ``/resume``, served in development
+requests arrive (vLLM's ``/pause?mode=keep&clear_cache=false`` and ``/resume``, served in development
 mode) and release them into one step; an engine without those endpoints gets a
 prefill-only pacer request first. Either way the composition is verified from the
 evidence (:func:`verify_batch`: decode steps per batch size in a profiler trace, or

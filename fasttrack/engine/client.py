@@ -201,14 +201,18 @@ class EngineClient:
 
     async def pause_scheduler(self) -> bool:
         """Freeze the engine's scheduler: requests already running stay where they are and
-        new ones queue until :meth:`resume_scheduler` (vLLM's ``POST /pause?mode=keep``).
+        new ones queue until :meth:`resume_scheduler` (vLLM's ``POST /pause?mode=keep&clear_cache=false``: the
+        default ``clear_cache=true`` would reset the prefix cache and preempt the running requests).
 
         The endpoint is served only when the server runs with ``VLLM_SERVER_DEV_MODE=1``
         (engines fasttrack starts do); returns ``False`` where it is not served, so callers
         can fall back to sending requests unheld."""
         if self._pause_supported is False:
             return False
-        r = await self._control("/pause", params={"mode": "keep"})
+        # clear_cache=false: vLLM's /pause clears the caches by default, which preempts running requests (they
+        # come back recomputing their whole sequence as a prefill: on the H200 run the coverage probe's step
+        # after the release held no decode, so it never formed a mixed prefill-decode step)
+        r = await self._control("/pause", params={"mode": "keep", "clear_cache": "false"})
         url = self.base_url + "/pause"
         if r.status_code in (404, 405):
             self._pause_supported = False

@@ -360,10 +360,12 @@ def test_gather_sends_all_requests_and_keeps_order() -> None:
     assert in_flight["max"] == 7
 
 
-# -- scheduler hold (vLLM's /pause?mode=keep and /resume)
+# -- scheduler hold (vLLM's /pause?mode=keep&clear_cache=false and /resume)
 
 
 def test_pause_scheduler_asks_to_keep_running_requests_and_resume_releases() -> None:
+    """The hold keeps running requests where they are: vLLM's default clear_cache=true would reset the caches and
+    preempt them (their recomputation is a prefill, so no mixed prefill-decode step forms after the release)."""
     seen: list[str] = []
 
     def respond(request: httpx.Request, body: dict[str, Any]) -> httpx.Response:
@@ -373,7 +375,7 @@ def test_pause_scheduler_asks_to_keep_running_requests_and_resume_releases() -> 
     c, _ = _client(respond)
     assert run(c.pause_scheduler()) is True
     run(c.resume_scheduler())
-    assert seen == ["/pause?mode=keep", "/resume?"]
+    assert seen == ["/pause?mode=keep&clear_cache=false", "/resume?"]
 
 
 def test_pause_scheduler_without_dev_endpoints_is_false_and_not_asked_again() -> None:

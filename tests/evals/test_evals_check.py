@@ -188,3 +188,38 @@ def test_result_tables_serialise_to_parquet(tmp_path: Path) -> None:
                 continue
             data, n, _cols = parquet_bytes(rows)
             assert n == len(rows) and len(read_rows(data)) == len(rows), name
+
+
+def test_the_evidence_window_reads_the_scopes_device_counters(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The evals' profiler windows take the scope's device counters with its markers, as every other window does
+    (on the H200 run they did not: the evals' windows were the only ones whose steps no device count confirmed)."""
+    import asyncio
+
+    import fasttrack.engine as engine_mod
+
+    loaded = load_scope("demo-llama-gpu")
+    plan = build_plan(loaded.scope, tier="smoke")
+    ctx = RunContext(scope=loaded.scope, plan=plan, tier="smoke", run_dir=tmp_path, loaded=loaded, log=lambda m: None)
+    seen: dict[str, Any] = {}
+
+    class Opened(Exception):
+        pass
+
+    class FakeWindow:
+        def __init__(self, engine: Any, name: str, *, markers: Any = None, fallback_pattern: Any = None) -> None:
+            seen.update(markers=markers, fallback=fallback_pattern)
+
+        async def __aenter__(self) -> None:
+            raise Opened
+
+        async def __aexit__(self, *exc: Any) -> None:
+            return None
+
+    monkeypatch.setattr(engine_mod, "ProfilerWindow", FakeWindow)
+    unit = matching_units(ctx, ctx.scope.evals[0])[0]
+    with pytest.raises(Opened):
+        asyncio.run(EvalsCheck()._profiled(ctx, object(), "evals-aime25-b8", unit, {}))  # type: ignore[arg-type]
+    dc = loaded.scope.path_markers.device_counters
+    assert seen["markers"].device_optimized == dc.optimized == "fasttrack_demo_device_fast_steps_total"
+    assert seen["markers"].device_stock == dc.stock
+    assert seen["fallback"] == loaded.scope.fallback.log_regex

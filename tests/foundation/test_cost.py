@@ -113,11 +113,34 @@ def _start_s(log: Path) -> float:
 
 
 def test_the_gpu_demo_start_estimate_is_its_recorded_starts() -> None:
-    """The H200 engine logs (tests/fixtures/gpu): the starts after the first one."""
+    """The H200 engine logs (tests/fixtures/gpu: starts after the first, until the API server listened) and the
+    recorded H200 smoke run's two starts until healthy (the first on a fresh host)."""
     later = [_start_s(FIXTURES / "gpu" / f"h200-{side}-engine.log") for side in ("baseline", "candidate")]
     assert later == [49.0, 77.0]
+    run = json.loads((FIXTURES / "cost" / "gpu-smoke-h200.json").read_text())
+    healthy = [e["startup_s"] for e in run["engines"] if isinstance(e.get("stop"), dict)]
+    assert [round(s) for s in healthy] == [119, 88]
+    starts = later + healthy
     est = load_scope("demo-llama-gpu").scope.estimates.engine_start_s
-    assert abs(est - sum(later) / 2) / (sum(later) / 2) <= 0.25
+    assert abs(est - sum(starts) / len(starts)) / (sum(starts) / len(starts)) <= 0.25
+
+
+def test_the_gpu_demo_estimate_is_within_25_percent_of_the_h200_run() -> None:
+    """The GPU demo's smoke tier against its recorded H200 run (tests/fixtures/cost/gpu-smoke-h200.json): the
+    whole run within 25%. Its lines are not held to a factor of 2: the features' profiler windows took a few
+    seconds there and the coverage check's much longer (larger traces; its mixed-step probe ran all three
+    attempts), and the perf points all ran their maximum runs (docs/cost.md gives each line)."""
+    summary = json.loads((FIXTURES / "cost" / "gpu-smoke-h200.json").read_text())
+    assert (summary["scope"], summary["tier"], summary["shard"]) == ("demo-llama-gpu", "smoke", "1/1")
+    assert summary["crash"] is None and not summary["interrupted"]
+    scope = load_scope("demo-llama-gpu").scope
+    plan = build_plan(scope, tier="smoke")
+    est = plan_cost(scope, "smoke", plan.groups, plan.points)
+    got = measured(summary)
+    assert set(est) <= set(got)
+    total = sum(c.wall_s for c in est.values())
+    assert abs(total - got["total"]) / got["total"] <= 0.25, (total, got["total"])
+    assert got["kernels"] == pytest.approx(scope.estimates.kernels_s, rel=0.1)
 
 
 RUN_SCOPES: dict[str, dict[str, Any]] = {

@@ -56,6 +56,7 @@ from fasttrack.checks.evals.units import (
     matching_units,
 )
 from fasttrack.checks.requests import in_thread
+from fasttrack.checks.windows import fallback_regex, marker_set
 from fasttrack.errors import FasttrackError
 from fasttrack.evals.compare import SampleOutcome
 from fasttrack.evals.datasets import resolve_dataset
@@ -327,16 +328,11 @@ class EvalsCheck(EngineCheck, name="evals", title="Model evaluations", report_vi
         self, ctx: RunContext, engine: EngineHandle, window: str, unit: EvalUnit, kwargs: dict[str, Any]
     ) -> tuple[LmEvalOutput, dict[str, Any]]:
         """Run lm-eval in a worker thread inside a profiler window of at most PROFILE_WINDOW_S."""
-        from fasttrack.engine import MarkerSet, ProfilerWindow
+        from fasttrack.engine import ProfilerWindow
 
-        markers = ctx.scope.path_markers
-        fallback = ctx.scope.fallback.log_regex if ctx.scope.fallback else None
-        async with ProfilerWindow(
-            engine,
-            window,
-            markers=MarkerSet(optimized=list(markers.optimized), stock=list(markers.stock)) if markers else None,
-            fallback_pattern=fallback,
-        ) as win:
+        # the scope's markers with its device counters: the window reads them around the run (on the H200 run
+        # the evals' windows were judged by kernel names alone, without the replay count)
+        async with ProfilerWindow(engine, window, markers=marker_set(ctx), fallback_pattern=fallback_regex(ctx)) as win:
             t0 = time.monotonic()
             run = asyncio.ensure_future(in_thread(lambda: run_lm_eval(**kwargs), name=f"lm-eval-{window}"))
             done, _ = await asyncio.wait({run}, timeout=PROFILE_WINDOW_S)
