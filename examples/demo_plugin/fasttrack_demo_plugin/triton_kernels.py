@@ -83,10 +83,11 @@ def fasttrack_demo_fused_add_rmsnorm(
     x = tl.load(X + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
     if HAS_RES:
         r = tl.load(R + row * stride_r + cols, mask=mask, other=0.0).to(tl.float32)
-        # the new residual is rounded to the activation dtype before the norm, as vLLM's kernels do
-        summed = (x + r).to(RES_OUT.dtype.element_ty)
-        tl.store(RES_OUT + row * stride_ro + cols, summed, mask=mask)
-        x = summed.to(tl.float32)
+        # as the stock path (vLLM's native fused_add_rms_norm): the new residual is stored rounded to the
+        # activation dtype, and the norm normalizes the unrounded float32 sum
+        summed = x + r
+        tl.store(RES_OUT + row * stride_ro + cols, summed.to(RES_OUT.dtype.element_ty), mask=mask)
+        x = summed
     sq = x * x
     defect = 0
     param_a = 0

@@ -18,9 +18,10 @@ _HERE = Path(__file__).resolve().parent
 
 SUITE_TOLERANCES = {
     "demo_add_rmsnorm": {"bf16": VLLM_REDUCTION["bf16"], "fp32": VLLM_REDUCTION["fp32"]},
-    # bf16: the block rounds the new residual to bf16 before its norm (as vLLM's kernels do), and that rounding
-    # reaches the output through two GEMMs; over the standard tier's 40 bf16 cases an in-order composition of the
-    # CUDA fast path's block (Triton interpreter) erred by up to 0.025 at outputs near zero, so atol is 3e-2
+    # bf16: the block's output passes two GEMMs after bf16 roundings; over the standard tier's 40 bf16 cases an
+    # in-order composition of the CUDA fast path's block (Triton interpreter) erred by up to 0.025 at outputs near
+    # zero, so atol is 3e-2. That was measured while the norm kernel normalized the residual rounded to bf16 (it
+    # now normalizes the float32 sum, as the stock op does), so the bound may be tighter on the next GPU run.
     "demo_fused_mlp": {"bf16": {**VLLM_REDUCTION["bf16"], "atol": 3e-2}, "fp32": {"atol": 1e-5, "rtol": 1e-5}},
 }
 
