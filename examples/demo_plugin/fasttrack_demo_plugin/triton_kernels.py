@@ -7,6 +7,13 @@
 - ``fasttrack_demo_stock_step``: one tiny kernel per candidate step on the stock path; it counts
   the step in :data:`COUNT_STOCK` (the candidate's stock-path marker under CUDA graphs).
 
+The norm follows the order of operations and roundings of the stock path it replaces: vLLM's native
+``fused_add_rms_norm`` / ``rms_norm`` (``vllm.ir.ops``) as inductor compiles it. The residual is added in
+float32 and stored rounded to the activation dtype; the unrounded float32 sum is normalized
+(``x * rsqrt(mean(x**2) + eps)``) and multiplied by the weight in float32 (inductor's Triton code keeps the
+op's ``x.to(weight.dtype)`` in float32, unlike eager torch), and the product is rounded once, at the store.
+Only the float32 reduction order of the sum of squares is the kernel's own.
+
 Planted defects read a small device tensor (``flags``), so a test can switch them while an engine
 runs, also inside captured CUDA graphs (the host writes the tensor; the graph reads it on replay):
 
@@ -83,8 +90,8 @@ def fasttrack_demo_fused_add_rmsnorm(
     x = tl.load(X + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
     if HAS_RES:
         r = tl.load(R + row * stride_r + cols, mask=mask, other=0.0).to(tl.float32)
-        # as the stock path (vLLM's native fused_add_rms_norm): the new residual is stored rounded to the
-        # activation dtype, and the norm normalizes the unrounded float32 sum
+        # as the stock path (vLLM's native fused_add_rms_norm, compiled by inductor): the new residual is stored
+        # rounded to the activation dtype, and the norm normalizes the unrounded float32 sum
         summed = x + r
         tl.store(RES_OUT + row * stride_ro + cols, summed.to(RES_OUT.dtype.element_ty), mask=mask)
         x = summed
@@ -104,9 +111,13 @@ def fasttrack_demo_fused_add_rmsnorm(
         ss = tl.sum(tl.where(cols < n_cols // 4, sq, 0.0), axis=0) * 4.0
     else:
         ss = tl.sum(sq, axis=0)
-    rstd = 1.0 / tl.sqrt(ss / n_cols + eps)
+    # one rsqrt, as inductor compiles the stock op's torch.rsqrt (it calls libdevice.rsqrt, which Triton's CPU
+    # interpreter cannot run; whether the two round alike on the GPU is not yet measured)
+    rstd = tl.math.rsqrt(ss / n_cols + eps)
     w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
-    y = (x * rstd).to(OUT.dtype.element_ty).to(tl.float32) * w
+    # the stock op's ``x.to(weight.dtype) * weight`` as inductor compiles it: its Triton code keeps the cast in
+    # float32 (no rounding before the weight multiply), so the output is rounded once, at the store
+    y = x * rstd * w
     tl.store(OUT + row * stride_o + cols, y.to(OUT.dtype.element_ty), mask=mask)
     if COUNT:
         if row == 0:
