@@ -18,11 +18,14 @@ _HERE = Path(__file__).resolve().parent
 
 SUITE_TOLERANCES = {
     "demo_add_rmsnorm": {"bf16": VLLM_REDUCTION["bf16"], "fp32": VLLM_REDUCTION["fp32"]},
-    # bf16: the block's output passes two GEMMs after bf16 roundings; over the standard tier's 40 bf16 cases an
-    # in-order composition of the CUDA fast path's block (Triton interpreter) erred by up to 0.025 at outputs near
-    # zero, so atol is 3e-2. That was measured while the norm kernel normalized the residual rounded to bf16 (it
-    # now normalizes the float32 sum, as the stock op does), so the bound may be tighter on the next GPU run.
-    "demo_fused_mlp": {"bf16": {**VLLM_REDUCTION["bf16"], "atol": 3e-2}, "fp32": {"atol": 1e-5, "rtol": 1e-5}},
+    # bf16: the block's output passes two GEMMs after bf16 roundings. Over the standard tier's 40 bf16 cases, an
+    # in-order composition of the CUDA fast path's block on the CPU (Triton interpreter, its float32->bf16
+    # conversion rounding to nearest as the GPU's does) needs atol 0.0074 at rtol 1.6e-2 with the norm kernel
+    # that follows the stock op's roundings; the kernels before it needed 0.0089 (weight multiply after a bf16
+    # rounding) and 0.0103 (normalizing the residual rounded to bf16), which failed 9 cases at atol 1e-2 on an
+    # H200 where the interpreter fails 2. The GPU can err more than the interpreter, so atol is twice the
+    # measured 0.0074; numerics-from-batch still needs atol 0.26 or more in every non-tiny case of 5+ rows.
+    "demo_fused_mlp": {"bf16": {**VLLM_REDUCTION["bf16"], "atol": 1.5e-2}, "fp32": {"atol": 1e-5, "rtol": 1e-5}},
 }
 
 
