@@ -57,7 +57,9 @@ class SlurmOptions(ShardRunOptions):
     job_dir: Path
     """The job folder (absolute; on a file system every node shares)."""
     sign_key: Path | None = None
+    """The private key every shard signs its bundle with (``validate --sign-key``), as the nodes see it."""
     container_image: str | None = None
+    """The image every job runs in (default: the site's ``slurm.container_image``)."""
 
 
 @dataclass

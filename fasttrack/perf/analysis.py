@@ -115,16 +115,9 @@ class _IntervalArgs(MetricSpec):
 def _interval_args(state: ItemState, metric: str, *, confidence: float, interval: str) -> _IntervalArgs:
     """The metric's direction and statistic, the bootstrap's size and the item's seed, and whether the runs pair."""
     md = METRICS[metric]
-    return _IntervalArgs(
-        metric=metric,
-        direction=md.direction,
-        statistic=md.statistic,
-        confidence=confidence,
-        interval=interval,
-        n_boot=N_BOOT,
-        seed=seed_for(state.item.key, metric),
-        paired=state.interleaved,
-    )
+    spec = MetricSpec(metric=metric, direction=md.direction, statistic=md.statistic, confidence=confidence)
+    seed = seed_for(state.item.key, metric)
+    return _IntervalArgs(**spec, interval=interval, n_boot=N_BOOT, seed=seed, paired=state.interleaved)
 
 
 def look(
