@@ -24,10 +24,10 @@ SOURCE_CHECKOUT = not SHIPPED.is_dir()
 ROOT = _PACKAGE.parent if SOURCE_CHECKOUT else SHIPPED
 
 
-def attrs(obj: object | None, *names: str) -> dict[str, Any]:
+def attrs(obj: object | None, *names: str, prefix: str = "") -> dict[str, Any]:
     """``{name: obj.name}`` for each of ``names``: the keyword arguments (or row columns) that copy these attributes
-    of ``obj`` as they are; each None when ``obj`` is None."""
-    return {n: None if obj is None else getattr(obj, n) for n in names}
+    of ``obj`` as they are; each None when ``obj`` is None. With ``prefix``, the keys are ``prefix + name``."""
+    return {prefix + n: None if obj is None else getattr(obj, n) for n in names}
 
 
 def lazy_exports(package: str, exports: Mapping[str, str]) -> Callable[[str], Any]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -247,6 +247,16 @@ def probe_local_environment(
         return {"notes": [f"environment probe printed no JSON under {exe}: {r.stdout[-300:]!r}"]}
 
 
+def _served(side: str, base_url: str, served_model: str | None, served_vllm_version: str | None) -> dict[str, Any]:
+    """What every engine's environment records of the engine as served: its side, URL, model and reported version."""
+    return {
+        "side": side,
+        "base_url": base_url,
+        "served_model": served_model,
+        "served_vllm_version": served_vllm_version,
+    }
+
+
 def local_environment(
     *,
     side: str,
@@ -263,12 +273,9 @@ def local_environment(
     device = facts.pop("device", None)
     notes = facts.pop("notes", [])
     return EngineEnvironment(
-        side=side,
+        **_served(side, base_url, served_model, served_vllm_version),
         owned=True,
-        base_url=base_url,
-        served_model=served_model,
         source="local-probe",
-        served_vllm_version=served_vllm_version,
         device=DeviceInfo(**device) if device else DeviceInfo(kind="unknown"),
         argv=list(argv),
         env_overrides=dict(env_overrides),
@@ -283,14 +290,11 @@ def endpoint_environment(
 ) -> EngineEnvironment:
     """Environment of an attached engine: only what its endpoints report."""
     return EngineEnvironment(
-        side=side,
+        **_served(side, base_url, served_model, served_vllm_version),
         owned=False,
-        base_url=base_url,
-        served_model=served_model,
         source="endpoint",
         vllm_version=served_vllm_version,
         vllm_commit_source="not recorded: an attached engine reports only its version (GET /version)",
-        served_vllm_version=served_vllm_version,
         platform=None,
         notes=[
             "attached engine: started outside the harness, so its arguments, environment, "

@@ -22,24 +22,26 @@ from fasttrack.modelbase import StrictModel
 Endpoint = Literal["completion", "chat"]
 
 
-class TopLogprob(StrictModel):
-    """One alternative at one position."""
+class _Token(StrictModel):
+    """A token of a logprobs entry as the server sent it."""
 
     token: str
     """The token as the server rendered it (``token_id:N`` when ids were requested)."""
     token_id: int | None = None
-    """The token id, when the server reported it (``tokens_as_ids=True``)."""
+    """The token id, when the server reported it (``token_ids``, ``tokens_as_ids=True`` or a ``token_id:N``
+    rendering)."""
+
+
+class TopLogprob(_Token):
+    """One alternative at one position."""
+
     logprob: float
     """Its log-probability."""
 
 
-class LogprobPosition(StrictModel):
+class LogprobPosition(_Token):
     """The sampled token at one generated position and its top-k alternatives."""
 
-    token: str
-    """The sampled token as rendered by the server."""
-    token_id: int | None = None
-    """The sampled token's id (from ``token_ids`` or a ``token_id:N`` rendering)."""
     logprob: float | None = None
     """Log-probability of the sampled token."""
     top: list[TopLogprob] = Field(default_factory=list)

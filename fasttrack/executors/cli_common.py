@@ -46,7 +46,7 @@ def pr_and_image(
     ``--repo/--base/--head`` or image winning over it."""
     from fasttrack.errors import FasttrackError
     from fasttrack.executors.image import ImageBuild
-    from fasttrack.executors.slurm import PRArgs
+    from fasttrack.executors.shards import PRArgs
 
     rec = ImageBuild.load(build) if build is not None else None
     head = head or (rec.head if rec else None)

@@ -56,7 +56,7 @@ from fasttrack.executors.k8s_objects import (
     resources,
     volumes,
 )
-from fasttrack.executors.shards import ShardLayout, ShardSpec, job_name
+from fasttrack.executors.shards import ShardLayout, ShardRunOptions, ShardSpec, job_name
 from fasttrack.executors.site import SiteProfile, image_digest
 
 __all__ = [
@@ -77,16 +77,11 @@ __all__ = [
 
 
 @dataclass
-class K8sOptions:
-    model: str
+class K8sOptions(ShardRunOptions):
+    """What ``fasttrack k8s`` renders, beyond the plan and the site."""
+
     image: str | None = None
-    gpus_per_node: int | None = None
     sign: bool = False
-    validate_args: list[str] = field(default_factory=list)
-    pr: Any = None
-    """The PR the shards test (:class:`~fasttrack.executors.slurm.PRArgs`)."""
-    max_parallel: int | None = None
-    """Shards running at once without a queue (default: the site's ``kubernetes.max_parallel``)."""
 
 
 @dataclass
@@ -121,9 +116,7 @@ def _validate_argv(site: SiteProfile, opts: K8sOptions, layout: ShardLayout) -> 
     argv = ["validate", "--model", opts.model, "--tier", layout.tier, "--force"]
     if opts.sign:
         argv += ["--sign-key", f"{KEY_DIR}/key"]
-    if opts.pr is not None:
-        argv += opts.pr.args()
-    return [*argv, *k.validate_args, *opts.validate_args]
+    return [*argv, *opts.validate_tail(k.validate_args)]
 
 
 def _shard_script(site: SiteProfile, validate: str, count: int, pick: str) -> str:
@@ -324,7 +317,7 @@ def _job_doc(layout: ShardLayout, site: SiteProfile, opts: K8sOptions, base: str
         "name": base,
         "image": image,
         "image_digest": image_digest(image),
-        "pr": {"repo": opts.pr.repo, "base": opts.pr.base, "head": opts.pr.head} if opts.pr else None,
+        "pr": opts.pr_record(),
         "queue": k.queue,
         "max_parallel": None if k.queue else n,
         "shard_jobs": {},

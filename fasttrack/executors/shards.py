@@ -13,12 +13,55 @@ shard's allocation fits its engine exactly.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from fasttrack.errors import FasttrackError
 from fasttrack.plan import build_plan
 from fasttrack.scope import LoadedScope
+
+
+@dataclass(frozen=True)
+class PRArgs:
+    """The PR a rendered run tests: ``validate --repo REPO --base BASE --head HEAD`` on every shard (``repo`` as
+    the nodes see it: a shared file system, or the PR's checkout inside the image ``fasttrack image`` built)."""
+
+    repo: str | None
+    base: str | None
+    head: str
+
+    def args(self) -> list[str]:
+        out = ["--repo", self.repo] if self.repo else []
+        if self.base:
+            out += ["--base", self.base]
+        return [*out, "--head", self.head]
+
+    def record(self) -> dict[str, str | None]:
+        """The PR as the job record names it."""
+        return {"repo": self.repo, "base": self.base, "head": self.head}
+
+
+@dataclass
+class ShardRunOptions:
+    """What every executor renders for a plan's shards, beyond the plan and the site (``fasttrack slurm`` and
+    ``fasttrack k8s`` add their own)."""
+
+    model: str
+    """The scope as the nodes will name it (a suite name, or an absolute path to a scope.yaml)."""
+    _: KW_ONLY
+    gpus_per_node: int | None = None
+    validate_args: list[str] = field(default_factory=list)
+    pr: PRArgs | None = None
+    """The PR the shards test (``validate --repo --base --head``)."""
+    max_parallel: int | None = None
+    """Shards running at once (default: the site's limit for the executor; Slurm: else no limit)."""
+
+    def validate_tail(self, site_args: list[str]) -> list[str]:
+        """The arguments every shard's ``validate`` ends with: the PR's, the site's, then the options' own."""
+        return [*(self.pr.args() if self.pr is not None else []), *site_args, *self.validate_args]
+
+    def pr_record(self) -> dict[str, str | None] | None:
+        return self.pr.record() if self.pr is not None else None
 
 
 @dataclass(frozen=True)

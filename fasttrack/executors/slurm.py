@@ -35,14 +35,14 @@ from __future__ import annotations
 
 import math
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from fasttrack.engine.cmdline import safety_exports
 from fasttrack.executors.collect import JOB_FILE, MERGED_BUNDLE, MERGED_DIR, save_job
 from fasttrack.executors.placement import slurm_lines
-from fasttrack.executors.shards import ArraySpec, ShardLayout, job_name
+from fasttrack.executors.shards import ArraySpec, ShardLayout, ShardRunOptions, job_name
 from fasttrack.executors.site import SiteProfile, image_env
 
 LOGS_DIR = "logs"
@@ -50,38 +50,16 @@ SHARDS_DIR = "shards"
 
 
 @dataclass
-class SlurmOptions:
+class SlurmOptions(ShardRunOptions):
     """What ``fasttrack slurm`` renders, beyond the plan and the site."""
 
-    model: str
-    """The scope as the nodes will name it (a suite name, or an absolute path to a scope.yaml)."""
     tier: str
     job_dir: Path
     """The job folder (absolute; on a file system every node shares)."""
     sign_key: Path | None = None
-    gpus_per_node: int | None = None
+    """The private key every shard signs its bundle with (``validate --sign-key``), as the nodes see it."""
     container_image: str | None = None
-    validate_args: list[str] = field(default_factory=list)
-    pr: PRArgs | None = None
-    """The PR the shards test (``validate --repo --base --head``)."""
-    max_parallel: int | None = None
-    """Shards of one array running at once (default: the site's ``max_parallel``, else no limit)."""
-
-
-@dataclass(frozen=True)
-class PRArgs:
-    """The PR a rendered run tests: ``validate --repo REPO --base BASE --head HEAD`` on every shard (``repo`` as
-    the nodes see it: a shared file system, or the PR's checkout inside the image ``fasttrack image`` built)."""
-
-    repo: str | None
-    base: str | None
-    head: str
-
-    def args(self) -> list[str]:
-        out = ["--repo", self.repo] if self.repo else []
-        if self.base:
-            out += ["--base", self.base]
-        return [*out, "--head", self.head]
+    """The image every job runs in (default: the site's ``slurm.container_image``)."""
 
 
 @dataclass
@@ -198,9 +176,7 @@ def render_array(layout: ShardLayout, array: ArraySpec, site: SiteProfile, opts:
     ]
     if opts.sign_key is not None:
         validate += ["--sign-key", str(opts.sign_key)]
-    if opts.pr is not None:
-        validate += opts.pr.args()
-    validate += [*site.slurm_validate_args, *opts.validate_args]
+    validate += opts.validate_tail(site.slurm_validate_args)
     body = [
         "",
         *_prelude(site, opts, image=image),
@@ -307,7 +283,7 @@ def render(layout: ShardLayout, site: SiteProfile, opts: SlurmOptions) -> SlurmR
         "job_dir": str(opts.job_dir),
         "sign_key": str(opts.sign_key) if opts.sign_key else None,
         "image": opts.container_image or site.slurm.container_image,
-        "pr": {"repo": opts.pr.repo, "base": opts.pr.base, "head": opts.pr.head} if opts.pr else None,
+        "pr": opts.pr_record(),
         "arrays": [
             {
                 "script": r.name,

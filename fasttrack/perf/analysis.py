@@ -36,6 +36,7 @@ from fasttrack.stats import (
     ratio_interval,
     sequential_decision,
 )
+from fasttrack.stats.hierarchical import MetricSpec
 
 SIDES = ("baseline", "candidate")
 N_BOOT = 4000
@@ -102,6 +103,23 @@ def seed_for(key: str, metric: str) -> int:
     return zlib.crc32(f"{key}|{metric}".encode("utf-8")) % (2**31 - 1)
 
 
+class _IntervalArgs(MetricSpec):
+    """How an item's speedup interval is computed, the same at every look and in the final estimate."""
+
+    interval: str
+    n_boot: int
+    seed: int
+    paired: bool
+
+
+def _interval_args(state: ItemState, metric: str, *, confidence: float, interval: str) -> _IntervalArgs:
+    """The metric's direction and statistic, the bootstrap's size and the item's seed, and whether the runs pair."""
+    md = METRICS[metric]
+    spec = MetricSpec(metric=metric, direction=md.direction, statistic=md.statistic, confidence=confidence)
+    seed = seed_for(state.item.key, metric)
+    return _IntervalArgs(**spec, interval=interval, n_boot=N_BOOT, seed=seed, paired=state.interleaved)
+
+
 def look(
     state: ItemState,
     *,
@@ -113,22 +131,14 @@ def look(
     interval: str = "bootstrap",
 ) -> SequentialDecision:
     """One sequential look at the gated metric (per-GPU when resources differ)."""
-    md = METRICS[metric]
     dec = sequential_decision(
         state.nested("baseline", metric),
         state.nested("candidate", metric),
-        metric=metric,
-        direction=md.direction,
         noise_margin=noise_margin,
         look=look_no,
         planned_looks=planned_looks,
-        statistic=md.statistic,
-        confidence=confidence,
-        n_boot=N_BOOT,
-        seed=seed_for(state.item.key, metric),
         point=state.item.point,
-        interval=interval,
-        paired=state.interleaved,
+        **_interval_args(state, metric, confidence=confidence, interval=interval),
     )
     f = state.factor()
     if f != 1.0:
@@ -183,22 +193,10 @@ def look_summary(dec: SequentialDecision, state: ItemState) -> dict[str, Any]:
 
 
 def estimate(state: ItemState, metric: str, *, confidence: float, interval: str = "bootstrap") -> RatioEstimate | None:
-    md = METRICS[metric]
     b, c = state.nested("baseline", metric), state.nested("candidate", metric)
     if not b or not c:
         return None
-    return ratio_interval(
-        b,
-        c,
-        interval=interval,
-        metric=metric,
-        direction=md.direction,
-        statistic=md.statistic,
-        confidence=confidence,
-        n_boot=N_BOOT,
-        seed=seed_for(state.item.key, metric),
-        paired=state.interleaved,
-    )
+    return ratio_interval(b, c, **_interval_args(state, metric, confidence=confidence, interval=interval))
 
 
 def _pct(x: float | None) -> str:

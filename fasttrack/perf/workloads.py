@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from fasttrack import attrs
 from fasttrack.perf.loadgen import GenRequest, PerfClient, run_closed, run_open, run_waves
 from fasttrack.perf.metrics import RequestRecord
 from fasttrack.perf.tokens import TokenPool
@@ -209,9 +210,7 @@ def plan_items(
                     w,
                     group,
                     p.id,
-                    batch=p.batch,
-                    context=p.context,
-                    full_context=p.full_context,
+                    **attrs(p, "batch", "context", "full_context"),
                     prompt_len=plen,
                     output_len=w.output_len,
                     requests_per_run=n_req,

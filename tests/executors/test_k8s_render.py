@@ -20,9 +20,8 @@ import pytest
 import yaml
 
 from fasttrack.executors import k8s
-from fasttrack.executors.shards import layout
+from fasttrack.executors.shards import PRArgs, layout
 from fasttrack.executors.site import load_site
-from fasttrack.executors.slurm import PRArgs
 from fasttrack.plan import build_plan
 from fasttrack.scope import load_scope
 

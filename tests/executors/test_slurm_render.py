@@ -15,7 +15,7 @@ import pytest
 from fasttrack import ROOT
 from fasttrack.errors import FasttrackError
 from fasttrack.executors import slurm
-from fasttrack.executors.shards import layout
+from fasttrack.executors.shards import PRArgs, layout
 from fasttrack.executors.site import load_site
 from fasttrack.plan import build_plan
 from fasttrack.scope import load_scope
@@ -244,7 +244,7 @@ def test_arrays_are_throttled_and_the_merge_job_has_its_own_settings(k3, tmp_pat
 def test_every_shard_validates_the_pr_head(k3, tmp_path: Path) -> None:
     _, lay = k3
     head = "a" * 40
-    pr = slurm.PRArgs(repo="/shared/vllm", base="b" * 40, head=head)
+    pr = PRArgs(repo="/shared/vllm", base="b" * 40, head=head)
     rendered = slurm.render(lay, load_site(None), slurm.SlurmOptions("kimi-k3", "full", tmp_path, pr=pr))
     for script in rendered.arrays:
         line = next(ln for ln in script.text.splitlines() if ln.startswith("exec fasttrack validate"))

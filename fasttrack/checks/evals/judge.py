@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fasttrack import attrs
 from fasttrack.checks.context import RunContext
 from fasttrack.checks.evals.units import PROFILE_WINDOW_S, EvalState, EvalUnit, RunRecord
 from fasttrack.evals.compare import Comparison, PairingError, SampleOutcome, breakdown, compare
@@ -211,20 +212,14 @@ def _comparison_row(spec: EvalSpec, unit: EvalUnit, c: Comparison, power: Detect
         "floor": c.floor,
         "baseline_score": t.baseline_mean,
         "candidate_score": t.candidate_mean,
-        "score_difference": t.difference,
-        "score_ci_low": t.ci_low,
-        "score_ci_high": t.ci_high,
-        "score_method": t.method,
-        "newcombe_ci_low": c.task_newcombe.ci_low if c.task_newcombe else None,
-        "newcombe_ci_high": c.task_newcombe.ci_high if c.task_newcombe else None,
+        **attrs(t, "difference", "ci_low", "ci_high", "method", prefix="score_"),
+        **attrs(c.task_newcombe, "ci_low", "ci_high", prefix="newcombe_"),
         "task_pass": c.task_gate.passed,
         "min_detectable_drop": power.drop,
         "min_detectable_drop_power": power.power,
         "agreement": c.agreement_mean,
         "reference_agreement": c.reference_agreement_mean,
-        "agreement_difference": a.difference if a else None,
-        "agreement_ci_low": a.ci_low if a else None,
-        "agreement_ci_high": a.ci_high if a else None,
+        **attrs(a, "difference", "ci_low", "ci_high", prefix="agreement_"),
         "exact_match_rate": c.exact_match_rate,
         "reference_exact_match_rate": c.reference_exact_match_rate,
         "agreement_pass": c.agreement_gate.passed if c.agreement_gate else None,

@@ -35,6 +35,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fasttrack import attrs
 from fasttrack.checks.base import Blocker, PairedCheck, TierView, register
 from fasttrack.checks.context import EngineSession, RunContext
 from fasttrack.checks.perf.declare import perf_blockers, planned_workloads
@@ -379,13 +380,11 @@ class PerfCheck(
             (recs, extra), tm = await timed(lambda: execute(client, it, k, inputs))
             rm = compute_run_metrics(
                 recs,
-                workload=it.workload,
-                point=it.point,
+                **attrs(it, "workload", "point"),
                 side=side,
                 lifetime=lifetime,
                 run=k,
-                t_start=tm.t_start,
-                t_end=tm.t_end,
+                **attrs(tm, "t_start", "t_end"),
                 gpus=gpus,
                 client_cpu_s=tm.cpu_s,
                 warmup_requests=n_warm if k == 0 else 0,

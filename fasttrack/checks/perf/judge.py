@@ -354,20 +354,14 @@ def judge(ctx: RunContext, st: PerfState, *, stopped: str | None = None) -> Chec
         "curves": jd.curves,
         "curve_dominance": dom,
     }
+    # what every outcome of the check carries, whatever its verdict
+    evidence: dict[str, Any] = {"gate": gate_model, "summary": summary, "failures": jd.failures, "tables": tables}
     measured_words = f"{n_pass + n_fail} of {n} point(s) measured"
     if stopped is not None:
-        return _partial_result(gate_model, summary, jd.failures, tables, stopped, n_fail, n_pass, measured_words)
+        return _partial_result(evidence, stopped, n_fail, n_pass, measured_words)
     if n == 0 or n_pass + n_fail == 0:
         why = "no point was measured on both sides" + (f" ({errors[0]})" if errors else "")
-        return CheckResult(
-            check=CHECK,
-            verdict=Verdict.NOT_RUN,
-            reason=why,
-            gate=gate_model,
-            summary=summary,
-            failures=jd.failures,
-            tables=tables,
-        )
+        return CheckResult(check=CHECK, verdict=Verdict.NOT_RUN, reason=why, **evidence)
     strict = gate.require == "strictly_better"
     if n_fail:
         verdict = Verdict.FAIL
@@ -394,15 +388,7 @@ def judge(ctx: RunContext, st: PerfState, *, stopped: str | None = None) -> Chec
     reason += _reason_tail(
         summary, one_lifetime=one_lifetime, interleaved=interleaved, drifted=drifted, unequal=unequal
     )
-    return CheckResult(
-        check=CHECK,
-        verdict=verdict,
-        reason=reason,
-        gate=gate_model,
-        summary=summary,
-        failures=jd.failures,
-        tables=tables,
-    )
+    return CheckResult(check=CHECK, verdict=verdict, reason=reason, **evidence)
 
 
 def _reason_tail(
@@ -427,16 +413,10 @@ def _reason_tail(
 
 
 def _partial_result(
-    gate_model: Gate,
-    summary: dict[str, Any],
-    failures: list[str],
-    tables: dict[str, list[dict[str, Any]]],
-    stopped: str,
-    n_fail: int,
-    n_pass: int,
-    measured_words: str,
+    evidence: dict[str, Any], stopped: str, n_fail: int, n_pass: int, measured_words: str
 ) -> CheckResult:
-    """A run stopped early: the decided points' evidence, and no pass."""
+    """A run stopped early: the decided points' evidence (gate, summary, failures, tables), and no pass."""
+    summary = evidence["summary"]
     reason = f"{measured_words} before the run stopped ({stopped})"
     if n_fail:
         reason += f": {n_fail} failed, {n_pass} passed"
@@ -444,12 +424,4 @@ def _partial_result(
         reason += f": all {n_pass} passed; the others were not decided"
     if summary.get("undecided"):
         reason += f"; {len(summary['undecided'])} point(s) had runs but no decision (their runs and intervals are kept)"
-    return CheckResult(
-        check=CHECK,
-        verdict=Verdict.FAIL if n_fail else Verdict.NOT_RUN,
-        reason=reason,
-        gate=gate_model,
-        summary=summary,
-        failures=failures,
-        tables=tables,
-    )
+    return CheckResult(check=CHECK, verdict=Verdict.FAIL if n_fail else Verdict.NOT_RUN, reason=reason, **evidence)
