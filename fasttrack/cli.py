@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import importlib
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from fasttrack import __version__, terminal
 from fasttrack.errors import FasttrackError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pathlib import Path
+
+    from fasttrack.pipeline import ValidateOptions, ValidateOutcome
 
 app = typer.Typer(
     name="fasttrack",
@@ -330,77 +335,92 @@ def schemas_cmd(
 # --------------------------------------------------------------------------- validate
 
 
-@app.command("validate")
-def validate_cmd(
-    model: str = typer.Option(..., "--model", "-m", help="Suite name or path to a scope.yaml."),
-    tier: str = typer.Option("smoke", "--tier", "-t", help="smoke < standard < full."),
-    shard: str = typer.Option(None, "--shard", help="Run only shard i of n, e.g. 2/3."),
-    out: str = typer.Option("runs/latest", "--out", "-o", help="Run folder (the bundle is written here)."),
-    checks: str = typer.Option(None, "--checks", help="Comma-separated subset of checks to run."),
-    group: str = typer.Option(
-        None,
+#: validate's options, one alias each (the command's signature names them; typer reads the option from the alias).
+_Model = Annotated[str, typer.Option("--model", "-m", help="Suite name or path to a scope.yaml.")]
+_Tier = Annotated[str, typer.Option("--tier", "-t", help="smoke < standard < full.")]
+_Shard = Annotated[str | None, typer.Option("--shard", help="Run only shard i of n, e.g. 2/3.")]
+_Out = Annotated[str, typer.Option("--out", "-o", help="Run folder (the bundle is written here).")]
+_Checks = Annotated[str | None, typer.Option("--checks", help="Comma-separated subset of checks to run.")]
+_Group = Annotated[
+    str | None,
+    typer.Option(
         "--group",
         help="Comma-separated engine groups to start (ids as 'fasttrack plan' lists them); the other groups' "
         "points are not exercised, so the bundle cannot pass.",
     ),
-    allow_hardware_mismatch: bool = typer.Option(
-        False,
-        "--allow-hardware-mismatch",
-        help="Run on a host that does not match the scope: a rehearsal, not evidence.",
+]
+_AllowHardwareMismatch = Annotated[
+    bool,
+    typer.Option(
+        "--allow-hardware-mismatch", help="Run on a host that does not match the scope: a rehearsal, not evidence."
     ),
-    baseline_url: str = typer.Option(
-        None, "--baseline-url", help="Use an already running baseline engine (not owned)."
+]
+_BaselineUrl = Annotated[
+    str | None, typer.Option("--baseline-url", help="Use an already running baseline engine (not owned).")
+]
+_CandidateUrl = Annotated[
+    str | None, typer.Option("--candidate-url", help="Use an already running candidate engine (not owned).")
+]
+_SignKey = Annotated[
+    list[str] | None,
+    typer.Option("--sign-key", help="Ed25519 private key (PEM or OpenSSH) to sign the bundle; repeatable."),
+]
+_Repo = Annotated[
+    str | None, typer.Option("--repo", help="Git repository of the change, for the isolation check and PR link.")
+]
+_Base = Annotated[str | None, typer.Option("--base", help="Base ref of the change.")]
+_Head = Annotated[str | None, typer.Option("--head", help="Head ref of the change (the PR head that was tested).")]
+_Pr = Annotated[str | None, typer.Option("--pr", help="PR as OWNER/REPO#NUMBER (e.g. vllm-project/vllm#61868).")]
+_EvalData = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--eval-data", help="NAME=PATH: data file or folder for eval NAME instead of the scope's; repeatable."
     ),
-    candidate_url: str = typer.Option(
-        None, "--candidate-url", help="Use an already running candidate engine (not owned)."
+]
+_Force = Annotated[bool, typer.Option("--force", help="Replace a non-empty --out folder.")]
+_RunAnyway = Annotated[
+    bool,
+    typer.Option(
+        "--run-anyway", help="Run a tier that can never pass (see 'fasttrack plan'); the bundle is incomplete."
     ),
-    sign_key: list[str] = typer.Option(
-        None, "--sign-key", help="Ed25519 private key (PEM or OpenSSH) to sign the bundle; repeatable."
-    ),
-    repo: str = typer.Option(None, "--repo", help="Git repository of the change, for the isolation check and PR link."),
-    base: str = typer.Option(None, "--base", help="Base ref of the change."),
-    head: str = typer.Option(None, "--head", help="Head ref of the change (the PR head that was tested)."),
-    pr: str = typer.Option(None, "--pr", help="PR as OWNER/REPO#NUMBER (e.g. vllm-project/vllm#61868)."),
-    eval_data: list[str] = typer.Option(
-        None, "--eval-data", help="NAME=PATH: data file or folder for eval NAME instead of the scope's; repeatable."
-    ),
-    force: bool = typer.Option(False, "--force", help="Replace a non-empty --out folder."),
-    run_anyway: bool = typer.Option(
-        False, "--run-anyway", help="Run a tier that can never pass (see 'fasttrack plan'); the bundle is incomplete."
-    ),
-    launcher: str = typer.Option(
-        None,
+]
+_Launcher = Annotated[
+    str | None,
+    typer.Option(
         "--launcher",
         help="How multi-node engines start their node processes: local (all on this host) or slurm (one srun "
         "task per node). Default: slurm inside a Slurm allocation of several nodes, else local.",
     ),
+]
+
+
+@app.command("validate")
+def validate_cmd(
+    model: _Model,
+    tier: _Tier = "smoke",
+    shard: _Shard = None,
+    out: _Out = "runs/latest",
+    checks: _Checks = None,
+    group: _Group = None,
+    allow_hardware_mismatch: _AllowHardwareMismatch = False,
+    baseline_url: _BaselineUrl = None,
+    candidate_url: _CandidateUrl = None,
+    sign_key: _SignKey = None,
+    repo: _Repo = None,
+    base: _Base = None,
+    head: _Head = None,
+    pr: _Pr = None,
+    eval_data: _EvalData = None,
+    force: _Force = False,
+    run_anyway: _RunAnyway = False,
+    launcher: _Launcher = None,
 ) -> None:
     """Run the scope's checks on baseline and candidate engines and write a bundle."""
-    import re
     from pathlib import Path
 
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-    from rich.table import Table
+    from fasttrack.pipeline import ValidateOptions
 
-    from fasttrack.errors import FasttrackError
-    from fasttrack.pipeline import ValidateOptions, run_validate
-
-    pr_repo, pr_num = None, None
-    if pr:
-        m = re.fullmatch(r"([\w.-]+/[\w.-]+)#(\d+)", pr.strip())
-        if not m:
-            raise FasttrackError(
-                f"--pr {pr!r} is not of the form OWNER/REPO#NUMBER.", hint="e.g. --pr vllm-project/vllm#61868"
-            )
-        pr_repo, pr_num = m.group(1), int(m.group(2))
-    data: dict[str, Path] = {}
-    for item in eval_data or []:
-        name, sep, path = item.partition("=")
-        if not sep or not name.strip() or not path.strip():
-            raise FasttrackError(
-                f"--eval-data {item!r} is not of the form NAME=PATH.", hint="e.g. --eval-data aime25=data/aime25.jsonl"
-            )
-        data[name.strip()] = Path(path.strip())
+    pr_repo, pr_num = _pr_ref(pr) if pr else (None, None)
     opts = ValidateOptions(
         model=model,
         tier=tier,
@@ -417,11 +437,49 @@ def validate_cmd(
         head=head,
         pr_repository=pr_repo,
         pr_number=pr_num,
-        eval_data=data,
+        eval_data=_eval_data_paths(eval_data or []),
         force=force,
         run_anyway=run_anyway,
         launcher=launcher,
     )
+    outcome = _run_validate_with_progress(opts)
+    _print_validate_outcome(outcome, title=f"fasttrack validate {model} ({tier})")
+    raise typer.Exit(0 if outcome.verdict == "pass" else 1)
+
+
+def _pr_ref(pr: str) -> tuple[str, int]:
+    """``--pr OWNER/REPO#NUMBER`` as (repository, number)."""
+    import re
+
+    m = re.fullmatch(r"([\w.-]+/[\w.-]+)#(\d+)", pr.strip())
+    if not m:
+        raise FasttrackError(
+            f"--pr {pr!r} is not of the form OWNER/REPO#NUMBER.", hint="e.g. --pr vllm-project/vllm#61868"
+        )
+    return m.group(1), int(m.group(2))
+
+
+def _eval_data_paths(items: list[str]) -> dict[str, Path]:
+    """``--eval-data NAME=PATH`` options as ``{name: path}``."""
+    from pathlib import Path
+
+    data: dict[str, Path] = {}
+    for item in items:
+        name, sep, path = item.partition("=")
+        if not sep or not name.strip() or not path.strip():
+            raise FasttrackError(
+                f"--eval-data {item!r} is not of the form NAME=PATH.", hint="e.g. --eval-data aime25=data/aime25.jsonl"
+            )
+        data[name.strip()] = Path(path.strip())
+    return data
+
+
+def _run_validate_with_progress(opts: ValidateOptions) -> ValidateOutcome:
+    """Run validate, showing each step on stderr (a spinner with the step, and a log line)."""
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from fasttrack.pipeline import run_validate
+
     with Progress(
         SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err_console, transient=True
     ) as prog:
@@ -431,8 +489,14 @@ def validate_cmd(
             prog.update(task, description=msg)
             prog.console.print(f"[dim]{msg}[/]", highlight=False)
 
-        outcome = run_validate(opts, log=lambda m: prog.console.print(m, highlight=False), progress=progress)
-    table = Table(title=f"fasttrack validate {model} ({tier})" + (" [REHEARSAL]" if outcome.rehearsal else ""))
+        return run_validate(opts, log=lambda m: prog.console.print(m, highlight=False), progress=progress)
+
+
+def _print_validate_outcome(outcome: ValidateOutcome, *, title: str) -> None:
+    """The table of check verdicts, the bundle verdict, and where the run folder and bundle are."""
+    from rich.table import Table
+
+    table = Table(title=title + (" [REHEARSAL]" if outcome.rehearsal else ""))
     for col in ("check", "verdict", "reason"):
         table.add_column(col)
     color = {"pass": "green", "fail": "red", "not_run": "yellow"}
@@ -451,7 +515,6 @@ def validate_cmd(
         )
     )
     console.print(f"run folder: {outcome.run_dir}" + (f"\nbundle: {outcome.bundle}" if outcome.bundle else ""))
-    raise typer.Exit(0 if outcome.verdict == "pass" else 1)
 
 
 # --------------------------------------------------------------------------- reproduce

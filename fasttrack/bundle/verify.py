@@ -251,137 +251,143 @@ def verify_bundle(
     cannot be found or read a :class:`~fasttrack.errors.ScopeError`; everything wrong with the bundle itself is
     reported in the result.
     """
-    p = Path(path)
     trusted = resolve_keys(keys, trust_dir)
-    names = identity_names(trusted, trust_dir)
-    items: dict[str, VerifyItem] = {}
+    v = _Verification(Path(path), trusted, identity_names(trusted, trust_dir))
+    if not v.read(limits):  # archive (a refused tarball: nothing else is read)
+        return v.result()
+    v.check_schema()  # first: the later items read the manifest
+    v.check_attestation()
+    v.check_signature(min_signatures)
+    v.check_subjects()  # hashes, files
+    if v.manifest is not None:
+        v.check_recorded(v.manifest)  # predicate, verdicts, tables
+        v.check_pr_head(v.manifest, pr_head)
+        v.check_scope(v.manifest, trusted_scope)
+        v.check_tier(v.manifest, min_tier)
+    else:  # only the options not given hold: the others were not checked
+        if pr_head is None:
+            v.put("pr_head", None, "no --pr-head given")
+        if trusted_scope is None:
+            v.put("scope", None, "no --trusted-scope given")
+        if min_tier is None:
+            v.put("tier", None, "no --min-tier given")
+    return v.result()
 
-    def put(name: str, ok: bool | None, detail: str) -> None:
-        items[name] = VerifyItem(name=name, ok=ok, detail=detail)
 
-    def finish(manifest: Manifest | None, sigs: list[dict[str, Any]], total: int) -> VerifyResult:
-        for name in ITEMS:
-            if name not in items:
-                put(name, False, "not checked: an earlier step failed")
-        ordered = [items[n] for n in ITEMS]
-        link, link_detail = pr_link_state(manifest) if manifest else (None, "")
-        return VerifyResult(
-            tier=manifest.scope.tier if manifest else None,
-            shard=manifest.plan.shard if manifest else None,
-            trusted_scope=scope_check[0],
-            scope_loosenings=scope_check[1],
-            scope_tightenings=scope_check[2],
-            pr_link=link,
-            pr_link_detail=link_detail,
-            bundle=str(p),
-            verified=all(it.ok is not False for it in ordered),
-            verdict=manifest.effective_verdict if manifest else None,
-            rehearsal=bool(manifest and manifest.rehearsal),
-            signers=sorted({s["key"] for s in sigs if s["status"] == "valid"}),
-            signatures=sigs,
-            identities=sorted({s["identity"] for s in sigs if s["status"] == "valid" and s.get("identity")}),
-            items=ordered,
-            bytes_hashed=total,
-            bundle_id=bundle_id(contents.digests)
-            if contents.digests and items.get("archive", _NA).ok is not False
-            else None,
-            content_sha256=tree_sha256(contents.digests) if p.is_dir() and not contents.problems else None,
-        )
+class _Verification:
+    """One bundle being verified: the items found so far, and what later items need from earlier ones (the
+    files read, the manifest, the envelope and its statement, the signatures)."""
 
-    scope_check: tuple[str | None, list[str], list[str]] = (None, [], [])
-    contents = Contents()
-    if p.is_dir() and not (p / MANIFEST).exists():
-        for inner in ("bundle.tar.gz", "bundle"):
-            if (p / inner / MANIFEST).exists() or (p / inner).is_file():
-                raise BundleError(f"{p} is a run folder, not a bundle; verify {p / inner} instead")
-    if p.is_dir():
-        put("archive", None, "a directory, not a tarball")
-        scan_dir(p, contents)
-    elif p.is_file():
-        try:
-            scan_tar(p, contents, limits)
-        except BundleError as exc:
-            put("archive", False, exc.message)
-            return finish(None, [], contents.total)
-        put("archive", True, f"{len(contents.digests)} files, every member a safe regular file within limits")
-    else:
-        raise BundleError(f"{p} does not exist")
+    def __init__(self, path: Path, trusted: list[PublicKey], names: dict[str, str]) -> None:
+        self.path = path
+        self.trusted = trusted
+        self.names = names
+        self.items: dict[str, VerifyItem] = {}
+        self.contents = Contents()
+        self.manifest: Manifest | None = None
+        self.env: Envelope | None = None
+        self.statement: dict[str, Any] | None = None
+        self.sigs: list[dict[str, Any]] = []
+        self.scope_check: tuple[str | None, list[str], list[str]] = (None, [], [])
 
-    # manifest and schema first (other items need it)
-    manifest: Manifest | None = None
-    if MANIFEST in contents.kept:
-        manifest, sp = schema_problems(contents.kept[MANIFEST])
-        put("schema", not sp, "; ".join(sp) if sp else f"valid {manifest.schema_version if manifest else ''}")
-    elif MANIFEST in contents.digests:
-        put("schema", False, f"{MANIFEST} is {contents.sizes[MANIFEST]} bytes, over the limit of {MANIFEST_MAX_BYTES}")
-    else:
-        put("schema", False, f"{MANIFEST} is missing")
+    def put(self, name: str, ok: bool | None, detail: str) -> None:
+        self.items[name] = VerifyItem(name=name, ok=ok, detail=detail)
 
-    # attestation
-    env: Envelope | None = None
-    statement: dict[str, Any] | None = None
-    if ATTESTATION in contents.digests and ATTESTATION not in contents.kept:
-        put(
-            "attestation",
-            False,
-            f"{ATTESTATION} is {contents.sizes[ATTESTATION]} bytes, over the limit of {MANIFEST_MAX_BYTES}",
-        )
-    elif ATTESTATION not in contents.kept:
-        put("attestation", False, f"{ATTESTATION} is missing")
-    else:
-        try:
-            env = read_envelope(contents.kept[ATTESTATION])
-            statement = env.statement()
-            put("attestation", True, f"in-toto Statement v1 over {len(statement['subject'])} files")
-        except BundleError as exc:
-            put("attestation", False, exc.message)
-            env = None
-
-    # signatures
-    sigs: list[dict[str, Any]] = []
-    if env is not None:
-        if not trusted:
-            put("signature", False, "no trusted key given; pass --key PUB or --trust DIR")
-        elif not env.signatures:
-            put("signature", False, "the attestation is not signed")
+    def read(self, limits: Limits) -> bool:
+        """Read and hash every file (the ``archive`` item); False when the tarball is refused."""
+        p, contents = self.path, self.contents
+        if p.is_dir() and not (p / MANIFEST).exists():
+            for inner in ("bundle.tar.gz", "bundle"):
+                if (p / inner / MANIFEST).exists() or (p / inner).is_file():
+                    raise BundleError(f"{p} is a run folder, not a bundle; verify {p / inner} instead")
+        if p.is_dir():
+            self.put("archive", None, "a directory, not a tarball")
+            scan_dir(p, contents)
+        elif p.is_file():
+            try:
+                scan_tar(p, contents, limits)
+            except BundleError as exc:
+                self.put("archive", False, exc.message)
+                return False
+            self.put("archive", True, f"{len(contents.digests)} files, every member a safe regular file within limits")
         else:
-            sigs = check_signatures(env, trusted)
-            trusted_ids = {k.keyid for k in trusted}
-            for s, who in zip(sigs, signer_identities(env, sigs, trusted, names), strict=True):
-                s["identity"] = who
-                # whether the (unsigned, editable) key id names a trusted key: only then is it ever shown
-                s["claims_trusted_key"] = s["keyid"] in trusted_ids
-            signer_keys = {s["key"] for s in sigs if s["status"] == "valid"}
-            invalid = [s for s in sigs if s["status"] == "invalid"]
-            desc = signatures_in_words(sigs, trusted_ids)
-            if invalid:
-                put("signature", False, f"a signature with a trusted key id does not verify: {desc}")
-            elif len(signer_keys) < min_signatures:
-                put(
-                    "signature",
-                    False,
-                    f"{len(signer_keys)} distinct trusted key(s) signed, {min_signatures} required: {desc}",
-                )
-            else:
-                put("signature", True, desc)
+            raise BundleError(f"{p} does not exist")
+        return True
 
-    # hashes and files
-    if statement is not None:
+    def check_schema(self) -> None:
+        contents = self.contents
+        if MANIFEST in contents.kept:
+            self.manifest, sp = schema_problems(contents.kept[MANIFEST])
+            version = self.manifest.schema_version if self.manifest else ""
+            self.put("schema", not sp, "; ".join(sp) if sp else f"valid {version}")
+        elif MANIFEST in contents.digests:
+            size = contents.sizes[MANIFEST]
+            self.put("schema", False, f"{MANIFEST} is {size} bytes, over the limit of {MANIFEST_MAX_BYTES}")
+        else:
+            self.put("schema", False, f"{MANIFEST} is missing")
+
+    def check_attestation(self) -> None:
+        contents = self.contents
+        if ATTESTATION in contents.digests and ATTESTATION not in contents.kept:
+            size = contents.sizes[ATTESTATION]
+            self.put("attestation", False, f"{ATTESTATION} is {size} bytes, over the limit of {MANIFEST_MAX_BYTES}")
+        elif ATTESTATION not in contents.kept:
+            self.put("attestation", False, f"{ATTESTATION} is missing")
+        else:
+            try:
+                self.env = read_envelope(contents.kept[ATTESTATION])
+                self.statement = self.env.statement()
+                self.put("attestation", True, f"in-toto Statement v1 over {len(self.statement['subject'])} files")
+            except BundleError as exc:
+                self.put("attestation", False, exc.message)
+                self.env = None
+
+    def check_signature(self, min_signatures: int) -> None:
+        env, trusted = self.env, self.trusted
+        if env is None:
+            return
+        if not trusted:
+            self.put("signature", False, "no trusted key given; pass --key PUB or --trust DIR")
+            return
+        if not env.signatures:
+            self.put("signature", False, "the attestation is not signed")
+            return
+        sigs = self.sigs = check_signatures(env, trusted)
+        trusted_ids = {k.keyid for k in trusted}
+        for s, who in zip(sigs, signer_identities(env, sigs, trusted, self.names), strict=True):
+            s["identity"] = who
+            # whether the (unsigned, editable) key id names a trusted key: only then is it ever shown
+            s["claims_trusted_key"] = s["keyid"] in trusted_ids
+        signer_keys = {s["key"] for s in sigs if s["status"] == "valid"}
+        desc = signatures_in_words(sigs, trusted_ids)
+        if any(s["status"] == "invalid" for s in sigs):
+            self.put("signature", False, f"a signature with a trusted key id does not verify: {desc}")
+        elif len(signer_keys) < min_signatures:
+            n = len(signer_keys)
+            self.put("signature", False, f"{n} distinct trusted key(s) signed, {min_signatures} required: {desc}")
+        else:
+            self.put("signature", True, desc)
+
+    def check_subjects(self) -> None:
+        """The ``hashes`` and ``files`` items: the statement's subjects against the files read."""
+        if self.statement is None:
+            return
+        digests = self.contents.digests
         subjects: dict[str, str] = {}
         dupes = []
-        for s in statement["subject"]:
+        for s in self.statement["subject"]:
             if s["name"] in subjects:
                 dupes.append(s["name"])
             subjects[s["name"]] = s["digest"]["sha256"].lower()
-        mismatched = sorted(n for n, d in subjects.items() if n in contents.digests and contents.digests[n] != d)
-        put(
+        mismatched = sorted(n for n, d in subjects.items() if n in digests and digests[n] != d)
+        self.put(
             "hashes",
             not mismatched,
             f"sha256 differs for: {', '.join(mismatched)}" if mismatched else f"{len(subjects)} sha256 digests match",
         )
-        missing = sorted(n for n in subjects if n not in contents.digests)
-        extra = sorted(n for n in contents.digests if n not in subjects and n != ATTESTATION)
-        fp = list(contents.problems)
+        missing = sorted(n for n in subjects if n not in digests)
+        extra = sorted(n for n in digests if n not in subjects and n != ATTESTATION)
+        fp = list(self.contents.problems)
         if ATTESTATION in subjects:
             fp.append(f"{ATTESTATION} must not be a subject of itself")
         if dupes:
@@ -390,50 +396,75 @@ def verify_bundle(
             fp.append(f"missing: {', '.join(missing)}")
         if extra:
             fp.append(f"not attested (extra): {', '.join(extra)}")
-        put("files", not fp, "; ".join(fp) if fp else "every file attested, none missing")
+        self.put("files", not fp, "; ".join(fp) if fp else "every file attested, none missing")
 
-    if manifest is not None:
-        if statement is not None:
-            diff = predicate_problems(manifest, statement["predicate"])
-            put(
+    def check_recorded(self, manifest: Manifest) -> None:
+        """The ``predicate``, ``verdicts`` and ``tables`` items: what the manifest records holds together."""
+        if self.statement is not None:
+            diff = predicate_problems(manifest, self.statement["predicate"])
+            self.put(
                 "predicate",
                 not diff,
                 f"signed summary differs from the manifest in: {', '.join(diff)}"
                 if diff
                 else "signed summary matches the manifest",
             )
-        vp = verdict_problems(manifest) + row_verdict_problems(manifest, contents)
+        vp = verdict_problems(manifest) + row_verdict_problems(manifest, self.contents)
         per_check = ", ".join(f"{n}={e.verdict.value}" for n, e in manifest.checks.items())
-        put(
-            "verdicts",
-            not vp,
-            "; ".join(vp) if vp else f"{manifest.verdict} follows from {per_check}",
-        )
-        tp = table_problems(manifest, contents)
+        self.put("verdicts", not vp, "; ".join(vp) if vp else f"{manifest.verdict} follows from {per_check}")
+        tp = table_problems(manifest, self.contents)
         ntables = sum(len(e.tables) for e in manifest.checks.values())
-        put("tables", not tp, "; ".join(tp) if tp else f"{ntables} tables as recorded")
-        if pr_head is None:
-            put("pr_head", None, "no --pr-head given")
-        else:
-            ok, detail = pr_head_problem(manifest, pr_head)
-            put("pr_head", ok, detail)
-        if trusted_scope is None:
-            put("scope", None, "no --trusted-scope given: the bundle is checked against the scope it recorded")
-        else:
-            ok, detail, scope_check = _against_trusted_scope(manifest, str(trusted_scope))
-            put("scope", ok, detail)
-        if min_tier is None:
-            put("tier", None, "no --min-tier given")
-        elif _tier_below(manifest.scope.tier, min_tier):
-            put("tier", False, f"the bundle ran the {manifest.scope.tier} tier, below the required {min_tier} tier")
-        else:
-            put("tier", True, f"the bundle ran the {manifest.scope.tier} tier (at least {min_tier})")
-    else:
-        if pr_head is None:
-            put("pr_head", None, "no --pr-head given")
-        if trusted_scope is None:
-            put("scope", None, "no --trusted-scope given")
-        if min_tier is None:
-            put("tier", None, "no --min-tier given")
+        self.put("tables", not tp, "; ".join(tp) if tp else f"{ntables} tables as recorded")
 
-    return finish(manifest, sigs, contents.total)
+    def check_pr_head(self, manifest: Manifest, pr_head: str | None) -> None:
+        if pr_head is None:
+            self.put("pr_head", None, "no --pr-head given")
+        else:
+            self.put("pr_head", *pr_head_problem(manifest, pr_head))
+
+    def check_scope(self, manifest: Manifest, trusted_scope: str | os.PathLike[str] | None) -> None:
+        if trusted_scope is None:
+            self.put("scope", None, "no --trusted-scope given: the bundle is checked against the scope it recorded")
+        else:
+            ok, detail, self.scope_check = _against_trusted_scope(manifest, str(trusted_scope))
+            self.put("scope", ok, detail)
+
+    def check_tier(self, manifest: Manifest, min_tier: str | None) -> None:
+        tier = manifest.scope.tier
+        if min_tier is None:
+            self.put("tier", None, "no --min-tier given")
+        elif _tier_below(tier, min_tier):
+            self.put("tier", False, f"the bundle ran the {tier} tier, below the required {min_tier} tier")
+        else:
+            self.put("tier", True, f"the bundle ran the {tier} tier (at least {min_tier})")
+
+    def result(self) -> VerifyResult:
+        """The result: every item not set is ``not checked`` (an earlier step failed)."""
+        for name in ITEMS:
+            if name not in self.items:
+                self.put(name, False, "not checked: an earlier step failed")
+        ordered = [self.items[n] for n in ITEMS]
+        manifest, sigs, contents = self.manifest, self.sigs, self.contents
+        link, link_detail = pr_link_state(manifest) if manifest else (None, "")
+        return VerifyResult(
+            tier=manifest.scope.tier if manifest else None,
+            shard=manifest.plan.shard if manifest else None,
+            trusted_scope=self.scope_check[0],
+            scope_loosenings=self.scope_check[1],
+            scope_tightenings=self.scope_check[2],
+            pr_link=link,
+            pr_link_detail=link_detail,
+            bundle=str(self.path),
+            verified=all(it.ok is not False for it in ordered),
+            verdict=manifest.effective_verdict if manifest else None,
+            rehearsal=bool(manifest and manifest.rehearsal),
+            signers=sorted({s["key"] for s in sigs if s["status"] == "valid"}),
+            signatures=sigs,
+            identities=sorted({s["identity"] for s in sigs if s["status"] == "valid" and s.get("identity")}),
+            items=ordered,
+            bytes_hashed=contents.total,
+            bundle_id=bundle_id(contents.digests)
+            if contents.digests and self.items.get("archive", _NA).ok is not False
+            else None,
+            content_sha256=tree_sha256(contents.digests) if self.path.is_dir() and not contents.problems else None,
+        )

@@ -435,71 +435,14 @@ def _launch(
     ``exclusive=False`` lets it start while the other side's engine is up (interleaved perf). A side
     that spans several nodes (``group.side_nodes``) starts one process per node through ``launcher``.
     ``cpus``: the cores its processes are pinned to (:func:`pair_cpus_for`)."""
-    from fasttrack.engine import MultiNodeEngine, attach_engine, get_launcher, start_engine
-    from fasttrack.engine.cmdline import DEVICE_COUNTERS_ENV, serve_spec
-    from fasttrack.engine.pinning import pinned, pinning_env
+    from fasttrack.engine import attach_engine
 
     engine: ManagedEngine | Any
     if url:
         record.owned, record.base_url = False, url
         engine = attach_engine(side=side, url=url)
     else:
-        resolved: ResolvedModel | None = ctx.model
-        assert resolved is not None, "the model is resolved before the first engine starts"
-        log_name = f"{group.id}.{side}.{lifetime}"
-        spec = serve_spec(ctx.scope, group, side, model=resolved.model, run_dir=ctx.run_dir, name=log_name)
-        args = list(spec.args)
-        record.owned, record.args, record.env = True, args, dict(group.env[side])
-        seed = engine_seed(args)
-        if seed is not None:
-            ctx.provenance.seed(f"engine/{group.id}/{side}", seed)
-
-        def on_progress(p: Any) -> None:
-            ctx.log(f"  {side} engine starting ({p.elapsed_s:.0f} s): {p.line()}")
-
-        env: dict[str, str | None] = dict(spec.env)
-        counters = env.get(DEVICE_COUNTERS_ENV)
-        if counters:  # the device counters' folder (serve_spec): a fresh one per engine
-            shutil.rmtree(counters, ignore_errors=True)
-            Path(counters).mkdir(parents=True)
-        nodes = group.side_nodes.get(side, group.nodes)
-        gpu_scope = ctx.scope.hardware is not None and ctx.scope.hardware.device == "gpu"
-        node_launcher = None
-        if nodes > 1:
-            node_launcher = launcher or get_launcher(None)
-            record.nodes, record.launcher = nodes, node_launcher.name
-            ctx.log(f"{group.id} {side}: the engine spans {nodes} nodes (launcher {node_launcher.name})")
-        if cpus:  # engines up together: this one's cores, and the settings that keep its threads on them
-            hw = ctx.scope.hardware
-            pin_env = pinning_env(cpus, env, cpu_device=hw is not None and hw.device == "cpu")
-            env.update(pin_env)
-            record.cpus = list(cpus)
-            record.env = {**(record.env or {}), **{k: v for k, v in pin_env.items() if v is not None}}
-        try:
-            with pinned(cpus):
-                engine = start_engine(
-                    side=side,
-                    model=resolved.model,
-                    args=args,
-                    env=env,
-                    log_dir=ctx.run_dir / "logs",
-                    log_name=log_name,
-                    startup_timeout=ctx.scope.engine.startup_timeout_s,
-                    progress=on_progress,
-                    exclusive=exclusive,
-                    nodes=nodes,
-                    launcher=node_launcher,
-                    # GPUs to ask each node's task for; a CPU scope's node model counts ranks, not GPUs
-                    gpus_per_node=group.gpus_per_node if gpu_scope else None,
-                )
-        except KeyboardInterrupt as exc:  # Ctrl-C or a termination signal: the engine stopped itself
-            record.stop = f"stopped while starting ({str(exc) or 'interrupted by Ctrl-C'})"
-            raise
-        if engine.log_path is not None:
-            record.log = _relative(Path(engine.log_path), ctx.run_dir)
-        if isinstance(engine, MultiNodeEngine):
-            record.node_logs = [_relative(p, ctx.run_dir) for p in engine.node_logs.values()]
-        record.startup_s = engine.startup_s
+        engine = _start_owned(ctx, group, side, lifetime, record, exclusive=exclusive, launcher=launcher, cpus=cpus)
     try:
         record.base_url = engine.base_url
         try:
@@ -511,3 +454,103 @@ def _launch(
         rep = engine.stop()
         if rep is not None:
             record.stop = rep.model_dump(mode="json") if hasattr(rep, "model_dump") else str(rep)
+
+
+def _start_owned(
+    ctx: RunContext,
+    group: EngineGroup,
+    side: Side,
+    lifetime: int,
+    record: EngineLaunch,
+    *,
+    exclusive: bool,
+    launcher: Launcher | None,
+    cpus: list[int] | None,
+) -> ManagedEngine:
+    """Start one side's engine that fasttrack owns (see :func:`_launch`), recording its command line, environment,
+    nodes, cores, logs and startup time in ``record``."""
+    from fasttrack.engine import MultiNodeEngine, start_engine
+    from fasttrack.engine.cmdline import serve_spec
+    from fasttrack.engine.pinning import pinned
+
+    resolved: ResolvedModel | None = ctx.model
+    assert resolved is not None, "the model is resolved before the first engine starts"
+    log_name = f"{group.id}.{side}.{lifetime}"
+    spec = serve_spec(ctx.scope, group, side, model=resolved.model, run_dir=ctx.run_dir, name=log_name)
+    args = list(spec.args)
+    record.owned, record.args, record.env = True, args, dict(group.env[side])
+    seed = engine_seed(args)
+    if seed is not None:
+        ctx.provenance.seed(f"engine/{group.id}/{side}", seed)
+
+    def on_progress(p: Any) -> None:
+        ctx.log(f"  {side} engine starting ({p.elapsed_s:.0f} s): {p.line()}")
+
+    env: dict[str, str | None] = dict(spec.env)
+    _fresh_device_counters(env)
+    nodes = group.side_nodes.get(side, group.nodes)
+    gpu_scope = ctx.scope.hardware is not None and ctx.scope.hardware.device == "gpu"
+    node_launcher = _node_launcher(ctx, group, side, record, nodes, launcher)
+    if cpus:  # engines up together: this one's cores, and the settings that keep its threads on them
+        _pin(ctx, env, record, cpus)
+    try:
+        with pinned(cpus):
+            engine = start_engine(
+                side=side,
+                model=resolved.model,
+                args=args,
+                env=env,
+                log_dir=ctx.run_dir / "logs",
+                log_name=log_name,
+                startup_timeout=ctx.scope.engine.startup_timeout_s,
+                progress=on_progress,
+                exclusive=exclusive,
+                nodes=nodes,
+                launcher=node_launcher,
+                # GPUs to ask each node's task for; a CPU scope's node model counts ranks, not GPUs
+                gpus_per_node=group.gpus_per_node if gpu_scope else None,
+            )
+    except KeyboardInterrupt as exc:  # Ctrl-C or a termination signal: the engine stopped itself
+        record.stop = f"stopped while starting ({str(exc) or 'interrupted by Ctrl-C'})"
+        raise
+    if engine.log_path is not None:
+        record.log = _relative(Path(engine.log_path), ctx.run_dir)
+    if isinstance(engine, MultiNodeEngine):
+        record.node_logs = [_relative(p, ctx.run_dir) for p in engine.node_logs.values()]
+    record.startup_s = engine.startup_s
+    return engine
+
+
+def _fresh_device_counters(env: Mapping[str, str | None]) -> None:
+    """The device counters' folder (``serve_spec`` names it in ``env``): a fresh, empty one per engine."""
+    from fasttrack.engine.cmdline import DEVICE_COUNTERS_ENV
+
+    counters = env.get(DEVICE_COUNTERS_ENV)
+    if counters:
+        shutil.rmtree(counters, ignore_errors=True)
+        Path(counters).mkdir(parents=True)
+
+
+def _node_launcher(
+    ctx: RunContext, group: EngineGroup, side: Side, record: EngineLaunch, nodes: int, launcher: Launcher | None
+) -> Launcher | None:
+    """How a side spanning ``nodes`` > 1 nodes starts its node processes (recorded); None for one node."""
+    from fasttrack.engine import get_launcher
+
+    if nodes <= 1:
+        return None
+    node_launcher = launcher or get_launcher(None)
+    record.nodes, record.launcher = nodes, node_launcher.name
+    ctx.log(f"{group.id} {side}: the engine spans {nodes} nodes (launcher {node_launcher.name})")
+    return node_launcher
+
+
+def _pin(ctx: RunContext, env: dict[str, str | None], record: EngineLaunch, cpus: list[int]) -> None:
+    """Pin an engine to ``cpus``: add to ``env`` the settings that keep its threads on them (recorded)."""
+    from fasttrack.engine.pinning import pinning_env
+
+    hw = ctx.scope.hardware
+    pin_env = pinning_env(cpus, env, cpu_device=hw is not None and hw.device == "cpu")
+    env.update(pin_env)
+    record.cpus = list(cpus)
+    record.env = {**(record.env or {}), **{k: v for k, v in pin_env.items() if v is not None}}

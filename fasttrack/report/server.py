@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import ClassVar
 from urllib.parse import unquote, urlsplit
 
 from fasttrack.errors import FasttrackError
@@ -122,107 +123,114 @@ class Dashboard:
         return None, None, ""
 
 
-def make_handler(dash: Dashboard) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "fasttrack"
-        sys_version = ""
+class DashboardHandler(BaseHTTPRequestHandler):
+    """Answers the dashboard's requests (see the module docstring); :func:`make_handler` makes the subclass that
+    serves one :class:`Dashboard`."""
 
-        def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib signature
-            pass
+    dash: ClassVar[Dashboard]
+    """The dashboard served (set on the subclass :func:`make_handler` makes)."""
+    server_version = "fasttrack"
+    sys_version = ""
 
-        def _send(
-            self, status: int, body: bytes, ctype: str, headers: dict[str, str], extra: dict[str, str] | None = None
-        ) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            self.send_header("Cache-Control", "no-store")
-            for k, v in {**headers, **(extra or {})}.items():
-                self.send_header(k, v)
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(body)
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib signature
+        pass
 
-        def _not_found(self) -> None:
-            self._send(HTTPStatus.NOT_FOUND, b"not found\n", "text/plain; charset=utf-8", FILE_HEADERS)
+    def _send(
+        self, status: int, body: bytes, ctype: str, headers: dict[str, str], extra: dict[str, str] | None = None
+    ) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-store")
+        for k, v in {**headers, **(extra or {})}.items():
+            self.send_header(k, v)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
 
-        def do_HEAD(self) -> None:  # noqa: N802
-            self.do_GET()
+    def _not_found(self) -> None:
+        self._send(HTTPStatus.NOT_FOUND, b"not found\n", "text/plain; charset=utf-8", FILE_HEADERS)
 
-        def _host_ok(self) -> bool:
-            """The Host header names this server: a bound name and its port (DNS rebinding)."""
-            host = (self.headers.get("Host") or "").strip().lower()
-            address = self.server.server_address
-            port = address[1] if isinstance(address, tuple) else None
-            return host in {f"{h}:{port}" for h in BOUND_HOSTS} or (port == 80 and host in BOUND_HOSTS)
+    def do_HEAD(self) -> None:  # noqa: N802
+        self.do_GET()
 
-        def do_GET(self) -> None:  # noqa: N802
-            if not self._host_ok():
-                return self._send(
-                    HTTPStatus.MISDIRECTED_REQUEST,
-                    b"this server answers only to 127.0.0.1 and localhost\n",
+    def _host_ok(self) -> bool:
+        """The Host header names this server: a bound name and its port (DNS rebinding)."""
+        host = (self.headers.get("Host") or "").strip().lower()
+        address = self.server.server_address
+        port = address[1] if isinstance(address, tuple) else None
+        return host in {f"{h}:{port}" for h in BOUND_HOSTS} or (port == 80 and host in BOUND_HOSTS)
+
+    def do_GET(self) -> None:  # noqa: N802
+        if not self._host_ok():
+            return self._send(
+                HTTPStatus.MISDIRECTED_REQUEST,
+                b"this server answers only to 127.0.0.1 and localhost\n",
+                "text/plain; charset=utf-8",
+                FILE_HEADERS,
+            )
+        path = urlsplit(self.path).path
+        if path in ("/", "/index.html"):
+            try:
+                self.dash.maybe_rebuild()
+            except FasttrackError as exc:
+                self._send(
+                    HTTPStatus.INTERNAL_SERVER_ERROR,
+                    exc.message.encode(),
                     "text/plain; charset=utf-8",
                     FILE_HEADERS,
                 )
-            path = urlsplit(self.path).path
-            if path in ("/", "/index.html"):
-                try:
-                    dash.maybe_rebuild()
-                except FasttrackError as exc:
-                    self._send(
-                        HTTPStatus.INTERNAL_SERVER_ERROR,
-                        exc.message.encode(),
-                        "text/plain; charset=utf-8",
-                        FILE_HEADERS,
-                    )
-                    return
-                path = "/index.html"
-            parts = [unquote(p) for p in path.split("/") if p]
-            if any(p in (".", "..") or "\x00" in p or "\\" in p for p in parts) or not parts:
-                return self._not_found()
-            if parts[0] == "bundles" and len(parts) >= 3:
-                return self._member(parts[1], "/".join(parts[2:]))
-            if parts[0].startswith(".") or parts[-1] == INDEX_DB or parts[-1].startswith(INDEX_DB):
-                return self._not_found()
-            f = dash.site.joinpath(*parts)
-            try:
-                ok = f.is_file() and not f.is_symlink() and f.resolve().is_relative_to(dash.site)
-            except OSError:
-                ok = False
-            if not ok:
-                return self._not_found()
-            ctype = {".html": "text/html; charset=utf-8", ".json": "application/json"}.get(
-                f.suffix, "application/octet-stream"
-            )
-            self._send(HTTPStatus.OK, f.read_bytes(), ctype, PAGE_HEADERS)
+                return
+            path = "/index.html"
+        parts = [unquote(p) for p in path.split("/") if p]
+        if any(p in (".", "..") or "\x00" in p or "\\" in p for p in parts) or not parts:
+            return self._not_found()
+        if parts[0] == "bundles" and len(parts) >= 3:
+            return self._member(parts[1], "/".join(parts[2:]))
+        if parts[0].startswith(".") or parts[-1] == INDEX_DB or parts[-1].startswith(INDEX_DB):
+            return self._not_found()
+        f = self.dash.site.joinpath(*parts)
+        try:
+            ok = f.is_file() and not f.is_symlink() and f.resolve().is_relative_to(self.dash.site)
+        except OSError:
+            ok = False
+        if not ok:
+            return self._not_found()
+        ctype = {".html": "text/html; charset=utf-8", ".json": "application/json"}.get(
+            f.suffix, "application/octet-stream"
+        )
+        self._send(HTTPStatus.OK, f.read_bytes(), ctype, PAGE_HEADERS)
 
-        def _member(self, short: str, served: str) -> None:
-            try:
-                f, data, member = dash.member_file(short, served)
-            except Exception:  # noqa: BLE001 - a broken bundle is a 404, not a crash
-                f, data, member = None, None, ""
-            if f is None and data is None:
-                return self._not_found()
-            body = data if data is not None else f.read_bytes()  # type: ignore[union-attr]
-            ctype, disp = served_headers(member, body)
-            name = Path(member).name
-            if disp == "attachment" and inert_type(name) is None:
-                name += ".download"  # saved under a name no browser opens as a page
-            name = "".join(c if c.isascii() and c.isprintable() and c not in '"\\;' else "_" for c in name)
-            self._send(HTTPStatus.OK, body, ctype, FILE_HEADERS, {"Content-Disposition": f'{disp}; filename="{name}"'})
+    def _member(self, short: str, served: str) -> None:
+        try:
+            f, data, member = self.dash.member_file(short, served)
+        except Exception:  # noqa: BLE001 - a broken bundle is a 404, not a crash
+            f, data, member = None, None, ""
+        if f is None and data is None:
+            return self._not_found()
+        body = data if data is not None else f.read_bytes()  # type: ignore[union-attr]
+        ctype, disp = served_headers(member, body)
+        name = Path(member).name
+        if disp == "attachment" and inert_type(name) is None:
+            name += ".download"  # saved under a name no browser opens as a page
+        name = "".join(c if c.isascii() and c.isprintable() and c not in '"\\;' else "_" for c in name)
+        self._send(HTTPStatus.OK, body, ctype, FILE_HEADERS, {"Content-Disposition": f'{disp}; filename="{name}"'})
 
-        def _refuse(self) -> None:
-            self._send(
-                HTTPStatus.METHOD_NOT_ALLOWED,
-                b"method not allowed\n",
-                "text/plain; charset=utf-8",
-                FILE_HEADERS,
-                {"Allow": "GET, HEAD"},
-            )
+    def _refuse(self) -> None:
+        self._send(
+            HTTPStatus.METHOD_NOT_ALLOWED,
+            b"method not allowed\n",
+            "text/plain; charset=utf-8",
+            FILE_HEADERS,
+            {"Allow": "GET, HEAD"},
+        )
 
-        do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _refuse  # noqa: N815
+    do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _refuse  # noqa: N815
 
-    return Handler
+
+def make_handler(dash: Dashboard) -> type[BaseHTTPRequestHandler]:
+    """The request handler class serving ``dash``."""
+    return type("Handler", (DashboardHandler,), {"dash": dash})
 
 
 def make_server(dash: Dashboard, *, port: int = 8765) -> ThreadingHTTPServer:
