@@ -270,7 +270,7 @@ def _claimed(c: Any) -> _Claimed:
 
 
 def _matching(c: Any, measured: Sequence[MeasuredMetric], mmetric: str) -> list[MeasuredMetric]:
-    """The measured cells of ``mmetric`` the claim matches, the one it is judged by first (shortest context)."""
+    """The measured cells of ``mmetric`` the claim matches, first the one it is judged by (the shortest context)."""
     cands = [m for m in measured if m.metric == mmetric and (c.workload is None or m.workload == c.workload)]
     cands = [m for m in cands if point_matches(c.point, m.point_dims, trace=m.kind == "trace_replay")]
     if c.workload is None:
