@@ -27,6 +27,7 @@ from typing import Any
 from fasttrack.perf.metrics import CLIENT_TIMED_FIELDS, METRICS, MetricDef, RunMetrics
 from fasttrack.perf.workloads import WorkItem
 from fasttrack.stats import (
+    MinimumDetectableEffect,
     PointGate,
     RatioEstimate,
     SequentialDecision,
@@ -240,23 +241,11 @@ class ItemJudgement:
     mde: dict[str, Any]
 
 
-def judge_item(
-    state: ItemState,
-    *,
-    metrics: list[str],
-    gated: str,
-    noise_margin: float,
-    confidence: float,
-    planned_looks: int,
-    interval: str = "bootstrap",
-) -> ItemJudgement:
-    """Rows (one per metric) and the gated verdict of one cell."""
+def _base_row(state: ItemState) -> dict[str, Any]:
+    """The columns every row of the cell starts with: which measurement, its shape, its runs and lifetimes."""
     it = state.item
-    rows: list[dict[str, Any]] = []
-    nominal: dict[str, RatioEstimate] = {}
-    mdes: dict[str, Any] = {}
     runs_b, runs_c = state.n_runs("baseline"), state.n_runs("candidate")
-    base_row = {
+    return {
         **it.identity(),
         "full_context": it.full_context,
         "prompt_len": it.prompt_len,
@@ -273,154 +262,224 @@ def judge_item(
         "gpus_candidate": state.gpus.get("candidate"),
         "notes": list(it.notes) + list(state.errors),
     }
+
+
+def _unmeasured_row(base_row: dict[str, Any], workload: str, m: str, *, gated: str, why: str) -> dict[str, Any]:
+    """The row of a metric without an interval (``not_run`` when it is the gated one)."""
+    return {
+        **base_row,
+        "metric": f"{workload}/{m}",
+        "metric_name": m,
+        "verdict": "not_run" if m == gated else None,
+        "statement": why,
+    }
+
+
+def _gate_decision(
+    state: ItemState,
+    *,
+    gated: str,
+    noise_margin: float,
+    confidence: float,
+    planned_looks: int,
+    interval: str,
+) -> tuple[str | None, float]:
+    """The gated metric's decision and its per-look confidence: the last look's when the looks decided, else
+    one final look now (recorded among the looks, ``at_judge``)."""
+    if state.looks and state.final:
+        return state.decision, state.looks[-1]["per_look_confidence"]
+    d = look(
+        state,
+        metric=gated,
+        noise_margin=noise_margin,
+        confidence=confidence,
+        look_no=planned_looks,
+        planned_looks=planned_looks,
+        interval=interval,
+    )
+    state.looks.append({**look_summary(d, state), "at_judge": True})
+    return d.decision, d.per_look_confidence
+
+
+def _metric_row(
+    state: ItemState,
+    base_row: dict[str, Any],
+    m: str,
+    *,
+    est: RatioEstimate,
+    nom: RatioEstimate,
+    mde: MinimumDetectableEffect,
+    g: PointGate,
+    gated: str,
+    decision: str | None,
+    conf: float,
+    confidence: float,
+    noise_margin: float,
+) -> dict[str, Any]:
+    """One metric's row: its speedup and interval at ``conf`` (per GPU when resources differ), the nominal-level
+    interval, the minimum detectable effect, and the verdict when it is the gated metric."""
+    md: MetricDef = METRICS[m]
+    f = state.factor()
+    lo, hi, sp = est.ci_low * f, est.ci_high * f, est.speedup * f
+    passed = lo >= g.threshold
+    if m == gated:
+        verdict: str | None = "pass" if decision == "decided_pass" else "fail"
+        if verdict == "pass" and not passed:  # cannot happen: the decision was taken on this same interval
+            verdict = "fail"
+    else:
+        verdict = None
+    return {
+        **base_row,
+        "metric": f"{state.item.workload}/{m}",
+        "metric_name": m,
+        "direction": md.direction,
+        "client_timed": md.field in CLIENT_TIMED_FIELDS,
+        "unit": md.unit,
+        "statistic": md.statistic,
+        "baseline": md.display(est.baseline.value),
+        "candidate": md.display(est.candidate.value),
+        "speedup": sp,
+        "ci_low": lo,
+        "ci_high": hi,
+        "confidence": conf,
+        "nominal_confidence": confidence,
+        "nominal_ci_low": nom.ci_low * f,
+        "nominal_ci_high": nom.ci_high * f,
+        "threshold": g.threshold,
+        "noise_margin": noise_margin,
+        "verdict": verdict,
+        "gated": m == gated,
+        "strictly_better": lo > 1.0,
+        "mde": mde.detectable_slowdown,
+        "detectable_slowdown": mde.detectable_slowdown,
+        "detectable_speedup": mde.detectable_speedup,
+        "gate_detectable_slowdown": mde.gate_detectable_slowdown,
+        "gate_fail_probability_at_parity": mde.gate_fail_probability_at_parity,
+        "se_log": est.log_speedup_se,
+        "ignores_lifetime_variance": est.ignores_lifetime_variance,
+        "interleaved": state.interleaved,
+        "paired": est.paired,
+        "per_gpu": f != 1.0,
+        "raw_speedup": est.speedup,
+        "raw_ci_low": est.ci_low,
+        "raw_ci_high": est.ci_high,
+        "baseline_lifetime_values": [md.display(v) for v in est.baseline.lifetime_values],
+        "candidate_lifetime_values": [md.display(v) for v in est.candidate.lifetime_values],
+        "baseline_run_values": [[md.display(v) for v in lt] for lt in est.baseline.run_values],
+        "candidate_run_values": [[md.display(v) for v in lt] for lt in est.candidate.run_values],
+        "n_boot": est.n_boot,
+        "seed": est.seed,
+        "method": est.method,
+        "warnings": est.warnings,
+        "decision": decision if m == gated else None,
+        "statement": statement(
+            None if verdict is None else verdict == "pass",
+            lower=lo,
+            threshold=g.threshold,
+            slowdown=mde.detectable_slowdown,
+            gate_slowdown=mde.gate_detectable_slowdown,
+            ignores_lifetime_variance=est.ignores_lifetime_variance,
+        ),
+    }
+
+
+def _point_verdict(state: ItemState, grow: dict[str, Any], gated: str) -> tuple[str, str | None]:
+    """The cell's verdict from its gated row, and why it failed: failed candidate requests fail it, failed
+    baseline requests leave it not compared."""
+    it = state.item
     fb, fc = state.failed_requests("baseline"), state.failed_requests("candidate")
+    verdict = grow["verdict"]
+    if fc:
+        return "fail", (
+            f"{it.point} ({it.workload}): the candidate failed {fc} request(s): "
+            + "; ".join(e for lt in state.runs["candidate"].values() for r in lt for e in r.errors)[:400]
+        )
+    if fb:
+        return "not_run", (
+            f"{it.point} ({it.workload}): the baseline failed {fb} request(s), so the point was not compared"
+        )
+    if verdict == "fail":
+        return verdict, (
+            f"{it.point} ({it.workload}): {gated} speedup {grow['speedup']:.3f} "
+            f"[{grow['ci_low']:.3f}, {grow['ci_high']:.3f}] at {grow['confidence']:.4g}: lower bound below "
+            f"{grow['threshold']:.3f} (baseline {grow['baseline']:.4g} vs candidate {grow['candidate']:.4g} "
+            f"{METRICS[gated].unit}; "
+            f"{state.n_runs('baseline')}+{state.n_runs('candidate')} runs over "
+            f"{grow['lifetimes_baseline']}+{grow['lifetimes_candidate']} lifetimes)"
+        )
+    return verdict, None
+
+
+def judge_item(
+    state: ItemState,
+    *,
+    metrics: list[str],
+    gated: str,
+    noise_margin: float,
+    confidence: float,
+    planned_looks: int,
+    interval: str = "bootstrap",
+) -> ItemJudgement:
+    """Rows (one per metric) and the gated verdict of one cell."""
+    it = state.item
+    rows: list[dict[str, Any]] = []
+    nominal: dict[str, RatioEstimate] = {}
+    mdes: dict[str, Any] = {}
+    base_row = _base_row(state)
     empty = [sd for sd in ("baseline", "candidate") if not state.has_samples(sd, gated)]
     if empty:
+        runs_b, runs_c = base_row["runs_baseline"], base_row["runs_candidate"]
         why = f"not measured: {runs_b} baseline and {runs_c} candidate runs"
         if runs_b and runs_c:
             why = (
                 f"not measured: no usable {gated} samples on {' and '.join(empty)} ({runs_b} baseline and "
                 f"{runs_c} candidate runs; a run whose tokens all arrived in one chunk has none)"
             )
-        for m in metrics:
-            rows.append(
-                {
-                    **base_row,
-                    "metric": f"{it.workload}/{m}",
-                    "metric_name": m,
-                    "verdict": "not_run" if m == gated else None,
-                    "statement": why,
-                }
-            )
+        rows = [_unmeasured_row(base_row, it.workload, m, gated=gated, why=why) for m in metrics]
         return ItemJudgement(rows, "not_run", None, False, None, nominal, mdes)
 
     # the gated metric: decision from the looks (or one final look now)
+    decision, dec_conf = _gate_decision(
+        state,
+        gated=gated,
+        noise_margin=noise_margin,
+        confidence=confidence,
+        planned_looks=planned_looks,
+        interval=interval,
+    )
     dec_gate: PointGate | None = None
-    decision = state.decision
-    if state.looks and state.final:
-        dec = state.looks[-1]
-        dec_conf = dec["per_look_confidence"]
-    else:
-        d = look(
-            state,
-            metric=gated,
-            noise_margin=noise_margin,
-            confidence=confidence,
-            look_no=planned_looks,
-            planned_looks=planned_looks,
-            interval=interval,
-        )
-        state.looks.append({**look_summary(d, state), "at_judge": True})
-        decision, dec_conf = d.decision, d.per_look_confidence
-    f = state.factor()
     for m in metrics:
-        md: MetricDef = METRICS[m]
         conf = dec_conf if m == gated else confidence
         est = estimate(state, m, confidence=conf, interval=interval)
         if est is None:
-            rows.append(
-                {
-                    **base_row,
-                    "metric": f"{it.workload}/{m}",
-                    "metric_name": m,
-                    "verdict": "not_run" if m == gated else None,
-                    "statement": f"no samples of {m} on one side",
-                }
-            )
+            rows.append(_unmeasured_row(base_row, it.workload, m, gated=gated, why=f"no samples of {m} on one side"))
             continue
         nom_est = est if conf == confidence else estimate(state, m, confidence=confidence, interval=interval)
         assert nom_est is not None  # the same samples as ``est``, so the nominal-level estimate exists too
         nominal[m] = nom_est
-        mde = mde_for_estimate(est, power=POWER, noise_margin=noise_margin)
-        mdes[m] = mde
+        mdes[m] = mde = mde_for_estimate(est, power=POWER, noise_margin=noise_margin)
         g = no_regression_gate(est, noise_margin=noise_margin, point=it.point)
-        lo, hi, sp = est.ci_low * f, est.ci_high * f, est.speedup * f
-        passed = lo >= g.threshold
         if m == gated:
             dec_gate = g
-            verdict = "pass" if decision == "decided_pass" else "fail"
-            if verdict == "pass" and not passed:  # cannot happen: the decision was taken on this same interval
-                verdict = "fail"
-        else:
-            verdict = None
-        nom = nominal[m]
-        rows.append(
-            {
-                **base_row,
-                "metric": f"{it.workload}/{m}",
-                "metric_name": m,
-                "direction": md.direction,
-                "client_timed": md.field in CLIENT_TIMED_FIELDS,
-                "unit": md.unit,
-                "statistic": md.statistic,
-                "baseline": md.display(est.baseline.value),
-                "candidate": md.display(est.candidate.value),
-                "speedup": sp,
-                "ci_low": lo,
-                "ci_high": hi,
-                "confidence": conf,
-                "nominal_confidence": confidence,
-                "nominal_ci_low": nom.ci_low * f,
-                "nominal_ci_high": nom.ci_high * f,
-                "threshold": g.threshold,
-                "noise_margin": noise_margin,
-                "verdict": verdict,
-                "gated": m == gated,
-                "strictly_better": lo > 1.0,
-                "mde": mde.detectable_slowdown,
-                "detectable_slowdown": mde.detectable_slowdown,
-                "detectable_speedup": mde.detectable_speedup,
-                "gate_detectable_slowdown": mde.gate_detectable_slowdown,
-                "gate_fail_probability_at_parity": mde.gate_fail_probability_at_parity,
-                "se_log": est.log_speedup_se,
-                "ignores_lifetime_variance": est.ignores_lifetime_variance,
-                "interleaved": state.interleaved,
-                "paired": est.paired,
-                "per_gpu": f != 1.0,
-                "raw_speedup": est.speedup,
-                "raw_ci_low": est.ci_low,
-                "raw_ci_high": est.ci_high,
-                "baseline_lifetime_values": [md.display(v) for v in est.baseline.lifetime_values],
-                "candidate_lifetime_values": [md.display(v) for v in est.candidate.lifetime_values],
-                "baseline_run_values": [[md.display(v) for v in lt] for lt in est.baseline.run_values],
-                "candidate_run_values": [[md.display(v) for v in lt] for lt in est.candidate.run_values],
-                "n_boot": est.n_boot,
-                "seed": est.seed,
-                "method": est.method,
-                "warnings": est.warnings,
-                "decision": decision if m == gated else None,
-                "statement": statement(
-                    None if verdict is None else verdict == "pass",
-                    lower=lo,
-                    threshold=g.threshold,
-                    slowdown=mde.detectable_slowdown,
-                    gate_slowdown=mde.gate_detectable_slowdown,
-                    ignores_lifetime_variance=est.ignores_lifetime_variance,
-                ),
-            }
+        row = _metric_row(
+            state,
+            base_row,
+            m,
+            est=est,
+            nom=nom_est,
+            mde=mde,
+            g=g,
+            gated=gated,
+            decision=decision,
+            conf=conf,
+            confidence=confidence,
+            noise_margin=noise_margin,
         )
+        rows.append(row)
     grow = next((r for r in rows if r.get("metric_name") == gated), None)
     if grow is None or grow.get("verdict") is None or grow.get("verdict") == "not_run":
         return ItemJudgement(rows, "not_run", None, False, None, nominal, mdes)
-    verdict = grow["verdict"]
-    failure = None
-    if fc:
-        verdict = "fail"
-        failure = (
-            f"{it.point} ({it.workload}): the candidate failed {fc} request(s): "
-            + "; ".join(e for lt in state.runs["candidate"].values() for r in lt for e in r.errors)[:400]
-        )
-    elif fb:
-        verdict = "not_run"
-        failure = f"{it.point} ({it.workload}): the baseline failed {fb} request(s), so the point was not compared"
-    elif verdict == "fail":
-        failure = (
-            f"{it.point} ({it.workload}): {gated} speedup {grow['speedup']:.3f} "
-            f"[{grow['ci_low']:.3f}, {grow['ci_high']:.3f}] at {grow['confidence']:.4g}: lower bound below "
-            f"{grow['threshold']:.3f} (baseline {grow['baseline']:.4g} vs candidate {grow['candidate']:.4g} "
-            f"{METRICS[gated].unit}; "
-            f"{runs_b}+{runs_c} runs over {grow['lifetimes_baseline']}+{grow['lifetimes_candidate']} lifetimes)"
-        )
+    verdict, failure = _point_verdict(state, grow, gated)
     return ItemJudgement(rows, verdict, failure, bool(grow["strictly_better"]), dec_gate, nominal, mdes)
 
 

@@ -46,6 +46,7 @@ Speedups are direction-aware (above 1 always means the candidate is better), so 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal, TypedDict
 
 from fasttrack import attrs
@@ -209,15 +210,25 @@ def match_claims(
     return out
 
 
-def _one(
-    c: Any,
-    measured: Sequence[MeasuredMetric],
-    *,
-    workload_kinds: dict[str, str],
-    workloads_run: set[str],
-    rehearsal: bool,
-) -> ClaimResult:
-    mmetric, how = CLAIM_METRICS.get(c.metric, (None, "unknown"))
+@dataclass
+class _Claimed:
+    """A claim's figures as they are judged: the claimed speedup (per GPU when the published comparison is not
+    like-for-like), the words that say so, and the ClaimResult fields every outcome of the claim carries."""
+
+    claimed_speedup: float | None
+    tolerance: float
+    """``claims[].tolerance``."""
+    unequal: bool
+    flag: str
+    """Appended to every reason: why the claim is judged per GPU (empty when like-for-like)."""
+    base: dict[str, Any]
+
+    def not_measured(self, why: str, claimed: float | None) -> ClaimResult:
+        return ClaimResult(status="not_measured", reason=why + self.flag, claimed=claimed, measured=None, **self.base)
+
+
+def _claimed(c: Any) -> _Claimed:
+    """The claim's speedup, normalised per GPU when it states unequal GPU counts (``like_for_like: false``)."""
     per_gpu = None
     bg, cg = c.baseline_gpus, c.candidate_gpus
     unequal = not c.like_for_like and isinstance(bg, int) and isinstance(cg, int)
@@ -245,9 +256,8 @@ def _one(
             + (f"; the claimed {raw_speedup:.3g}x is {per_gpu:.3g}x per GPU" if raw_speedup and per_gpu else "")
             + "."
         )
-    tolerance = float(c.tolerance)
     base = dict(
-        tolerance=tolerance,
+        tolerance=float(c.tolerance),
         **attrs(c, "id", "text", "metric", "like_for_like"),
         baseline_gpus=bg,
         candidate_gpus=cg,
@@ -256,110 +266,137 @@ def _one(
         claimed_candidate_per_gpu=c.candidate / cg if unequal and c.candidate and cg else None,
         claimed_baseline=c.baseline,
     )
+    return _Claimed(claimed_speedup, float(c.tolerance), unequal, flag, base)
 
-    def not_measured(why: str, claimed: float | None) -> ClaimResult:
-        return ClaimResult(status="not_measured", reason=why + flag, claimed=claimed, measured=None, **base)
 
-    if mmetric is None:
-        return not_measured(
-            f"{c.metric} comes from profiler traces (kernel counts and times per layer), "
-            "not from the serving metrics the perf check measures",
-            c.candidate,
-        )
-    if c.workload is not None and c.workload not in workload_kinds:
-        return not_measured(f"the claim names workload {c.workload!r}, which the scope does not declare", c.speedup)
-    if c.workload is not None and c.workload not in workloads_run:
-        return not_measured(f"workload {c.workload!r} was not run in this tier/shard", c.speedup)
+def _matching(c: Any, measured: Sequence[MeasuredMetric], mmetric: str) -> list[MeasuredMetric]:
+    """The measured cells of ``mmetric`` the claim matches, first the one it is judged by (the shortest context)."""
     cands = [m for m in measured if m.metric == mmetric and (c.workload is None or m.workload == c.workload)]
     cands = [m for m in cands if point_matches(c.point, m.point_dims, trace=m.kind == "trace_replay")]
     if c.workload is None:
         pure = [m for m in cands if m.kind == "pure_decode"]
         cands = pure or cands
+    cands.sort(key=lambda m: (bool(m.point_dims.get("full_context")), m.point_dims.get("context") or 0, m.point))
+    return cands
+
+
+def _one(
+    c: Any,
+    measured: Sequence[MeasuredMetric],
+    *,
+    workload_kinds: dict[str, str],
+    workloads_run: set[str],
+    rehearsal: bool,
+) -> ClaimResult:
+    mmetric, how = CLAIM_METRICS.get(c.metric, (None, "unknown"))
+    cl = _claimed(c)
+    if mmetric is None:
+        return cl.not_measured(
+            f"{c.metric} comes from profiler traces (kernel counts and times per layer), "
+            "not from the serving metrics the perf check measures",
+            c.candidate,
+        )
+    if c.workload is not None and c.workload not in workload_kinds:
+        return cl.not_measured(f"the claim names workload {c.workload!r}, which the scope does not declare", c.speedup)
+    if c.workload is not None and c.workload not in workloads_run:
+        return cl.not_measured(f"workload {c.workload!r} was not run in this tier/shard", c.speedup)
+    cands = _matching(c, measured, mmetric)
     if not cands:
         dims = ", ".join(f"{k}={v}" for k, v in c.point.items())
-        return not_measured(
+        return cl.not_measured(
             f"no measured point matches {dims} for {mmetric}"
             + (f" in workload {c.workload!r}" if c.workload else "")
             + " (the point is not in this plan's tier/shard, or was not measured)",
             c.speedup or c.candidate,
         )
-    cands.sort(key=lambda m: (bool(m.point_dims.get("full_context")), m.point_dims.get("context") or 0, m.point))
     m = cands[0]
-    others = [x.point for x in cands[1:]]
     common = _Match(
         point=m.point,
         workload=m.workload,
-        other_matches=others,
+        other_matches=[x.point for x in cands[1:]],
         detectable_slowdown=m.detectable_slowdown,
         measured_baseline_gpus=m.baseline_gpus,
         measured_candidate_gpus=m.candidate_gpus,
     )
-    tol = 1.0 - tolerance
     # an absolute figure holds on its own GPU count: a candidate measured on other GPUs is compared per GPU
     cand_gpus = m.candidate_gpus or None
-    per_gpu_abs = bool(unequal and cg and cand_gpus and cand_gpus != cg)
-    absolute = how == "absolute" and not rehearsal and c.candidate is not None and not per_gpu_abs
-    if not absolute:
-        if claimed_speedup is None:
-            why = (
-                "absolute claims hold on the claim's hardware only and this run is a rehearsal on other hardware"
-                if rehearsal
-                else "the claim states neither a speedup nor a candidate value"
-            )
-            return not_measured(why, c.candidate)
-        status, bound = interval_status(claimed_speedup, m.ci_low, m.ci_high, tolerance=tolerance)
+    cg = c.candidate_gpus
+    per_gpu_abs = bool(cl.unequal and cg and cand_gpus and cand_gpus != cg)
+    if how == "absolute" and not rehearsal and c.candidate is not None and not per_gpu_abs:
+        return _judge_absolute(c, cl, m, common, mmetric)
+    return _judge_speedup(c, cl, m, common, absolute_claim=how == "absolute", rehearsal=rehearsal, per_gpu=per_gpu_abs)
+
+
+def _judge_speedup(
+    c: Any, cl: _Claimed, m: MeasuredMetric, common: _Match, *, absolute_claim: bool, rehearsal: bool, per_gpu: bool
+) -> ClaimResult:
+    """The claimed speedup against the measured speedup's interval (an absolute claim compares its ratio)."""
+    tolerance = cl.tolerance
+    if cl.claimed_speedup is None:
         why = (
-            f"measured speedup {m.speedup:.3f} [{m.ci_low:.3f}, {m.ci_high:.3f}] ({m.confidence:.0%}) at {m.point}"
-            f"{' per GPU' if m.normalized else ''}; "
-            + _why(status, m.ci_low, m.ci_high, bound, claimed_speedup, tolerance)
+            "absolute claims hold on the claim's hardware only and this run is a rehearsal on other hardware"
+            if rehearsal
+            else "the claim states neither a speedup nor a candidate value"
         )
-        if how == "absolute":
-            why += (
-                " (the candidate ran on other GPU counts than the published figure, so the ratio is compared per GPU)"
-                if per_gpu_abs
-                else " (absolute numbers are not comparable on this host, so the claimed ratio is compared)"
-            )
-        return ClaimResult(
-            status=status,
-            reason=why + flag,
-            claimed=claimed_speedup,
-            measured=m.speedup,
-            **attrs(m, "ci_low", "ci_high", "confidence"),
-            bound=bound,
-            measured_baseline=None,
-            **base,
-            **common,
+        return cl.not_measured(why, c.candidate)
+    status, bound = interval_status(cl.claimed_speedup, m.ci_low, m.ci_high, tolerance=tolerance)
+    why = (
+        f"measured speedup {m.speedup:.3f} [{m.ci_low:.3f}, {m.ci_high:.3f}] ({m.confidence:.0%}) at {m.point}"
+        f"{' per GPU' if m.normalized else ''}; "
+        + _why(status, m.ci_low, m.ci_high, bound, cl.claimed_speedup, tolerance)
+    )
+    if absolute_claim:
+        why += (
+            " (the candidate ran on other GPU counts than the published figure, so the ratio is compared per GPU)"
+            if per_gpu
+            else " (absolute numbers are not comparable on this host, so the claimed ratio is compared)"
         )
+    return ClaimResult(
+        status=status,
+        reason=why + cl.flag,
+        claimed=cl.claimed_speedup,
+        measured=m.speedup,
+        **attrs(m, "ci_low", "ci_high", "confidence"),
+        bound=bound,
+        measured_baseline=None,
+        **cl.base,
+        **common,
+    )
+
+
+def _judge_absolute(c: Any, cl: _Claimed, m: MeasuredMetric, common: _Match, mmetric: str) -> ClaimResult:
+    """The claimed candidate figure against the range of the candidate's per-run values."""
     assert c.candidate is not None
+    tolerance = cl.tolerance
     v = m.candidate_value
     if v is None:
-        return not_measured(f"{mmetric} has no candidate value at {m.point}", c.candidate)
+        return cl.not_measured(f"{mmetric} has no candidate value at {m.point}", c.candidate)
     lo, hi = m.candidate_low, m.candidate_high
     measured_at = f"measured candidate {mmetric} {_fmt(v)} (baseline {_fmt(m.baseline_value)}) at {m.point}"
     if lo is None or hi is None:
-        bound = c.candidate * tol
+        bound = c.candidate * (1.0 - tolerance)
         return ClaimResult(
             status="inconclusive",
             reason=f"{measured_at}; no per-run values to judge it by, so it cannot be compared with "
-            f"{c.candidate:g} x (1 - {tolerance:g}) = {bound:.3g}" + flag,
+            f"{c.candidate:g} x (1 - {tolerance:g}) = {bound:.3g}" + cl.flag,
             claimed=c.candidate,
             measured=v,
             bound=bound,
             measured_baseline=m.baseline_value,
-            **base,
+            **cl.base,
             **common,
         )
     status, bound = interval_status(c.candidate, lo, hi, tolerance=tolerance)
     why = f"{measured_at}, runs [{_fmt(lo)}, {_fmt(hi)}]; " + _why(status, lo, hi, bound, c.candidate, tolerance)
     return ClaimResult(
         status=status,
-        reason=why + flag,
+        reason=why + cl.flag,
         claimed=c.candidate,
         measured=v,
         ci_low=lo,
         ci_high=hi,
         bound=bound,
         measured_baseline=m.baseline_value,
-        **base,
+        **cl.base,
         **common,
     )

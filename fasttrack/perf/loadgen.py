@@ -108,13 +108,8 @@ class PerfClient:
         assert self._session is not None, "use 'async with PerfClient(...)'"
         body = self.payload(req)
         perf_counter = time.perf_counter
-        loads = json.loads
         rec = RequestRecord(id=req.id, t_send=0.0)
-        times = rec.chunk_times
-        ntok = rec.chunk_tokens
         ids: list[int] | None = [] if req.want_ids else None
-        fast = ids is None
-        buf = b""
         rec.t_send = perf_counter()
         try:
             async with self._session.post(self.url, json=body) as resp:
@@ -123,67 +118,78 @@ class PerfClient:
                     rec.error = f"HTTP {resp.status}: {_error_message(text)}"
                     rec.t_done = perf_counter()
                     return rec
-                async for data in resp.content.iter_any():
-                    now = perf_counter()
-                    buf += data
-                    while True:
-                        cut = buf.find(b"\n\n")
-                        if cut < 0:
-                            break
-                        msg = buf[:cut]
-                        buf = buf[cut + 2 :]
-                        if not msg.startswith(b"data:"):
-                            continue
-                        payload = msg[5:].strip()
-                        if payload == b"[DONE]":
-                            continue
-                        if (
-                            fast
-                            and b'"choices":[{' in payload
-                            and b'"error"' not in payload
-                            and b'"usage":{' not in payload
-                        ):
-                            # a content chunk: its arrival time is all we need (tokens come from usage)
-                            times.append(now)
-                            ntok.append(1)
-                            continue
-                        obj = loads(payload)
-                        choices = obj.get("choices")
-                        if choices:
-                            ch = choices[0]
-                            tids = ch.get("token_ids")
-                            if tids:
-                                ntok.append(len(tids))
-                                if ids is not None:
-                                    ids.extend(tids)
-                            else:
-                                ntok.append(1)
-                            times.append(now)
-                        usage = obj.get("usage")
-                        if usage:
-                            rec.output_tokens = usage.get("completion_tokens")
-                            rec.prompt_tokens = usage.get("prompt_tokens")
-                            details = usage.get("prompt_tokens_details") or {}
-                            if isinstance(details, dict) and details.get("cached_tokens") is not None:
-                                rec.cached_tokens = int(details["cached_tokens"])
-                            timing = obj.get("metrics")
-                            if isinstance(timing, dict):
-                                rec.engine_timing = {
-                                    k: float(v)
-                                    for k, v in timing.items()
-                                    if k in ENGINE_TIMING_KEYS and isinstance(v, (int, float))
-                                }
-                        if not choices and obj.get("error"):
-                            err = obj["error"]
-                            rec.error = str(err.get("message") if isinstance(err, dict) else err)[:500]
+                await _read_events(resp, rec, ids)
         except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
             rec.error = f"{type(exc).__name__}: {exc}"[:500]
         rec.t_done = perf_counter()
         if ids is not None:
             rec.token_ids = ids
-        if rec.error is None and rec.output_tokens is None and times:
+        if rec.error is None and rec.output_tokens is None and rec.chunk_times:
             rec.error = "the stream carried no usage (stream_options.include_usage was ignored)"
         return rec
+
+
+async def _read_events(resp: aiohttp.ClientResponse, rec: RequestRecord, ids: list[int] | None) -> None:
+    """Record the SSE messages of one streamed response into ``rec`` (the hot loop: one ``perf_counter()`` per
+    network read; an ordinary content chunk is recognised by its bytes and not parsed unless ``ids`` wants its
+    token ids). Raises ``ValueError`` for a message that is not JSON."""
+    perf_counter = time.perf_counter
+    loads = json.loads
+    times = rec.chunk_times
+    ntok = rec.chunk_tokens
+    fast = ids is None
+    buf = b""
+    async for data in resp.content.iter_any():
+        now = perf_counter()
+        buf += data
+        while True:
+            cut = buf.find(b"\n\n")
+            if cut < 0:
+                break
+            msg = buf[:cut]
+            buf = buf[cut + 2 :]
+            if not msg.startswith(b"data:"):
+                continue
+            payload = msg[5:].strip()
+            if payload == b"[DONE]":
+                continue
+            if fast and b'"choices":[{' in payload and b'"error"' not in payload and b'"usage":{' not in payload:
+                # a content chunk: its arrival time is all we need (tokens come from usage)
+                times.append(now)
+                ntok.append(1)
+                continue
+            _record_message(rec, loads(payload), now, ids)
+
+
+def _record_message(rec: RequestRecord, obj: dict[str, Any], now: float, ids: list[int] | None) -> None:
+    """A parsed SSE message: its content chunk (arrival time, tokens, token ids), usage and engine timing, or
+    error."""
+    choices = obj.get("choices")
+    if choices:
+        ch = choices[0]
+        tids = ch.get("token_ids")
+        if tids:
+            rec.chunk_tokens.append(len(tids))
+            if ids is not None:
+                ids.extend(tids)
+        else:
+            rec.chunk_tokens.append(1)
+        rec.chunk_times.append(now)
+    usage = obj.get("usage")
+    if usage:
+        rec.output_tokens = usage.get("completion_tokens")
+        rec.prompt_tokens = usage.get("prompt_tokens")
+        details = usage.get("prompt_tokens_details") or {}
+        if isinstance(details, dict) and details.get("cached_tokens") is not None:
+            rec.cached_tokens = int(details["cached_tokens"])
+        timing = obj.get("metrics")
+        if isinstance(timing, dict):
+            rec.engine_timing = {
+                k: float(v) for k, v in timing.items() if k in ENGINE_TIMING_KEYS and isinstance(v, (int, float))
+            }
+    if not choices and obj.get("error"):
+        err = obj["error"]
+        rec.error = str(err.get("message") if isinstance(err, dict) else err)[:500]
 
 
 def _error_message(body: str) -> str:

@@ -251,6 +251,57 @@ def union_length(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
+def _failure_messages(bad: list[RequestRecord]) -> list[str]:
+    """Why the first few failed requests failed."""
+    errors = []
+    for r in bad[:5]:
+        if r.error:
+            errors.append(f"{r.id}: {r.error}")
+        elif not r.chunk_times:
+            errors.append(f"{r.id}: no content chunk arrived")
+        else:
+            errors.append(f"{r.id}: the server sent no usage (tokens are counted from usage only)")
+    return errors
+
+
+def _raw_samples(ok: list[RequestRecord], timed: list[RequestRecord]) -> dict[str, Any]:
+    """The run's raw samples (``RunMetrics`` fields): client-timed ones from ``timed`` (the usable requests that
+    were not burst-delivered), E2E and engine-timed ones from every usable request."""
+    # a usable record has chunks, so its ttft and e2e are set
+    itl: list[float] = []
+    itl_counts: list[int] = []
+    for r in timed:
+        gaps = r.itls()
+        itl.extend(g * 1e3 for g in gaps)
+        itl_counts.append(len(gaps))
+    return {
+        "ttft_ms": [t * 1e3 for r in timed if (t := r.ttft) is not None],
+        "tpot_ms": [t * 1e3 for r in timed if (t := r.tpot) is not None],
+        "itl_ms": itl,
+        "e2e_ms": [t * 1e3 for r in ok if (t := r.e2e) is not None],
+        "engine_tpot_ms": [t for r in ok if (t := r.engine_tpot_ms) is not None],
+        "engine_ttft_ms": [
+            float(r.engine_timing["time_to_first_token_ms"])
+            for r in ok
+            if r.engine_timing and r.engine_timing.get("time_to_first_token_ms") is not None
+        ],
+        "itl_counts": itl_counts,
+        "timed_output_tokens": [int(r.output_tokens or 0) for r in timed],
+    }
+
+
+def _percentiles(samples: dict[str, Any]) -> dict[str, float | None]:
+    """``<metric>_p50|p90|p99`` of the raw samples, and interactivity's from ITL's (``1000 / ITL_pNN``)."""
+    ptiles: dict[str, float | None] = {}
+    for name in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "engine_tpot_ms"):
+        for q in PERCENTILES:
+            ptiles[f"{name}_p{q}"] = pct(samples[name], q)
+    for q in PERCENTILES:
+        v = ptiles[f"itl_ms_p{q}"]
+        ptiles[f"interactivity_p{q}"] = (1000.0 / v) if v else None
+    return ptiles
+
+
 def compute_run_metrics(
     records: list[RequestRecord],
     *,
@@ -270,31 +321,8 @@ def compute_run_metrics(
     """Apply the module's definitions to one run's request records."""
     ok = [r for r in records if r.ok]
     bad = [r for r in records if not r.ok]
-    errors = []
-    for r in bad[:5]:
-        if r.error:
-            errors.append(f"{r.id}: {r.error}")
-        elif not r.chunk_times:
-            errors.append(f"{r.id}: no content chunk arrived")
-        else:
-            errors.append(f"{r.id}: the server sent no usage (tokens are counted from usage only)")
     timed = [r for r in ok if not r.burst_delivered]
-    # a usable record has chunks, so its ttft and e2e are set
-    ttft = [t * 1e3 for r in timed if (t := r.ttft) is not None]
-    e2e = [t * 1e3 for r in ok if (t := r.e2e) is not None]
-    tpot = [t * 1e3 for r in timed if (t := r.tpot) is not None]
-    engine_tpot = [t for r in ok if (t := r.engine_tpot_ms) is not None]
-    engine_ttft = [
-        float(r.engine_timing["time_to_first_token_ms"])
-        for r in ok
-        if r.engine_timing and r.engine_timing.get("time_to_first_token_ms") is not None
-    ]
-    itl: list[float] = []
-    itl_counts: list[int] = []
-    for r in timed:
-        gaps = r.itls()
-        itl.extend(g * 1e3 for g in gaps)
-        itl_counts.append(len(gaps))
+    samples = _raw_samples(ok, timed)
     out_tokens = sum(int(r.output_tokens or 0) for r in ok)
     prompt_tokens = sum(int(r.prompt_tokens or 0) for r in ok)
     cached = [r.cached_tokens for r in ok if r.cached_tokens is not None]
@@ -302,19 +330,6 @@ def compute_run_metrics(
     decode_tokens = sum(max(int(r.output_tokens or 0) - 1, 0) for r in ok)
     decode_time = union_length([(r.chunk_times[0], r.chunk_times[-1]) for r in ok if len(r.chunk_times) > 1])
     chunks = sum(len(r.chunk_times) for r in records)
-    ptiles: dict[str, float | None] = {}
-    for name, vals in (
-        ("ttft_ms", ttft),
-        ("tpot_ms", tpot),
-        ("itl_ms", itl),
-        ("e2e_ms", e2e),
-        ("engine_tpot_ms", engine_tpot),
-    ):
-        for q in PERCENTILES:
-            ptiles[f"{name}_p{q}"] = pct(vals, q)
-    for q in PERCENTILES:
-        v = ptiles[f"itl_ms_p{q}"]
-        ptiles[f"interactivity_p{q}"] = (1000.0 / v) if v else None
     thr = out_tokens / duration
     return RunMetrics(
         workload=workload,
@@ -324,7 +339,7 @@ def compute_run_metrics(
         run=run,
         requests=len(records),
         failed=len(bad),
-        errors=errors,
+        errors=_failure_messages(bad),
         duration_s=duration,
         started_at=started_at,
         prompt_tokens=prompt_tokens,
@@ -334,19 +349,12 @@ def compute_run_metrics(
         decode_throughput=(decode_tokens / decode_time) if decode_time > 0 else None,
         per_gpu_throughput=(thr / gpus) if gpus > 0 else None,
         gpus=gpus,
-        ttft_ms=ttft,
-        tpot_ms=tpot,
-        itl_ms=itl,
-        e2e_ms=e2e,
-        engine_tpot_ms=engine_tpot,
-        engine_ttft_ms=engine_ttft,
-        percentiles=ptiles,
+        **samples,
+        percentiles=_percentiles(samples),
         client_cpu_s=client_cpu_s,
         client_cpu_us_per_token=(client_cpu_s / chunks * 1e6) if chunks else None,
         content_chunks=chunks,
         burst_delivered=len(ok) - len(timed),
-        itl_counts=itl_counts,
-        timed_output_tokens=[int(r.output_tokens or 0) for r in timed],
         warmup_requests=warmup_requests,
         extra=dict(extra or {}),
     )

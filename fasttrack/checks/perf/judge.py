@@ -9,7 +9,7 @@ from typing import Any
 from fasttrack.checks.context import RunContext
 from fasttrack.checks.perf.state import CHECK, PerfState
 from fasttrack.perf.analysis import ItemState, drift_row, judge_item
-from fasttrack.perf.claims import MeasuredMetric, match_claims
+from fasttrack.perf.claims import ClaimResult, MeasuredMetric, match_claims
 from fasttrack.perf.curves import CURVE_KIND, curve_rows, dominance, mark_pareto
 from fasttrack.perf.metrics import METRICS
 from fasttrack.perf.outcomes import SLOWER, gate_margin, goodput_condition, item_metrics, label_outcome, rule_words
@@ -228,37 +228,14 @@ def _collect_measured(s: ItemState, rows: list[dict[str, Any]], out: _Judged) ->
         )
 
 
-def judge(ctx: RunContext, st: PerfState, *, stopped: str | None = None) -> CheckResult:
-    """Judge every (workload, point) item, match the claims, and summarise the lifetimes and runs.
-
-    ``stopped`` (why the run stopped early: an interrupt, a termination signal, an engine crash): a partial
-    judgement. Decided points keep their runs, intervals and verdicts; a point with runs but no decision keeps
-    its runs and its interval so far, without a verdict; claims are held against decided points only. The
-    result says "k of n points measured"; it fails when a decided point failed, else it is not run (the
-    measurement is incomplete)."""
-    gate = ctx.scope.gates.perf
-    m = gate.noise_margin
-    mg = gate_margin(gate)
-    metrics: list[str] = list(dict.fromkeys([gate.gated_metric, *gate.metrics]))
-    jd = _judge_items(ctx, st, stopped=stopped)
-    rows, runs, verdicts, drift = jd.rows, jd.runs, jd.verdicts, jd.drift
-    one_lifetime = jd.one_lifetime
-    kinds: dict[str, str] = {w.name: w.kind for w in ctx.scope.workloads}
-    run_workloads = {s.item.workload for s in st.items.values() if s.n_runs("baseline") or s.n_runs("candidate")}
-    claims = match_claims(
-        ctx.scope.claims,
-        jd.measured,
-        workload_kinds=kinds,
-        workloads_run=run_workloads,
-        rehearsal=ctx.rehearsal,
-    )
-    claim_rows = [c.model_dump(mode="json") for c in claims]
-
+def _engine_timing(gate: PerfGate, runs: list[dict[str, Any]], errors: list[str]) -> tuple[dict[str, int], list[str]]:
+    """Engine-timed requests per side, and the errors with, first, each side whose engine reported no
+    per-request timing when the gated metric needs it."""
     engine_timed = {
         side: sum(len(r.get("engine_tpot_ms") or []) for r in runs if r.get("side") == side)
         for side in ("baseline", "candidate")
     }
-    errors = list(st.errors)
+    errors = list(errors)
     if METRICS[gate.gated_metric].field == "engine_tpot_ms":
         for side, k in engine_timed.items():
             if k == 0 and any(r.get("side") == side for r in runs):
@@ -268,35 +245,45 @@ def judge(ctx: RunContext, st: PerfState, *, stopped: str | None = None) -> Chec
                     f"{gate.gated_metric} needs: start it with --enable-per-request-metrics "
                     "(engines fasttrack starts get it)",
                 )
-    n = len(verdicts)
-    n_fail = sum(1 for v in verdicts.values() if v == "fail")
-    n_not = sum(1 for v in verdicts.values() if v == "not_run")
-    n_pass = n - n_fail - n_not
-    drifted = [d for d in drift if d["drifted"]]
-    trend_flags = [d for d in drift if d.get("trend_drifted")]
-    unequal = sorted({s.item.group for s in st.items.values() if s.factor() != 1.0})
-    runs_per_point = {k: s.n_runs("baseline") + s.n_runs("candidate") for k, s in st.items.items()}
-    gated_rows = [r for r in rows if r.get("gated") and r.get("speedup") is not None]
-    mde_worst = max(
-        (r["gate_detectable_slowdown"] for r in gated_rows if r.get("gate_detectable_slowdown") is not None),
-        default=None,
-    )
-    conf_note = confidence_note(gate, st.schedules)
-    lifetime_note = (
+    return engine_timed, errors
+
+
+def _lifetime_note(one_lifetime: bool, interleaved: bool) -> str:
+    """What the intervals resample, in words."""
+    note = (
         "one engine lifetime per side: the intervals cover run-to-run noise only and ignore lifetime-to-lifetime "
         "variance (which is the larger part on noisy hosts); use a tier with lifetimes_per_side >= 2 for evidence"
         if one_lifetime
         else "intervals resample engine lifetimes (the unit of replication), then runs"
     )
-    interleaved = bool(gate.interleave)
     if interleaved:
-        lifetime_note += (
+        note += (
             "; baseline and candidate runs were interleaved in time (both engines up, run pairs in A B B A "
             "blocks, resampled together), so a host that slowed down slowed both sides alike"
         )
+    return note
+
+
+def _summary(
+    gate: PerfGate,
+    st: PerfState,
+    jd: _Judged,
+    *,
+    claims: list[ClaimResult],
+    engine_timed: dict[str, int],
+    errors: list[str],
+) -> dict[str, Any]:
+    """The check's summary: the points' counts, the rule, the statistics' settings and caveats, drift, claims."""
+    verdicts, drift = jd.verdicts, jd.drift
+    n = len(verdicts)
+    n_fail = sum(1 for v in verdicts.values() if v == "fail")
+    n_not = sum(1 for v in verdicts.values() if v == "not_run")
+    n_pass = n - n_fail - n_not
+    unequal = sorted({s.item.group for s in st.items.values() if s.factor() != 1.0})
+    gated_rows = [r for r in jd.rows if r.get("gated") and r.get("speedup") is not None]
     dom = list(jd.dominance.values())
-    summary: dict[str, Any] = {
-        "interleaved": interleaved,
+    return {
+        "interleaved": bool(gate.interleave),
         "points": n,
         "passed": n_pass,
         "failed": n_fail,
@@ -308,19 +295,22 @@ def judge(ctx: RunContext, st: PerfState, *, stopped: str | None = None) -> Chec
         "strictly_better_points": sum(1 for v in jd.strictly.values() if v),
         "slower_within_margin": jd.slower,
         "gated_metric": gate.gated_metric,
-        "metrics": metrics,
-        "noise_margin": m,
-        "confidence": conf_note,
-        "ignores_lifetime_variance": one_lifetime,
-        "lifetime_note": lifetime_note,
-        "largest_gate_detectable_slowdown": mde_worst,
-        "runs_per_point": runs_per_point,
+        "metrics": list(dict.fromkeys([gate.gated_metric, *gate.metrics])),
+        "noise_margin": gate.noise_margin,
+        "confidence": confidence_note(gate, st.schedules),
+        "ignores_lifetime_variance": jd.one_lifetime,
+        "lifetime_note": _lifetime_note(jd.one_lifetime, bool(gate.interleave)),
+        "largest_gate_detectable_slowdown": max(
+            (r["gate_detectable_slowdown"] for r in gated_rows if r.get("gate_detectable_slowdown") is not None),
+            default=None,
+        ),
+        "runs_per_point": {k: s.n_runs("baseline") + s.n_runs("candidate") for k, s in st.items.items()},
         "min_runs": gate.min_runs,
         "max_runs": gate.max_runs,
         "schedules": {g: sc.describe() for g, sc in st.schedules.items()},
         "drift_checked": len(drift),
-        "drift_detected": [f"{d['point']} ({d['workload']})" for d in drifted],
-        "drift_trend_detected": [f"{d['point']} ({d['workload']})" for d in trend_flags],
+        "drift_detected": [f"{d['point']} ({d['workload']})" for d in drift if d["drifted"]],
+        "drift_trend_detected": [f"{d['point']} ({d['workload']})" for d in drift if d.get("trend_drifted")],
         "equal_resources": not unequal,
         "unequal_resource_groups": unequal,
         "claims": {c.id: c.status for c in claims},
@@ -335,75 +325,105 @@ def judge(ctx: RunContext, st: PerfState, *, stopped: str | None = None) -> Chec
         "lifetimes": st.lifetimes,
         "notes": st.notes,
         "errors": errors,
-        "burst_delivered_requests": sum(int(r.get("burst_delivered") or 0) for r in runs),
+        "burst_delivered_requests": sum(int(r.get("burst_delivered") or 0) for r in jd.runs),
         "engine_timed_requests": engine_timed,
         "p90_interactivity": METRICS["p90_interactivity"].description,
         "definitions": "docs/perf.md (metric definitions, trace format, statistics)",
     }
+
+
+def judge(ctx: RunContext, st: PerfState, *, stopped: str | None = None) -> CheckResult:
+    """Judge every (workload, point) item, match the claims, and summarise the lifetimes and runs.
+
+    ``stopped`` (why the run stopped early: an interrupt, a termination signal, an engine crash): a partial
+    judgement. Decided points keep their runs, intervals and verdicts; a point with runs but no decision keeps
+    its runs and its interval so far, without a verdict; claims are held against decided points only. The
+    result says "k of n points measured"; it fails when a decided point failed, else it is not run (the
+    measurement is incomplete)."""
+    gate = ctx.scope.gates.perf
+    jd = _judge_items(ctx, st, stopped=stopped)
+    kinds: dict[str, str] = {w.name: w.kind for w in ctx.scope.workloads}
+    run_workloads = {s.item.workload for s in st.items.values() if s.n_runs("baseline") or s.n_runs("candidate")}
+    claims = match_claims(
+        ctx.scope.claims,
+        jd.measured,
+        workload_kinds=kinds,
+        workloads_run=run_workloads,
+        rehearsal=ctx.rehearsal,
+    )
+    engine_timed, errors = _engine_timing(gate, jd.runs, st.errors)
+    summary = _summary(gate, st, jd, claims=claims, engine_timed=engine_timed, errors=errors)
     if stopped is not None:
         summary.update(partial=True, stopped=stopped, undecided=jd.undecided)
-    gate_model = perf_gate(gate, st.schedules)
     tables = {
-        "points": rows,
-        "runs": runs,
+        "points": jd.rows,
+        "runs": jd.runs,
         "looks": jd.looks,
-        "claims": claim_rows,
-        "drift": drift,
+        "claims": [c.model_dump(mode="json") for c in claims],
+        "drift": jd.drift,
         "lifetimes": st.lifetimes,
         "tails": jd.tails,
         "curves": jd.curves,
-        "curve_dominance": dom,
+        "curve_dominance": list(jd.dominance.values()),
     }
     # what every outcome of the check carries, whatever its verdict
-    evidence: dict[str, Any] = {"gate": gate_model, "summary": summary, "failures": jd.failures, "tables": tables}
+    evidence: dict[str, Any] = {
+        "gate": perf_gate(gate, st.schedules),
+        "summary": summary,
+        "failures": jd.failures,
+        "tables": tables,
+    }
+    n, n_pass, n_fail = summary["points"], summary["passed"], summary["failed"]
     measured_words = f"{n_pass + n_fail} of {n} point(s) measured"
     if stopped is not None:
         return _partial_result(evidence, stopped, n_fail, n_pass, measured_words)
     if n == 0 or n_pass + n_fail == 0:
         why = "no point was measured on both sides" + (f" ({errors[0]})" if errors else "")
         return CheckResult(check=CHECK, verdict=Verdict.NOT_RUN, reason=why, **evidence)
-    strict = gate.require == "strictly_better"
-    if n_fail:
-        verdict = Verdict.FAIL
-        reason = f"{n_fail} of {n} point(s) failed the {'strictly-better' if strict else 'no-regression'} gate " + (
-            f"({gate.gated_metric}, lower bound > 1)" if strict else f"({gate.gated_metric}, margin {mg:g})"
-        )
-    elif n_not:
-        verdict = Verdict.NOT_RUN
-        reason = f"{measured_words}; {n_not} could not be compared; the {n_pass} measured passed"
-        if errors:
-            reason += f" ({errors[0]})"
-    else:
-        verdict = Verdict.PASS
-        if strict:
-            reason = f"strictly better (lower bound > 1) at every one of {n} point(s) ({gate.gated_metric})"
-        else:
-            reason = f"no regression beyond {mg:.0%} at any of {n} point(s) ({gate.gated_metric}); " + (
-                "strictly better everywhere"
-                if summary["strictly_better"]
-                else f"strictly better at {summary['strictly_better_points']} of {n}"
-            )
+    verdict, reason = _verdict(gate, summary, measured_words, errors)
     if jd.slower:
         reason += f"; {SLOWER} at {len(jd.slower)} point(s): {', '.join(jd.slower[:4])}"
-    reason += _reason_tail(
-        summary, one_lifetime=one_lifetime, interleaved=interleaved, drifted=drifted, unequal=unequal
-    )
+    reason += _reason_tail(summary)
     return CheckResult(check=CHECK, verdict=verdict, reason=reason, **evidence)
 
 
-def _reason_tail(
-    summary: dict[str, Any], *, one_lifetime: bool, interleaved: bool, drifted: list[Any], unequal: list[str]
-) -> str:
+def _verdict(gate: PerfGate, summary: dict[str, Any], measured_words: str, errors: list[str]) -> tuple[Verdict, str]:
+    """The verdict of a run that measured some point, and its reason's head: a failed point fails it, a point
+    not compared leaves it not run, else it passes."""
+    n, n_pass, n_fail, n_not = summary["points"], summary["passed"], summary["failed"], summary["not_measured"]
+    mg = gate_margin(gate)
+    strict = gate.require == "strictly_better"
+    if n_fail:
+        return Verdict.FAIL, (
+            f"{n_fail} of {n} point(s) failed the {'strictly-better' if strict else 'no-regression'} gate "
+            + (f"({gate.gated_metric}, lower bound > 1)" if strict else f"({gate.gated_metric}, margin {mg:g})")
+        )
+    if n_not:
+        reason = f"{measured_words}; {n_not} could not be compared; the {n_pass} measured passed"
+        if errors:
+            reason += f" ({errors[0]})"
+        return Verdict.NOT_RUN, reason
+    if strict:
+        return Verdict.PASS, f"strictly better (lower bound > 1) at every one of {n} point(s) ({gate.gated_metric})"
+    return Verdict.PASS, f"no regression beyond {mg:.0%} at any of {n} point(s) ({gate.gated_metric}); " + (
+        "strictly better everywhere"
+        if summary["strictly_better"]
+        else f"strictly better at {summary['strictly_better_points']} of {n}"
+    )
+
+
+def _reason_tail(summary: dict[str, Any]) -> str:
+    """The caveats a reason ends with: lifetimes, interleaving, drift, resources, curve dominance."""
     out = ""
-    if one_lifetime:
+    if summary["ignores_lifetime_variance"]:
         out += "; one lifetime per side, so the intervals ignore lifetime variance"
-    if interleaved:
+    if summary["interleaved"]:
         out += "; runs interleaved in time"
-    if drifted:
-        out += f"; drift between baseline lifetimes at {len(drifted)} point(s)"
+    if summary["drift_detected"]:
+        out += f"; drift between baseline lifetimes at {len(summary['drift_detected'])} point(s)"
     if summary["drift_trend_detected"]:
         out += f"; the paired differences trend over time at {len(summary['drift_trend_detected'])} point(s)"
-    if unequal:
+    if summary["unequal_resource_groups"]:
         out += "; unequal GPU counts, compared per GPU"
     cd = summary["curve_dominance"]
     if cd["levels"]:
