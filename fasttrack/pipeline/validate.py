@@ -366,7 +366,6 @@ def _set_up(opts: ValidateOptions, *, log: Callable[[str], None]) -> _Run:
     ctx = RunContext(
         scope=scope,
         plan=plan,
-        tier=opts.tier,
         run_dir=run_dir,
         loaded=loaded,
         host=host,

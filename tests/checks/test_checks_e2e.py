@@ -78,7 +78,7 @@ class Demo:
         run_dir = self.root / name
         run_dir.mkdir(parents=True, exist_ok=True)
         return RunContext(
-            scope=scope, plan=self.plan, tier="smoke", run_dir=run_dir, loaded=self.loaded, log=lambda s: None
+            scope=scope, plan=self.plan, run_dir=run_dir, loaded=self.loaded, log=lambda s: None
         )
 
     def record(self, key: str, results: dict[str, CheckResult]) -> None:
