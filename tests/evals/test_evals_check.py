@@ -25,9 +25,7 @@ def _ctx(
     scope = loaded.scope if evals is None else loaded.scope.model_copy(update={"evals": evals})
     plan = build_plan(scope, tier=tier)
     data = {name: Path(path) for name, path in (eval_data or {}).items()}
-    return RunContext(
-        scope=scope, plan=plan, run_dir=tmp_path, loaded=loaded, eval_data=data, log=lambda m: None
-    )
+    return RunContext(scope=scope, plan=plan, run_dir=tmp_path, loaded=loaded, eval_data=data, log=lambda m: None)
 
 
 def test_registered() -> None:
