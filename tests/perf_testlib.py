@@ -86,7 +86,7 @@ def demo_perf_ctx(tier: str, tmp: Path, *, interleave: bool = False, workloads: 
     if workloads is not None or tier == "smoke":
         scope.tiers[tier].workloads = workloads or ["decode"]
     plan = build_plan(scope, tier=tier, scope_sha256=loaded.sha256)
-    return RunContext(scope=scope, plan=plan, tier=tier, run_dir=tmp, loaded=loaded, log=lambda m: None)
+    return RunContext(scope=scope, plan=plan, run_dir=tmp, loaded=loaded, log=lambda m: None)
 
 
 def measure(

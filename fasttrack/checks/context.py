@@ -105,7 +105,6 @@ class RunContext:
 
     scope: Scope
     plan: Plan
-    tier: str
     run_dir: Path
     loaded: LoadedScope | None = None
     """The scope file the run loaded (its text, hash and folder); None for a scope built in memory."""
@@ -123,6 +122,11 @@ class RunContext:
     """Seeds and datasets the checks used, for the bundle's provenance."""
     change: ChangeRequest | None = None
     """The PR the bundle is tied to; None: the bundle is not PR evidence."""
+
+    @property
+    def tier(self) -> str:
+        """The tier that runs (the plan's)."""
+        return self.plan.tier
 
     @property
     def base_dir(self) -> Path:

@@ -166,19 +166,21 @@ def run_lm_eval(
     base_url: str,
     model: str,
     data_file: Path,
-    num_concurrent: int,
-    seed: int,
-    max_tokens: int,
-    temperature: float,
+    settings: GenerationSettings,
     max_retries: int = 3,
     timeout_s: int = 600,
-    ignore_eos: bool = False,
 ) -> LmEvalOutput:
-    """Run one eval through lm-eval against ``base_url`` (``http://host:port``); ``ignore_eos``: see
-    :func:`task_config`."""
+    """Run one eval through lm-eval against ``base_url`` (``http://host:port``) with ``settings`` (their stop
+    sequences come from the task config; ``ignore_eos``: see :func:`task_config`)."""
     from lm_eval.tasks import TaskManager
 
-    cfg, source = task_config(kind, data_file, max_tokens=max_tokens, temperature=temperature, ignore_eos=ignore_eos)
+    cfg, source = task_config(
+        kind,
+        data_file,
+        max_tokens=settings.max_tokens,
+        temperature=settings.temperature,
+        ignore_eos=settings.ignore_eos,
+    )
     printable = _printable(copy.copy(cfg))
     task_manager = _aime_task_manager() if kind == "aime25" else TaskManager(include_defaults=False)
     loaded = task_manager.load([cfg])
@@ -189,24 +191,19 @@ def run_lm_eval(
     model_args = {
         "base_url": base_url.rstrip("/") + API_PATH[kind],
         "model": model,
-        "num_concurrent": int(num_concurrent),
+        "num_concurrent": int(settings.num_concurrent),
         "max_retries": int(max_retries),
         "tokenizer_backend": None,
         "tokenized_requests": False,
-        "seed": int(seed),
-        "max_gen_toks": int(max_tokens),
+        "seed": int(settings.seed),
+        "max_gen_toks": int(settings.max_tokens),
         "timeout": int(timeout_s),
     }
-    settings = GenerationSettings(
-        max_tokens=max_tokens,
-        temperature=temperature,
-        seed=seed,
-        num_concurrent=num_concurrent,
-        until=list(cfg["generation_kwargs"].get("until") or []),
-        ignore_eos=ignore_eos,
-    )
+    settings = settings.model_copy(update={"until": list(cfg["generation_kwargs"].get("until") or [])})
     t0 = time.perf_counter()
-    results = _evaluate(kind, base_url, model_args=model_args, tasks=tasks, task_manager=task_manager, seed=seed)
+    results = _evaluate(
+        kind, base_url, model_args=model_args, tasks=tasks, task_manager=task_manager, seed=settings.seed
+    )
     wall = time.perf_counter() - t0
     if not results or "samples" not in results or task_name not in results["samples"]:
         raise EvalRunError(f"lm-eval returned no per-sample log for task {task_name!r}")

@@ -17,6 +17,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from fasttrack import attrs
 from fasttrack.checks.base import Check, EngineCheck, EnginelessCheck, registry
@@ -93,10 +94,19 @@ def load_complete_scope(opts: ValidateOptions) -> LoadedScope:
     return loaded
 
 
-def check_hardware(
-    loaded: LoadedScope, plan: Plan, opts: ValidateOptions, *, log: Callable[[str], None]
-) -> tuple[HostInfo, bool, str | None]:
-    """Check the hardware the engines run on. Returns (host, rehearsal, reason).
+class HostCheck(NamedTuple):
+    """What :func:`check_hardware` found."""
+
+    host: HostInfo
+    """The host recorded for the run."""
+    rehearsal: bool
+    """The hardware does not match the scope's (allowed with ``allow_hardware_mismatch``): not valid evidence."""
+    reason: str | None
+    """Why it is a rehearsal (None when the hardware matches)."""
+
+
+def check_hardware(loaded: LoadedScope, plan: Plan, opts: ValidateOptions, *, log: Callable[[str], None]) -> HostCheck:
+    """Check the hardware the engines run on: the host, whether the run is a rehearsal, and why.
 
     Engines fasttrack starts run here (or on this allocation's nodes): this host is checked. An engine attached
     by URL runs elsewhere: the check runs against what it reports (:mod:`fasttrack.engine.nodes`: every node's
@@ -115,7 +125,7 @@ def check_hardware(
         host = detect_host()
         match = match_hardware(scope.hardware, host, engine_gpus=engine_gpus)
     if match.ok:
-        return host, False, None
+        return HostCheck(host, False, None)
     reason = f"requires {match.required}; found {match.found} ({'; '.join(match.problems)})"
     if not opts.allow_hardware_mismatch:
         where = "the attached engines do" if attached else "this host does"
@@ -126,7 +136,7 @@ def check_hardware(
             f"--tier {opts.tier}. To rehearse anyway (not valid evidence): add --allow-hardware-mismatch.",
         )
     log(f"rehearsal: hardware mismatch: {reason}. Results will be marked as a rehearsal, not valid evidence.")
-    return host, True, reason
+    return HostCheck(host, True, reason)
 
 
 def preflight(loaded: LoadedScope, plan: Plan, opts: ValidateOptions, *, log: Callable[[str], None]) -> None:
@@ -359,26 +369,25 @@ def _set_up(opts: ValidateOptions, *, log: Callable[[str], None]) -> _Run:
     sign_keys = [load_private_key(p) for p in opts.sign_keys]  # loaded once; a bad key fails before any engine
     _check_run_dir(Path(opts.out), opts.force)
     # last of the input checks: it may ask attached engines what they run on
-    host, rehearsal, rehearsal_reason = check_hardware(loaded, plan, opts, log=log)
+    hw = check_hardware(loaded, plan, opts, log=log)
     run_dir = _prepare_run_dir(Path(opts.out), opts.force)
     (run_dir / "logs").mkdir(exist_ok=True)
     checks, skipped = select_checks(plan, opts.checks)
     ctx = RunContext(
         scope=scope,
         plan=plan,
-        tier=opts.tier,
         run_dir=run_dir,
         loaded=loaded,
-        host=host,
+        host=hw.host,
         eval_data=dict(opts.eval_data),
-        rehearsal=rehearsal,
+        rehearsal=hw.rehearsal,
         log=log,
         change=change,
     )
     facts = RunFacts(
         **attrs(ctx, "loaded", "plan", "host", "rehearsal"),
         **attrs(opts, "pr_repository", "pr_number", "base", "head"),
-        rehearsal_reason=rehearsal_reason,
+        rehearsal_reason=hw.reason,
         sign_keys=sign_keys,
     )
     return _Run(ctx=ctx, driven=driven, checks=checks, skipped=skipped, facts=facts)

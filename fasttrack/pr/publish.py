@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fasttrack import attrs
 from fasttrack.bundle.canonical import sha256_file
 from fasttrack.bundle.errors import BundleError
 from fasttrack.pr.body import Body, render_body
@@ -176,8 +177,7 @@ def publish(opts: PublishOptions, client: GitHubClient, *, log: Callable[[str], 
         tag=tag,
         release_created=created,
         asset_uploaded=uploaded,
-        comment_url=up.url,
-        comment_created=up.created,
+        **attrs(up, "url", "created", prefix="comment_"),
         head_sha=head_sha,
         body=body,
     )

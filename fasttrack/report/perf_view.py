@@ -153,23 +153,32 @@ def perf_view(manifest: Manifest, tables: Tables, plan_pts: PlanPoints) -> PerfV
     reason = fmt.one_line(entry.reason, 600)
     if t.truncated:
         reason += f" (showing the first {len(t.rows)} of {t.total_rows} rows)"
-    ctabs = tables.get(check, {})
-    curves_t, dom_t, tails_t = ctabs.get("curves"), ctabs.get("curve_dominance"), ctabs.get("tails")
-    curve_views = curve_charts(
-        curves_t.rows if curves_t is not None and curves_t.error is None else [],
-        dom_t.rows if dom_t is not None and dom_t.error is None else [],
-    )
-    tails = tail_view(tails_t.rows) if tails_t is not None and tails_t.error is None else []
     return PerfView(
         status="shown",
         reason=reason,
         table=name,
         threshold=threshold,
         metrics=views,
-        curves=curve_views,
-        tails=tails[:MAX_TAIL_ROWS],
-        tails_total=len(tails),
+        **_curves_and_tails(tables.get(check, {})),
     )
+
+
+def _curves_and_tails(ctabs: dict[str, LoadedTable]) -> dict[str, Any]:
+    """The perf view's interactivity-throughput charts and latency-tails rows (``curves``, ``tails``,
+    ``tails_total``), from the check's ``curves``, ``curve_dominance`` and ``tails`` tables (a missing or
+    unreadable table: none)."""
+
+    def rows(table: str) -> list[dict[str, Any]]:
+        t = ctabs.get(table)
+        return t.rows if t is not None and t.error is None else []
+
+    curves = curve_charts(rows("curves"), rows("curve_dominance"))
+    tails = tail_view(rows("tails"))
+    return {
+        "curves": curves,
+        "tails": tails[:MAX_TAIL_ROWS],
+        "tails_total": len(tails),
+    }
 
 
 #: Rows of the latency-tails table shown (the table file has every one).

@@ -6,12 +6,13 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from markupsafe import Markup
 
-from fasttrack import __version__
+from fasttrack import __version__, attrs
 from fasttrack.report import agreement, risk
 from fasttrack.report.records import BundleRecord
 from fasttrack.report.render import render_page, renderer_version, static, write_text
@@ -87,9 +88,8 @@ def compare_view(g: agreement.GroupResult, *, max_bundles: int = 8, max_rows: in
 
 def write_index(site: Path, records: list[BundleRecord], *, errors: Sequence[str] = ()) -> None:
     """index.html, index.json and compare pages from the indexed records."""
-    groups = agreement.group(records)
-    status_of, disagree = _agreement_of(groups)
-    risks = {r.id: risk.assess(r, disagrees=r.id in disagree) for r in records}
+    cmp = _comparisons(records)
+    risks = {r.id: risk.assess(r, disagrees=r.id in cmp.disagree) for r in records}
     ordered = risk.order([(r, risks[r.id]) for r in records])
     queue = [(r, k) for r, k in ordered if k.score > 0]
     by_model: dict[str, list[BundleRecord]] = {}
@@ -97,13 +97,9 @@ def write_index(site: Path, records: list[BundleRecord], *, errors: Sequence[str
         by_model.setdefault(r.model or "(unreadable)", []).append(r)
     for rs in by_model.values():
         rs.sort(key=lambda r: (r.repository, r.pr_number or 0, r.head_sha, r.created, r.id))
-    multi = [g for g in groups if len(g.bundles) > 1]
-    multi.sort(key=lambda g: ({"disagree": 0, "not_comparable": 1, "agree": 2}.get(g.status, 3), g.key))
-    gids = {g.key: group_id(g.key) for g in multi}
-    group_of = {r.id: gids[g.key] for g in multi for r in g.bundles}
     css = static("report.css") + "\n" + static("dashboard.css")
-    _write_compare_pages(site / "compare", multi, gids, risks, css)
-    counts = _counts(records, multi)
+    _write_compare_pages(site / "compare", cmp, risks, css)
+    counts = _counts(records, cmp.multi)
     html = render_page(
         "dashboard.html.j2",
         css=css,
@@ -113,10 +109,7 @@ def write_index(site: Path, records: list[BundleRecord], *, errors: Sequence[str
         queue_total=len(queue),
         by_model=sorted(by_model.items()),
         risks=risks,
-        multi=multi,
-        gids=gids,
-        group_of=group_of,
-        status_of=status_of,
+        **attrs(cmp, "multi", "gids", "group_of", "status_of"),
         models=sorted(by_model),
         errors=list(errors)[:200],
         data=_json_for_script(_filter_rows(records, risks)),
@@ -130,29 +123,47 @@ def write_index(site: Path, records: list[BundleRecord], *, errors: Sequence[str
                 **r.model_dump(mode="json", exclude={"members"}),
                 "files": len(r.members),
                 "risk": {"score": risks[r.id].score, "level": risks[r.id].level, "reasons": risks[r.id].reasons},
-                "group": group_of.get(r.id),
-                "agreement": status_of.get(r.id, "single"),
+                "group": cmp.group_of.get(r.id),
+                "agreement": cmp.status_of.get(r.id, "single"),
             }
             for r, _ in ordered
         ],
         "groups": [
             {
-                "id": gids[g.key],
+                "id": cmp.gids[g.key],
                 "head_sha": g.key[0],
                 "model": g.key[1],
                 "status": g.status,
                 "bundles": [r.id for r in g.bundles],
                 "differences": g.differences[:200],
             }
-            for g in multi
+            for g in cmp.multi
         ],
         "errors": list(errors),
     }
     write_text(site / "index.json", json.dumps(doc, sort_keys=True, ensure_ascii=False, separators=(",", ":")))
 
 
-def _agreement_of(groups: list[agreement.GroupResult]) -> tuple[dict[str, str], set[str]]:
-    """Each bundle's group status (``record id -> status``), and the bundles of a pair that disagrees."""
+@dataclass
+class _Comparisons:
+    """The readable bundles grouped by (PR head, model) (:func:`fasttrack.report.agreement.group`), as the
+    dashboard's pages show the groups."""
+
+    multi: list[agreement.GroupResult]
+    """The groups of several bundles, those that disagree first (each has a side-by-side page)."""
+    gids: dict[tuple[str, str], str]
+    """Group key -> the name of its side-by-side page."""
+    group_of: dict[str, str]
+    """Record id -> the side-by-side page of its group (bundles of a group of several)."""
+    status_of: dict[str, str]
+    """Record id -> its group's status."""
+    disagree: set[str]
+    """The records of a pair that disagrees."""
+
+
+def _comparisons(records: list[BundleRecord]) -> _Comparisons:
+    """The records' groups, each bundle's group status, and the bundles of a pair that disagrees."""
+    groups = agreement.group(records)
     disagree: set[str] = set()
     status_of: dict[str, str] = {}
     for g in groups:
@@ -161,20 +172,18 @@ def _agreement_of(groups: list[agreement.GroupResult]) -> tuple[dict[str, str], 
         for p in g.pairs:
             if p.status == "disagree":
                 disagree.update((p.a, p.b))
-    return status_of, disagree
+    multi = [g for g in groups if len(g.bundles) > 1]
+    multi.sort(key=lambda g: ({"disagree": 0, "not_comparable": 1, "agree": 2}.get(g.status, 3), g.key))
+    gids = {g.key: group_id(g.key) for g in multi}
+    group_of = {r.id: gids[g.key] for g in multi for r in g.bundles}
+    return _Comparisons(multi=multi, gids=gids, group_of=group_of, status_of=status_of, disagree=disagree)
 
 
-def _write_compare_pages(
-    compare_dir: Path,
-    multi: list[agreement.GroupResult],
-    gids: dict[tuple[str, str], str],
-    risks: dict[str, risk.Risk],
-    css: str,
-) -> None:
+def _write_compare_pages(compare_dir: Path, cmp: _Comparisons, risks: dict[str, risk.Risk], css: str) -> None:
     """One side-by-side page per group of several bundles; pages of groups that are gone are removed."""
     if compare_dir.is_dir():
         for old in compare_dir.glob("*.html"):
-            if old.stem not in gids.values():
+            if old.stem not in cmp.gids.values():
                 old.unlink()
     # a compare page depends only on its bundles (and the renderer): re-render it when they change
     stamps_file = compare_dir / "stamps.json"
@@ -184,8 +193,8 @@ def _write_compare_pages(
         stamps = {}
     version = renderer_version()
     new_stamps = {}
-    for g in multi:
-        gid = gids[g.key]
+    for g in cmp.multi:
+        gid = cmp.gids[g.key]
         stamp = hashlib.sha256((version + "".join(sorted(r.id for r in g.bundles))).encode()).hexdigest()
         new_stamps[gid] = stamp
         if stamps.get(gid) == stamp and (compare_dir / f"{gid}.html").is_file():

@@ -41,7 +41,7 @@ def run(tmp_path: Path):
     (run_dir / "profiles").mkdir()
     (run_dir / "profiles" / "huge-trace.json").write_text("{}")
     (run_dir / "run-summary.json").write_text(json.dumps({"verdict": "pass"}))
-    ctx = RunContext(scope=loaded.scope, plan=plan, tier="smoke", run_dir=run_dir, loaded=loaded)
+    ctx = RunContext(scope=loaded.scope, plan=plan, run_dir=run_dir, loaded=loaded)
     ctx.model = ResolvedModel(model="/models/demo", sha256="2" * 64)
     ctx.provenance.seed("sampling", 1234)
     state = RunState(

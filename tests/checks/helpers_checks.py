@@ -29,7 +29,7 @@ def demo_ctx(tmp_path: Path, *, batches: list[int] | None = None, **scope_update
     if scope_updates:
         scope = scope.model_copy(update=scope_updates)
     plan = build_plan(scope, tier="smoke")
-    return RunContext(scope=scope, plan=plan, tier="smoke", run_dir=tmp_path, loaded=loaded, log=lambda s: None)
+    return RunContext(scope=scope, plan=plan, run_dir=tmp_path, loaded=loaded, log=lambda s: None)
 
 
 def window(

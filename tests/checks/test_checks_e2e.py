@@ -77,9 +77,7 @@ class Demo:
         scope = self.scope.model_copy(update=scope_updates) if scope_updates else self.scope
         run_dir = self.root / name
         run_dir.mkdir(parents=True, exist_ok=True)
-        return RunContext(
-            scope=scope, plan=self.plan, tier="smoke", run_dir=run_dir, loaded=self.loaded, log=lambda s: None
-        )
+        return RunContext(scope=scope, plan=self.plan, run_dir=run_dir, loaded=self.loaded, log=lambda s: None)
 
     def record(self, key: str, results: dict[str, CheckResult]) -> None:
         for name, r in results.items():

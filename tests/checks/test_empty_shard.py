@@ -19,7 +19,7 @@ from fasttrack.scope import load_scope
 def _declared(tmp_path: Path, shard: str) -> tuple[RunState, list[str]]:
     loaded = load_scope(str(demo_scope_variant(tmp_path / "scope", ONE_POINT)))
     plan = build_plan(loaded.scope, tier="smoke", shard=shard)
-    ctx = RunContext(scope=loaded.scope, plan=plan, tier="smoke", run_dir=tmp_path, loaded=loaded, log=lambda s: None)
+    ctx = RunContext(scope=loaded.scope, plan=plan, run_dir=tmp_path, loaded=loaded, log=lambda s: None)
     checks, skipped = select_checks(plan, None)
     state = RunState()
     active = _declare_inactive(ctx, checks, skipped, state)

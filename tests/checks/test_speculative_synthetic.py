@@ -83,9 +83,7 @@ def _standard_ctx(tmp_path: Path):
 
     loaded = load_scope("demo-llama")
     plan = build_plan(loaded.scope, tier="standard")
-    ctx = RunContext(
-        scope=loaded.scope, plan=plan, tier="standard", run_dir=tmp_path, loaded=loaded, log=lambda s: None
-    )
+    ctx = RunContext(scope=loaded.scope, plan=plan, run_dir=tmp_path, loaded=loaded, log=lambda s: None)
     spec = next(g for g in plan.groups if g.synthetic_acceptance)
     none = next(g for g in plan.groups if g.spec == "none")
     return ctx, spec, none

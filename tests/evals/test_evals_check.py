@@ -25,9 +25,7 @@ def _ctx(
     scope = loaded.scope if evals is None else loaded.scope.model_copy(update={"evals": evals})
     plan = build_plan(scope, tier=tier)
     data = {name: Path(path) for name, path in (eval_data or {}).items()}
-    return RunContext(
-        scope=scope, plan=plan, tier=tier, run_dir=tmp_path, loaded=loaded, eval_data=data, log=lambda m: None
-    )
+    return RunContext(scope=scope, plan=plan, run_dir=tmp_path, loaded=loaded, eval_data=data, log=lambda m: None)
 
 
 def test_registered() -> None:
@@ -199,7 +197,7 @@ def test_the_evidence_window_reads_the_scopes_device_counters(tmp_path: Path, mo
 
     loaded = load_scope("demo-llama-gpu")
     plan = build_plan(loaded.scope, tier="smoke")
-    ctx = RunContext(scope=loaded.scope, plan=plan, tier="smoke", run_dir=tmp_path, loaded=loaded, log=lambda m: None)
+    ctx = RunContext(scope=loaded.scope, plan=plan, run_dir=tmp_path, loaded=loaded, log=lambda m: None)
     seen: dict[str, Any] = {}
 
     class Opened(Exception):

@@ -49,7 +49,6 @@ def _ctx(run_dir: Path) -> RunContext:
     return RunContext(
         scope=scope,
         plan=plan,
-        tier="smoke",
         run_dir=run_dir,
         loaded=loaded,
         eval_data={"aime25": FIXTURES / "aime25.jsonl", "mrcr": FIXTURES / "mrcr.parquet"},

@@ -21,7 +21,7 @@ CPU_ONLY = pytest.mark.skipif(torch.cuda.is_available(), reason="asserts what a 
 
 
 def _ctx(scope, tmp_path: Path, tier: str = "smoke") -> RunContext:
-    return RunContext(scope=scope, plan=None, tier=tier, run_dir=tmp_path, log=lambda m: None)  # type: ignore[arg-type] - the kernels check reads no plan
+    return RunContext(scope=scope, plan=SimpleNamespace(tier=tier), run_dir=tmp_path, log=lambda m: None)  # type: ignore[arg-type] - the kernels check reads only the plan's tier
 
 
 def test_registered_without_engine():

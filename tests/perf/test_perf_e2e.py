@@ -63,9 +63,7 @@ def _ctx(run_dir: Path, batches: list[int] | None = None) -> RunContext:
         scope.tiers["smoke"].batch = batches
     plan = build_plan(scope, tier="smoke", scope_sha256=loaded.sha256)
     run_dir.mkdir(parents=True, exist_ok=True)
-    return RunContext(
-        scope=scope, plan=plan, tier="smoke", run_dir=run_dir, loaded=loaded, log=lambda m: print(m, file=sys.stderr)
-    )
+    return RunContext(scope=scope, plan=plan, run_dir=run_dir, loaded=loaded, log=lambda m: print(m, file=sys.stderr))
 
 
 def _timed(key: str, get: Any) -> Any:

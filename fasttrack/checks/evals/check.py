@@ -60,7 +60,7 @@ from fasttrack.checks.windows import fallback_regex, marker_set
 from fasttrack.errors import FasttrackError
 from fasttrack.evals.compare import SampleOutcome
 from fasttrack.evals.datasets import resolve_dataset
-from fasttrack.evals.runner import LmEvalOutput, run_lm_eval
+from fasttrack.evals.runner import GenerationSettings, LmEvalOutput, run_lm_eval
 from fasttrack.evals.samples import Selection, select_samples
 from fasttrack.plan import EngineGroup
 from fasttrack.results import CheckResult, Gate, PathEvidence, Side
@@ -248,11 +248,13 @@ class EvalsCheck(EngineCheck, name="evals", title="Model evaluations", report_vi
             base_url=engine.base_url,
             model=engine.model,
             data_file=data_file,
-            num_concurrent=unit.batch,
-            seed=repeat,
-            max_tokens=max_tokens,
-            temperature=spec.temperature,
-            ignore_eos=ignore_eos,
+            settings=GenerationSettings(
+                max_tokens=max_tokens,
+                temperature=spec.temperature,
+                seed=repeat,
+                num_concurrent=unit.batch,
+                ignore_eos=ignore_eos,
+            ),
         )
         label = f"{spec.name} at {unit.point} (batch {unit.batch}) on the {session.side}, {role}, repeat {repeat}"
         ctx.log(f"evals: running {label}")
