@@ -14,12 +14,14 @@ VENV="${FASTTRACK_VENV:-.venv}"
 OUT="${FASTTRACK_DEMO_OUT:-runs/demo}"
 KEY="$(demo_key "$VENV" "$OUT")"
 "$VENV/bin/fasttrack" plan --model demo-llama --tier smoke
-marker="$(mktemp)"
-trap 'rm -f "$marker"' EXIT
+# the bundle's identity before the run (inode, size, modification and change times to the nanosecond): a
+# timestamp marker cannot tell a file written in the same clock tick as the marker from an old one
+identity() { stat -c '%i %s %y %z' "$OUT/bundle.tar.gz" 2>/dev/null || true; }
+before="$(identity)"
 status=0
 "$VENV/bin/fasttrack" validate --model demo-llama --tier smoke --out "$OUT" --sign-key "$KEY" "$@" || status=$?
 # only a bundle this run wrote (not one left by an earlier run when validate stopped early)
-if [ -n "$(find "$OUT/bundle.tar.gz" -newer "$marker" 2>/dev/null)" ]; then
+if [ -f "$OUT/bundle.tar.gz" ] && [ "$(identity)" != "$before" ]; then
   echo
   echo "The bundle is signed with the local demo key $KEY (not a trusted identity). To verify it:"
   echo "  $VENV/bin/fasttrack verify $OUT/bundle.tar.gz --key $KEY.pub"

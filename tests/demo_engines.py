@@ -47,9 +47,11 @@ DEMO_FALLBACK_PATTERN = r"fasttrack-demo fallback reason="
 DEFECT_ENV = "FASTTRACK_DEMO_DEFECT"
 DEFECT_FILE_ENV = "FASTTRACK_DEMO_DEFECT_FILE"
 SLOW_FACTOR_ENV = "FASTTRACK_DEMO_SLOW_FACTOR"
-SLOW_FACTOR = 1.5
+SLOW_FACTOR = 3.0
 """The session candidate's ``slow-batch`` defect makes each decode step at batch 4 this many times slower
-(``FASTTRACK_DEMO_SLOW_FACTOR``): the smallest slowdown the demo scope's perf gate is set to detect."""
+(``FASTTRACK_DEMO_SLOW_FACTOR``): far beyond the perf end-to-end test's margin (speedup 1/3 against its
+threshold of 0.5), so that test's outcome does not hang on the load of the CI host. The smallest slowdown
+the demo scope's own margin is set to detect (1.5x) is measured by ``benchmarks/false_alarm.py``."""
 """The demo plugin's run-time defect switch (examples/README.md): the session's one candidate engine
 serves the clean candidate and every planted defect in turn, so the defects cost no engine start."""
 
