@@ -51,9 +51,9 @@ summaries=("$FASTTRACK_SUITE_SUMMARY")
 if [[ $# == 0 && "${FASTTRACK_SIDE_BY_SIDE:-1}" != 0 ]]; then
   # The whole suite (what CI runs) in two pytest processes side by side (tests/sidebyside.py,
   # FASTTRACK_TEST_SPLIT): one runs the end-to-end tests on the engine schedule (those that use the
-  # session's engines, then those that stop them and start their own) and then the kernel tests (fast,
-  # but minutes of pytest-in-pytest: the engine schedule ends first, so they even out the two), the
-  # other every other test
+  # session's engines, then those that stop them and start their own) and then the fast tests of
+  # SCHEDULE_TAIL (bundle, kernel, PR and security tests: minutes of them; the engine schedule ends
+  # first, so they even out the two), the other every other test
   # (first the end-to-end tests that start engines of their own from the outset, then the fast tests).
   # The other process pauses while the first one times engines (perf pairs; FASTTRACK_QUIET_FILE).
   # vLLM's CPU worker binds to one core (core 0 on two cores); the second process's engines bind
@@ -73,7 +73,7 @@ if [[ $# == 0 && "${FASTTRACK_SIDE_BY_SIDE:-1}" != 0 ]]; then
     "${pytest_cmd[@]}" -m "not pending" >"$other_log" 2>&1 &
   other_pid=$!
   on_exit=("kill $other_pid 2>/dev/null || true" "${on_exit[@]}")
-  echo "==> end-to-end tests on the engine schedule, then the kernel tests (the other tests run alongside; their output follows)"
+  echo "==> end-to-end tests on the engine schedule, then the bundle, kernel, PR and security tests (the other tests run alongside; their output follows)"
   FASTTRACK_TEST_SPLIT=schedule "${pytest_cmd[@]}" -m "not pending"
   schedule_rc=$?
   schedule_wall=$(( $(date +%s) - t0 ))

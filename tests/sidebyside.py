@@ -31,10 +31,12 @@ SPLITS = ("schedule", "other")
 QUIET_ENV = "FASTTRACK_QUIET_FILE"
 QUIET_PHASE = "pair"
 """The phase whose tests time engines: the ``other`` process pauses while it runs."""
-SCHEDULE_TAIL: tuple[str, ...] = ("tests/kernels/",)
+SCHEDULE_TAIL: tuple[str, ...] = ("tests/bundle/", "tests/kernels/", "tests/pr/", "tests/security/")
 """Fast tests (no engine) that the ``schedule`` process runs after its end-to-end tests: its engine schedule
-ends minutes before the ``other`` process's fast tests do, so these even out the two (the kernel harness's
-pytest-in-pytest runs, a few minutes on two cores). Nothing on the engine schedule runs after them."""
+ends minutes before the ``other`` process's tests do (that one also waits out the quiet window), so these
+even out the two (the kernel harness's pytest-in-pytest runs and the security suite's browser runs, about
+five minutes on two cores). No test in these folders is on the engine schedule or end-to-end, and nothing
+on the engine schedule runs after them."""
 QUIET_WAIT_LIMIT_S = 1800.0
 """The longest the ``other`` process waits for one quiet window (then it goes on, saying so)."""
 

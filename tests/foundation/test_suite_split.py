@@ -10,7 +10,13 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-AREAS = ["tests/executors", "tests/checks", "tests/engine", "tests/kernels/test_kernels_check.py"]
+AREAS = [
+    "tests/executors",
+    "tests/checks",
+    "tests/engine",
+    "tests/kernels/test_kernels_check.py",
+    "tests/security/test_cli_inputs.py",
+]
 """Areas with tests of every kind: fast, on the engine schedule, end-to-end with engines of their own."""
 
 
@@ -40,9 +46,12 @@ def test_the_two_shares_partition_the_suite_in_schedule_order() -> None:
     assert not set(scheduled) & set(other)
     assert sorted(scheduled + other) == sorted(whole)
     # The scheduled share keeps the order of the whole suite (the engine schedule), then runs the fast
-    # tests of its tail (the kernel tests), which no other share runs ...
-    tail = [t for t in scheduled if t.startswith("tests/kernels/")]
-    assert tail and scheduled[-len(tail) :] == tail and not any(t.startswith("tests/kernels/") for t in other)
+    # tests of its tail (SCHEDULE_TAIL: the kernel and security tests here), which no other share runs ...
+    from sidebyside import SCHEDULE_TAIL
+
+    tail = [t for t in scheduled if t.startswith(SCHEDULE_TAIL)]
+    assert {t.split("/")[1] for t in tail} == {"kernels", "security"}
+    assert scheduled[-len(tail) :] == tail and not any(t.startswith(SCHEDULE_TAIL) for t in other)
     engine_part = scheduled[: -len(tail)]
     assert engine_part == [t for t in whole if t in set(engine_part)]
     # ... but the other share runs its end-to-end tests first (then its fast tests), each part in that order
