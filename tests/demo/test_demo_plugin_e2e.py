@@ -271,7 +271,9 @@ def test_silent_fallback_defect_claims_the_fast_path_and_runs_stock(
 
 def test_slow_batch_defect_slows_batch_4(slow_batch_engine, engine_slot) -> None:
     """The session candidate's ``slow-batch`` is a factor (``FASTTRACK_DEMO_SLOW_FACTOR``, ``SLOW_FACTOR``): batch 4
-    slows down by about that much against the same engine without the defect, and batches 3 and 5 do not."""
+    slows down by at least about that much against the same engine without the defect, and batches 3 and 5 do
+    not. A large factor overshoots (the busy-wait holds the core that the API server's output handling shares,
+    and that handling then counts in the next step's own time): 3 gave 4.6x (14.6 against 3.2 ms)."""
     engine = slow_batch_engine
     t3, t4, t5 = (_tpot_ms(engine, b) for b in (3, 4, 5))
     set_defect(engine_slot, None)
@@ -280,4 +282,4 @@ def test_slow_batch_defect_slows_batch_4(slow_batch_engine, engine_slot) -> None
     finally:
         set_defect(engine_slot, "slow-batch")
     figures = f"median TPOT ms: batch 3 {t3:.2f}, batch 4 {t4:.2f} (clean {clean4:.2f}), batch 5 {t5:.2f}"
-    assert 0.8 * SLOW_FACTOR < t4 / clean4 < 1.35 * SLOW_FACTOR and t4 > max(t3, t5), figures
+    assert 0.8 * SLOW_FACTOR < t4 / clean4 < 2.5 * SLOW_FACTOR and t4 > max(t3, t5), figures
