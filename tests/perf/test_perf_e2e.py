@@ -21,7 +21,7 @@ Expected:
 * the clean candidate's check produces a full table (interval, minimum detectable
   effect, raw runs at every point, paired intervals, latency tails) and a verdict that is
   exactly what its rows say, and it passes: the demo fast path runs at about the stock
-  path's speed (within 10-25% on these hosts). Its speedups are figures, not assertions:
+  path's speed (0.72-0.99 in the runs of docs/perf.md). Its speedups are figures, not assertions:
   they go to the log;
 * the ``slow-batch`` candidate, swept at batches 3 and 4 (every context), fails the gate
   at both batch-4 points and nowhere else.
