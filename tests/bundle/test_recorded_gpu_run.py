@@ -4,29 +4,27 @@ device, the equivalence drift, the perf intervals)."""
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
+from gpu_run_testlib import (
+    bundle_rows,
+    drift_phrase,
+    equivalence_by_batch,
+    gated_perf_points,
+    geo_mean_phrase,
+    interval_phrase,
+    verified_verdicts,
+)
+
 from fasttrack import ROOT
-from fasttrack import bundle as B
 from fasttrack.report import render_report
 
 RUN = ROOT / "examples" / "h200-run"
 DOC = (ROOT / "docs" / "gpu.md").read_text()
 
 
-def _rows(check: str, table: str) -> list[dict]:
-    with B.open_bundle(RUN / "bundle.tar.gz") as view:
-        return list(view.rows(check, table))
-
-
 def test_the_h200_bundle_verifies_against_the_committed_key() -> None:
-    res = B.verify_bundle(RUN / "bundle.tar.gz", keys=[RUN / "h200.pub"])
-    assert res.verified, res.failures
-    with B.open_bundle(RUN / "bundle.tar.gz") as view:
-        m = view.manifest
-        assert (m.scope.model, m.scope.tier, m.verdict) == ("demo-llama-gpu", "smoke", "fail")
-        verdicts = {name: c.verdict for name, c in m.checks.items()}
+    verdicts = verified_verdicts(RUN)
     assert verdicts == {
         "isolation": "not_run",
         "kernels": "pass",
@@ -43,7 +41,7 @@ def test_the_h200_bundle_verifies_against_the_committed_key() -> None:
 
 
 def test_the_fast_path_ran_in_every_replayed_decode_step_by_the_device_counter() -> None:
-    rows = [r for r in _rows("coverage", "coverage") if r["in_plan"]]
+    rows = [r for r in bundle_rows(RUN, "coverage", "coverage") if r["in_plan"]]
     assert len(rows) == 17 and "17 (point, check) pairs" in DOC
     for r in rows:
         assert r["verdict"] == "pass" and r["candidate_optimized_fraction"] == 1.0
@@ -55,17 +53,14 @@ def test_the_fast_path_ran_in_every_replayed_decode_step_by_the_device_counter()
 
 
 def test_the_equivalence_drift_and_the_perf_intervals_are_the_documented_ones() -> None:
-    eq = {int(r["batch"]): r for r in _rows("equivalence", "equivalence_points")}
-    quoted = ", ".join(f"{eq[b]['max_abs_logprob_diff']:.2f}" for b in (1, 2, 4))
-    assert f"{quoted} and {eq[8]['max_abs_logprob_diff']:.2f} at batches 1, 2, 4 and 8" in DOC
+    eq = equivalence_by_batch(RUN)
+    assert drift_phrase(eq) in DOC
     assert all(r["close_fraction"] == 1.0 for r in eq.values())
     assert max(r["kl_mean"] for r in eq.values()) <= 0.0073 and "KL mean at most 0.0073" in DOC
-    pts = [r for r in _rows("perf", "points") if r["metric_name"] == "median_engine_tpot_ms"]
+    pts = gated_perf_points(RUN)
     assert len(pts) == 8 and all(r["verdict"] == "fail" for r in pts)
-    widths = [r["ci_high"] - r["ci_low"] for r in pts]
-    assert f"intervals {round(min(widths) * 100)}-{round(max(widths) * 100)}% wide" in DOC
-    geo = math.exp(sum(math.log(r["speedup"]) for r in pts) / len(pts))
-    assert f"geometric mean {geo:.3f}" in DOC
+    assert interval_phrase(pts) in DOC
+    assert geo_mean_phrase(pts) in DOC
     # the raw run values are in the bundle: every point kept its 6 + 6 interleaved runs
     for r in pts:
         base, cand = r["baseline_run_values"], r["candidate_run_values"]
