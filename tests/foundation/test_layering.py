@@ -42,6 +42,7 @@ PKG = ROOT / "fasttrack"
 LEVELS: dict[str, float] = {
     "fasttrack": 1,  # the package root: ROOT, __version__ and lazy_exports; imports nothing of fasttrack
     "errors": 1,
+    "registry": 1,  # one registry of pluggable parts by kind and name (built-ins and the fasttrack entry points)
     "results": 1,
     "limits": 1,  # every resource limit on untrusted input (bundles, scopes, key files, shards)
     "terminal": 1,  # the consoles commands print to: full width without a terminal
