@@ -25,8 +25,13 @@ from collections.abc import Mapping
 
 from pydantic import Field
 
+from fasttrack.evidence.hardware import COMPUTE_CAPABILITY_BY_NAME, capability_from_name
 from fasttrack.modelbase import DocModel, StrictModel
 from fasttrack.scope import HardwareSpec
+
+#: The GPU capability table lives in :mod:`fasttrack.evidence.hardware` (verifying holds a bundle's recorded GPUs
+#: against a scope by it); it is named here too because callers found it here.
+__all__ = ["COMPUTE_CAPABILITY_BY_NAME", "capability_from_name"]
 
 
 class GPU(StrictModel):
@@ -72,38 +77,6 @@ class HardwareMatch(StrictModel):
     problems: list[str]
     facts: list[str] = Field(default_factory=list)
     """What was found, one line per aspect (GPU model, architecture, count, interconnect, nodes)."""
-
-
-#: Compute capability of NVIDIA data-center GPUs by product name, for reports that name the GPU but not its
-#: capability (vLLM's ``/server_info`` lists ``nvidia-smi -L`` names only). Matched as a word of the name;
-#: the longest match wins (``GB300`` before ``B300``). Names outside the table stay unknown.
-COMPUTE_CAPABILITY_BY_NAME: dict[str, str] = {
-    "A100": "8.0",
-    "A800": "8.0",
-    "A30": "8.0",
-    "A10": "8.6",
-    "A40": "8.6",
-    "L4": "8.9",
-    "L40": "8.9",
-    "L40S": "8.9",
-    "H100": "9.0",
-    "H200": "9.0",
-    "H800": "9.0",
-    "H20": "9.0",
-    "GH200": "9.0",
-    "B200": "10.0",
-    "GB200": "10.0",
-    "B300": "10.3",
-    "GB300": "10.3",
-}
-
-
-def capability_from_name(name: str) -> str | None:
-    """The compute capability of an NVIDIA GPU named ``name`` (``'NVIDIA H200'`` -> ``'9.0'``), or None when
-    the name is not in :data:`COMPUTE_CAPABILITY_BY_NAME`."""
-    words = set(re.findall(r"[A-Za-z0-9]+", name.upper()))
-    hits = [k for k in COMPUTE_CAPABILITY_BY_NAME if k in words]
-    return COMPUTE_CAPABILITY_BY_NAME[max(hits, key=len)] if hits else None
 
 
 def cpu_model() -> str:

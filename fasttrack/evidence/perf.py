@@ -1,0 +1,507 @@
+"""The perf check's evidence: its nine tables and the no-regression gate re-judged from every point's interval.
+
+A (workload, point) item passes when the lower confidence bound of its gated metric's speedup reaches the
+threshold of the judging scope's gate (``1 - noise_margin``; ``1`` when ``require: strictly_better``). Its
+point verdict is then made worse by failed requests (the candidate's fail it, the baseline's leave it not
+compared), by goodput at the SLO (``slo.gate``) and by curve dominance (``curve_dominance``). Re-judging:
+
+* each row of the gated metric: ``gated`` true, its interval at no less than the scope's confidence, its
+  verdict the one its lower bound gives, and the point verdict (``point_verdict``, else ``verdict``) the one
+  the further conditions give (failed requests from ``runs``, goodput from its row, dominance from
+  ``curve_dominance``);
+* every item the judging scope's plan measures has its gated row;
+* the check's bound: the items' verdicts folded (a missing item leaves it not run).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, Literal
+
+from fasttrack import registry
+from fasttrack.evidence.base import (
+    Checker,
+    CheckEvidence,
+    Rejudged,
+    Row,
+    RowVerdict,
+    TableSpec,
+    at_least,
+    fold,
+    headroom,
+    worst,
+)
+from fasttrack.evidence.expect import RejudgeContext
+
+CHECK = "perf"
+CURVE_KIND = "concurrency_sweep"
+
+Decision = Literal["decided_pass", "decided_fail", "undecided"]
+ClaimStatus = Literal["supported", "refuted", "inconclusive", "not_measured", "confirmed", "contradicted"]
+"""A claim's status (``confirmed``/``contradicted``: the words of bundles written before claims were judged by
+intervals)."""
+
+
+class PerfPointRow(Row):
+    """One metric of one (workload, point) item: the speedup with its interval, and the verdict when it is the
+    gated metric."""
+
+    KEY: ClassVar[tuple[str, ...]] = ("workload", "point", "metric_name")
+
+    workload: str
+    kind: str | None = None
+    point: str
+    group: str | None = None
+    batch: int | None = None
+    context: int | None = None
+    full_context: bool | None = None
+    prompt_len: int | None = None
+    output_len: int | None = None
+    requests_per_run: int | None = None
+    runs_baseline: int | None = None
+    runs_candidate: int | None = None
+    runs: int | None = None
+    burst_delivered: int | None = None
+    lifetimes_baseline: int | None = None
+    lifetimes_candidate: int | None = None
+    looks: int | None = None
+    gpus_baseline: int | None = None
+    gpus_candidate: int | None = None
+    notes: list[str] | None = None
+    metric: str | None = None
+    metric_name: str
+    """The metric (``median_tpot_ms``, ``output_throughput``...); the judging scope's ``gated_metric`` is gated."""
+    direction: str | None = None
+    client_timed: bool | None = None
+    unit: str | None = None
+    statistic: str | None = None
+    baseline: float | None = None
+    candidate: float | None = None
+    speedup: float | None = None
+    ci_low: float | None = None
+    """Lower confidence bound of the speedup (at ``confidence``, per GPU where the sides' GPUs differ)."""
+    ci_high: float | None = None
+    confidence: float | None = None
+    """The interval's confidence level (per look: Bonferroni-corrected)."""
+    nominal_confidence: float | None = None
+    nominal_ci_low: float | None = None
+    nominal_ci_high: float | None = None
+    threshold: float | None = None
+    noise_margin: float | None = None
+    verdict: RowVerdict | None
+    """The gated metric's verdict (None on other metrics)."""
+    gated: bool | None = None
+    point_verdict: RowVerdict | None = None
+    """The item's verdict when a further condition (failed requests, goodput, dominance) changed it."""
+    strictly_better: bool | None = None
+    mde: float | None = None
+    detectable_slowdown: float | None = None
+    detectable_speedup: float | None = None
+    gate_detectable_slowdown: float | None = None
+    gate_fail_probability_at_parity: float | None = None
+    se_log: float | None = None
+    ignores_lifetime_variance: bool | None = None
+    interleaved: bool | None = None
+    paired: bool | None = None
+    per_gpu: bool | None = None
+    raw_speedup: float | None = None
+    raw_ci_low: float | None = None
+    raw_ci_high: float | None = None
+    baseline_lifetime_values: list[float | None] | None = None
+    candidate_lifetime_values: list[float | None] | None = None
+    baseline_run_values: list[list[float | None]] | None = None
+    candidate_run_values: list[list[float | None]] | None = None
+    n_boot: int | None = None
+    seed: int | None = None
+    method: str | None = None
+    warnings: list[str] | None = None
+    decision: Decision | None = None
+    statement: str | None = None
+    slower_within_margin: bool | None = None
+    outcome: str | None = None
+
+
+class PerfRunRow(Row):
+    """One run of one item on one engine lifetime, with its raw samples."""
+
+    KEY: ClassVar[tuple[str, ...]] = ("workload", "point", "side", "lifetime", "run")
+
+    workload: str
+    point: str
+    side: Literal["baseline", "candidate"]
+    lifetime: int | None = None
+    run: int | None = None
+    requests: int | None = None
+    failed: int
+    """Requests that failed (a candidate's failure fails its point)."""
+    errors: list[str] | None = None
+    duration_s: float | None = None
+    started_at: float | None = None
+    prompt_tokens: int | None = None
+    cached_prompt_tokens: int | None = None
+    output_tokens: int | None = None
+    output_throughput: float | None = None
+    decode_throughput: float | None = None
+    per_gpu_throughput: float | None = None
+    gpus: int | None = None
+    ttft_ms: list[float | None] | None = None
+    tpot_ms: list[float | None] | None = None
+    itl_ms: list[float | None] | None = None
+    e2e_ms: list[float | None] | None = None
+    engine_tpot_ms: list[float | None] | None = None
+    engine_ttft_ms: list[float | None] | None = None
+    percentiles: dict[str, float | None] | None = None
+    client_cpu_s: float | None = None
+    client_cpu_us_per_token: float | None = None
+    content_chunks: int | None = None
+    burst_delivered: int | None = None
+    itl_counts: list[int] | None = None
+    timed_output_tokens: list[int] | None = None
+    good_requests: int | None = None
+    good_output_tokens: int | None = None
+    goodput: float | None = None
+    warmup_requests: int | None = None
+    extra: dict[str, Any] | None = None
+    drift_only: bool | None = None
+
+
+class PerfLookRow(Row):
+    """One sequential look at an item's gated metric."""
+
+    KEY: ClassVar[tuple[str, ...]] = ("key", "look")
+
+    key: str | None = None
+    workload: str | None = None
+    point: str | None = None
+    look: int | None = None
+    planned_looks: int | None = None
+    decision: Decision | None = None
+    per_look_confidence: float | None = None
+    speedup: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    threshold: float | None = None
+    runs_baseline: int | None = None
+    runs_candidate: int | None = None
+    reason: str | None = None
+    at_judge: bool | None = None
+
+
+class PerfClaimRow(Row):
+    """One headline claim of the scope, held against the measured intervals."""
+
+    KEY: ClassVar[tuple[str, ...]] = ("id",)
+
+    id: str
+    text: str | None = None
+    metric: str | None = None
+    status: ClaimStatus
+    reason: str | None = None
+    claimed: float | None = None
+    measured: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    bound: float | None = None
+    tolerance: float | None = None
+    confidence: float | None = None
+    measured_baseline: float | None = None
+    claimed_baseline: float | None = None
+    point: str | None = None
+    workload: str | None = None
+    other_matches: list[str] | None = None
+    like_for_like: bool | None = None
+    baseline_gpus: int | None = None
+    candidate_gpus: int | None = None
+    claimed_per_gpu_speedup: float | None = None
+    claimed_baseline_per_gpu: float | None = None
+    claimed_candidate_per_gpu: float | None = None
+    measured_baseline_gpus: int | None = None
+    measured_candidate_gpus: int | None = None
+    detectable_slowdown: float | None = None
+
+
+class PerfDriftRow(Row):
+    """Drift of one item: the baseline's lifetimes against each other, and the interleaved pairs' trend."""
+
+    KEY: ClassVar[tuple[str, ...]] = ("workload", "point", "metric")
+
+    workload: str | None = None
+    point: str | None = None
+    metric: str | None = None
+    test: str | None = None
+    method: str | None = None
+    statement: str | None = None
+    pairs: int | None = None
+    differences: list[float | None] | None = None
+    tau: float | None = None
+    p_value: float | None = None
+    alpha: float | None = None
+    trend_drifted: bool | None = None
+    drifted: bool | None = None
+    first_lifetimes: list[int] | None = None
+    second_lifetimes: list[int] | None = None
+    first_value: float | None = None
+    second_value: float | None = None
+    ratio: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    confidence: float | None = None
+    tolerance: float | None = None
+    mannwhitney_p: float | None = None
+    ignores_lifetime_variance: bool | None = None
+    trend: dict[str, Any] | None = None
+
+
+class PerfLifetimeRow(Row):
+    """One engine lifetime (or interleaved pair of lifetimes) of the perf check."""
+
+    KEY: ClassVar[tuple[str, ...]] = ("group", "side", "lifetime")
+
+    group: str | None = None
+    side: str | None = None
+    lifetime: int | None = None
+    looks_allowed: bool | None = None
+    drift_only: bool | None = None
+    items: int | None = None
+    skipped_decided: int | None = None
+    runs: int | None = None
+    seconds: float | None = None
+    core_swaps: int | None = None
+    cores_now: dict[str, Any] | None = None
+    core_moves: int | None = None
+    measuring_cores: Any = None
+
+
+class PerfTailRow(Row):
+    """One latency percentile of one item on both sides, with the ratio's interval."""
+
+    KEY: ClassVar[tuple[str, ...]] = ("workload", "point", "label")
+
+    workload: str | None = None
+    kind: str | None = None
+    point: str | None = None
+    group: str | None = None
+    batch: int | None = None
+    context: int | None = None
+    metric: str | None = None
+    label: str | None = None
+    statistic: str | None = None
+    unit: str | None = None
+    baseline: float | None = None
+    baseline_ci_low: float | None = None
+    baseline_ci_high: float | None = None
+    candidate: float | None = None
+    candidate_ci_low: float | None = None
+    candidate_ci_high: float | None = None
+    speedup: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    confidence: float | None = None
+    baseline_samples: int | None = None
+    candidate_samples: int | None = None
+    paired: bool | None = None
+    ignores_lifetime_variance: bool | None = None
+    n_boot: int | None = None
+    seed: int | None = None
+    method: str | None = None
+    error: str | None = None
+    slo_bound: float | None = None
+    slo_baseline: Any = None
+    slo_candidate: Any = None
+
+
+class PerfCurveRow(Row):
+    """One side at one concurrency level of a sweep: throughput per GPU and interactivity, with intervals."""
+
+    KEY: ClassVar[tuple[str, ...]] = ("workload", "point", "side")
+
+    workload: str | None = None
+    group: str | None = None
+    point: str | None = None
+    concurrency: int | None = None
+    side: str | None = None
+    gpus: int | None = None
+    throughput_unit: str | None = None
+    runs: int | None = None
+    lifetimes: int | None = None
+    confidence: float | None = None
+    paired: bool | None = None
+    throughput: float | None = None
+    throughput_ci_low: float | None = None
+    throughput_ci_high: float | None = None
+    itl_p50_ms: float | None = None
+    itl_p50_ci: list[float | None] | None = None
+    itl_p90_ms: float | None = None
+    itl_p90_ci: list[float | None] | None = None
+    itl_p99_ms: float | None = None
+    itl_p99_ci: list[float | None] | None = None
+    interactivity_p50: float | None = None
+    interactivity_p50_ci_low: float | None = None
+    interactivity_p50_ci_high: float | None = None
+    interactivity_p90: float | None = None
+    interactivity_p90_ci_low: float | None = None
+    interactivity_p90_ci_high: float | None = None
+    ttft_p50_ms: float | None = None
+    ttft_p50_ci: list[float | None] | None = None
+    ttft_p90_ms: float | None = None
+    ttft_p90_ci: list[float | None] | None = None
+    ttft_p99_ms: float | None = None
+    ttft_p99_ci: list[float | None] | None = None
+    n_boot: int | None = None
+    pareto: bool | None = None
+
+
+class PerfDominanceRow(Row):
+    """Whether the candidate's curve dominates the baseline's within the margin at one concurrency level."""
+
+    KEY: ClassVar[tuple[str, ...]] = ("workload", "point")
+
+    point: str
+    workload: str
+    dominates: bool | None
+    threshold: float | None = None
+    figures: dict[str, Any] | None = None
+    statement: str | None = None
+
+
+# --------------------------------------------------------------------------- re-judging
+
+
+def threshold(gate: Any) -> float:
+    """The judging scope's threshold on a gated lower bound: ``1 - noise_margin``, or 1 for strictly better."""
+    margin = 0.0 if getattr(gate, "require", "no_regression") == "strictly_better" else float(gate.noise_margin)
+    return 1.0 - margin
+
+
+def _failed(runs: Sequence[Row]) -> dict[tuple[str, str], dict[str, int]]:
+    """Failed requests per (workload, point) and side, from the runs table."""
+    out: dict[tuple[str, str], dict[str, int]] = {}
+    for r in runs:
+        assert isinstance(r, PerfRunRow)
+        side = out.setdefault((r.workload, r.point), {"baseline": 0, "candidate": 0})
+        side[r.side] += max(0, r.failed)
+    return out
+
+
+def _metric_verdict(r: PerfPointRow, thr: float) -> tuple[str, str]:
+    """The gated metric's verdict from its interval, and why."""
+    if r.decision == "undecided":
+        return "not_run", "not decided when the run stopped"
+    if r.speedup is None and r.ci_low is None:
+        return "not_run", "no interval (not measured)"
+    if at_least(r.ci_low, thr):
+        return "pass", f"lower bound {r.ci_low:.4g} >= {thr:.4g}"
+    return "fail", f"lower bound {r.ci_low} < {thr:.4g}"
+
+
+def _point_verdict(
+    r: PerfPointRow,
+    metric: str,
+    *,
+    failed: Mapping[str, int],
+    goodput: PerfPointRow | None,
+    dominance: PerfDominanceRow | None,
+    gate: Any,
+    thr: float,
+) -> tuple[str, str]:
+    """The item's verdict: the metric's, made worse by failed requests, goodput at the SLO and dominance."""
+    if metric not in ("pass", "fail"):
+        return metric, "the metric's verdict"
+    if failed.get("candidate"):
+        return "fail", f"the candidate failed {failed['candidate']} request(s)"
+    if failed.get("baseline"):
+        return "not_run", f"the baseline failed {failed['baseline']} request(s)"
+    if metric == "fail":
+        return "fail", "the metric's verdict"
+    slo = getattr(gate, "slo", None)
+    if slo is not None and getattr(slo, "gate", False):
+        if goodput is None or goodput.nominal_ci_low is None:
+            return "not_run", "goodput at the SLO has no interval"
+        if not at_least(goodput.nominal_ci_low, thr):
+            return "fail", f"goodput's lower bound {goodput.nominal_ci_low} < {thr:.4g}"
+    if r.kind == CURVE_KIND and getattr(gate, "curve_dominance", False):
+        if dominance is None or dominance.dominates is None:
+            return "not_run", "curve dominance has no interval"
+        if not dominance.dominates:
+            return "fail", "the candidate's curve does not dominate within the margin"
+    return "pass", "the metric passed and every further condition holds"
+
+
+def rejudge(tables: Mapping[str, Sequence[Row]], gate: Any, ctx: RejudgeContext) -> Rejudged:
+    """Re-judge every gated row and item (see the module docstring)."""
+    c = Checker(CHECK)
+    if gate is None:
+        c.table(None, f"{ctx.source} has no perf gate")
+        return c.done("not_run")
+    thr, gated = threshold(gate), gate.gated_metric
+    rows = [r for r in tables.get("points", ()) if isinstance(r, PerfPointRow)]
+    failed = _failed(tables.get("runs", ()))
+    dominance = {(r.workload, r.point): r for r in tables.get("curve_dominance", ()) if isinstance(r, PerfDominanceRow)}
+    goodput = {(r.workload, r.point): r for r in rows if r.metric_name == "goodput"}
+    verdicts: dict[tuple[str, str], str] = {}
+    for i, r in enumerate(rows):
+        key = (r.workload, r.point)
+        if r.metric_name != gated:
+            continue
+        if key in verdicts:
+            c.row("points", i, r, f"a second row of the gated metric {gated} for this item")
+            continue
+        if r.gated is not True and (r.speedup is not None or r.verdict is not None):
+            c.row("points", i, r, f"gated is {r.gated!r}, but {gated} is the gated metric of {ctx.source}")
+        if r.confidence is not None and r.ci_low is not None and not at_least(r.confidence, gate.confidence - 1e-9):
+            c.row("points", i, r, f"its interval is at confidence {r.confidence}, below the scope's {gate.confidence}")
+        metric, why = _metric_verdict(r, thr)
+        c.verdict("points", i, r, r.verdict, metric, why)
+        point, pwhy = _point_verdict(
+            r,
+            metric,
+            failed=failed.get(key, {}),
+            goodput=goodput.get(key),
+            dominance=dominance.get(key),
+            gate=gate,
+            thr=thr,
+        )
+        recorded = r.point_verdict if r.point_verdict is not None else r.verdict
+        if r.verdict == metric:  # a wrong metric verdict is the finding already
+            c.verdict("points", i, r, recorded, point, f"point verdict: {pwhy}")
+        verdicts[key] = point
+    missing = [f"{w}@{p}" for w, p in ctx.perf_items() if (w, p) not in verdicts]
+    if missing:
+        shown = ", ".join(missing[:6]) + (f" and {len(missing) - 6} more" if len(missing) > 6 else "")
+        c.table("points", f"no row of the gated metric {gated} for {len(missing)} planned item(s): {shown}")
+    bound = worst(fold(verdicts.values()), "not_run" if missing else "pass")
+    note = f"{len(verdicts)} gated item(s) of {gated} re-judged against lower bound >= {thr:g}"
+    return c.done(bound, [note])
+
+
+def _rows_points(ctx: RejudgeContext) -> int:
+    return headroom(ctx.n_perf_items() * 16)
+
+
+def _rows_runs(ctx: RejudgeContext) -> int:
+    return headroom(ctx.n_perf_items() * 2 * (ctx.lifetimes + 1) * ctx.max_runs * 2)
+
+
+def _rows_per_item(k: int) -> Any:
+    return lambda ctx: headroom(ctx.n_perf_items() * k)
+
+
+EVIDENCE = registry.register(
+    "evidence",
+    CHECK,
+    CheckEvidence(
+        check=CHECK,
+        tables=(
+            TableSpec("points", PerfPointRow, _rows_points),
+            TableSpec("runs", PerfRunRow, _rows_runs),
+            TableSpec("looks", PerfLookRow, lambda ctx: headroom(ctx.n_perf_items() * (ctx.max_runs + 2))),
+            TableSpec("claims", PerfClaimRow, lambda ctx: headroom(len(ctx.scope.claims)), required=False),
+            TableSpec("drift", PerfDriftRow, _rows_per_item(2), required=False),
+            TableSpec("lifetimes", PerfLifetimeRow, lambda ctx: headroom(ctx.n_groups * 2 * (ctx.lifetimes + 1))),
+            TableSpec("tails", PerfTailRow, _rows_per_item(32), required=False),
+            TableSpec("curves", PerfCurveRow, _rows_per_item(2), required=False),
+            TableSpec("curve_dominance", PerfDominanceRow, _rows_per_item(1), required=False),
+        ),
+        rejudge=rejudge,
+    ),
+)
