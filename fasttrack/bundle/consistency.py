@@ -7,8 +7,8 @@ reports each one as an item. Every rule reads only what one pass over the bundle
 - schema: ``manifest.json`` validates against the JSON Schema and the models.
 - predicate: the signed summary is derived from the manifest, nothing else.
 - verdicts: the bundle verdict follows from the check entries and the rehearsal flag; no check
-  fails without a reason; and no check is recorded ``pass`` while rows of its own table say otherwise
-  (:data:`ROW_RULES`: the table each check's verdict is folded from).
+  fails without a reason. Whether the entries follow from the rows is re-judging's business
+  (:mod:`fasttrack.bundle.rejudge`: every row through its model, every verdict recomputed).
 - tables: every check table exists where recorded, with the recorded rows and columns; every
   listed artifact exists; no stray table.
 - PR head: the tested head commit matches the one asked for, and the link is proven
@@ -27,7 +27,7 @@ from fasttrack.bundle.errors import BundleError
 from fasttrack.bundle.layout import MANIFEST, RESULTS_DIR, table_path
 from fasttrack.bundle.manifest import Manifest, json_schema, load_manifest, recompute_verdict
 from fasttrack.bundle.scan import Contents, scan_dir
-from fasttrack.bundle.tables import parquet_num_rows, read_columns
+from fasttrack.bundle.tables import parquet_num_rows
 from fasttrack.limits import MANIFEST_MAX_BYTES, json_problem
 from fasttrack.results import ISOLATION, NOT_PR_EVIDENCE, Verdict, head_binding
 
@@ -125,55 +125,6 @@ def verdict_problems(manifest: Manifest) -> list[str]:
     for name, e in manifest.checks.items():
         if e.verdict is Verdict.FAIL and not e.reason.strip():
             problems.append(f"check {name!r} failed without a reason")
-    return problems
-
-
-def _perf_gated(row: dict[str, Any]) -> bool:
-    """A perf row of the gated metric (older tables without ``gated``: a row with a verdict)."""
-    return row.get("gated") is True if "gated" in row else row.get("verdict") is not None
-
-
-#: For each check, the table its verdict is folded from: (table, the column holding a row's verdict, which
-#: rows count, the row verdicts that forbid a recorded ``pass``). A ``passed`` column holds booleans.
-#: The checks fold these rows with ``fold_verdicts`` (any fail fails the check; perf and equivalence also
-#: leave a point that was not judged ``not_run``), so a check recorded ``pass`` next to such a row was
-#: edited, or judged by other rules than the ones that wrote the table.
-ROW_RULES: dict[str, tuple[str, str, Any, frozenset[Any]]] = {
-    "perf": ("points", "verdict", _perf_gated, frozenset({"fail", "not_run"})),
-    "equivalence": ("equivalence_points", "verdict", None, frozenset({"fail", "not_run"})),
-    "coverage": ("coverage", "verdict", lambda r: r.get("in_plan") is not False, frozenset({"fail"})),
-    "features": ("features", "verdict", None, frozenset({"fail"})),
-    "kernels": ("cases", "verdict", None, frozenset({"fail"})),
-    "evals": ("eval_comparisons", "passed", None, frozenset({False})),
-}
-
-
-def row_verdict_problems(manifest: Manifest, contents: Contents) -> list[str]:
-    """Checks recorded ``pass`` whose own table holds rows that say otherwise (see :data:`ROW_RULES`)."""
-    problems = []
-    for check, (table, column, counts, forbidden) in ROW_RULES.items():
-        entry = manifest.checks.get(check)
-        if entry is None or entry.verdict is not Verdict.PASS or table not in entry.tables:
-            continue
-        data = contents.kept.get(entry.tables[table].path)
-        if data is None:
-            continue  # a missing or oversized table is the tables item's finding
-        try:
-            rows = read_columns(data, [column, "gated", "in_plan", "point", "workload", "metric", "feature", "eval"])
-        except BundleError:
-            continue  # an unreadable table is the tables item's finding
-        bad = [r for r in rows if (counts is None or counts(r)) and r.get(column) in forbidden]
-        if bad:
-            where = ", ".join(
-                "/".join(str(r[k]) for k in ("workload", "point", "metric", "feature", "eval") if r.get(k) is not None)
-                or "?"
-                for r in bad[:3]
-            )
-            said = sorted({str(r.get(column)) for r in bad})
-            problems.append(
-                f"check {check!r} is recorded pass, but {len(bad)} row(s) of its table {check}/{table} say "
-                f"{column}={'/'.join(said)} ({where[:300]}{', ...' if len(bad) > 3 else ''})"
-            )
     return problems
 
 
@@ -314,7 +265,8 @@ def pr_link_state(manifest: Manifest) -> tuple[str, str]:
 
 
 def consistency_problems(root: Path) -> list[str]:
-    """Problems that make a bundle directory unfit to sign (schema, verdicts, tables)."""
+    """Problems that make a bundle directory unfit to sign (schema, verdicts, tables, and re-judging by the
+    bundle's own scope: rows, hardware)."""
     contents = Contents()
     scan_dir(root, contents, hash_all=False)
     if contents.problems:
@@ -324,4 +276,12 @@ def consistency_problems(root: Path) -> list[str]:
     manifest, problems = schema_problems(contents.kept[MANIFEST])
     if manifest is None:
         return problems
-    return verdict_problems(manifest) + row_verdict_problems(manifest, contents) + table_problems(manifest, contents)
+    from fasttrack.bundle.rejudge import judging_context, rejudge_bundle
+
+    problems = verdict_problems(manifest) + table_problems(manifest, contents)
+    try:
+        rj = rejudge_bundle(manifest, contents, judging_context(manifest, None))
+    except BundleError as exc:
+        return [*problems, exc.message]
+    hardware_ok, hardware = rj.hardware
+    return problems + rj.verdicts + rj.rows + rj.tables + ([] if hardware_ok else [hardware])

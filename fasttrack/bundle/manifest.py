@@ -64,6 +64,11 @@ class TableRef(DocModel):
     """Number of rows in the table."""
     columns: list[str] = Field(default_factory=list)
     """Column names, in file order."""
+    model: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,255}$")
+    """The row model every row was written through, ``<check>.<table>`` (absent: a bundle written before typed
+    rows, read by the legacy path)."""
+    version: int | None = Field(default=None, ge=1, le=1_000_000)
+    """The version of that row model."""
 
 
 class CheckEntry(DocModel):

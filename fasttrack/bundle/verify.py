@@ -12,12 +12,18 @@ Each property is one named item of the result:
 - ``files``: no subject is missing and no file is outside the subjects.
 - ``schema``: ``manifest.json`` validates against the JSON Schema and the models.
 - ``predicate``: the signed summary equals the one derived from the manifest.
-- ``verdicts``: the bundle verdict recomputed from the check entries equals the
-  recorded one, no check fails without a reason, and no check recorded ``pass`` has rows
-  in its own table that fail (the perf check's gated rows, equivalence points, ...:
-  :data:`~fasttrack.bundle.consistency.ROW_RULES`).
-- ``tables``: every check table exists where recorded, with the recorded rows and
-  columns; no table or listed artifact is missing; no stray table.
+- ``verdicts``: the bundle verdict follows from the check entries, no check fails without a
+  reason, every check the judging scope's tier requires has an entry and is recorded required, no
+  check is recorded ``pass`` above what its re-judged rows allow, and the bundle verdict recomputed
+  with the judging scope is the recorded one (:mod:`rejudge`).
+- ``rows``: every row's verdict, recomputed from its own figures and the judging scope's gate,
+  is the recorded one, and every config point of the plan has its rows (each finding names the row).
+  The judging scope is the trusted one (``--trusted-scope``), else the bundle's own (``judged_by``
+  says which).
+- ``tables``: every check table exists where recorded, with the recorded rows and columns, and
+  decodes through its row model within the plan's row bound and the decoding limits
+  (:mod:`rowread`); no table or listed artifact is missing; no stray table.
+- ``hardware``: the recorded hardware is the judging scope's, or the bundle is a rehearsal.
 - ``pr_head``: the tested head commit equals ``--pr-head`` and the link to it is proven: the
   isolation row judged exactly the recorded base..head, and every engine served that commit (skipped
   when not given). ``pr_link`` says, also without ``--pr-head``, whether the bundle is PR evidence.
@@ -26,15 +32,16 @@ Each property is one named item of the result:
   (:mod:`fasttrack.scope.compare`; skipped when not given).
 - ``tier``: the bundle ran at least ``--min-tier`` (skipped when not given).
 
-The pass is :mod:`scan`, the envelope and signatures :mod:`dsse`, and the rules behind
-``schema``, ``predicate``, ``verdicts``, ``tables`` and ``pr_head`` :mod:`consistency`
-(the same rules signing checks first).
+The pass is :mod:`scan`, the envelope and signatures :mod:`dsse`, the rules behind
+``schema``, ``predicate``, ``verdicts``, ``tables`` and ``pr_head`` :mod:`consistency`, and the
+re-judging :mod:`rejudge` (the same rules signing checks first, by the bundle's own scope).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +49,6 @@ from fasttrack.bundle.consistency import (
     pr_head_problem,
     pr_link_state,
     predicate_problems,
-    row_verdict_problems,
     schema_problems,
     table_problems,
     verdict_problems,
@@ -70,7 +76,9 @@ ITEMS: tuple[str, ...] = (
     "schema",
     "predicate",
     "verdicts",
+    "rows",
     "tables",
+    "hardware",
     "pr_head",
     "scope",
     "tier",
@@ -134,6 +142,14 @@ class VerifyResult(DocModel):
     """Every way the recorded scope asks for less (or other) evidence than the trusted one, one line each."""
     scope_tightenings: list[str] = []
     """Every way it asks for more."""
+    judged_by: str | None = None
+    """The scope every row and verdict was re-judged by: the trusted scope, or the bundle's own recorded one
+    (said so) when no --trusted-scope was given; None when the bundle could not be re-judged."""
+    rejudged_verdict: str | None = None
+    """The bundle verdict recomputed from the re-judged checks with the judging scope's requiredness (None when
+    the bundle could not be re-judged). ``verify --require-pass`` asks for ``pass`` here and in ``verdict``."""
+    legacy_tables: list[str] = []
+    """Tables read by the legacy path: a bundle written before typed rows records no row model for them."""
     content_sha256: str | None = None
     """For a directory of regular files: its content id (sha256 over ``relpath NUL sha256`` lines of the
     files this pass read and hashed, sorted), so a caller can name the bundle by the very bytes that were
@@ -163,26 +179,37 @@ def _tier_below(tier: str, min_tier: str) -> bool:
 SCOPE_LINES_SHOWN = 12
 
 
-def _against_trusted_scope(manifest: Manifest, spec: str) -> tuple[bool, str, tuple[str | None, list[str], list[str]]]:
-    """The ``scope`` item: the recorded scope held against the trusted one (ok, detail, (source, loosenings,
-    tightenings)). A trusted scope that cannot be found or read raises ScopeError (an input error)."""
+@dataclass
+class ScopeCheck:
+    """The ``scope`` item, and the trusted scope the bundle is then judged by."""
+
+    ok: bool | None
+    detail: str
+    source: str | None = None
+    loosenings: list[str] = field(default_factory=list)
+    tightenings: list[str] = field(default_factory=list)
+    trusted: tuple[Any, str, dict[str, Any]] | None = None
+    """(Scope, 'the trusted scope PATH', its gate sections of checks this process does not know)."""
+
+
+def _against_trusted_scope(manifest: Manifest, spec: str) -> ScopeCheck:
+    """The recorded scope held against the trusted one. A trusted scope that cannot be found or read raises
+    ScopeError (an input error); a recorded one that cannot be read fails the item (the bundle is still judged by
+    the trusted scope)."""
     from fasttrack.errors import ScopeError
     from fasttrack.scope.compare import compare_scopes, parse_for_comparison, read_trusted_scope, trusted_scope_file
 
     try:
         recorded, rx = parse_for_comparison(manifest.scope.yaml, source="the bundle's recorded scope")
+        name, unreadable = recorded.name, None
     except ScopeError as exc:
-        return (
-            False,
-            f"the bundle's recorded scope cannot be read, so it cannot be compared: {exc.message}",
-            (
-                spec,
-                [],
-                [],
-            ),
-        )
-    path = trusted_scope_file(spec, recorded.name)
+        recorded, rx, name, unreadable = None, {}, manifest.scope.model, exc.message
+    path = trusted_scope_file(spec, name)
     trusted, tx = parse_for_comparison(read_trusted_scope(path), source=str(path))
+    judged_by = (trusted, f"the trusted scope {path}", tx)
+    if recorded is None:
+        detail = f"the bundle's recorded scope cannot be read, so it cannot be compared: {unreadable}"
+        return ScopeCheck(False, detail, str(path), trusted=judged_by)
     cmp = compare_scopes(
         trusted,
         recorded,
@@ -193,15 +220,20 @@ def _against_trusted_scope(manifest: Manifest, spec: str) -> tuple[bool, str, tu
     )
     loose = [c.line() for c in cmp.loosenings]
     tight = [c.line() for c in cmp.tightenings]
-    source = (str(path), loose, tight)
+    out = ScopeCheck(True, "", str(path), loose, tight, judged_by)
     if loose:
         shown = "; ".join(loose[:SCOPE_LINES_SHOWN]) + (
             f"; and {len(loose) - SCOPE_LINES_SHOWN} more" if len(loose) > SCOPE_LINES_SHOWN else ""
         )
-        return False, f"the recorded scope loosens the trusted scope {path} in {len(loose)} way(s): {shown}", source
-    if tight:
-        return True, f"the recorded scope asks for more than the trusted scope {path} ({len(tight)} way(s))", source
-    return True, f"the recorded scope asks for what the trusted scope {path} asks for", source
+        out.ok, out.detail = (
+            False,
+            f"the recorded scope loosens the trusted scope {path} in {len(loose)} way(s): {shown}",
+        )
+    elif tight:
+        out.detail = f"the recorded scope asks for more than the trusted scope {path} ({len(tight)} way(s))"
+    else:
+        out.detail = f"the recorded scope asks for what the trusted scope {path} asks for"
+    return out
 
 
 def signatures_in_words(sigs: Sequence[dict[str, Any]], trusted_ids: set[str]) -> str:
@@ -260,9 +292,10 @@ def verify_bundle(
     v.check_signature(min_signatures)
     v.check_subjects()  # hashes, files
     if v.manifest is not None:
-        v.check_recorded(v.manifest)  # predicate, verdicts, tables
+        v.check_recorded(v.manifest)  # predicate
         v.check_pr_head(v.manifest, pr_head)
         v.check_scope(v.manifest, trusted_scope)
+        v.check_rejudged(v.manifest)  # verdicts, rows, tables, hardware: by the trusted scope, else the recorded
         v.check_tier(v.manifest, min_tier)
     else:  # only the options not given hold: the others were not checked
         if pr_head is None:
@@ -288,7 +321,10 @@ class _Verification:
         self.env: Envelope | None = None
         self.statement: dict[str, Any] | None = None
         self.sigs: list[dict[str, Any]] = []
-        self.scope_check: tuple[str | None, list[str], list[str]] = (None, [], [])
+        self.scope_check = ScopeCheck(None, "")
+        self.verdict_problems: list[str] = []
+        self.table_problems: list[str] = []
+        self.rejudged: Any = None
 
     def put(self, name: str, ok: bool | None, detail: str) -> None:
         self.items[name] = VerifyItem(name=name, ok=ok, detail=detail)
@@ -399,7 +435,8 @@ class _Verification:
         self.put("files", not fp, "; ".join(fp) if fp else "every file attested, none missing")
 
     def check_recorded(self, manifest: Manifest) -> None:
-        """The ``predicate``, ``verdicts`` and ``tables`` items: what the manifest records holds together."""
+        """The ``predicate`` item, and the manifest's own consistency (verdict from the entries, tables as
+        recorded), which :meth:`check_rejudged` completes into the ``verdicts`` and ``tables`` items."""
         if self.statement is not None:
             diff = predicate_problems(manifest, self.statement["predicate"])
             self.put(
@@ -409,12 +446,44 @@ class _Verification:
                 if diff
                 else "signed summary matches the manifest",
             )
-        vp = verdict_problems(manifest) + row_verdict_problems(manifest, self.contents)
-        per_check = ", ".join(f"{n}={e.verdict.value}" for n, e in manifest.checks.items())
-        self.put("verdicts", not vp, "; ".join(vp) if vp else f"{manifest.verdict} follows from {per_check}")
-        tp = table_problems(manifest, self.contents)
+        self.verdict_problems = verdict_problems(manifest)
+        self.table_problems = table_problems(manifest, self.contents)
+
+    def check_rejudged(self, manifest: Manifest) -> None:
+        """The ``verdicts``, ``rows``, ``tables`` and ``hardware`` items: every table through its row model, every
+        verdict recomputed by the judging scope (:mod:`fasttrack.bundle.rejudge`)."""
+        from fasttrack.bundle.rejudge import judging_context, rejudge_bundle
+
+        vp, tp = self.verdict_problems, self.table_problems
         ntables = sum(len(e.tables) for e in manifest.checks.values())
-        self.put("tables", not tp, "; ".join(tp) if tp else f"{ntables} tables as recorded")
+        try:
+            rj = rejudge_bundle(manifest, self.contents, judging_context(manifest, self.scope_check.trusted))
+        except BundleError as exc:
+            self.put("verdicts", False, "; ".join([*vp, exc.message]))
+            self.put("rows", False, f"not re-judged: {exc.message}")
+            self.put("tables", not tp, "; ".join(tp) if tp else f"{ntables} tables as recorded")
+            self.put("hardware", False, f"not checked: {exc.message}")
+            return
+        self.rejudged = rj
+        vp, tp = vp + rj.verdicts, tp + rj.tables
+        per_check = ", ".join(f"{n}={e.verdict.value}" for n, e in manifest.checks.items())
+        self.put(
+            "verdicts",
+            not vp,
+            "; ".join(vp) if vp else f"{manifest.verdict} follows from {per_check}, re-judged by {rj.source}",
+        )
+        legacy = (
+            f"; {len(rj.legacy_tables)} table(s) of an older bundle read by the legacy path" if rj.legacy_tables else ""
+        )
+        self.put(
+            "rows",
+            not rj.rows and not rj.tables,
+            "; ".join(rj.rows[:20]) + (f"; and {len(rj.rows) - 20} more" if len(rj.rows) > 20 else "")
+            if rj.rows
+            else f"{rj.rows_read} row(s) re-judged by {rj.source}{legacy}",
+        )
+        self.put("tables", not tp, "; ".join(tp) if tp else f"{ntables} tables as recorded, every row fits its model")
+        self.put("hardware", *rj.hardware)
 
     def check_pr_head(self, manifest: Manifest, pr_head: str | None) -> None:
         if pr_head is None:
@@ -426,8 +495,8 @@ class _Verification:
         if trusted_scope is None:
             self.put("scope", None, "no --trusted-scope given: the bundle is checked against the scope it recorded")
         else:
-            ok, detail, self.scope_check = _against_trusted_scope(manifest, str(trusted_scope))
-            self.put("scope", ok, detail)
+            self.scope_check = _against_trusted_scope(manifest, str(trusted_scope))
+            self.put("scope", self.scope_check.ok, self.scope_check.detail)
 
     def check_tier(self, manifest: Manifest, min_tier: str | None) -> None:
         tier = manifest.scope.tier
@@ -449,9 +518,12 @@ class _Verification:
         return VerifyResult(
             tier=manifest.scope.tier if manifest else None,
             shard=manifest.plan.shard if manifest else None,
-            trusted_scope=self.scope_check[0],
-            scope_loosenings=self.scope_check[1],
-            scope_tightenings=self.scope_check[2],
+            trusted_scope=self.scope_check.source,
+            scope_loosenings=self.scope_check.loosenings,
+            scope_tightenings=self.scope_check.tightenings,
+            judged_by=self.rejudged.source if self.rejudged else None,
+            rejudged_verdict=self.rejudged.verdict if self.rejudged else None,
+            legacy_tables=self.rejudged.legacy_tables if self.rejudged else [],
             pr_link=link,
             pr_link_detail=link_detail,
             bundle=str(self.path),

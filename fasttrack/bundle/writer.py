@@ -49,6 +49,8 @@ from fasttrack.bundle.manifest import (
 )
 from fasttrack.bundle.prlink import PRLink
 from fasttrack.bundle.tables import parquet_bytes
+from fasttrack.evidence import evidence_of, typed_rows
+from fasttrack.evidence.base import RowModelError
 from fasttrack.results import CheckResult
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -169,19 +171,27 @@ def _copy_run_trees(run_dir: Path, out: Path) -> set[str]:
 
 
 def _write_tables(r: CheckResult, out: Path) -> dict[str, TableRef]:
-    """Write one check's tables as Parquet files; their manifest references by table name."""
+    """Write one check's tables as Parquet files, every row through its table's row model (a check without
+    declared evidence: as given); their manifest references by table name, naming the model."""
     if not NAME_RE.match(r.check):
         raise BundleError(f"check name {r.check!r} cannot be used in a bundle path; it must match {NAME_RE.pattern}")
     refs = {}
+    ev = evidence_of(r.check)
     for tname, rows in r.tables.items():
         if not NAME_RE.match(tname):
             raise BundleError(f"table {tname!r} of check {r.check!r} must match {NAME_RE.pattern}")
-        data, nrows, cols = parquet_bytes(rows)
+        try:
+            records = typed_rows(r.check, tname, rows)
+        except RowModelError as exc:
+            raise BundleError(exc.message, hint=exc.hint) from None
+        data, nrows, cols = parquet_bytes(records)
         path = table_path(r.check, tname)
         (out / path).parent.mkdir(parents=True, exist_ok=True)
         (out / path).write_bytes(data)
         os.chmod(out / path, 0o644)
-        refs[tname] = TableRef(path=path, rows=nrows, columns=cols)
+        spec = ev.table(tname) if ev is not None else None
+        model = (ev.model_name(tname), spec.version) if ev is not None and spec is not None else (None, None)
+        refs[tname] = TableRef(path=path, rows=nrows, columns=cols, model=model[0], version=model[1])
     return refs
 
 

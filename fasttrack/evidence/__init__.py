@@ -11,8 +11,11 @@ Layer 1: these modules import pydantic, the scope models and the registry only.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+from typing import Any
+
 from fasttrack import registry
-from fasttrack.evidence.base import CheckEvidence
+from fasttrack.evidence.base import CheckEvidence, Row, RowModelError, validated
 
 BUILTIN: tuple[str, ...] = tuple(
     f"fasttrack.evidence.{m}" for m in ("isolation", "kernels", "equivalence", "features", "coverage", "evals", "perf")
@@ -31,3 +34,28 @@ def evidence_of(check: str) -> CheckEvidence | None:
 def declared() -> dict[str, CheckEvidence]:
     """Every check's evidence, by check name (built-ins first)."""
     return {k: v for k, v in registry.entries("evidence").items() if isinstance(v, CheckEvidence)}
+
+
+def typed_rows(check: str, table: str, rows: Iterable[Mapping[str, Any] | Row]) -> list[dict[str, Any]]:
+    """One table's rows written through its row model: each validated, then as the Parquet writer takes it.
+
+    A check without declared evidence keeps its rows as they are; a table its evidence does not declare, or a
+    row that does not fit, is a :class:`~fasttrack.evidence.base.RowModelError` naming it."""
+    ev = evidence_of(check)
+    if ev is None:
+        return [dict(r) if not isinstance(r, Row) else r.record() for r in rows]
+    spec = ev.table(table)
+    if spec is None:
+        raise RowModelError(
+            f"check {check!r} wrote a table {table!r} its evidence does not declare "
+            f"(declared: {', '.join(t.name for t in ev.tables)})",
+            hint="Declare the table (a TableSpec with its row model) in the check's evidence.",
+        )
+    return [r.record() for r in validated(spec.model, rows, where=f"{check}/{table}")]
+
+
+def typed_tables(
+    check: str, tables: Mapping[str, Iterable[Mapping[str, Any] | Row]]
+) -> dict[str, list[dict[str, Any]]]:
+    """Every table of one check through :func:`typed_rows`."""
+    return {name: typed_rows(check, name, rows) for name, rows in tables.items()}

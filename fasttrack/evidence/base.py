@@ -18,11 +18,15 @@ rendering a bundle never load the checks, the engine code, httpx or scipy.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from fasttrack.errors import FasttrackError
 
 if TYPE_CHECKING:  # pragma: no cover
     from fasttrack.evidence.expect import RejudgeContext
@@ -101,6 +105,9 @@ class TableSpec:
     version: int = 1
     required: bool = True
     """Whether a check that ran must write this table (a table of optional evidence need not exist)."""
+    keep: tuple[str, ...] | None = None
+    """The fields the re-judging rule reads (verifying keeps only these of each row, and the row's key fields);
+    None: the rule does not read this table (verifying validates each row and keeps none)."""
 
 
 @dataclass(frozen=True)
@@ -114,6 +121,9 @@ class CheckEvidence:
     """Whether the check runs in every tier, whatever the tier's ``checks`` list says (isolation)."""
     required_when: Callable[[RejudgeContext], bool] | None = None
     """Whether the bundle verdict depends on the check (default: whenever the tier runs it)."""
+    needs_points: bool = True
+    """Whether the check works on the plan's config points (an engine check): a shard bundle holding none of
+    them does not require it (the other shards run it)."""
 
     def table(self, name: str) -> TableSpec | None:
         return next((t for t in self.tables if t.name == name), None)
@@ -125,6 +135,8 @@ class CheckEvidence:
     def required(self, ctx: RejudgeContext) -> bool:
         """Whether the judging scope's tier makes this check part of the verdict."""
         runs = self.every_tier or ctx.runs_check(self.check)
+        if self.needs_points and ctx.shard != "1/1" and not ctx.points:
+            return False
         return runs and (self.required_when is None or self.required_when(ctx))
 
 
@@ -181,9 +193,47 @@ def headroom(n: int, factor: int = 4, extra: int = 64) -> int:
     return max(0, n) * factor + extra
 
 
-class RowModelError(ValueError):
-    """A cell that does not fit its row model (raised by decoding, naming the row and the field)."""
+class RowModelError(FasttrackError):
+    """A row a check wrote that does not fit its table's model (a bug in the check), naming the row and field."""
+
+    exit_code = 1
 
 
-def model_fields(model: type[BaseModel]) -> list[str]:
-    return list(model.model_fields)
+def plain(value: Any) -> Any:
+    """``value`` as the JSON-like Python a row model validates: enums as their values, numpy scalars as Python
+    numbers, tuples as lists, paths as POSIX text, nested models as dicts."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, PurePath):
+        return value.as_posix()
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if type(value).__module__ == "numpy" and hasattr(value, "item"):
+        return value.item()
+    return value
+
+
+def validated(model: type[Row], rows: Iterable[Mapping[str, Any] | Row], *, where: str) -> list[Row]:
+    """``rows`` through ``model`` (a row already of the model is kept); one that does not fit is an error naming
+    the table, the row and the field."""
+    out: list[Row] = []
+    for i, r in enumerate(rows):
+        if isinstance(r, model):
+            out.append(r)
+            continue
+        try:
+            out.append(model.model_validate({str(k): plain(v) for k, v in dict(r).items()}))
+        except ValidationError as exc:
+            e = exc.errors(include_url=False)[0]
+            loc = ".".join(str(p) for p in e.get("loc", ())) or "(row)"
+            raise RowModelError(
+                f"row {i} of {where} does not fit {model.__name__}: field {loc!r}: {e.get('msg')} "
+                f"(got {repr(e.get('input'))[:80]})",
+                hint="The check wrote a row its table's row model does not declare: add the field to the model in "
+                "fasttrack/evidence/, or fix the row.",
+            ) from None
+    return out

@@ -139,10 +139,20 @@ def _cells(c: Checker, rows: Sequence[Row], thr: float, planned: set[str]) -> tu
     for i, r in enumerate(rows):
         assert isinstance(r, CoverageCellRow)
         if r.in_plan != (r.point in planned):
-            c.row("coverage", i, r, f"in_plan is {r.in_plan}, but the point is {'' if r.point in planned else 'not '}planned")
+            c.row(
+                "coverage",
+                i,
+                r,
+                f"in_plan is {r.in_plan}, but the point is {'' if r.point in planned else 'not '}planned",
+            )
         allowed, why = cell_verdicts(r, thr)
         if r.verdict not in allowed:
-            c.row("coverage", i, r, f"recorded verdict {r.verdict!r}, the numbers give {'/'.join(sorted(allowed))} ({why})")
+            c.row(
+                "coverage",
+                i,
+                r,
+                f"recorded verdict {r.verdict!r}, the numbers give {'/'.join(sorted(allowed))} ({why})",
+            )
         v = r.verdict if r.verdict in allowed else worst(*(a for a in allowed if a != "not_exercised"))
         if r.point in planned and v != "not_exercised":
             verdicts.append(v)
@@ -175,11 +185,16 @@ def rejudge(tables: Mapping[str, Sequence[Row]], gate: Any, ctx: RejudgeContext)
         assert isinstance(s, CoverageSituationRow)
         allowed, why = situation_verdicts(s, ctx.scope)
         if s.verdict not in allowed:
-            c.row("fallback", i, s, f"recorded verdict {s.verdict!r}, the figures give {'/'.join(sorted(allowed))} ({why})")
+            c.row(
+                "fallback",
+                i,
+                s,
+                f"recorded verdict {s.verdict!r}, the figures give {'/'.join(sorted(allowed))} ({why})",
+            )
         v = s.verdict if s.verdict in allowed else worst(*allowed)
         if s.side == "candidate" or v == "fail":
             verdicts.append(v)
-    for i, m in enumerate(tables.get("markers", ())):
+    for m in tables.get("markers", ()):
         assert isinstance(m, CoverageMarkerRow)
         if "scope error" in (m.detail or ""):
             verdicts.append("not_run")
@@ -193,9 +208,19 @@ EVIDENCE = registry.register(
     CheckEvidence(
         check=CHECK,
         tables=(
-            TableSpec("coverage", CoverageCellRow, lambda ctx: headroom(ctx.n_points * 16)),
-            TableSpec("fallback", CoverageSituationRow, lambda ctx: headroom(ctx.n_groups * 2 * 16)),
-            TableSpec("markers", CoverageMarkerRow, lambda ctx: headroom(64)),
+            TableSpec(
+                "coverage",
+                CoverageCellRow,
+                lambda ctx: headroom(ctx.n_points * 16),
+                keep=tuple(CoverageCellRow.model_fields),
+            ),
+            TableSpec(
+                "fallback",
+                CoverageSituationRow,
+                lambda ctx: headroom(ctx.n_groups * 2 * 16),
+                keep=tuple(CoverageSituationRow.model_fields),
+            ),
+            TableSpec("markers", CoverageMarkerRow, lambda ctx: headroom(64), keep=("verdict", "detail")),
         ),
         rejudge=rejudge,
     ),

@@ -188,11 +188,17 @@ EVIDENCE = registry.register(
     CheckEvidence(
         check=CHECK,
         tables=(
-            TableSpec("equivalence_points", EquivalencePointRow, lambda ctx: headroom(ctx.n_points)),
+            TableSpec(
+                "equivalence_points",
+                EquivalencePointRow,
+                lambda ctx: headroom(ctx.n_points),
+                keep=tuple(EquivalencePointRow.model_fields),
+            ),
             TableSpec(
                 "equivalence_requests",
                 EquivalenceRequestRow,
                 lambda ctx: headroom(ctx.n_points * max(8, ctx.max_batch) * 4),
+                keep=("exact_match", "close", "max_abs_logprob_diff"),
             ),
         ),
         rejudge=rejudge,

@@ -184,7 +184,9 @@ def rejudge(tables: Mapping[str, Sequence[Row]], gate: Any, ctx: RejudgeContext)
     if missing:
         c.table("eval_comparisons", f"no comparison for {len(missing)} eval(s) of the tier: {', '.join(missing)}")
     bound = fold(fold(verdicts.get(e, [])) for e in want) if want else fold(fold(v) for v in verdicts.values())
-    return c.done(bound, [f"{sum(map(len, verdicts.values()))} comparison(s) re-judged by each eval's margin and floor"])
+    return c.done(
+        bound, [f"{sum(map(len, verdicts.values()))} comparison(s) re-judged by each eval's margin and floor"]
+    )
 
 
 def _samples(ctx: RejudgeContext) -> int:
@@ -197,7 +199,12 @@ EVIDENCE = registry.register(
     CheckEvidence(
         check=CHECK,
         tables=(
-            TableSpec("eval_comparisons", EvalComparisonRow, lambda ctx: headroom(len(ctx.scope.evals) * ctx.n_points)),
+            TableSpec(
+                "eval_comparisons",
+                EvalComparisonRow,
+                lambda ctx: headroom(len(ctx.scope.evals) * ctx.n_points),
+                keep=tuple(EvalComparisonRow.model_fields),
+            ),
             TableSpec("eval_runs", EvalRunRow, lambda ctx: headroom(len(ctx.scope.evals) * ctx.n_points * 3 * 2 * 100)),
             TableSpec("eval_samples", EvalSampleRow, _samples),
             TableSpec("eval_breakdown", EvalBreakdownRow, _samples, required=False),

@@ -228,7 +228,12 @@ def rejudge(tables: Mapping[str, Sequence[Row]], gate: Any, ctx: RejudgeContext)
         rule = RULES.get(r.feature)
         allowed, why = rule(r, ctx) if rule is not None else (ANY, "")
         if r.verdict not in allowed:
-            c.row("features", i, r, f"recorded verdict {r.verdict!r}, the figures give {'/'.join(sorted(allowed))} ({why})")
+            c.row(
+                "features",
+                i,
+                r,
+                f"recorded verdict {r.verdict!r}, the figures give {'/'.join(sorted(allowed))} ({why})",
+            )
         if r.side != "baseline":
             deciding.setdefault(r.feature, []).append(r.verdict if r.verdict in allowed else worst(*allowed))
     want = ctx.tier_features()
@@ -246,7 +251,12 @@ EVIDENCE = registry.register(
     CheckEvidence(
         check=CHECK,
         tables=(
-            TableSpec("features", FeatureRow, lambda ctx: headroom(ctx.n_points * (len(ctx.scope.features) + 1) * 16)),
+            TableSpec(
+                "features",
+                FeatureRow,
+                lambda ctx: headroom(ctx.n_points * (len(ctx.scope.features) + 1) * 16),
+                keep=tuple(FeatureRow.model_fields),
+            ),
             TableSpec(
                 "sampling_bins",
                 SamplingBinRow,

@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field
 
 from fasttrack import registry
-from fasttrack.evidence.base import Checker, CheckEvidence, Rejudged, Row, TableSpec, headroom
+from fasttrack.evidence.base import Checker, CheckEvidence, Rejudged, Row, TableSpec
 from fasttrack.evidence.expect import RejudgeContext
 from fasttrack.scope.globs import classify
 
@@ -65,8 +65,13 @@ EVIDENCE = registry.register(
     CHECK,
     CheckEvidence(
         check=CHECK,
-        tables=(TableSpec("changed", ChangedPathRow, lambda ctx: MAX_CHANGED_PATHS),),
+        tables=(
+            TableSpec(
+                "changed", ChangedPathRow, lambda ctx: MAX_CHANGED_PATHS, keep=tuple(ChangedPathRow.model_fields)
+            ),
+        ),
         rejudge=rejudge,
+        needs_points=False,
         every_tier=True,
         required_when=lambda ctx: ctx.pr_link,
     ),

@@ -147,7 +147,9 @@ def case_verdict(r: KernelCaseRow) -> tuple[str, str]:
 
 def determinism_verdict(r: KernelDeterminismRow) -> tuple[str, str]:
     ok = (r.differing_runs == 0 and r.bitwise_equal) or (not r.nan_differs and r.max_ulp <= r.budget_ulp)
-    return ("pass" if ok else "fail"), f"{r.differing_runs} differing run(s), max ULP {r.max_ulp} (budget {r.budget_ulp})"
+    return (
+        "pass" if ok else "fail"
+    ), f"{r.differing_runs} differing run(s), max ULP {r.max_ulp} (budget {r.budget_ulp})"
 
 
 def perturbation_verdict(r: KernelPerturbationRow) -> tuple[str, str]:
@@ -198,12 +200,31 @@ EVIDENCE = registry.register(
     CheckEvidence(
         check=CHECK,
         tables=(
-            TableSpec("cases", KernelCaseRow, _cases),
-            TableSpec("determinism", KernelDeterminismRow, _cases, required=False),
-            TableSpec("perturbation", KernelPerturbationRow, _cases, required=False),
-            TableSpec("sanitizer", KernelSanitizerRow, lambda ctx: headroom(len(ctx.scope.kernels) * 8), required=False),
+            TableSpec("cases", KernelCaseRow, _cases, keep=tuple(KernelCaseRow.model_fields)),
+            TableSpec(
+                "determinism",
+                KernelDeterminismRow,
+                _cases,
+                required=False,
+                keep=tuple(KernelDeterminismRow.model_fields),
+            ),
+            TableSpec(
+                "perturbation",
+                KernelPerturbationRow,
+                _cases,
+                required=False,
+                keep=tuple(KernelPerturbationRow.model_fields),
+            ),
+            TableSpec(
+                "sanitizer",
+                KernelSanitizerRow,
+                lambda ctx: headroom(len(ctx.scope.kernels) * 8),
+                required=False,
+                keep=tuple(KernelSanitizerRow.model_fields),
+            ),
             TableSpec("speed_of_light", KernelSpeedRow, _cases, required=False),
         ),
         rejudge=rejudge,
+        needs_points=False,
     ),
 )

@@ -474,6 +474,21 @@ def rejudge(tables: Mapping[str, Sequence[Row]], gate: Any, ctx: RejudgeContext)
     return c.done(bound, [note])
 
 
+POINT_FIELDS = (
+    "kind",
+    "metric_name",
+    "verdict",
+    "point_verdict",
+    "gated",
+    "speedup",
+    "ci_low",
+    "confidence",
+    "nominal_ci_low",
+    "decision",
+)
+"""What re-judging reads of a points row (beside its key fields)."""
+
+
 def _rows_points(ctx: RejudgeContext) -> int:
     return headroom(ctx.n_perf_items() * 16)
 
@@ -492,15 +507,15 @@ EVIDENCE = registry.register(
     CheckEvidence(
         check=CHECK,
         tables=(
-            TableSpec("points", PerfPointRow, _rows_points),
-            TableSpec("runs", PerfRunRow, _rows_runs),
+            TableSpec("points", PerfPointRow, _rows_points, keep=POINT_FIELDS),
+            TableSpec("runs", PerfRunRow, _rows_runs, keep=("failed",)),
             TableSpec("looks", PerfLookRow, lambda ctx: headroom(ctx.n_perf_items() * (ctx.max_runs + 2))),
             TableSpec("claims", PerfClaimRow, lambda ctx: headroom(len(ctx.scope.claims)), required=False),
             TableSpec("drift", PerfDriftRow, _rows_per_item(2), required=False),
             TableSpec("lifetimes", PerfLifetimeRow, lambda ctx: headroom(ctx.n_groups * 2 * (ctx.lifetimes + 1))),
             TableSpec("tails", PerfTailRow, _rows_per_item(32), required=False),
             TableSpec("curves", PerfCurveRow, _rows_per_item(2), required=False),
-            TableSpec("curve_dominance", PerfDominanceRow, _rows_per_item(1), required=False),
+            TableSpec("curve_dominance", PerfDominanceRow, _rows_per_item(1), required=False, keep=("dominates",)),
         ),
         rejudge=rejudge,
     ),
