@@ -156,7 +156,10 @@ def _judged_verdict(
     out.rows += [f.line() for f in judged.findings]
     out.notes += [f"{name}: {n}" for n in judged.notes]
     if recorded == "pass" and judged.bound != "pass":
-        out.verdicts.append(f"check {name!r} is recorded pass, but its rows re-judged allow at best {judged.bound}")
+        why = "; ".join(judged.gaps[:3]) or "a row re-judged fails or was not run"
+        out.verdicts.append(
+            f"check {name!r} is recorded pass, but its rows re-judged allow at best {judged.bound} ({why})"
+        )
         return judged.bound
     return recorded
 

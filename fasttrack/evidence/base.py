@@ -85,6 +85,10 @@ class Rejudged:
     bound: str
     """The best verdict the rows allow the check (``pass``, ``not_run`` or ``fail``)."""
     findings: list[Finding] = field(default_factory=list)
+    """Rows whose recorded verdict disagrees with the recomputed one (always wrong, whatever the check says)."""
+    gaps: list[str] = field(default_factory=list)
+    """What keeps the bound below pass besides failing rows (a planned point without a row, a missing gate):
+    wrong only for a check recorded better than its bound."""
     notes: list[str] = field(default_factory=list)
     """What was re-judged and how, in words (e.g. 'the 8 gated rows against threshold 0.98')."""
 
@@ -172,12 +176,14 @@ class Checker:
     def __init__(self, check: str) -> None:
         self.check = check
         self.findings: list[Finding] = []
+        self.gaps: list[str] = []
 
     def row(self, table: str, i: int, row: Row, message: str) -> None:
         self.findings.append(Finding(self.check, table, f"{i} ({row.where()})", message))
 
-    def table(self, table: str | None, message: str) -> None:
-        self.findings.append(Finding(self.check, table, None, message))
+    def gap(self, table: str | None, message: str) -> None:
+        """Something the check's rows do not show (it keeps the bound below pass)."""
+        self.gaps.append(Finding(self.check, table, None, message).line())
 
     def verdict(self, table: str, i: int, row: Row, recorded: str | None, expected: str, why: str) -> None:
         """A finding when the recorded verdict is not the recomputed one."""
@@ -185,7 +191,7 @@ class Checker:
             self.row(table, i, row, f"recorded verdict {recorded!r}, the numbers give {expected!r} ({why})")
 
     def done(self, bound: str, notes: Sequence[str] = ()) -> Rejudged:
-        return Rejudged(bound=bound, findings=self.findings, notes=list(notes))
+        return Rejudged(bound=bound, findings=self.findings, gaps=self.gaps, notes=list(notes))
 
 
 def headroom(n: int, factor: int = 4, extra: int = 64) -> int:

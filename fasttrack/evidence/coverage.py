@@ -164,7 +164,7 @@ def _cells(c: Checker, rows: Sequence[Row], thr: float, planned: set[str]) -> tu
             acc[1] += r.candidate_optimized_decode_steps
     for check, (n, opt) in sorted(per_check.items()):
         if n and opt == 0:
-            c.table("coverage", f"check {check!r} never ran the optimized path ({n} decode steps)")
+            c.gap("coverage", f"check {check!r} never ran the optimized path ({n} decode steps)")
             verdicts.append("fail")
     return verdicts, exercised
 
@@ -172,7 +172,7 @@ def _cells(c: Checker, rows: Sequence[Row], thr: float, planned: set[str]) -> tu
 def rejudge(tables: Mapping[str, Sequence[Row]], gate: Any, ctx: RejudgeContext) -> Rejudged:
     c = Checker(CHECK)
     if gate is None:
-        c.table(None, f"{ctx.source} has no coverage gate")
+        c.gap(None, f"{ctx.source} has no coverage gate")
         return c.done("not_run")
     thr = gate.min_optimized_decode_fraction
     planned = {p.id for p in ctx.points}
@@ -180,7 +180,7 @@ def rejudge(tables: Mapping[str, Sequence[Row]], gate: Any, ctx: RejudgeContext)
     unseen = sorted(planned - exercised)
     if unseen:
         verdicts.append("not_run")
-        c.table("coverage", f"{len(unseen)} planned point(s) without decode evidence: {', '.join(unseen[:6])}")
+        c.gap("coverage", f"{len(unseen)} planned point(s) without decode evidence: {', '.join(unseen[:6])}")
     for i, s in enumerate(tables.get("fallback", ())):
         assert isinstance(s, CoverageSituationRow)
         allowed, why = situation_verdicts(s, ctx.scope)

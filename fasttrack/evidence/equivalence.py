@@ -152,7 +152,7 @@ def _request_problems(r: EquivalencePointRow, reqs: Sequence[EquivalenceRequestR
 def rejudge(tables: Mapping[str, Sequence[Row]], gate: Any, ctx: RejudgeContext) -> Rejudged:
     c = Checker(CHECK)
     if gate is None:
-        c.table(None, f"{ctx.source} has no equivalence gate")
+        c.gap(None, f"{ctx.source} has no equivalence gate")
         return c.done("not_run")
     requests: dict[str, list[EquivalenceRequestRow]] = {}
     for q in tables.get("equivalence_requests", ()):
@@ -173,7 +173,7 @@ def rejudge(tables: Mapping[str, Sequence[Row]], gate: Any, ctx: RejudgeContext)
     want = [p.id for p in ctx.points if not p.full_context and not p.synthetic]
     missing = [p for p in want if p not in verdicts]
     if missing:
-        c.table("equivalence_points", f"no row for {len(missing)} planned point(s): {', '.join(missing[:6])}")
+        c.gap("equivalence_points", f"no row for {len(missing)} planned point(s): {', '.join(missing[:6])}")
     bound = worst(fold(verdicts.get(p, "not_run") for p in want) if want else fold(verdicts.values()))
     limits = (
         f"close fraction >= {gate.min_close_fraction:g}, max |Δ logprob| <= {gate.max_abs_logprob_diff:g}, "

@@ -182,7 +182,7 @@ def rejudge(tables: Mapping[str, Sequence[Row]], gate: Any, ctx: RejudgeContext)
     want = ctx.tier_evals()
     missing = [e for e in want if e not in verdicts]
     if missing:
-        c.table("eval_comparisons", f"no comparison for {len(missing)} eval(s) of the tier: {', '.join(missing)}")
+        c.gap("eval_comparisons", f"no comparison for {len(missing)} eval(s) of the tier: {', '.join(missing)}")
     bound = fold(fold(verdicts.get(e, [])) for e in want) if want else fold(fold(v) for v in verdicts.values())
     return c.done(
         bound, [f"{sum(map(len, verdicts.values()))} comparison(s) re-judged by each eval's margin and floor"]

@@ -239,7 +239,7 @@ def rejudge(tables: Mapping[str, Sequence[Row]], gate: Any, ctx: RejudgeContext)
     want = ctx.tier_features()
     missing = [f for f in want if f not in deciding]
     if missing:
-        c.table("features", f"no deciding row for {len(missing)} feature(s) of the tier: {', '.join(missing)}")
+        c.gap("features", f"no deciding row for {len(missing)} feature(s) of the tier: {', '.join(missing)}")
     bound = fold(fold(deciding.get(f, [])) for f in want) if want else fold(fold(v) for v in deciding.values())
     judged = sorted(f for f in deciding if f in RULES)
     return c.done(bound, [f"{len(deciding)} feature(s); figures re-judged for {', '.join(judged) or 'none'}"])

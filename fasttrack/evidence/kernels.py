@@ -185,7 +185,7 @@ def rejudge(tables: Mapping[str, Sequence[Row]], gate: Any, ctx: RejudgeContext)
                 suites.add(getattr(r, "suite", ""))
     missing = [k.name for k in ctx.scope.kernels if k.name not in suites]
     if missing:
-        c.table("cases", f"no row for {len(missing)} kernel suite(s) of the scope: {', '.join(missing)}")
+        c.gap("cases", f"no row for {len(missing)} kernel suite(s) of the scope: {', '.join(missing)}")
         verdicts.append("not_run")
     return c.done(fold(verdicts), [f"{len(verdicts)} kernel row(s) re-judged from their own counts"])
 

@@ -431,7 +431,7 @@ def rejudge(tables: Mapping[str, Sequence[Row]], gate: Any, ctx: RejudgeContext)
     """Re-judge every gated row and item (see the module docstring)."""
     c = Checker(CHECK)
     if gate is None:
-        c.table(None, f"{ctx.source} has no perf gate")
+        c.gap(None, f"{ctx.source} has no perf gate")
         return c.done("not_run")
     thr, gated = threshold(gate), gate.gated_metric
     rows = [r for r in tables.get("points", ()) if isinstance(r, PerfPointRow)]
@@ -468,7 +468,7 @@ def rejudge(tables: Mapping[str, Sequence[Row]], gate: Any, ctx: RejudgeContext)
     missing = [f"{w}@{p}" for w, p in ctx.perf_items() if (w, p) not in verdicts]
     if missing:
         shown = ", ".join(missing[:6]) + (f" and {len(missing) - 6} more" if len(missing) > 6 else "")
-        c.table("points", f"no row of the gated metric {gated} for {len(missing)} planned item(s): {shown}")
+        c.gap("points", f"no row of the gated metric {gated} for {len(missing)} planned item(s): {shown}")
     bound = worst(fold(verdicts.values()), "not_run" if missing else "pass")
     note = f"{len(verdicts)} gated item(s) of {gated} re-judged against lower bound >= {thr:g}"
     return c.done(bound, [note])

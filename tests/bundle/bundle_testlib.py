@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+import evidence_testlib
 from fasttrack import bundle as B
 from fasttrack.bundle.manifest import EngineRecord, Hardware, Provenance
 from fasttrack.results import LEGACY_CHECK_ORDER, CheckResult, Gate, Verdict
@@ -14,52 +16,17 @@ CREATED = "2025-01-02T03:04:05+00:00"
 HEAD = "0123456789abcdef0123456789abcdef01234567"
 BASE = "fedcba9876543210fedcba9876543210fedcba98"
 DIFF = "2" * 64
-SCOPE_YAML = "name: demo-llama\ntitle: Demo\n"
+SCOPE, TIER = "demo-llama", "smoke"
+"""The shipped scope and tier these bundles record (their rows are judged by it)."""
+SCOPE_YAML = evidence_testlib.suite(SCOPE)[0]
 #: Why :func:`build`'s rehearsal bundles are rehearsals.
 REHEARSAL_REASON = "host has 2 CPUs; the scope declares NVIDIA GB300 x16"
 
 
 def make_results(*, perf: Verdict = Verdict.PASS) -> list[CheckResult]:
-    gate = Gate(statistic="max abs logit diff", threshold=1e-3, rule="max over prompts <= 1e-3")
-    return [
-        CheckResult(
-            check="kernels",
-            verdict=Verdict.PASS,
-            reason="all 3 shapes within tolerance",
-            gate=gate,
-            summary={"cases": 3, "worst": 2.5e-4, "nan_case": float("nan")},
-            tables={
-                "cases": [
-                    {"shape": [1, 64], "err": 1e-4, "passed": True},
-                    {"shape": [2, 64], "err": 2.5e-4, "passed": True, "note": "split-K"},
-                    {"shape": [4, 64], "err": 0, "passed": True, "extra": {"a": [1, 2]}},
-                ]
-            },
-        ),
-        CheckResult(
-            check="equivalence",
-            verdict=Verdict.PASS,
-            reason="greedy tokens identical",
-            gate=gate,
-            tables={"prompts": [{"prompt": i, "match": True} for i in range(5)]},
-        ),
-        CheckResult(check="features", verdict=Verdict.PASS, reason="all features work"),
-        CheckResult(check="coverage", verdict=Verdict.PASS, reason="optimized path ran at every point"),
-        CheckResult(
-            check="evals",
-            verdict=Verdict.PASS,
-            reason="accuracy within margin",
-            artifacts=["artifacts/evals/samples.jsonl"],
-            tables={"scores": [{"task": "aime", "side": s, "acc": 0.5} for s in ("baseline", "candidate")]},
-        ),
-        CheckResult(
-            check="perf",
-            verdict=perf,
-            reason="speedup lower bound 1.2 >= 0.95" if perf is Verdict.PASS else "slower at batch 4",
-            failures=[] if perf is Verdict.PASS else ["b4: lower bound 0.8 < 0.95"],
-            tables={"points": [{"point": "b1", "speedup": 1.3}, {"point": "b4", "speedup": 1.2}]},
-        ),
-    ]
+    """Every check's result but isolation's for the demo scope's smoke tier: rows that fit their models and
+    re-judge to what they record (``perf``: FAIL makes one perf point slow)."""
+    return evidence_testlib.results(SCOPE, TIER, fail=("perf",) if perf is Verdict.FAIL else ())
 
 
 def isolation_result(*, head: str = HEAD, base: str = BASE, diff: str = DIFF) -> CheckResult:
@@ -69,7 +36,7 @@ def isolation_result(*, head: str = HEAD, base: str = BASE, diff: str = DIFF) ->
         verdict=Verdict.PASS,
         reason=f"{base[:12]}..{head[:12]}: all 1 changed path(s) are owned by the optimization",
         summary={"pr_link": True, "base_sha": base, "head_sha": head, "diff_sha256": diff, "head_binding": "proven"},
-        tables={"changed": [{"path": "vllm/owned.py", "status": "M", "class": "owned"}]},
+        tables={"changed": [evidence_testlib.isolation_row(evidence_testlib.suite(SCOPE)[1], "owned")]},
     )
 
 
@@ -91,6 +58,14 @@ def make_provenance(*, vllm_commit: str | None = HEAD) -> Provenance:
             )
         ],
     )
+
+
+def demo_plan() -> dict[str, Any]:
+    """The demo scope's smoke plan, as a bundle records it."""
+    from fasttrack.plan import build_plan
+
+    plan = build_plan(evidence_testlib.suite(SCOPE)[1], tier=TIER).model_dump(mode="json")
+    return {**plan, "fingerprint": "f" * 64}
 
 
 def make_run_dir(root: Path) -> Path:
@@ -125,8 +100,8 @@ def build(
     B.write_bundle(
         out,
         results=results,
-        scope=B.scope_info(scope_yaml, model="demo-llama", tier="smoke"),
-        plan=B.plan_info(plan or {"points": [{"id": "b1"}], "fingerprint": "f" * 64}, shard=shard),
+        scope=B.scope_info(scope_yaml, model=SCOPE, tier=TIER),
+        plan=B.plan_info(plan or demo_plan(), shard=shard),
         provenance=provenance or make_provenance(vllm_commit=head),
         pr=B.PRLink(
             repository="org/repo",

@@ -212,11 +212,17 @@ def test_hand_edited_verdict_resigned_by_untrusted_key_fails(tmp_path: Path, con
         m["checks"]["perf"]["verdict"] = "pass"
 
     _edit_manifest(d, edit)
-    B.sign_bundle(d, mallory, replace=True)  # a consistent forgery, signed by the forger
+    # signing refuses it: the perf rows re-judged fail
+    with pytest.raises(B.BundleError, match="perf"):
+        B.sign_bundle(d, mallory, replace=True)
+    env = add_signature(attest_dir(d), mallory)  # a signature forced onto the forgery by the forger
+    (d / ATTESTATION).write_bytes(canonical_json(env.model_dump(mode="json")))
     res = B.verify_bundle(d, keys=[keydir / "contrib.pub"])
-    assert failed(res) == {"signature"}
-    # the forger's own key would accept it: the trust decision is what protects the reader
-    assert B.verify_bundle(d, keys=[keydir / "mallory.pub"]).verified
+    assert "signature" in failed(res)
+    # the forger's own key does not make it verify either: re-judging the rows refuses the edited verdicts
+    res = B.verify_bundle(d, keys=[keydir / "mallory.pub"])
+    assert failed(res) == {"verdicts"}
+    assert "'perf' is recorded pass, but its rows re-judged allow at best fail" in res.item("verdicts").detail
 
 
 def test_verdict_inconsistent_with_checks_fails_even_with_trusted_signature(
