@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import evidence_testlib
 from fasttrack.bundle.keys import SigningKey
 from fasttrack.bundle.manifest import (
     EngineRecord,
@@ -34,16 +35,14 @@ from fasttrack.bundle.manifest import (
 )
 from fasttrack.bundle.prlink import PRLink
 from fasttrack.bundle.writer import write_bundle
+from fasttrack.scope import Scope
 from synthetic.results import DIFF_SHA256, SHIPPED_CHECKS, Spec, check_results, plant, recorded_name
 
 __all__ = ["PAYLOADS", "SUITES", "Spec", "make_bundle", "payload_text"]
 
 #: Suites whose real plans the synthetic bundles borrow (config points, groups).
 SUITES = {"demo-llama": "standard", "kimi-k3": "standard"}
-_HW = {
-    "demo-llama": Hardware(kind="cpu", cpu_model="synthetic CPU", cpu_count=2),
-    "kimi-k3": Hardware(kind="gpu", gpu_model="NVIDIA GB300", gpu_count=16, cpu_model="synthetic CPU", cpu_count=144),
-}
+_HW = evidence_testlib.HARDWARE
 
 
 @functools.lru_cache(maxsize=8)
@@ -95,6 +94,21 @@ def _invented_plan(model: str, rng: random.Random) -> tuple[str, str, dict[str, 
     return yaml_text, "smoke", plan
 
 
+def _judging_scope(yaml_text: str, tier: str) -> tuple[Scope, str]:
+    """The scope the rows are judged by: the recorded one; an invented scope (no envelope) borrows the demo
+    scope's smoke tier (its bundles do not verify: their recorded scope cannot be planned)."""
+    from fasttrack.errors import ScopeError
+    from fasttrack.scope.compare import parse_for_comparison
+
+    try:
+        scope, _extra = parse_for_comparison(yaml_text, source="synthetic")
+    except ScopeError:
+        scope = None
+    if scope is None or scope.envelope is None or tier not in scope.tiers:
+        return evidence_testlib.suite("demo-llama")[1], "smoke"
+    return scope, tier
+
+
 def _marked_title(yaml_text: str, spec: Spec) -> str:
     """Mark the scope title as synthetic (and plant the payload in it)."""
     lines = yaml_text.splitlines()
@@ -126,14 +140,11 @@ def make_bundle(
         assert old in yaml_text, f"not in the {spec.model} scope: {old!r}"
         yaml_text = yaml_text.replace(old, new)
     yaml_text = _marked_title(yaml_text, spec)
-    # rows for the points most checks exercise: a group with synthetic acceptance (its points carry the forced
-    # acceptance length) measures speed only, so its points get no rows here
-    points = [p for p in plan.get("points", []) if isinstance(p, dict) and p.get("acceptance_length") is None]
     out = Path(out_dir)
     if work_dir is None:
         with tempfile.TemporaryDirectory(prefix="fasttrack-synthetic-") as tmp:
-            return _write(out, spec, rng, yaml_text, tier, plan, points, Path(tmp), sign_keys)
-    return _write(out, spec, rng, yaml_text, tier, plan, points, Path(work_dir), sign_keys)
+            return _write(out, spec, rng, yaml_text, tier, plan, Path(tmp), sign_keys)
+    return _write(out, spec, rng, yaml_text, tier, plan, Path(work_dir), sign_keys)
 
 
 def _write(
@@ -143,11 +154,10 @@ def _write(
     yaml_text: str,
     tier: str,
     plan: dict[str, Any],
-    points: list[dict[str, Any]],
     run: Path,
     sign_keys: Sequence[SigningKey],
 ) -> Path:
-    results = check_results(spec, points, rng)
+    results = check_results(spec, *_judging_scope(yaml_text, tier), rng)
     for r in results:
         for a in r.artifacts:
             f = run / a

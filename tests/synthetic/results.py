@@ -1,7 +1,9 @@
 """What a synthetic bundle holds: its :class:`Spec` and the invented check results it yields.
 
-The rows are drawn from a seeded generator; their shapes follow the real checks' tables
-(see :mod:`synthetic.bundles` for how they become a signed bundle).
+The rows are drawn from a seeded generator by :mod:`evidence_testlib`: they fit the row models of the real checks'
+tables and are judged by the recorded scope's gates, so a synthetic bundle of a shipped suite verifies (see
+:mod:`synthetic.bundles` for how they become a signed bundle). A payload is planted in the free-text fields of
+the rows (never in a column name: a typed table's columns are its model's fields).
 """
 
 from __future__ import annotations
@@ -12,8 +14,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import evidence_testlib
+from fasttrack.evidence.expect import planned_points
 from fasttrack.report.check_views import CHECK_TITLES
 from fasttrack.results import DEFAULT_CLAIM_TOLERANCE, NOT_PR_EVIDENCE, CheckResult, Gate, Verdict, claim_verdict
+from fasttrack.scope import Scope
 
 SHIPPED_CHECKS = ("isolation", "kernels", "equivalence", "features", "coverage", "evals", "perf")
 """The checks a synthetic bundle records, in the order the shipped checks run (its rows imitate theirs)."""
@@ -67,66 +72,6 @@ def recorded_name(spec: Spec, check: str) -> str:
 def plant(spec: Spec, text: str) -> str:
     """``text`` with the payload planted (when there is one)."""
     return f"{text} {spec.payload}" if spec.payload else text
-
-
-def _rows_perf(
-    spec: Spec, points: list[dict[str, Any]], rng: random.Random
-) -> tuple[list[dict[str, Any]], list[str], list[dict[str, Any]]]:
-    rows, failures = [], []
-    slow = None
-    if "perf" in spec.fail:
-        slow = points[rng.randrange(len(points))]["id"] if points else None
-    margin = 0.05
-    for p in points:
-        base = 2.0 + 0.02 * p["batch"] + p["context"] / 65536
-        for metric in ("median_tpot_ms", "output_throughput"):
-            # the "true" speedup of a point depends on the tested head only, so independent
-            # bundles of one head scatter around the same values (by run-to-run noise)
-            truth = random.Random(f"{spec.head_sha}/{p['id']}/{metric}")
-            s = spec.speedup * math.exp(truth.gauss(0, spec.noise)) * math.exp(rng.gauss(0, 0.012))
-            if p["id"] == slow:
-                s = 0.78 * math.exp(rng.gauss(0, 0.01))
-            half = abs(rng.gauss(0.04, 0.01)) + 0.01
-            lo, hi = s * math.exp(-half), s * math.exp(half)
-            b = base if metric == "median_tpot_ms" else 1000 * p["batch"] / base
-            c = b / s if metric == "median_tpot_ms" else b * s
-            gated = metric == "median_tpot_ms"  # like the perf check: one gated metric, the others reported
-            verdict = ("pass" if lo >= 1 - margin else "fail") if gated else None
-            if verdict == "fail":
-                failures.append(
-                    plant(
-                        spec,
-                        f"{p['id']}: {metric} speedup {s:.3f} (95% CI [{lo:.3f}, {hi:.3f}]) below {1 - margin:.2f}",
-                    )
-                )
-            rows.append(
-                {
-                    "workload": "pure_decode",
-                    "point": p["id"],
-                    "group": p.get("group"),
-                    "batch": p["batch"],
-                    "context": p["context"],
-                    "full_context": p.get("full_context", False),
-                    "metric": f"pure_decode/{metric}",
-                    "metric_name": metric,
-                    "direction": "lower_is_better" if gated else "higher_is_better",
-                    "baseline": round(b, 4),
-                    "candidate": round(c, 4),
-                    "speedup": round(s, 5),
-                    "ci_low": round(lo, 5),
-                    "ci_high": round(hi, 5),
-                    "confidence": 0.95,
-                    "mde": round(2.8 * half / 1.96, 4),
-                    "runs_baseline": 3,
-                    "runs_candidate": 3,
-                    "runs": 6,
-                    "verdict": verdict,
-                    "gated": gated,
-                    "strictly_better": lo > 1,
-                    "statement": plant(spec, "hierarchical bootstrap over engine lifetimes"),
-                }
-            )
-    return rows, failures, _perf_claims(spec, rows)
 
 
 def _perf_claims(spec: Spec, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -206,10 +151,6 @@ class _Results:
         failed = bool(failures)
         tables = dict(rows_by_table)
         tables.update(spec.extra_tables.get(name, {}))
-        if spec.payload:
-            for rows in tables.values():
-                for r in rows:
-                    r[spec.payload] = spec.payload
         self.out.append(
             CheckResult(
                 check=recorded_name(spec, name),
@@ -226,138 +167,55 @@ class _Results:
         )
 
 
-def check_results(spec: Spec, points: list[dict[str, Any]], rng: random.Random) -> list[CheckResult]:
-    """Every shipped check's result, in the shipped check order (the generator is drawn from in that order)."""
-    b = _Results(spec, rng, points)
-    b.out.append(isolation_result(spec))
-    for build in (_kernels, _equivalence, _features, _coverage, _evals, _perf):
-        build(b)
+def check_results(spec: Spec, scope: Scope, tier: str, rng: random.Random) -> list[CheckResult]:
+    """Every shipped check's result, in the shipped check order, its rows judged by ``scope`` at ``tier``."""
+    b = _Results(spec, rng, [])
+    b.out.append(isolation_result(spec, scope))
+    points = planned_points(scope, tier)
+    for name in ("kernels", "equivalence", "features", "coverage", "evals", "perf"):
+        d = evidence_testlib.Draw(
+            scope,
+            tier,
+            points,
+            random.Random(rng.random()),
+            fail=name in spec.fail,
+            text=spec.payload or "",
+            speedup=spec.speedup,
+            noise=spec.noise,
+            head=spec.head_sha,
+        )
+        tables, failures = evidence_testlib.BUILDERS[name](d)
+        if name == "perf":
+            tables["claims"] = _perf_claims(spec, tables["points"])
+        if name == "evals":
+            _eval_extras(spec, rng, tables)
+        gate = b.gate(f"{name} rule", "see the rows", f"every {name} row passes")
+        b.finish(name, tables, gate, {"rows": sum(map(len, tables.values()))}, failures, f"every {name} row passes")
     return b.out
 
 
-def _kernels(b: _Results) -> None:
-    spec, rng = b.spec, b.rng
-    krows, kfail = [], []
-    for k in ("fused_decode_attention", "fused_rmsnorm_residual"):
-        for shape in ("1x4096", "64x4096"):
-            err = abs(rng.gauss(2e-4, 5e-5))
-            bad = "kernels" in spec.fail and shape == "64x4096" and k.startswith("fused_decode")
-            err = err * 40 if bad else err
-            v = "fail" if err > 1e-3 else "pass"
-            if v == "fail":
-                kfail.append(plant(spec, f"{k} {shape}: max abs error {err:.2e} above 1e-3"))
-            krows.append({"kernel": k, "shape": shape, "dtype": "bf16", "max_abs_err": err, "tol": 1e-3, "verdict": v})
-    b.finish(
-        "kernels",
-        {"cases": krows},
-        b.gate("max abs error vs reference", 1e-3, "every case within tolerance"),
-        {"cases": len(krows)},
-        kfail,
-        "every kernel case within tolerance",
-    )
-
-
-def _equivalence(b: _Results) -> None:
-    spec, points = b.spec, b.points
-    erows, efail = [], []
-    bad_point = points[min(2, len(points) - 1)]["id"] if points and "equivalence" in spec.fail else None
-    for p in points:
-        match = p["id"] != bad_point
-        erows.append(
-            {
-                "point": p["id"],
-                "batch": p["batch"],
-                "requests": p["batch"],
-                "exact_match": 1.0 if match else 0.5,
-                "first_divergence": None if match else 7,
-                "max_abs_logprob_diff": 0.004 if match else 0.9,
-                "verdict": "pass" if match else "fail",
-            }
-        )
-        if not match:
-            efail.append(plant(spec, f"{p['id']}: 50% of requests diverge (first at token 7, logprob diff 0.9)"))
-    b.finish(
-        "equivalence",
-        {"equivalence_points": erows},
-        b.gate("fraction of requests within logprob tolerance", 1.0, "all requests close at every batch size"),
-        {"points": len(points)},
-        efail,
-        "greedy outputs match at every batch size",
-    )
-
-
-def _features(b: _Results) -> None:
-    spec, rng, points = b.spec, b.rng, b.points
-    frows, ffail = [], []
-    for feat, metric in (
-        ("structured_output", "json_conformance"),
-        ("sampling", "chi2_p_value"),
-        ("seeds", "same_output"),
-    ):
-        val = {"json_conformance": 1.0, "chi2_p_value": round(rng.uniform(0.05, 0.95), 3), "same_output": 1.0}[metric]
-        if "features" in spec.fail and feat == "structured_output":
-            val = 0.62
-        v = "pass" if (metric != "json_conformance" or val >= 1.0) else "fail"
-        if v == "fail":
-            ffail.append(
-                plant(spec, f"{feat}: conformance {val:.2f} below 1.00 at {points[0]['id'] if points else '?'}")
-            )
-        frows.append(
-            {
-                "feature": feat,
-                "point": points[0]["id"] if points else "",
-                "metric": metric,
-                "baseline": 1.0 if metric != "chi2_p_value" else None,
-                "candidate": val,
-                "verdict": v,
-            }
-        )
-    b.finish(
-        "features",
-        {"features": frows},
-        b.gate("per-feature conformance / p-value", "see rows", "candidate not worse than baseline and above floors"),
-        {"features": len(frows)},
-        ffail,
-        "every serving feature behaves like the baseline",
-    )
-
-
-def _coverage(b: _Results) -> None:
-    spec, rng, points = b.spec, b.rng, b.points
-    crows, cfail = [], []
-    gap = points[-1]["id"] if points and "coverage" in spec.fail else None
-    for p in points:
-        for chk in ("equivalence", "perf"):
-            frac = 0.0 if p["id"] == gap else round(rng.uniform(0.96, 1.0), 3)
-            steps = 48
-            crows.append(
-                {
-                    "point": p["id"],
-                    "check": chk,
-                    "in_plan": True,
-                    "verdict": "pass" if frac >= 0.95 else "fail",
-                    "candidate_decode_steps": steps,
-                    "candidate_optimized_decode_steps": int(frac * steps),
-                    "candidate_optimized_fraction": frac,
-                    "threshold": 0.95,
-                    "candidate_optimized_ops": int(frac * steps * 4),
-                    "candidate_stock_ops": int((1 - frac) * steps * 4),
-                    "windows": f"{chk}-{p['id']}",
-                    "detail": "" if frac >= 0.95 else "used the standard path",
-                }
-            )
-            if frac < 0.95:
-                cfail.append(plant(spec, f"{p['id']} ({chk}): used the standard path (optimized fraction {frac:.2f})"))
-    b.finish(
-        "coverage",
-        {"coverage": crows},
-        b.gate(
-            "fraction of decode steps on the optimized path", 0.95, "every in-scope point at or above the threshold"
-        ),
-        {"points": len(points), "covered": len(points) - (1 if gap else 0)},
-        cfail,
-        "every in-scope point ran the optimized path",
-    )
+def _eval_extras(spec: Spec, rng: random.Random, tables: dict[str, list[dict[str, Any]]]) -> None:
+    """The breakdown and review rows of each comparison (the report draws them)."""
+    breakdown, review = [], []
+    for c in tables["eval_comparisons"]:
+        pairs, dims = _eval_pairs(rng, c["kind"], 0.25 if "evals" in spec.fail else 0.0)
+        breakdown.extend(_eval_breakdown(c["eval"], c["point"], pairs, dims))
+        for sid, _a, _b, bs, cs in pairs:
+            if bs != cs:
+                review.append(
+                    {
+                        "eval": c["eval"],
+                        "point": c["point"],
+                        "kind": "score",
+                        "sample_id": sid,
+                        "repeat": 0,
+                        "baseline_score": bs,
+                        "candidate_score": cs,
+                        "difference": cs - bs,
+                        "candidate_output": plant(spec, f"final answer {rng.randrange(1000)}"),
+                    }
+                )
+    tables["eval_breakdown"], tables["eval_review"] = breakdown, review
 
 
 Pair = tuple[str, str, str, float, float]
@@ -406,102 +264,16 @@ def _eval_breakdown(ev: str, point: str, pairs: list[Pair], dims: tuple[tuple[st
     return rows
 
 
-def _evals(b: _Results) -> None:
-    """Tables shaped like fasttrack.checks.evals: comparisons, breakdown, review."""
-    spec, rng, points = b.spec, b.rng, b.points
-    drop = 0.25 if "evals" in spec.fail else 0.0
-    ev_point = points[0]["id"] if points else "point"
-    breakdown_rows, review, cmp_rows, efails = [], [], [], []
-    for ev, kind in (("mrcr", "mrcr"), ("aime25", "aime25")):
-        pairs, dims = _eval_pairs(rng, kind, drop)
-        breakdown_rows.extend(_eval_breakdown(ev, ev_point, pairs, dims))
-        bmean = sum(pr[3] for pr in pairs) / len(pairs)
-        cmean = sum(pr[4] for pr in pairs) / len(pairs)
-        diff = cmean - bmean
-        lo, hi = diff - 0.04, diff + 0.04
-        passed = lo >= -0.05
-        cmp_rows.append(
-            {
-                "eval": ev,
-                "kind": kind,
-                "point": ev_point,
-                "batch": points[0]["batch"] if points else 1,
-                "pairs": len(pairs),
-                "baseline_score": round(bmean, 4),
-                "candidate_score": round(cmean, 4),
-                "score_difference": round(diff, 4),
-                "score_ci_low": round(lo, 4),
-                "score_ci_high": round(hi, 4),
-                "margin": 0.05,
-                "passed": passed,
-            }
-        )
-        if not passed:
-            efails.append(
-                plant(
-                    spec,
-                    f"{ev} at {ev_point}: candidate - baseline {diff:.3f} (95% CI [{lo:.3f}, {hi:.3f}]) below -0.05",
-                )
-            )
-        for sid, _a, _b, bs, cs in pairs:
-            if bs != cs:
-                review.append(
-                    {
-                        "eval": ev,
-                        "point": ev_point,
-                        "kind": "score",
-                        "sample_id": sid,
-                        "repeat": 0,
-                        "baseline_score": bs,
-                        "candidate_score": cs,
-                        "difference": cs - bs,
-                        "candidate_output": plant(spec, f"final answer {rng.randrange(1000)}"),
-                    }
-                )
-    b.finish(
-        "evals",
-        {"eval_comparisons": cmp_rows, "eval_breakdown": breakdown_rows, "eval_review": review},
-        b.gate("lower 95% bound of candidate - baseline (paired)", -0.05, "at least -margin, and above the floor"),
-        {"evals": [r["eval"] for r in cmp_rows], "discordant": len(review)},
-        efails,
-        "paired scores non-inferior within the margin",
-    )
-
-
-def _perf(b: _Results) -> None:
-    points = b.points
-    prow, pfail, claims = _rows_perf(b.spec, points, b.rng)
-    b.finish(
-        "perf",
-        {"points": prow, "claims": claims},
-        b.gate(
-            "hierarchical bootstrap 95% lower bound of speedup",
-            0.95,
-            "lower bound >= 1 - noise_margin (0.95) at every point",
-        ),
-        {
-            "points": len(points),
-            "metrics": ["pure_decode/median_tpot_ms", "pure_decode/output_throughput"],
-            "strictly_better": sum(1 for r in prow if r["strictly_better"]),
-        },
-        pfail,
-        f"no regression at any of {len(points)} points",
-    )
-
-
 #: The diff hash every synthetic PR link records.
 DIFF_SHA256 = "3" * 64
 
-_ISOLATION_CHANGES = {
-    "pass": ("vllm/model_executor/models/kimi_k3/fast_decode.py", "owned", None),
-    "fail": ("vllm/v1/sample/sampler.py", "shared", "sampling"),
-    "review": ("vllm/envs.py", "elsewhere", None),
-}
+_ISOLATION_KIND = {"pass": "owned", "fail": "shared", "review": "elsewhere"}
+"""The class of the one changed path per isolation outcome (``review``: a path the scope does not allow, which
+fails the row like a shared component)."""
 
 
-def isolation_result(spec: Spec) -> CheckResult:
-    """The isolation row of the synthetic PR link: over exactly its base..head, with its verdict
-    (``review``: a path the scope does not allow, which fails the row like a shared component)."""
+def isolation_result(spec: Spec, scope: Scope) -> CheckResult:
+    """The isolation row of the synthetic PR link: over exactly its base..head, with its verdict."""
     name = recorded_name(spec, "isolation")
     if not spec.pr_link:
         return CheckResult(
@@ -509,11 +281,10 @@ def isolation_result(spec: Spec) -> CheckResult:
         )
     if spec.isolation == "not_run":
         return CheckResult.not_run(name, plant(spec, "--head was given without --repo: the diff was not checked"))
-    path, cls, component = _ISOLATION_CHANGES[spec.isolation]
+    row = evidence_testlib.isolation_row(scope, _ISOLATION_KIND[spec.isolation])
+    row["status"] = plant(spec, "M")
+    path, cls, component = row["path"], row["class"], row["component"]
     failures = [] if cls == "owned" else [plant(spec, f"{path} (M) is {cls}" + (f": {component}" if component else ""))]
-    row: dict[str, Any] = {"path": path, "status": "M", "class": cls, "component": component}
-    if spec.payload:
-        row[spec.payload] = spec.payload
     return CheckResult(
         check=name,
         title=None if spec.legacy_entries else plant(spec, "Isolation and PR head"),
