@@ -56,9 +56,11 @@ class Draw:
         return f"{s} {self.text}" if self.text else s
 
 
-def draw(scope_name: str, tier: str, seed: int = 0, **kw: Any) -> Draw:
+def draw(scope_name: str, tier: str, seed: int = 0, *, points: list[str] | None = None, **kw: Any) -> Draw:
+    """The draw of one check over the tier's points (``points``: only these ids, a shard's)."""
     _text, scope = suite(scope_name)
-    return Draw(scope, tier, planned_points(scope, tier), random.Random(seed), **kw)
+    pts = [p for p in planned_points(scope, tier) if points is None or p.id in points]
+    return Draw(scope, tier, pts, random.Random(seed), **kw)
 
 
 # --------------------------------------------------------------------------- perf

@@ -33,7 +33,8 @@ from fasttrack.bundle.keys import PublicKey, SigningKey
 from fasttrack.bundle.layout import ARTIFACTS_DIR, LOGS_DIR, MANIFEST
 from fasttrack.bundle.manifest import Manifest, PlanInfo, Provenance, ShardRef, load_manifest, parse_shard
 from fasttrack.bundle.prlink import PRLink
-from fasttrack.bundle.tables import read_rows
+from fasttrack.bundle.rejudge import own_context
+from fasttrack.bundle.rowread import DecodeBudget, read_bundle_table
 from fasttrack.results import ISOLATION, CheckResult, Verdict, ordered_checks, recorded_check_order
 
 #: Provenance fields that may differ between shards.
@@ -342,20 +343,26 @@ def _merged_pr(pr: PRLink | None, results: list[CheckResult]) -> PRLink | None:
 def _merged_result(
     name: str, ordered: list[_Shard], absent: Mapping[str, str], notes: Mapping[str, str] | None
 ) -> CheckResult:
-    """One check's merged result: its verdict by :func:`_merge_check`, its shards' tables concatenated (with a
-    ``shard`` column) and their artifacts under each shard's folder."""
+    """One check's merged result: its verdict by :func:`_merge_check`, its shards' tables concatenated (each row
+    read through its model within its shard's bounds, with its ``shard``) and their artifacts under each shard's
+    folder."""
     per = [(m.plan.shard, m.checks.get(name)) for _, _, m in ordered]
     gone = sorted(absent, key=lambda x: parse_shard(x)[0])
     verdict, reason, required = _merge_check(
         name, sorted(per + [(s, None) for s in gone], key=lambda x: parse_shard(x[0])[0]), absent, notes
     )
     tables: dict[str, list[dict[str, Any]]] = {}
-    for (_, root, _m), (label, e) in zip(ordered, per, strict=True):
+    budget = DecodeBudget()
+    for (_, root, m), (label, e) in zip(ordered, per, strict=True):
         if e is None:
             continue
-        for tname, ref in e.tables.items():
-            rows = read_rows(root / ref.path)
-            tables.setdefault(tname, []).extend(r if "shard" in r else {"shard": label, **r} for r in rows)
+        ctx = own_context(m)
+        for tname in e.tables:
+            try:
+                got, _legacy = read_bundle_table(root, m, name, tname, budget=budget, ctx=ctx)
+            except BundleError as exc:
+                raise MergeError(f"shard {label}: {exc.message}") from None
+            tables.setdefault(tname, []).extend({**r.record(), "shard": r.shard or label} for r in got.rows)
     artifacts = []
     for label, e in per:
         if e is None:

@@ -21,7 +21,6 @@ from typing import Any
 from fasttrack.bundle.errors import BundleError
 from fasttrack.bundle.layout import ATTESTATION, MANIFEST, RESULTS_DIR
 from fasttrack.bundle.manifest import Manifest, load_manifest
-from fasttrack.bundle.tables import read_rows
 from fasttrack.limits import MANIFEST_MAX_BYTES, read_capped
 
 
@@ -45,11 +44,15 @@ class BundleView:
     """The tarball the view reads (None for a bundle directory)."""
 
     def rows(self, check: str, table: str) -> list[dict[str, Any]]:
-        """The rows of one check table."""
-        entry = self.manifest.checks.get(check)
-        if entry is None or table not in entry.tables:
-            raise BundleError(f"the bundle has no table {check}/{table}")
-        return read_rows(self.root / entry.tables[table].path)
+        """The rows of one check table, each read through its row model within the bundle's own plan's bounds
+        (:mod:`fasttrack.bundle.rowread`)."""
+        from fasttrack.bundle.rejudge import own_context
+        from fasttrack.bundle.rowread import DecodeBudget, read_bundle_table
+
+        got, _legacy = read_bundle_table(
+            self.root, self.manifest, check, table, budget=DecodeBudget(), ctx=own_context(self.manifest)
+        )
+        return [r.record() for r in got.rows]
 
     def path(self, rel: str) -> Path:
         """The local path of a bundle file (a file of a tarball that is not unpacked yet is

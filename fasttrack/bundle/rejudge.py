@@ -88,6 +88,15 @@ def judging_context(manifest: Manifest, trusted: tuple[Any, str, dict[str, Any]]
     )
 
 
+def own_context(manifest: Manifest) -> RejudgeContext | None:
+    """The context of the bundle's own recorded scope, or None when that scope cannot be planned (readers then
+    bound each table by the bundle-wide limits only)."""
+    try:
+        return judging_context(manifest, None)
+    except BundleError:
+        return None
+
+
 def _read_check(
     name: str,
     entry: CheckEntry,

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -31,8 +32,11 @@ import pyarrow.parquet as pq
 from pydantic import ValidationError
 
 from fasttrack.bundle.errors import BundleError
+from fasttrack.bundle.manifest import Manifest
 from fasttrack.bundle.tables import ENCODING_KEY, JSON_ENCODING
-from fasttrack.evidence.base import Row
+from fasttrack.evidence import evidence_of
+from fasttrack.evidence.base import Row, UndeclaredRow
+from fasttrack.evidence.expect import RejudgeContext
 from fasttrack.limits import (
     BUNDLE_DECODED_MAX_BYTES,
     BUNDLE_DECODED_MAX_ROWS,
@@ -40,9 +44,11 @@ from fasttrack.limits import (
     KEPT_TEXT_CHARS,
     TABLE_CELL_MAX_BYTES,
     TABLE_DECODED_MAX_BYTES,
+    TABLE_KEEP_BYTES,
     TABLE_MAX_COLUMNS,
     TABLE_MAX_ROW_GROUPS,
     json_problem,
+    read_capped,
 )
 
 #: What a kept row holds: every field (``"all"``), the named fields only, or nothing (the row is only validated).
@@ -207,7 +213,7 @@ def _validate(model: type[Row], row: dict[str, Any], where: str, i: int) -> Row:
 
 def _slim(model: type[Row], row: Row, keep: tuple[str, ...]) -> Row:
     """A validated row holding only ``keep`` and its key fields (long text cut to KEPT_TEXT_CHARS)."""
-    names = set(keep) | set(model.KEY)
+    names = set(keep) | set(model.KEY) | {"shard"}
     values = {}
     for n in names:
         v = getattr(row, n, None)
@@ -258,3 +264,47 @@ def read_table_rows(
             elif keep:
                 out.rows.append(_slim(model, r, tuple(keep)))
     return out
+
+
+def read_bundle_table(
+    root: Path,
+    manifest: Manifest,
+    check: str,
+    table: str,
+    *,
+    budget: DecodeBudget,
+    ctx: RejudgeContext | None,
+    keep: Keep = "all",
+    limit: int | None = None,
+) -> tuple[TableRead, bool]:
+    """One table of an unpacked bundle through its row model (a check or table nobody declares: as it is),
+    within the row bound of ``ctx``'s plan (None: the bundle's limit), and whether it was read by the legacy
+    path. Raises :class:`BundleError` naming what is wrong."""
+    entry = manifest.checks.get(check)
+    if entry is None or table not in entry.tables:
+        raise BundleError(f"the bundle has no table {check}/{table}")
+    ref = entry.tables[table]
+    where = f"table {check}/{table}"
+    p = root / ref.path
+    try:
+        if p.is_symlink() or not p.resolve().is_relative_to(root.resolve()):
+            raise BundleError(f"{where} is not a file in the bundle")
+        data = read_capped(p, TABLE_KEEP_BYTES)
+    except OSError as exc:
+        raise BundleError(f"{where} cannot be read: {exc.strerror}") from None
+    if data is None:
+        raise BundleError(f"{where} is larger than {TABLE_KEEP_BYTES:,} bytes (the limit)")
+    ev = evidence_of(check)
+    spec = ev.table(table) if ev is not None else None
+    if ev is not None and spec is not None:
+        if ref.model is not None and (ref.model != ev.model_name(table) or ref.version != spec.version):
+            raise BundleError(f"{where} records model {ref.model} v{ref.version}, not {ev.model_name(table)}")
+        model: type[Row] = spec.model
+        max_rows = spec.max_rows(ctx) if ctx is not None else BUNDLE_DECODED_MAX_ROWS
+        legacy = ref.model is None
+    else:
+        model, max_rows, legacy = UndeclaredRow, BUNDLE_DECODED_MAX_ROWS, True
+    got = read_table_rows(
+        data, model, where=where, max_rows=max_rows, budget=budget, keep=keep, legacy=legacy, limit=limit
+    )
+    return got, legacy and model is not UndeclaredRow

@@ -52,6 +52,9 @@ class Row(BaseModel):
 
     KEY: ClassVar[tuple[str, ...]] = ()
 
+    shard: str | None = None
+    """The shard a merged bundle's row came from (``i/n``; None in a shard's or an unsharded run's own bundle)."""
+
     def where(self) -> str:
         """The row in words: its key fields' values (``decode/tp1-b1/median_tpot_ms``)."""
         parts = [str(getattr(self, k)) for k in self.KEY if getattr(self, k, None) not in (None, "")]
@@ -192,6 +195,12 @@ class Checker:
 
     def done(self, bound: str, notes: Sequence[str] = ()) -> Rejudged:
         return Rejudged(bound=bound, findings=self.findings, gaps=self.gaps, notes=list(notes))
+
+
+class UndeclaredRow(Row):
+    """A row of a table no installed package declares a model for (read as it is: its fields are not checked)."""
+
+    model_config = ConfigDict(extra="allow", strict=False)
 
 
 def headroom(n: int, factor: int = 4, extra: int = 64) -> int:

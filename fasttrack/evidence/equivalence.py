@@ -154,22 +154,24 @@ def rejudge(tables: Mapping[str, Sequence[Row]], gate: Any, ctx: RejudgeContext)
     if gate is None:
         c.gap(None, f"{ctx.source} has no equivalence gate")
         return c.done("not_run")
-    requests: dict[str, list[EquivalenceRequestRow]] = {}
+    requests: dict[tuple[str, str | None], list[EquivalenceRequestRow]] = {}
     for q in tables.get("equivalence_requests", ()):
         assert isinstance(q, EquivalenceRequestRow)
-        requests.setdefault(q.point, []).append(q)
+        requests.setdefault((q.point, q.shard), []).append(q)
     verdicts: dict[str, str] = {}
+    seen: set[tuple[str, str | None]] = set()
     for i, r in enumerate(tables.get("equivalence_points", ())):
         assert isinstance(r, EquivalencePointRow)
-        if r.point in verdicts:
+        if (r.point, r.shard) in seen:
             c.row("equivalence_points", i, r, "a second row for this point")
             continue
+        seen.add((r.point, r.shard))
         v, why = point_verdict(r, gate)
         c.verdict("equivalence_points", i, r, r.verdict, v, "; ".join(why) or "within every threshold")
-        for problem in _request_problems(r, requests.get(r.point, [])):
+        for problem in _request_problems(r, requests.get((r.point, r.shard), [])):
             c.row("equivalence_points", i, r, problem)
             v = worst(v, "not_run")
-        verdicts[r.point] = v
+        verdicts[r.point] = worst(v, verdicts.get(r.point, "pass"))
     want = [p.id for p in ctx.points if not p.full_context and not p.synthetic]
     missing = [p for p in want if p not in verdicts]
     if missing:

@@ -435,15 +435,15 @@ def rejudge(tables: Mapping[str, Sequence[Row]], gate: Any, ctx: RejudgeContext)
         return c.done("not_run")
     thr, gated = threshold(gate), gate.gated_metric
     rows = [r for r in tables.get("points", ()) if isinstance(r, PerfPointRow)]
-    failed = _failed(tables.get("runs", ()))
+    failed = _failed(tables.get("runs", ()))  # a merged bundle's failures count at every shard's row of the item
     dominance = {(r.workload, r.point): r for r in tables.get("curve_dominance", ()) if isinstance(r, PerfDominanceRow)}
     goodput = {(r.workload, r.point): r for r in rows if r.metric_name == "goodput"}
-    verdicts: dict[tuple[str, str], str] = {}
+    verdicts: dict[tuple[str, str, str | None], str] = {}
     for i, r in enumerate(rows):
         key = (r.workload, r.point)
         if r.metric_name != gated:
             continue
-        if key in verdicts:
+        if (*key, r.shard) in verdicts:  # a merged bundle holds an item once per shard that measured it
             c.row("points", i, r, f"a second row of the gated metric {gated} for this item")
             continue
         if r.gated is not True and (r.speedup is not None or r.verdict is not None):
@@ -464,8 +464,9 @@ def rejudge(tables: Mapping[str, Sequence[Row]], gate: Any, ctx: RejudgeContext)
         recorded = r.point_verdict if r.point_verdict is not None else r.verdict
         if r.verdict == metric:  # a wrong metric verdict is the finding already
             c.verdict("points", i, r, recorded, point, f"point verdict: {pwhy}")
-        verdicts[key] = point
-    missing = [f"{w}@{p}" for w, p in ctx.perf_items() if (w, p) not in verdicts]
+        verdicts[(*key, r.shard)] = point
+    measured = {(w, p) for w, p, _shard in verdicts}
+    missing = [f"{w}@{p}" for w, p in ctx.perf_items() if (w, p) not in measured]
     if missing:
         shown = ", ".join(missing[:6]) + (f" and {len(missing) - 6} more" if len(missing) > 6 else "")
         c.gap("points", f"no row of the gated metric {gated} for {len(missing)} planned item(s): {shown}")

@@ -23,10 +23,12 @@ SCOPE_YAML = evidence_testlib.suite(SCOPE)[0]
 REHEARSAL_REASON = "host has 2 CPUs; the scope declares NVIDIA GB300 x16"
 
 
-def make_results(*, perf: Verdict = Verdict.PASS) -> list[CheckResult]:
+def make_results(*, perf: Verdict = Verdict.PASS, points: list[str] | None = None) -> list[CheckResult]:
     """Every check's result but isolation's for the demo scope's smoke tier: rows that fit their models and
-    re-judge to what they record (``perf``: FAIL makes one perf point slow)."""
-    return evidence_testlib.results(SCOPE, TIER, fail=("perf",) if perf is Verdict.FAIL else ())
+    re-judge to what they record (``perf``: FAIL makes one perf point slow; ``points``: a shard's only)."""
+    res = evidence_testlib.results(SCOPE, TIER, fail=("perf",) if perf is Verdict.FAIL else (), points=points)
+    # the evals check lists its samples file (make_run_dir writes it)
+    return [r.model_copy(update={"artifacts": ["artifacts/evals/samples.jsonl"]}) if r.check == "evals" else r for r in res]
 
 
 def isolation_result(*, head: str = HEAD, base: str = BASE, diff: str = DIFF) -> CheckResult:
@@ -60,11 +62,11 @@ def make_provenance(*, vllm_commit: str | None = HEAD) -> Provenance:
     )
 
 
-def demo_plan() -> dict[str, Any]:
-    """The demo scope's smoke plan, as a bundle records it."""
+def demo_plan(shard: str | None = None) -> dict[str, Any]:
+    """The demo scope's smoke plan (of ``shard``), as a bundle records it."""
     from fasttrack.plan import build_plan
 
-    plan = build_plan(evidence_testlib.suite(SCOPE)[1], tier=TIER).model_dump(mode="json")
+    plan = build_plan(evidence_testlib.suite(SCOPE)[1], tier=TIER, shard=shard).model_dump(mode="json")
     return {**plan, "fingerprint": "f" * 64}
 
 

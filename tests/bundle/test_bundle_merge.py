@@ -5,29 +5,27 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from bundle_testlib import build, make_provenance, make_results
+from bundle_testlib import SCOPE_YAML, build, demo_plan, make_provenance, make_results
 
 from fasttrack import bundle as B
 from fasttrack.results import CheckResult, Verdict
 
-FP = "f" * 64
+def shard_plan(i: int, n: int) -> dict:
+    return demo_plan(f"{i}/{n}")
 
 
-def shard_results(i: int, *, perf: Verdict = Verdict.PASS) -> list[CheckResult]:
-    res = make_results(perf=perf)
-    if i != 1:  # kernels run in shard 1 only; the other shards have nothing to do for it
-        res = [r for r in res if r.check != "kernels"]
-        res.append(CheckResult.not_run("kernels", "no kernel suite in this shard", required=False))
-    return res
+def shard_results(i: int, n: int = 3, *, perf: Verdict = Verdict.PASS) -> list[CheckResult]:
+    """Shard i's results: every check's rows at that shard's points of the demo plan."""
+    return make_results(perf=perf, points=[p["id"] for p in shard_plan(i, n)["points"]])
 
 
 def make_shards(tmp_path: Path, n: int = 3, *, sign=(), overrides: dict[int, dict] | None = None) -> list[Path]:
     overrides = overrides or {}
     out = []
     for i in range(1, n + 1):
-        kw = {"plan": {"points": [{"id": f"p{i}"}], "shard": f"{i}/{n}", "fingerprint": FP}, "shard": f"{i}/{n}"}
+        kw = {"plan": shard_plan(i, n), "shard": f"{i}/{n}"}
         kw.update(overrides.get(i, {}))
-        out.append(build(tmp_path / f"shard{i}", results=kw.pop("results", shard_results(i)), sign=list(sign), **kw))
+        out.append(build(tmp_path / f"shard{i}", results=kw.pop("results", shard_results(i, n)), sign=list(sign), **kw))
     return out
 
 
@@ -37,14 +35,15 @@ def test_merge_combines_tables_and_verdicts(tmp_path: Path, contrib, keydir: Pat
     m = B.merge_bundles(shards, tmp_path / "merged", sign_keys=[ci], keys=[keydir / "contrib.pub"])
     assert m.verdict == "pass"
     assert m.plan.shard == "1/1" and [r.shard for r in m.plan.merged_from] == ["1/3", "2/3", "3/3"]
-    assert [p["id"] for p in m.plan.plan["points"]] == ["p1", "p2", "p3"]
+    assert [p["id"] for p in m.plan.plan["points"]] == [p["id"] for p in demo_plan()["points"]]
     assert m.checks["kernels"].verdict is Verdict.PASS and m.checks["kernels"].required
-    assert "not needed in shard(s) 2/3, 3/3" in m.checks["kernels"].reason
+    assert "passed in shard(s) 1/3, 2/3, 3/3" in m.checks["kernels"].reason
     res = B.verify_bundle(tmp_path / "merged", keys=[keydir / "ci.pub"])
     assert res.verified, res.failures
     with B.open_bundle(tmp_path / "merged") as view:
         rows = view.rows("perf", "points")
-        assert len(rows) == 6 and {r["shard"] for r in rows} == {"1/3", "2/3", "3/3"}
+        per_shard = {f"{i}/3": [r for r in rows if r["shard"] == f"{i}/3"] for i in (1, 2, 3)}
+        assert all(per_shard.values()) and sum(map(len, per_shard.values())) == len(rows)
         assert view.path("artifacts/shard-2-of-3/evals/samples.jsonl").is_file()
         assert view.path("logs/shard-3-of-3/g0.baseline.0.log").is_file()
     assert m.checks["evals"].artifacts == [f"artifacts/shard-{i}-of-3/evals/samples.jsonl" for i in (1, 2, 3)]
@@ -62,10 +61,11 @@ def test_merge_is_reproducible_and_writes_tarballs(tmp_path: Path, contrib, keyd
 
 def test_a_failing_shard_fails_the_merge(tmp_path: Path) -> None:
     shards = make_shards(tmp_path, overrides={2: {"results": shard_results(2, perf=Verdict.FAIL)}})
+
     m = B.merge_bundles(shards, tmp_path / "merged")
     assert m.verdict == "fail"
     assert m.checks["perf"].verdict is Verdict.FAIL and "shard 2/3" in m.checks["perf"].reason
-    assert m.checks["perf"].failures == ["[shard 2/3] b4: lower bound 0.8 < 0.95"]
+    assert len(m.checks["perf"].failures) == 1 and m.checks["perf"].failures[0].startswith("[shard 2/3] tp1-")
 
 
 def test_missing_shards_are_named(tmp_path: Path) -> None:
@@ -82,15 +82,14 @@ def test_duplicate_shard_is_refused(tmp_path: Path) -> None:
 
 
 def test_mismatched_scope_is_refused(tmp_path: Path) -> None:
-    shards = make_shards(tmp_path, n=2, overrides={2: {"scope_yaml": "name: other\n"}})
+    other = SCOPE_YAML + "# the same scope, other bytes\n"
+    shards = make_shards(tmp_path, n=2, overrides={2: {"scope_yaml": other}})
     with pytest.raises(B.MergeError, match="scope.sha256"):
         B.merge_bundles(shards, tmp_path / "merged")
 
 
 def test_mismatched_plan_is_refused(tmp_path: Path) -> None:
-    shards = make_shards(
-        tmp_path, n=2, overrides={2: {"plan": {"points": [], "shard": "2/2", "fingerprint": "e" * 64}}}
-    )
+    shards = make_shards(tmp_path, n=2, overrides={2: {"plan": {**shard_plan(2, 2), "fingerprint": "e" * 64}}})
     with pytest.raises(B.MergeError, match="plan:"):
         B.merge_bundles(shards, tmp_path / "merged")
 
@@ -142,3 +141,15 @@ def test_merged_bundle_cannot_be_merged_again(tmp_path: Path) -> None:
     B.merge_bundles(shards, tmp_path / "merged")
     with pytest.raises(B.MergeError, match="already a merged bundle"):
         B.merge_bundles([tmp_path / "merged"], tmp_path / "again")
+
+
+def test_a_check_idle_in_some_shards_passes_where_it_ran() -> None:
+    """A shard that records a check not run and not required (it held none of the check's work) does not keep
+    the merged check from passing where it ran."""
+    from fasttrack.bundle.merge import _merge_check
+
+    ran = CheckResult(check="perf", verdict=Verdict.PASS, reason="ok")
+    idle = CheckResult.not_run("perf", "no engine group in this shard", required=False)
+    entries = [("1/3", B.manifest.check_entry(ran)), ("2/3", B.manifest.check_entry(idle))]
+    verdict, reason, required = _merge_check("perf", entries)
+    assert verdict is Verdict.PASS and required and "not needed in shard(s) 2/3" in reason
