@@ -26,7 +26,9 @@ Rows = list[dict[str, Any]]
 #: What each scope's bundles record as their hardware (the scope's own: not a rehearsal).
 HARDWARE = {
     "demo-llama": Hardware(kind="cpu", cpu_model="synthetic CPU", cpu_count=2),
-    "demo-llama-gpu": Hardware(kind="gpu", gpu_model="NVIDIA H200", gpu_count=1, cpu_model="synthetic CPU", cpu_count=16),
+    "demo-llama-gpu": Hardware(
+        kind="gpu", gpu_model="NVIDIA H200", gpu_count=1, cpu_model="synthetic CPU", cpu_count=16
+    ),
     "kimi-k3": Hardware(kind="gpu", gpu_model="NVIDIA GB300", gpu_count=16, cpu_model="synthetic CPU", cpu_count=144),
 }
 
@@ -122,10 +124,27 @@ def perf_tables(d: Draw) -> tuple[dict[str, Rows], list[str]]:
             if row["verdict"] == "fail":
                 failures.append(d.t(f"{point} ({workload}): lower bound {row['ci_low']:.3f} below the threshold"))
         for side in ("baseline", "candidate"):
-            runs += [{"workload": workload, "point": point, "side": side, "lifetime": 0, "run": i, "failed": 0,
-                      "requests": 8} for i in range(3)]
-        looks.append({"key": f"{workload}@{point}", "workload": workload, "point": point, "look": 1,
-                      "decision": "decided_fail" if (workload, point) == slow else "decided_pass"})
+            runs += [
+                {
+                    "workload": workload,
+                    "point": point,
+                    "side": side,
+                    "lifetime": 0,
+                    "run": i,
+                    "failed": 0,
+                    "requests": 8,
+                }
+                for i in range(3)
+            ]
+        looks.append(
+            {
+                "key": f"{workload}@{point}",
+                "workload": workload,
+                "point": point,
+                "look": 1,
+                "decision": "decided_fail" if (workload, point) == slow else "decided_pass",
+            }
+        )
     groups = sorted({p.group for p in d.points})
     lifetimes = [{"group": g, "side": "interleaved", "lifetime": 0, "runs": 6} for g in groups]
     return {"points": points, "runs": runs, "looks": looks, "lifetimes": lifetimes}, failures
@@ -144,26 +163,53 @@ def equivalence_tables(d: Draw) -> tuple[dict[str, Rows], list[str]]:
     for p in pts:
         n = max(p.batch, 4)
         drift = gate.max_abs_logprob_diff * (9 if p.id == bad else 0.3)
-        problems = f"max |Δ logprob| on matching prefixes {drift:.4f} > {gate.max_abs_logprob_diff:g}" if p.id == bad else ""
-        rows.append({
-            "group": p.group, "point": p.id, "batch": p.batch, "context": p.context,
-            "verdict": "fail" if problems else "pass", "requests": n, "n_exact": n - 1, "n_close": n,
-            "close_fraction": 1.0, "max_abs_logprob_diff": drift, "mean_abs_logprob_diff": drift / 4,
-            "kl_mean": gate.max_kl / 10, "kl_max": gate.max_kl / 5,
-            "baseline_batch_verified": True, "baseline_batch_evidence": "a single round",
-            "candidate_batch_verified": True, "candidate_batch_evidence": "a single round",
-            "candidate_decode_steps": 20, "candidate_optimized_decode_steps": 20, "candidate_path_evidence": True,
-            "problems": problems, "missing_evidence": "",
-        })
+        problems = (
+            f"max |Δ logprob| on matching prefixes {drift:.4f} > {gate.max_abs_logprob_diff:g}" if p.id == bad else ""
+        )
+        rows.append(
+            {
+                "group": p.group,
+                "point": p.id,
+                "batch": p.batch,
+                "context": p.context,
+                "verdict": "fail" if problems else "pass",
+                "requests": n,
+                "n_exact": n - 1,
+                "n_close": n,
+                "close_fraction": 1.0,
+                "max_abs_logprob_diff": drift,
+                "mean_abs_logprob_diff": drift / 4,
+                "kl_mean": gate.max_kl / 10,
+                "kl_max": gate.max_kl / 5,
+                "baseline_batch_verified": True,
+                "baseline_batch_evidence": "a single round",
+                "candidate_batch_verified": True,
+                "candidate_batch_evidence": "a single round",
+                "candidate_decode_steps": 20,
+                "candidate_optimized_decode_steps": 20,
+                "candidate_path_evidence": True,
+                "problems": problems,
+                "missing_evidence": "",
+            }
+        )
         if problems:
             failures.append(d.t(f"{p.id} (batch {p.batch}): {problems}"))
         for i in range(n):
-            reqs.append({
-                "group": p.group, "point": p.id, "batch": p.batch, "round": 0, "prompt_id": f"p{i:02d}",
-                "exact_match": i > 0, "first_divergence": None if i else 7, "close": True,
-                "max_abs_logprob_diff": drift if i == 0 else drift / 2,
-                "baseline_text": d.t("the same words"), "candidate_text": d.t("the same words"),
-            })
+            reqs.append(
+                {
+                    "group": p.group,
+                    "point": p.id,
+                    "batch": p.batch,
+                    "round": 0,
+                    "prompt_id": f"p{i:02d}",
+                    "exact_match": i > 0,
+                    "first_divergence": None if i else 7,
+                    "close": True,
+                    "max_abs_logprob_diff": drift if i == 0 else drift / 2,
+                    "baseline_text": d.t("the same words"),
+                    "candidate_text": d.t("the same words"),
+                }
+            )
     return {"equivalence_points": rows, "equivalence_requests": reqs}, failures
 
 
@@ -172,21 +218,48 @@ def equivalence_tables(d: Draw) -> tuple[dict[str, Rows], list[str]]:
 
 def _feature_row(d: Draw, feature: str, p: PlannedPoint, bad: bool) -> dict[str, Any]:
     eq, fg = d.scope.gates.equivalence, d.scope.gates.features
-    row: dict[str, Any] = {"feature": feature, "group": p.group, "point": p.id, "verdict": "fail" if bad else "pass",
-                           "detail": d.t("as on the baseline")}
-    row.update({
-        "structured_output": {"schema": "calendar_event", "batch": p.batch, "baseline_conforming": 4,
-                              "baseline_n": 4, "candidate_conforming": 1 if bad else 4, "candidate_n": 4,
-                              "floor": fg.min_json_conformance},
-        "temperature_sampling": {"test": "goodness_of_fit", "temperature": 1.0, "p_value": 1e-6 if bad else 0.4,
-                                 "control_p_value": 0.5, "alpha": fg.sampling_alpha, "n_samples": 2000},
-        "full_context": {"max_abs_logprob_diff": eq.max_abs_logprob_diff * (3 if bad else 0.3),
-                         "kl_mean": eq.max_kl / 10, "batch": p.batch},
-        "seeded_sampling": {"side": "candidate", "seeds": 4, "differing_seeds": "3" if bad else ""},
-        "stop_sequences": {"side": "candidate", "stop": ".", "text": "ab" if bad else "abc", "expected_text": "abc"},
-        "max_tokens": {"side": "candidate", "max_tokens": 7, "n_tokens": 5 if bad else 7, "usage": 7},
-        "n_best": {"side": "candidate", "n": 2, "choices": 1 if bad else 2},
-    }.get(feature, {"side": "candidate"}))
+    row: dict[str, Any] = {
+        "feature": feature,
+        "group": p.group,
+        "point": p.id,
+        "verdict": "fail" if bad else "pass",
+        "detail": d.t("as on the baseline"),
+    }
+    row.update(
+        {
+            "structured_output": {
+                "schema": "calendar_event",
+                "batch": p.batch,
+                "baseline_conforming": 4,
+                "baseline_n": 4,
+                "candidate_conforming": 1 if bad else 4,
+                "candidate_n": 4,
+                "floor": fg.min_json_conformance,
+            },
+            "temperature_sampling": {
+                "test": "goodness_of_fit",
+                "temperature": 1.0,
+                "p_value": 1e-6 if bad else 0.4,
+                "control_p_value": 0.5,
+                "alpha": fg.sampling_alpha,
+                "n_samples": 2000,
+            },
+            "full_context": {
+                "max_abs_logprob_diff": eq.max_abs_logprob_diff * (3 if bad else 0.3),
+                "kl_mean": eq.max_kl / 10,
+                "batch": p.batch,
+            },
+            "seeded_sampling": {"side": "candidate", "seeds": 4, "differing_seeds": "3" if bad else ""},
+            "stop_sequences": {
+                "side": "candidate",
+                "stop": ".",
+                "text": "ab" if bad else "abc",
+                "expected_text": "abc",
+            },
+            "max_tokens": {"side": "candidate", "max_tokens": 7, "n_tokens": 5 if bad else 7, "usage": 7},
+            "n_best": {"side": "candidate", "n": 2, "choices": 1 if bad else 2},
+        }.get(feature, {"side": "candidate"})
+    )
     return row
 
 
@@ -219,18 +292,41 @@ def coverage_tables(d: Draw) -> tuple[dict[str, Rows], list[str]]:
         for chk in ("equivalence", "perf"):
             opt = 24 if p.id == gap else 48
             ok = opt / 48 >= thr
-            cells.append({
-                "point": p.id, "check": chk, "in_plan": True, "verdict": "pass" if ok else "fail",
-                "candidate_decode_steps": 48, "candidate_optimized_decode_steps": opt,
-                "candidate_optimized_fraction": opt / 48, "threshold": thr, "candidate_optimized_ops": opt * 4,
-                "candidate_stock_ops": (48 - opt) * 4, "baseline_decode_steps": 48, "baseline_optimized_ops": 0,
-                "baseline_stock_ops": 0, "windows": d.t(f"{chk}-{p.group}"), "detail": "" if ok else "too few steps",
-            })
+            cells.append(
+                {
+                    "point": p.id,
+                    "check": chk,
+                    "in_plan": True,
+                    "verdict": "pass" if ok else "fail",
+                    "candidate_decode_steps": 48,
+                    "candidate_optimized_decode_steps": opt,
+                    "candidate_optimized_fraction": opt / 48,
+                    "threshold": thr,
+                    "candidate_optimized_ops": opt * 4,
+                    "candidate_stock_ops": (48 - opt) * 4,
+                    "baseline_decode_steps": 48,
+                    "baseline_optimized_ops": 0,
+                    "baseline_stock_ops": 0,
+                    "windows": d.t(f"{chk}-{p.group}"),
+                    "detail": "" if ok else "too few steps",
+                }
+            )
             if not ok:
                 failures.append(d.t(f"{p.id} [{chk}]: only {opt} of 48 decode steps on the optimized path"))
     group = d.points[0].group if d.points else "g"
-    fallback = [{"group": group, "situation": "prefill", "side": "candidate", "verdict": "pass", "steps": 5,
-                 "optimized_steps": 0, "stock_steps": 5, "fallback_visible": True, "detail": d.t("")}]
+    fallback = [
+        {
+            "group": group,
+            "situation": "prefill",
+            "side": "candidate",
+            "verdict": "pass",
+            "steps": 5,
+            "optimized_steps": 0,
+            "stock_steps": 5,
+            "fallback_visible": True,
+            "detail": d.t(""),
+        }
+    ]
     markers = [{"marker": "^stock", "kind": "stock", "verdict": "pass", "detail": ""}]
     return {"coverage": cells, "fallback": fallback, "markers": markers}, failures
 
@@ -250,21 +346,57 @@ def evals_tables(d: Draw) -> tuple[dict[str, Rows], list[str]]:
         score = max(e.floor, 0.8)
         lo = -drop - e.margin / 2
         task = lo >= -e.margin and score >= e.floor
-        cmp_rows.append({
-            "eval": e.name, "kind": e.kind, "point": point.id, "batch": point.batch, "pairs": 30, "samples": 30,
-            "margin": e.margin, "floor": e.floor, "baseline_score": score, "candidate_score": score - drop,
-            "score_difference": -drop, "score_ci_low": lo, "score_ci_high": -drop + e.margin / 2,
-            "task_pass": task and score - drop >= e.floor, "agreement": 0.97, "reference_agreement": 0.98,
-            "agreement_ci_low": -e.margin / 2, "agreement_ci_high": e.margin / 4, "agreement_pass": True,
-            "passed": task and score - drop >= e.floor,
-        })
+        cmp_rows.append(
+            {
+                "eval": e.name,
+                "kind": e.kind,
+                "point": point.id,
+                "batch": point.batch,
+                "pairs": 30,
+                "samples": 30,
+                "margin": e.margin,
+                "floor": e.floor,
+                "baseline_score": score,
+                "candidate_score": score - drop,
+                "score_difference": -drop,
+                "score_ci_low": lo,
+                "score_ci_high": -drop + e.margin / 2,
+                "task_pass": task and score - drop >= e.floor,
+                "agreement": 0.97,
+                "reference_agreement": 0.98,
+                "agreement_ci_low": -e.margin / 2,
+                "agreement_ci_high": e.margin / 4,
+                "agreement_pass": True,
+                "passed": task and score - drop >= e.floor,
+            }
+        )
         if not cmp_rows[-1]["passed"]:
             failures.append(d.t(f"{e.name} at {point.id}: the score's lower bound is below -{e.margin:g}"))
         for side in ("baseline", "candidate"):
-            runs.append({"eval": e.name, "kind": e.kind, "point": point.id, "side": side, "role": "primary",
-                         "repeat": 0, "samples": 30, "mean_score": score})
-            samples.append({"eval": e.name, "point": point.id, "side": side, "role": "primary", "repeat": 0,
-                            "sample_id": "0", "score": 1.0, "output": d.t("42")})
+            runs.append(
+                {
+                    "eval": e.name,
+                    "kind": e.kind,
+                    "point": point.id,
+                    "side": side,
+                    "role": "primary",
+                    "repeat": 0,
+                    "samples": 30,
+                    "mean_score": score,
+                }
+            )
+            samples.append(
+                {
+                    "eval": e.name,
+                    "point": point.id,
+                    "side": side,
+                    "role": "primary",
+                    "repeat": 0,
+                    "sample_id": "0",
+                    "score": 1.0,
+                    "output": d.t("42"),
+                }
+            )
     return {"eval_comparisons": cmp_rows, "eval_runs": runs, "eval_samples": samples}, failures
 
 
@@ -278,12 +410,25 @@ def kernels_tables(d: Draw) -> tuple[dict[str, Rows], list[str]]:
         for i, shape in enumerate(("B=1,hidden=256", "B=8,hidden=256", "B=1,hidden=4096", "B=8,hidden=4096")):
             bad = d.fail and i == 3
             mism = 3 if bad else 0
-            rows.append({
-                "suite": k.name, "test": d.t(f"test_kernels.py::test_case[{i}]"), "kernel": "fused_op",
-                "shape": shape, "dtype": "bf16", "output": "out", "verdict": "fail" if bad else "pass",
-                "numel": 256, "max_abs_err": 4e-3 if bad else 2e-4, "mismatches": mism, "out_of_bound": mism,
-                "nan_mismatch": 0, "inf_mismatch": 0, "atol": 1e-3, "rtol": 1e-3,
-            })
+            rows.append(
+                {
+                    "suite": k.name,
+                    "test": d.t(f"test_kernels.py::test_case[{i}]"),
+                    "kernel": "fused_op",
+                    "shape": shape,
+                    "dtype": "bf16",
+                    "output": "out",
+                    "verdict": "fail" if bad else "pass",
+                    "numel": 256,
+                    "max_abs_err": 4e-3 if bad else 2e-4,
+                    "mismatches": mism,
+                    "out_of_bound": mism,
+                    "nan_mismatch": 0,
+                    "inf_mismatch": 0,
+                    "atol": 1e-3,
+                    "rtol": 1e-3,
+                }
+            )
             if bad:
                 failures.append(d.t(f"{k.name} {shape}: {mism} element(s) outside the tolerance"))
     return {"cases": rows}, failures
@@ -336,8 +481,9 @@ def check_result(name: str, d: Draw, **kw: Any) -> CheckResult:
     )
 
 
-def results(scope_name: str = "demo-llama", tier: str = "smoke", *, fail: tuple[str, ...] = (), seed: int = 0,
-            **kw: Any) -> list[CheckResult]:
+def results(
+    scope_name: str = "demo-llama", tier: str = "smoke", *, fail: tuple[str, ...] = (), seed: int = 0, **kw: Any
+) -> list[CheckResult]:
     """Every check's result but isolation's, each failing when named in ``fail``."""
     return [
         check_result(name, draw(scope_name, tier, seed=seed + i, fail=name in fail, **kw))

@@ -161,7 +161,11 @@ def _judged_verdict(
         return recorded
     if rows is None:
         return "fail" if recorded == "fail" else "not_run"
-    judged = ev.rejudge(rows, ctx.gate(name), ctx)
+    try:
+        judged = ev.rejudge(rows, ctx.gate(name), ctx)
+    except Exception as exc:  # noqa: BLE001 - a rule that breaks on hostile rows fails closed, never crashes verify
+        out.rows.append(f"{name}: its rows could not be re-judged ({type(exc).__name__}: {str(exc)[:200]})")
+        return "fail" if recorded == "fail" else "not_run"
     out.rows += [f.line() for f in judged.findings]
     out.notes += [f"{name}: {n}" for n in judged.notes]
     if recorded == "pass" and judged.bound != "pass":

@@ -251,10 +251,19 @@ def read_table_rows(
             raise BundleError(f"{where}: field(s) {', '.join(sorted(missing)[:8])} of {model.__name__} have no column")
     if limit is not None and table.num_rows > limit:
         table = table.slice(0, limit)
-    sizes = _row_text(table, text, where)
+    try:
+        sizes = _row_text(table, text, where)
+    except (pa.ArrowException, ValueError, TypeError, OverflowError) as exc:
+        raise BundleError(f"{where} cannot be measured: {type(exc).__name__}: {str(exc)[:200]}") from None
     budget.take(sum(sizes), table.num_rows, where)
     for start, length in _slices(sizes):
-        for j, row in enumerate(table.slice(start, length).to_pylist()):
+        try:
+            pylist = table.slice(start, length).to_pylist()
+        except (pa.ArrowException, ValueError, TypeError, OverflowError) as exc:
+            raise BundleError(
+                f"{where} rows {start}-{start + length - 1} cannot be decoded: {type(exc).__name__}: {str(exc)[:200]}"
+            ) from None
+        for j, row in enumerate(pylist):
             i = start + j
             r = _validate(model, _decoded(row, json_cols, where, i), where, i)
             if on_row is not None:

@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import evidence_testlib
 import pytest
 
-import evidence_testlib
 from fasttrack import bundle as B
 from fasttrack.bundle.manifest import EngineRecord, Hardware, Provenance
-from fasttrack.results import LEGACY_CHECK_ORDER, CheckResult, Gate, Verdict
+from fasttrack.results import LEGACY_CHECK_ORDER, CheckResult, Verdict
 
 CREATED = "2025-01-02T03:04:05+00:00"
 HEAD = "0123456789abcdef0123456789abcdef01234567"
@@ -28,7 +28,9 @@ def make_results(*, perf: Verdict = Verdict.PASS, points: list[str] | None = Non
     re-judge to what they record (``perf``: FAIL makes one perf point slow; ``points``: a shard's only)."""
     res = evidence_testlib.results(SCOPE, TIER, fail=("perf",) if perf is Verdict.FAIL else (), points=points)
     # the evals check lists its samples file (make_run_dir writes it)
-    return [r.model_copy(update={"artifacts": ["artifacts/evals/samples.jsonl"]}) if r.check == "evals" else r for r in res]
+    return [
+        r.model_copy(update={"artifacts": ["artifacts/evals/samples.jsonl"]}) if r.check == "evals" else r for r in res
+    ]
 
 
 def isolation_result(*, head: str = HEAD, base: str = BASE, diff: str = DIFF) -> CheckResult:

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bundle_testlib import HEAD, build
+from bundle_testlib import HEAD, build, demo_plan, make_results
 
 from fasttrack import ROOT
 from fasttrack import bundle as B
@@ -62,9 +62,9 @@ def test_keys_sign_verify_merge(tmp_path: Path) -> None:
     alice = B.load_private_key(keys / "alice")
     shards = []
     for i in (1, 2):
-        shards.append(
-            build(tmp_path / f"s{i}", shard=f"{i}/2", plan={"points": [i], "fingerprint": "f" * 64}, sign=[alice])
-        )
+        plan = demo_plan(f"{i}/2")
+        res = make_results(points=[p["id"] for p in plan["points"]])
+        shards.append(build(tmp_path / f"s{i}", shard=f"{i}/2", plan=plan, results=res, sign=[alice]))
     r = ft(
         "merge", *shards, "-o", tmp_path / "merged.tar.gz", "--sign-key", keys / "alice", "--key", keys / "alice.pub"
     )
@@ -77,8 +77,6 @@ def test_keys_sign_verify_merge(tmp_path: Path) -> None:
 
 
 def test_require_pass(tmp_path: Path, contrib, keydir: Path) -> None:
-    from bundle_testlib import make_results
-
     from fasttrack.results import Verdict
 
     b = build(tmp_path / "b", results=make_results(perf=Verdict.FAIL), sign=[contrib])
@@ -128,15 +126,15 @@ def test_verify_json_says_a_bundle_without_pr_link_is_not_pr_evidence(tmp_path: 
     keys = tmp_path / "keys"
     assert ft("keys", "generate", "-o", keys, "--name", "ci").returncode == 0
     # results written without a PR link
-    from bundle_testlib import make_provenance, make_results, make_run_dir
+    from bundle_testlib import SCOPE_YAML, demo_plan, make_provenance, make_results, make_run_dir
 
     nopr = tmp_path / "nopr"
     B.write_bundle(
         nopr,
         artifacts_from=make_run_dir(tmp_path / "src"),
         results=make_results(),
-        scope=B.scope_info("name: demo-llama\n", model="demo-llama", tier="smoke"),
-        plan=B.plan_info({"points": [{"id": "b1"}]}),
+        scope=B.scope_info(SCOPE_YAML, model="demo-llama", tier="smoke"),
+        plan=B.plan_info(demo_plan()),
         provenance=make_provenance(),
         expected_checks=LEGACY_CHECK_ORDER,
         sign_keys=[B.load_private_key(keys / "ci")],

@@ -10,6 +10,7 @@ from bundle_testlib import SCOPE_YAML, build, demo_plan, make_provenance, make_r
 from fasttrack import bundle as B
 from fasttrack.results import CheckResult, Verdict
 
+
 def shard_plan(i: int, n: int) -> dict:
     return demo_plan(f"{i}/{n}")
 

@@ -11,25 +11,36 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import evidence_testlib
 import pytest
-from bundle_testlib import build, make_results
+from bundle_testlib import SCOPE, TIER, build, make_results
 
 from fasttrack import ROOT, pipeline
 from fasttrack.errors import FasttrackError
 from fasttrack.reproduce import compare_rows, reproduce
 from fasttrack.results import CheckResult, Verdict
 
-PERF_ROWS = [
-    {"workload": "decode", "point": "b1", "speedup": 1.10, "ci_low": 1.02, "ci_high": 1.18, "verdict": "pass"},
-    {"workload": "decode", "point": "b4", "speedup": 1.05, "ci_low": 0.97, "ci_high": 1.12, "verdict": "pass"},
-]
+
+def _gated(point: str, speedup: float, lo: float, hi: float) -> dict[str, Any]:
+    """The gated row of the decode workload at ``point``, with these figures (judged by the demo scope's gate)."""
+    d = evidence_testlib.draw(SCOPE, TIER)
+    row = evidence_testlib._perf_row(d, "decode", point, d.scope.gates.perf.gated_metric, speedup, gated=True)
+    return {**row, "speedup": speedup, "ci_low": lo, "ci_high": hi, "nominal_ci_low": lo, "nominal_ci_high": hi}
+
+
+B1, B4 = "tp1-dcp1-none-b1-ctx32", "tp1-dcp1-none-b4-ctx32"
+PERF_ROWS = [_gated(B1, 1.10, 1.02, 1.18), _gated(B4, 1.05, 0.97, 1.12)]
+METRIC = PERF_ROWS[0]["metric"]
 
 
 def _recorded_results() -> list[CheckResult]:
+    """The demo results, with the two gated rows above in place of the perf check's own."""
     out = []
     for r in make_results():
         if r.check == "perf":
-            r = r.model_copy(update={"tables": {"points": PERF_ROWS}})
+            mine = {(x["workload"], x["point"], x["metric_name"]): x for x in PERF_ROWS}
+            rows = [mine.get((x["workload"], x["point"], x["metric_name"]), x) for x in r.tables["points"]]
+            r = r.model_copy(update={"tables": {**r.tables, "points": rows}})
         out.append(r)
     return out
 
@@ -99,7 +110,8 @@ def test_estimate_outside_the_recorded_interval_disagrees(recorded, tmp_path, ke
     a = res.agreements[0]
     assert not res.all_agree and not a.agrees
     assert a.row_disagreements == [
-        "points [workload=decode, point=b4]: speedup 1.3 now, outside the recorded interval [0.97, 1.12]"
+        f"points [workload=decode, point={B4}, metric={METRIC}]: speedup 1.3 now, outside the recorded interval "
+        "[0.97, 1.12]"
     ]
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import evidence_testlib
+
 from fasttrack.bundle.keys import SigningKey
 from fasttrack.bundle.manifest import (
     EngineRecord,

@@ -8,13 +8,13 @@ the rows (never in a column name: a typed table's columns are its model's fields
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import evidence_testlib
+
 from fasttrack.evidence.expect import planned_points
 from fasttrack.report.check_views import CHECK_TITLES
 from fasttrack.results import DEFAULT_CLAIM_TOLERANCE, NOT_PR_EVIDENCE, CheckResult, Gate, Verdict, claim_verdict
