@@ -246,7 +246,7 @@ def read_table_rows(
         table = table.drop_columns(extra)
         text = [t for t in text if t not in extra]
     if not legacy and table.num_rows:
-        missing = [c for c in declared if c not in table.column_names]
+        missing = [c for c in declared if c not in table.column_names and c != "shard"]
         if missing:
             raise BundleError(f"{where}: field(s) {', '.join(sorted(missing)[:8])} of {model.__name__} have no column")
     if limit is not None and table.num_rows > limit:

@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
 from fasttrack.checks.base import EnginelessCheck, RunContext, register
+from fasttrack.evidence import typed_tables
 from fasttrack.isolation import IsolationResult, check_isolation
 from fasttrack.results import ISOLATION, NOT_PR_EVIDENCE, CheckResult, Gate, Verdict, head_binding
 
@@ -127,7 +128,7 @@ def judge_isolation(res: IsolationResult, *, gate: Gate = GATE) -> CheckResult:
         gate=gate,
         summary=summary,
         failures=list(res.failures),
-        tables={"changed": rows},
+        tables=typed_tables(ISOLATION, {"changed": rows}),
     )
 
 

@@ -13,6 +13,7 @@ import importlib.util
 from pathlib import Path
 
 from fasttrack.checks.base import Blocker, EnginelessCheck, RunContext, TierView, register
+from fasttrack.evidence import typed_tables
 from fasttrack.kernels.spec import SuiteSpec, from_scope_section
 from fasttrack.kernels.suites import GATE, cuda_available, judge, run_suite
 from fasttrack.results import CheckResult, Gate, Verdict
@@ -105,6 +106,7 @@ class KernelsCheck(EnginelessCheck, name="kernels", title="Kernels", report_view
         has_cuda = cuda_available()
         docs = [run_suite(s, tier=ctx.tier, out_dir=out_dir, log=ctx.log, has_cuda=has_cuda) for s in specs]
         res = judge(docs, run_dir=ctx.run_dir)
+        res = res.model_copy(update={"tables": typed_tables(self.name, res.tables)})
         return label_examples(res, examples, scope=ctx.scope.name)
 
 

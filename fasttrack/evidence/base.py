@@ -53,7 +53,7 @@ class Row(BaseModel):
     KEY: ClassVar[tuple[str, ...]] = ()
 
     shard: str | None = None
-    """The shard a merged bundle's row came from (``i/n``; None in a shard's or an unsharded run's own bundle)."""
+    """The shard a merged bundle's row came from (``i/n``; a column only in a merged bundle's tables)."""
 
     def where(self) -> str:
         """The row in words: its key fields' values (``decode/tp1-b1/median_tpot_ms``)."""
@@ -63,7 +63,10 @@ class Row(BaseModel):
     def record(self) -> dict[str, Any]:
         """The row as the Parquet writer takes it: every declared field, in declaration order, by its column name
         (a field named after a pydantic attribute, such as ``schema_``, is written as its alias ``schema``)."""
-        return self.model_dump(mode="python", by_alias=True)
+        out = self.model_dump(mode="python", by_alias=True, exclude={"shard"})
+        if self.shard is not None:
+            out["shard"] = self.shard
+        return out
 
 
 @dataclass(frozen=True)

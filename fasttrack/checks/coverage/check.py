@@ -63,6 +63,7 @@ from fasttrack.checks.points import group_batches, short_point
 from fasttrack.checks.windows import EvidenceWindow, WindowRecord
 from fasttrack.engine.deployment import DeploymentOutcome
 from fasttrack.engine.flags import arg_values
+from fasttrack.evidence import typed_tables
 from fasttrack.inputs import load_prompt_set, prompt_set_path
 from fasttrack.plan import EngineGroup
 from fasttrack.results import CheckResult, Gate, Side, Verdict
@@ -309,6 +310,6 @@ class CoverageCheck(EngineCheck, DeploymentCheck):
                 "stock_markers_observable": {f"{g}/{s}": v for (g, s), v in sorted(self.stock_seen.items())},
             },
             failures=cells.failures,
-            tables={"coverage": cells.rows, "fallback": fb_rows, "markers": marker_rows},
+            tables=typed_tables(self.name, {"coverage": cells.rows, "fallback": fb_rows, "markers": marker_rows}),
             artifacts=list(self.artifacts),
         )

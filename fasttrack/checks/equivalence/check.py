@@ -51,6 +51,7 @@ from fasttrack.checks.equivalence.records import Explanation, PointRun, compare
 from fasttrack.checks.outcome import fold_verdicts, used_standard_path, write_artifact
 from fasttrack.checks.windows import WindowRecord
 from fasttrack.errors import FasttrackError
+from fasttrack.evidence import typed_tables
 from fasttrack.inputs import (
     PromptItem,
     TokenizerClient,
@@ -215,7 +216,9 @@ class EquivalenceCheck(EngineCheck, name="equivalence", title="Output equivalenc
                 "used_standard_path": standard,
             },
             failures=([f"equivalence {standard}"] if standard else []) + j.failures,
-            tables={"equivalence_points": j.point_rows, "equivalence_requests": j.request_rows},
+            tables=typed_tables(
+                self.name, {"equivalence_points": j.point_rows, "equivalence_requests": j.request_rows}
+            ),
             artifacts=list(self.artifacts),
         )
 

@@ -10,6 +10,7 @@ from fasttrack.checks.evals.units import PROFILE_WINDOW_S, EvalState, EvalUnit, 
 from fasttrack.evals.compare import Comparison, PairingError, SampleOutcome, breakdown, compare
 from fasttrack.evals.mrcr import similarity
 from fasttrack.evals.power import DetectableDrop, minimum_detectable_drop
+from fasttrack.evidence import typed_tables
 from fasttrack.results import CheckResult, Gate, Verdict
 from fasttrack.scope import EvalSpec
 
@@ -88,7 +89,7 @@ def judge(ctx: RunContext, st: EvalState, *, name: str, gate: Gate) -> CheckResu
         gate=gate,
         summary=summary,
         failures=failures,
-        tables=tables,
+        tables=typed_tables(name, tables),
         artifacts=artifacts,
     )
 

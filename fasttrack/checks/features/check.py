@@ -32,6 +32,7 @@ from fasttrack.checks.outcome import fold_verdicts, used_standard_path, write_ar
 from fasttrack.checks.points import nearest_batch
 from fasttrack.checks.windows import WindowRecord
 from fasttrack.errors import FasttrackError
+from fasttrack.evidence import typed_tables
 from fasttrack.inputs import PASSAGES, SCHEMAS_DIR, STRUCTURED_PROMPTS, prompt_set_path
 from fasttrack.plan import EngineGroup
 from fasttrack.results import CheckResult, Gate, Side, Verdict
@@ -219,7 +220,7 @@ class FeaturesCheck(EngineCheck, name="features", title="Serving features", repo
                 "used_standard_path": standard,
             },
             failures=failures,
-            tables=tables,
+            tables=typed_tables(self.name, tables),
             artifacts=list(self.artifacts),
         )
 

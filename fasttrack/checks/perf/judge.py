@@ -8,6 +8,7 @@ from typing import Any
 
 from fasttrack.checks.context import RunContext
 from fasttrack.checks.perf.state import CHECK, PerfState
+from fasttrack.evidence import typed_tables
 from fasttrack.perf.analysis import ItemState, drift_row, judge_item
 from fasttrack.perf.claims import ClaimResult, MeasuredMetric, match_claims
 from fasttrack.perf.curves import CURVE_KIND, curve_rows, dominance, mark_pareto
@@ -371,7 +372,7 @@ def judge(ctx: RunContext, st: PerfState, *, stopped: str | None = None) -> Chec
         "gate": perf_gate(gate, st.schedules),
         "summary": summary,
         "failures": jd.failures,
-        "tables": tables,
+        "tables": typed_tables(CHECK, tables),
     }
     n, n_pass, n_fail = summary["points"], summary["passed"], summary["failed"]
     measured_words = f"{n_pass + n_fail} of {n} point(s) measured"
