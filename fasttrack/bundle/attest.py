@@ -15,6 +15,7 @@ import os
 import tempfile
 from pathlib import Path
 
+from fasttrack.bundle import outfile
 from fasttrack.bundle.canonical import HASH_BUFFER, sha256_file
 from fasttrack.bundle.consistency import consistency_problems, predicate_of
 from fasttrack.bundle.dsse import (
@@ -85,7 +86,7 @@ def _fresh_envelope(root: Path) -> Envelope:
 
 def _write_envelope(root: Path, env: Envelope) -> None:
     path = root / ATTESTATION
-    path.write_bytes(envelope_bytes(env))
+    outfile.write_bytes(path, envelope_bytes(env))
     os.chmod(path, 0o644)
 
 

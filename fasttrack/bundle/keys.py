@@ -22,6 +22,7 @@ from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from fasttrack.bundle import outfile
 from fasttrack.bundle.errors import KeyFileError
 from fasttrack.limits import KEY_FILE_MAX_BYTES, read_capped
 
@@ -110,7 +111,7 @@ def generate_keypair(
             comment = f"{getpass.getuser()}@{socket.gethostname()}"
         except Exception:  # pragma: no cover - no user database
             comment = name
-    pub_path.write_text(openssh_public_line(key.public_key(), comment) + "\n")
+    outfile.write_text(pub_path, openssh_public_line(key.public_key(), comment) + "\n")
     os.chmod(pub_path, 0o644)
     return priv_path, pub_path
 

@@ -12,10 +12,10 @@ import gzip
 import os
 import stat
 import tarfile
-import tempfile
 from pathlib import Path
 
 from fasttrack.bundle.errors import BundleError
+from fasttrack.bundle.outfile import commit, exclusive_temp
 
 
 def _entries(src: Path) -> list[tuple[str, Path, bool]]:
@@ -59,24 +59,16 @@ def pack_bundle(src_dir: str | os.PathLike[str], out_path: str | os.PathLike[str
         raise BundleError(f"the tarball {out} must not be written inside the bundle directory {src}")
     entries = _entries(src)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
-    try:
-        with os.fdopen(fd, "wb") as raw:
-            with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=compresslevel) as gz:
-                with tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT, encoding="utf-8") as tf:
-                    for rel, p, is_dir in entries:
-                        if is_dir:
-                            tf.addfile(_info(rel, is_dir=True))
-                        else:
-                            with open(p, "rb") as f:
-                                size = os.fstat(f.fileno()).st_size
-                                tf.addfile(_info(rel, is_dir=False, size=size), f)
-        os.chmod(tmp_name, 0o644)
-        os.replace(tmp_name, out)
-    except BaseException:
-        try:
-            os.unlink(tmp_name)
-        except FileNotFoundError:
-            pass
-        raise
+    with exclusive_temp(out) as (raw, tmp):  # only over a regular file, through an exclusive temporary file
+        with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=compresslevel) as gz:
+            with tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT, encoding="utf-8") as tf:
+                for rel, p, is_dir in entries:
+                    if is_dir:
+                        tf.addfile(_info(rel, is_dir=True))
+                    else:
+                        with open(p, "rb") as f:
+                            size = os.fstat(f.fileno()).st_size
+                            tf.addfile(_info(rel, is_dir=False, size=size), f)
+    os.chmod(tmp, 0o644)
+    commit(tmp, out)
     return out

@@ -480,6 +480,8 @@ class _Verification:
             not rj.rows and not rj.tables,
             "; ".join(rj.rows[:20]) + (f"; and {len(rj.rows) - 20} more" if len(rj.rows) > 20 else "")
             if rj.rows
+            else "not every table could be read, so not every row was re-judged (see tables)"
+            if rj.tables
             else f"{rj.rows_read} row(s) re-judged by {rj.source}{legacy}",
         )
         self.put("tables", not tp, "; ".join(tp) if tp else f"{ntables} tables as recorded, every row fits its model")

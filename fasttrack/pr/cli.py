@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Optional
 import typer
 
 from fasttrack import terminal
+from fasttrack.bundle import outfile
 from fasttrack.report.cli import MIN_TIER_OPT, TRUSTED_SCOPE_OPT
 
 if TYPE_CHECKING:
@@ -115,7 +116,7 @@ def publish_cmd(
     finally:
         client.close()
     if body_out is not None:
-        body_out.write_text(body.text, encoding="utf-8")
+        outfile.write_text(body_out, body.text)
 
 
 @pr_app.command("fetch")
@@ -191,7 +192,7 @@ def body_cmd(
         min_tier=min_tier,
         run_url=run_url,
     )
-    out.write_text(body.text, encoding="utf-8")
+    outfile.write_text(out, body.text)
     state = "verified" if body.verify.verified else "NOT verified"
     console.print(f"wrote {out}: {state}, verdict {body.verify.verdict}", highlight=False, markup=False)
 

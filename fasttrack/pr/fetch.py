@@ -12,13 +12,13 @@ author and comment id come from the API (not from the bundle) and can be written
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
+from fasttrack.bundle import outfile
 from fasttrack.pr.github import GitHubClient, GitHubError, check_repo
 from fasttrack.pr.sticky import MARKER, BundleLink, find_sticky, login_of, parse_link
 
@@ -64,12 +64,12 @@ def download(url: str, dest: Path, *, sha256: str, max_bytes: int = MAX_BYTES, t
     h = hashlib.sha256()
     n = 0
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(dest.name + ".part")
     try:
-        with httpx.Client(follow_redirects=True, timeout=timeout) as http, http.stream("GET", url) as resp:
-            if resp.status_code != 200:
-                raise GitHubError(f"downloading {url}: the server answered {resp.status_code}")
-            with open(tmp, "wb") as f:
+        # only over a regular file, through an exclusive temporary file beside it (removed on any error)
+        with outfile.exclusive_temp(dest) as (f, tmp):
+            with httpx.Client(follow_redirects=True, timeout=timeout) as http, http.stream("GET", url) as resp:
+                if resp.status_code != 200:
+                    raise GitHubError(f"downloading {url}: the server answered {resp.status_code}")
                 for chunk in resp.iter_bytes(1 << 20):
                     n += len(chunk)
                     if n > max_bytes:
@@ -77,11 +77,7 @@ def download(url: str, dest: Path, *, sha256: str, max_bytes: int = MAX_BYTES, t
                     h.update(chunk)
                     f.write(chunk)
     except httpx.HTTPError as exc:
-        tmp.unlink(missing_ok=True)
         raise GitHubError(f"downloading {url}: {exc}") from None
-    except GitHubError:
-        tmp.unlink(missing_ok=True)
-        raise
     got = h.hexdigest()
     if got != sha256:
         tmp.unlink(missing_ok=True)
@@ -90,7 +86,7 @@ def download(url: str, dest: Path, *, sha256: str, max_bytes: int = MAX_BYTES, t
             "it was changed after it was published (or the link is wrong)",
             hint="Ask the contributor to publish the bundle again with `fasttrack pr publish`.",
         )
-    os.replace(tmp, dest)
+    outfile.commit(tmp, dest)
     return n
 
 

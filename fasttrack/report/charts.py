@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from markupsafe import Markup
 
+from fasttrack.report import fields as F
 from fasttrack.report import fmt
 from fasttrack.report.svg import El, PlotArea, line, num, polyline, svg, text
 from fasttrack.report.views import PerfRow
@@ -24,6 +25,8 @@ MAX_SERIES = 12
 
 def nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
     """Round tick values covering [lo, hi]."""
+    if not (math.isfinite(lo) and math.isfinite(hi)) or hi - lo > 1e15:
+        return []  # no scale spans that (a chart only receives drawable values: fields.drawable)
     if hi <= lo:
         hi = lo + 1.0
     raw = (hi - lo) / max(n, 1)
@@ -71,7 +74,7 @@ def speedup_chart(
     value and a speedup.
     """
     xval: Callable[[PerfRow], int | None] = (lambda r: r.batch) if x == "batch" else (lambda r: r.context)
-    usable = [r for r in rows if xval(r) is not None and r.speedup is not None]
+    usable = [r for r in drawn(rows) if xval(r) is not None]
     if not usable:
         return None
     label_of = _series_labels(usable, x)
@@ -103,6 +106,19 @@ def speedup_chart(
         root.add(g)
     root.add(_legend(f, labels, extra))
     return root.markup()
+
+
+def drawn(rows: Sequence[PerfRow]) -> list[PerfRow]:
+    """The rows a speedup chart can place (:func:`fasttrack.report.fields.drawable`), an interval it cannot place
+    left out: a huge or non-finite figure is shown in the table as text, never drawn."""
+    out = []
+    for r in rows:
+        if F.drawable(r.speedup) is None or (r.speedup is not None and r.speedup <= 0):
+            continue
+        if F.drawable(r.ci_low) is None or F.drawable(r.ci_high) is None:
+            r = replace(r, ci_low=None, ci_high=None)
+        out.append(r)
+    return out
 
 
 def _series_labels(usable: list[PerfRow], x: str) -> dict[int, str]:
@@ -142,7 +158,7 @@ def _speedup_range(usable: list[PerfRow], threshold: float | None) -> tuple[floa
     lo, hi = min(vals), max(vals)
     pad = (hi - lo) * 0.08 or 0.05
     lo, hi = lo - pad, hi + pad
-    ticks = nice_ticks(lo, hi)
+    ticks = nice_ticks(lo, hi) or [lo, hi]
     return min(lo, ticks[0]), max(hi, ticks[-1]), ticks
 
 
@@ -234,13 +250,15 @@ def bins_chart(
     ymax: float | None = None,
     xlabel: str = "bin",
 ) -> Markup | None:
-    """Grouped bars, baseline against candidate, one group per bin: ``(bin, baseline, candidate)``."""
+    """Grouped bars, baseline against candidate, one group per bin: ``(bin, baseline, candidate)`` (a value a chart
+    cannot place is left out: :func:`fasttrack.report.fields.drawable`)."""
+    bins = [(n, F.drawable(b), F.drawable(c)) for n, b, c in bins]
     bins = [b for b in bins if b[1] is not None or b[2] is not None][:40]
     if not bins:
         return None
     top = ymax if ymax is not None else max(max(v for v in (b[1], b[2]) if v is not None) for b in bins)
     top = top if top and top > 0 else 1.0
-    ticks = nice_ticks(0.0, top, 4)
+    ticks = nice_ticks(0.0, top, 4) or [0.0, top]
     top = max(top, ticks[-1])
     W, H = 680, 260
     ml, mr, mt, mb = 52, 130, 16, 56

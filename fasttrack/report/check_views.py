@@ -71,6 +71,7 @@ def table_view(
         total_rows=t.total_rows,
         href=links.href(t.path),
         error=t.error,
+        note=t.note,
     )
 
 

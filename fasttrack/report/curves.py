@@ -56,7 +56,7 @@ def _points(rows: Sequence[dict[str, Any]]) -> list[CurvePoint]:
     out = []
     for r in rows:
         side = r.get("side")
-        x, y = F.as_float(r.get("throughput")), F.as_float(r.get("interactivity_p90"))
+        x, y = F.drawable(r.get("throughput")), F.drawable(r.get("interactivity_p90"))
         if side not in SIDES or x is None or y is None:
             continue
         out.append(
@@ -64,11 +64,11 @@ def _points(rows: Sequence[dict[str, Any]]) -> list[CurvePoint]:
                 side=str(side),
                 concurrency=F.as_int(r.get("concurrency")),
                 x=x,
-                x_lo=F.as_float(r.get("throughput_ci_low")),
-                x_hi=F.as_float(r.get("throughput_ci_high")),
+                x_lo=F.drawable(r.get("throughput_ci_low")),
+                x_hi=F.drawable(r.get("throughput_ci_high")),
                 y=y,
-                y_lo=F.as_float(r.get("interactivity_p90_ci_low")),
-                y_hi=F.as_float(r.get("interactivity_p90_ci_high")),
+                y_lo=F.drawable(r.get("interactivity_p90_ci_low")),
+                y_hi=F.drawable(r.get("interactivity_p90_ci_high")),
                 pareto=r.get("pareto") is True,
             )
         )
@@ -96,7 +96,7 @@ def curve_chart(rows: Sequence[dict[str, Any]], *, title: str, unit: str) -> Mar
         return None
     xs = [v for p in pts for v in (p.x, p.x_lo, p.x_hi) if v is not None]
     ys = [v for p in pts for v in (p.y, p.y_lo, p.y_hi) if v is not None]
-    xt, yt = nice_ticks(0.0, max(xs) * 1.05), nice_ticks(0.0, max(ys) * 1.08)
+    xt, yt = nice_ticks(0.0, max(xs) * 1.05) or [0.0, max(xs)], nice_ticks(0.0, max(ys) * 1.08) or [0.0, max(ys)]
     fr = _Frame(680, 340, 64, 150, 16, 48, x_hi=max(xt[-1], max(xs)), y_hi=max(yt[-1], max(ys)))
     root = svg(
         fr.W,

@@ -123,6 +123,19 @@ def as_float(v: Any) -> float | None:
     return None
 
 
+PLOT_MAX = 1e9
+"""The largest magnitude a chart places (a speedup, a latency, a throughput); the smallest non-zero one is its
+inverse. A value outside is shown as text in its table and left out of the chart, never drawn off a scale."""
+
+
+def drawable(v: Any) -> float | None:
+    """A number a chart can place: finite, and zero or of magnitude within [1/PLOT_MAX, PLOT_MAX]; else None."""
+    f = as_float(v)
+    if f is None or (f != 0 and not 1 / PLOT_MAX <= abs(f) <= PLOT_MAX):
+        return None
+    return f
+
+
 def as_int(v: Any) -> int | None:
     f = as_float(v)
     if f is None or f != int(f):

@@ -81,7 +81,11 @@ def pct(v: float | None, digits: int = 1) -> str:
 
 
 def speedup(v: float | None) -> str:
-    return "\u2014" if v is None else f"{v:.3f}\u00d7"
+    if v is None:
+        return "\u2014"
+    if not math.isfinite(v) or not 1e-3 <= abs(v) < 1e6:
+        return f"{number(v)}\u00d7"  # non-finite or huge: as text, never a 300-digit figure
+    return f"{v:.3f}\u00d7"
 
 
 def flatten(d: Mapping[str, Any], prefix: str = "", depth: int = 2, limit: int = 80) -> list[tuple[str, str]]:

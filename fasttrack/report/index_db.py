@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from fasttrack.bundle.outfile import check_target
 from fasttrack.errors import FasttrackError
 from fasttrack.report.records import BundleRecord
 
@@ -59,6 +60,7 @@ class Index:
         self.path = path
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
+            check_target(path)  # the index file is a regular file or absent: never a FIFO, a device or a link
             self.db = sqlite3.connect(str(path), timeout=30)
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")

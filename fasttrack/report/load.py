@@ -50,7 +50,7 @@ from fasttrack.report.links import LinkPolicy, quote_path, relative_base
 from fasttrack.report.perf_view import perf_rows, perf_view
 from fasttrack.report.speedup import speedup_summary
 from fasttrack.report.summary import headline_view, tier_caveats
-from fasttrack.report.tableread import read_table
+from fasttrack.report.tableread import load_tables as read_tables
 from fasttrack.report.verification import verify_view
 from fasttrack.report.views import ArtifactView, EngineView, PRView, ReportData
 
@@ -128,7 +128,8 @@ def build_report_data(
 def _read(view: BundleView, vr: VerifyResult, links: Links, known: dict[str, Any]) -> ReportData:
     """The report's data of a readable bundle (``known``: what the report says of any bundle, readable or not)."""
     root, m = view.root, view.manifest
-    subjects = _subjects(root)
+    digests = _subject_digests(root)
+    subjects = sorted(digests) if digests is not None else None
     by = {it.name: it for it in vr.items}
     files_ok = by["hashes"].ok is True and by["files"].ok is True and subjects is not None
     signed = by["attestation"].ok is True and by["signature"].ok is True
@@ -164,6 +165,7 @@ def _read(view: BundleView, vr: VerifyResult, links: Links, known: dict[str, Any
     artifacts, art_note = _artifacts(view, subjects, policy)
     if policy.base is None and not art_note:
         art_note = policy.reason
+    linkable = sorted(n for n in policy.members if policy.href(n) is not None)
     title = scope_obj.get("title") if isinstance(scope_obj.get("title"), str) else ""
     desc = scope_obj.get("description") if isinstance(scope_obj.get("description"), str) else ""
     return ReportData(
@@ -196,7 +198,8 @@ def _read(view: BundleView, vr: VerifyResult, links: Links, known: dict[str, Any
         check_verdicts={n: m.checks[n].verdict.value for n in order},
         caveats=tier_caveats(m, scope_obj),
         speedup=speedup_summary(m, tables, plan_pts),
-        linkable=sorted(n for n in policy.members if policy.href(n) is not None),
+        linkable=linkable,
+        member_digests={n: (digests or {})[n] for n in linkable if n in (digests or {})},
     )
 
 
@@ -204,12 +207,8 @@ def _read(view: BundleView, vr: VerifyResult, links: Links, known: dict[str, Any
 
 
 def load_tables(root: Path, manifest: Manifest) -> Tables:
-    out: Tables = {}
-    for check, entry in manifest.checks.items():
-        out[check] = {}
-        for tname, ref in sorted(entry.tables.items()):
-            out[check][tname] = read_table(root, ref.path)
-    return out
+    """Every table through its row model, bounded (:func:`fasttrack.report.tableread.load_tables`)."""
+    return read_tables(root, manifest)
 
 
 def plan_points(manifest: Manifest) -> PlanPoints:
@@ -242,7 +241,8 @@ def _scope_doc(text: str) -> dict[str, Any]:
     return obj if isinstance(obj, dict) else {}
 
 
-def _subjects(root: Path) -> list[str] | None:
+def _subject_digests(root: Path) -> dict[str, str] | None:
+    """Every attested file's sha256 by name, as the attestation lists them (None when it is unreadable)."""
     p = root / ATTESTATION
     try:
         if p.is_symlink():
@@ -253,7 +253,7 @@ def _subjects(root: Path) -> list[str] | None:
         st = read_envelope(data).statement()
     except (BundleError, OSError):
         return None
-    return [s["name"] for s in st["subject"]]
+    return {s["name"]: s["digest"]["sha256"].lower() for s in st["subject"]}
 
 
 def _artifacts(view: BundleView, subjects: list[str] | None, links: LinkPolicy) -> tuple[list[ArtifactView], str]:

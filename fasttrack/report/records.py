@@ -90,6 +90,9 @@ class BundleRecord(DocModel):
     report: str
     """Site-relative URL of the bundle's report."""
     members: list[str] = Field(default_factory=list)
+    member_sha256: dict[str, str] = Field(default_factory=dict)
+    """The sha256 each member had when the bundle was verified: ``dashboard serve`` sends a member only while its
+    bytes still hash to it."""
     """Attested files that may be linked (empty when the files did not verify)."""
 
     @property
@@ -157,4 +160,5 @@ def record_from(
         perf=perf,
         report=report,
         members=members,
+        member_sha256={m: data.member_digests[m] for m in members if m in data.member_digests},
     )

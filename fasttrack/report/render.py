@@ -14,7 +14,6 @@ from __future__ import annotations
 import base64
 import functools
 import hashlib
-import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,6 +23,7 @@ import jinja2
 from markupsafe import Markup
 
 from fasttrack import ROOT, __version__
+from fasttrack.bundle import outfile
 from fasttrack.errors import FasttrackError
 from fasttrack.report import fmt
 
@@ -121,10 +121,10 @@ def render_page(template: str, *, css: str, script: str | None = None, **context
 
 
 def write_text(path: Path, text: str) -> None:
+    """Write a page (its folder made first) only over a regular file, through an exclusive temporary file
+    (:mod:`fasttrack.bundle.outfile`)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    outfile.write_text(path, text)
 
 
 def renderer_version() -> str:

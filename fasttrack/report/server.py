@@ -24,7 +24,7 @@ from typing import ClassVar
 from urllib.parse import unquote, urlsplit
 
 from fasttrack.errors import FasttrackError
-from fasttrack.limits import SERVE_MAX_MEMBER_BYTES
+from fasttrack.limits import SERVE_MAX_MEMBER_BYTES, read_capped
 from fasttrack.report.index_db import Index
 from fasttrack.report.links import inert_type, served_headers
 from fasttrack.report.site import INDEX_DB, build_site
@@ -92,35 +92,46 @@ class Dashboard:
             self.build()
 
     def member_file(self, short: str, served: str) -> tuple[Path | None, bytes | None, str]:
-        """The local file (or bytes, for tarballs) of an attested member of bundle ``short``."""
+        """The bytes of an attested member of bundle ``short``, only while they still hash to what was verified
+        when the site was built (a member edited on disk since, or one with no recorded hash, is not sent)."""
         idx = Index(self.site / INDEX_DB)
         try:
             rec = idx.find(short)
             if rec is None or len(short) != 16:
                 return None, None, ""
             member = served if served in rec.members else None
+            want = rec.member_sha256.get(member) if member is not None else None
             src = idx.source_of(rec.id)
         finally:
             idx.close()
-        if member is None or src is None:
+        if member is None or src is None or want is None:
             return None, None, ""
-        path = self.bundles / src
+        data = self._member_bytes(self.bundles / src, member)
+        if data is None:
+            return None, None, ""
+        if hashlib.sha256(data).hexdigest() != want:
+            self.log(f"not sending {member} of bundle {short}: it changed since the bundle was verified")
+            return None, None, ""
+        return None, data, member
+
+    @staticmethod
+    def _member_bytes(path: Path, member: str) -> bytes | None:
+        """A member's bytes as they are now (None: absent, not a regular file inside the bundle, or too large)."""
         if path.is_dir():
             root = path.resolve()
             f = root / member
             if f.is_symlink() or not f.resolve().is_relative_to(root) or not f.is_file():
-                return None, None, ""
-            if f.stat().st_size > SERVE_MAX_MEMBER_BYTES:
-                return None, None, ""
-            return f, None, member
+                return None
+            data = read_capped(f, SERVE_MAX_MEMBER_BYTES)
+            return data
         from fasttrack.bundle.safe_tar import iter_members
 
         for m in iter_members(path):
             if m.name == member and m.stream is not None:
                 if m.size > SERVE_MAX_MEMBER_BYTES:
-                    return None, None, ""
-                return None, m.stream.read(), member
-        return None, None, ""
+                    return None
+                return m.stream.read(SERVE_MAX_MEMBER_BYTES + 1)[: SERVE_MAX_MEMBER_BYTES + 1]
+        return None
 
 
 class DashboardHandler(BaseHTTPRequestHandler):

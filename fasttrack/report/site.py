@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from fasttrack.bundle import outfile
 from fasttrack.bundle.errors import BundleError
 from fasttrack.bundle.layout import ATTESTATION, MANIFEST
 from fasttrack.errors import FasttrackError
@@ -122,6 +123,13 @@ def hash_bundle(item: tuple[str, str]) -> tuple[str, str | None, str | None]:
         return rel, None, f"{rel}: cannot read: {exc}"
 
 
+def _copy_to(stream: Any, dst: Path) -> None:
+    """Copy ``stream`` into the site file ``dst`` (only over a regular file, through an exclusive temporary file)."""
+    with outfile.exclusive_temp(dst) as (f, tmp):
+        shutil.copyfileobj(stream, f, 1 << 20)
+    outfile.commit(tmp, dst)
+
+
 def _copy_members(path: Path, members: Sequence[str], dest: Path) -> None:
     wanted = {m for m in members if quote_path(m) is not None}
     made: set[Path] = set()
@@ -146,7 +154,8 @@ def _copy_members(path: Path, members: Sequence[str], dest: Path) -> None:
                 continue
             dst = dest / served_name(m)
             folder(dst)
-            shutil.copyfile(src, dst, follow_symlinks=False)
+            with open(src, "rb") as fin:
+                _copy_to(fin, dst)
     else:
         from fasttrack.bundle.safe_tar import iter_members
 
@@ -155,11 +164,19 @@ def _copy_members(path: Path, members: Sequence[str], dest: Path) -> None:
                 continue
             dst = dest / served_name(mem.name)
             folder(dst)
-            with open(dst, "wb") as f:
-                shutil.copyfileobj(mem.stream, f, 1 << 20)
+            _copy_to(mem.stream, dst)
 
 
 def process_bundle(job: _Job) -> tuple[str, str, str | None, str | None]:
+    """:func:`_process_bundle`, and a bundle that breaks it in any way rejected with the reason: one hostile or
+    broken bundle never stops the dashboard (it is listed as rejected, the others are built)."""
+    try:
+        return _process_bundle(job)
+    except Exception as exc:  # noqa: BLE001 - rejected, named, and the build goes on
+        return job.rel, "", None, f"{job.rel}: rejected ({type(exc).__name__}: {str(exc)[:300]})"
+
+
+def _process_bundle(job: _Job) -> tuple[str, str, str | None, str | None]:
     """Verify, read and render one bundle: ``(rel, id, record json | None, error)``.
 
     The id is the content hash of what was verified: a tarball's bytes, hashed before it is verified;

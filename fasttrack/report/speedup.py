@@ -23,7 +23,7 @@ from markupsafe import Markup
 from fasttrack.bundle.manifest import Manifest
 from fasttrack.report import fields as F
 from fasttrack.report import fmt
-from fasttrack.report.charts import nice_ticks
+from fasttrack.report.charts import drawn, nice_ticks
 from fasttrack.report.check_views import PlanPoints, Tables, view_entry
 from fasttrack.report.perf_view import perf_rows
 from fasttrack.report.svg import El, line, num, svg, text
@@ -90,11 +90,11 @@ def speedup_plot(
 ) -> Markup | None:
     """One dot per point (in the table's order) with its interval as a bar, on a log scale; the parity line,
     the gate and the geometric mean's band."""
-    rows = [r for r in rows if r.speedup is not None and r.speedup > 0][:MAX_PLOTTED]
+    rows = drawn(rows)[:MAX_PLOTTED]
     if not rows:
         return None
     vals = [1.0] + [v for r in rows for v in (r.speedup, r.ci_low, r.ci_high) if v is not None and v > 0]
-    if threshold is not None and threshold > 0:
+    if threshold is not None and F.drawable(threshold) is not None and threshold > 0:
         vals.append(threshold)
     lo, hi = math.log(min(vals)), math.log(max(vals))
     pad = (hi - lo) * 0.08 or 0.05

@@ -1,25 +1,30 @@
-"""Read a bundle's Parquet tables with pyarrow, bounded.
+"""Read a bundle's tables for the report: through their row models, bounded.
 
-A contributor's table can be huge (raw samples) or hostile; the report reads at most
-``max_rows`` rows from record batches, never the whole file, and decodes the columns the
-bundle layer stored as JSON text.
+Every table the manifest names a model for is read through it (:mod:`fasttrack.bundle.rowread`): its rows are
+the model's fields, each value of the declared type, and a table whose rows do not fit is shown as not readable,
+naming the row and the field. A table of a bundle written before typed rows (no model recorded) is read as it is
+and labelled so: only there does the report find columns by their names (:mod:`fasttrack.report.fields`, the
+legacy path). At most ``max_rows`` rows of a table are read (charts and displays work on this prefix), within the
+row bounds of the bundle's own plan and the decoding limits of one bundle.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
-from fasttrack.bundle.tables import ENCODING_KEY, JSON_ENCODING
-from fasttrack.limits import REPORT_MAX_TABLE_ROWS, json_problem
+from fasttrack.bundle.errors import BundleError
+from fasttrack.bundle.manifest import Manifest
+from fasttrack.bundle.rejudge import own_context
+from fasttrack.bundle.rowread import DecodeBudget, read_bundle_table
+from fasttrack.limits import REPORT_MAX_TABLE_ROWS
 
 #: Rows read from one table at most (charts and displays work on this prefix).
 MAX_ROWS = REPORT_MAX_TABLE_ROWS
+
+LEGACY_NOTE = "no row model recorded (an older bundle, or a check no installed package declares): columns found by name"
+"""What the report says of a table read by the legacy path."""
 
 
 @dataclass
@@ -31,58 +36,47 @@ class LoadedTable:
     rows: list[dict[str, Any]] = field(default_factory=list)
     total_rows: int = 0
     error: str | None = None
+    model: str | None = None
+    """The row model the rows were read through (``<check>.<table> v<version>``); None: read as it is."""
+    legacy: bool = False
+    """Read by the legacy path: a bundle written before typed rows records no model for this table."""
 
     @property
     def truncated(self) -> bool:
         return len(self.rows) < self.total_rows
 
-
-def _decode(f: pa.Field, value: Any) -> Any:
-    if value is None:
-        return None
-    if f.metadata and f.metadata.get(ENCODING_KEY) == JSON_ENCODING and isinstance(value, str):
-        if json_problem(value, "a cell") is not None:  # nested too deeply to parse: shown as its text
-            return value
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
-    return value
+    @property
+    def note(self) -> str:
+        return LEGACY_NOTE if self.legacy else ""
 
 
-def read_table(root: Path, rel: str, *, max_rows: int = MAX_ROWS) -> LoadedTable:
-    """Read up to ``max_rows`` rows of ``root/rel``; errors are returned, not raised.
-
-    Single-threaded: a bundle's tables are small and many, and pyarrow's thread pool costs more
-    than it saves on them (the dashboard already reads bundles in parallel processes)."""
-    out = LoadedTable(path=rel)
-    p = root / rel
-    try:
-        rp = p.resolve()
-        if not rp.is_relative_to(root.resolve()) or not rp.is_file():
-            out.error = "the file is not in the bundle"
-            return out
-        pf = pq.ParquetFile(str(rp))
-        out.total_rows = pf.metadata.num_rows
-        fields = list(pf.schema_arrow)
-        out.columns = [f.name for f in fields]
-        json_cols = [f for f in fields if f.metadata and f.metadata.get(ENCODING_KEY) == JSON_ENCODING]
-        if out.total_rows <= max_rows:
-            batches = [pf.read(use_threads=False)]
-        else:
-            batches, left = [], max_rows
-            for batch in pf.iter_batches(batch_size=min(max(left, 1), 4096), use_threads=False):
-                if left <= 0:
-                    break
-                batches.append(batch.slice(0, left) if batch.num_rows > left else batch)
-                left -= batch.num_rows
-        for batch in batches:
-            rows = batch.to_pylist()
-            for f in json_cols:
-                for row in rows:
-                    row[f.name] = _decode(f, row.get(f.name))
-            out.rows.extend(rows)
-    except (pa.ArrowException, OSError, ValueError) as exc:
-        out.error = f"unreadable Parquet: {str(exc)[:300]}"
-        out.rows = []
+def load_tables(root: Path, manifest: Manifest, *, max_rows: int = MAX_ROWS) -> dict[str, dict[str, LoadedTable]]:
+    """Every table of every check, ``{check: {table: LoadedTable}}``; errors are kept per table, never raised."""
+    ctx = own_context(manifest)
+    budget = DecodeBudget()
+    out: dict[str, dict[str, LoadedTable]] = {}
+    for check, entry in manifest.checks.items():
+        out[check] = {}
+        for tname, ref in sorted(entry.tables.items()):
+            t = LoadedTable(path=ref.path)
+            try:
+                got, legacy = read_bundle_table(
+                    root, manifest, check, tname, budget=budget, ctx=ctx, keep="all", limit=max_rows
+                )
+            except BundleError as exc:
+                t.error = exc.message[:600]
+                out[check][tname] = t
+                continue
+            t.rows = [r.record() for r in got.rows]
+            t.total_rows = got.total_rows
+            t.columns = list(dict.fromkeys(k for r in t.rows[:50] for k in r)) or list(ref.columns)
+            t.model = f"{ref.model} v{ref.version}" if ref.model else None
+            t.legacy = legacy or (ref.model is None and check not in _typed_checks())
+            out[check][tname] = t
     return out
+
+
+def _typed_checks() -> set[str]:
+    from fasttrack.evidence import declared
+
+    return set(declared())

@@ -16,7 +16,9 @@ _ITEM_LABELS = {
     "schema": "Schema",
     "predicate": "Signed summary",
     "verdicts": "Verdicts",
+    "rows": "Rows re-judged",
     "tables": "Tables",
+    "hardware": "Hardware",
 }
 
 
@@ -36,7 +38,12 @@ def verify_view(vr: VerifyResult, *, trusted_keys: int) -> VerifyView:
     if vr.verified:
         who = ", ".join(f"key {k[:12]}" for k in vr.signers)
         head_txt = "PR head matches" if head.ok else "PR head not checked against the code host"
-        headline = f"Verified: signed by {who or 'a trusted key'}; every file matches its signed hash; {head_txt}."
+        judged = f"every verdict re-judged by {vr.judged_by}" if vr.judged_by else "verdicts as recorded"
+        if vr.legacy_tables:
+            judged += f" ({len(vr.legacy_tables)} table(s) of an older bundle read by the legacy path)"
+        headline = (
+            f"Verified: signed by {who or 'a trusted key'}; every file matches its signed hash; {judged}; {head_txt}."
+        )
     else:
         bad = [t for t in items if t.ok is False]
         headline = "NOT VERIFIED: " + "; ".join(f"{t.label.lower()}: {t.detail}" for t in bad[:4])

@@ -69,6 +69,8 @@ class TableView:
     total_rows: int
     href: str | None = None
     error: str | None = None
+    note: str = ""
+    """How the table was read when not through a row model (the legacy path), else empty."""
 
     @property
     def shown(self) -> int:
@@ -407,6 +409,8 @@ class ReportData:
     speedup: SpeedupSummary | None = None
     """The first screen's speedup summary and plot (:mod:`fasttrack.report.speedup`)."""
     linkable: list[str] = field(default_factory=list)
+    member_digests: dict[str, str] = field(default_factory=dict)
+    """The attested sha256 of every linkable file (verified equal to the file's when the report was built)."""
     """Attested member names the link policy allows (raw names, for publishing copies)."""
 
     def check(self, name: str) -> CheckView | None:

@@ -1,0 +1,101 @@
+"""Edit a committed bundle the way an adversarial contributor would, and re-sign it with their own key.
+
+The committed H200 bundles (``examples/h200-run``, ``examples/h200-rerun``) are real FAIL bundles. A contributor
+who wants them to pass edits their tables (verdicts, flags, types, columns, rows), sets every check entry and the
+bundle verdict to ``pass`` (:func:`claim_pass`), and signs the result with a key of their own (:func:`force_sign`:
+no consistency check stops them). :func:`gate` is what the maintainer then runs: ``verify --require-pass``
+against the trusted scope, with the contributor's key trusted (a signature only says who wrote a bundle).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tarfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from security_testlib import force_sign
+
+from fasttrack import ROOT
+from fasttrack.bundle.keys import SigningKey
+from fasttrack.bundle.layout import MANIFEST, table_path
+from fasttrack.bundle.verify import VerifyResult, verify_bundle
+
+EXAMPLES = ("h200-run", "h200-rerun")
+"""The committed bundles (both FAIL: equivalence, features and perf fail on their rows)."""
+TRUSTED = "demo-llama-gpu"
+"""The scope they ran, as the maintainer trusts it (the shipped suite)."""
+
+
+def unpack(example: str, dest: Path) -> Path:
+    """A private, unpacked copy of a committed bundle."""
+    cache = dest.parent / f".{example}-unpacked"
+    if not cache.is_dir():
+        cache.mkdir(parents=True)
+        with tarfile.open(ROOT / "examples" / example / "bundle.tar.gz") as tf:
+            tf.extractall(cache, filter="data")
+    shutil.copytree(cache, dest)
+    return dest
+
+
+def manifest(root: Path) -> dict[str, Any]:
+    return json.loads((root / MANIFEST).read_bytes())
+
+
+def write_manifest(root: Path, doc: dict[str, Any]) -> None:
+    (root / MANIFEST).write_bytes(json.dumps(doc, indent=2, sort_keys=True).encode())
+
+
+def read(root: Path, check: str, table: str) -> pa.Table:
+    return pq.read_table(root / table_path(check, table))
+
+
+def put(root: Path, check: str, table: str, data: pa.Table) -> None:
+    """Write ``data`` as the table and record its rows and columns in the manifest (a consistent edit)."""
+    p = root / table_path(check, table)
+    pq.write_table(data, p)
+    doc = manifest(root)
+    ref = doc["checks"][check]["tables"][table]
+    ref["rows"], ref["columns"] = data.num_rows, list(data.column_names)
+    write_manifest(root, doc)
+
+
+def edit_rows(root: Path, check: str, table: str, edit: Callable[[list[dict[str, Any]]], Any]) -> None:
+    """Rewrite a table through its rows as dicts (JSON-encoded columns keep their encoding)."""
+    t = read(root, check, table)
+    rows = t.to_pylist()
+    edit(rows)
+    fields = {f.name: f for f in t.schema}
+    cols = list(dict.fromkeys(k for r in rows for k in r)) if rows else list(fields)
+    arrays, schema_fields = [], []
+    for c in cols:
+        values = [r.get(c) for r in rows]
+        try:
+            arr = pa.array(values, type=fields[c].type) if c in fields else pa.array(values)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
+            arr = pa.array([None if v is None else json.dumps(v) if not isinstance(v, str) else v for v in values])
+        schema_fields.append(pa.field(c, arr.type, metadata=fields[c].metadata if c in fields else None))
+        arrays.append(arr)
+    put(root, check, table, pa.Table.from_arrays(arrays, schema=pa.schema(schema_fields)))
+
+
+def claim_pass(root: Path) -> None:
+    """Every check entry and the bundle verdict set to pass (what the forger wants the gate to read)."""
+    doc = manifest(root)
+    for entry in doc["checks"].values():
+        if entry["verdict"] != "not_run" or entry["required"]:
+            entry["verdict"], entry["failures"] = "pass", []
+    doc["verdict"] = "pass"
+    write_manifest(root, doc)
+
+
+def gate(root: Path, key: SigningKey, pub: Path, *, trusted: str | None = TRUSTED) -> tuple[bool, VerifyResult]:
+    """Sign ``root`` with the forger's key, then run the maintainer's gate: (passes ``--require-pass``, result)."""
+    force_sign(root, key)
+    res = verify_bundle(root, keys=[pub], trusted_scope=trusted, min_tier="smoke")
+    ok = res.verified and res.verdict == "pass" and res.rejudged_verdict == "pass" and res.shard in (None, "1/1")
+    return ok, res
