@@ -75,6 +75,13 @@ def fake_run(
     )
 
 
+DECODE_ONLY_SMOKE = {
+    "    workloads: [decode, sweep]\n    lifetimes_per_side: 1": "    workloads: [decode]\n    lifetimes_per_side: 1"
+}
+"""The swap of the demo scope's text that makes its smoke tier the one :func:`demo_perf_ctx` measures by default
+(the decode workload only): a bundle recording the perf check's tables of that context records this scope."""
+
+
 def demo_perf_ctx(tier: str, tmp: Path, *, interleave: bool = False, workloads: list[str] | None = None) -> RunContext:
     """The demo scope's context; one engine at a time unless ``interleave`` (the demo scope interleaves).
     ``workloads``: the tier's perf workloads (default: the smoke tier's pure-decode points only, its ten config

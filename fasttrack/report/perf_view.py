@@ -25,7 +25,12 @@ def _ctx_label(c: int | None, full: bool) -> str:
 
 
 def _perf_table(tabs: dict[str, LoadedTable]) -> tuple[str, LoadedTable] | None:
-    names = sorted(tabs, key=lambda n: (n not in ("points", "perf", "point_gates", "gates"), n))
+    """The per-point table: ``points`` (read through its row model), or, for an older bundle without one, the first
+    table whose columns look like one (the legacy path's guessing, :mod:`fasttrack.report.fields`)."""
+    if "points" in tabs:
+        t = tabs["points"]
+        return ("points", t) if t.error is None and t.rows and F.pick(t.columns, F.POINT) else None
+    names = sorted(tabs, key=lambda n: (n not in ("perf", "point_gates", "gates"), n))
     for n in names:
         t = tabs[n]
         cols = t.columns

@@ -326,7 +326,7 @@ def test_report_draws_the_interactivity_throughput_curves(page: Any, bundle_fact
     # the simulated engines run their own event loop: a thread of its own, away from the browser's
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         res = pool.submit(measure).result()
-    b = bundle_factory("curves", model="demo-llama", seed=31, extra_tables={"perf": res.tables})
+    b = bundle_factory("curves", model="demo-llama", seed=31, tier="smoke", extra_tables={"perf": res.tables})
     out = tmp_path / "report.html"
     render_report(b, out, keys=[keys.trusted_pub])
     page.goto(out.as_uri())

@@ -95,9 +95,7 @@ def test_report_url_must_be_http(bundle_factory, keys) -> None:
 
 def test_long_comment_is_cut_with_a_note(bundle_factory, keys) -> None:
     failures = [f"point-{i:05d}: " + "slow " * 40 for i in range(3000)]
-    b = bundle_factory(
-        "many-failures", model="demo-llama", seed=8, fail=("perf",), extra_tables={"perf": {"extra": [{"x": 1}]}}
-    )
+    b = bundle_factory("many-failures", model="demo-llama", seed=8, fail=("perf",))
     d = build_report_data(b, keys=[keys.trusted_pub])
     perf = d.check("perf")
     assert perf is not None

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from perf_testlib import demo_perf_ctx, simulate
+from perf_testlib import DECODE_ONLY_SMOKE, demo_perf_ctx, simulate
 
 from fasttrack.bundle.attest import sign_bundle
 from fasttrack.bundle.consistency import pr_link_state
@@ -155,7 +155,14 @@ def test_a_demo_shaped_bundle_leads_the_comments_performance_table_with_the_gate
     bursty = [r for r in res.tables["points"] if r["metric_name"] == "median_tpot_ms" and r["batch"] == 3]
     assert bursty and all(r["burst_delivered"] > 0 and r["speedup"] > 3 for r in bursty)
     tables = {"points": res.tables["points"], "runs": res.tables["runs"]}
-    b = bundle_factory("demo-perf", model="demo-llama", seed=9, extra_tables={"perf": tables})
+    b = bundle_factory(
+        "demo-perf",
+        model="demo-llama",
+        seed=9,
+        tier="smoke",
+        scope_swaps=DECODE_ONLY_SMOKE,
+        extra_tables={"perf": tables},
+    )
     d = build_report_data(b, keys=[keys.trusted_pub])
     rows, dropped = shown_perf_rows(d)
     assert rows[0].metric == "decode/median_engine_tpot_ms" and rows[0].gated and rows[0].verdict == "pass"

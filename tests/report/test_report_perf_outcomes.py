@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from perf_testlib import demo_perf_ctx, simulate
+from perf_testlib import DECODE_ONLY_SMOKE, demo_perf_ctx, simulate
 
 from fasttrack.checks.perf import PerfCheck
 from fasttrack.perf.outcomes import SLOWER
@@ -37,7 +37,14 @@ def test_a_point_measured_slower_within_the_margin_is_never_a_plain_pass(tmp_pat
         assert r["statement"].startswith(SLOWER)
     assert all(rows[p]["outcome"] == "pass" for p in set(rows) - slow)
     assert SLOWER in res.reason and res.summary["slower_within_margin"]
-    b = bundle_factory("slower", model="demo-llama", seed=21, extra_tables={"perf": res.tables})
+    b = bundle_factory(
+        "slower",
+        model="demo-llama",
+        seed=21,
+        tier="smoke",
+        scope_swaps=DECODE_ONLY_SMOKE,
+        extra_tables={"perf": res.tables},
+    )
     d = build_report_data(b, keys=[keys.trusted_pub])
     shown = {r.point: r for r in d.perf.all_rows if r.gated and r.metric == "decode/median_engine_tpot_ms"}
     assert {p for p, r in shown.items() if r.outcome == SLOWER} == slow

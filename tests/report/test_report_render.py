@@ -80,13 +80,12 @@ def test_verified_report_shows_verdict_sections_and_charts(bundle_factory, keys,
     ):
         assert page.by_id(section) is not None, section
     assert page.by_id("unverified-banner") is None
-    # perf: one row per (point, metric) and two charts per metric, drawn as inline SVG; the rows cover the plain
-    # decoding groups' points (a group with synthetic acceptance, whose points carry the forced acceptance length,
-    # gets no rows in a synthetic bundle), and the heatmap shows every point of the plan
-    plan_points = json.loads((b / "manifest.json").read_text())["plan"]["plan"]["points"]
-    points = len([p for p in plan_points if p.get("acceptance_length") is None])
-    assert 0 < points < len(plan_points) == len(data.heatmap.points)  # type: ignore[union-attr]
-    assert len(data.perf.all_rows) == 2 * points  # type: ignore[union-attr]
+    # perf: one row per (workload, point, metric) and two charts per metric, drawn as inline SVG; the heatmap shows
+    # every point of the plan
+    manifest = json.loads((b / "manifest.json").read_text())
+    plan_points = manifest["plan"]["plan"]["points"]
+    assert 0 < len(plan_points) and {p["id"] for p in plan_points} <= set(data.heatmap.points)  # type: ignore[union-attr]
+    assert len(data.perf.all_rows) == manifest["checks"]["perf"]["tables"]["points"]["rows"]  # type: ignore[union-attr]
     assert html.count("<svg") >= 4 + 2  # perf charts + eval charts
     assert "speedup per batch size" in html.lower()
     # gates table lists every check with its statistic
@@ -185,12 +184,15 @@ def test_not_run_checks_say_why(bundle_factory, keys) -> None:
 
 
 def test_perf_table_absent_is_reported(bundle_factory, keys) -> None:
-    b = bundle_factory(
-        "perf-odd-table",
-        model="demo-llama",
-        seed=5,
-        extra_tables={"perf": {"points": [{"point": "x", "note": "no speedup columns"}]}},
-    )
+    """A points table without speedup columns (an older bundle's, no row model recorded) draws no perf section."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    b = bundle_factory("perf-odd-table", model="demo-llama", seed=5)
+    pq.write_table(pa.table({"point": ["x"], "note": ["no speedup columns"]}), b / "results/perf/points.parquet")
+    m = json.loads((b / "manifest.json").read_text())
+    m["checks"]["perf"]["tables"]["points"].update(rows=1, columns=["point", "note"], model=None, version=None)
+    (b / "manifest.json").write_text(json.dumps(m))
     d = build_report_data(b, keys=[keys.trusted_pub])
     assert d.perf.status == "no_table"  # type: ignore[union-attr]
     assert "no per-point table" in d.perf.reason  # type: ignore[union-attr]
@@ -213,7 +215,10 @@ def test_views_and_titles_follow_what_each_check_recorded(bundle_factory, keys) 
     # perf and evals recorded under other names: their entries' views pick the perf and evals sections
     b = bundle_factory("renamed", model="demo-llama", seed=7, check_names={"perf": "speed", "evals": "quality"})
     d = build_report_data(b, keys=[keys.trusted_pub])
-    assert d.verification.verified and set(d.check_verdicts) >= {"speed", "quality"}
+    # the scope's tier runs perf and evals: a bundle without their entries does not verify, whatever it calls them
+    assert not d.verification.verified and set(d.check_verdicts) >= {"speed", "quality"}
+    verdicts = next(it for it in d.verification.items if it.name == "verdicts")
+    assert "check 'perf' has no entry" in verdicts.detail and "check 'evals' has no entry" in verdicts.detail
     assert "perf" not in d.check_verdicts and "evals" not in d.check_verdicts
     assert d.perf.status == "shown" and d.perf.all_rows  # type: ignore[union-attr]
     assert d.evals.status == "shown" and d.evals.bins  # type: ignore[union-attr]

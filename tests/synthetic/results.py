@@ -189,9 +189,48 @@ def check_results(spec: Spec, scope: Scope, tier: str, rng: random.Random) -> li
             tables["claims"] = _perf_claims(spec, tables["points"])
         if name == "evals":
             _eval_extras(spec, rng, tables)
-        gate = b.gate(f"{name} rule", "see the rows", f"every {name} row passes")
-        b.finish(name, tables, gate, {"rows": sum(map(len, tables.values()))}, failures, f"every {name} row passes")
+        stat, thr, rule, ok = _GATES[name]
+        if name == "perf":
+            thr = 1.0 - scope.gates.perf.noise_margin
+            rule = f"lower bound >= 1 - noise_margin ({thr:g}) at every point"
+        b.finish(name, tables, b.gate(stat, thr, rule), {"rows": sum(map(len, tables.values()))}, failures, ok)
     return b.out
+
+
+_GATES: dict[str, tuple[str, float | str, str, str]] = {
+    "kernels": (
+        "max abs error vs reference",
+        1e-3,
+        "every case within tolerance",
+        "every kernel case within tolerance",
+    ),
+    "equivalence": (
+        "fraction of requests within logprob tolerance",
+        1.0,
+        "all requests close at every batch size",
+        "greedy outputs match at every batch size",
+    ),
+    "features": (
+        "per-feature conformance / p-value",
+        "see rows",
+        "candidate not worse than baseline and above floors",
+        "every serving feature behaves like the baseline",
+    ),
+    "coverage": (
+        "fraction of decode steps on the optimized path",
+        0.95,
+        "every in-scope point at or above the threshold",
+        "every in-scope point ran the optimized path",
+    ),
+    "evals": (
+        "lower 95% bound of candidate - baseline (paired)",
+        -0.05,
+        "at least -margin, and above the floor",
+        "paired scores non-inferior within the margin",
+    ),
+    "perf": ("hierarchical bootstrap 95% lower bound of speedup", 0.95, "", "no regression at any point"),
+}
+"""Each check's gate (statistic, threshold, rule) and the reason of its pass, as the report shows them."""
 
 
 def _eval_extras(spec: Spec, rng: random.Random, tables: dict[str, list[dict[str, Any]]]) -> None:
