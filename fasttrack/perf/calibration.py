@@ -246,9 +246,11 @@ def load_record(path: Path, *, sha256: str, keys: Sequence[PublicKey], field: st
     return LoadedCalibration(record=record, path=path, sha256=digest, signers=signers)
 
 
-def pairs_from_rows(rows: Iterable[Mapping[str, Any]], *, metric: str) -> dict[tuple[str, str], list[AAPair]]:
+def pairs_from_rows(
+    rows: Iterable[Mapping[str, Any]], *, metric: str, paired: bool
+) -> dict[tuple[str, str], list[AAPair]]:
     """A/A pairs per (workload, point) from an A/A bundle's perf ``points`` rows of ``metric``: lifetime ``i`` of
-    the baseline with lifetime ``i`` of the candidate (up together when interleaved)."""
+    the baseline with lifetime ``i`` of the candidate (``paired``: up together, their runs interleaved)."""
     out: dict[tuple[str, str], list[AAPair]] = {}
     for r in rows:
         if r.get("metric_name") != metric:
@@ -265,6 +267,7 @@ def pairs_from_rows(rows: Iterable[Mapping[str, Any]], *, metric: str) -> dict[t
                     candidate=float(c_lt[i]),
                     baseline_runs=_floats(b_runs[i] if i < len(b_runs) else []),
                     candidate_runs=_floats(c_runs[i] if i < len(c_runs) else []),
+                    paired=paired,
                 )
             )
     return out

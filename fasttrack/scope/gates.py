@@ -159,13 +159,18 @@ class PerfGate(CheckGate, check="perf"):
     """The metric whose interval decides each point. ``median_engine_tpot_ms`` needs engines that report
     per-request metrics (the harness starts its own with ``--enable-per-request-metrics``)."""
     interval: Literal["lifetime", "bootstrap", "lifetime_t"] = "lifetime"
-    """Confidence interval of the speedup. 'lifetime' (the default): a t interval whose unit is the engine
-    lifetime, its lifetime variance from ``calibration`` and/or the run's own lifetimes (three or more in all);
-    a point where neither measures it is inconclusive (never passed, never strictly better). 'bootstrap'
-    (hierarchical: lifetimes, then runs) or 'lifetime_t' (t interval over the run's own lifetimes only): with
-    one lifetime per side their interval ignores lifetime variance, which the rows say."""
+    """Confidence interval of the speedup; its unit is always the engine lifetime. 'lifetime' (the default): a t
+    interval whose lifetime variance comes from ``calibration`` and/or the run's own lifetimes (three or more in
+    all). 'bootstrap': the hierarchical bootstrap (lifetimes, then runs) where each side has two lifetimes or
+    more (it underestimates the variance with two or three). 'lifetime_t': the t interval over the run's own
+    lifetimes only, with three or more in all. Where the chosen one has too few lifetimes, 'lifetime' applies;
+    a point where nothing measures the lifetime variance is inconclusive (never passed, never strictly better)."""
     calibration: PerfCalibration | None = None
     """The calibration record of this host class's lifetime variance (``interval: lifetime``)."""
+    adaptive: bool = True
+    """Adaptive repetition: looks after ``min_runs`` runs, and a decided point is not measured on later
+    lifetimes. False: a fixed design, every lifetime measures every point with ``min_runs`` runs and the point is
+    judged once at the end (what a calibration needs: every lifetime pair at every point)."""
     interleave: bool = False
     """Keep the k-th baseline and the k-th candidate engine of a group up together and alternate each
     point's runs between them (baseline, candidate, candidate, baseline, ...), so that a host that slows

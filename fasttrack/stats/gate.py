@@ -196,40 +196,34 @@ def ratio_interval(
     variance: LifetimeVariance | None = None,
     **spec: Unpack[MetricSpec],
 ) -> RatioEstimate:
-    """The speedup's interval by the scope's method:
+    """The speedup's interval by the scope's method, always one whose unit is the engine lifetime:
 
     * ``lifetime``: the lifetime t interval with the calibrated lifetime ``variance`` and/or the run's own
-      lifetimes (:func:`~fasttrack.stats.lifetime.lifetime_interval`); where neither measures it, the
-      hierarchical bootstrap of the runs, marked ``ignores_lifetime_variance`` (the gate then says inconclusive);
-    * ``bootstrap``: the hierarchical bootstrap (lifetimes, then runs);
-    * ``lifetime_t``: the t interval over per-lifetime values; it needs three lifetimes in total, and with fewer
-      the hierarchical bootstrap is used and the estimate's warnings say so.
+      lifetimes (:func:`~fasttrack.stats.lifetime.lifetime_interval`);
+    * ``bootstrap``: the hierarchical bootstrap (lifetimes, then runs) when each side has two lifetimes or more;
+    * ``lifetime_t``: the t interval over the run's own per-lifetime values, with three lifetimes or more in all.
 
+    Where the chosen method has too few lifetimes, the ``lifetime`` interval is used; where nothing measures the
+    lifetime variance (one lifetime on a side, no calibration), the hierarchical bootstrap of the runs, marked
+    ``ignores_lifetime_variance`` with the reason among its warnings: the gate calls such a point inconclusive.
     ``paired`` (interleaved runs) applies to the bootstrap."""
     if interval not in INTERVALS:
         raise StatsInputError(f"interval must be one of {', '.join(INTERVALS)}, got {interval!r}.")
-    if interval == "lifetime":
-        est_l = lifetime_interval(baseline, candidate, variance=variance, **spec)
-        if est_l is not None:
-            return est_l
-        est = hierarchical_ratio_bootstrap(baseline, candidate, n_boot=n_boot, seed=seed, paired=paired, **spec)
-        why = (
-            f"{UNMEASURED}: one engine lifetime on a side and no calibration of this point on this host class, so "
-            "the interval covers run-to-run noise only"
-        )
-        return est.model_copy(update={"ignores_lifetime_variance": True, "warnings": [*est.warnings, why]})
-    fallback = None
-    if interval == "lifetime_t":
-        n_b = count_lifetimes(baseline, what=f"{spec['metric']} baseline")
-        n_c = count_lifetimes(candidate, what=f"{spec['metric']} candidate")
-        if n_b + n_c >= LIFETIME_T_MIN_LIFETIMES:
-            return lifetime_t_ratio(baseline, candidate, **spec)
-        fallback = (
-            f"interval 'lifetime_t' needs at least {LIFETIME_T_MIN_LIFETIMES} engine lifetimes in "
-            f"total (got {n_b} baseline, {n_c} candidate); the hierarchical bootstrap was used"
-        )
+    n_b = count_lifetimes(baseline, what=f"{spec['metric']} baseline")
+    n_c = count_lifetimes(candidate, what=f"{spec['metric']} candidate")
+    if interval == "bootstrap" and min(n_b, n_c) >= 2:
+        return hierarchical_ratio_bootstrap(baseline, candidate, n_boot=n_boot, seed=seed, paired=paired, **spec)
+    if interval == "lifetime_t" and n_b + n_c >= LIFETIME_T_MIN_LIFETIMES:
+        return lifetime_t_ratio(baseline, candidate, **spec)
+    est_l = lifetime_interval(baseline, candidate, variance=variance, paired=paired, **spec)
+    if est_l is not None:
+        return est_l
     est = hierarchical_ratio_bootstrap(baseline, candidate, n_boot=n_boot, seed=seed, paired=paired, **spec)
-    return est.model_copy(update={"warnings": [*est.warnings, fallback]}) if fallback else est
+    why = (
+        f"{UNMEASURED}: {n_b} baseline and {n_c} candidate engine lifetime(s) and no calibration of this point on "
+        "this host class, so the interval covers run-to-run noise only"
+    )
+    return est.model_copy(update={"ignores_lifetime_variance": True, "warnings": [*est.warnings, why]})
 
 
 def planned_looks(*, min_runs: int, max_runs: int, step: int = 1) -> int:
@@ -262,7 +256,7 @@ def sequential_decision(
     upper end < 1 - noise_margin (a regression beyond the margin is established), or
     if this is the last planned look and the point has not passed; ``inconclusive`` (final at once: more
     runs of the same lifetimes cannot measure lifetime variance) when the interval covers no lifetime
-    variance and ``interval`` is ``lifetime``; otherwise ``undecided`` (take another run and look again).
+    variance; otherwise ``undecided`` (take another run and look again).
     """
     confidence = check_confidence(spec.get("confidence", 0.95))
     if planned_looks < 1 or not (1 <= look <= planned_looks):
@@ -274,7 +268,7 @@ def sequential_decision(
     est = ratio_interval(
         baseline, candidate, interval=interval, n_boot=n_boot, seed=seed, paired=paired, variance=variance, **at_look
     )
-    gate = no_regression_gate(est, noise_margin=noise_margin, point=point, lifetime_rule=interval == "lifetime")
+    gate = no_regression_gate(est, noise_margin=noise_margin, point=point)
     thr = gate.threshold
     if gate.inconclusive:
         decision: Decision = "inconclusive"

@@ -15,14 +15,23 @@ identical engines then reads as a slowdown or as "strictly better". The rule her
   degrees of freedom added);
 * interval: ``d +/- t_{1-alpha/2, df} * sqrt(V * (1/L_b + 1/L_c))``, exponentiated.
 
+Interleaved measurement (``paired``: lifetime ``i`` of both sides up together, their runs taken in pairs) uses
+the pairs instead: ``e_i`` = the mean over run pairs ``k`` of ``log b_ik - log c_ik`` (a host slowdown that hit
+both runs of a pair cancels), ``d`` = the mean of the ``e_i``, ``Var(e_i) = 2 sigma_B^2 + w / K`` with ``w``
+the variance of one run pair's log difference (``2 sigma_W^2``) and ``K`` run pairs, and the interval
+``d +/- t * sqrt(Var(e) / L)`` over ``L`` lifetime pairs; the run's own pairs measure ``Var(e)`` when there are
+two or more.
+
 With neither source (one lifetime on a side and no calibration for the point) there is no interval that
 covers lifetime variance: :func:`lifetime_interval` returns None, and the gate calls the point inconclusive.
 
 Calibration (:func:`variance_components`): from A/A pairs of stock lifetimes, ``V`` is estimated by the mean
 square of the pairs' log ratios over two (an A/A's true log ratio is zero, so a systematic bias between the
 pair's two engines, e.g. the one started first, counts as variance: conservative), with one degree of freedom
-per independent pair; ``sigma_W^2`` by the pooled variance of the runs' log values within each lifetime; and
-``sigma_B^2 = max(0, V - sigma_W^2 / R)``.
+per independent pair; ``sigma_W^2`` by the pooled variance of the runs' log values within each lifetime (paired:
+half the pooled variance of the run pairs' log differences); and ``sigma_B^2 = max(0, V - sigma_W^2 / R)``.
+A pair's log ratio is the mean of its run pairs' log differences when its runs pair up, as the interleaved
+interval takes it, else the log ratio of its two lifetime values.
 """
 
 from __future__ import annotations
@@ -109,12 +118,25 @@ class AAPair(BaseModel):
     """The baseline lifetime's statistic (e.g. median engine TPOT over its runs' pooled samples)."""
     candidate: float = Field(gt=0)
     baseline_runs: list[float] = Field(default_factory=list)
-    """The statistic of each of the baseline lifetime's runs."""
+    """The statistic of each of the baseline lifetime's runs (in the order they were taken)."""
     candidate_runs: list[float] = Field(default_factory=list)
+    paired: bool = False
+    """Run ``k`` of one side was taken next to run ``k`` of the other (interleaved)."""
+
+    def run_diffs(self) -> list[float] | None:
+        """The run pairs' log differences (baseline over candidate), when the runs pair up."""
+        b, c = self.baseline_runs, self.candidate_runs
+        if not self.paired or not b or len(b) != len(c):
+            return None
+        return [math.log(x / y) for x, y in zip(b, c, strict=True)]
+
+    def log_ratio(self) -> float:
+        diffs = self.run_diffs()
+        return float(np.mean(diffs)) if diffs else math.log(self.baseline / self.candidate)
 
 
 def _within(runs: Sequence[Sequence[float]]) -> tuple[float, int]:
-    """Pooled variance of run values within lifetimes and its degrees of freedom."""
+    """Pooled variance of values within groups (runs of a lifetime, or run-pair differences) and its df."""
     ss, df = 0.0, 0
     for r in runs:
         if len(r) >= 2:
@@ -128,12 +150,18 @@ def variance_components(pairs: Sequence[AAPair]) -> VarianceComponents:
     """Variance components of one point from A/A pairs of stock lifetimes (module docstring). Needs two pairs."""
     if len(pairs) < 2:
         raise StatsInputError(f"a lifetime variance needs at least two A/A pairs of lifetimes, got {len(pairs)}")
-    ratios = [math.log(p.baseline / p.candidate) for p in pairs]
-    run_logs = [[math.log(v) for v in runs if v > 0] for p in pairs for runs in (p.baseline_runs, p.candidate_runs)]
-    run_logs = [r for r in run_logs if r] or [[0.0]]
+    ratios = [p.log_ratio() for p in pairs]
+    diffs = [d for p in pairs if (d := p.run_diffs())]
+    if diffs and len(diffs) == len(pairs):
+        w_pair, _ = _within(diffs)
+        w = w_pair / 2.0
+        r = float(np.mean([len(d) for d in diffs]))
+    else:
+        run_logs = [[math.log(v) for v in rs if v > 0] for p in pairs for rs in (p.baseline_runs, p.candidate_runs)]
+        run_logs = [x for x in run_logs if x] or [[0.0]]
+        w, _ = _within(run_logs)
+        r = float(np.mean([len(x) for x in run_logs]))
     v = float(np.mean(np.square(ratios)) / 2.0)
-    w, _ = _within(run_logs)
-    r = float(np.mean([len(x) for x in run_logs]))
     between = max(0.0, v - w / r)
     return VarianceComponents(
         pairs=len(pairs),
@@ -164,6 +192,10 @@ class LifetimeFigures:
         return math.exp(self.d - tq * self.se), math.exp(self.d + tq * self.se)
 
 
+def _calibrated_part(variance: LifetimeVariance) -> str:
+    return f"calibrated: {variance.source} (sigma_B {math.sqrt(variance.between_var_log):.3%}, df {variance.df})"
+
+
 def lifetime_figures(
     xb: Sequence[float],
     xc: Sequence[float],
@@ -185,9 +217,7 @@ def lifetime_figures(
         r_mean = float(np.mean([len(r) for r in runs])) if runs else variance.runs_per_lifetime
         ss += variance.df * variance.lifetime_var(r_mean, w_obs if w_df else None)
         df += variance.df
-        parts.append(
-            f"calibrated: {variance.source} (sigma_B {math.sqrt(variance.between_var_log):.3%}, df {variance.df})"
-        )
+        parts.append(_calibrated_part(variance))
     if df_obs >= 1:
         parts.append(f"observed: {b.size}+{c.size} lifetimes (df {df_obs})")
     se = math.sqrt(ss / df * (1.0 / b.size + 1.0 / c.size))
@@ -195,26 +225,59 @@ def lifetime_figures(
     return LifetimeFigures(d=-d_ratio if lower_is_better else d_ratio, se=se, df=df, source=" + ".join(parts))
 
 
+def paired_figures(
+    diffs: Sequence[Sequence[float]], *, variance: LifetimeVariance | None, lower_is_better: bool
+) -> LifetimeFigures | None:
+    """The interleaved interval's figures from each lifetime pair's run-pair log differences ``log b - log c``;
+    None when neither ``variance`` nor two lifetime pairs measure it."""
+    e = np.asarray([float(np.mean(d)) for d in diffs], dtype=float)
+    df_obs = e.size - 1
+    if variance is None and df_obs < 1:
+        return None
+    ss = float(np.sum((e - e.mean()) ** 2))
+    df, parts = df_obs, []
+    if variance is not None:
+        w_pair, w_df = _within(diffs)
+        k = float(np.mean([len(d) for d in diffs]))
+        w_run = w_pair / 2.0 if w_df else None
+        ss += variance.df * 2.0 * variance.lifetime_var(k, w_run)
+        df += variance.df
+        parts.append(_calibrated_part(variance))
+    if df_obs >= 1:
+        parts.append(f"observed: {e.size} interleaved lifetime pairs (df {df_obs})")
+    se = math.sqrt(ss / df / e.size)
+    d = float(e.mean())  # log(baseline / candidate)
+    source = "paired run differences within each lifetime pair; " + " + ".join(parts)
+    return LifetimeFigures(d=d if lower_is_better else -d, se=se, df=df, source=source)
+
+
 def lifetime_interval(
     baseline: SideSamples,
     candidate: SideSamples,
     *,
     variance: LifetimeVariance | None = None,
+    paired: bool = False,
     include_raw: bool = True,
     **spec: Unpack[MetricSpec],
 ) -> RatioEstimate | None:
     """The speedup with an interval that covers lifetime variance (module docstring), or None when neither a
-    calibration nor the run's own lifetimes measure it (fewer than three lifetimes in all)."""
+    calibration nor the run's own lifetimes measure it. ``paired``: interleaved runs (used when both sides have
+    the same lifetimes and runs per lifetime)."""
     from scipy import stats as sps
 
     sides = _sides(baseline, candidate, **spec)
     b, c, red = sides.baseline, sides.candidate, sides.reducer
     xb = np.log(np.asarray(b.lifetime_values(red), dtype=float))
     xc = np.log(np.asarray(c.lifetime_values(red), dtype=float))
-    runs = [[math.log(v) for v in r] for r in b.run_values(red) + c.run_values(red)]
-    fig = lifetime_figures(
-        xb.tolist(), xc.tolist(), runs, variance=variance, lower_is_better=sides.direction == "lower_is_better"
-    )
+    rb, rc = b.run_values(red), c.run_values(red)
+    lower = sides.direction == "lower_is_better"
+    use_pairs = paired and b.same_layout(c)
+    if use_pairs:
+        diffs = [[math.log(x / y) for x, y in zip(lb, lc, strict=True)] for lb, lc in zip(rb, rc, strict=True)]
+        fig = paired_figures(diffs, variance=variance, lower_is_better=lower)
+    else:
+        runs = [[math.log(v) for v in r] for r in rb + rc]
+        fig = lifetime_figures(xb.tolist(), xc.tolist(), runs, variance=variance, lower_is_better=lower)
     if fig is None:
         return None
     lo, hi = fig.interval(sides.confidence)
@@ -237,6 +300,7 @@ def lifetime_interval(
         seed=None,
         dof=fig.df,
         ignores_lifetime_variance=False,
+        paired=use_pairs,
         lifetime_variance=fig.source,
         warnings=[],
     )
