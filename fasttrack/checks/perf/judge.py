@@ -11,6 +11,7 @@ from fasttrack.checks.perf.state import CHECK, PerfState
 from fasttrack.perf.analysis import ItemState, drift_row, judge_item
 from fasttrack.perf.claims import ClaimResult, MeasuredMetric, match_claims
 from fasttrack.perf.curves import CURVE_KIND, curve_rows, dominance, mark_pareto
+from fasttrack.perf.hostbound import host_bound_fields, memory_bandwidth_gbs, weights_bytes
 from fasttrack.perf.metrics import METRICS
 from fasttrack.perf.outcomes import SLOWER, gate_margin, goodput_condition, item_metrics, label_outcome, rule_words
 from fasttrack.perf.pairing import trend_row
@@ -130,6 +131,33 @@ def _judge_items(ctx: RunContext, st: PerfState, *, stopped: str | None) -> _Jud
             out.drift.append({**(tr or {}), **(dr or {}), **({"trend": tr} if tr and dr else {})})
     mark_pareto(out.curves)
     return out
+
+
+def _label_host_bound(ctx: RunContext, rows: list[dict[str, Any]], gated: str) -> list[str]:
+    """Each gated row's host-bound label (:mod:`fasttrack.perf.hostbound`): the baseline's step time (its median
+    TPOT) against the weights' streaming time at the card's bandwidth. Returns the host-bound points."""
+    device = ctx.host.gpus[0].name if ctx.host is not None and ctx.host.gpus else None
+    bw = memory_bandwidth_gbs(device)
+    weights = weights_bytes(ctx.model.model if ctx.model is not None else None)
+    steps: dict[tuple[Any, Any], float] = {}
+    for r in rows:  # the engine-timed TPOT where there is one, else the client-timed one
+        if r.get("metric_name") in ("median_tpot_ms", "median_engine_tpot_ms") and r.get("baseline"):
+            key = (r.get("workload"), r.get("point"))
+            if r["metric_name"] == "median_engine_tpot_ms" or key not in steps:
+                steps[key] = float(r["baseline"])
+    bound: list[str] = []
+    for r in rows:
+        if r.get("metric_name") != gated or r.get("speedup") is None:
+            continue
+        tp = int((r.get("point_dims") or {}).get("tp") or r.get("tp") or 1)
+        fields = host_bound_fields(
+            step_ms=steps.get((r.get("workload"), r.get("point"))), weights=weights, bandwidth_gbs=bw, tp=tp
+        )
+        r.update(fields)
+        if fields["host_bound"]:
+            bound.append(str(r.get("point")))
+            r["statement"] = f"{r.get('statement', '')}; {fields['host_bound_note']}"
+    return bound
 
 
 def _mark_undecided(s: ItemState, rows: list[dict[str, Any]], gated: str, stopped: str, out: _Judged) -> None:
@@ -355,6 +383,7 @@ def judge(ctx: RunContext, st: PerfState, *, stopped: str | None = None) -> Chec
     measurement is incomplete)."""
     gate = ctx.scope.gates.perf
     jd = _judge_items(ctx, st, stopped=stopped)
+    host_bound = _label_host_bound(ctx, jd.rows, gate.gated_metric)
     kinds: dict[str, str] = {w.name: w.kind for w in ctx.scope.workloads}
     run_workloads = {s.item.workload for s in st.items.values() if s.n_runs("baseline") or s.n_runs("candidate")}
     claims = match_claims(
@@ -366,6 +395,7 @@ def judge(ctx: RunContext, st: PerfState, *, stopped: str | None = None) -> Chec
     )
     engine_timed, errors = _engine_timing(gate, jd.runs, st.errors)
     summary = _summary(gate, st, jd, claims=claims, engine_timed=engine_timed, errors=errors)
+    summary["host_bound_points"] = host_bound
     if stopped is not None:
         summary.update(partial=True, stopped=stopped, undecided=jd.undecided)
     tables = {
