@@ -401,14 +401,7 @@ def _metric_row(
         "raw_speedup": est.speedup,
         "raw_ci_low": est.ci_low,
         "raw_ci_high": est.ci_high,
-        "baseline_lifetime_values": [md.display(v) for v in est.baseline.lifetime_values],
-        "candidate_lifetime_values": [md.display(v) for v in est.candidate.lifetime_values],
-        "baseline_run_values": [[md.display(v) for v in lt] for lt in est.baseline.run_values],
-        "candidate_run_values": [[md.display(v) for v in lt] for lt in est.candidate.run_values],
-        "n_boot": est.n_boot,
-        "seed": est.seed,
-        "method": est.method,
-        "warnings": est.warnings,
+        **_raw_fields(est, md),
         "decision": decision if m == gated else None,
         "statement": statement(
             None if verdict is None else verdict == "pass",
@@ -419,6 +412,20 @@ def _metric_row(
             ignores_lifetime_variance=est.ignores_lifetime_variance,
             inconclusive=verdict == "inconclusive",
         ),
+    }
+
+
+def _raw_fields(est: RatioEstimate, md: MetricDef) -> dict[str, Any]:
+    """A row's raw figures: each lifetime's and each run's value per side, and how the interval was made."""
+    return {
+        "baseline_lifetime_values": [md.display(v) for v in est.baseline.lifetime_values],
+        "candidate_lifetime_values": [md.display(v) for v in est.candidate.lifetime_values],
+        "baseline_run_values": [[md.display(v) for v in lt] for lt in est.baseline.run_values],
+        "candidate_run_values": [[md.display(v) for v in lt] for lt in est.candidate.run_values],
+        "n_boot": est.n_boot,
+        "seed": est.seed,
+        "method": est.method,
+        "warnings": est.warnings,
     }
 
 
