@@ -1,7 +1,9 @@
 """The perf check's evidence: its nine tables and the no-regression gate re-judged from every point's interval.
 
 A (workload, point) item passes when the lower confidence bound of its gated metric's speedup reaches the
-threshold of the judging scope's gate (``1 - noise_margin``; ``1`` when ``require: strictly_better``). Its
+threshold of the judging scope's gate (``1 - noise_margin``; ``1`` when ``require: strictly_better``), and is
+inconclusive when that interval covers no lifetime variance (the lifetime rule: one engine lifetime on each side
+and no calibration record in the judging scope, or a row that says its interval ignores it). Its
 point verdict is then made worse by failed requests (the candidate's fail it, the baseline's leave it not
 compared), by goodput at the SLO (``slo.gate``) and by curve dominance (``curve_dominance``). Re-judging:
 
@@ -24,7 +26,6 @@ from fasttrack.evidence.base import (
     CheckEvidence,
     Rejudged,
     Row,
-    RowVerdict,
     TableSpec,
     at_least,
     fold,
@@ -36,7 +37,10 @@ from fasttrack.evidence.expect import RejudgeContext
 CHECK = "perf"
 CURVE_KIND = "concurrency_sweep"
 
-Decision = Literal["decided_pass", "decided_fail", "undecided"]
+Decision = Literal["decided_pass", "decided_fail", "undecided", "inconclusive"]
+PerfVerdict = Literal["pass", "fail", "not_run", "inconclusive"]
+"""A gated row's verdict: ``inconclusive`` when its interval covers no lifetime variance (one engine lifetime on a
+side and no calibration): neither a pass nor a fail, and the check is then not run."""
 ClaimStatus = Literal["supported", "refuted", "inconclusive", "not_measured", "confirmed", "contradicted"]
 """A claim's status (``confirmed``/``contradicted``: the words of bundles written before claims were judged by
 intervals)."""
@@ -88,12 +92,19 @@ class PerfPointRow(Row):
     nominal_ci_high: float | None = None
     threshold: float | None = None
     noise_margin: float | None = None
-    verdict: RowVerdict | None
+    verdict: PerfVerdict | None
     """The gated metric's verdict (None on other metrics)."""
     gated: bool | None = None
-    point_verdict: RowVerdict | None = None
+    inconclusive: bool | None = None
+    """The interval covers no lifetime variance (the lifetime rule): the point is inconclusive."""
+    point_verdict: PerfVerdict | None = None
     """The item's verdict when a further condition (failed requests, goodput, dominance) changed it."""
     strictly_better: bool | None = None
+    strict_low: float | None = None
+    """Lower bound at the family-wise level (Bonferroni over the looks and the run's points) that "strictly better"
+    is judged by."""
+    lifetime_variance: str | None = None
+    """Where the interval's lifetime-to-lifetime variance came from (calibration, the run's own lifetimes)."""
     mde: float | None = None
     detectable_slowdown: float | None = None
     detectable_speedup: float | None = None
@@ -119,6 +130,12 @@ class PerfPointRow(Row):
     statement: str | None = None
     slower_within_margin: bool | None = None
     outcome: str | None = None
+    host_bound: bool | None = None
+    """Whether the baseline's decode step is mostly the host's work (streaming the weights takes under half of it)."""
+    host_bound_note: str | None = None
+    step_ms: float | None = None
+    weights_stream_ms: float | None = None
+    stream_share: float | None = None
 
 
 class PerfRunRow(Row):
@@ -383,12 +400,24 @@ def _failed(runs: Sequence[Row]) -> dict[tuple[str, str], dict[str, int]]:
     return out
 
 
-def _metric_verdict(r: PerfPointRow, thr: float) -> tuple[str, str]:
+def _unmeasured_variance(r: PerfPointRow, gate: Any) -> bool:
+    """Whether nothing measured the row's lifetime variance: the row says its interval ignores it, or the judging
+    scope has no calibration record and no side ran two lifetimes (the lifetime rule then makes it inconclusive)."""
+    if r.ignores_lifetime_variance or r.inconclusive:
+        return True
+    calibrated = getattr(gate, "calibration", None) is not None
+    lifetimes = max(r.lifetimes_baseline or 0, r.lifetimes_candidate or 0)
+    return not calibrated and r.lifetimes_baseline is not None and lifetimes < 2
+
+
+def _metric_verdict(r: PerfPointRow, thr: float, gate: Any) -> tuple[str, str]:
     """The gated metric's verdict from its interval, and why."""
     if r.decision == "undecided":
         return "not_run", "not decided when the run stopped"
     if r.speedup is None and r.ci_low is None:
         return "not_run", "no interval (not measured)"
+    if _unmeasured_variance(r, gate):
+        return "inconclusive", "its interval covers no lifetime variance (one lifetime per side, no calibration)"
     if at_least(r.ci_low, thr):
         return "pass", f"lower bound {r.ci_low:.4g} >= {thr:.4g}"
     return "fail", f"lower bound {r.ci_low} < {thr:.4g}"
@@ -405,14 +434,14 @@ def _point_verdict(
     thr: float,
 ) -> tuple[str, str]:
     """The item's verdict: the metric's, made worse by failed requests, goodput at the SLO and dominance."""
-    if metric not in ("pass", "fail"):
+    if metric == "not_run":
         return metric, "the metric's verdict"
     if failed.get("candidate"):
         return "fail", f"the candidate failed {failed['candidate']} request(s)"
     if failed.get("baseline"):
         return "not_run", f"the baseline failed {failed['baseline']} request(s)"
-    if metric == "fail":
-        return "fail", "the metric's verdict"
+    if metric in ("fail", "inconclusive"):
+        return metric, "the metric's verdict"
     slo = getattr(gate, "slo", None)
     if slo is not None and getattr(slo, "gate", False):
         if goodput is None or goodput.nominal_ci_low is None:
@@ -450,7 +479,7 @@ def rejudge(tables: Mapping[str, Sequence[Row]], gate: Any, ctx: RejudgeContext)
             c.row("points", i, r, f"gated is {r.gated!r}, but {gated} is the gated metric of {ctx.source}")
         if r.confidence is not None and r.ci_low is not None and not at_least(r.confidence, gate.confidence - 1e-9):
             c.row("points", i, r, f"its interval is at confidence {r.confidence}, below the scope's {gate.confidence}")
-        metric, why = _metric_verdict(r, thr)
+        metric, why = _metric_verdict(r, thr, gate)
         c.verdict("points", i, r, r.verdict, metric, why)
         point, pwhy = _point_verdict(
             r,
@@ -470,7 +499,9 @@ def rejudge(tables: Mapping[str, Sequence[Row]], gate: Any, ctx: RejudgeContext)
     if missing:
         shown = ", ".join(missing[:6]) + (f" and {len(missing) - 6} more" if len(missing) > 6 else "")
         c.gap("points", f"no row of the gated metric {gated} for {len(missing)} planned item(s): {shown}")
-    bound = worst(fold(verdicts.values()), "not_run" if missing else "pass")
+    # an inconclusive point leaves the check not run (neither passed nor failed)
+    folded = fold(v if v != "inconclusive" else "not_run" for v in verdicts.values())
+    bound = worst(folded, "not_run" if missing else "pass")
     note = f"{len(verdicts)} gated item(s) of {gated} re-judged against lower bound >= {thr:g}"
     return c.done(bound, [note])
 
