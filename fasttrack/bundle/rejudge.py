@@ -119,10 +119,10 @@ def _read_check(
             else:
                 out.notes.append(f"{where} (an older bundle's) is not a table this fasttrack reads; ignored")
             continue
-        if ref.model is not None and (ref.model != ev.model_name(tname) or ref.version != spec.version):
+        if ref.model is not None and (ref.model != ev.model_name(tname) or (ref.version or 0) > spec.version):
             out.tables.append(
                 f"{where} records model {ref.model} v{ref.version}; this fasttrack reads {ev.model_name(tname)} "
-                f"v{spec.version}"
+                f"up to v{spec.version}"
             )
             ok = False
             continue
@@ -130,7 +130,7 @@ def _read_check(
         if data is None:
             ok = False  # missing or too large: the tables item says which
             continue
-        legacy = ref.model is None
+        legacy = ref.model is None or (ref.version or 0) < spec.version  # an older bundle's: read by the legacy path
         try:
             got = read_table_rows(
                 data, spec.model, where=where, max_rows=spec.max_rows(ctx), budget=budget, keep=spec.keep, legacy=legacy
@@ -166,7 +166,12 @@ def _judged_verdict(
     except Exception as exc:  # noqa: BLE001 - a rule that breaks on hostile rows fails closed, never crashes verify
         out.rows.append(f"{name}: its rows could not be re-judged ({type(exc).__name__}: {str(exc)[:200]})")
         return "fail" if recorded == "fail" else "not_run"
-    out.rows += [f.line() for f in judged.findings]
+    older = {t.split("/", 1)[1] for t in out.legacy_tables if t.startswith(f"{name}/")}
+    for f in judged.findings:
+        if f.table in older and f.recorded_worse:  # judged by a rule that changed since: worse is never a forgery
+            out.notes.append(f"{f.line()} (an older bundle's row, judged by an earlier rule: tolerated, it is worse)")
+        else:
+            out.rows.append(f.line())
     out.notes += [f"{name}: {n}" for n in judged.notes]
     if recorded == "pass" and judged.bound != "pass":
         why = "; ".join(judged.gaps[:3]) or "a row re-judged fails or was not run"

@@ -306,11 +306,11 @@ def read_bundle_table(
     ev = evidence_of(check)
     spec = ev.table(table) if ev is not None else None
     if ev is not None and spec is not None:
-        if ref.model is not None and (ref.model != ev.model_name(table) or ref.version != spec.version):
+        if ref.model is not None and (ref.model != ev.model_name(table) or (ref.version or 0) > spec.version):
             raise BundleError(f"{where} records model {ref.model} v{ref.version}, not {ev.model_name(table)}")
         model: type[Row] = spec.model
         max_rows = spec.max_rows(ctx) if ctx is not None else BUNDLE_DECODED_MAX_ROWS
-        legacy = ref.model is None
+        legacy = ref.model is None or (ref.version or 0) < spec.version
     else:
         model, max_rows, legacy = UndeclaredRow, BUNDLE_DECODED_MAX_ROWS, True
     got = read_table_rows(

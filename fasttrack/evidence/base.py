@@ -34,8 +34,9 @@ if TYPE_CHECKING:  # pragma: no cover
 RowVerdict = Literal["pass", "fail", "not_run"]
 """The verdict of one row: the only three words a judged row may carry."""
 
-VERDICT_ORDER: dict[str, int] = {"pass": 0, "not_run": 1, "fail": 2}
+VERDICT_ORDER: dict[str, int] = {"pass": 0, "not_run": 1, "inconclusive": 1, "not_exercised": 1, "fail": 2}
 """How bad a verdict is: a check may be recorded worse than its rows imply (a condition its rows do not show),
+never better; an older bundle's row may be recorded worse than today's rule gives (a rule that changed since),
 never better."""
 
 
@@ -78,6 +79,15 @@ class Finding:
     row: str | None
     """The row in words (:meth:`Row.where`, with its index), or None for a finding about the whole table."""
     message: str
+    recorded: str | None = None
+    """For a verdict that disagrees: the recorded verdict and the recomputed one."""
+    expected: str | None = None
+
+    @property
+    def recorded_worse(self) -> bool:
+        """Whether the recorded verdict is worse than the recomputed one (tolerated in an older bundle's table)."""
+        r, e = self.recorded, self.expected
+        return r in VERDICT_ORDER and e in VERDICT_ORDER and VERDICT_ORDER[r] > VERDICT_ORDER[e]
 
     def line(self) -> str:
         where = self.check + (f"/{self.table}" if self.table else "") + (f" row {self.row}" if self.row else "")
@@ -194,7 +204,8 @@ class Checker:
     def verdict(self, table: str, i: int, row: Row, recorded: str | None, expected: str, why: str) -> None:
         """A finding when the recorded verdict is not the recomputed one."""
         if recorded != expected:
-            self.row(table, i, row, f"recorded verdict {recorded!r}, the numbers give {expected!r} ({why})")
+            message = f"recorded verdict {recorded!r}, the numbers give {expected!r} ({why})"
+            self.findings.append(Finding(self.check, table, f"{i} ({row.where()})", message, recorded, expected))
 
     def done(self, bound: str, notes: Sequence[str] = ()) -> Rejudged:
         return Rejudged(bound=bound, findings=self.findings, gaps=self.gaps, notes=list(notes))

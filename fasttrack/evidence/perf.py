@@ -506,18 +506,10 @@ def rejudge(tables: Mapping[str, Sequence[Row]], gate: Any, ctx: RejudgeContext)
     return c.done(bound, [note])
 
 
-POINT_FIELDS = (
-    "kind",
-    "metric_name",
-    "verdict",
-    "point_verdict",
-    "gated",
-    "speedup",
-    "ci_low",
-    "confidence",
-    "nominal_ci_low",
-    "decision",
+BIG_FIELDS = frozenset(
+    {"baseline_lifetime_values", "candidate_lifetime_values", "baseline_run_values", "candidate_run_values"}
 )
+POINT_FIELDS = tuple(f for f in PerfPointRow.model_fields if f not in BIG_FIELDS)
 """What re-judging reads of a points row (beside its key fields)."""
 
 

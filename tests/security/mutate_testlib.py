@@ -27,8 +27,19 @@ from fasttrack.bundle.verify import VerifyResult, verify_bundle
 
 EXAMPLES = ("h200-run", "h200-rerun")
 """The committed bundles (both FAIL: equivalence, features and perf fail on their rows)."""
-TRUSTED = "demo-llama-gpu"
-"""The scope they ran, as the maintainer trusts it (the shipped suite)."""
+
+
+def trusted_scope(example: str, folder: Path) -> Path:
+    """The scope the committed bundle ran, as the maintainer trusts it: the text it recorded, in a scope file (the
+    shipped suite has moved on since, and a scope that differs would fail the gate for that reason alone)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(ROOT / "examples" / example / "bundle.tar.gz") as tf:
+        member = tf.extractfile(MANIFEST)
+        assert member is not None
+        doc = json.loads(member.read())
+    path = folder / f"{doc['scope']['model']}.yaml"
+    path.write_text(doc["scope"]["yaml"], encoding="utf-8")
+    return path
 
 
 def unpack(example: str, dest: Path) -> Path:
@@ -93,8 +104,9 @@ def claim_pass(root: Path) -> None:
     write_manifest(root, doc)
 
 
-def gate(root: Path, key: SigningKey, pub: Path, *, trusted: str | None = TRUSTED) -> tuple[bool, VerifyResult]:
-    """Sign ``root`` with the forger's key, then run the maintainer's gate: (passes ``--require-pass``, result)."""
+def gate(root: Path, key: SigningKey, pub: Path, *, trusted: Path | None) -> tuple[bool, VerifyResult]:
+    """Sign ``root`` with the forger's key, then run the maintainer's gate, ``verify --require-pass
+    --trusted-scope TRUSTED --min-tier smoke``: (whether it passes, the result)."""
     force_sign(root, key)
     res = verify_bundle(root, keys=[pub], trusted_scope=trusted, min_tier="smoke")
     ok = res.verified and res.verdict == "pass" and res.rejudged_verdict == "pass" and res.shard in (None, "1/1")
