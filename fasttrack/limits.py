@@ -72,19 +72,23 @@ TABLE_MAX_COLUMNS = 512
 """Columns of one result table at most (the widest shipped table has 66)."""
 TABLE_MAX_ROW_GROUPS = 4096
 """Row groups of one result table at most (the bundle layer writes one per million rows)."""
-TABLE_DECODED_MAX_BYTES = 512 * MiB
-"""Bytes one result table may decompress to (its column chunks' uncompressed size, from the Parquet footer)."""
+TABLE_DECODED_MAX_BYTES = 256 * MiB
+"""Bytes one result table may decompress to (its column chunks' uncompressed size, from the Parquet footer): what
+reading one table holds at most beside the file."""
 TABLE_CELL_MAX_BYTES = 64 * MiB
 """Bytes of text in one cell at most (a run's per-chunk timings as JSON are a few MB)."""
-BUNDLE_DECODED_MAX_BYTES = 2 * GiB
+BUNDLE_DECODED_MAX_BYTES = 1 * GiB
 """Bytes of text all the result tables of one bundle may decode to together (a value repeated through a
-dictionary counts once per row that uses it)."""
+dictionary counts once per row that uses it): what ``merge`` holds at most of one merged bundle's rows."""
 BUNDLE_DECODED_MAX_ROWS = 1_000_000
 """Rows all the result tables of one bundle may hold together (each row is validated by its model)."""
 DECODE_SLICE_BYTES = 16 * MiB
 """Bytes of text turned into Python objects at once while decoding a table."""
 KEPT_TEXT_CHARS = 1024
-"""Characters of a text field a re-judging rule keeps of each row (it reads whether the text is empty)."""
+"""Characters of a text field a re-judging rule keeps of each row (it reads whether the text is empty), and that
+the report keeps of a cell (it shows fewer)."""
+KEPT_LIST_ITEMS = 1000
+"""Items of a list-valued cell the report keeps (it draws no raw samples)."""
 EVAL_SAMPLES_UNSTATED = 100_000
 """Samples one eval run may have when neither the eval, the tier nor the scope's estimates say how many."""
 

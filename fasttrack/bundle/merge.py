@@ -256,7 +256,8 @@ def merge_bundles(
         names = ordered_checks(
             (c for _, _, m in ordered for c in m.checks), recorded_check_order(ordered[0][2].plan.plan)
         )
-        results = [_merged_result(name, ordered, absent, notes) for name in names]
+        budget = DecodeBudget()  # one merged bundle: its rows together within one bundle's decoding limits
+        results = [_merged_result(name, ordered, absent, notes, budget) for name in names]
         first = ordered[0][2]
         target = out_path
         if as_tar:
@@ -341,7 +342,11 @@ def _merged_pr(pr: PRLink | None, results: list[CheckResult]) -> PRLink | None:
 
 
 def _merged_result(
-    name: str, ordered: list[_Shard], absent: Mapping[str, str], notes: Mapping[str, str] | None
+    name: str,
+    ordered: list[_Shard],
+    absent: Mapping[str, str],
+    notes: Mapping[str, str] | None,
+    budget: DecodeBudget,
 ) -> CheckResult:
     """One check's merged result: its verdict by :func:`_merge_check`, its shards' tables concatenated (each row
     read through its model within its shard's bounds, with its ``shard``) and their artifacts under each shard's
@@ -352,7 +357,6 @@ def _merged_result(
         name, sorted(per + [(s, None) for s in gone], key=lambda x: parse_shard(x[0])[0]), absent, notes
     )
     tables: dict[str, list[dict[str, Any]]] = {}
-    budget = DecodeBudget()
     for (_, root, m), (label, e) in zip(ordered, per, strict=True):
         if e is None:
             continue

@@ -41,6 +41,7 @@ from fasttrack.limits import (
     BUNDLE_DECODED_MAX_BYTES,
     BUNDLE_DECODED_MAX_ROWS,
     DECODE_SLICE_BYTES,
+    KEPT_LIST_ITEMS,
     KEPT_TEXT_CHARS,
     TABLE_CELL_MAX_BYTES,
     TABLE_DECODED_MAX_BYTES,
@@ -51,7 +52,8 @@ from fasttrack.limits import (
     read_capped,
 )
 
-#: What a kept row holds: every field (``"all"``), the named fields only, or nothing (the row is only validated).
+#: What a kept row holds: every field (``"all"``), every field with long text and long lists cut (``"display"``:
+#: what a report shows), the named fields only, or nothing (the row is only validated).
 Keep = str | tuple[str, ...] | None
 
 
@@ -140,8 +142,16 @@ def _read_arrow(data: bytes, where: str, max_rows: int) -> tuple[pa.Table, list[
     schema = pf.schema_arrow
     text = _columns_ok(schema, where)
     json_cols = {f.name for f in schema if f.metadata and f.metadata.get(ENCODING_KEY) == JSON_ENCODING}
+    meta = pf.metadata
+    # columns stored through a dictionary stay dictionary-encoded (a value repeated a million times is held once);
+    # a plain column is held as it decompresses, which the footer bounded
+    encoded = [
+        name
+        for c, name in enumerate(schema.names)
+        if name in text and any(meta.row_group(g).column(c).has_dictionary_page for g in range(meta.num_row_groups))
+    ]
     try:
-        pf = pq.ParquetFile(pa.BufferReader(data), read_dictionary=text)
+        pf = pq.ParquetFile(pa.BufferReader(data), read_dictionary=encoded)
         table = pf.read(use_threads=False)
     except (pa.ArrowException, OSError, ValueError, UnicodeDecodeError) as exc:
         raise BundleError(f"{where} cannot be decoded: {type(exc).__name__}: {str(exc)[:300]}") from None
@@ -211,6 +221,23 @@ def _validate(model: type[Row], row: dict[str, Any], where: str, i: int) -> Row:
         ) from None
 
 
+def _cut(v: Any) -> Any:
+    if isinstance(v, str):
+        return v[:KEPT_TEXT_CHARS]
+    if isinstance(v, list):
+        return [_cut(x) for x in v[:KEPT_LIST_ITEMS]]
+    if isinstance(v, dict):
+        return {k: _cut(x) for k, x in list(v.items())[:KEPT_LIST_ITEMS]}
+    return v
+
+
+def _display(model: type[Row], row: Row) -> Row:
+    """A validated row with every long text and long list cut (what the report shows of it)."""
+    values = {n: _cut(getattr(row, n)) for n in model.model_fields}
+    values.update({k: _cut(v) for k, v in (row.model_extra or {}).items()})
+    return model.model_construct(**values)
+
+
 def _slim(model: type[Row], row: Row, keep: tuple[str, ...]) -> Row:
     """A validated row holding only ``keep`` and its key fields (long text cut to KEPT_TEXT_CHARS)."""
     names = set(keep) | set(model.KEY) | {"shard"}
@@ -270,6 +297,8 @@ def read_table_rows(
                 on_row(r)
             if keep == "all":
                 out.rows.append(r)
+            elif keep == "display":
+                out.rows.append(_display(model, r))
             elif keep:
                 out.rows.append(_slim(model, r, tuple(keep)))
     return out

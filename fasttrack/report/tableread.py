@@ -61,7 +61,7 @@ def load_tables(root: Path, manifest: Manifest, *, max_rows: int = MAX_ROWS) -> 
             t = LoadedTable(path=ref.path)
             try:
                 got, legacy = read_bundle_table(
-                    root, manifest, check, tname, budget=budget, ctx=ctx, keep="all", limit=max_rows
+                    root, manifest, check, tname, budget=budget, ctx=ctx, keep="display", limit=max_rows
                 )
             except BundleError as exc:
                 t.error = exc.message[:600]

@@ -65,10 +65,10 @@ def read(root: Path, check: str, table: str) -> pa.Table:
     return pq.read_table(root / table_path(check, table))
 
 
-def put(root: Path, check: str, table: str, data: pa.Table) -> None:
+def put(root: Path, check: str, table: str, data: pa.Table, *, dictionary: bool = True) -> None:
     """Write ``data`` as the table and record its rows and columns in the manifest (a consistent edit)."""
     p = root / table_path(check, table)
-    pq.write_table(data, p)
+    pq.write_table(data, p, use_dictionary=dictionary)
     doc = manifest(root)
     ref = doc["checks"][check]["tables"][table]
     ref["rows"], ref["columns"] = data.num_rows, list(data.column_names)
@@ -111,3 +111,34 @@ def gate(root: Path, key: SigningKey, pub: Path, *, trusted: Path | None) -> tup
     res = verify_bundle(root, keys=[pub], trusted_scope=trusted, min_tier="smoke")
     ok = res.verified and res.verdict == "pass" and res.rejudged_verdict == "pass" and res.shard in (None, "1/1")
     return ok, res
+
+
+# --------------------------------------------------------------------------- hostile tables (bounded work)
+
+
+def row_bomb(root: Path, rows: int = 1_000_000) -> None:
+    """The perf points table as ``rows`` copies of its first row: a few KB of Parquet (one dictionary entry per
+    column, run-length encoded indices)."""
+    t = read(root, "perf", "points").slice(0, 1)
+    idx = pa.array([0] * rows, type=pa.int32())
+    put(root, "perf", "points", t.take(idx))
+
+
+def text_bomb(root: Path, cell_mb: int = 48) -> None:
+    """Every row of the perf points table given one ``cell_mb`` MB statement through one dictionary entry: a few
+    hundred KB of Parquet that decodes to gigabytes of text."""
+    t = read(root, "perf", "points")
+    big = "x" * (cell_mb << 20)
+    arr = pa.DictionaryArray.from_arrays(pa.array([0] * t.num_rows, type=pa.int32()), pa.array([big]))
+    i = t.column_names.index("statement")
+    put(root, "perf", "points", t.set_column(i, pa.field("statement", arr.type), arr))
+
+
+def wide_text(root: Path, mb: int = 200) -> None:
+    """One plain (not dictionary-encoded) cell of ``mb`` MB in the perf points table: the largest table text that
+    decompresses within the limits, read whole."""
+    t = read(root, "perf", "points")
+    vals = ["y" * (mb << 20)] + [None] * (t.num_rows - 1)
+    i = t.column_names.index("statement")
+    col = pa.array(vals, pa.large_string())
+    put(root, "perf", "points", t.set_column(i, pa.field("statement", col.type), col), dictionary=False)
