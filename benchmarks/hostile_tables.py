@@ -7,7 +7,9 @@ Each bundle is a committed H200 bundle (``examples/h200-run``) with one table ma
 * ``text-bomb``: every perf point given one 48 MB text through one dictionary entry (about 1.1 GB of text from a
   file of a few MB);
 * ``wide-text``: one plain 200 MB cell (the largest text a table may decompress to, read whole);
-* ``list-verdict``: one list-valued verdict cell (it crashed every command before).
+* ``list-verdict``: one list-valued verdict cell (it crashed every command before);
+* ``max-rows``: every table repeated up to the most rows the plan allows it (about 420,000 rows in all: the most
+  decoding work a bundle within the row bounds asks for).
 
 Every command runs in a fresh process of its own (``python -m fasttrack ...``); the figures are its peak resident
 memory (``ru_maxrss`` of the process that ran it) and its wall clock, next to the unedited bundle's. docs/security.md
@@ -46,6 +48,7 @@ HOSTILE = {
     "text-bomb": M.text_bomb,
     "wide-text": M.wide_text,
     "list-verdict": lambda r: M.edit_rows(r, "perf", "points", lambda rows: rows[0].update(verdict=["fail"])),
+    "max-rows": M.fill_to_bounds,
 }
 
 

@@ -180,6 +180,8 @@ def body_cmd(
 
     pr_head = pr_head_argument(pr_head)
     tier_argument(min_tier)
+    if out.exists() or out.is_symlink():  # a FIFO, a device or a link is refused before anything is read
+        outfile.check_target(out)
     sha, size = sha256_file(bundle)
     body = render_body(
         bundle,

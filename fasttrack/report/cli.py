@@ -10,6 +10,7 @@ import typer
 
 from fasttrack import terminal
 from fasttrack.bundle.cli import shown
+from fasttrack.bundle.outfile import check_target
 from fasttrack.errors import FasttrackError
 
 TRUST_ENV = "FASTTRACK_TRUST_DIR"
@@ -64,6 +65,9 @@ def report_cmd(
 
     pr_head = pr_head_argument(pr_head)
     tier_argument(min_tier)
+    for target in (out, comment):  # a FIFO, a device or a link is refused before anything is read
+        if target is not None and (target.exists() or target.is_symlink()):
+            check_target(target)
     if not bundle.exists():
         raise FasttrackError(
             f"{bundle} does not exist", hint="Give a bundle directory or a .tar.gz written by fasttrack validate."
