@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import operator
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import accumulate, repeat
 from pathlib import Path
@@ -171,6 +172,7 @@ def table() -> list[Limit]:
             f"{size(TABLE_KEEP_BYTES)} each, {size(TABLES_KEEP_TOTAL_BYTES)} together",
             "`verify` fails `tables` naming the table (too large to check)",
         ),
+        *_row_limits(size),
         Limit("file sent by `dashboard serve`", size(SERVE_MAX_MEMBER_BYTES), "404 for that file"),
         Limit(
             "scope YAML",
@@ -189,6 +191,44 @@ def table() -> list[Limit]:
             "shards",
             f"n <= {MAX_SHARDS:,}",
             "`--shard` exits 2; a bundle recording more fails `verify`'s `schema` item",
+        ),
+    ]
+
+
+def _row_limits(size: Callable[[int], str]) -> list[Limit]:
+    """The limits on decoding result tables (:mod:`fasttrack.bundle.rowread`), as :func:`table` states them."""
+    return [
+        Limit(
+            "rows of one result table",
+            "what the judging scope's plan could produce (points x requests x runs), with headroom",
+            "the table is refused from its footer, before any row is decoded: `verify` fails `tables` naming it",
+        ),
+        Limit(
+            "result rows and text decoded per bundle",
+            f"{BUNDLE_DECODED_MAX_ROWS:,} rows, {size(BUNDLE_DECODED_MAX_BYTES)} of text",
+            "the table that crosses it is refused: `verify` fails `tables`, the report shows it as not readable, "
+            "`merge` exits 2",
+        ),
+        Limit(
+            "one result table decompressed",
+            f"{size(TABLE_DECODED_MAX_BYTES)}, {TABLE_MAX_COLUMNS} columns, {TABLE_MAX_ROW_GROUPS:,} row groups",
+            "refused from its footer: `verify` fails `tables` naming it",
+        ),
+        Limit(
+            "one cell of a result table",
+            f"{size(TABLE_CELL_MAX_BYTES)} of text",
+            "the table is refused before the cell becomes text: `verify` fails `tables` naming the column",
+        ),
+        Limit(
+            "decoded at once",
+            f"{size(DECODE_SLICE_BYTES)} of text; a re-judged row keeps {KEPT_TEXT_CHARS:,} characters of a text "
+            f"field, the report {KEPT_TEXT_CHARS:,} characters and {KEPT_LIST_ITEMS:,} items of a cell",
+            "rows become Python objects a slice at a time",
+        ),
+        Limit(
+            "samples of an eval run whose size nothing states",
+            f"{EVAL_SAMPLES_UNSTATED:,}",
+            "bounds its tables' rows (the eval's limit, the tier's, or the scope's estimate when one is given)",
         ),
     ]
 

@@ -39,8 +39,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
+from fasttrack import registry as registry_of_parts
 from fasttrack.checks.context import EngineSession, RunContext
 from fasttrack.checks.tier import Blocker, TierView
+from fasttrack.evidence.base import CheckEvidence
 from fasttrack.results import (  # the results names are re-exported for callers that still import them from here
     SIDES,
     CheckResult,
@@ -79,7 +81,18 @@ __all__ = [
 ]
 
 
-DECLARATIONS = ("name", "title", "report_view", "required", "every_tier", "after", "before", "blocked_by", "gate_model")
+DECLARATIONS = (
+    "name",
+    "title",
+    "report_view",
+    "required",
+    "every_tier",
+    "after",
+    "before",
+    "blocked_by",
+    "gate_model",
+    "evidence",
+)
 """What a check's class declares about it (as class attributes or class keywords)."""
 
 
@@ -106,6 +119,9 @@ class Check(ABC):
     this check is ``not_run``, naming it: never a pass on a premise that failed or was not shown."""
     gate_model: ClassVar[type[CheckGate] | None] = None
     """Its section of the scope's ``gates`` (declared ``class XGate(CheckGate, check="x")``), or None."""
+    evidence: ClassVar[CheckEvidence | None] = None
+    """Its tables' row models and the rule that re-judges them (:mod:`fasttrack.evidence`); registering the check
+    registers it as the kind ``evidence`` (the shipped checks' evidence registers from ``fasttrack/evidence/``)."""
 
     def __init_subclass__(cls, **declared: Any) -> None:
         """The declarations above, given as class attributes or as class keywords:
@@ -235,6 +251,10 @@ def register(cls: C) -> C:
             f'declare it as class {gm.__name__}(CheckGate, check="{name}")'
         )
     _REGISTRY[name] = cls
+    if cls.evidence is not None:
+        if cls.evidence.check != name:
+            raise TypeError(f"{cls.__qualname__}.evidence is the evidence of {cls.evidence.check!r}, not {name!r}")
+        registry_of_parts.register("evidence", name, cls.evidence, source=cls.__module__)
     return cls
 
 

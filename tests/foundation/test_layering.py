@@ -45,6 +45,7 @@ LEVELS: dict[str, float] = {
     "registry": 1,  # one registry of pluggable parts by kind and name (built-ins and the fasttrack entry points)
     "results": 1,
     "limits": 1,  # every resource limit on untrusted input (bundles, scopes, key files, shards)
+    "evidence": 1,  # typed result rows per check table and the rules that re-judge them (the registry's evidence)
     "terminal": 1,  # the consoles commands print to: full width without a terminal
     "modelbase": 1,  # the pydantic bases of the records: strict, and strict with docstrings as descriptions
     "scope": 1,
