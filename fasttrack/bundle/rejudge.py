@@ -208,10 +208,10 @@ def rejudge_bundle(manifest: Manifest, contents: Contents, ctx: RejudgeContext) 
             results.append(CheckResult.not_run(name, "missing"))
     out.verdict = bundle_verdict(overall_verdict(results), rehearsal=manifest.rehearsal)
     if out.verdict != manifest.effective_verdict:
-        required = ", ".join(f"{r.check}={r.verdict.value}" for r in results if r.required) or "none"
+        listed = ", ".join(f"{r.check}={r.verdict.value}" for r in results if r.required) or "none"
         out.verdicts.append(
             f"the bundle records verdict {manifest.effective_verdict!r}, re-judged by {ctx.source} it is "
-            f"{out.verdict!r} (required: {required})"
+            f"{out.verdict!r} (required: {listed})"
         )
     out.hardware = hardware_item(manifest, ctx)
     return out

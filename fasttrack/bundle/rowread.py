@@ -241,11 +241,11 @@ def _display(model: type[Row], row: Row) -> Row:
 def _slim(model: type[Row], row: Row, keep: tuple[str, ...]) -> Row:
     """A validated row holding only ``keep`` and its key fields (long text cut to KEPT_TEXT_CHARS)."""
     names = set(keep) | set(model.KEY) | {"shard"}
-    values = {}
+    values: dict[str, Any] = {}
     for n in names:
         v = getattr(row, n, None)
         values[n] = v[:KEPT_TEXT_CHARS] if isinstance(v, str) else v
-    return model.model_construct(**values)
+    return model.model_construct(_fields_set=None, **values)
 
 
 def read_table_rows(

@@ -125,7 +125,7 @@ class RejudgeContext:
 
     @property
     def tier_spec(self) -> TierSpec:
-        return self.scope.tiers[self.tier]  # type: ignore[index,no-any-return]
+        return self.scope.tiers[self.tier]  # type: ignore[index]
 
     def runs_check(self, name: str) -> bool:
         """Whether the tier selects the check ``name`` (its ``checks`` list; none: every check)."""
