@@ -1,0 +1,155 @@
+"""``gates.equivalence.reference``: stock's own legitimate builds, run beside the baseline, that calibrate the
+equivalence limits; and the work their engines add to a plan.
+
+A **variant** is one more engine lifetime of the baseline side per engine group: the baseline's arguments with
+the variant's appended (``--enforce-eager``: stock without torch.compile and CUDA graphs; ``--dtype float32``: stock
+at a higher precision). The equivalence check and the ``full_context`` and ``logprobs`` features send it the same
+requests as the baseline, and judge the candidate by how far stock's builds are from a reference
+(:mod:`fasttrack.checks.equivalence.reference`): with an ``exact`` variant (float32) the reference is that
+variant's output and stock's error is the largest distance of the baseline and the other variants from it;
+without one (a model whose float32 copy does not fit) the reference is the baseline's output and stock's error is
+the distance of the variants from it. A distance passes when the candidate's is at most
+``multiple`` x stock's + ``tolerance``: PyTorch inductor's accuracy rule (compiled passes when its error against
+an fp64 reference is at most 3x eager's in bfloat16, 2x in float32, plus ``tol / 10``).
+
+:func:`variant_work` counts what the variants' lifetimes add to a plan (``fasttrack.cost`` prices it).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Iterable, Sequence
+from typing import Protocol
+
+from pydantic import Field, field_validator, model_validator
+
+from fasttrack.scope.common import ScopeModel
+
+#: A variant's name (it becomes part of engine log and artifact names).
+VARIANT_NAME = r"^[a-z][a-z0-9_]{0,31}$"
+
+DISTANCES: tuple[str, ...] = ("max_abs_logprob_diff", "mean_abs_logprob_diff", "kl_mean", "divergence")
+"""The distances between two engines' greedy outputs the rule compares, in the order they are reported."""
+
+
+class ReferenceTolerance(ScopeModel):
+    """The absolute slack added to ``multiple`` x stock's distance, per distance: what the candidate may differ by
+    where stock's builds agree to the last bit (inductor's ``tol / 10``). Each is far below what a numerics defect
+    moves (docs/writing-a-scope.md gives the measured figures)."""
+
+    max_abs_logprob_diff: float = Field(default=0.01, ge=0, le=100)
+    """Largest |Δ logprob| of the chosen token on matching prefixes (0.01: the token's probability changes by 1%)."""
+    mean_abs_logprob_diff: float = Field(default=0.002, ge=0, le=100)
+    """Mean |Δ logprob| of the chosen token on matching prefixes."""
+    kl_mean: float = Field(default=0.001, ge=0, le=100)
+    """Mean top-k KL estimate (nats) over the positions with identical context."""
+    divergence: float = Field(default=0.1, ge=0, le=1)
+    """Share of the generated tokens that come after the first divergence (1 - mean matched-prefix fraction):
+    0.1 lets one request in eight part at its middle where stock's builds never part."""
+
+
+class StockReference(ScopeModel):
+    """Stock's legitimate builds that calibrate the equivalence limits (see the module docstring)."""
+
+    variants: dict[str, list[str]] = Field(min_length=1, max_length=8)
+    """Variant name -> vLLM arguments appended to the baseline's, e.g. ``eager: ["--enforce-eager"]``,
+    ``float32: ["--dtype", "float32"]``. Each is one more engine lifetime of the baseline per engine group."""
+    exact: str | None = None
+    """The variant that stands for the model's exact answer (a float32 build): the reference the distances are
+    measured from. None: the baseline's output is the reference (a model whose float32 copy does not fit)."""
+    multiple: float = Field(default=3.0, ge=1, le=100)
+    """The candidate's distance may be at most this many times stock's (inductor's multiplier for bfloat16; it uses
+    2 for float32 outputs of 1,000 values or more and 3 below)."""
+    tolerance: ReferenceTolerance = Field(default_factory=ReferenceTolerance)
+
+    @field_validator("variants")
+    @classmethod
+    def _variants(cls, v: dict[str, list[str]]) -> dict[str, list[str]]:
+        for name, args in v.items():
+            if not re.match(VARIANT_NAME, name):
+                raise ValueError(
+                    f"variant name {name!r} must be lower-case letters, digits and '_', starting with a letter "
+                    "(at most 32 characters): it names the variant's engine log"
+                )
+            if not args or any(not isinstance(a, str) or not a.strip() for a in args):
+                raise ValueError(
+                    f"variant {name!r} needs the vLLM arguments it adds to the baseline's, none empty (got {args!r})"
+                )
+        return v
+
+    @model_validator(mode="after")
+    def _exact(self) -> StockReference:
+        if self.exact is not None and self.exact not in self.variants:
+            raise ValueError(
+                f"exact names {self.exact!r}, which is not one of the variants ({', '.join(self.variants)})"
+            )
+        return self
+
+    @property
+    def stock_builds(self) -> list[str]:
+        """The variants that are stock builds judged against the reference (every variant but ``exact``)."""
+        return [n for n in self.variants if n != self.exact]
+
+    @property
+    def reference_name(self) -> str:
+        """What the distances are measured from: the ``exact`` variant, else ``baseline``."""
+        return self.exact or "baseline"
+
+
+class StepModel(Protocol):
+    """The engine's speed, as :mod:`fasttrack.cost` models it."""
+
+    def decode(self, requests: int, batch: int, tokens: int) -> float: ...
+    def prefill(self, tokens: float) -> float: ...
+
+
+class Point(Protocol):
+    @property
+    def batch(self) -> int: ...
+    @property
+    def context(self) -> int: ...
+    @property
+    def full_context(self) -> bool: ...
+
+
+#: Requests per point the equivalence check sends (whole rounds of the point's batch; fasttrack.cost too).
+EQUIVALENCE_REQUESTS = 8
+#: Tokens of the ``logprobs`` feature's one request.
+LOGPROBS_TOKENS = 8
+
+
+def variant_work(
+    reference: StockReference | None,
+    *,
+    points: Sequence[Point],
+    max_tokens: int,
+    max_model_len: int | None,
+    runs: Callable[[str], bool],
+    features: Iterable[str],
+    model: StepModel,
+    start_stop_s: float,
+) -> tuple[float, int, int]:
+    """What the reference variants add to one engine group: (seconds, requests, decode tokens) for every variant's
+    engine lifetime: its start and stop, the equivalence check's rounds at every short-context point (no profiled
+    probe: a variant needs no path evidence), and the ``full_context`` and ``logprobs`` features' requests.
+    ``runs(check)``: whether the tier runs that check; ``features``: the serving features it checks on the group.
+    Nothing when the scope has no reference or neither check runs."""
+    feats = set(features) & {"full_context", "logprobs"} if runs("features") else set()
+    if reference is None or not (runs("equivalence") or feats):
+        return 0.0, 0, 0
+    secs, reqs, toks = start_stop_s, 0, 0
+    for p in points:
+        if p.full_context and "full_context" in feats:
+            out = (max_model_len - p.context) if max_model_len else max_tokens
+            secs += model.decode(p.batch, p.batch, out) + model.prefill(p.batch * p.context)
+            reqs, toks = reqs + p.batch, toks + p.batch * out
+        elif not p.full_context and runs("equivalence"):
+            n = math.ceil(EQUIVALENCE_REQUESTS / p.batch) * p.batch
+            secs += model.decode(n, p.batch, max_tokens) + model.prefill(n * p.context)
+            reqs, toks = reqs + n, toks + n * max_tokens
+    if "logprobs" in feats:
+        secs += model.decode(1, 1, LOGPROBS_TOKENS)
+        reqs, toks = reqs + 1, toks + LOGPROBS_TOKENS
+    k = len(reference.variants)
+    return k * secs, k * reqs, k * toks
