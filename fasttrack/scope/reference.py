@@ -12,15 +12,16 @@ the distance of the variants from it. A distance passes when the candidate's is 
 ``multiple`` x stock's + ``tolerance``: PyTorch inductor's accuracy rule (compiled passes when its error against
 an fp64 reference is at most 3x eager's in bfloat16, 2x in float32, plus ``tol / 10``).
 
-:func:`variant_work` counts what the variants' lifetimes add to a plan (``fasttrack.cost`` prices it).
+:func:`variant_work` counts what the variants' lifetimes add to a plan: ``fasttrack.cost`` prices it on its own line,
+``reference variants``.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterable, Sequence
-from typing import Protocol
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from pydantic import Field, field_validator, model_validator
 
@@ -97,6 +98,14 @@ class StockReference(ScopeModel):
         return self.exact or "baseline"
 
 
+COST_LINE = "reference variants"
+"""The plan's cost line of the variants' engine lifetimes (:mod:`fasttrack.cost`)."""
+EQUIVALENCE_REQUESTS = 8
+"""Requests per point the equivalence check sends (whole rounds of the point's batch)."""
+LOGPROBS_TOKENS = 8
+"""Tokens of the ``logprobs`` feature's one request."""
+
+
 class StepModel(Protocol):
     """The engine's speed, as :mod:`fasttrack.cost` models it."""
 
@@ -113,37 +122,37 @@ class Point(Protocol):
     def full_context(self) -> bool: ...
 
 
-#: Requests per point the equivalence check sends (whole rounds of the point's batch; fasttrack.cost too).
-EQUIVALENCE_REQUESTS = 8
-#: Tokens of the ``logprobs`` feature's one request.
-LOGPROBS_TOKENS = 8
+class Group(Protocol):
+    @property
+    def synthetic_acceptance(self) -> bool: ...
 
 
 def variant_work(
-    reference: StockReference | None,
-    *,
-    points: Sequence[Point],
-    max_tokens: int,
-    max_model_len: int | None,
-    runs: Callable[[str], bool],
-    features: Iterable[str],
-    model: StepModel,
-    start_stop_s: float,
-) -> tuple[float, int, int]:
-    """What the reference variants add to one engine group: (seconds, requests, decode tokens) for every variant's
-    engine lifetime: its start and stop, the equivalence check's rounds at every short-context point (no profiled
-    probe: a variant needs no path evidence), and the ``full_context`` and ``logprobs`` features' requests.
-    ``runs(check)``: whether the tier runs that check; ``features``: the serving features it checks on the group.
-    Nothing when the scope has no reference or neither check runs."""
-    feats = set(features) & {"full_context", "logprobs"} if runs("features") else set()
-    if reference is None or not (runs("equivalence") or feats):
-        return 0.0, 0, 0
-    secs, reqs, toks = start_stop_s, 0, 0
+    scope: Any, tier: Any, group: Group, points: Sequence[Point], model: StepModel
+) -> dict[str, Any] | None:
+    """What the reference variants add to one engine group of ``scope`` (a :class:`~fasttrack.scope.Scope`; ``tier``
+    its :class:`~fasttrack.scope.TierSpec`, typed loosely as this module sits below them), as ``Cost.add`` takes
+    it (``wall_s``, ``requests``, ``tokens``): every variant's engine lifetime, its start and stop, the equivalence
+    check's rounds at every short-context point (no profiled probe: a variant needs no path evidence), and the
+    ``full_context`` and ``logprobs`` features' requests. None without a reference, on a group with synthetic
+    acceptance (its outputs are not compared), or when the tier runs neither check."""
+    ref: StockReference | None = scope.gates.equivalence.reference
+    checks = tier.checks
+
+    def runs(check: str) -> bool:
+        return checks is None or check in checks
+
+    feats = {f for f in scope.features if tier.features is None or f in tier.features}
+    feats = feats & {"full_context", "logprobs"} if runs("features") else set()
+    if ref is None or group.synthetic_acceptance or not (runs("equivalence") or feats):
+        return None
+    max_tokens = scope.gates.equivalence.max_tokens
+    est = scope.estimates
+    secs, reqs, toks = est.engine_start_s + est.engine_stop_s, 0, 0
     for p in points:
         if p.full_context and "full_context" in feats:
-            out = (max_model_len - p.context) if max_model_len else max_tokens
-            secs += model.decode(p.batch, p.batch, out) + model.prefill(p.batch * p.context)
-            reqs, toks = reqs + p.batch, toks + p.batch * out
+            secs += model.decode(p.batch, p.batch, max_tokens) + model.prefill(p.batch * p.context)
+            reqs, toks = reqs + p.batch, toks + p.batch * max_tokens
         elif not p.full_context and runs("equivalence"):
             n = math.ceil(EQUIVALENCE_REQUESTS / p.batch) * p.batch
             secs += model.decode(n, p.batch, max_tokens) + model.prefill(n * p.context)
@@ -151,5 +160,5 @@ def variant_work(
     if "logprobs" in feats:
         secs += model.decode(1, 1, LOGPROBS_TOKENS)
         reqs, toks = reqs + 1, toks + LOGPROBS_TOKENS
-    k = len(reference.variants)
-    return k * secs, k * reqs, k * toks
+    k = len(ref.variants)
+    return {"wall_s": k * secs, "requests": k * reqs, "tokens": k * toks}

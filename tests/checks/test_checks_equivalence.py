@@ -52,11 +52,15 @@ def _record(
     )
 
 
-def _fill(chk: EquivalenceCheck, ctx, *, cand_change=None, cand_window=None, base_window=None) -> None:
-    """Identical greedy runs on both sides at every non-full point; ``cand_change(point, rec)`` edits the
-    candidate's records."""
+def _fill(
+    chk: EquivalenceCheck, ctx, *, cand_change=None, cand_window=None, base_window=None, variant_change=None
+) -> None:
+    """Identical greedy runs on both sides at every non-full point, and on every reference variant of the scope;
+    ``cand_change(point, rec)`` edits the candidate's records, ``variant_change(name, point, rec)`` a variant's."""
     gid = ctx.plan.groups[0].id
     base, cand = {}, {}
+    ref = ctx.scope.gates.equivalence.reference
+    variants: dict[str, dict[str, PointRun]] = {name: {} for name in (ref.variants if ref else {})}
     for p in ctx.plan.points:
         if p.full_context:
             continue
@@ -78,8 +82,13 @@ def _fill(chk: EquivalenceCheck, ctx, *, cand_change=None, cand_window=None, bas
         br.window = base_window(p) if base_window else window("baseline", [p.id], decode=dec)
         cr.window = cand_window(p) if cand_window else window("candidate", [p.id], decode=dec)
         base[p.id], cand[p.id] = br, cr
+        for name, runs in variants.items():
+            recs = [(variant_change(name, p, r) or r) if variant_change else r for r in br.records]
+            runs[p.id] = br.model_copy(update={"records": recs, "window": None})
     chk.runs[(gid, "baseline")] = base
     chk.runs[(gid, "candidate")] = cand
+    for name, runs in variants.items():
+        chk.variant_runs[(gid, name)] = runs
 
 
 def test_identical_outputs_pass_at_every_batch_size(tmp_path: Path) -> None:

@@ -186,11 +186,21 @@ def _side(side: str, *, optimized: bool = True, **overrides: Any) -> SideData:
     return sd
 
 
-def _check(tmp_path: Path, base: SideData, cand: SideData, **scope) -> tuple[FeaturesCheck, Any]:
+def _check(
+    tmp_path: Path, base: SideData, cand: SideData, *, variants: dict[str, SideData | str] | None = None, **scope
+) -> tuple[FeaturesCheck, Any]:
+    """The check with both sides' data and, for each reference variant of the scope, ``variants[name]`` (default:
+    the baseline's results of the features that use the reference, as a variant identical to it measures)."""
     ctx = demo_ctx(tmp_path, **scope)
     chk = FeaturesCheck()
     chk.sides[(GID, "baseline")] = base
     chk.sides[(GID, "candidate")] = cand
+    ref = ctx.scope.gates.equivalence.reference
+    for name in ref.variants if ref is not None else []:
+        given = (variants or {}).get(name)
+        if given is None:
+            given = SideData(results={f: r for f, r in base.results.items() if f in ("full_context", "logprobs")})
+        chk.variants[(GID, name)] = given
     return chk, ctx
 
 

@@ -197,7 +197,14 @@ class FeaturesCheck(EngineCheck, VariantCollector, name="features", title="Servi
         )
 
     def variant_missing(self, ctx: RunContext, group: EngineGroup, variant: str, reason: str) -> None:
-        self.variants[(group.id, variant)] = reason
+        """Why the variant has no outputs (a variant that crashed part-way keeps what it measured before)."""
+        got = self.variants.get((group.id, variant))
+        if not isinstance(got, SideData):
+            self.variants[(group.id, variant)] = reason
+            return
+        for f in _reference_features(ctx, group):
+            if f not in got.results:
+                got.errors.setdefault(f, reason)
 
     def _record_inputs(self, ctx: RunContext, feats: set[str]) -> None:
         """The shipped inputs the feature requests are built from, for the bundle's provenance."""

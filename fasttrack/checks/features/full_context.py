@@ -104,10 +104,15 @@ class FullContext(ServingFeature[FullContextResult]):
             rows.append(row)
             if failure:
                 failures.append(failure)
+        verdict = fold_verdicts(verdicts)
+        reason = f"full context: {sum(x is Verdict.PASS for x in verdicts)}/{len(verdicts)} points pass"
+        unjudged = [f"{r['point']}: {r['detail']}" for r in rows if r["verdict"] == "not_run" and r.get("detail")]
+        if verdict is Verdict.NOT_RUN and unjudged:
+            reason += "; not judged: " + "; ".join(unjudged[:2])
         return Outcome(
             feature=self.name,
-            verdict=fold_verdicts(verdicts),
-            reason=f"full context: {sum(x is Verdict.PASS for x in verdicts)}/{len(verdicts)} points pass",
+            verdict=verdict,
+            reason=reason,
             rows=rows,
             failures=failures,
         )
