@@ -8,9 +8,9 @@ requests as the baseline, and judge the candidate by how far stock's builds are 
 (:mod:`fasttrack.checks.equivalence.reference`): with an ``exact`` variant (float32) the reference is that
 variant's output and stock's error is the largest distance of the baseline and the other variants from it;
 without one (a model whose float32 copy does not fit) the reference is the baseline's output and stock's error is
-the distance of the variants from it. A distance passes when the candidate's is at most
-``multiple`` x stock's + ``tolerance``: PyTorch inductor's accuracy rule (compiled passes when its error against
-an fp64 reference is at most 3x eager's in bfloat16, 2x in float32, plus ``tol / 10``).
+the distance of the variants from it. A distance passes when the candidate's is at most ``multiple`` x stock's
++ ``tolerance`` (``multiple``² for the KL): PyTorch inductor's accuracy rule (compiled passes when its error
+against an fp64 reference is at most 3x eager's in bfloat16, 2x in float32, plus ``tol / 10``).
 
 :func:`variant_work` counts what the variants' lifetimes add to a plan: ``fasttrack.cost`` prices it on its own line,
 ``reference variants``.
@@ -60,8 +60,9 @@ class StockReference(ScopeModel):
     """The variant that stands for the model's exact answer (a float32 build): the reference the distances are
     measured from. None: the baseline's output is the reference (a model whose float32 copy does not fit)."""
     multiple: float = Field(default=3.0, ge=1, le=100)
-    """The candidate's distance may be at most this many times stock's (inductor's multiplier for bfloat16; it uses
-    2 for float32 outputs of 1,000 values or more and 3 below)."""
+    """The candidate's distance may be at most this many times stock's, its square for the KL, which grows with the
+    square of the logprob errors (inductor's multiplier for bfloat16; it uses 2 for float32 outputs of 1,000 values
+    or more and 3 below)."""
     tolerance: ReferenceTolerance = Field(default_factory=ReferenceTolerance)
 
     @field_validator("variants")

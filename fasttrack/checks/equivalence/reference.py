@@ -8,7 +8,9 @@ variants of the baseline that run in the same validate run on the same requests 
 * **stock's error** is the largest distance from R over stock's legitimate builds: the baseline and every other
   variant with an ``exact`` one, the variants alone without (then it is the variants' distance from the baseline);
 * the **candidate's error** is its distance from R;
-* each distance passes when candidate <= ``multiple`` x stock + ``tolerance``.
+* each distance passes when candidate <= ``multiple`` x stock + ``tolerance``; for the KL, ``multiple``² x stock +
+  ``tolerance``: a KL grows with the square of the logprob errors behind it (about half their probability-weighted
+  mean square), so a candidate whose logprobs err 3x as much as stock's has about 9x stock's KL.
 
 A distance is measured over the requests every engine answered (the same requests for stock and the candidate),
 each compared with R's output of the same request (:func:`fasttrack.stats.compare_greedy`, R in the baseline's
@@ -95,9 +97,10 @@ class Distance:
         if self.limit is None:
             return f"{label} candidate {_num(self.candidate)} vs {stock} (not judged)"
         verdict = "" if self.ok else " EXCEEDED"
+        factor = f"{spec.multiple:g}²" if self.name == "kl_mean" else f"{spec.multiple:g}"
         return (
             f"{label} candidate {_num(self.candidate)} vs {stock} "
-            f"(limit {spec.multiple:g} x {_num(self.stock)} + {tol:g} = {_num(self.limit)}){verdict}"
+            f"(limit {factor} x {_num(self.stock)} + {tol:g} = {_num(self.limit)}){verdict}"
         )
 
 
@@ -203,11 +206,15 @@ def _judge_distance(
             "so the candidate's cannot be calibrated"
         )
         return Distance(name, c, None, None, builds, None, None)
-    limit = spec.multiple * s + getattr(spec.tolerance, name)
+    limit = multiple_for(spec, name) * s + getattr(spec.tolerance, name)
     return Distance(name, c, s, by, builds, limit, c <= limit)
 
 
+def multiple_for(spec: StockReference, name: str) -> float:
+    """The factor on stock's figure of distance ``name``: ``multiple``, squared for the KL (see the module
+    docstring)."""
+    return spec.multiple**2 if name == "kl_mean" else spec.multiple
+
+
 def _num(x: float | None) -> str:
-    if x is None:
-        return "n/a"
-    return f"{x:.3g}" if abs(x) >= 1e-3 or x == 0 else f"{x:.2e}"
+    return "n/a" if x is None else f"{x:.3g}"
