@@ -9,8 +9,9 @@ like any engine's (side ``baseline``, its ``variant`` named), so the run summary
 checks' seconds (the plan prices them on the ``reference variants`` line, :mod:`fasttrack.cost`).
 
 A variant that cannot start, or crashes, does not end the run: the checks are told why it has no outputs (the
-points it was to calibrate are ``not_run``, saying so), and the run goes on. Nor does one that cannot be
-started at all: a baseline attached by URL (its variants must be the same build, which fasttrack did not start).
+points it was to calibrate are ``not_run``, saying so), and the run goes on. A baseline attached by URL gets its
+variants started on this host from the scope's model and arguments (each engine record names the vLLM build it
+served, so a variant of another build than the attached baseline's shows in the bundle's provenance).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from fasttrack.checks.base import EngineCheck
 from fasttrack.checks.context import EngineSession, RunContext
 from fasttrack.checks.equivalence.reference import VariantCollector
+from fasttrack.errors import FasttrackError
 from fasttrack.pipeline.engines import EngineLaunch, RunState, _node_launcher, _relative
 from fasttrack.results import Side
 
@@ -85,14 +87,17 @@ def run_variants(
 
 
 def _cannot_start(ctx: RunContext, attach: Mapping[Side, str | None]) -> str | None:
-    """Why fasttrack cannot start the variants (None when it can)."""
-    if attach.get("baseline"):
-        return (
-            "the baseline is attached by URL; its reference variants must be the same stock build, which fasttrack "
-            "did not start"
-        )
-    if ctx.model is None:
-        return "no model was resolved to start the reference variants with"
+    """Why fasttrack cannot start the variants (None when it can). An attached baseline's variants start on this
+    host from the scope's model and arguments, like an owned baseline's (each records the vLLM build it served)."""
+    if ctx.model is not None:
+        return None
+    from fasttrack.models import resolve_model
+
+    try:
+        ctx.model = resolve_model(ctx.scope, base_dir=ctx.base_dir, log=ctx.log)
+    except FasttrackError as exc:
+        why = "attached by URL, " if attach.get("baseline") else ""
+        return f"the baseline is {why}and the scope's model could not be resolved to start its variants: {exc.message}"
     return None
 
 

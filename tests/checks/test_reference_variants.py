@@ -15,6 +15,7 @@ from fasttrack.checks.equivalence.reference import VariantCollector
 from fasttrack.checks.features import FeaturesCheck
 from fasttrack.cost import STARTS, measured, plan_cost
 from fasttrack.engine.errors import EngineStartError
+from fasttrack.errors import FasttrackError
 from fasttrack.models import ResolvedModel
 from fasttrack.pipeline.engines import RunState
 from fasttrack.pipeline.variants import run_variants
@@ -125,19 +126,38 @@ def test_a_variant_that_fails_to_start_is_reported_to_the_checks_and_the_run_goe
     assert len(state.engines) == 2 and state.crash is None
 
 
-def test_no_variant_starts_for_an_attached_baseline_nor_without_a_reference(
+def test_an_attached_baseline_gets_its_variants_from_the_scopes_model_and_none_start_without_a_reference(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    import fasttrack.models as models
+
     started: list[FakeEngine] = []
     _start(monkeypatch, started)
-    a = Recorder("equivalence")
     ctx = _ctx(tmp_path, TWO)
+    ctx.model = None  # every side attached: validate resolved no model
+    monkeypatch.setattr(models, "resolve_model", lambda scope, **kw: ResolvedModel(model="/models/resolved"))
+    a = Recorder("equivalence")
     run_variants(
         ctx, ctx.plan.groups[0], [a], RunState(), attach={"baseline": "http://x"}, progress=print, launcher=None
     )  # type: ignore[list-item]
-    assert "the baseline is attached by URL" in a.missing["eager"] and not started
+    assert [v for _, _, v in a.sessions] == ["eager", "float32"] and len(started) == 2
+
+    def unresolvable(scope: Any, **kw: Any) -> ResolvedModel:
+        raise FasttrackError("the model builder failed")
+
+    monkeypatch.setattr(models, "resolve_model", unresolvable)
+    ctx.model = None
+    a = Recorder("equivalence")
+    run_variants(
+        ctx, ctx.plan.groups[0], [a], RunState(), attach={"baseline": "http://x"}, progress=print, launcher=None
+    )  # type: ignore[list-item]
+    assert a.missing["eager"] == (
+        "the baseline is attached by URL, and the scope's model could not be resolved to start its variants: "
+        "the model builder failed"
+    )
     a = Recorder("equivalence")
     ctx = _ctx(tmp_path, None)
+    started.clear()
     run_variants(ctx, ctx.plan.groups[0], [a], RunState(), attach={}, progress=print, launcher=None)  # type: ignore[list-item]
     assert not started and not a.sessions and not a.missing
 
