@@ -128,25 +128,40 @@ class Group(Protocol):
     def synthetic_acceptance(self) -> bool: ...
 
 
+def variant_lifetimes(scope: Any, tier: Any, group: Group) -> int:
+    """How many reference variants' engine lifetimes one engine group of ``scope`` gets in ``tier`` (a
+    :class:`~fasttrack.scope.Scope` and its :class:`~fasttrack.scope.TierSpec`, typed loosely as this module sits
+    below them): every variant, once, unless the scope has no reference, the group has synthetic acceptance (its
+    outputs are not compared), or the tier runs neither the equivalence check nor a feature the variants
+    calibrate."""
+    ref: StockReference | None = scope.gates.equivalence.reference
+    if ref is None or group.synthetic_acceptance:
+        return 0
+    return len(ref.variants) if (_runs(tier, "equivalence") or _features(scope, tier)) else 0
+
+
+def _runs(tier: Any, check: str) -> bool:
+    return tier.checks is None or check in tier.checks
+
+
+def _features(scope: Any, tier: Any) -> set[str]:
+    """The features the tier checks whose judgement the variants calibrate."""
+    if not _runs(tier, "features"):
+        return set()
+    return {f for f in scope.features if tier.features is None or f in tier.features} & {"full_context", "logprobs"}
+
+
 def variant_work(
     scope: Any, tier: Any, group: Group, points: Sequence[Point], model: StepModel
 ) -> dict[str, Any] | None:
-    """What the reference variants add to one engine group of ``scope`` (a :class:`~fasttrack.scope.Scope`; ``tier``
-    its :class:`~fasttrack.scope.TierSpec`, typed loosely as this module sits below them), as ``Cost.add`` takes
-    it (``wall_s``, ``requests``, ``tokens``): every variant's engine lifetime, its start and stop, the equivalence
+    """What the reference variants add to one engine group (:func:`variant_lifetimes`), as ``Cost.add`` takes it
+    (``wall_s``, ``requests``, ``tokens``): every variant's engine lifetime, its start and stop, the equivalence
     check's rounds at every short-context point (no profiled probe: a variant needs no path evidence), and the
-    ``full_context`` and ``logprobs`` features' requests. None without a reference, on a group with synthetic
-    acceptance (its outputs are not compared), or when the tier runs neither check."""
-    ref: StockReference | None = scope.gates.equivalence.reference
-    checks = tier.checks
-
-    def runs(check: str) -> bool:
-        return checks is None or check in checks
-
-    feats = {f for f in scope.features if tier.features is None or f in tier.features}
-    feats = feats & {"full_context", "logprobs"} if runs("features") else set()
-    if ref is None or group.synthetic_acceptance or not (runs("equivalence") or feats):
+    ``full_context`` and ``logprobs`` features' requests. None when the group gets no variant."""
+    k = variant_lifetimes(scope, tier, group)
+    if not k:
         return None
+    feats = _features(scope, tier)
     max_tokens = scope.gates.equivalence.max_tokens
     est = scope.estimates
     secs, reqs, toks = est.engine_start_s + est.engine_stop_s, 0, 0
@@ -154,12 +169,11 @@ def variant_work(
         if p.full_context and "full_context" in feats:
             secs += model.decode(p.batch, p.batch, max_tokens) + model.prefill(p.batch * p.context)
             reqs, toks = reqs + p.batch, toks + p.batch * max_tokens
-        elif not p.full_context and runs("equivalence"):
+        elif not p.full_context and _runs(tier, "equivalence"):
             n = math.ceil(EQUIVALENCE_REQUESTS / p.batch) * p.batch
             secs += model.decode(n, p.batch, max_tokens) + model.prefill(n * p.context)
             reqs, toks = reqs + n, toks + n * max_tokens
     if "logprobs" in feats:
         secs += model.decode(1, 1, LOGPROBS_TOKENS)
         reqs, toks = reqs + 1, toks + LOGPROBS_TOKENS
-    k = len(ref.variants)
     return {"wall_s": k * secs, "requests": k * reqs, "tokens": k * toks}
