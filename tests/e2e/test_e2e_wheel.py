@@ -256,6 +256,9 @@ def test_fasttrack_from_its_wheel_plans_checks_and_validates_outside_the_repo(
     datasets = manifest["provenance"]["datasets"]
     assert {"suites/demo-llama/prompts/prompts.jsonl", "suites/common/prompts/passages.jsonl"} <= set(datasets)
     assert manifest["provenance"]["fasttrack_commit"] is None  # a wheel has no commit of its own
-    assert all(e["mode"] == "attached" for e in manifest["provenance"]["engines"])
+    # the session's two engines, attached, and stock's eager build (the reference variant) that validate started
+    engines = manifest["provenance"]["engines"]
+    assert sorted(e["mode"] for e in engines) == ["attached", "attached", "owned"], engines
+    assert "--enforce-eager" in next(e for e in engines if e["mode"] == "owned")["args"]
     html = (out / "report.html").read_text()
     assert "demo-llama" in html and "Content-Security-Policy" in html
