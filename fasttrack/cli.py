@@ -33,6 +33,7 @@ SUBCOMMAND_MODULES: list[str] = [
     "fasttrack.kernels.cli",
     "fasttrack.pr.cli",
     "fasttrack.executors.cli",
+    "fasttrack.pipeline.calibrate",
 ]
 
 
