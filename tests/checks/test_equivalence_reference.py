@@ -301,4 +301,5 @@ def test_the_demo_scopes_use_the_calibrated_rule() -> None:
     gpu = load_scope("demo-llama-gpu").scope.gates.equivalence
     assert cpu.reference is not None and cpu.reference.exact is None and list(cpu.reference.variants) == ["eager"]
     assert gpu.reference is not None and gpu.reference.exact == "float32"
-    assert gpu.reference.variants == {"eager": ["--enforce-eager"], "float32": ["--dtype", "float32"]}
+    assert gpu.reference.variants["eager"] == ["--enforce-eager"]
+    assert gpu.reference.variants["float32"][:2] == ["--dtype", "float32"]
