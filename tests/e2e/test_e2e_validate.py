@@ -6,8 +6,9 @@ The defect run attaches the session's baseline engine (``--baseline-url``: the s
 started as validate would start it) and starts its own candidate, with the defect planted the
 way a user plants it, ``FASTTRACK_DEMO_DEFECT=numerics-batch fasttrack validate``; the candidate
 must be owned by the run for the coverage check's evidence (its profiler traces, the
-unsupported-deployment probe). Its reproduction attaches both of the session's engines, the
-candidate with the same defect planted through the demo plugin's defect file. The Ctrl-C run
+unsupported-deployment probe); stock's eager build, the scope's reference variant, is started by the
+run from the scope. Its reproduction attaches both of the session's engines, the candidate with the
+same defect planted through the demo plugin's defect file, and starts the eager build again. The Ctrl-C run
 owns its engines (``no_session_engine``). What an engine crash leaves behind is tested on a
 two-node engine (``test_e2e_multinode.py``), whose one killed node is the harder case."""
 

@@ -6,7 +6,8 @@ The wheels are built from a copy of the files the build reads, installed with ``
 --no-deps`` into a fresh virtual environment whose third-party packages are the test venv's (a
 ``.pth`` line naming a folder of links to them, without fasttrack, the plugin and their editable
 finders), and run from outside the repository: ``plan``, ``doctor``, the demo model's build and
-the smoke tier of ``validate`` attached to the session's two engines (no engine starts).
+the smoke tier of ``validate`` attached to the session's two engines (one engine start: stock's eager build,
+the scope's reference variant, which validate starts from the scope).
 
 On the H200 (before the wheel shipped its data) ``--model demo-llama`` said ``no suite named
 'demo-llama'. Available suites: (none)``, and the scope's path gave ``model.local_builder
