@@ -29,6 +29,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from fasttrack.scope.reference import COST_LINE as REFERENCE
+from fasttrack.scope.reference import variant_work
+
 if TYPE_CHECKING:  # pragma: no cover
     from fasttrack.scope import Estimates, Scope, TierName, TierSpec
 
@@ -328,6 +331,8 @@ def group_cost(scope: "Scope", tier: "TierName", group: EngineGroup, points: Ite
     _coverage(w, group, pts, devices, nodes)
     _evals(w, group, pts, devices, nodes)
     _perf(w, group, pts, devices, nodes)
+    if (variants := variant_work(scope, t, group, pts, w.model)) is not None:
+        w.line(REFERENCE).add(**variants, devices=devices, nodes=nodes)
     return w.costs
 
 
@@ -372,6 +377,12 @@ def measured(summary: dict[str, Any]) -> dict[str, float]:
     pairs: set[tuple[Any, ...]] = set()
     for e in summary.get("engines") or []:
         if not isinstance(e, dict):
+            continue
+        if e.get("variant"):  # a reference variant's whole lifetime is its own line
+            stop = e.get("stop")
+            for secs in (e.get("startup_s"), stop.get("duration_s") if isinstance(stop, dict) else None,
+                         *(e.get("check_seconds") or {}).values()):  # fmt: skip
+                add(REFERENCE, secs)
             continue
         add(STARTS, e.get("startup_s"))
         stop = e.get("stop")

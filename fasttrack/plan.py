@@ -21,6 +21,7 @@ from fasttrack.errors import PlanError
 from fasttrack.limits import MAX_SHARDS, SHARD_SPEC_MAX_CHARS
 from fasttrack.modelbase import DocModel
 from fasttrack.scope import TIER_ORDER, Estimates, Scope, SpecDecodeSpec, TierName
+from fasttrack.scope.reference import variant_lifetimes
 
 SIDES = ("baseline", "candidate")
 
@@ -426,7 +427,8 @@ def estimate(groups: list[EngineGroup], points: list[ConfigPoint], scope: Scope,
     from fasttrack.cost import STARTS, plan_cost
 
     costs = plan_cost(scope, tier, groups, points)
-    starts = sum(2 * g.lifetimes_per_side for g in groups)
+    t = scope.tiers[tier]
+    starts = sum(2 * g.lifetimes_per_side + variant_lifetimes(scope, t, g) for g in groups)
     return PlanEstimate(
         engine_starts=starts,
         requests=sum(c.requests for c in costs.values()),

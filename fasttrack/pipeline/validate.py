@@ -31,6 +31,7 @@ from fasttrack.isolation import resolve_refs
 from fasttrack.passability import analyze, engine_arg_check
 from fasttrack.pipeline.engines import RunState, drive_engines, stopped_result
 from fasttrack.pipeline.record import RunFacts, write_outputs
+from fasttrack.pipeline.variants import run_variants
 from fasttrack.plan import Plan, build_plan
 from fasttrack.results import ISOLATION, CheckResult, Side, Verdict, bundle_verdict, ordered_checks, overall_verdict
 from fasttrack.scope import LoadedScope, load_scope
@@ -442,7 +443,11 @@ def _run_checks(
     if driven is not plan:
         left = [g.id for g in plan.groups if g not in driven.groups]
         log(f"--group: starting {', '.join(g.id for g in driven.groups)} only; not exercised: {', '.join(left)}")
-    drive_engines(ctx, driven, engine_checks, state, attach=attach, progress=progress, log=log, launcher=launcher)
+    drive_engines(
+        ctx, driven, engine_checks, state, attach=attach, progress=progress, log=log, launcher=launcher,
+        after_group=lambda g: run_variants(ctx, g, engine_checks, state, attach=attach, progress=progress,
+                                           launcher=launcher),
+    )  # fmt: skip
     for chk in engine_checks:
         if chk.name in state.results:
             state.results[chk.name] = _declared(chk, state.results[chk.name])
