@@ -16,10 +16,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from fasttrack.bundle.manifest import Hardware
+from fasttrack.evidence.calibration import limit_for
 from fasttrack.evidence.expect import PlannedPoint, perf_items, planned_points
 from fasttrack.results import CheckResult, Gate, Verdict
 from fasttrack.scope import Scope, load_scope
+from fasttrack.scope.gates import EquivalenceGate
 from fasttrack.scope.globs import classify
+from fasttrack.scope.reference import DISTANCES
 
 Rows = list[dict[str, Any]]
 
@@ -153,19 +156,42 @@ def perf_tables(d: Draw) -> tuple[dict[str, Rows], list[str]]:
 # --------------------------------------------------------------------------- equivalence
 
 
+def calibrated(gate: EquivalenceGate, bad: bool) -> dict[str, Any]:
+    """The calibrated figures of a greedy comparison under a scope with ``reference`` (none without): each
+    distance half its limit, or (``bad``) twice it."""
+    ref = gate.reference
+    if ref is None:
+        return {}
+    out: dict[str, Any] = {
+        "calibration": "from the reference, 4 requests",
+        "reference": ref.reference_name,
+        "stock_builds": ", ".join((["baseline"] if ref.exact else []) + ref.stock_builds),
+        "reference_multiple": ref.multiple,
+        "reference_requests": 4,
+    }
+    for name in DISTANCES:
+        limit = limit_for(ref, name, 0.02)
+        out[f"candidate_{name}_vs_reference"] = limit * (2 if bad else 0.5)
+        out[f"stock_{name}_vs_reference"] = 0.02
+        out[f"stock_{name}_by"] = (ref.stock_builds or ["baseline"])[0]
+        out[f"limit_{name}"] = limit
+    return out
+
+
 def equivalence_tables(d: Draw) -> tuple[dict[str, Rows], list[str]]:
     """One row per compared point (non-full context, not a synthetic group) and its request pairs; ``fail``:
-    one point drifts past the gate's logprob limit."""
+    one point drifts past the gate's logprob limit (the calibrated limits of a scope with ``reference``)."""
     gate = d.scope.gates.equivalence
     pts = [p for p in d.points if not p.full_context and not p.synthetic]
     bad = pts[min(1, len(pts) - 1)].id if d.fail and pts else None
     rows, reqs, failures = [], [], []
     for p in pts:
         n = max(p.batch, 4)
-        drift = gate.max_abs_logprob_diff * (9 if p.id == bad else 0.3)
-        problems = (
-            f"max |Δ logprob| on matching prefixes {drift:.4f} > {gate.max_abs_logprob_diff:g}" if p.id == bad else ""
-        )
+        fixed = gate.reference is None
+        drift = gate.max_abs_logprob_diff * (9 if p.id == bad and fixed else 0.3)
+        problems = "" if p.id != bad else f"max |Δ logprob| {drift:.4f} > {gate.max_abs_logprob_diff:g}"
+        if p.id == bad and not fixed:
+            problems = "max |Δ logprob| from the reference EXCEEDED"
         rows.append(
             {
                 "group": p.group,
@@ -190,6 +216,7 @@ def equivalence_tables(d: Draw) -> tuple[dict[str, Rows], list[str]]:
                 "candidate_path_evidence": True,
                 "problems": problems,
                 "missing_evidence": "",
+                **calibrated(gate, p.id == bad),
             }
         )
         if problems:
@@ -245,9 +272,15 @@ def _feature_row(d: Draw, feature: str, p: PlannedPoint, bad: bool) -> dict[str,
                 "n_samples": 2000,
             },
             "full_context": {
-                "max_abs_logprob_diff": eq.max_abs_logprob_diff * (3 if bad else 0.3),
+                "max_abs_logprob_diff": eq.max_abs_logprob_diff * (3 if bad and eq.reference is None else 0.3),
                 "kl_mean": eq.max_kl / 10,
                 "batch": p.batch,
+                **calibrated(eq, bad),
+            },
+            "logprobs": {
+                "side": "both",
+                "max_abs_logprob_diff": eq.max_abs_logprob_diff * (3 if bad and eq.reference is None else 0.3),
+                **calibrated(eq, bad),
             },
             "seeded_sampling": {"side": "candidate", "seeds": 4, "differing_seeds": "3" if bad else ""},
             "stop_sequences": {

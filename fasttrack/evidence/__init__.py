@@ -36,8 +36,11 @@ def declared() -> dict[str, CheckEvidence]:
     return {k: v for k, v in registry.entries("evidence").items() if isinstance(v, CheckEvidence)}
 
 
-def typed_rows(check: str, table: str, rows: Iterable[Mapping[str, Any] | Row]) -> list[dict[str, Any]]:
-    """One table's rows written through its row model: each validated, then as the Parquet writer takes it.
+def typed_rows(
+    check: str, table: str, rows: Iterable[Mapping[str, Any] | Row], *, complete: bool = True
+) -> list[dict[str, Any]]:
+    """One table's rows written through its row model: each validated, then as the Parquet writer takes it
+    (``complete``: every field of the model, the ones the check gave first; else only those, validated).
 
     A check without declared evidence keeps its rows as they are; a table its evidence does not declare, or a
     row that does not fit, is a :class:`~fasttrack.evidence.base.RowModelError` naming it."""
@@ -51,11 +54,23 @@ def typed_rows(check: str, table: str, rows: Iterable[Mapping[str, Any] | Row]) 
             f"(declared: {', '.join(t.name for t in ev.tables)})",
             hint="Declare the table (a TableSpec with its row model) in the check's evidence.",
         )
-    return [r.record() for r in validated(spec.model, rows, where=f"{check}/{table}")]
+    given = list(rows)
+    out = [r.record() for r in validated(spec.model, given, where=f"{check}/{table}")]
+    return [_in_order(rec, src, complete) for rec, src in zip(out, given, strict=True)]
+
+
+def _in_order(record: dict[str, Any], given: Mapping[str, Any] | Row, complete: bool) -> dict[str, Any]:
+    """``record``'s columns that the check gave, validated, in its order (the report shows them so), then, when
+    ``complete``, the model's other fields."""
+    if isinstance(given, Row):
+        return record
+    first = {k: record[k] for k in given if k in record}
+    return (first | {k: v for k, v in record.items() if k not in first}) if complete else first
 
 
 def typed_tables(
     check: str, tables: Mapping[str, Iterable[Mapping[str, Any] | Row]]
 ) -> dict[str, list[dict[str, Any]]]:
-    """Every table of one check through :func:`typed_rows`."""
-    return {name: typed_rows(check, name, rows) for name, rows in tables.items()}
+    """Every table of one check through :func:`typed_rows`: each row validated, with the fields the check gave (the
+    bundle's writer adds the model's other fields)."""
+    return {name: typed_rows(check, name, rows, complete=False) for name, rows in tables.items()}

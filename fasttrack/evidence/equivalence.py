@@ -2,10 +2,11 @@
 row per request pair.
 
 A point fails when its requests break the judging scope's equivalence gate (the close fraction below
-``min_close_fraction``, the largest |Δ logprob| on matching prefixes above ``max_abs_logprob_diff``, the mean
-KL above ``max_kl``), when a side's batch composition was not verified, when the candidate's profiled window
-ran no optimized decode step, or when the point recorded other problems (a failed request, prompts that
-differ); a condition that could not be observed (no batch check, no profiled window) leaves it not run.
+``min_close_fraction``, the mean KL above ``max_kl``, and either the largest |Δ logprob| on matching prefixes
+above ``max_abs_logprob_diff`` or, with ``reference``, a distance from the reference above the calibrated limit:
+:mod:`fasttrack.evidence.calibration`), when a side's batch composition was not verified, when the
+candidate's profiled window ran no optimized decode step, or when the point recorded other problems (a failed
+request, prompts that differ); a condition that could not be observed (no batch check, no profiled window) leaves it not run.
 Re-judging recomputes that verdict from the row's figures and the gate, checks the figures against the
 point's request rows (how many, how many close and exact, the largest drift), and requires a row for every
 point the plan compares: every point of a non-synthetic engine group except the full-context ones.
@@ -29,13 +30,15 @@ from fasttrack.evidence.base import (
     headroom,
     worst,
 )
+from fasttrack.evidence.calibration import CalibratedRow, calibrated_problems
 from fasttrack.evidence.expect import RejudgeContext
 
 CHECK = "equivalence"
 
 
-class EquivalencePointRow(Row):
-    """One config point: its request pairs summarised, the batch checks, the path, the verdict."""
+class EquivalencePointRow(CalibratedRow):
+    """One config point: its request pairs summarised, the batch checks, the path, the verdict (and, with a
+    reference, the calibrated figures)."""
 
     KEY: ClassVar[tuple[str, ...]] = ("point",)
 
@@ -103,10 +106,15 @@ def point_verdict(r: EquivalencePointRow, gate: Any) -> tuple[str, list[str]]:
     if compared:
         if not (r.close_fraction is not None and r.close_fraction >= gate.min_close_fraction):
             problems.append(f"close fraction {r.close_fraction} < {gate.min_close_fraction:g}")
-        if r.max_abs_logprob_diff is not None and not at_most(r.max_abs_logprob_diff, gate.max_abs_logprob_diff):
-            problems.append(f"max |Δ logprob| {r.max_abs_logprob_diff} > {gate.max_abs_logprob_diff:g}")
+        fixed = gate.max_abs_logprob_diff if gate.reference is None else None
+        if r.max_abs_logprob_diff is not None and fixed is not None and not at_most(r.max_abs_logprob_diff, fixed):
+            problems.append(f"max |Δ logprob| {r.max_abs_logprob_diff} > {fixed:g}")
         if r.kl_mean is not None and not at_most(r.kl_mean, gate.max_kl):
             problems.append(f"mean KL {r.kl_mean} > {gate.max_kl:g}")
+    uncalibrated: list[str] = []
+    if compared and gate.reference is not None:
+        broken, uncalibrated = calibrated_problems(r, gate.reference)
+        problems.extend(broken)
     for who, ok in (("baseline", r.baseline_batch_verified), ("candidate", r.candidate_batch_verified)):
         if ok is False:
             problems.append(f"the {who}'s batch composition was not verified")
@@ -117,7 +125,7 @@ def point_verdict(r: EquivalencePointRow, gate: Any) -> tuple[str, list[str]]:
         return "fail", problems
     if not compared:
         return "not_run", ["no request pair was compared"]
-    missing = []
+    missing = list(uncalibrated)
     if r.missing_evidence.strip():
         missing.append(f"not observed: {r.missing_evidence[:200]}")
     if not r.candidate_path_evidence:
@@ -177,10 +185,12 @@ def rejudge(tables: Mapping[str, Sequence[Row]], gate: Any, ctx: RejudgeContext)
     if missing:
         c.gap("equivalence_points", f"no row for {len(missing)} planned point(s): {', '.join(missing[:6])}")
     bound = worst(fold(verdicts.get(p, "not_run") for p in want) if want else fold(verdicts.values()))
-    limits = (
-        f"close fraction >= {gate.min_close_fraction:g}, max |Δ logprob| <= {gate.max_abs_logprob_diff:g}, "
-        f"mean KL <= {gate.max_kl:g}"
+    drift = (
+        f"max |Δ logprob| <= {gate.max_abs_logprob_diff:g}"
+        if gate.reference is None
+        else f"each distance from {gate.reference.reference_name} <= {gate.reference.multiple:g} x stock's + tolerance"
     )
+    limits = f"close fraction >= {gate.min_close_fraction:g}, {drift}, mean KL <= {gate.max_kl:g}"
     return c.done(bound, [f"{len(verdicts)} point(s) re-judged against {limits}"])
 
 

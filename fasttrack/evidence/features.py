@@ -12,7 +12,9 @@ row's figures and the judging scope's gates:
 * ``temperature_sampling``: the goodness-of-fit row is inconclusive (not run) when the baseline's own samples do
   not fit, fails when the candidate's p-value is below ``sampling_alpha``, passes otherwise; a mask row fails with
   any violation;
-* ``full_context``: a row whose figures break the equivalence gate (|Δ logprob|, KL) fails and cannot pass;
+* ``full_context`` and ``logprobs``: a row whose figures break the equivalence gate (the KL cap of full context,
+  the absolute |Δ logprob| limit or, with ``reference``, the calibrated limits) fails; with ``reference``, a row
+  without calibrated figures cannot pass;
 * ``seeded_sampling``, ``stop_sequences``, ``max_tokens``, ``n_best``: a row passes only when its own figures show
   the behaviour (no differing seed; the text up to the stop string; exactly ``max_tokens`` tokens; ``n`` choices);
 * every feature's rows carry an allowed verdict (``info`` rows are not judged). A pass that the check could not
@@ -30,6 +32,7 @@ from pydantic import ConfigDict, Field, model_validator
 
 from fasttrack import registry
 from fasttrack.evidence.base import Checker, CheckEvidence, Rejudged, Row, TableSpec, at_most, fold, headroom, worst
+from fasttrack.evidence.calibration import CalibratedRow, calibrated_problems
 from fasttrack.evidence.expect import RejudgeContext
 
 CHECK = "features"
@@ -40,7 +43,7 @@ FeatureVerdict = Literal["pass", "fail", "not_run", "info"]
 _SCALARS = (str, int, float, bool, type(None))
 
 
-class FeatureRow(Row):
+class FeatureRow(CalibratedRow):
     """One row of one serving feature: where it ran, on which side, its verdict and its figures."""
 
     model_config = ConfigDict(extra="allow")
@@ -181,14 +184,26 @@ def _sampling(r: FeatureRow, ctx: RejudgeContext) -> tuple[set[str], str]:
     return ANY, ""
 
 
-def _full_context(r: FeatureRow, ctx: RejudgeContext) -> tuple[set[str], str]:
+def _drift(r: FeatureRow, ctx: RejudgeContext, *, kl: bool) -> tuple[set[str], str]:
+    """A greedy comparison's figures against the equivalence gate: the KL cap (``kl``), and the absolute
+    |Δ logprob| limit or, with ``reference``, the calibrated limits (the close rule's outcome is not a figure of
+    the row, so a row within them may still have failed it)."""
     eq = ctx.scope.gates.equivalence
-    broken = []
-    if r.max_abs_logprob_diff is not None and not at_most(r.max_abs_logprob_diff, eq.max_abs_logprob_diff):
-        broken.append(f"max |Δ logprob| {r.max_abs_logprob_diff} > {eq.max_abs_logprob_diff:g}")
-    if r.kl_mean is not None and not at_most(r.kl_mean, eq.max_kl):
+    broken: list[str] = []
+    uncalibrated: list[str] = []
+    if kl and r.kl_mean is not None and not at_most(r.kl_mean, eq.max_kl):
         broken.append(f"mean KL {r.kl_mean} > {eq.max_kl:g}")
-    return ({"fail"}, "; ".join(broken)) if broken else (ANY, "")
+    if eq.reference is None:
+        if r.max_abs_logprob_diff is not None and not at_most(r.max_abs_logprob_diff, eq.max_abs_logprob_diff):
+            broken.append(f"max |Δ logprob| {r.max_abs_logprob_diff} > {eq.max_abs_logprob_diff:g}")
+    elif r.side != "baseline":  # the baseline's own rows decide nothing and carry no calibration
+        more, uncalibrated = calibrated_problems(r, eq.reference)
+        broken.extend(more)
+    if broken:
+        return {"fail"}, "; ".join(broken)
+    if uncalibrated:
+        return {"fail", "not_run"}, "not calibrated: " + "; ".join(uncalibrated)
+    return ANY, ""
 
 
 def _shows(ok: bool | None, why: str) -> tuple[set[str], str]:
@@ -201,7 +216,8 @@ def _shows(ok: bool | None, why: str) -> tuple[set[str], str]:
 RULES: dict[str, Rule] = {
     "structured_output": _structured,
     "temperature_sampling": _sampling,
-    "full_context": _full_context,
+    "full_context": lambda r, ctx: _drift(r, ctx, kl=True),
+    "logprobs": lambda r, ctx: _drift(r, ctx, kl=False),
     "seeded_sampling": lambda r, ctx: _shows(
         None if r.differing_seeds is None else r.differing_seeds == "", f"differing seeds {r.differing_seeds!r}"
     ),
