@@ -323,6 +323,8 @@ def reproduce(
         raise FasttrackError("reproduce needs --checks NAMES (comma-separated).")
     ver = verify_bundle(bundle, keys=keys or (), trust_dir=trust)
     if not ver.verified and not allow_unverified:
+        if ver.judged_by is None:  # its recorded scope could not be judged by: a refusal of it says why first
+            _refuse_recorded_scope(bundle)
         bad = "; ".join(f"{i.name}: {i.detail}" for i in ver.items if i.ok is False)
         raise FasttrackError(
             f"bundle {str(bundle)!r} did not verify ({bad}).",
@@ -361,6 +363,20 @@ def reproduce(
     return ReproduceResult(
         bundle=str(bundle), verified=ver.verified, run_dir=str(outcome.run_dir), agreements=agreements
     )
+
+
+def _refuse_recorded_scope(bundle: Path) -> None:
+    """Raise the refusal of the bundle's recorded scope, if reproduce refuses it (nothing when the manifest cannot
+    be read: verification says so)."""
+    from fasttrack.bundle import open_bundle
+    from fasttrack.bundle.errors import BundleError
+
+    try:
+        with open_bundle(bundle) as view:
+            text = view.manifest.scope.yaml
+    except BundleError:
+        return
+    check_recorded_scope(text, source=f"bundle {str(bundle)!r} (manifest scope.yaml)")
 
 
 def _agreement(

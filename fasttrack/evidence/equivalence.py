@@ -6,7 +6,8 @@ A point fails when its requests break the judging scope's equivalence gate (the 
 above ``max_abs_logprob_diff`` or, with ``reference``, a distance from the reference above the calibrated limit:
 :mod:`fasttrack.evidence.calibration`), when a side's batch composition was not verified, when the
 candidate's profiled window ran no optimized decode step, or when the point recorded other problems (a failed
-request, prompts that differ); a condition that could not be observed (no batch check, no profiled window) leaves it not run.
+request, prompts that differ); a condition that could not be observed (no batch check, no profiled window)
+leaves it not run.
 Re-judging recomputes that verdict from the row's figures and the gate, checks the figures against the
 point's request rows (how many, how many close and exact, the largest drift), and requires a row for every
 point the plan compares: every point of a non-synthetic engine group except the full-context ones.

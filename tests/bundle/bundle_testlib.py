@@ -72,6 +72,18 @@ def demo_plan(shard: str | None = None) -> dict[str, Any]:
     return {**plan, "fingerprint": "f" * 64}
 
 
+def shard_points(i: int, n: int) -> list[str]:
+    """The config points of shard ``i`` of ``n`` of the demo scope's smoke plan."""
+    return [p["id"] for p in demo_plan(shard=f"{i}/{n}")["points"]]
+
+
+def build_shard(out: Path, i: int, n: int, *, perf: Verdict = Verdict.PASS, **kw: Any) -> Path:
+    """Shard ``i`` of ``n`` of a PR run: the shard's plan and rows of its points only (``results`` overrides
+    them; ``perf``: FAIL makes one of its perf points slow)."""
+    kw.setdefault("results", make_results(perf=perf, points=shard_points(i, n)))
+    return build(out, shard=f"{i}/{n}", plan=demo_plan(shard=f"{i}/{n}"), **kw)
+
+
 def make_run_dir(root: Path) -> Path:
     run = root / "run"
     (run / "artifacts" / "evals").mkdir(parents=True)

@@ -11,19 +11,17 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bundle"))
 
-from bundle_testlib import build, make_results  # noqa: E402  (needs the path above)
+from bundle_testlib import build_shard, make_results, shard_points  # noqa: E402  (needs the path above)
 
 from fasttrack import bundle as B  # noqa: E402
 from fasttrack.bundle.errors import MergeError  # noqa: E402
 from fasttrack.executors.collect import MERGE_SUMMARY, merge_job, save_job  # noqa: E402
 from fasttrack.results import Verdict  # noqa: E402
 
-FP = "f" * 64
-
 
 def _shard(tmp_path: Path, i: int, n: int, **kw) -> Path:
-    plan = {"points": [{"id": f"p{i}"}], "shard": f"{i}/{n}", "fingerprint": FP}
-    return build(tmp_path / f"s{i}", plan=plan, shard=f"{i}/{n}", **kw)
+    """Shard i of n of the demo scope's plan, with rows of its own points (every row is re-judged by it)."""
+    return build_shard(tmp_path / f"s{i}", i, n, **kw)
 
 
 def test_merge_bundles_names_absent_shards(tmp_path: Path, contrib) -> None:
@@ -45,7 +43,7 @@ def test_merge_bundles_names_absent_shards(tmp_path: Path, contrib) -> None:
 
 
 def test_a_failed_check_stays_failed_next_to_an_absent_shard(tmp_path: Path) -> None:
-    s1 = _shard(tmp_path, 1, 2, results=make_results(perf=Verdict.FAIL))
+    s1 = _shard(tmp_path, 1, 2, perf=Verdict.FAIL)
     m = B.merge_bundles([s1], tmp_path / "merged", absent={"2/2": "never ran"})
     assert m.verdict == "fail" and m.checks["perf"].verdict is Verdict.FAIL
 
@@ -121,7 +119,7 @@ def test_a_present_shard_whose_job_did_not_complete_is_named_with_it(tmp_path: P
         r
         if r.check != "perf"
         else r.model_copy(update={"verdict": Verdict.NOT_RUN, "reason": "terminated by signal 15"})
-        for r in make_results()
+        for r in make_results(points=shard_points(1, 2))
     ]
     s1, s2 = _shard(tmp_path, 1, 2, results=res), _shard(tmp_path, 2, 2)
     note = "Slurm job 5_1 ended CANCELLED (exit code 0:15); log /jobs/logs/x-5_1.out"

@@ -19,20 +19,18 @@ from security_testlib import Keys
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bundle"))
 
-from bundle_testlib import build  # noqa: E402  (needs the path above)
+from bundle_testlib import build_shard  # noqa: E402  (needs the path above)
 
 from fasttrack import ROOT  # noqa: E402
 from fasttrack.bundle.errors import MergeError  # noqa: E402
 from fasttrack.bundle.merge import merge_bundles  # noqa: E402
 from fasttrack.bundle.verify import verify_bundle  # noqa: E402
 
-FP = "f" * 64
-
 
 def shards(root: Path, signers: list[list]) -> list[Path]:  # type: ignore[type-arg]
     n = len(signers)
     return [
-        build(root / f"s{i}", shard=f"{i}/{n}", plan={"points": [{"id": f"p{i}"}], "fingerprint": FP}, sign=sign)
+        build_shard(root / f"s{i}", i, n, sign=sign)
         for i, sign in enumerate(signers, start=1)
     ]
 

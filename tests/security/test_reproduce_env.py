@@ -25,7 +25,8 @@ from typing import Any
 
 import pytest
 import yaml
-from security_testlib import Keys, force_sign, rewrite_manifest, variant
+from security_testlib import HEAD, Keys, force_sign, rewrite_manifest, variant
+from synthetic import Spec, make_bundle
 
 from fasttrack import ROOT, pipeline
 from fasttrack.errors import FasttrackError, ScopeError
@@ -376,7 +377,9 @@ def test_paths_into_a_sibling_suite_are_shipped_files(
     doc = yaml.safe_load((ROOT / "suites" / "demo-llama-gpu" / "scope.yaml").read_text())
     assert any(str(e.get("data", "")).startswith("../demo-llama/") for e in doc["evals"])
     doc["title"] = "recorded: " + doc["title"]
-    b = recorded(base_bundle, world["root"] / "b", keys, yaml.safe_dump(doc, sort_keys=False), model="demo-llama-gpu")
+    gpu = world["root"] / "gpu"  # a bundle of the GPU suite (re-judged by the scope it records: its own plan)
+    make_bundle(gpu, Spec(model="demo-llama-gpu", seed=7, head_sha=HEAD), sign_keys=[keys.trusted])
+    b = recorded(gpu, world["root"] / "b", keys, yaml.safe_dump(doc, sort_keys=False), model="demo-llama-gpu")
     seen: list[bool] = []
 
     def rerun(opts: Any, *, log: Any) -> Any:
