@@ -29,10 +29,7 @@ from fasttrack.bundle.verify import verify_bundle  # noqa: E402
 
 def shards(root: Path, signers: list[list]) -> list[Path]:  # type: ignore[type-arg]
     n = len(signers)
-    return [
-        build_shard(root / f"s{i}", i, n, sign=sign)
-        for i, sign in enumerate(signers, start=1)
-    ]
+    return [build_shard(root / f"s{i}", i, n, sign=sign) for i, sign in enumerate(signers, start=1)]
 
 
 def ft(*args: object) -> subprocess.CompletedProcess[str]:
