@@ -67,9 +67,9 @@ def _load_checks_for(argv: list[str] | None) -> None:
     args = sys.argv[1:] if argv is None else argv
     command = next((a for a in args if not a.startswith("-")), None)
     if command in SCOPE_COMMANDS:
-        from fasttrack.checks.base import registry
+        from fasttrack.checks.base import registered_checks
 
-        registry()
+        registered_checks()
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -176,16 +176,14 @@ def plan_cmd(
 ) -> None:
     """Expand a scope's envelope into config points, engine groups and a cost estimate; list the checks the tier
     runs and what it can never run, and check the engine arguments against the installed vLLM's own parser."""
-    from fasttrack.checks.base import registry
+    from fasttrack.checks.base import build_run_plan
     from fasttrack.engine.argcheck import raise_for_issues
     from fasttrack.passability import analyze, engine_arg_check, tier_checks
-    from fasttrack.plan import build_plan
     from fasttrack.scope import load_scope
 
-    order = list(registry())
     loaded = load_scope(model)
-    plan = build_plan(loaded.scope, tier=tier, shard=shard, scope_sha256=loaded.sha256, check_order=order)
-    whole = build_plan(loaded.scope, tier=tier, check_order=order)
+    plan = build_run_plan(loaded.scope, tier=tier, shard=shard, scope_sha256=loaded.sha256)
+    whole = build_run_plan(loaded.scope, tier=tier)
     passing = analyze(loaded.scope, whole, base_dir=loaded.base_dir)
     checks = tier_checks(loaded.scope, whole, base_dir=loaded.base_dir)
     args_check = None if no_arg_check else engine_arg_check(plan)

@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from fasttrack.checks.base import build_run_plan
 from fasttrack.engine.argcheck import check_arg_lists
 from fasttrack.engine.environment import probe_local_environment
 from fasttrack.engine.launchers import default_launcher
@@ -33,7 +34,7 @@ from fasttrack.hostfit import cuda_fit, device_fit, engines_run_on, memory_fit
 from fasttrack.modelbase import StrictModel
 from fasttrack.models import builder_path
 from fasttrack.passability import analyze
-from fasttrack.plan import Plan, build_plan
+from fasttrack.plan import Plan
 from fasttrack.scope import TIER_ORDER, LoadedScope
 
 Status = Literal["ok", "problem", "note"]
@@ -117,7 +118,7 @@ def diagnose(
     host = host or detect_host()
     for topic, fit in cuda_fit(scope.hardware, host, facts):
         rep.add(fit.status, topic, fit.found, fit.fix)
-    plan = build_plan(scope, tier=tier, scope_sha256=loaded.sha256)
+    plan = build_run_plan(scope, tier=tier, scope_sha256=loaded.sha256)
     engine_gpus = sorted({g.gpus for g in plan.groups if g.gpus})
     _check_hardware(rep, scope.hardware, host, facts, engine_gpus)
     _check_nodes(rep, scope.hardware, plan, host, exe, engine_gpus, say)
@@ -281,7 +282,7 @@ def _check_passability(rep: DoctorReport, loaded: LoadedScope, tier: str) -> Non
     """What every tier requires that it can never run here (a problem for the tier asked for, a note for others)."""
     scope = loaded.scope
     for t in TIER_ORDER:
-        pt = analyze(scope, build_plan(scope, tier=t), base_dir=loaded.base_dir)
+        pt = analyze(scope, build_run_plan(scope, tier=t), base_dir=loaded.base_dir)
         if pt.ok:
             rep.add("ok", f"passability ({t})", f"every required item of the {t} tier can run")
         else:

@@ -23,11 +23,11 @@ GENERATORS: dict[str, str] = {
 
 def scope_schema() -> dict[str, Any]:
     """The scope's JSON Schema with every registered check's gate section and every registered feature."""
-    from fasttrack.checks.base import registry
+    from fasttrack.checks.base import registered_checks
     from fasttrack.checks.features.table import feature_names
     from fasttrack.scope import json_schema
 
-    registry()
+    registered_checks()
     return json_schema(features=feature_names())
 
 

@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
 from fasttrack.checks.base import EnginelessCheck, RunContext, register
+from fasttrack.cost import NO_COST, CheckCost
 from fasttrack.isolation import IsolationResult, check_isolation
 from fasttrack.results import ISOLATION, NOT_PR_EVIDENCE, CheckResult, Gate, Verdict, head_binding
 
@@ -48,6 +49,8 @@ class IsolationCheck(EnginelessCheck):
     title: ClassVar[str] = "Isolation and PR head"
     report_view: ClassVar[str] = "generic"
     every_tier: ClassVar[bool] = True
+    cost: ClassVar[CheckCost] = NO_COST
+    """Reading a git diff and the engines' builds takes no measurable time."""
 
     @classmethod
     def required_in(cls, ctx: RunContext) -> bool:

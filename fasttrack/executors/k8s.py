@@ -350,13 +350,13 @@ def _multi_node_shards(layout: ShardLayout) -> list[ShardSpec]:
 
 def render(layout: ShardLayout, site: SiteProfile, opts: K8sOptions) -> K8sRender:
     """Every manifest for ``layout`` (see the module docstring)."""
-    from fasttrack.plan import build_plan
+    from fasttrack.checks.base import build_run_plan
     from fasttrack.scope import load_scope
 
     k = site.kubernetes
     base = job_name("ft", layout.scope, layout.tier)[:40].strip("-")
     loaded = load_scope(layout.scope_path)
-    groups = {g.id: g for g in build_plan(loaded.scope, tier=layout.tier, scope_sha256=loaded.sha256).groups}
+    groups = {g.id: g for g in build_run_plan(loaded.scope, tier=layout.tier, scope_sha256=loaded.sha256).groups}
     claim = k.existing_claim or f"{base}-bundles"
     n = opts.max_parallel or k.max_parallel
     single = [s for s in layout.shards if s.nodes == 1]

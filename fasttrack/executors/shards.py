@@ -1,6 +1,6 @@
 """A plan's shards as a scheduler sees them: nodes, GPUs per node and time of each.
 
-fasttrack shards a plan deterministically (``--shard i/n``, :func:`fasttrack.plan.build_plan`);
+fasttrack shards a plan deterministically (``--shard i/n``, :func:`fasttrack.plan.build_plan`, with the registered checks and their costs);
 this module asks the plan for every shard and summarises what one shard's allocation
 needs: the most nodes any of its engines spans (engines run one after another, so the
 allocation is sized for the largest), the GPUs per node those engines use, and the wall
@@ -16,8 +16,8 @@ import re
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
+from fasttrack.checks.base import build_run_plan
 from fasttrack.errors import FasttrackError
-from fasttrack.plan import build_plan
 from fasttrack.scope import LoadedScope
 
 
@@ -207,13 +207,13 @@ def parse_shard_count(spec: str | int | None, groups: int) -> int:
 def layout(loaded: LoadedScope, *, tier: str, shards: str | int | None = None) -> ShardLayout:
     """Build the plan of every shard and summarise each shard's allocation."""
     scope = loaded.scope
-    full = build_plan(scope, tier=tier, scope_sha256=loaded.sha256)
+    full = build_run_plan(scope, tier=tier, scope_sha256=loaded.sha256)
     n = parse_shard_count(shards, len(full.groups))
     gpu = scope.hardware is not None and scope.hardware.device == "gpu"
     smallest = min(full.groups, key=lambda g: (g.nodes, g.gpus), default=None)
     specs: list[ShardSpec] = []
     for i in range(1, n + 1):
-        plan = full if n == 1 else build_plan(scope, tier=tier, shard=f"{i}/{n}", scope_sha256=loaded.sha256)
+        plan = full if n == 1 else build_run_plan(scope, tier=tier, shard=f"{i}/{n}", scope_sha256=loaded.sha256)
         groups = plan.groups or ([smallest] if smallest is not None else [])
         nodes = max((g.nodes for g in groups), default=1)
         per_node = max(((g.gpus_per_node or 0) if g.nodes > 1 else g.gpus for g in groups), default=0)

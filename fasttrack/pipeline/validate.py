@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from fasttrack import attrs
-from fasttrack.checks.base import Check, EngineCheck, EnginelessCheck, registry
+from fasttrack.checks.base import Check, EngineCheck, EnginelessCheck, build_run_plan, registered_checks
 from fasttrack.checks.context import ChangeRequest, RunContext
 from fasttrack.checks.isolation import bind_served_builds, engine_builds
 from fasttrack.engine.argcheck import raise_for_issues
@@ -31,7 +31,7 @@ from fasttrack.isolation import resolve_refs
 from fasttrack.passability import analyze, engine_arg_check
 from fasttrack.pipeline.engines import RunState, drive_engines, stopped_result
 from fasttrack.pipeline.record import RunFacts, write_outputs
-from fasttrack.plan import Plan, build_plan
+from fasttrack.plan import Plan
 from fasttrack.results import ISOLATION, CheckResult, Side, Verdict, bundle_verdict, ordered_checks, overall_verdict
 from fasttrack.scope import LoadedScope, load_scope
 
@@ -82,7 +82,7 @@ class ValidateOutcome:
 
 def load_complete_scope(opts: ValidateOptions) -> LoadedScope:
     """The scope ``opts.model`` names, refused when it is incomplete (it cannot be validated then)."""
-    registry()  # every check registered first: a check's gate model makes its section of the scope's gates
+    registered_checks()  # every check registered first: a check's gate model makes its section of the scope's gates
     loaded = load_scope(opts.model, base_dir=opts.scope_base_dir)
     scope = loaded.scope
     if not scope.is_complete:
@@ -143,9 +143,9 @@ def preflight(loaded: LoadedScope, plan: Plan, opts: ValidateOptions, *, log: Ca
     """Before any engine starts: the passability analysis of the tier (refused unless ``run_anyway``)
     and the engine arguments against the installed vLLM's own parser (when engines will be started)."""
     scope = loaded.scope
-    reg = registry()
+    reg = registered_checks()
     selected = [n for n in reg if (opts.checks is None or n in opts.checks) and plan.runs_check(n)]
-    analysis = analyze(scope, build_plan(scope, tier=opts.tier), base_dir=loaded.base_dir)
+    analysis = analyze(scope, build_run_plan(scope, tier=opts.tier), base_dir=loaded.base_dir)
     blockers = [b for b in analysis.blockers if b.check in selected]
     if blockers:
         lines = "\n  ".join(b.line() for b in blockers)
@@ -197,7 +197,7 @@ def change_request(opts: ValidateOptions) -> ChangeRequest | None:
 
 def select_checks(plan: Plan, wanted: list[str] | None) -> tuple[list[Check], dict[str, str]]:
     """Instantiate the checks to run; return (checks, {name: why not selected})."""
-    reg = registry()
+    reg = registered_checks()
     unknown = sorted(set(wanted or []) - set(reg))
     if unknown:
         raise FasttrackError(f"unknown check(s) {unknown}.", hint=f"Registered checks: {', '.join(reg) or '(none)'}.")
@@ -317,7 +317,7 @@ def run_validate(
         disarm_signals()  # from here a termination signal waits until the outputs are written
 
     _bind_pr_head(state, log)
-    _apply_blocks(registry(), state)
+    _apply_blocks(registered_checks(), state)
     results = [state.results[n] for n in ordered_checks(state.results, plan.check_order)]
     try:
         bundle_path = write_outputs(run.facts, ctx, results, state, log=log)
@@ -357,7 +357,7 @@ def _set_up(opts: ValidateOptions, *, log: Callable[[str], None]) -> _Run:
     Every input error is raised here, before any engine starts and before the run folder is touched."""
     loaded = load_complete_scope(opts)
     scope = loaded.scope
-    plan = build_plan(scope, tier=opts.tier, shard=opts.shard, scope_sha256=loaded.sha256, check_order=list(registry()))
+    plan = build_run_plan(scope, tier=opts.tier, shard=opts.shard, scope_sha256=loaded.sha256)
     driven = select_groups(plan, opts.groups)  # the groups to start; an unknown group fails before anything else
     preflight(loaded, plan, opts, log=log)
     change = change_request(opts)
@@ -395,7 +395,7 @@ def _set_up(opts: ValidateOptions, *, log: Callable[[str], None]) -> _Run:
 
 def _declare_inactive(ctx: RunContext, checks: list[Check], skipped: dict[str, str], state: RunState) -> list[Check]:
     """Record the checks that do not run (not selected, or skipping themselves) as ``not_run``; return the rest."""
-    reg = registry()
+    reg = registered_checks()
     plan = ctx.plan
     for name, why in skipped.items():
         # A check the scope's tier leaves out is not part of that tier's verdict (the tier and its check list are

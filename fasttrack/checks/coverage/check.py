@@ -47,6 +47,7 @@ from typing import ClassVar
 from fasttrack.checks.base import Blocker, Deployment, DeploymentCheck, EngineCheck, TierView, register
 from fasttrack.checks.context import EngineSession, RunContext
 from fasttrack.checks.coverage.cells import Outcome, coverage_reason, judge_cells
+from fasttrack.checks.coverage.cost import COST
 from fasttrack.checks.coverage.judge import judge_deployments, judge_situations, no_decode_evidence
 from fasttrack.checks.coverage.markers import audit_markers
 from fasttrack.checks.coverage.probes import (
@@ -61,6 +62,7 @@ from fasttrack.checks.coverage.probes import (
 from fasttrack.checks.outcome import fold_verdicts, write_artifact
 from fasttrack.checks.points import group_batches, short_point
 from fasttrack.checks.windows import EvidenceWindow, WindowRecord
+from fasttrack.cost import CheckCost
 from fasttrack.engine.deployment import DeploymentOutcome
 from fasttrack.engine.flags import arg_values
 from fasttrack.inputs import load_prompt_set, prompt_set_path
@@ -100,6 +102,7 @@ class CoverageCheck(EngineCheck, DeploymentCheck):
     after: ClassVar[tuple[str, ...]] = ("equivalence", "features")
     """It judges the path evidence their windows recorded (and collects after them on each engine)."""
     gate_model: ClassVar[type[CheckGate]] = CoverageGate
+    cost: ClassVar[CheckCost] = COST
 
     @classmethod
     def passability(cls, tier: TierView) -> list[Blocker]:

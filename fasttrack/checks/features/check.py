@@ -24,9 +24,10 @@ from typing import Any
 
 from fasttrack.checks.base import Blocker, EngineCheck, TierView, register
 from fasttrack.checks.context import EngineSession, RunContext
+from fasttrack.checks.features.cost import COST
 from fasttrack.checks.features.env import FeatureEnv
 from fasttrack.checks.features.model import MASK_SAMPLES, SAMPLING_WAVE, Outcome, SideData
-from fasttrack.checks.features.spec import GroupPlan, OnGroup, Step
+from fasttrack.checks.features.spec import SYNTHETIC_FEATURES, GroupPlan, OnGroup, Step
 from fasttrack.checks.features.table import by_name, features
 from fasttrack.checks.outcome import fold_verdicts, used_standard_path, write_artifact
 from fasttrack.checks.points import nearest_batch
@@ -44,6 +45,7 @@ class FeaturesCheck(EngineCheck, name="features", title="Serving features", repo
 
     after = ("equivalence",)
     gate_model = FeaturesGate
+    cost = COST
 
     @classmethod
     def planned(cls, tier: TierView) -> list[str]:
@@ -362,11 +364,6 @@ def _reason(verdict: Verdict, per_feature: dict[str, dict[str, str]], standard: 
         return f"feature(s) failing on the candidate: {', '.join(bad)}"
     nr = [f"{f} ({d['reason']})" for f, d in per_feature.items() if d["verdict"] == "not_run"]
     return "not every feature could be judged: " + "; ".join(nr)
-
-
-SYNTHETIC_FEATURES = ("speculative_acceptance",)
-"""The features judged on an engine group with synthetic acceptance: the others compare outputs or output
-distributions, which the synthetic rejection sampler changes by design."""
 
 
 def group_features(ctx: RunContext, group: EngineGroup) -> set[str]:

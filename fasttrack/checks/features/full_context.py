@@ -16,7 +16,7 @@ from fasttrack import attrs
 from fasttrack.checks.batching import BatchCheck, run_batched
 from fasttrack.checks.features.env import FeatureEnv
 from fasttrack.checks.features.model import FeatureResult, GreedyOutput, Outcome, err, greedy_output, tops
-from fasttrack.checks.features.spec import GroupPlan, OnGroup, ServingFeature, Step
+from fasttrack.checks.features.spec import GroupPlan, OnGroup, ServingFeature, Step, serving_feature
 from fasttrack.checks.outcome import clip, fold_verdicts
 from fasttrack.checks.tier import Blocker, TierView
 from fasttrack.checks.windows import WindowRecord
@@ -51,8 +51,10 @@ class FullContextResult(FeatureResult):
     runs: list[FullRun] = Field(default_factory=list)
 
 
+@serving_feature
 class FullContext(ServingFeature[FullContextResult]):
     name: ClassVar[str] = "full_context"
+    decode_steps: ClassVar[int] = 600
     result_model: ClassVar[type[FeatureResult]] = FullContextResult
 
     def steps(self, gp: GroupPlan) -> list[Step]:

@@ -15,7 +15,7 @@ from typing import ClassVar
 from fasttrack.checks.features.api import AtBatch, AtOnePoint
 from fasttrack.checks.features.env import FeatureEnv
 from fasttrack.checks.features.model import FeatureResult, GreedyOutput, Outcome, choice_ids, greedy_output, tops
-from fasttrack.checks.features.spec import OnGroup, SideJudgement, judge_sides
+from fasttrack.checks.features.spec import OnGroup, SideJudgement, judge_sides, serving_feature
 from fasttrack.results import Verdict
 from fasttrack.stats import compare_greedy
 
@@ -32,8 +32,10 @@ class NBestResult(AtOnePoint):
     """The same seeded request again."""
 
 
+@serving_feature
 class NBest(AtBatch[NBestResult]):
     name: ClassVar[str] = "n_best"
+    decode_steps: ClassVar[int] = 400
     result_model: ClassVar[type[FeatureResult]] = NBestResult
     batch: ClassVar[int] = 3
 
@@ -73,8 +75,10 @@ class LogprobsResult(AtOnePoint, GreedyOutput):
     """A greedy request's returned logprobs."""
 
 
+@serving_feature
 class Logprobs(AtBatch[LogprobsResult]):
     name: ClassVar[str] = "logprobs"
+    decode_steps: ClassVar[int] = 300
     result_model: ClassVar[type[FeatureResult]] = LogprobsResult
     batch: ClassVar[int] = 1
 

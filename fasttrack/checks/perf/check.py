@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 from fasttrack import attrs
 from fasttrack.checks.base import Blocker, PairedCheck, TierView, register
 from fasttrack.checks.context import EngineSession, RunContext
+from fasttrack.checks.perf.cost import COST
 from fasttrack.checks.perf.declare import perf_blockers, planned_workloads
 from fasttrack.checks.perf.judge import judge, perf_gate
 from fasttrack.checks.perf.measure import engine_gpus, measure_drift, measure_item, measure_pair, pair_order
@@ -68,6 +69,8 @@ class PerfCheck(
     PairedCheck, name=CHECK, title="Performance", report_view="perf", after=("evals",), gate_model=PerfGate
 ):
     """Performance of every workload at every config point it covers, both sides, gated per point."""
+
+    cost = COST
 
     @classmethod
     def passability(cls, tier: TierView) -> list[Blocker]:
