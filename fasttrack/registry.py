@@ -9,10 +9,11 @@ group (``[project.entry-points.fasttrack]``): each entry's value is a module (or
 registers its parts when imported, and every entry is loaded the first time any kind is read.
 
 Built-in parts come first in :func:`entries`, in the order of their modules in :data:`BUILTIN_MODULES`, then
-the other packages' in the order they registered, whatever was imported or read first. A kind nothing declares, or a name that is not registered, is an error that
-lists what is (:class:`UnknownComponent`; pluggy's rule: an undeclared hook is an error); a second
-registration of a name with another object is an error too, unless ``replace=True``. A part an entry
-point registers names that entry's distribution as its source, in errors and in :func:`source`.
+the other packages' in the order they registered, whatever was imported or read first. A kind nothing
+declares, or a name that is not registered, is an error that lists what is (:class:`UnknownComponent`;
+pluggy's rule: an undeclared hook is an error); a second registration of a name with another object is an
+error too, unless ``replace=True``. A part an entry point registers names that entry's distribution as its
+source, in errors and in :func:`source`.
 
 This module is layer 1: it imports nothing of fasttrack but :mod:`fasttrack.errors`, so the bundle and the
 report can read the ``evidence`` kind without loading engines. The modules registered for that kind must

@@ -1,8 +1,8 @@
 """A plan's shards as a scheduler sees them: nodes, GPUs per node and time of each.
 
-fasttrack shards a plan deterministically (``--shard i/n``, :func:`fasttrack.plan.build_plan`, with the registered checks and their costs);
-this module asks the plan for every shard and summarises what one shard's allocation
-needs: the most nodes any of its engines spans (engines run one after another, so the
+fasttrack shards a plan deterministically (``--shard i/n``, :func:`fasttrack.plan.build_plan`, by the
+registered checks' costs); this module asks the plan for every shard and summarises what one shard's
+allocation needs: the most nodes any of its engines spans (engines run one after another, so the
 allocation is sized for the largest), the GPUs per node those engines use, and the wall
 time the plan's estimate gives it (:mod:`fasttrack.cost`; the layout's totals are the shards' sums, each shard
 running the engine-less checks itself). Shards of one shape (nodes, GPUs per node) form one
