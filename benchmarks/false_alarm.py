@@ -86,14 +86,14 @@ LOG_DIR = Path("/tmp") / "fasttrack-false-alarm-logs"
 
 
 def _items(ns: argparse.Namespace) -> tuple[Any, list[WorkItem], Any]:
-    from fasttrack.plan import build_plan
+    from fasttrack.checks.base import build_run_plan
     from fasttrack.scope import WorkloadSpec, load_scope
 
     loaded = load_scope("demo-llama")
     scope = loaded.scope.model_copy(deep=True)
     scope.tiers["smoke"].batch = [int(b) for b in ns.batches.split(",")]
     scope.tiers["smoke"].context = [ns.context]
-    plan = build_plan(scope, tier="smoke")
+    plan = build_run_plan(scope, tier="smoke")
     wl = WorkloadSpec(name="decode", kind="pure_decode", output_len=ns.output_len, requests_per_run=ns.requests)
     items = plan_items(plan, plan.groups[0], [wl], max_model_len=scope.envelope.context.max_model_len)
     return loaded, items, plan.groups[0]

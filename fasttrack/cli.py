@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import importlib
 import sys
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from fasttrack import __version__, terminal
+from fasttrack import __version__, registry, terminal
 from fasttrack.errors import FasttrackError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -26,14 +25,15 @@ app = typer.Typer(
 console = terminal.console()
 err_console = terminal.console(stderr=True, soft_wrap=True)
 
-#: Modules that add subcommands; each defines ``register(app: typer.Typer) -> None``.
-SUBCOMMAND_MODULES: list[str] = [
+registry.BUILTIN_MODULES["subcommand"] = (
     "fasttrack.bundle.cli",
     "fasttrack.report.cli",
     "fasttrack.kernels.cli",
     "fasttrack.pr.cli",
     "fasttrack.executors.cli",
-]
+)
+"""The modules that add the shipped subcommand groups: each registers (kind ``subcommand``) a function that adds
+its commands to the app; another package's are named in its ``fasttrack`` entry-point group."""
 
 
 @app.callback(invoke_without_command=True)
@@ -49,11 +49,11 @@ _registered: list[str] = []
 
 
 def _register_subcommands() -> None:
-    """Add every module's subcommands to ``app``, once (``main`` may run many times in one process)."""
-    for mod in SUBCOMMAND_MODULES:
-        if mod not in _registered:
-            importlib.import_module(mod).register(app)
-            _registered.append(mod)
+    """Add every registered subcommand group to ``app``, once (``main`` may run many times in one process)."""
+    for name, add in registry.entries("subcommand").items():
+        if name not in _registered:
+            add(app)
+            _registered.append(name)
 
 
 #: Commands that load scopes: the checks are registered first, since a check's gate model makes its section of a

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import typer
 
 # The executors (and the plan behind them) load only when one of these commands runs.
+from fasttrack import registry
 from fasttrack.executors.cli_common import (
     BASE,
     BUILD,
@@ -274,6 +275,7 @@ def slurm_merge(
     )
 
 
+@registry.component("subcommand", "executors")
 def register(app: typer.Typer) -> None:
     """Add ``slurm``, ``k8s`` and ``image`` to the ``fasttrack`` app."""
     from fasttrack.executors.cli_image import image_cmd

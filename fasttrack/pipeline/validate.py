@@ -19,12 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-from fasttrack import attrs
+from fasttrack import attrs, registry
 from fasttrack.checks.base import Check, EngineCheck, EnginelessCheck, build_run_plan, registered_checks
 from fasttrack.checks.context import ChangeRequest, RunContext
 from fasttrack.checks.isolation import bind_served_builds, engine_builds
 from fasttrack.engine.argcheck import raise_for_issues
-from fasttrack.engine.launchers import LAUNCHERS, get_launcher
+from fasttrack.engine.launchers import get_launcher
 from fasttrack.errors import FasttrackError, HardwareMismatch, ScopeError
 from fasttrack.hardware import HostInfo, detect_host, match_hardware
 from fasttrack.isolation import resolve_refs
@@ -157,8 +157,8 @@ def preflight(loaded: LoadedScope, plan: Plan, opts: ValidateOptions, *, log: Ca
         log(f"--run-anyway: the {opts.tier} tier cannot pass (the bundle will be incomplete):\n  {lines}")
     owned = not (opts.baseline_url and opts.candidate_url)
     if owned and any(reg[n].needs_engine for n in selected):
-        if opts.launcher is not None and opts.launcher not in LAUNCHERS:
-            raise FasttrackError(f"unknown launcher {opts.launcher!r}.", hint=f"Use one of {', '.join(LAUNCHERS)}.")
+        if opts.launcher is not None:
+            registry.get("launcher", opts.launcher)  # an unknown name is an error listing the registered ones
         args = engine_arg_check(plan)
         if args.skipped:
             log(f"engine arguments not checked: {args.skipped}")

@@ -22,17 +22,14 @@ from fasttrack.pipeline.record import RunFacts, finished_run
 
 @pytest.fixture()
 def run(tmp_path: Path):
+    from fasttrack.checks.base import build_run_plan
     from fasttrack.hardware import detect_host
-    from fasttrack.plan import build_plan
     from fasttrack.scope import load_scope
 
     loaded = load_scope("demo-llama")
-    from fasttrack.results import LEGACY_CHECK_ORDER
 
     # a run's plan records the check registry's order (these are the shipped checks)
-    plan = build_plan(
-        loaded.scope, tier="smoke", shard=None, scope_sha256=loaded.sha256, check_order=list(LEGACY_CHECK_ORDER)
-    )
+    plan = build_run_plan(loaded.scope, tier="smoke", shard=None, scope_sha256=loaded.sha256)
     run_dir = tmp_path / "run"
     (run_dir / "logs").mkdir(parents=True)
     (run_dir / "logs" / "g0.baseline.0.log").write_text("INFO started\n")

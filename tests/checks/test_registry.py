@@ -21,14 +21,13 @@ from helpers_checks import demo_ctx
 
 from fasttrack import ROOT
 from fasttrack import bundle as B
-from fasttrack.checks.base import register, registry, unregister
+from fasttrack.checks.base import build_run_plan, register, registry, unregister
 from fasttrack.checks.context import EngineSession
 from fasttrack.checks.features import FeaturesCheck, register_feature, unregister_feature
 from fasttrack.engine import AttachedEngine
 from fasttrack.errors import ScopeError
 from fasttrack.perf.loadgen import run_loop
 from fasttrack.pipeline import RunState, ValidateOptions, run_validate
-from fasttrack.plan import build_plan
 from fasttrack.results import LEGACY_CHECK_ORDER, CheckResult, Verdict
 from fasttrack.scope import load_scope, parse_scope
 
@@ -137,7 +136,7 @@ def test_passability_asks_the_toy_check_and_feature(toy: ModuleType, toy_feature
     from fasttrack.passability import analyze
 
     loaded = load_scope(str(demo_copy(tmp_path, min_score=0.95, batch_one=False)))
-    lines = analyze(loaded.scope, build_plan(loaded.scope, tier="smoke"), base_dir=loaded.base_dir).lines()
+    lines = analyze(loaded.scope, build_run_plan(loaded.scope, tier="smoke"), base_dir=loaded.base_dir).lines()
     assert "toy: toy score: no toy scores above 0.9 (min_score 0.95) (fix: lower it)" in lines
     assert "features: feature toy_echo: the smoke tier has no short point at batch 1 (fix: add batch 1)" in lines
 

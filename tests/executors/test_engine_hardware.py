@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 
 from fasttrack import ROOT
+from fasttrack.checks.base import build_run_plan
 from fasttrack.engine.cmdline import NODE_MAIN, NODE_REPORTS_ENV, node_reports_dir
 from fasttrack.engine.environment import endpoint_environment
 from fasttrack.engine.nodes import attached_hardware, engine_hardware, host_from_report, with_node_reports
 from fasttrack.hardware import match_nodes
-from fasttrack.plan import build_plan
 from fasttrack.scope import load_scope
 
 NODE_REPORT = NODE_MAIN.with_name("node_report.py")
@@ -101,7 +101,7 @@ def test_the_node_script_writes_the_report_before_the_engine_starts(smi_path: st
 
 def _k3() -> tuple[Any, Any]:
     loaded = load_scope("kimi-k3")
-    return loaded.scope, build_plan(loaded.scope, tier="smoke")
+    return loaded.scope, build_run_plan(loaded.scope, tier="smoke")
 
 
 def test_every_node_of_an_engine_is_checked_and_they_share_one_nvlink_domain(smi_path: str) -> None:

@@ -19,10 +19,10 @@ import jsonschema
 import pytest
 import yaml
 
+from fasttrack.checks.base import build_run_plan
 from fasttrack.executors import k8s
 from fasttrack.executors.shards import PRArgs, layout
 from fasttrack.executors.site import load_site
-from fasttrack.plan import build_plan
 from fasttrack.scope import load_scope
 
 kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="kubernetes-validate (test extra)")
@@ -132,14 +132,14 @@ def test_validation_catches_broken_objects(rendered: k8s.K8sRender, crd_schemas)
 
 def test_node_counts_match_the_plan(rendered: k8s.K8sRender) -> None:
     loaded = load_scope("kimi-k3")
-    full = build_plan(loaded.scope, tier="full", scope_sha256=loaded.sha256)
+    full = build_run_plan(loaded.scope, tier="full", scope_sha256=loaded.sha256)
     n = len(full.groups)
     lws = [d for d in k8s.engines_of(rendered) if d["kind"] == "LeaderWorkerSet"]
     # every K3 engine spans several GB300 trays: one shard per group, two LeaderWorkerSets (one per side) each
     assert len(lws) == 2 * n
     for d in lws:
         shard = int(d["metadata"]["labels"]["fasttrack.dev/shard"])
-        plan = build_plan(loaded.scope, tier="full", shard=f"{shard}/{n}", scope_sha256=loaded.sha256)
+        plan = build_run_plan(loaded.scope, tier="full", shard=f"{shard}/{n}", scope_sha256=loaded.sha256)
         (group,) = plan.groups
         tmpl = d["spec"]["leaderWorkerTemplate"]
         assert tmpl["size"] == group.nodes

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from fasttrack import ROOT
+from fasttrack.checks.base import build_run_plan
 from fasttrack.errors import FasttrackError
 from fasttrack.executors import slurm
 from fasttrack.executors.shards import PRArgs, layout
 from fasttrack.executors.site import load_site
-from fasttrack.plan import build_plan
 from fasttrack.scope import load_scope
 
 
@@ -46,7 +46,7 @@ def _indices(spec: str) -> list[int]:
 
 def test_one_shard_per_engine_group_and_arrays_by_node_count(k3, tmp_path: Path) -> None:
     loaded, lay = k3
-    full = build_plan(loaded.scope, tier="full", scope_sha256=loaded.sha256)
+    full = build_run_plan(loaded.scope, tier="full", scope_sha256=loaded.sha256)
     assert lay.count == len(full.groups) == 36
     nodes_of = {g.id: g.nodes for g in full.groups}
     per_node = {g.id: g.gpus_per_node for g in full.groups}
@@ -59,7 +59,7 @@ def test_one_shard_per_engine_group_and_arrays_by_node_count(k3, tmp_path: Path)
         nodes = int(opts["nodes"][0])
         for i in shards:
             # the shard's plan (what `validate --shard i/36` runs) needs exactly this many nodes of this many GPUs
-            plan = build_plan(loaded.scope, tier="full", shard=f"{i}/36", scope_sha256=loaded.sha256)
+            plan = build_run_plan(loaded.scope, tier="full", shard=f"{i}/36", scope_sha256=loaded.sha256)
             assert [g.id for g in plan.groups] == list(lay.shard(i).groups)
             assert {nodes_of[g.id] for g in plan.groups} == {nodes}, (script.name, i)
             assert {per_node[g.id] for g in plan.groups} == {int(opts["gpus-per-node"][0])}
@@ -70,7 +70,7 @@ def test_one_shard_per_engine_group_and_arrays_by_node_count(k3, tmp_path: Path)
             and "exec fasttrack validate --model kimi-k3 --tier full" in script.text
         )
         # time limit: the longest shard's estimate x 1.5 + 30 min, in Slurm's D-HH:MM:SS
-        longest = max(build_plan(loaded.scope, tier="full", shard=f"{i}/36").estimate.wall_hours for i in shards)
+        longest = max(build_run_plan(loaded.scope, tier="full", shard=f"{i}/36").estimate.wall_hours for i in shards)
         d, hms = opts["time"][0].split("-")
         h, m, _ = (int(x) for x in hms.split(":"))
         minutes = int(d) * 1440 + h * 60 + m
