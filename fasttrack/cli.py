@@ -48,12 +48,32 @@ def _root(
 _registered: list[str] = []
 
 
-def _register_subcommands() -> None:
-    """Add every registered subcommand group to ``app``, once (``main`` may run many times in one process)."""
-    for name, add in registry.entries("subcommand").items():
+def _register_subcommands(argv: list[str] | None = None) -> None:
+    """Add every registered subcommand group to ``app``, once (``main`` may run many times in one process): the
+    shipped ones, and other packages' (their entry points loaded) unless the command is a shipped one."""
+    _add_subcommands(registry.entries("subcommand", outside=False))
+    command = _command(argv)
+    if command is None or command not in _command_names():
+        _add_subcommands(registry.entries("subcommand"))
+
+
+def _add_subcommands(found: dict[str, Any]) -> None:
+    for name, add in found.items():
         if name not in _registered:
             add(app)
             _registered.append(name)
+
+
+def _command(argv: list[str] | None) -> str | None:
+    """The subcommand ``argv`` names (its first word that is not an option), or None."""
+    args = sys.argv[1:] if argv is None else argv
+    return next((a for a in args if not a.startswith("-")), None)
+
+
+def _command_names() -> set[str]:
+    """The names of the commands and command groups ``app`` has."""
+    names = {c.name or (c.callback.__name__.replace("_", "-") if c.callback else "") for c in app.registered_commands}
+    return names | {g.name or "" for g in app.registered_groups}
 
 
 #: Commands that load scopes: the checks are registered first, since a check's gate model makes its section of a
@@ -64,9 +84,7 @@ SCOPE_COMMANDS = frozenset(
 
 
 def _load_checks_for(argv: list[str] | None) -> None:
-    args = sys.argv[1:] if argv is None else argv
-    command = next((a for a in args if not a.startswith("-")), None)
-    if command in SCOPE_COMMANDS:
+    if _command(argv) in SCOPE_COMMANDS:
         from fasttrack.checks.base import registered_checks
 
         registered_checks()
@@ -74,8 +92,8 @@ def _load_checks_for(argv: list[str] | None) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: user errors become one paragraph and exit code 2."""
-    _register_subcommands()
     try:
+        _register_subcommands(argv)
         _load_checks_for(argv)
         rc = app(args=argv, standalone_mode=False)
         sys.exit(rc if isinstance(rc, int) else 0)

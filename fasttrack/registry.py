@@ -6,7 +6,8 @@ their parts with :func:`component` (or :func:`register`) when they are imported.
 per kind, the package that owns it: it is imported first, and fills :data:`BUILTIN_MODULES` (the modules
 imported before the kind is first read). Other packages add parts through the ``fasttrack`` entry-point
 group (``[project.entry-points.fasttrack]``): each entry's value is a module (or ``module:attr``) that
-registers its parts when imported, and every entry is loaded the first time any kind is read.
+registers its parts when imported. Every entry is loaded the first time a kind is listed (:func:`entries`) or a
+name is looked up that no built-in part has (:func:`get`).
 
 Built-in parts come first in :func:`entries`, in the order of their modules in :data:`BUILTIN_MODULES`, then
 the other packages' in the order they registered, whatever was imported or read first. A kind nothing
@@ -17,7 +18,8 @@ source, in errors and in :func:`source`.
 
 This module is layer 1: it imports nothing of fasttrack but :mod:`fasttrack.errors`, so the bundle and the
 report can read the ``evidence`` kind without loading engines. The modules registered for that kind must
-stay as light; so must an outside package's entry module at import, since verifying a bundle loads it.
+stay as light. An outside package's module is imported as it is: verifying a bundle that holds its check's
+rows imports it, with what it imports (a serving feature's base class brings the engine client along).
 """
 
 from __future__ import annotations
@@ -126,9 +128,9 @@ def unregister(kind: str, name: str) -> None:
     _sources.pop((kind, name), None)
 
 
-def load(kind: str) -> None:
-    """Import the owner and the built-in modules of ``kind`` and every entry point of the ``fasttrack`` group,
-    once."""
+def load(kind: str, *, outside: bool = True) -> None:
+    """Import the owner and the built-in modules of ``kind``, once; with ``outside``, every entry point of the
+    ``fasttrack`` group too (once)."""
     _known_kind(kind)
     if kind not in _loaded_kinds and kind not in _loading:
         _loading.add(kind)
@@ -141,7 +143,8 @@ def load(kind: str) -> None:
             _loaded_kinds.add(kind)
         finally:
             _loading.discard(kind)
-    _load_entry_points()
+    if outside:
+        _load_entry_points()
 
 
 def _load_entry_points() -> None:
@@ -151,17 +154,26 @@ def _load_entry_points() -> None:
     _entry_points_loaded = True
     for ep in entry_points():
         dist = getattr(ep, "dist", None)
-        _loading_source.append(f"{dist.name} (entry point {ep.name!r})" if dist is not None else ep.name)
         try:
-            ep.load()
-        except Exception as exc:  # an outside package that fails to import names itself
+            load_plugin(ep.value, source=f"{dist.name} (entry point {ep.name!r})" if dist is not None else ep.name)
+        except FasttrackError:
             _entry_points_loaded = False
-            raise FasttrackError(
-                f"the fasttrack plugin {ep.name!r} ({ep.value}) failed to load: {type(exc).__name__}: {exc}",
-                hint=f"Fix or uninstall the package that declares it in the '{ENTRY_POINT_GROUP}' entry-point group.",
-            ) from exc
-        finally:
-            _loading_source.pop()
+            raise
+
+
+def load_plugin(value: str, *, source: str) -> Any:
+    """Import one plugin module (``module`` or ``module:attr``) as its entry point is loaded: what it registers
+    names ``source``; a module that fails to import is an error naming it. Returns the module (or attribute)."""
+    _loading_source.append(source)
+    try:
+        return metadata.EntryPoint(name=source, value=value, group=ENTRY_POINT_GROUP).load()
+    except Exception as exc:  # an outside package that fails to import names itself
+        raise FasttrackError(
+            f"the fasttrack plugin {source} ({value}) failed to load: {type(exc).__name__}: {exc}",
+            hint=f"Fix or uninstall the package that declares it in the '{ENTRY_POINT_GROUP}' entry-point group.",
+        ) from exc
+    finally:
+        _loading_source.pop()
 
 
 def entry_points() -> Iterable[metadata.EntryPoint]:
@@ -169,10 +181,11 @@ def entry_points() -> Iterable[metadata.EntryPoint]:
     return metadata.entry_points(group=ENTRY_POINT_GROUP)
 
 
-def entries(kind: str) -> dict[str, Any]:
+def entries(kind: str, *, outside: bool = True) -> dict[str, Any]:
     """Everything registered as ``kind``: the built-in parts first, in the order of their modules in
-    :data:`BUILTIN_MODULES` (whichever was imported first), then the other packages', in registration order."""
-    load(kind)
+    :data:`BUILTIN_MODULES` (whichever was imported first), then the other packages', in registration order.
+    ``outside=False``: without loading the entry points (the parts they registered already are listed)."""
+    load(kind, outside=outside)
     found = _entries.get(kind, {})
     mods = BUILTIN_MODULES.get(kind, ())
 
@@ -191,8 +204,12 @@ def names(kind: str) -> list[str]:
 
 
 def get(kind: str, name: str) -> Any:
-    """The object registered as ``kind:name``; an unknown name is an error listing the registered ones."""
-    load(kind)
+    """The object registered as ``kind:name``; an unknown name is an error listing the registered ones. The entry
+    points are loaded only for a name the built-in parts do not have (verifying a bundle of built-in checks
+    imports no other package)."""
+    load(kind, outside=False)
+    if name not in _entries.get(kind, {}):
+        load(kind)
     found = _entries.get(kind, {})
     if name not in found:
         raise UnknownComponent(

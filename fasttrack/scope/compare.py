@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from fasttrack.modelbase import StrictModel
+from fasttrack.results import ISOLATION
 from fasttrack.scope.common import TIER_ORDER, Direction, stricter_directions
 from fasttrack.scope.inputs import EvalSpec, WorkloadSpec
 from fasttrack.scope.manifest import Scope
@@ -268,7 +269,7 @@ def _checks(d: _Diff, fld: str, t: list[str] | None, r: list[str] | None, known:
     """A tier's checks: ``None`` runs every check; isolation runs in every tier whatever the list says."""
     if t == r:
         return
-    everything = [c for c in known if c != "isolation"]
+    everything = [c for c in known if c != ISOLATION]
     if t is None and r is not None:
         dropped = [c for c in everything if c not in r]
         what = _names(dropped) if dropped else "every check but " + _names(r)
@@ -276,7 +277,7 @@ def _checks(d: _Diff, fld: str, t: list[str] | None, r: list[str] | None, known:
     elif t is not None and r is None:
         d.add(fld, False, "runs every check (the trusted tier lists " + _names(t) + ")")
     elif t is not None and r is not None:
-        gone = [c for c in t if c not in r and c != "isolation"]
+        gone = [c for c in t if c not in r and c != ISOLATION]
         if gone:
             d.add(fld, True, f"checks dropped: {_names(gone)}")
         new = [c for c in r if c not in t]
