@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from fasttrack import __version__, registry, terminal
 from fasttrack.errors import FasttrackError
+from fasttrack.pipeline.options import option
 
 if TYPE_CHECKING:  # pragma: no cover
-    from pathlib import Path
-
     from fasttrack.pipeline import ValidateOptions, ValidateOutcome
 
 app = typer.Typer(
@@ -22,6 +21,10 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+#: validate's --model and --tier, as fasttrack.pipeline.options declares them (plan, doctor and isolation read the
+#: scope and tier validate would run)
+MODEL = option("model")
+TIER = option("tier")
 console = terminal.console()
 err_console = terminal.console(stderr=True, soft_wrap=True)
 
@@ -184,8 +187,8 @@ def _comma_list(text: str) -> list[str]:
 
 @app.command("plan")
 def plan_cmd(
-    model: str = typer.Option(..., "--model", "-m", help="Suite name (folder under suites/) or path to a scope.yaml."),
-    tier: str = typer.Option("smoke", "--tier", "-t", help="smoke < standard < full."),
+    model: str = MODEL,
+    tier: str = TIER,
     shard: str = typer.Option(None, "--shard", help="Run only shard i of n, e.g. 2/3."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
     no_arg_check: bool = typer.Option(
@@ -237,8 +240,8 @@ def plan_cmd(
 
 @app.command("doctor")
 def doctor_cmd(
-    model: str = typer.Option(..., "--model", "-m", help="Suite name or path to a scope.yaml."),
-    tier: str = typer.Option("smoke", "--tier", "-t", help="The tier validate would run."),
+    model: str = MODEL,
+    tier: str = TIER,
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
     no_arg_check: bool = typer.Option(
         False, "--no-arg-check", help="Do not check the engine arguments against the installed vLLM's parser."
@@ -277,7 +280,7 @@ def doctor_cmd(
 
 @app.command("isolation")
 def isolation_cmd(
-    model: str = typer.Option(..., "--model", "-m", help="Suite name or path to a scope.yaml."),
+    model: str = MODEL,
     repo: str = typer.Option(..., "--repo", help="Path to the git repository holding the change (a vLLM clone)."),
     base: str = typer.Option(..., "--base", help="Base ref (the PR's target)."),
     head: str = typer.Option(..., "--head", help="Head ref (the PR's head commit)."),
@@ -351,143 +354,27 @@ def schemas_cmd(
 # --------------------------------------------------------------------------- validate
 
 
-#: validate's options, one alias each (the command's signature names them; typer reads the option from the alias).
-_Model = Annotated[str, typer.Option("--model", "-m", help="Suite name or path to a scope.yaml.")]
-_Tier = Annotated[str, typer.Option("--tier", "-t", help="smoke < standard < full.")]
-_Shard = Annotated[str | None, typer.Option("--shard", help="Run only shard i of n, e.g. 2/3.")]
-_Out = Annotated[str, typer.Option("--out", "-o", help="Run folder (the bundle is written here).")]
-_Checks = Annotated[str | None, typer.Option("--checks", help="Comma-separated subset of checks to run.")]
-_Group = Annotated[
-    str | None,
-    typer.Option(
-        "--group",
-        help="Comma-separated engine groups to start (ids as 'fasttrack plan' lists them); the other groups' "
-        "points are not exercised, so the bundle cannot pass.",
-    ),
-]
-_AllowHardwareMismatch = Annotated[
-    bool,
-    typer.Option(
-        "--allow-hardware-mismatch", help="Run on a host that does not match the scope: a rehearsal, not evidence."
-    ),
-]
-_BaselineUrl = Annotated[
-    str | None, typer.Option("--baseline-url", help="Use an already running baseline engine (not owned).")
-]
-_CandidateUrl = Annotated[
-    str | None, typer.Option("--candidate-url", help="Use an already running candidate engine (not owned).")
-]
-_SignKey = Annotated[
-    list[str] | None,
-    typer.Option("--sign-key", help="Ed25519 private key (PEM or OpenSSH) to sign the bundle; repeatable."),
-]
-_Repo = Annotated[
-    str | None, typer.Option("--repo", help="Git repository of the change, for the isolation check and PR link.")
-]
-_Base = Annotated[str | None, typer.Option("--base", help="Base ref of the change.")]
-_Head = Annotated[str | None, typer.Option("--head", help="Head ref of the change (the PR head that was tested).")]
-_Pr = Annotated[str | None, typer.Option("--pr", help="PR as OWNER/REPO#NUMBER (e.g. vllm-project/vllm#61868).")]
-_EvalData = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--eval-data", help="NAME=PATH: data file or folder for eval NAME instead of the scope's; repeatable."
-    ),
-]
-_Force = Annotated[bool, typer.Option("--force", help="Replace a non-empty --out folder.")]
-_RunAnyway = Annotated[
-    bool,
-    typer.Option(
-        "--run-anyway", help="Run a tier that can never pass (see 'fasttrack plan'); the bundle is incomplete."
-    ),
-]
-_Launcher = Annotated[
-    str | None,
-    typer.Option(
-        "--launcher",
-        help="How multi-node engines start their node processes: local (all on this host) or slurm (one srun "
-        "task per node). Default: slurm inside a Slurm allocation of several nodes, else local.",
-    ),
-]
+def _validate_options(command: Any) -> Any:
+    """Give ``command`` validate's options, as :class:`~fasttrack.pipeline.options.ValidateOptions` declares them
+    (typer reads a command's options from its signature)."""
+    import inspect
+
+    from fasttrack.pipeline.options import typer_options
+
+    setattr(command, "__signature__", inspect.Signature(typer_options()))  # noqa: B010
+    return command
 
 
 @app.command("validate")
-def validate_cmd(
-    model: _Model,
-    tier: _Tier = "smoke",
-    shard: _Shard = None,
-    out: _Out = "runs/latest",
-    checks: _Checks = None,
-    group: _Group = None,
-    allow_hardware_mismatch: _AllowHardwareMismatch = False,
-    baseline_url: _BaselineUrl = None,
-    candidate_url: _CandidateUrl = None,
-    sign_key: _SignKey = None,
-    repo: _Repo = None,
-    base: _Base = None,
-    head: _Head = None,
-    pr: _Pr = None,
-    eval_data: _EvalData = None,
-    force: _Force = False,
-    run_anyway: _RunAnyway = False,
-    launcher: _Launcher = None,
-) -> None:
+@_validate_options
+def validate_cmd(**given: Any) -> None:
     """Run the scope's checks on baseline and candidate engines and write a bundle."""
-    from pathlib import Path
+    from fasttrack.pipeline.options import ValidateOptions
 
-    from fasttrack.pipeline import ValidateOptions
-
-    pr_repo, pr_num = _pr_ref(pr) if pr else (None, None)
-    opts = ValidateOptions(
-        model=model,
-        tier=tier,
-        shard=shard,
-        out=Path(out),
-        checks=_comma_list(checks) if checks else None,
-        groups=_comma_list(group) if group else None,
-        allow_hardware_mismatch=allow_hardware_mismatch,
-        baseline_url=baseline_url,
-        candidate_url=candidate_url,
-        sign_keys=[Path(k) for k in (sign_key or [])],
-        repo=Path(repo) if repo else None,
-        base=base,
-        head=head,
-        pr_repository=pr_repo,
-        pr_number=pr_num,
-        eval_data=_eval_data_paths(eval_data or []),
-        force=force,
-        run_anyway=run_anyway,
-        launcher=launcher,
-    )
+    opts = ValidateOptions.from_cli(**given)
     outcome = _run_validate_with_progress(opts)
-    _print_validate_outcome(outcome, title=f"fasttrack validate {model} ({tier})")
+    _print_validate_outcome(outcome, title=f"fasttrack validate {opts.model} ({opts.tier})")
     raise typer.Exit(0 if outcome.verdict == "pass" else 1)
-
-
-def _pr_ref(pr: str) -> tuple[str, int]:
-    """``--pr OWNER/REPO#NUMBER`` as (repository, number)."""
-    import re
-
-    m = re.fullmatch(r"([\w.-]+/[\w.-]+)#(\d+)", pr.strip())
-    if not m:
-        raise FasttrackError(
-            f"--pr {pr!r} is not of the form OWNER/REPO#NUMBER.", hint="e.g. --pr vllm-project/vllm#61868"
-        )
-    return m.group(1), int(m.group(2))
-
-
-def _eval_data_paths(items: list[str]) -> dict[str, Path]:
-    """``--eval-data NAME=PATH`` options as ``{name: path}``."""
-    from pathlib import Path
-
-    data: dict[str, Path] = {}
-    for item in items:
-        name, sep, path = item.partition("=")
-        if not sep or not name.strip() or not path.strip():
-            raise FasttrackError(
-                f"--eval-data {item!r} is not of the form NAME=PATH.", hint="e.g. --eval-data aime25=data/aime25.jsonl"
-            )
-        data[name.strip()] = Path(path.strip())
-    return data
 
 
 def _run_validate_with_progress(opts: ValidateOptions) -> ValidateOutcome:

@@ -102,7 +102,7 @@ def register(kind: str, name: str, obj: T, *, source: str | None = None, replace
             f"and by {src} ({_describe(obj)})",
             hint="Rename one of them; a name is unique within its kind.",
         )
-    if old is not None:
+    if old is not None and old is not obj:
         del entries[name]  # a replacement takes the registration order of its own registration
     entries[name] = obj
     _sources[(kind, name)] = src

@@ -13,55 +13,46 @@ shard's allocation fits its engine exactly.
 from __future__ import annotations
 
 import re
-from dataclasses import KW_ONLY, dataclass, field
+from dataclasses import KW_ONLY, dataclass, field, replace
 from typing import Any
 
 from fasttrack.checks.base import build_run_plan
 from fasttrack.errors import FasttrackError
+from fasttrack.pipeline.options import ValidateOptions
 from fasttrack.scope import LoadedScope
-
-
-@dataclass(frozen=True)
-class PRArgs:
-    """The PR a rendered run tests: ``validate --repo REPO --base BASE --head HEAD`` on every shard (``repo`` as
-    the nodes see it: a shared file system, or the PR's checkout inside the image ``fasttrack image`` built)."""
-
-    repo: str | None
-    base: str | None
-    head: str
-
-    def args(self) -> list[str]:
-        out = ["--repo", self.repo] if self.repo else []
-        if self.base:
-            out += ["--base", self.base]
-        return [*out, "--head", self.head]
-
-    def record(self) -> dict[str, str | None]:
-        """The PR as the job record names it."""
-        return {"repo": self.repo, "base": self.base, "head": self.head}
 
 
 @dataclass
 class ShardRunOptions:
-    """What every executor renders for a plan's shards, beyond the plan and the site (``fasttrack slurm`` and
+    """What every scheduler renders for a plan's shards, beyond the plan and the site (``fasttrack slurm`` and
     ``fasttrack k8s`` add their own)."""
 
-    model: str
-    """The scope as the nodes will name it (a suite name, or an absolute path to a scope.yaml)."""
+    validate: ValidateOptions
+    """What every shard's ``fasttrack validate`` runs with (the scheduler adds the shard, its run folder and its
+    engines): the scope as the nodes name it (a suite name, or an absolute path to a scope.yaml), the tier, the
+    keys that sign each bundle (as the nodes see them), the PR (``--repo --base --head``)."""
     _: KW_ONLY
     gpus_per_node: int | None = None
     validate_args: list[str] = field(default_factory=list)
-    pr: PRArgs | None = None
-    """The PR the shards test (``validate --repo --base --head``)."""
+    """More ``fasttrack validate`` arguments for every shard, after the site's."""
     max_parallel: int | None = None
-    """Shards running at once (default: the site's limit for the executor; Slurm: else no limit)."""
+    """Shards running at once (default: the site's limit for the scheduler; Slurm: else no limit)."""
 
-    def validate_tail(self, site_args: list[str]) -> list[str]:
-        """The arguments every shard's ``validate`` ends with: the PR's, the site's, then the options' own."""
-        return [*(self.pr.args() if self.pr is not None else []), *site_args, *self.validate_args]
+    @property
+    def model(self) -> str:
+        return self.validate.model
+
+    def validate_argv(self, site_args: list[str], **shard: Any) -> list[str]:
+        """``validate`` and its arguments for a shard: these options with ``shard``'s (e.g. ``shard``, ``out``,
+        ``force``) in their place, then the site's arguments, then the options' own."""
+        return ["validate", *replace(self.validate, **shard).to_argv(), *site_args, *self.validate_args]
 
     def pr_record(self) -> dict[str, str | None] | None:
-        return self.pr.record() if self.pr is not None else None
+        """The PR as the job record names it (None without a head)."""
+        v = self.validate
+        if not v.head:
+            return None
+        return {"repo": str(v.repo) if v.repo is not None else None, "base": v.base, "head": v.head}
 
 
 @dataclass(frozen=True)

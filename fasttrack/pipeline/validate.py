@@ -15,7 +15,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
@@ -30,44 +30,11 @@ from fasttrack.hardware import HostInfo, detect_host, match_hardware
 from fasttrack.isolation import resolve_refs
 from fasttrack.passability import analyze, engine_arg_check
 from fasttrack.pipeline.engines import RunState, drive_engines, stopped_result
+from fasttrack.pipeline.options import ValidateOptions
 from fasttrack.pipeline.record import RunFacts, write_outputs
 from fasttrack.plan import Plan
 from fasttrack.results import ISOLATION, CheckResult, Side, Verdict, bundle_verdict, ordered_checks, overall_verdict
 from fasttrack.scope import LoadedScope, load_scope
-
-
-@dataclass
-class ValidateOptions:
-    """Everything ``fasttrack validate`` was asked to do."""
-
-    model: str
-    tier: str = "smoke"
-    scope_base_dir: Path | None = None
-    """The folder the scope's relative paths start from, when not the scope file's own (``reproduce`` runs a
-    bundle's recorded copy of a local suite's scope against that suite's files)."""
-    shard: str | None = None
-    out: Path = Path("runs/latest")
-    checks: list[str] | None = None
-    allow_hardware_mismatch: bool = False
-    baseline_url: str | None = None
-    candidate_url: str | None = None
-    sign_keys: list[Path] = field(default_factory=list)
-    repo: Path | None = None
-    base: str | None = None
-    head: str | None = None
-    pr_repository: str | None = None
-    pr_number: int | None = None
-    eval_data: dict[str, Path] = field(default_factory=dict)
-    """Eval name -> data file or folder (``--eval-data NAME=PATH``), instead of the scope's data."""
-    force: bool = False
-    run_anyway: bool = False
-    """Run a tier the passability analysis says can never pass (the bundle is then ``incomplete``)."""
-    launcher: str | None = None
-    """How node processes of multi-node engines start (``local``, ``slurm``; None: slurm inside a Slurm
-    allocation of several nodes, else local)."""
-    groups: list[str] | None = None
-    """Engine groups to start (``--group``; None: every group of the plan). The plan stays whole: the points of
-    the other groups are simply not exercised, which the checks that look at every in-tier point report."""
 
 
 @dataclass

@@ -52,7 +52,7 @@ CASES: dict[str, list[str]] = {
     ],
     "slurm-demo-smoke": ["slurm", "render", "--dry-run", "--model", "demo-llama", "-o", "/shared/jobs/demo"],
     "k8s-k3-smoke-pr-signed": [
-        "k8s", "render", "--model", "kimi-k3", "--tier", "smoke", "--site", "SITE", "--sign",
+        "k8s", "render", "--model", "kimi-k3", "--tier", "smoke", "--site", "SITE", "--sign-key", "/fasttrack-key/key",
         "--image", IMAGE, "--repo", "/opt/vllm", "--base", "main", "--head", HEAD, "--max-parallel", "3",
     ],
     "k8s-demo-smoke": ["k8s", "render", "--model", "demo-llama"],

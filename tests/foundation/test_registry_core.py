@@ -85,7 +85,7 @@ def test_unknown_names_and_kinds_list_what_is_registered() -> None:
 
     with pytest.raises(registry.UnknownComponent, match="unknown launcher 'pbs'; registered: local, slurm"):
         get_launcher("pbs")
-    with pytest.raises(registry.UnknownComponent, match="unknown scheduler 'pbs'; registered: slurm, k8s"):
+    with pytest.raises(registry.UnknownComponent, match="unknown scheduler 'pbs'; registered: slurm, kubernetes"):
         registry.get("scheduler", "pbs")
     with pytest.raises(registry.UnknownComponent, match="unknown registry kind 'hook'; kinds: check, gate, feature"):
         registry.entries("hook")
@@ -157,7 +157,7 @@ def test_the_shipped_parts_of_every_kind() -> None:
     assert list(registry.entries("feature"))[:3] == ["temperature_sampling", "structured_output", "full_context"]
     assert all(isinstance(f.decode_steps, int) and f.decode_steps > 0 for f in registry.entries("feature").values())
     assert list(registry.entries("launcher")) == ["local", "slurm"]
-    assert list(registry.entries("scheduler")) == ["slurm", "k8s"]
+    assert list(registry.entries("scheduler")) == ["slurm", "kubernetes"]
     assert list(registry.entries("schema")) == ["scope.schema.json", "bundle-manifest.schema.json"]
 
 
