@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from fasttrack.checks.base import RunContext, Verdict, build_run_plan, overall_verdict, registry
+from fasttrack.checks.base import RunContext, Verdict, build_run_plan, overall_verdict, registered_checks
 from fasttrack.checks.evals import EvalsCheck, RunRecord, matching_units
 from fasttrack.errors import FasttrackError
 from fasttrack.evals.compare import SampleOutcome
@@ -28,7 +28,7 @@ def _ctx(
 
 
 def test_registered() -> None:
-    assert "evals" in registry()
+    assert "evals" in registered_checks()
 
 
 def test_demo_scope_evals_run_at_batch_3_only(tmp_path: Path) -> None:
