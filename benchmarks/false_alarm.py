@@ -80,6 +80,7 @@ from fasttrack.perf.schedule import LookSchedule  # noqa: E402 - the repository 
 from fasttrack.perf.tokens import pool_from_engine  # noqa: E402 - the repository root goes on sys.path first
 from fasttrack.perf.workloads import RunInputs, WorkItem, execute, plan_items, warm_up  # noqa: E402 - the repository root goes on sys.path first
 from fasttrack.stats import mde_for_estimate, wilson_interval  # noqa: E402 - the repository root goes on sys.path first
+from fasttrack.stats.lifetime import AAPair, LifetimeVariance, variance_components  # noqa: E402 - the repository root goes on sys.path first
 
 MARGINS = (0.05, 0.10, 0.25, 0.3, 0.33, 0.4, 0.5, 0.6)
 LOG_DIR = Path("/tmp") / "fasttrack-false-alarm-logs"
@@ -338,9 +339,17 @@ def collect_interleaved(ns: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _pair_state(item: WorkItem, runs: list[RunMetrics], flip: bool, sched: LookSchedule, gate: Any) -> ItemState:
-    """Feed one pair's stored interleaved runs to the check's ``measure_pair`` (sides swapped when ``flip``)."""
-    s = ItemState(item=item)
+def _pair_state(
+    item: WorkItem,
+    runs: list[RunMetrics],
+    flip: bool,
+    sched: LookSchedule,
+    gate: Any,
+    variance: LifetimeVariance | None,
+) -> ItemState:
+    """Feed one pair's stored interleaved runs to the check's ``measure_pair`` (sides swapped when ``flip``), the
+    point calibrated with ``variance`` (from the other pairs)."""
+    s = ItemState(item=item, variance={gate.gated_metric: variance} if variance else {})
     by_side = {sd: sorted((r for r in runs if r.side == sd), key=lambda r: r.run) for sd in ("baseline", "candidate")}
     if flip:
         by_side = {"baseline": by_side["candidate"], "candidate": by_side["baseline"]}
@@ -369,14 +378,57 @@ def _pair_state(item: WorkItem, runs: list[RunMetrics], flip: bool, sched: LookS
 
 def _new_tally(points: list[str]) -> dict[str, dict[str, Any]]:
     return {
-        p: {"fail": 0, "pred": [], "runs": [], "margins": {m: 0 for m in MARGINS}, "low": 0, "high": 0} for p in points
+        p: {"fail": 0, "inc": 0, "pred": [], "runs": [], "margins": {m: 0 for m in MARGINS}, "low": 0, "high": 0}
+        for p in points
     }
+
+
+def _aa_pair(b_runs: list[RunMetrics], c_runs: list[RunMetrics], metric: str, *, paired: bool) -> AAPair | None:
+    """One A/A pair of stored lifetimes at one point: each lifetime's statistic and its runs' (the gate's samples)."""
+    md = METRICS[metric]
+
+    def samples(rs: list[RunMetrics]) -> list[list[float]]:
+        out = []
+        for r in sorted(rs, key=lambda r: r.run):
+            v = md.samples(r)
+            xs = v if isinstance(v, list) else ([v] if v is not None else [])
+            if xs:
+                out.append([float(x) for x in xs])
+        return out
+
+    b, c = samples(b_runs), samples(c_runs)
+    if not b or not c:
+        return None
+    return AAPair(
+        baseline=statistics.median(x for r in b for x in r),
+        candidate=statistics.median(x for r in c for x in r),
+        baseline_runs=[statistics.median(r) for r in b],
+        candidate_runs=[statistics.median(r) for r in c],
+        paired=paired,
+    )
+
+
+def _leave_out(pairs: dict[Any, AAPair | None], skip: set[Any]) -> LifetimeVariance | None:
+    """The lifetime variance the other A/A pairs give (leave-one-out calibration); None with fewer than two."""
+    rest = [p for k, p in pairs.items() if k not in skip and p is not None]
+    if len(rest) < 2:
+        return None
+    comp = variance_components(rest)
+    return LifetimeVariance(
+        between_var_log=comp.between_var_log,
+        within_var_log=comp.within_var_log,
+        runs_per_lifetime=comp.runs_per_lifetime,
+        df=comp.pairs,
+        source=f"the {len(rest)} other A/A pairs of this measurement",
+    )
 
 
 def _tally(pp: dict[str, Any], s: ItemState, est: Any, gate: Any) -> bool:
     """Count one comparison at one point: the adaptive gate's decision (``s``) and the fixed
-    design's estimate (``est``); True when the gate failed the identical candidate."""
-    failed = s.decision != "decided_pass"
+    design's estimate (``est``); True when the gate failed the identical candidate (an inconclusive
+    point, whose lifetime variance nothing measured, is counted apart)."""
+    failed = s.decision == "decided_fail"
+    pp["inc"] += s.decision == "inconclusive"
     pp["fail"] += failed
     pp["runs"].append(s.n_runs("baseline") + s.n_runs("candidate"))
     pp["pred"].append(mde_for_estimate(est, noise_margin=gate.noise_margin).gate_fail_probability_at_parity)
@@ -394,7 +446,7 @@ def _print_rates(per_point: dict[str, dict[str, Any]], points: list[str], n: int
         + (f"{'nominal':>9}" if nominal is not None else "")
         + f"{'runs':>6}"
         + "".join(f"{'m=' + format(m, 'g'):>9}" for m in MARGINS)
-        + f"{'hi<1':>7}{'lo>1':>7}"
+        + f"{'hi<1':>7}{'lo>1':>7}{'inconcl.':>10}"
     )
     for p in points:
         pp = per_point[p]
@@ -405,11 +457,29 @@ def _print_rates(per_point: dict[str, dict[str, Any]], points: list[str], n: int
             + (f"{nominal:>9.1%}" if nominal is not None else "")
             + f"{statistics.mean(pp['runs']):>6.1f}"
             + "".join(f"{pp['margins'][m] / n:>9.1%}" for m in MARGINS)
-            + f"{pp['low'] / n:>7.1%}{pp['high'] / n:>7.1%}"
+            + f"{pp['low'] / n:>7.1%}{pp['high'] / n:>7.1%}{pp['inc'] / n:>10.1%}"
         )
 
 
-def analyse_interleaved(data: dict[str, Any], gate: Any) -> None:
+def _aa_pairs_of(data: dict[str, Any], metric: str) -> dict[str, dict[int, AAPair | None]]:
+    """The stored interleaved pairs as A/A pairs, by point and pair."""
+    runs_all = [_stored(r) for r in data["runs"]]
+    out: dict[str, dict[int, AAPair | None]] = {}
+    for p in sorted({r.point for r in runs_all}):
+        for lt in sorted({r.lifetime for r in runs_all}):
+            mine = [r for r in runs_all if r.point == p and r.lifetime == lt]
+            out.setdefault(p, {})[lt] = _aa_pair(
+                [r for r in mine if r.side == "baseline"],
+                [r for r in mine if r.side == "candidate"],
+                metric,
+                paired=True,
+            )
+    return out
+
+
+def analyse_interleaved(data: dict[str, Any], gate: Any, *, variance: LifetimeVariance | None = None) -> None:
+    """Replay interleaved A/A pairs through the gate; each comparison is calibrated by the other pairs (leave one
+    out), or by ``variance`` when given (a calibration measured elsewhere)."""
     a = data["args"]
     runs_all = [_stored(r) for r in data["runs"]]
     points = sorted({r.point for r in runs_all}, key=lambda p: int(p.split("-b")[1].split("-")[0]))
@@ -444,9 +514,12 @@ def analyse_interleaved(data: dict[str, Any], gate: Any) -> None:
     n = len(comps)
     any_fail = 0
     per_point = _new_tally(points)
+    variance_given = variance
+    aa = _aa_pairs_of(data, metric)
     for lt, flip in comps:
         failed_any = False
         for p in points:
+            variance = _leave_out(aa[p], {lt}) if variance_given is None else variance_given
             mine = [r for r in runs_all if r.point == p and r.lifetime == lt]
             item = WorkItem(
                 key=f"decode@{p}",
@@ -462,8 +535,8 @@ def analyse_interleaved(data: dict[str, Any], gate: Any) -> None:
                 requests_per_run=a["requests"],
                 mode="waves",
             )
-            s = _pair_state(item, mine, flip, sched, gate)
-            fx = ItemState(item=item, interleaved=True)
+            s = _pair_state(item, mine, flip, sched, gate, variance)
+            fx = ItemState(item=item, interleaved=True, variance={metric: variance} if variance else {})
             for sd, other in (("baseline", "candidate"), ("candidate", "baseline")):
                 src = other if flip else sd
                 for r in sorted((r for r in mine if r.side == src), key=lambda r: r.run)[: gate.min_runs]:
@@ -473,7 +546,10 @@ def analyse_interleaved(data: dict[str, Any], gate: Any) -> None:
             failed_any |= _tally(per_point[p], s, est, gate)
         any_fail += failed_any
     alpha1 = (1 - gate.confidence) / 2
-    print(f"\ninterleaved (1 pair of lifetimes, both orientations): {n} pseudo-comparisons")
+    print(
+        f"\ninterleaved (1 pair of lifetimes, both orientations, each calibrated by the other pairs' lifetime "
+        f"variance, leave-one-out): {n} pseudo-comparisons"
+    )
     _print_rates(per_point, points, n, nominal=None)
     w = wilson_interval(any_fail, n, confidence=0.95)
     print(
@@ -490,9 +566,11 @@ def _state(
     c_lts: list[int],
     sched: LookSchedule,
     gate: Any,
+    variance: LifetimeVariance | None = None,
 ) -> ItemState:
-    """Feed stored runs to the check's adaptive loop, lifetime by lifetime in the schedule's order."""
-    s = ItemState(item=item)
+    """Feed stored runs to the check's adaptive loop, lifetime by lifetime in the schedule's order (the point
+    calibrated with ``variance``)."""
+    s = ItemState(item=item, variance={gate.gated_metric: variance} if variance else {})
     order = {"baseline": list(b_lts), "candidate": list(c_lts)}
     counts = {"baseline": 0, "candidate": 0}
     for side in sched.order:
@@ -522,9 +600,14 @@ def _state(
 
 
 def _fixed(
-    item: WorkItem, runs: dict[int, list[RunMetrics]], b_lts: list[int], c_lts: list[int], n_runs: int
+    item: WorkItem,
+    runs: dict[int, list[RunMetrics]],
+    b_lts: list[int],
+    c_lts: list[int],
+    n_runs: int,
+    variance: dict[str, LifetimeVariance],
 ) -> ItemState:
-    s = ItemState(item=item)
+    s = ItemState(item=item, variance=variance)
     for side, lts in (("baseline", b_lts), ("candidate", c_lts)):
         for k, lt in enumerate(lts):
             for r in runs[lt][:n_runs]:
@@ -625,8 +708,14 @@ def analyse(data: dict[str, Any], ns: argparse.Namespace) -> None:
         for b_lts, c_lts in comps:
             failed_any = False
             for p in points:
-                s = _state(items[p], by[p], b_lts, c_lts, sched, gate)
-                fx = _fixed(items[p], by[p], b_lts, c_lts, gate.min_runs)
+                rest = [lt for lt in lifetimes if lt not in b_lts and lt not in c_lts]
+                others = {
+                    k: _aa_pair(by[p][rest[k]], by[p][rest[k + 1]], metric, paired=False)
+                    for k in range(0, len(rest) - 1, 2)
+                }
+                variance = _leave_out(others, set())
+                s = _state(items[p], by[p], b_lts, c_lts, sched, gate, variance)
+                fx = _fixed(items[p], by[p], b_lts, c_lts, gate.min_runs, {metric: variance} if variance else {})
                 est = estimate(fx, metric, confidence=gate.confidence, interval=gate.interval)
                 assert est is not None
                 failed_any |= _tally(per_point[p], s, est, gate)

@@ -12,14 +12,28 @@ import numpy as np
 from fasttrack.checks.base import RunContext, build_run_plan
 from fasttrack.checks.perf import PerfCheck, measure_item
 from fasttrack.perf.analysis import ItemState
-from fasttrack.perf.metrics import RunMetrics
+from fasttrack.perf.metrics import METRICS, RunMetrics
 from fasttrack.perf.schedule import LookSchedule
 from fasttrack.perf.slo import with_goodput
 from fasttrack.perf.workloads import WorkItem
 from fasttrack.scope import PerfGate, load_scope
+from fasttrack.stats.lifetime import LifetimeVariance
 
 SLOW_FACTOR = 4.0
 """The synthetic slow batch's slowdown (the demo's ``slow-batch`` defect is 4-10x)."""
+
+TEST_VARIANCE = LifetimeVariance(
+    between_var_log=0.01**2, within_var_log=0.03**2, runs_per_lifetime=4, df=20, source="the tests' calibration"
+)
+"""A calibrated lifetime variance (1% between lifetimes), as a calibration record gives one: the synthetic runs'
+own lifetimes differ by less unless a test says otherwise, so a point with one lifetime per side is judged."""
+
+
+def calibrate(state: ItemState, variance: LifetimeVariance | None = TEST_VARIANCE) -> None:
+    """Give ``state`` a calibrated lifetime variance for every metric (``None``: leave it uncalibrated)."""
+    if variance is not None:
+        for m in METRICS:
+            state.variance.setdefault(m, variance)
 
 
 def fake_run(
@@ -96,8 +110,9 @@ def measure(
     lifetime: int,
     run_once: Callable[[int], Awaitable[RunMetrics]],
 ) -> int:
-    """One lifetime's runs of one point, as the check measures them (looking where the schedule allows);
-    how many runs it made."""
+    """One lifetime's runs of one point, as the check measures them (looking where the schedule allows), the
+    point calibrated with :data:`TEST_VARIANCE` unless it has a variance of its own; how many runs it made."""
+    calibrate(state)
     return asyncio.run(
         measure_item(
             state,

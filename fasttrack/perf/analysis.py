@@ -3,12 +3,17 @@
 Layout of the evidence for one cell: side -> engine lifetime -> run -> samples
 (``RunMetrics.samples(metric)``). The statistics come from :mod:`fasttrack.stats`:
 
-* the speedup of each metric with a hierarchical-bootstrap interval (lifetimes,
-  then runs; a side with one lifetime only resamples runs and its interval
-  ignores lifetime variance, which the row says);
+* the speedup of each metric with an interval whose unit is the engine lifetime
+  (``gates.perf.interval: lifetime``, :mod:`fasttrack.stats.lifetime`): its lifetime variance
+  comes from the scope's calibration record (:mod:`fasttrack.perf.calibration`, per point and
+  metric, ``ItemState.variance``) and/or the run's own lifetimes; where neither measures it the
+  row shows the runs' hierarchical-bootstrap interval, marked as ignoring lifetime variance, and
+  the point is inconclusive;
 * the gated metric's verdict is the last sequential look's decision (see
   :mod:`fasttrack.perf.schedule`): pass iff the lower end of the Bonferroni-corrected
-  interval is at least ``1 - noise_margin``; strictly better iff it exceeds 1;
+  interval is at least ``1 - noise_margin``; inconclusive when that interval covers no lifetime
+  variance; strictly better iff the lower end at the family-wise level (Bonferroni over the looks
+  and the run's points) exceeds 1;
 * the minimum detectable effect at 80% power next to every verdict;
 * per-GPU normalisation when the sides used different GPU counts (the gate then
   judges the per-GPU speedup);
@@ -38,6 +43,7 @@ from fasttrack.stats import (
     sequential_decision,
 )
 from fasttrack.stats.hierarchical import MetricSpec
+from fasttrack.stats.lifetime import LifetimeVariance
 
 SIDES = ("baseline", "candidate")
 N_BOOT = 4000
@@ -64,6 +70,8 @@ class ItemState:
     interleaved: bool = False
     """Measured interleaved (``gates.perf.interleave``): run k of each side next to the other's run k,
     lifetime i of both sides up together, so the bootstrap resamples those pairs together."""
+    variance: dict[str, LifetimeVariance] = field(default_factory=dict)
+    """Calibrated lifetime variance of this cell, by metric (from the scope's calibration record)."""
 
     def add(self, run: RunMetrics) -> None:
         self.runs[run.side].setdefault(run.lifetime, []).append(run)
@@ -111,14 +119,23 @@ class _IntervalArgs(MetricSpec):
     n_boot: int
     seed: int
     paired: bool
+    variance: LifetimeVariance | None
 
 
 def _interval_args(state: ItemState, metric: str, *, confidence: float, interval: str) -> _IntervalArgs:
-    """The metric's direction and statistic, the bootstrap's size and the item's seed, and whether the runs pair."""
+    """The metric's direction and statistic, the bootstrap's size and the item's seed, whether the runs pair, and
+    the cell's calibrated lifetime variance of the metric."""
     md = METRICS[metric]
     spec = MetricSpec(metric=metric, direction=md.direction, statistic=md.statistic, confidence=confidence)
     seed = seed_for(state.item.key, metric)
-    return _IntervalArgs(**spec, interval=interval, n_boot=N_BOOT, seed=seed, paired=state.interleaved)
+    return _IntervalArgs(
+        **spec,
+        interval=interval,
+        n_boot=N_BOOT,
+        seed=seed,
+        paired=state.interleaved,
+        variance=state.variance.get(metric),
+    )
 
 
 def look(
@@ -150,7 +167,9 @@ def look(
 def _rescale_decision(dec: SequentialDecision, f: float, *, look_no: int, planned_looks: int) -> SequentialDecision:
     g = dec.gate
     lo, hi, thr = g.ci_low * f, g.ci_high * f, g.threshold
-    if lo >= thr:
+    if g.inconclusive:
+        d, why = dec.decision, dec.reason
+    elif lo >= thr:
         d, why = "decided_pass", f"per-GPU lower bound {lo:.4g} >= {thr:.4g}"
     elif hi < thr:
         d, why = "decided_fail", f"per-GPU upper bound {hi:.4g} < {thr:.4g}"
@@ -163,8 +182,8 @@ def _rescale_decision(dec: SequentialDecision, f: float, *, look_no: int, planne
             "speedup": g.speedup * f,
             "ci_low": lo,
             "ci_high": hi,
-            "passed": lo >= thr,
-            "strictly_better": lo > 1.0,
+            "passed": not g.inconclusive and lo >= thr,
+            "strictly_better": not g.inconclusive and lo > 1.0,
             "method": g.method + f"; speedup and interval multiplied by baseline/candidate GPUs = {f:g}",
         }
     )
@@ -212,8 +231,15 @@ def statement(
     slowdown: float | None,
     gate_slowdown: float | None,
     ignores_lifetime_variance: bool,
+    inconclusive: bool = False,
 ) -> str:
     """The verdict in words with its minimum detectable effect."""
+    if inconclusive:
+        return (
+            "inconclusive: lifetime variance unmeasured (one engine lifetime on a side and no calibration record "
+            "of this point for this host class); the interval shown covers run-to-run noise only, and two lifetimes "
+            "of one engine differ by more, so it can neither pass nor fail the point nor call it strictly better"
+        )
     if passed is None:
         head = "reported, not gated"
     elif passed:
@@ -227,6 +253,12 @@ def statement(
     if ignores_lifetime_variance:
         s += "; one engine lifetime per side: the interval ignores lifetime-to-lifetime variance"
     return s
+
+
+def family_confidence(confidence: float, *, planned_looks: int, points: int) -> float:
+    """The level "strictly better" is judged at: Bonferroni over the planned looks and the run's points, so a
+    no-op candidate is strictly better at some point of a run with probability at most (1 - confidence) / 2."""
+    return 1.0 - (1.0 - confidence) / max(1, planned_looks) / max(1, points)
 
 
 @dataclass
@@ -315,19 +347,22 @@ def _metric_row(
     conf: float,
     confidence: float,
     noise_margin: float,
+    strict_low: float | None,
 ) -> dict[str, Any]:
     """One metric's row: its speedup and interval at ``conf`` (per GPU when resources differ), the nominal-level
-    interval, the minimum detectable effect, and the verdict when it is the gated metric."""
+    interval, the minimum detectable effect, and the verdict when it is the gated metric (``strict_low``: the
+    family-wise lower bound strictly better is judged by)."""
     md: MetricDef = METRICS[m]
     f = state.factor()
     lo, hi, sp = est.ci_low * f, est.ci_high * f, est.speedup * f
-    passed = lo >= g.threshold
+    inconclusive = g.inconclusive
+    passed = not inconclusive and lo >= g.threshold
+    verdict: str | None = None
     if m == gated:
-        verdict: str | None = "pass" if decision == "decided_pass" else "fail"
+        verdict = "inconclusive" if decision == "inconclusive" else "pass" if decision == "decided_pass" else "fail"
         if verdict == "pass" and not passed:  # cannot happen: the decision was taken on this same interval
             verdict = "fail"
-    else:
-        verdict = None
+    strict = None if strict_low is None else strict_low * f
     return {
         **base_row,
         "metric": f"{state.item.workload}/{m}",
@@ -349,7 +384,10 @@ def _metric_row(
         "noise_margin": noise_margin,
         "verdict": verdict,
         "gated": m == gated,
-        "strictly_better": lo > 1.0,
+        "inconclusive": inconclusive,
+        "strictly_better": not inconclusive and (strict if strict is not None else lo) > 1.0,
+        "strict_low": strict,
+        "lifetime_variance": est.lifetime_variance,
         "mde": mde.detectable_slowdown,
         "detectable_slowdown": mde.detectable_slowdown,
         "detectable_speedup": mde.detectable_speedup,
@@ -363,14 +401,7 @@ def _metric_row(
         "raw_speedup": est.speedup,
         "raw_ci_low": est.ci_low,
         "raw_ci_high": est.ci_high,
-        "baseline_lifetime_values": [md.display(v) for v in est.baseline.lifetime_values],
-        "candidate_lifetime_values": [md.display(v) for v in est.candidate.lifetime_values],
-        "baseline_run_values": [[md.display(v) for v in lt] for lt in est.baseline.run_values],
-        "candidate_run_values": [[md.display(v) for v in lt] for lt in est.candidate.run_values],
-        "n_boot": est.n_boot,
-        "seed": est.seed,
-        "method": est.method,
-        "warnings": est.warnings,
+        **_raw_fields(est, md),
         "decision": decision if m == gated else None,
         "statement": statement(
             None if verdict is None else verdict == "pass",
@@ -379,7 +410,22 @@ def _metric_row(
             slowdown=mde.detectable_slowdown,
             gate_slowdown=mde.gate_detectable_slowdown,
             ignores_lifetime_variance=est.ignores_lifetime_variance,
+            inconclusive=verdict == "inconclusive",
         ),
+    }
+
+
+def _raw_fields(est: RatioEstimate, md: MetricDef) -> dict[str, Any]:
+    """A row's raw figures: each lifetime's and each run's value per side, and how the interval was made."""
+    return {
+        "baseline_lifetime_values": [md.display(v) for v in est.baseline.lifetime_values],
+        "candidate_lifetime_values": [md.display(v) for v in est.candidate.lifetime_values],
+        "baseline_run_values": [[md.display(v) for v in lt] for lt in est.baseline.run_values],
+        "candidate_run_values": [[md.display(v) for v in lt] for lt in est.candidate.run_values],
+        "n_boot": est.n_boot,
+        "seed": est.seed,
+        "method": est.method,
+        "warnings": est.warnings,
     }
 
 
@@ -419,8 +465,10 @@ def judge_item(
     confidence: float,
     planned_looks: int,
     interval: str = "bootstrap",
+    points: int = 1,
 ) -> ItemJudgement:
-    """Rows (one per metric) and the gated verdict of one cell."""
+    """Rows (one per metric) and the gated verdict of one cell (``points``: the run's points, for the family-wise
+    level of "strictly better")."""
     it = state.item
     rows: list[dict[str, Any]] = []
     nominal: dict[str, RatioEstimate] = {}
@@ -458,7 +506,10 @@ def judge_item(
         assert nom_est is not None  # the same samples as ``est``, so the nominal-level estimate exists too
         nominal[m] = nom_est
         mdes[m] = mde = mde_for_estimate(est, power=POWER, noise_margin=noise_margin)
-        g = no_regression_gate(est, noise_margin=noise_margin, point=it.point)
+        fw = family_confidence(confidence, planned_looks=planned_looks, points=points)
+        strict_est = estimate(state, m, confidence=fw, interval=interval) if m == gated else None
+        strict_low = strict_est.ci_low if strict_est is not None else None
+        g = no_regression_gate(est, noise_margin=noise_margin, point=it.point, strict_low=strict_low)
         if m == gated:
             dec_gate = g
         row = _metric_row(
@@ -474,6 +525,7 @@ def judge_item(
             conf=conf,
             confidence=confidence,
             noise_margin=noise_margin,
+            strict_low=strict_low,
         )
         rows.append(row)
     grow = next((r for r in rows if r.get("metric_name") == gated), None)

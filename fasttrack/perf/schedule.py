@@ -47,14 +47,17 @@ class LookSchedule:
     max_runs: int
     interleaved: bool = False
     """The k-th lifetimes of the two sides are up together (pairs); looks only where a pair is complete."""
+    fixed: bool = False
+    """A fixed design (``gates.perf.adaptive: false``): no looks while measuring, so every lifetime measures
+    every point with ``min_runs`` runs; the point is judged once, at the end."""
 
     @classmethod
     def for_group(
-        cls, order: Sequence[str], *, min_runs: int, max_runs: int, interleaved: bool = False
+        cls, order: Sequence[str], *, min_runs: int, max_runs: int, interleaved: bool = False, fixed: bool = False
     ) -> "LookSchedule":
         if min_runs < 1 or max_runs < min_runs:
             raise ValueError(f"need 1 <= min_runs <= max_runs, got {min_runs}, {max_runs}")
-        return cls(order=tuple(order), min_runs=min_runs, max_runs=max_runs, interleaved=interleaved)
+        return cls(order=tuple(order), min_runs=min_runs, max_runs=max_runs, interleaved=interleaved, fixed=fixed)
 
     @property
     def lifetimes_per_side(self) -> int:
@@ -91,8 +94,10 @@ class LookSchedule:
         return None
 
     def look_positions(self) -> list[int]:
-        """Positions in the order on which looks are allowed."""
-        out = []
+        """Positions in the order on which looks are allowed (none in a fixed design)."""
+        out: list[int] = []
+        if self.fixed:
+            return out
         for i in range(len(self.order)):
             if i == self.drift_position:
                 continue
@@ -142,4 +147,5 @@ class LookSchedule:
             "planned_looks": self.planned_looks,
             "drift_position": self.drift_position,
             "interleaved": self.interleaved,
+            "fixed": self.fixed,
         }

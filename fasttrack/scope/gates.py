@@ -136,6 +136,18 @@ class ServiceLevel(ScopeModel):
         return ", ".join(parts)
 
 
+class PerfCalibration(ScopeModel):
+    """A signed record of this host class's lifetime variance per point (``fasttrack calibrate``): the perf
+    intervals of a run with one engine lifetime per side take their lifetime-to-lifetime variance from it."""
+
+    record: str = Field(min_length=1, max_length=4096)
+    """The record file (a DSSE envelope), relative to the scope file's folder."""
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    """The record file's sha256: the scope pins the record it was reviewed with."""
+    keys: list[str] = Field(default_factory=list, max_length=16)
+    """Public keys (relative paths) one of which must have signed the record; empty: the pinned hash alone."""
+
+
 class PerfGate(CheckGate, check="perf"):
     noise_margin: Annotated[float, stricter("lower")] = Field(default=0.05, ge=0, lt=1)
     """A point passes when the lower confidence bound of its speedup is >= 1 - noise_margin."""
@@ -148,10 +160,19 @@ class PerfGate(CheckGate, check="perf"):
     )
     """The metric whose interval decides each point. ``median_engine_tpot_ms`` needs engines that report
     per-request metrics (the harness starts its own with ``--enable-per-request-metrics``)."""
-    interval: Literal["bootstrap", "lifetime_t"] = "bootstrap"
-    """Confidence interval of the speedup: 'bootstrap' (hierarchical: lifetimes, then runs) or
-    'lifetime_t' (t interval over per-lifetime values; holds its level with few lifetimes, wider).
-    With one lifetime per side only 'bootstrap' applies, and its interval ignores lifetime variance."""
+    interval: Literal["lifetime", "bootstrap", "lifetime_t"] = "lifetime"
+    """Confidence interval of the speedup; its unit is always the engine lifetime. 'lifetime' (the default): a t
+    interval whose lifetime variance comes from ``calibration`` and/or the run's own lifetimes (three or more in
+    all). 'bootstrap': the hierarchical bootstrap (lifetimes, then runs) where each side has two lifetimes or
+    more (it underestimates the variance with two or three). 'lifetime_t': the t interval over the run's own
+    lifetimes only, with three or more in all. Where the chosen one has too few lifetimes, 'lifetime' applies;
+    a point where nothing measures the lifetime variance is inconclusive (never passed, never strictly better)."""
+    calibration: PerfCalibration | None = None
+    """The calibration record of this host class's lifetime variance (``interval: lifetime``)."""
+    adaptive: bool = True
+    """Adaptive repetition: looks after ``min_runs`` runs, and a decided point is not measured on later
+    lifetimes. False: a fixed design, every lifetime measures every point with ``min_runs`` runs and the point is
+    judged once at the end (what a calibration needs: every lifetime pair at every point)."""
     interleave: bool = False
     """Keep the k-th baseline and the k-th candidate engine of a group up together and alternate each
     point's runs between them (baseline, candidate, candidate, baseline, ...), so that a host that slows

@@ -6,7 +6,14 @@ Per point the rule is a non-inferiority test on the speedup:
 * **pass** iff the lower end of the two-sided ``confidence`` interval of the speedup
   is at least ``1 - noise_margin`` (a one-sided test at level ``(1 - confidence)/2``
   of H0: speedup < 1 - noise_margin);
-* **strictly better** (reported, not required) iff that lower end exceeds 1.
+* **strictly better** (reported, or required by a scope) iff the lower end of the interval at the
+  family-wise level exceeds 1: the level is Bonferroni-corrected over the run's points as well (the
+  caller passes that bound), so a no-op candidate is strictly better at some point of a run with
+  probability at most ``(1 - confidence) / 2``;
+* **inconclusive** when the interval covers no lifetime-to-lifetime variance (one engine lifetime on a
+  side and no calibration for the point, :mod:`fasttrack.stats.lifetime`): such a point neither passes
+  nor fails and is never strictly better. Two lifetimes of one engine differ by more than the runs of
+  one lifetime, so an interval of runs alone would call an A/A a slowdown or "strictly better".
 
 Overall the candidate passes iff every supported point passes
 (intersection-union test: the overall false-pass rate is bounded by the per-point
@@ -37,9 +44,10 @@ from fasttrack.stats.hierarchical import (
     hierarchical_ratio_bootstrap,
     lifetime_t_ratio,
 )
+from fasttrack.stats.lifetime import LifetimeVariance, lifetime_interval
 from fasttrack.stats.nested import SideSamples, count_lifetimes
 
-Decision = Literal["decided_pass", "decided_fail", "undecided"]
+Decision = Literal["decided_pass", "decided_fail", "undecided", "inconclusive"]
 
 
 class PointGate(StatResult):
@@ -60,9 +68,15 @@ class PointGate(StatResult):
     passed: bool
     """ci_low >= threshold."""
     strictly_better: bool
-    """ci_low > 1."""
+    """The family-wise lower bound (``strict_low``) > 1, and the point is not inconclusive."""
+    strict_low: float | None = None
+    """Lower end of the interval at the family-wise level (Bonferroni over the run's points and looks) that
+    ``strictly_better`` is judged by; None: ``ci_low``."""
     ignores_lifetime_variance: bool
-    """Copied from the estimate: true when a side had a single engine lifetime."""
+    """Copied from the estimate: true when its interval covers run-to-run noise only."""
+    inconclusive: bool = False
+    """The interval covers no lifetime variance (one lifetime on a side, no calibration): neither passed nor
+    failed, never strictly better."""
     rule: str
     estimate: RatioEstimate
     """The estimate the verdict is based on (with raw data, seed and bootstrap quantiles)."""
@@ -100,12 +114,23 @@ class SequentialDecision(StatResult):
     """The gate evaluated at the per-look confidence."""
 
 
-def no_regression_gate(estimate: RatioEstimate, *, noise_margin: float, point: str = "") -> PointGate:
-    """Gate one point: pass iff ``estimate.ci_low >= 1 - noise_margin``; strictly better iff ``ci_low > 1``."""
+def no_regression_gate(
+    estimate: RatioEstimate,
+    *,
+    noise_margin: float,
+    point: str = "",
+    strict_low: float | None = None,
+    lifetime_rule: bool = True,
+) -> PointGate:
+    """Gate one point: pass iff ``estimate.ci_low >= 1 - noise_margin``; strictly better iff ``strict_low`` (the
+    family-wise lower bound; default ``ci_low``) ``> 1``. With ``lifetime_rule`` an estimate that ignores
+    lifetime variance is inconclusive: not passed, not strictly better."""
     if not (0.0 <= noise_margin < 1.0):
         raise StatsInputError(f"noise_margin must be in [0, 1), got {noise_margin!r}.")
     thr = 1.0 - noise_margin
     alpha1 = (1.0 - estimate.confidence) / 2.0
+    inconclusive = lifetime_rule and estimate.ignores_lifetime_variance
+    low = estimate.ci_low if strict_low is None else strict_low
     return PointGate(
         name=f"no-regression gate on {estimate.name}",
         method=f"non-inferiority: lower end of the {estimate.confidence:.4g} two-sided interval ({estimate.method})",
@@ -113,11 +138,14 @@ def no_regression_gate(estimate: RatioEstimate, *, noise_margin: float, point: s
         **attrs(estimate, "metric", "speedup", "ci_low", "ci_high", "confidence", "ignores_lifetime_variance"),
         noise_margin=noise_margin,
         threshold=thr,
-        passed=estimate.ci_low >= thr,
-        strictly_better=estimate.ci_low > 1.0,
+        passed=not inconclusive and estimate.ci_low >= thr,
+        strictly_better=not inconclusive and low > 1.0,
+        strict_low=strict_low,
+        inconclusive=inconclusive,
         rule=(
             f"pass iff lower confidence bound of speedup >= 1 - noise_margin = {thr:.4g} "
-            f"(one-sided level {alpha1:.4g}); strictly better iff lower bound > 1"
+            f"(one-sided level {alpha1:.4g}); strictly better iff the family-wise lower bound > 1"
+            + ("; inconclusive when the interval covers no lifetime variance" if lifetime_rule else "")
         ),
         estimate=estimate,
     )
@@ -151,6 +179,12 @@ def overall_gate(points: Sequence[PointGate]) -> OverallGate:
     )
 
 
+INTERVALS = ("lifetime", "bootstrap", "lifetime_t")
+"""The speedup interval's methods (``PerfGate.interval``)."""
+
+UNMEASURED = "lifetime variance unmeasured"
+
+
 def ratio_interval(
     baseline: SideSamples,
     candidate: SideSamples,
@@ -159,26 +193,37 @@ def ratio_interval(
     n_boot: int = 4000,
     seed: int = 0,
     paired: bool = False,
+    variance: LifetimeVariance | None = None,
     **spec: Unpack[MetricSpec],
 ) -> RatioEstimate:
-    """The speedup's interval by the scope's method: ``bootstrap`` (hierarchical) or
-    ``lifetime_t`` (t interval over per-lifetime values). ``lifetime_t`` needs three
-    lifetimes in total; with fewer, the hierarchical bootstrap is used and the
-    estimate's warnings say so. ``paired`` (interleaved runs) applies to the bootstrap."""
-    if interval not in ("bootstrap", "lifetime_t"):
-        raise StatsInputError(f"interval must be 'bootstrap' or 'lifetime_t', got {interval!r}.")
-    fallback = None
-    if interval == "lifetime_t":
-        n_b = count_lifetimes(baseline, what=f"{spec['metric']} baseline")
-        n_c = count_lifetimes(candidate, what=f"{spec['metric']} candidate")
-        if n_b + n_c >= LIFETIME_T_MIN_LIFETIMES:
-            return lifetime_t_ratio(baseline, candidate, **spec)
-        fallback = (
-            f"interval 'lifetime_t' needs at least {LIFETIME_T_MIN_LIFETIMES} engine lifetimes in "
-            f"total (got {n_b} baseline, {n_c} candidate); the hierarchical bootstrap was used"
-        )
+    """The speedup's interval by the scope's method, always one whose unit is the engine lifetime:
+
+    * ``lifetime``: the lifetime t interval with the calibrated lifetime ``variance`` and/or the run's own
+      lifetimes (:func:`~fasttrack.stats.lifetime.lifetime_interval`);
+    * ``bootstrap``: the hierarchical bootstrap (lifetimes, then runs) when each side has two lifetimes or more;
+    * ``lifetime_t``: the t interval over the run's own per-lifetime values, with three lifetimes or more in all.
+
+    Where the chosen method has too few lifetimes, the ``lifetime`` interval is used; where nothing measures the
+    lifetime variance (one lifetime on a side, no calibration), the hierarchical bootstrap of the runs, marked
+    ``ignores_lifetime_variance`` with the reason among its warnings: the gate calls such a point inconclusive.
+    ``paired`` (interleaved runs) applies to the bootstrap."""
+    if interval not in INTERVALS:
+        raise StatsInputError(f"interval must be one of {', '.join(INTERVALS)}, got {interval!r}.")
+    n_b = count_lifetimes(baseline, what=f"{spec['metric']} baseline")
+    n_c = count_lifetimes(candidate, what=f"{spec['metric']} candidate")
+    if interval == "bootstrap" and min(n_b, n_c) >= 2:
+        return hierarchical_ratio_bootstrap(baseline, candidate, n_boot=n_boot, seed=seed, paired=paired, **spec)
+    if interval == "lifetime_t" and n_b + n_c >= LIFETIME_T_MIN_LIFETIMES:
+        return lifetime_t_ratio(baseline, candidate, **spec)
+    est_l = lifetime_interval(baseline, candidate, variance=variance, paired=paired, **spec)
+    if est_l is not None:
+        return est_l
     est = hierarchical_ratio_bootstrap(baseline, candidate, n_boot=n_boot, seed=seed, paired=paired, **spec)
-    return est.model_copy(update={"warnings": [*est.warnings, fallback]}) if fallback else est
+    why = (
+        f"{UNMEASURED}: {n_b} baseline and {n_c} candidate engine lifetime(s) and no calibration of this point on "
+        "this host class, so the interval covers run-to-run noise only"
+    )
+    return est.model_copy(update={"ignores_lifetime_variance": True, "warnings": [*est.warnings, why]})
 
 
 def planned_looks(*, min_runs: int, max_runs: int, step: int = 1) -> int:
@@ -200,6 +245,7 @@ def sequential_decision(
     n_boot: int = 4000,
     seed: int = 0,
     paired: bool = False,
+    variance: LifetimeVariance | None = None,
     **spec: Unpack[MetricSpec],
 ) -> SequentialDecision:
     """One look of adaptive repetition (Bonferroni over the planned looks).
@@ -208,8 +254,9 @@ def sequential_decision(
     ``1 - (1 - confidence) / planned_looks``. Then:
     ``decided_pass`` if its lower end >= 1 - noise_margin; ``decided_fail`` if its
     upper end < 1 - noise_margin (a regression beyond the margin is established), or
-    if this is the last planned look and the point has not passed; otherwise
-    ``undecided`` (take another run and look again).
+    if this is the last planned look and the point has not passed; ``inconclusive`` (final at once: more
+    runs of the same lifetimes cannot measure lifetime variance) when the interval covers no lifetime
+    variance; otherwise ``undecided`` (take another run and look again).
     """
     confidence = check_confidence(spec.get("confidence", 0.95))
     if planned_looks < 1 or not (1 <= look <= planned_looks):
@@ -218,11 +265,16 @@ def sequential_decision(
         )
     per_look = 1.0 - (1.0 - confidence) / planned_looks
     at_look: MetricSpec = {**spec, "confidence": per_look}
-    est = ratio_interval(baseline, candidate, interval=interval, n_boot=n_boot, seed=seed, paired=paired, **at_look)
+    est = ratio_interval(
+        baseline, candidate, interval=interval, n_boot=n_boot, seed=seed, paired=paired, variance=variance, **at_look
+    )
     gate = no_regression_gate(est, noise_margin=noise_margin, point=point)
     thr = gate.threshold
-    if gate.passed:
-        decision: Decision = "decided_pass"
+    if gate.inconclusive:
+        decision: Decision = "inconclusive"
+        reason = f"inconclusive: {UNMEASURED} (one engine lifetime on a side and no calibration of this point)"
+    elif gate.passed:
+        decision = "decided_pass"
         reason = f"lower bound {gate.ci_low:.4g} >= {thr:.4g} at look {look}/{planned_looks}"
     elif gate.ci_high < thr:
         decision = "decided_fail"

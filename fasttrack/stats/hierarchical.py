@@ -119,6 +119,9 @@ class RatioEstimate(StatResult):
     """True when a side has a single engine lifetime: the interval covers run-to-run noise only."""
     paired: bool = False
     """True when the two sides' runs were resampled together (interleaved measurement)."""
+    lifetime_variance: str | None = None
+    """Where the interval's lifetime variance comes from (a calibration, the run's own lifetimes, or both), in
+    words; None for the bootstrap and the plain lifetime t interval."""
     warnings: list[str]
     """Caveats about this estimate (few lifetimes, no replication...)."""
 

@@ -156,3 +156,29 @@ def test_a_defect_of_the_other_device_is_refused():
         check_defect_device("graph-stale", "cpu", "FASTTRACK_DEMO_DEFECT")
     with pytest.raises(DemoBackendConfigError, match="CPU fast path"):
         check_defect_device("broken-json", "cuda", "FASTTRACK_DEMO_DEFECT")
+
+
+def test_slow_batch_as_a_factor_on_cuda_spins_for_the_measured_step_time() -> None:
+    """``FASTTRACK_DEMO_SLOW_FACTOR`` on CUDA: the spin follows (f - 1) x the slow batch's own step time measured
+    between consecutive steps, less the spin each held; other batches and pauses do not count."""
+    from fasttrack_demo_plugin.cuda_path import SlowFactor
+
+    sf = SlowFactor(1.03)
+    step = 0.006  # a 6 ms step of the ~8B demo model
+    now, spins = 0.0, []
+    for _ in range(40):
+        now += step + sf.spin_ns * 1e-9
+        spin = sf.step(4, now)
+        if spin is not None:
+            spins.append(spin)
+    assert spins and abs(sf.spin_ns - 0.03 * step * 1e9) < 0.03 * 0.03 * step * 1e9, sf.spin_ns
+    # batch 3 replays the graph of 4 and is slowed too; batches 2 and 5..8 are not, and reset the gap
+    assert SlowFactor(1.5).step(3, 1.0) is None
+    other = SlowFactor(1.5)
+    other.step(4, 1.0)
+    assert other.step(8, 1.004) is None and other.last is None
+    # a gap over 0.2 s is a pause, not a step
+    paused = SlowFactor(1.5)
+    paused.step(4, 1.0)
+    paused.step(4, 1.5)
+    assert paused.own == [] and paused.spin_ns == 0

@@ -93,11 +93,24 @@ def test_false_alarm_interleaved_replay_counts_identical_engines_as_passing(caps
     gate = load_scope("demo-llama").scope.gates.perf.model_copy(
         update={"noise_margin": 0.1, "interleave_settle_s": 0.0}
     )
-    false_alarm.analyse_interleaved(_interleaved_data([1.0, 2.5, 1.0, 2.5, 1.0, 1.0]), gate)
+    host = [1.0, 2.5, 1.0, 2.5, 1.0, 1.0]
+    # each comparison is calibrated by the other pairs (leave one out): with four pairs, three calibrate each
+    false_alarm.analyse_interleaved(_interleaved_data(host, pairs=4), gate)
     out = capsys.readouterr().out
-    assert "4 pseudo-comparisons" in out and "paired bootstrap" in out
+    assert "8 pseudo-comparisons" in out and "leave-one-out" in out
     assert "overall (any point fails): 0.0%" in out, out
-    # a candidate 3x slower is what the gate is for: every comparison in the slow orientation fails
-    false_alarm.analyse_interleaved(_interleaved_data([1.0, 2.5, 1.0, 2.5, 1.0, 1.0], b_factor=3.0), gate)
+    rows = [ln for ln in out.splitlines() if ln.strip().startswith("tp1-") and "%" in ln]
+    assert rows and all(ln.split()[-1] == "0.0%" for ln in rows), out  # none inconclusive
+    # with two pairs one other pair cannot calibrate: every point is inconclusive, none fails
+    false_alarm.analyse_interleaved(_interleaved_data(host), gate)
+    out = capsys.readouterr().out
+    assert "overall (any point fails): 0.0%" in out, out
+    rows = [ln for ln in out.splitlines() if ln.strip().startswith("tp1-") and "%" in ln]
+    assert rows and all(ln.split()[-1] == "100.0%" for ln in rows), out
+    # a candidate 3x slower is what the gate is for: calibrated by the A/A pairs, every comparison in the slow
+    # orientation fails
+    pairs = false_alarm._aa_pairs_of(_interleaved_data(host, pairs=4), gate.gated_metric)
+    variance = false_alarm._leave_out(pairs["tp1-dcp1-none-b1-ctx32"], set())
+    false_alarm.analyse_interleaved(_interleaved_data(host, b_factor=3.0), gate, variance=variance)
     out = capsys.readouterr().out
     assert "overall (any point fails): 50.0%" in out, out

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from perf_testlib import SLOW_FACTOR, demo_perf_ctx, fake_run, measure, simulate
+from perf_testlib import SLOW_FACTOR, calibrate, demo_perf_ctx, fake_run, measure, simulate
 
 from fasttrack.checks.base import Verdict
 from fasttrack.checks.perf import PerfCheck, gpus_from_args, measure_item
@@ -163,8 +163,12 @@ def test_judge_item_rows_carry_interval_mde_and_raw_values() -> None:
     assert tpot["speedup"] == pytest.approx(1.25, rel=0.05) and tpot["ci_low"] > 1.0
     assert tpot["confidence"] == pytest.approx(1 - 0.05 / 4) and thr["confidence"] == 0.95
     assert 0 < tpot["mde"] < 0.2 and 0.05 < tpot["gate_detectable_slowdown"] <= 0.1
-    assert "would have been detected" in tpot["statement"] and "ignores lifetime" in tpot["statement"]
-    assert tpot["ignores_lifetime_variance"] is True
+    assert "would have been detected" in tpot["statement"] and "ignores lifetime" not in tpot["statement"]
+    # one lifetime per side: the interval's lifetime variance is the calibration's
+    assert tpot["ignores_lifetime_variance"] is False and not tpot["inconclusive"]
+    assert tpot["lifetime_variance"].startswith("calibrated: the tests' calibration")
+    # strictly better is judged at the family-wise level: a lower bound below the nominal one
+    assert tpot["strict_low"] is not None and 1.0 < tpot["strict_low"] <= tpot["ci_low"]
     assert len(tpot["baseline_run_values"][0]) == 3 and tpot["runs"] == 6
     assert thr["speedup"] == pytest.approx(1.25, rel=0.05)
 
@@ -196,7 +200,7 @@ def test_lifetime_t_interval_counts_lifetime_variance_and_falls_back_below_three
     assert t["ignores_lifetime_variance"] is False
     # the t interval is wider than the bootstrap's with two lifetimes per side
     assert (t["ci_high"] / t["ci_low"]) > (b["ci_high"] / b["ci_low"])
-    # one lifetime per side: lifetime_t cannot be computed; the bootstrap is used and the row says so
+    # one lifetime per side: lifetime_t cannot be computed; the calibrated lifetime interval is used instead
     sched1 = LookSchedule.for_group(["baseline", "candidate"], min_runs=3, max_runs=6)
     s = ItemState(item=_item())
     _measure(s, sched1, "baseline", 0, tpot=2.0, seed=1, gate=gate_t)
@@ -211,11 +215,8 @@ def test_lifetime_t_interval_counts_lifetime_variance_and_falls_back_below_three
         interval="lifetime_t",
     )
     row = j.rows[0]
-    assert row["ignores_lifetime_variance"] is True and row["verdict"] == "pass"
-    assert any(
-        "lifetime_t' needs at least 3 engine lifetimes" in w and "got 1 baseline, 1 candidate" in w
-        for w in row["warnings"]
-    ), row["warnings"]
+    assert row["ignores_lifetime_variance"] is False and row["verdict"] == "pass"
+    assert row["lifetime_variance"].startswith("calibrated")
 
 
 def test_unequal_gpus_are_compared_per_gpu() -> None:
@@ -267,7 +268,8 @@ def test_smoke_check_fails_exactly_the_slow_batch_and_reports_every_point(tmp_pa
     assert {r["point"] for r in gated} == {p.id for p in ctx.plan.points}
     for r in gated:
         assert r["ci_low"] <= r["speedup"] <= r["ci_high"] and r["mde"] is not None and r["runs"] >= 6
-    assert res.summary["ignores_lifetime_variance"] is True and "ignore lifetime variance" in res.reason
+    assert res.summary["ignores_lifetime_variance"] is False and "ignore lifetime variance" not in res.reason
+    assert all(r["lifetime_variance"].startswith("calibrated") for r in gated)
     assert res.gate is not None and res.gate.threshold == pytest.approx(1 - ctx.scope.gates.perf.noise_margin)
     assert len(res.tables["runs"]) == sum(r["runs"] for r in gated)
     assert all(run["tpot_ms"] for run in res.tables["runs"])
@@ -470,6 +472,7 @@ def _pair_runner(
     fail_at: tuple[str, int] | None = None,
 ):
     rng = np.random.default_rng(seed)
+    calibrate(state)
 
     def make(side: str):
         async def run_once(k: int) -> RunMetrics:
@@ -515,6 +518,7 @@ def test_measure_pair_runs_abba_blocks_and_looks_after_each_block() -> None:
         planned_looks=sched.planned_looks,
     )
     assert j.rows[0]["interleaved"] and j.rows[0]["paired"]
+    assert j.rows[0]["lifetime_variance"].startswith("paired run differences within each lifetime pair; calibrated")
     # on the next lifetime pair the candidate opens each block: B A A B
     s2 = ItemState(item=_item())
     calls2: list[tuple[str, int]] = []

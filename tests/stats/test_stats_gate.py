@@ -24,6 +24,7 @@ from fasttrack.stats import (
     planned_looks,
     sequential_decision,
 )
+from fasttrack.stats.lifetime import LifetimeVariance
 
 
 def _estimate(lo: float, hi: float, speedup: float = 1.0) -> RatioEstimate:
@@ -96,13 +97,23 @@ def test_sequential_decisions() -> None:
     )
     assert d.decision == "decided_fail" and "beyond the margin" in d.reason
 
-    b, c = _sides(rng, 1.0, 1, 3, 0.2)  # equal but very noisy
+    b, c = _sides(rng, 1.0, 1, 3, 0.2)  # equal but very noisy, one lifetime per side
+    # nothing measures the lifetime variance: inconclusive at once (more runs of these lifetimes cannot)
     d = sequential_decision(
         b, c, metric="tpot", direction="lower_is_better", noise_margin=0.05, look=2, planned_looks=6
     )
-    assert d.decision == "undecided" and not d.final
+    assert d.decision == "inconclusive" and d.final and d.gate.inconclusive and not d.gate.passed
+    assert not d.gate.strictly_better and "lifetime variance unmeasured" in d.reason
+    # calibrated: an interval, undecided until the last look
+    var = LifetimeVariance(
+        between_var_log=0.01**2, within_var_log=0.2**2, runs_per_lifetime=3, df=10, source="a calibration"
+    )
+    d = sequential_decision(
+        b, c, metric="tpot", direction="lower_is_better", noise_margin=0.05, look=2, planned_looks=6, variance=var
+    )
+    assert d.decision == "undecided" and not d.final and d.gate.estimate.lifetime_variance.startswith("calibrated")
     last = sequential_decision(
-        b, c, metric="tpot", direction="lower_is_better", noise_margin=0.05, look=6, planned_looks=6
+        b, c, metric="tpot", direction="lower_is_better", noise_margin=0.05, look=6, planned_looks=6, variance=var
     )
     assert last.decision == "decided_fail" and last.final and "last planned look" in last.reason
     with pytest.raises(StatsInputError, match="look"):

@@ -55,7 +55,8 @@ DEFECT_POLL_S = 0.05
 
 
 def device_flags(defect: str | None) -> list[int]:
-    """The ``flags`` tensor's content for a planted defect (zeros: none)."""
+    """The ``flags`` tensor's content for a planted defect (zeros: none; ``slow-batch`` as a factor starts with
+    the fixed spin and then follows the measured step time, :class:`SlowFactor`)."""
     code = tk.DEVICE_DEFECTS.get(defect or "", tk.DEFECT_NONE)
     if code == tk.DEFECT_NUMERICS:
         return [code, NUMERICS_FROM_BATCH, 0, 0]
@@ -70,8 +71,12 @@ class CudaFastPath:
     """Device state of the CUDA fast path: counters, defect flags, the atomic-order scratch, and the
     host side (counter copies, the publisher thread, the defect file)."""
 
-    def __init__(self, device: torch.device, defect: str | None, defect_file: str | None) -> None:
+    def __init__(
+        self, device: torch.device, defect: str | None, defect_file: str | None, slow_factor: float | None = None
+    ) -> None:
         self.device = device
+        self.slow = SlowFactor(slow_factor) if slow_factor else None
+        """``slow-batch`` with ``FASTTRACK_DEMO_SLOW_FACTOR``: the spin set from the measured step time."""
         self.counts = torch.zeros(tk.COUNT_SLOTS, dtype=torch.int64, device=device)
         self.flags = torch.zeros(tk.FLAG_SLOTS, dtype=torch.int64, device=device)
         self.scratch = torch.zeros(64, dtype=torch.float32, device=device)
@@ -154,11 +159,15 @@ class CudaFastPath:
     def count_stock(self) -> None:
         tk.count_stock_step(self.counts)
 
-    def after_step(self) -> None:
-        """Once per engine step, outside the graphs: copy the counters to the host (no wait) and poll
-        the defect file."""
+    def after_step(self, rows: int | None = None) -> None:
+        """Once per engine step, outside the graphs: copy the counters to the host (no wait), poll
+        the defect file, and (``slow-batch`` as a factor) set the spin from the steps' measured time."""
         self.host_counts.copy_(self.counts, non_blocking=True)
         self._poll_defect_file()
+        if self.slow is not None and self.defect == "slow-batch":
+            spin = self.slow.step(rows, time.perf_counter())
+            if spin is not None:
+                self.flags[2].fill_(spin)
         if self._publisher is None and self._metrics is not None:
             self._publisher = threading.Thread(target=self._publish_loop, name="fasttrack-demo-counters", daemon=True)
             self._publisher.start()
@@ -174,6 +183,43 @@ class CudaFastPath:
             if stock > last[1]:
                 self._metrics.stock.inc(stock - last[1])
             last = [max(fast, last[0]), max(stock, last[1])]
+
+
+class SlowFactor:
+    """``slow-batch`` on CUDA as a factor f (``FASTTRACK_DEMO_SLOW_FACTOR``): every decode step whose graph is
+    the slow batch's (``GPU_SLOW_BATCH`` rows: decode batches 3 and 4) spins on the GPU for (f - 1) times the
+    step's own time. The own time is measured on the host, once per step (``compute_logits`` runs outside the
+    graphs): the gap between two consecutive steps of that batch, less the spin the later one held, the median
+    of the last 15 such gaps; gaps over 0.2 s are pauses, not steps. The spin goes to the kernels through the
+    device flags (nanoseconds), updated when it moves by more than 2%."""
+
+    WINDOW = 15
+    PAUSE_S = 0.2
+
+    def __init__(self, factor: float) -> None:
+        self.factor = factor
+        self.last: float | None = None
+        self.spin_ns = 0
+        self.own: list[float] = []
+
+    def step(self, rows: int | None, now: float) -> int | None:
+        """Account one step of ``rows`` requests ending at ``now``; the new spin (ns) when it changes."""
+        slow = rows is not None and GPU_SLOW_BATCH // 2 < rows <= GPU_SLOW_BATCH
+        if not slow:
+            self.last = None
+            return None
+        if self.last is not None and 0 < now - self.last < self.PAUSE_S:
+            own = now - self.last - self.spin_ns * 1e-9
+            if own > 0:
+                self.own = (self.own + [own])[-self.WINDOW :]
+        self.last = now
+        if not self.own:
+            return None
+        want = int((self.factor - 1.0) * sorted(self.own)[len(self.own) // 2] * 1e9)
+        if abs(want - self.spin_ns) <= 0.02 * max(self.spin_ns, 1):
+            return None
+        self.spin_ns = want
+        return want
 
 
 def fast_forward(

@@ -99,7 +99,10 @@ class FasttrackDemoLlamaForCausalLM(LlamaForCausalLM):
             # the CUDA fast path polls the defect file itself (the model's forward does not run on graph replays)
             self.dispatcher = Dispatcher(dataclasses.replace(settings, defect_file=None))
             self.cuda_path = CudaFastPath(
-                torch.device("cuda", torch.cuda.current_device()), settings.defect, settings.defect_file
+                torch.device("cuda", torch.cuda.current_device()),
+                settings.defect,
+                settings.defect_file,
+                slow_factor=settings.slow_factor,
             )
             logger.info(
                 "fasttrack-demo decode_backend=latency_specialized enabled on CUDA batch_range=%d..%d "
@@ -175,7 +178,7 @@ class FasttrackDemoLlamaForCausalLM(LlamaForCausalLM):
     def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor | None:
         if self.cuda_path is not None:
             # outside the CUDA graphs, once per step: the device counters to the host, the defect file
-            self.cuda_path.after_step()
+            self.cuda_path.after_step(int(hidden_states.shape[0]))
             return super().compute_logits(hidden_states)
         dispatcher = self.dispatcher
         if dispatcher is not None and dispatcher.current.fast and self.fast_w_lm_t is not None:

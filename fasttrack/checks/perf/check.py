@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 from fasttrack import attrs
 from fasttrack.checks.base import Blocker, PairedCheck, TierView, register
 from fasttrack.checks.context import EngineSession, RunContext
+from fasttrack.checks.perf.calibrated import apply_calibration
 from fasttrack.checks.perf.cost import COST
 from fasttrack.checks.perf.declare import perf_blockers, planned_workloads
 from fasttrack.checks.perf.judge import judge, perf_gate
@@ -129,7 +130,11 @@ class PerfCheck(
         mml = self._max_model_len(ctx)
         for g in ctx.plan.groups:
             st.schedules[g.id] = LookSchedule.for_group(
-                g.order, min_runs=gate.min_runs, max_runs=gate.max_runs, interleaved=gate.interleave
+                g.order,
+                min_runs=gate.min_runs,
+                max_runs=gate.max_runs,
+                interleaved=gate.interleave,
+                fixed=not gate.adaptive,
             )
             for it in plan_items(ctx.plan, g, self._workloads(ctx), max_model_len=mml):
                 st.items[it.key] = ItemState(item=it)
@@ -141,6 +146,7 @@ class PerfCheck(
                 )
         if gate.gated_metric not in gate.metrics:
             st.notes.append(f"gated_metric {gate.gated_metric} is reported although not listed in gates.perf.metrics")
+        apply_calibration(ctx, st)
 
     def skip_reason(self, ctx: RunContext) -> str | None:
         if not ctx.scope.workloads:

@@ -11,6 +11,7 @@ from fasttrack.checks.perf.state import CHECK, PerfState
 from fasttrack.perf.analysis import ItemState, drift_row, judge_item
 from fasttrack.perf.claims import ClaimResult, MeasuredMetric, match_claims
 from fasttrack.perf.curves import CURVE_KIND, curve_rows, dominance, mark_pareto
+from fasttrack.perf.hostbound import host_bound_fields, memory_bandwidth_gbs, weights_bytes
 from fasttrack.perf.metrics import METRICS
 from fasttrack.perf.outcomes import SLOWER, gate_margin, goodput_condition, item_metrics, label_outcome, rule_words
 from fasttrack.perf.pairing import trend_row
@@ -107,6 +108,7 @@ def _judge_items(ctx: RunContext, st: PerfState, *, stopped: str | None) -> _Jud
             confidence=gate.confidence,
             planned_looks=sched.planned_looks,
             interval=gate.interval,
+            points=len(st.items),
         )
         verdict, failure = j.verdict, j.failure
         if undecided:
@@ -129,6 +131,33 @@ def _judge_items(ctx: RunContext, st: PerfState, *, stopped: str | None) -> _Jud
             out.drift.append({**(tr or {}), **(dr or {}), **({"trend": tr} if tr and dr else {})})
     mark_pareto(out.curves)
     return out
+
+
+def _label_host_bound(ctx: RunContext, rows: list[dict[str, Any]], gated: str) -> list[str]:
+    """Each gated row's host-bound label (:mod:`fasttrack.perf.hostbound`): the baseline's step time (its median
+    TPOT) against the weights' streaming time at the card's bandwidth. Returns the host-bound points."""
+    device = ctx.host.gpus[0].name if ctx.host is not None and ctx.host.gpus else None
+    bw = memory_bandwidth_gbs(device)
+    weights = weights_bytes(ctx.model.model if ctx.model is not None else None)
+    steps: dict[tuple[Any, Any], float] = {}
+    for r in rows:  # the engine-timed TPOT where there is one, else the client-timed one
+        if r.get("metric_name") in ("median_tpot_ms", "median_engine_tpot_ms") and r.get("baseline"):
+            key = (r.get("workload"), r.get("point"))
+            if r["metric_name"] == "median_engine_tpot_ms" or key not in steps:
+                steps[key] = float(r["baseline"])
+    bound: list[str] = []
+    for r in rows:
+        if r.get("metric_name") != gated or r.get("speedup") is None:
+            continue
+        tp = int((r.get("point_dims") or {}).get("tp") or r.get("tp") or 1)
+        fields = host_bound_fields(
+            step_ms=steps.get((r.get("workload"), r.get("point"))), weights=weights, bandwidth_gbs=bw, tp=tp
+        )
+        r.update(fields)
+        if fields["host_bound"]:
+            bound.append(str(r.get("point")))
+            r["statement"] = f"{r.get('statement', '')}; {fields['host_bound_note']}"
+    return bound
 
 
 def _mark_undecided(s: ItemState, rows: list[dict[str, Any]], gated: str, stopped: str, out: _Judged) -> None:
@@ -248,14 +277,23 @@ def _engine_timing(gate: PerfGate, runs: list[dict[str, Any]], errors: list[str]
     return engine_timed, errors
 
 
-def _lifetime_note(one_lifetime: bool, interleaved: bool) -> str:
-    """What the intervals resample, in words."""
-    note = (
-        "one engine lifetime per side: the intervals cover run-to-run noise only and ignore lifetime-to-lifetime "
-        "variance (which is the larger part on noisy hosts); use a tier with lifetimes_per_side >= 2 for evidence"
-        if one_lifetime
-        else "intervals resample engine lifetimes (the unit of replication), then runs"
-    )
+def _lifetime_note(one_lifetime: bool, interleaved: bool, calibration: dict[str, Any] | None) -> str:
+    """What the intervals rest on, in words."""
+    if one_lifetime:
+        note = (
+            "one engine lifetime per side and no calibrated lifetime variance: the intervals cover run-to-run noise "
+            "only, and two lifetimes of one engine differ by more, so those points are inconclusive; calibrate this "
+            "host class (fasttrack calibrate) or use a tier with lifetimes_per_side >= 2"
+        )
+    elif calibration and calibration.get("applied"):
+        note = (
+            "the engine lifetime is the unit of every interval: its lifetime-to-lifetime variance comes from "
+            f"{calibration['describe']} and the run's own lifetimes where a side has several"
+        )
+    else:
+        note = "the engine lifetime is the unit of every interval: the variance between the run's own lifetimes"
+    if calibration and not calibration.get("applied") and calibration.get("why_not"):
+        note += f"; the calibration record was not used: {calibration['why_not']}"
     if interleaved:
         note += (
             "; baseline and candidate runs were interleaved in time (both engines up, run pairs in A B B A "
@@ -278,7 +316,8 @@ def _summary(
     n = len(verdicts)
     n_fail = sum(1 for v in verdicts.values() if v == "fail")
     n_not = sum(1 for v in verdicts.values() if v == "not_run")
-    n_pass = n - n_fail - n_not
+    n_inc = sum(1 for v in verdicts.values() if v == "inconclusive")
+    n_pass = n - n_fail - n_not - n_inc
     unequal = sorted({s.item.group for s in st.items.values() if s.factor() != 1.0})
     gated_rows = [r for r in jd.rows if r.get("gated") and r.get("speedup") is not None]
     dom = list(jd.dominance.values())
@@ -288,7 +327,9 @@ def _summary(
         "passed": n_pass,
         "failed": n_fail,
         "not_measured": n_not,
-        "points_measured": n_pass + n_fail,
+        "inconclusive": n_inc,
+        "points_measured": n_pass + n_fail + n_inc,
+        "calibration": st.calibration_summary,
         "require": gate.require,
         "rule": rule_words(gate),
         "strictly_better": bool(n and all(jd.strictly.values())),
@@ -299,7 +340,7 @@ def _summary(
         "noise_margin": gate.noise_margin,
         "confidence": confidence_note(gate, st.schedules),
         "ignores_lifetime_variance": jd.one_lifetime,
-        "lifetime_note": _lifetime_note(jd.one_lifetime, bool(gate.interleave)),
+        "lifetime_note": _lifetime_note(jd.one_lifetime, bool(gate.interleave), st.calibration_summary),
         "largest_gate_detectable_slowdown": max(
             (r["gate_detectable_slowdown"] for r in gated_rows if r.get("gate_detectable_slowdown") is not None),
             default=None,
@@ -342,6 +383,7 @@ def judge(ctx: RunContext, st: PerfState, *, stopped: str | None = None) -> Chec
     measurement is incomplete)."""
     gate = ctx.scope.gates.perf
     jd = _judge_items(ctx, st, stopped=stopped)
+    host_bound = _label_host_bound(ctx, jd.rows, gate.gated_metric)
     kinds: dict[str, str] = {w.name: w.kind for w in ctx.scope.workloads}
     run_workloads = {s.item.workload for s in st.items.values() if s.n_runs("baseline") or s.n_runs("candidate")}
     claims = match_claims(
@@ -353,6 +395,7 @@ def judge(ctx: RunContext, st: PerfState, *, stopped: str | None = None) -> Chec
     )
     engine_timed, errors = _engine_timing(gate, jd.runs, st.errors)
     summary = _summary(gate, st, jd, claims=claims, engine_timed=engine_timed, errors=errors)
+    summary["host_bound_points"] = host_bound
     if stopped is not None:
         summary.update(partial=True, stopped=stopped, undecided=jd.undecided)
     tables = {
@@ -372,12 +415,13 @@ def judge(ctx: RunContext, st: PerfState, *, stopped: str | None = None) -> Chec
         "summary": summary,
         "failures": jd.failures,
         "tables": tables,
+        "artifacts": [a for a in [(st.calibration_summary or {}).get("artifact")] if a],
     }
     n, n_pass, n_fail = summary["points"], summary["passed"], summary["failed"]
-    measured_words = f"{n_pass + n_fail} of {n} point(s) measured"
+    measured_words = f"{summary['points_measured']} of {n} point(s) measured"
     if stopped is not None:
         return _partial_result(evidence, stopped, n_fail, n_pass, measured_words)
-    if n == 0 or n_pass + n_fail == 0:
+    if n == 0 or n_pass + n_fail + summary["inconclusive"] == 0:
         why = "no point was measured on both sides" + (f" ({errors[0]})" if errors else "")
         return CheckResult(check=CHECK, verdict=Verdict.NOT_RUN, reason=why, **evidence)
     verdict, reason = _verdict(gate, summary, measured_words, errors)
@@ -391,12 +435,19 @@ def _verdict(gate: PerfGate, summary: dict[str, Any], measured_words: str, error
     """The verdict of a run that measured some point, and its reason's head: a failed point fails it, a point
     not compared leaves it not run, else it passes."""
     n, n_pass, n_fail, n_not = summary["points"], summary["passed"], summary["failed"], summary["not_measured"]
+    n_inc = summary["inconclusive"]
     mg = gate_margin(gate)
     strict = gate.require == "strictly_better"
     if n_fail:
         return Verdict.FAIL, (
             f"{n_fail} of {n} point(s) failed the {'strictly-better' if strict else 'no-regression'} gate "
             + (f"({gate.gated_metric}, lower bound > 1)" if strict else f"({gate.gated_metric}, margin {mg:g})")
+        )
+    if n_inc:
+        return Verdict.NOT_RUN, (
+            f"inconclusive: lifetime variance unmeasured at {n_inc} of {n} point(s) (one engine lifetime per side and "
+            "no calibration record of this host class: an interval of one lifetime's runs cannot tell a slowdown "
+            f"from a restart); {n_pass} passed, none failed"
         )
     if n_not:
         reason = f"{measured_words}; {n_not} could not be compared; the {n_pass} measured passed"

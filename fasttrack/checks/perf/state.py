@@ -29,3 +29,6 @@ class PerfState:
     """One record per engine lifetime measured: side, group, lifetime, seconds, runs, items skipped."""
     errors: list[str] = field(default_factory=list)
     """Harness-side failures that ended a lifetime's measurements early."""
+    calibration_summary: dict[str, Any] | None = None
+    """The scope's calibration record as this run used it (path, sha256, signers, host class, applied or why not);
+    None when the scope names none."""
