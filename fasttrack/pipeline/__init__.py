@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 from fasttrack import lazy_exports
 
 if TYPE_CHECKING:  # pragma: no cover
-    from fasttrack.pipeline.engines import EngineLaunch, RunState, engine_slots
+    from fasttrack.pipeline.engines import RunState, engine_slots
+    from fasttrack.pipeline.launch import EngineLaunch
     from fasttrack.pipeline.options import ValidateOptions
     from fasttrack.pipeline.validate import (
         ValidateOutcome,
@@ -28,7 +29,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: Public name -> defining module.
 _EXPORTS: dict[str, str] = {
-    "EngineLaunch": "engines",
+    "EngineLaunch": "launch",
     "RunState": "engines",
     "engine_slots": "engines",
     "ValidateOptions": "options",

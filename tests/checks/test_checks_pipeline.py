@@ -15,7 +15,7 @@ from fasttrack.checks.base import EngineCheck, EnginelessCheck, PairedCheck, reg
 from fasttrack.checks.context import ProvenanceRecorder, sha256_path
 from fasttrack.checks.features import features
 from fasttrack.inputs import PROMPT_SET
-from fasttrack.pipeline.engines import EngineLaunch, engine_seed
+from fasttrack.pipeline.launch import EngineLaunch, engine_seed
 from fasttrack.results import LEGACY_CHECK_ORDER
 
 
