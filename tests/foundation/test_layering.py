@@ -365,6 +365,28 @@ def test_the_table_generator_places_every_component() -> None:
     assert levels == sorted(levels) and len(levels) == len(set(levels))
 
 
+
+# --------------------------------------------------------------------------- README's module table
+
+
+def readme_roles(text: str) -> str:
+    """The ``| module | role |`` table of README.md as written."""
+    m = re.search(r"^\| module \| role \|\n(?:\|.*\|\n)+", text, flags=re.M)
+    assert m, "README.md has no '| module | role |' table"
+    return m.group(0)
+
+
+def test_readme_names_every_package_and_module_by_its_role() -> None:
+    """Every component the import graph finds has a row in README's architecture table (``fasttrack/x/`` for a
+    package, ``fasttrack/x.py`` for a module)."""
+    roles = readme_roles((ROOT / "README.md").read_text(encoding="utf-8"))
+    missing = [
+        c
+        for c in components()
+        if c not in NOT_IN_TABLE and f"`fasttrack/{c}/`" not in roles and f"`fasttrack/{c}.py`" not in roles
+    ]
+    assert not missing, f"README's '| module | role |' table has no row for: {', '.join(missing)}"
+
 if __name__ == "__main__":  # python tests/foundation/test_layering.py: write the generated table into README.md
     readme = ROOT / "README.md"
     text = readme.read_text(encoding="utf-8")
