@@ -256,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     if url is None:
         from fasttrack.checks.base import build_run_plan
         from fasttrack.engine import start_engine
-        from fasttrack.models import resolve_model
+        from fasttrack.host.models import resolve_model
         from fasttrack.scope import load_scope
 
         loaded = load_scope("demo-llama")

@@ -102,7 +102,7 @@ def _items(ns: argparse.Namespace) -> tuple[Any, list[WorkItem], Any]:
 
 def _engine_setup(ns: argparse.Namespace) -> tuple[Any, list[WorkItem], Any, Any]:
     """(loaded scope, work items, engine group, model folder)."""
-    from fasttrack.models import resolve_model
+    from fasttrack.host.models import resolve_model
 
     loaded, items, group = _items(ns)
     model_dir = resolve_model(loaded.scope, base_dir=loaded.base_dir, log=lambda m: print(m, file=sys.stderr)).model

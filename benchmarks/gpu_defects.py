@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--defects", default=",".join(EXPECTED))
     opts = ap.parse_args(argv)
     from fasttrack.checks.base import build_run_plan
-    from fasttrack.models import resolve_model
+    from fasttrack.host.models import resolve_model
     from fasttrack.scope.loading import load_scope
 
     defects = [d.strip() for d in opts.defects.split(",") if d.strip()]

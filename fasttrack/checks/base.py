@@ -11,7 +11,7 @@ another package's in its ``fasttrack`` entry-point group. Nothing else lists a c
 * its order: ``after`` and ``before`` name the checks it follows and precedes (:func:`registered_checks`
   sorts by these, and by registration order for the rest); the bundle records that order for the report;
 * ``blocked_by``: checks without whose pass its own result means nothing (it is then ``not_run``);
-* ``cost``: what its work costs (a :class:`~fasttrack.cost.CheckCost`; the plan receives it with the check
+* ``cost``: what its work costs (a :class:`~fasttrack.planning.cost.CheckCost`; the plan receives it with the check
   order, :func:`build_run_plan`);
 * ``gate_model``: its section of the scope's ``gates`` (a :class:`~fasttrack.scope.gates.CheckGate`,
   registered as kind ``gate``, each setting's stricter direction its field metadata), and :meth:`Check.gate`,
@@ -46,8 +46,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from fasttrack import registry as _registry
 from fasttrack.checks.context import EngineSession, RunContext
 from fasttrack.checks.tier import Blocker, TierView
-from fasttrack.cost import CheckCost
-from fasttrack.plan import Plan, build_plan
+from fasttrack.planning.cost import CheckCost
+from fasttrack.planning.plan import Plan, build_plan
 from fasttrack.results import (  # the results names are re-exported for callers that still import them from here
     SIDES,
     CheckResult,
@@ -61,7 +61,7 @@ from fasttrack.scope.gates import CheckGate
 
 if TYPE_CHECKING:  # pragma: no cover
     from fasttrack.engine.deployment import DeploymentOutcome
-    from fasttrack.plan import EngineGroup
+    from fasttrack.planning.plan import EngineGroup
     from fasttrack.scope import Scope
 
 __all__ = [
@@ -125,8 +125,8 @@ class Check(ABC):
     """Checks whose pass this one's result depends on: when one of them did not pass (it failed, or did not run),
     this check is ``not_run``, naming it: never a pass on a premise that failed or was not shown."""
     cost: ClassVar[CheckCost]
-    """What its work costs (:class:`~fasttrack.cost.CheckCost`: per engine group and once per plan); every check
-    declares one (``fasttrack.cost.NO_COST`` for work that takes no measurable time)."""
+    """What its work costs (:class:`~fasttrack.planning.cost.CheckCost`: per engine group and once per plan); every
+    check declares one (``fasttrack.planning.cost.NO_COST`` for work that takes no measurable time)."""
     gate_model: ClassVar[type[CheckGate] | None] = None
     """Its section of the scope's ``gates`` (declared ``class XGate(CheckGate, check="x")``), or None."""
     evidence: ClassVar[Any] = None
@@ -253,8 +253,8 @@ def register(cls: C) -> C:
         raise TypeError(f"{cls.__qualname__} must set the class attributes 'name' and 'title'")
     if not isinstance(getattr(cls, "cost", None), CheckCost):
         raise TypeError(
-            f"{cls.__qualname__} must declare 'cost' (a fasttrack.cost.CheckCost: what its work costs, which the "
-            "plan counts; fasttrack.cost.NO_COST when it takes no measurable time)"
+            f"{cls.__qualname__} must declare 'cost' (a fasttrack.planning.cost.CheckCost: what its work costs, which "
+            "the plan counts; fasttrack.planning.cost.NO_COST when it takes no measurable time)"
         )
     gm = cls.gate_model
     if gm is not None and gm.check_name != name:
@@ -283,7 +283,7 @@ def registered_checks() -> dict[str, type[Check]]:
 def build_run_plan(
     scope: Scope, *, tier: str = "smoke", shard: str | None = None, scope_sha256: str | None = None
 ) -> Plan:
-    """:func:`fasttrack.plan.build_plan` with every registered check: their order and what their work costs."""
+    """:func:`fasttrack.planning.plan.build_plan` with every registered check: their order and what their work costs."""
     return build_plan(
         scope, tier=tier, shard=shard, scope_sha256=scope_sha256, checks=list(registered_checks().values())
     )

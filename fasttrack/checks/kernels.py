@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from fasttrack.checks.base import Blocker, EnginelessCheck, RunContext, TierView, register
-from fasttrack.cost import CheckCost, EngineGroup, Work
 from fasttrack.kernels.spec import SuiteSpec, from_scope_section
 from fasttrack.kernels.suites import GATE, cuda_available, judge, run_suite
+from fasttrack.planning.cost import CheckCost, EngineGroup, Work
 from fasttrack.results import CheckResult, Gate, Verdict
 
 __all__ = ["EXAMPLE_LABEL", "KernelsCheck", "cuda_available", "judge", "module_available", "run_suite"]

@@ -1,10 +1,10 @@
 """A plan's shards as a scheduler sees them: nodes, GPUs per node and time of each.
 
-fasttrack shards a plan deterministically (``--shard i/n``, :func:`fasttrack.plan.build_plan`, by the
+fasttrack shards a plan deterministically (``--shard i/n``, :func:`fasttrack.planning.plan.build_plan`, by the
 registered checks' costs); this module asks the plan for every shard and summarises what one shard's
 allocation needs: the most nodes any of its engines spans (engines run one after another, so the
 allocation is sized for the largest), the GPUs per node those engines use, and the wall
-time the plan's estimate gives it (:mod:`fasttrack.cost`; the layout's totals are the shards' sums, each shard
+time the plan's estimate gives it (:mod:`fasttrack.planning.cost`; the layout's totals are the shards' sums, each shard
 running the engine-less checks itself). Shards of one shape (nodes, GPUs per node) form one
 job array; ``"groups"`` as the shard count gives one shard per engine group, so every
 shard's allocation fits its engine exactly.
@@ -73,7 +73,7 @@ class ShardSpec:
     """The plan's estimate of the shard's wall time (seconds)."""
     node_hours: float = 0.0
     gpu_hours: float = 0.0
-    """The shard plan's estimate (:mod:`fasttrack.cost`): every shard pays its own engine-less checks."""
+    """The shard plan's estimate (:mod:`fasttrack.planning.cost`): every shard pays its own engine-less checks."""
 
     @property
     def label(self) -> str:

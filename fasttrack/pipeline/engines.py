@@ -26,7 +26,7 @@ from fasttrack.results import SIDES, CheckResult, Side, Verdict
 
 if TYPE_CHECKING:  # pragma: no cover
     from fasttrack.engine import EngineHandle, Launcher
-    from fasttrack.plan import EngineGroup, Plan
+    from fasttrack.planning.plan import EngineGroup, Plan
 
 
 @dataclass
@@ -102,7 +102,7 @@ def drive_engines(
     An engine that fails to start or crashes ends the drive: the checks without a result are
     ``not_run`` with the reason, and ``state.crash`` says what happened."""
     from fasttrack.engine import EngineCrashed, EngineError
-    from fasttrack.models import resolve_model
+    from fasttrack.host.models import resolve_model
 
     if not all(attach.values()):
         ctx.model = resolve_model(ctx.scope, base_dir=ctx.base_dir, log=log)

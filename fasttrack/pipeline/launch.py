@@ -20,8 +20,8 @@ from fasttrack.results import Side
 
 if TYPE_CHECKING:  # pragma: no cover
     from fasttrack.engine import EngineHandle, Launcher, ManagedEngine
-    from fasttrack.models import ResolvedModel
-    from fasttrack.plan import EngineGroup
+    from fasttrack.host.models import ResolvedModel
+    from fasttrack.planning.plan import EngineGroup
 
 
 @dataclass
@@ -71,7 +71,7 @@ def deploy(ctx: RunContext, dep: Deployment, records: list[EngineLaunch], check:
     from fasttrack.engine import get_launcher
     from fasttrack.engine.cmdline import serve_spec
     from fasttrack.engine.deployment import probe_deployment
-    from fasttrack.plan import effective_tp
+    from fasttrack.planning.plan import effective_tp
 
     group = next(g for g in ctx.plan.groups if g.id == dep.group)
     assert ctx.model is not None, "the model is resolved before the first engine starts"

@@ -20,19 +20,19 @@ from pathlib import Path
 from typing import NamedTuple
 
 from fasttrack import attrs, registry
+from fasttrack.change.diff import resolve_refs
 from fasttrack.checks.base import Check, EngineCheck, EnginelessCheck, build_run_plan, registered_checks
 from fasttrack.checks.context import ChangeRequest, RunContext
 from fasttrack.checks.isolation import bind_served_builds, engine_builds
+from fasttrack.checks.passability import analyze, engine_arg_check
 from fasttrack.engine.argcheck import raise_for_issues
 from fasttrack.engine.launchers import get_launcher
 from fasttrack.errors import FasttrackError, HardwareMismatch, ScopeError
-from fasttrack.hardware import HostInfo, detect_host, match_hardware
-from fasttrack.isolation import resolve_refs
-from fasttrack.passability import analyze, engine_arg_check
+from fasttrack.host.hardware import HostInfo, detect_host, match_hardware
 from fasttrack.pipeline.engines import RunState, drive_engines, stopped_result
 from fasttrack.pipeline.options import ValidateOptions
 from fasttrack.pipeline.record import RunFacts, write_outputs
-from fasttrack.plan import Plan
+from fasttrack.planning.plan import Plan
 from fasttrack.results import ISOLATION, CheckResult, Side, Verdict, bundle_verdict, ordered_checks, overall_verdict
 from fasttrack.scope import LoadedScope, load_scope
 

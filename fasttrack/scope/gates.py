@@ -288,7 +288,7 @@ class TierSpec(ScopeModel):
 
 
 class Estimates(ScopeModel):
-    """The engine's speed on the scope's hardware, behind the plan's cost estimate (:mod:`fasttrack.cost`: each
+    """The engine's speed on the scope's hardware, behind the plan's cost estimate (:mod:`fasttrack.planning.cost`: each
     check's work, counted from the scope and the tier, in these units)."""
 
     engine_start_s: float = Field(default=600.0, ge=0, le=86_400)

@@ -15,7 +15,7 @@ from fasttrack.bundle.keys import load_private_key
 from fasttrack.bundle.provenance import redact_env
 from fasttrack.bundle.writer import write_run_bundle
 from fasttrack.checks.context import RunContext
-from fasttrack.models import ResolvedModel
+from fasttrack.host.models import ResolvedModel
 from fasttrack.pipeline.engines import EngineLaunch, RunState
 from fasttrack.pipeline.record import RunFacts, finished_run
 
@@ -23,7 +23,7 @@ from fasttrack.pipeline.record import RunFacts, finished_run
 @pytest.fixture()
 def run(tmp_path: Path):
     from fasttrack.checks.base import build_run_plan
-    from fasttrack.hardware import detect_host
+    from fasttrack.host.hardware import detect_host
     from fasttrack.scope import load_scope
 
     loaded = load_scope("demo-llama")

@@ -152,7 +152,7 @@ def test_the_toy_gates_stricter_direction_decides_the_scope_comparison(toy: Modu
 
 
 def test_passability_asks_the_toy_check_and_feature(toy: ModuleType, tmp_path: Path) -> None:
-    from fasttrack.passability import analyze
+    from fasttrack.checks.passability import analyze
 
     loaded = load_scope(str(demo_copy(tmp_path, min_score=0.95, batch_one=False)))
     lines = analyze(loaded.scope, build_run_plan(loaded.scope, tier="smoke"), base_dir=loaded.base_dir).lines()

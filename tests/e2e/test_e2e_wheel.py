@@ -217,7 +217,7 @@ def test_fasttrack_from_its_wheel_plans_checks_and_validates_outside_the_repo(
         [
             str(v.python),
             "-c",
-            "from fasttrack.models import resolve_model; from fasttrack.scope import load_scope; "
+            "from fasttrack.host.models import resolve_model; from fasttrack.scope import load_scope; "
             "s = load_scope('demo-llama'); print(resolve_model(s.scope, base_dir=s.base_dir, log=print).model)",
         ],
         capture_output=True,

@@ -23,7 +23,7 @@ from fasttrack.checks.base import build_run_plan
 from fasttrack.engine.cmdline import NODE_MAIN, NODE_REPORTS_ENV, node_reports_dir
 from fasttrack.engine.environment import endpoint_environment
 from fasttrack.engine.nodes import attached_hardware, engine_hardware, host_from_report, with_node_reports
-from fasttrack.hardware import match_nodes
+from fasttrack.host.hardware import match_nodes
 from fasttrack.scope import load_scope
 
 NODE_REPORT = NODE_MAIN.with_name("node_report.py")
@@ -220,7 +220,7 @@ def test_server_info_names_the_gpu_and_its_architecture_follows_from_the_name() 
     scope (on the H200 run its architecture was 'unknown' and every attached-engine validate was refused), while
     a GPU whose name is not a known data-center model stays unknown and cannot pass."""
     from fasttrack.engine.nodes import host_from_system_env
-    from fasttrack.hardware import capability_from_name, match_hardware
+    from fasttrack.host.hardware import capability_from_name, match_hardware
 
     scope = load_scope("demo-llama-gpu").scope
     sysenv = {

@@ -1,4 +1,4 @@
-"""The cost model (fasttrack/cost.py and each check's ``cost`` declaration): every check's work counted from
+"""The cost model (fasttrack/planning/cost.py and each check's ``cost`` declaration): every check's work counted from
 the scope and the tier, timed by the scope's ``estimates``; ``plan`` shows it per check, shards balance by it,
 and the demo's estimate is held to its measured run (tests/fixtures/cost/)."""
 
@@ -14,8 +14,8 @@ import pytest
 
 from fasttrack import ROOT
 from fasttrack.checks.base import build_run_plan, registered_checks
-from fasttrack.cost import STARTS, measured, plan_cost
 from fasttrack.executors.shards import layout
+from fasttrack.planning.cost import STARTS, measured, plan_cost
 from fasttrack.scope import Scope, load_scope, parse_scope
 
 FIXTURES = ROOT / "tests" / "fixtures"

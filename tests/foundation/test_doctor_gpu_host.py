@@ -21,10 +21,10 @@ import pytest
 
 from fasttrack import ROOT
 from fasttrack.checks.base import build_run_plan
-from fasttrack.doctor import diagnose
 from fasttrack.engine.environment import probe_local_environment
-from fasttrack.hardware import GPU, HostInfo, host_memory, parse_gpu_query
-from fasttrack.hostfit import cuda_fit, memory_fit
+from fasttrack.host.doctor import diagnose
+from fasttrack.host.fit import cuda_fit, memory_fit
+from fasttrack.host.hardware import GPU, HostInfo, host_memory, parse_gpu_query
 from fasttrack.scope import load_scope
 
 HERE = Path(__file__).resolve().parent

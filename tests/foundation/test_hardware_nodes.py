@@ -12,7 +12,7 @@ import pytest
 from fasttrack import ROOT
 from fasttrack.checks.base import build_run_plan
 from fasttrack.errors import ScopeError
-from fasttrack.hardware import (
+from fasttrack.host.hardware import (
     GPU,
     HostInfo,
     allocation_from_env,

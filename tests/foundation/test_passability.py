@@ -13,8 +13,8 @@ import pytest
 
 from fasttrack import ROOT
 from fasttrack.checks.base import build_run_plan
+from fasttrack.checks.passability import analyze, analyze_tiers
 from fasttrack.engine.argcheck import check_arg_lists
-from fasttrack.passability import analyze, analyze_tiers
 from fasttrack.scope import TIER_ORDER, available_suites, load_scope, parse_scope
 
 COMPLETE = [n for n in available_suites() if load_scope(n).scope.is_complete]

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from fasttrack.checks.base import build_run_plan
 from fasttrack.errors import PlanError
-from fasttrack.plan import parse_shard
+from fasttrack.planning.plan import parse_shard
 from fasttrack.scope import load_scope
 
 

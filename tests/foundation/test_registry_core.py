@@ -15,8 +15,8 @@ import pytest
 
 from fasttrack import registry
 from fasttrack.checks.base import EnginelessCheck, register
-from fasttrack.cost import NO_COST
 from fasttrack.errors import FasttrackError
+from fasttrack.planning.cost import NO_COST
 
 
 @pytest.fixture
@@ -175,7 +175,7 @@ def per_check_lists(source: str, names: set[str]) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("module", ["fasttrack/cost.py", "fasttrack/scope/compare.py"])
+@pytest.mark.parametrize("module", ["fasttrack/planning/cost.py", "fasttrack/scope/compare.py"])
 def test_no_central_module_holds_a_per_check_list(module: str) -> None:
     """A check's facts are its own declarations: no module-level list, tuple, set or mapping of these modules
     names a check or a serving feature."""

@@ -12,7 +12,7 @@ from doc_testlib import check_command_line, code_blocks, command_lines, run_cli
 
 from fasttrack import ROOT
 from fasttrack.checks.base import build_run_plan
-from fasttrack.passability import analyze_tiers
+from fasttrack.checks.passability import analyze_tiers
 from fasttrack.scope import TIER_ORDER, load_scope
 
 DOC = ROOT / "docs" / "writing-a-scope.md"

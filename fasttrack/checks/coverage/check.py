@@ -62,11 +62,11 @@ from fasttrack.checks.coverage.probes import (
 from fasttrack.checks.outcome import fold_verdicts, write_artifact
 from fasttrack.checks.points import group_batches, short_point
 from fasttrack.checks.windows import EvidenceWindow, WindowRecord
-from fasttrack.cost import CheckCost
 from fasttrack.engine.deployment import DeploymentOutcome
 from fasttrack.engine.flags import arg_values
 from fasttrack.inputs import load_prompt_set, prompt_set_path
-from fasttrack.plan import EngineGroup
+from fasttrack.planning.cost import CheckCost
+from fasttrack.planning.plan import EngineGroup
 from fasttrack.results import CheckResult, Gate, Side, Verdict
 from fasttrack.scope.gates import CheckGate, CoverageGate
 

@@ -1,10 +1,10 @@
-"""What the coverage check's work costs (its ``cost`` declaration; units in :mod:`fasttrack.cost`)."""
+"""What the coverage check's work costs (its ``cost`` declaration; units in :mod:`fasttrack.planning.cost`)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from fasttrack.cost import PROBE_STEPS, CheckCost, EngineGroup, GroupWork, Work
+from fasttrack.planning.cost import PROBE_STEPS, CheckCost, EngineGroup, GroupWork, Work
 
 WINDOWS_PER_GROUP = 4
 """Profiler windows per engine group: the in-range decode probe and three out-of-scope situations."""

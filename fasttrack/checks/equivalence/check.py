@@ -57,7 +57,7 @@ from fasttrack.inputs import (
     TokenizerClient,
     prompt_set_path,
 )
-from fasttrack.plan import EngineGroup
+from fasttrack.planning.plan import EngineGroup
 from fasttrack.results import CheckResult, Gate, Side, Verdict
 from fasttrack.scope.gates import EquivalenceGate
 

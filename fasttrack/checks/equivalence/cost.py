@@ -1,10 +1,10 @@
-"""What the equivalence check's work costs (its ``cost`` declaration; units in :mod:`fasttrack.cost`)."""
+"""What the equivalence check's work costs (its ``cost`` declaration; units in :mod:`fasttrack.planning.cost`)."""
 
 from __future__ import annotations
 
 import math
 
-from fasttrack.cost import PROBE_STEPS, CheckCost, GroupWork, Work
+from fasttrack.planning.cost import PROBE_STEPS, CheckCost, GroupWork, Work
 
 REQUESTS_PER_POINT = 8
 """Requests per point the check sends (whole rounds of the point's batch)."""

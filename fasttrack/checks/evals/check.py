@@ -63,7 +63,7 @@ from fasttrack.evals.compare import SampleOutcome
 from fasttrack.evals.datasets import resolve_dataset
 from fasttrack.evals.runner import GenerationSettings, LmEvalOutput, run_lm_eval
 from fasttrack.evals.samples import Selection, select_samples
-from fasttrack.plan import EngineGroup
+from fasttrack.planning.plan import EngineGroup
 from fasttrack.results import CheckResult, Gate, PathEvidence, Side
 from fasttrack.scope import EvalSpec, Scope
 

@@ -34,7 +34,7 @@ from fasttrack.checks.points import nearest_batch
 from fasttrack.checks.windows import WindowRecord
 from fasttrack.errors import FasttrackError
 from fasttrack.inputs import PASSAGES, SCHEMAS_DIR, STRUCTURED_PROMPTS, prompt_set_path
-from fasttrack.plan import EngineGroup
+from fasttrack.planning.plan import EngineGroup
 from fasttrack.results import CheckResult, Gate, Side, Verdict
 from fasttrack.scope.gates import FeaturesGate
 

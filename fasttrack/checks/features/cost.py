@@ -1,10 +1,10 @@
-"""What the features check's work costs (its ``cost`` declaration; units in :mod:`fasttrack.cost`)."""
+"""What the features check's work costs (its ``cost`` declaration; units in :mod:`fasttrack.planning.cost`)."""
 
 from __future__ import annotations
 
 from fasttrack.checks.features.spec import SYNTHETIC_FEATURES
 from fasttrack.checks.features.table import feature
-from fasttrack.cost import CheckCost, GroupWork, Work
+from fasttrack.planning.cost import CheckCost, GroupWork, Work
 
 WINDOWS_PER_FEATURE = 2
 """Profiler windows per feature and group (its evidence probes)."""

@@ -21,7 +21,7 @@ from fasttrack.checks.outcome import clip, fold_verdicts
 from fasttrack.checks.tier import Blocker, TierView
 from fasttrack.checks.windows import WindowRecord
 from fasttrack.modelbase import DocModel
-from fasttrack.plan import ConfigPoint
+from fasttrack.planning.plan import ConfigPoint
 from fasttrack.results import Verdict
 from fasttrack.scope import EquivalenceGate
 from fasttrack.stats import GreedyComparison, compare_greedy, summarize_greedy

@@ -24,8 +24,8 @@ from fasttrack.checks.outcome import fold_verdicts
 from fasttrack.checks.points import full_points, group_batches, nearest_batch, short_point
 from fasttrack.checks.tier import Blocker, TierView
 from fasttrack.checks.windows import WindowRecord
-from fasttrack.cost import EngineGroup as GroupShape
-from fasttrack.plan import ConfigPoint, EngineGroup
+from fasttrack.planning.cost import EngineGroup as GroupShape
+from fasttrack.planning.plan import ConfigPoint, EngineGroup
 from fasttrack.results import Verdict
 
 SYNTHETIC_FEATURES = ("speculative_acceptance",)

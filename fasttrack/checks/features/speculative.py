@@ -18,7 +18,7 @@ from fasttrack.checks.features.env import FeatureEnv
 from fasttrack.checks.features.model import FeatureResult, Outcome
 from fasttrack.checks.features.spec import GroupPlan, OnGroup, ServingFeature, Step, serving_feature
 from fasttrack.checks.tier import Blocker, TierView
-from fasttrack.cost import EngineGroup as GroupShape
+from fasttrack.planning.cost import EngineGroup as GroupShape
 from fasttrack.results import Verdict
 from fasttrack.stats import wilson_interval
 

@@ -56,7 +56,7 @@ from fasttrack.perf.slo import with_goodput
 from fasttrack.perf.tokens import TokenPool, pool_from_engine
 from fasttrack.perf.trace import TraceError, load_trace
 from fasttrack.perf.workloads import RunInputs, WorkItem, execute, plan_items, warm_up
-from fasttrack.plan import EngineGroup
+from fasttrack.planning.plan import EngineGroup
 from fasttrack.results import SIDES, CheckResult, Gate, Side
 from fasttrack.scope import ServiceLevel, WorkloadSpec
 from fasttrack.scope.gates import PerfGate

@@ -1,11 +1,11 @@
-"""What the perf check's work costs (its ``cost`` declaration; units in :mod:`fasttrack.cost`)."""
+"""What the perf check's work costs (its ``cost`` declaration; units in :mod:`fasttrack.planning.cost`)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from fasttrack.cost import CheckCost, ConfigPoint, GroupWork, Work
+from fasttrack.planning.cost import CheckCost, ConfigPoint, GroupWork, Work
 
 if TYPE_CHECKING:  # pragma: no cover
     from fasttrack.scope import WorkloadSpec

@@ -36,7 +36,7 @@ from fasttrack.checks.features.spec import (
     judge_sides,
     serving_feature,
 )
-from fasttrack.cost import CheckCost, EngineGroup, Work
+from fasttrack.planning.cost import CheckCost, EngineGroup, Work
 from fasttrack.results import CheckResult, Gate, Verdict
 from fasttrack.scope.gates import CheckGate, stricter
 

@@ -1,7 +1,7 @@
 """What a plan costs: wall seconds, GPU-seconds and node-seconds per check, from the work each check does.
 
 Each check declares its cost function (``Check.cost``, a :class:`CheckCost`), and the plan receives the checks
-with their order (:func:`fasttrack.plan.build_plan`): this module holds the units, the engine's speed model and
+with their order (:func:`fasttrack.planning.plan.build_plan`): this module holds the units, the engine's speed model and
 the sums, and no check's work. A check counts its work on an engine the way it sends it, from the scope and the
 tier: the decode steps of its requests (rounds or waves of the point's batch size, each as long as the requests'
 output), the prompt tokens it prefills, the profiler windows it opens, and its fixed overheads. Time follows
@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 class ConfigPoint(Protocol):
-    """What the model reads of a plan's config point (:class:`fasttrack.plan.ConfigPoint`)."""
+    """What the model reads of a plan's config point (:class:`fasttrack.planning.plan.ConfigPoint`)."""
 
     @property
     def id(self) -> str: ...
@@ -49,7 +49,7 @@ class ConfigPoint(Protocol):
 
 
 class EngineGroup(Protocol):
-    """What the model reads of a plan's engine group (:class:`fasttrack.plan.EngineGroup`)."""
+    """What the model reads of a plan's engine group (:class:`fasttrack.planning.plan.EngineGroup`)."""
 
     @property
     def points(self) -> list[str]: ...

@@ -199,8 +199,8 @@ def plan_cmd(
     """Expand a scope's envelope into config points, engine groups and a cost estimate; list the checks the tier
     runs and what it can never run, and check the engine arguments against the installed vLLM's own parser."""
     from fasttrack.checks.base import build_run_plan
+    from fasttrack.checks.passability import analyze, engine_arg_check, tier_checks
     from fasttrack.engine.argcheck import raise_for_issues
-    from fasttrack.passability import analyze, engine_arg_check, tier_checks
     from fasttrack.scope import load_scope
 
     loaded = load_scope(model)
@@ -220,7 +220,7 @@ def plan_cmd(
         return
     s = loaded.scope
     console.print(f"[bold]{s.title}[/]  scope={s.name} tier={plan.tier} shard={plan.shard}")
-    from fasttrack.cli_plan import print_arg_check, print_plan_checks, print_plan_groups
+    from fasttrack.cli.plan_view import print_arg_check, print_plan_checks, print_plan_groups
 
     print_plan_groups(console, plan)
     print_plan_checks(console, plan.tier, checks)
@@ -249,7 +249,7 @@ def doctor_cmd(
     ),
 ) -> None:
     """Preflight for this host or allocation: can `fasttrack validate` run the scope here? Exit 0 only if so."""
-    from fasttrack.doctor import diagnose
+    from fasttrack.host.doctor import diagnose
     from fasttrack.scope import load_scope
 
     loaded = load_scope(model)
@@ -293,8 +293,8 @@ def isolation_cmd(
 
     from rich.table import Table
 
+    from fasttrack.change.diff import check_isolation
     from fasttrack.errors import ScopeError
-    from fasttrack.isolation import check_isolation
     from fasttrack.scope import load_scope
 
     loaded = load_scope(model)
@@ -451,7 +451,7 @@ def reproduce_cmd(
     from rich.table import Table
 
     from fasttrack.bundle.cli import shown
-    from fasttrack.reproduce import reproduce
+    from fasttrack.pipeline.reproduce import reproduce
 
     res = reproduce(
         Path(bundle),

@@ -18,10 +18,10 @@ from typing import Any
 
 from pydantic import Field
 
-from fasttrack.cost import STARTS, CostedCheck, group_cost, plan_cost
 from fasttrack.errors import PlanError
 from fasttrack.limits import MAX_SHARDS, SHARD_SPEC_MAX_CHARS
 from fasttrack.modelbase import DocModel
+from fasttrack.planning.cost import STARTS, CostedCheck, group_cost, plan_cost
 from fasttrack.scope import TIER_ORDER, Estimates, Scope, SpecDecodeSpec, TierName
 
 SIDES = ("baseline", "candidate")
@@ -98,7 +98,7 @@ class PlanEstimate(DocModel):
     wall_hours: float
     checks: dict[str, dict[str, float | int]] = Field(default_factory=dict)
     """Per check (and ``engine starts``): wall, GPU and node hours, requests and decode tokens
-    (:mod:`fasttrack.cost`)."""
+    (:mod:`fasttrack.planning.cost`)."""
     assumptions: Estimates
     """The assumptions these numbers derive from (scope.estimates)."""
 
@@ -439,7 +439,7 @@ def estimate(
     tier: TierName,
     checks: Sequence[CostedCheck],
 ) -> PlanEstimate:
-    """The plan's cost (:mod:`fasttrack.cost`): every check's work and the engine starts, in the scope's
+    """The plan's cost (:mod:`fasttrack.planning.cost`): every check's work and the engine starts, in the scope's
     ``estimates``; the engine-less checks once (one shard)."""
     costs = plan_cost(scope, tier, groups, points, checks)
     starts = sum(2 * g.lifetimes_per_side for g in groups)

@@ -22,7 +22,7 @@ from fasttrack.checks.base import build_run_plan, registered_checks
 from fasttrack.checks.tier import Blocker, TierView
 from fasttrack.engine.argcheck import ArgCheck, check_arg_lists
 from fasttrack.modelbase import StrictModel
-from fasttrack.plan import Plan
+from fasttrack.planning.plan import Plan
 from fasttrack.scope import TIER_ORDER, Scope
 
 __all__ = ["Blocker", "Passability", "PlannedCheck", "analyze", "analyze_tiers", "engine_arg_check", "tier_checks"]
