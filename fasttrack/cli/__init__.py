@@ -34,7 +34,7 @@ registry.BUILTIN_MODULES["subcommand"] = (
     "fasttrack.kernels.cli",
     "fasttrack.pr.cli",
     "fasttrack.executors.cli",
-    "fasttrack.pipeline.calibrate",
+    "fasttrack.pipeline.calibrate_cli",
 )
 """The modules that add the shipped subcommand groups: each registers (kind ``subcommand``) a function that adds
 its commands to the app; another package's are named in its ``fasttrack`` entry-point group."""

@@ -196,7 +196,7 @@ def test_code_loading_arguments_are_refused(
     refused(b, keys, world, monkeypatch, flag, "--trust-bundle-env")
 
 
-@pytest.mark.parametrize("builder", ["tests/conftest.py", "scripts/../fasttrack/cli.py", "benchmarks/agreement.py"])
+@pytest.mark.parametrize("builder", ["tests/conftest.py", "scripts/../fasttrack/cli/__init__.py", "benchmarks/agreement.py"])
 def test_a_builder_no_shipped_suite_uses_is_refused(
     builder: str, base_bundle: Path, keys: Keys, world: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
