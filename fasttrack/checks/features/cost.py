@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fasttrack.checks.features.spec import SYNTHETIC_FEATURES
+from fasttrack.checks.features.spec import synthetic_features
 from fasttrack.checks.features.table import feature
 from fasttrack.planning.cost import CheckCost, GroupWork, Work
 
@@ -16,7 +16,7 @@ def _per_group(w: Work, on: GroupWork) -> None:
     there."""
     names = [f for f in w.scope.features if w.tier.features is None or f in w.tier.features]
     if on.group.synthetic_acceptance:  # outputs differ by design: only the features judged there run
-        names = [f for f in names if f in SYNTHETIC_FEATURES]
+        names = [f for f in names if f in synthetic_features()]
     steps = {f: feature(f).decode_steps_on(on.group) for f in names}
     ran = [f for f, n in steps.items() if n > 0]
     secs = sum(steps.values()) * w.model.step_s(1) + len(ran) * WINDOWS_PER_FEATURE * w.est.profile_window_s

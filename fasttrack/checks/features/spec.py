@@ -28,10 +28,6 @@ from fasttrack.planning.cost import EngineGroup as GroupShape
 from fasttrack.planning.plan import ConfigPoint, EngineGroup
 from fasttrack.results import Verdict
 
-SYNTHETIC_FEATURES = ("speculative_acceptance",)
-"""The features judged on an engine group with synthetic acceptance: the others compare outputs or output
-distributions, which the synthetic rejection sampler changes by design."""
-
 R = TypeVar("R", bound=FeatureResult)
 F = TypeVar("F", bound="type[ServingFeature[Any]]")
 
@@ -105,6 +101,10 @@ class ServingFeature(ABC, Generic[R]):
     """The decode steps (at batch 1) one side's probes take on one engine group: the plan's cost of the feature.
     The shipped features' were measured on the demo run (the features check's seconds per side over the demo's
     step time, split by the features' request counts)."""
+    on_synthetic_acceptance: ClassVar[bool] = False
+    """Whether it is judged on an engine group with synthetic acceptance too. Most features compare outputs or
+    output distributions, which the synthetic rejection sampler changes by design: they run on the other groups
+    only."""
     optional: ClassVar[str | None] = None
     """When set, a group that measured nothing for it is "not applicable" rather than "not run", and this is
     the reason given when no group of the plan applies (e.g. speculative decoding without speculative configs)."""
@@ -208,3 +208,8 @@ def serving_feature(cls: F) -> F:
     """Class decorator: register one instance of the serving feature ``cls`` (see :func:`register_feature`)."""
     register_feature(cls())
     return cls
+
+
+def synthetic_features() -> list[str]:
+    """The registered features judged on an engine group with synthetic acceptance (``on_synthetic_acceptance``)."""
+    return [name for name, f in registry.entries("feature").items() if f.on_synthetic_acceptance]

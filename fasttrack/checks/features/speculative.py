@@ -50,6 +50,7 @@ class SpeculativeAcceptance(ServingFeature[SpeculativeResult]):
     decode_steps: ClassVar[int] = 800
     result_model: ClassVar[type[FeatureResult]] = SpeculativeResult
     optional: ClassVar[str | None] = "no engine group of the plan has a speculative-decoding configuration"
+    on_synthetic_acceptance: ClassVar[bool] = True
 
     def decode_steps_on(self, group: GroupShape) -> int:
         """Only groups with a speculative config probe it."""
