@@ -103,6 +103,8 @@ class CalibrationRecord(DocModel):
     """The sha256 of the A/A copy of the scope the lifetimes were measured with."""
     model_sha256: str | None = Field(default=None, max_length=64)
     host: HostClass
+    gated_metric: str | None = Field(default=None, max_length=100)
+    """The metric the scope's perf gate decides by: the recommended margin is set from its points."""
     interleaved: bool
     """Whether each A/A pair's two engines were up together with their runs interleaved (the perf check's
     ``interleave``): a record applies to runs measured the same way."""
@@ -113,8 +115,8 @@ class CalibrationRecord(DocModel):
     """The A/A bundles the pairs come from (name and sha256)."""
     points: list[PointCalibration] = Field(max_length=10_000)
     recommended_margin: float
-    """The largest ``aa_margin`` over the points, rounded up to 0.5%: the noise margin this host class supports
-    for one lifetime per side."""
+    """The largest ``aa_margin`` over the gated metric's points (every metric's where none is named), rounded
+    up to 0.5%: the noise margin this host class supports for one lifetime per side."""
 
     def find(self, workload: str, point: str, metric: str) -> PointCalibration | None:
         return next((p for p in self.points if (p.workload, p.point, p.metric) == (workload, point, metric)), None)
@@ -172,16 +174,19 @@ def build_record(
     sources: Sequence[Mapping[str, str]] = (),
     scope_sha256: str | None = None,
     model_sha256: str | None = None,
+    gated_metric: str | None = None,
 ) -> CalibrationRecord:
     pts = list(points)
     if not pts:
         raise CalibrationError("no point had two or more A/A pairs of lifetimes: nothing to calibrate")
-    worst = max(p.aa_margin for p in pts)
+    gated = [p for p in pts if p.metric == gated_metric] or pts
+    worst = max(p.aa_margin for p in gated)
     return CalibrationRecord(
         scope=scope,
         scope_sha256=scope_sha256,
         model_sha256=model_sha256,
         host=host,
+        gated_metric=gated_metric,
         interleaved=interleaved,
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         method=(

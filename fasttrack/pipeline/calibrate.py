@@ -122,6 +122,7 @@ def record_of(pooled: dict[tuple[str, str, str], list[AAPair]], facts: dict[str,
         sources=facts["sources"],
         scope_sha256=facts.get("scope_sha256"),
         model_sha256=facts.get("model_sha256"),
+        gated_metric=facts.get("gated_metric"),
     )
 
 

@@ -93,8 +93,10 @@ def drive_engines(
     progress: Callable[[str], None],
     log: Callable[[str], None],
     launcher: Launcher | None = None,
+    after_group: Callable[[EngineGroup], None] | None = None,
 ) -> None:
-    """Run every engine check's ``collect`` over the plan's engine lifetimes (see the module docstring).
+    """Run every engine check's ``collect`` over the plan's engine lifetimes (see the module docstring), and
+    ``after_group`` after each group's (the reference variants' engines, :mod:`fasttrack.pipeline.variants`).
 
     An engine group whose side spans several nodes starts its node processes with ``launcher``
     (default: ``slurm`` inside a Slurm allocation of several nodes, else all on this host).
@@ -118,6 +120,8 @@ def drive_engines(
                 except EngineError as exc:
                     _record_crash(ctx, launch, exc, checks, state, crashed=isinstance(exc, EngineCrashed), log=log)
                     return
+        if after_group is not None:
+            after_group(group)
     for chk in checks:
         if isinstance(chk, DeploymentCheck):
             for dep in chk.deployments(ctx):

@@ -35,6 +35,8 @@ class EngineLaunch:
     """Checks that collected on it."""
     up_with: list[str] | None = None
     """The other side(s) up at the same time (interleaved measurement)."""
+    variant: str | None = None
+    """The reference variant of the baseline it ran (``gates.equivalence.reference``; :mod:`.variants`)."""
     cpus: list[int] | None = None
     """The CPU cores its processes were pinned to (engines up together: ``engine.cpu_pinning``)."""
     owned: bool | None = None

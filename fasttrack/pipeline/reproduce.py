@@ -211,7 +211,12 @@ def _as_shipped(scope: Any) -> bool:
         shipped = load_scope(str(local)).scope
     except FasttrackError:
         return False
-    return shipped.model == scope.model and shipped.engine == scope.engine and shipped.fallback == scope.fallback
+    return (
+        shipped.model == scope.model
+        and shipped.engine == scope.engine
+        and shipped.fallback == scope.fallback
+        and shipped.gates.equivalence.reference == scope.gates.equivalence.reference  # its variants' arguments
+    )
 
 
 def check_recorded_scope(text: str, *, source: str, trust_bundle_env: bool = False) -> Any:
@@ -235,6 +240,9 @@ def check_recorded_scope(text: str, *, source: str, trust_bundle_env: bool = Fal
         }
         if scope.fallback is not None:
             args["fallback.unsupported_deployment_args"] = scope.fallback.unsupported_deployment_args
+        ref = scope.gates.equivalence.reference
+        for name, extra in (ref.variants if ref is not None else {}).items():
+            args[f"gates.equivalence.reference.variants.{name}"] = extra
         problems += env_problems(envs) + arg_problems(args)
     builder = scope.model.local_builder
     if builder and builder not in _suite_builders():

@@ -32,6 +32,7 @@ from fasttrack.host.hardware import HostInfo, detect_host, match_hardware
 from fasttrack.pipeline.engines import RunState, drive_engines, stopped_result
 from fasttrack.pipeline.options import ValidateOptions
 from fasttrack.pipeline.record import RunFacts, write_outputs
+from fasttrack.pipeline.variants import run_variants
 from fasttrack.planning.plan import Plan
 from fasttrack.results import ISOLATION, CheckResult, Side, Verdict, bundle_verdict, ordered_checks, overall_verdict
 from fasttrack.scope import LoadedScope, load_scope
@@ -409,7 +410,11 @@ def _run_checks(
     if driven is not plan:
         left = [g.id for g in plan.groups if g not in driven.groups]
         log(f"--group: starting {', '.join(g.id for g in driven.groups)} only; not exercised: {', '.join(left)}")
-    drive_engines(ctx, driven, engine_checks, state, attach=attach, progress=progress, log=log, launcher=launcher)
+    drive_engines(
+        ctx, driven, engine_checks, state, attach=attach, progress=progress, log=log, launcher=launcher,
+        after_group=lambda g: run_variants(ctx, g, engine_checks, state, attach=attach, progress=progress,
+                                           launcher=launcher),
+    )  # fmt: skip
     for chk in engine_checks:
         if chk.name in state.results:
             state.results[chk.name] = _declared(chk, state.results[chk.name])

@@ -31,6 +31,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from fasttrack.scope.reference import COST_LINE as REFERENCE
+from fasttrack.scope.reference import variant_work
+
 if TYPE_CHECKING:  # pragma: no cover
     from fasttrack.scope import Estimates, Scope, TierName, TierSpec
 
@@ -228,6 +231,9 @@ def group_cost(
     for chk in checks:
         if chk.cost.per_group is not None and _runs(t, chk):
             chk.cost.per_group(Work(scope, t, model, chk.name, costs, devices=devices, nodes=nodes), share)
+    # the equivalence gate's reference variants: engines of the baseline side the run adds per group
+    if (variants := variant_work(scope, t, group, share.points, model)) is not None:
+        costs.setdefault(REFERENCE, Cost()).add(**variants, devices=devices, nodes=nodes)
     return costs
 
 
@@ -267,6 +273,12 @@ def measured(summary: dict[str, Any]) -> dict[str, float]:
     pairs: set[tuple[Any, ...]] = set()
     for e in summary.get("engines") or []:
         if not isinstance(e, dict):
+            continue
+        if e.get("variant"):  # a reference variant's whole lifetime is its own line
+            stop = e.get("stop")
+            for secs in (e.get("startup_s"), stop.get("duration_s") if isinstance(stop, dict) else None,
+                         *(e.get("check_seconds") or {}).values()):  # fmt: skip
+                add(REFERENCE, secs)
             continue
         add(STARTS, e.get("startup_s"))
         stop = e.get("stop")

@@ -23,6 +23,7 @@ from fasttrack.limits import MAX_SHARDS, SHARD_SPEC_MAX_CHARS
 from fasttrack.modelbase import DocModel
 from fasttrack.planning.cost import STARTS, CostedCheck, group_cost, plan_cost
 from fasttrack.scope import TIER_ORDER, Estimates, Scope, SpecDecodeSpec, TierName
+from fasttrack.scope.reference import variant_lifetimes
 
 SIDES = ("baseline", "candidate")
 
@@ -442,7 +443,8 @@ def estimate(
     """The plan's cost (:mod:`fasttrack.planning.cost`): every check's work and the engine starts, in the scope's
     ``estimates``; the engine-less checks once (one shard)."""
     costs = plan_cost(scope, tier, groups, points, checks)
-    starts = sum(2 * g.lifetimes_per_side for g in groups)
+    t = scope.tiers[tier]
+    starts = sum(2 * g.lifetimes_per_side + variant_lifetimes(scope, t, g) for g in groups)
     return PlanEstimate(
         engine_starts=starts,
         requests=sum(c.requests for c in costs.values()),

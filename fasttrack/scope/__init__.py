@@ -13,6 +13,7 @@ what is missing, and ``fasttrack validate`` refuses to run it.
 * :mod:`~fasttrack.scope.envelope`: the envelope and whether a config point lies inside it
 * :mod:`~fasttrack.scope.inputs`: fallback, isolation, path markers, kernels, evals, workloads, claims
 * :mod:`~fasttrack.scope.gates`: gates per check (one gate model each), tiers, cost-estimate assumptions
+* :mod:`~fasttrack.scope.reference`: stock's own builds that calibrate the equivalence limits, and their work
 * :mod:`~fasttrack.scope.manifest`: :class:`Scope` and its cross-section rules
 * :mod:`~fasttrack.scope.loading`: finding, parsing and loading scope files; the JSON Schema
 """
@@ -69,6 +70,7 @@ from fasttrack.scope.inputs import (
 )
 from fasttrack.scope.loading import LoadedScope, available_suites, find_scope, json_schema, load_scope, parse_scope
 from fasttrack.scope.manifest import Scope, TierMatrix
+from fasttrack.scope.reference import ReferenceTolerance, StockReference
 
 __all__ = [
     "DEFAULT_SHARED_COMPONENTS",
@@ -99,12 +101,14 @@ __all__ = [
     "NodeSpec",
     "PathMarkers",
     "PerfGate",
+    "ReferenceTolerance",
     "ServiceLevel",
     "Scope",
     "ScopeModel",
     "SharedComponent",
     "SideSpec",
     "SpecDecodeSpec",
+    "StockReference",
     "TierMatrix",
     "TierName",
     "TierSpec",

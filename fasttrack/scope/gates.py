@@ -21,6 +21,7 @@ from pydantic_core import InitErrorDetails
 
 from fasttrack import registry
 from fasttrack.scope.common import Direction, ScopeModel, stricter, stricter_directions
+from fasttrack.scope.reference import StockReference
 
 PerfMetric = Literal[
     "median_tpot_ms",
@@ -78,11 +79,28 @@ class EquivalenceGate(CheckGate, check="equivalence"):
     """Logprobs requested per position; vLLM's check_logprobs_close rule uses them."""
     max_tokens: Annotated[int, stricter("higher")] = Field(default=32, ge=1, le=65_536)
     max_abs_logprob_diff: Annotated[float, stricter("lower")] = Field(default=0.1, ge=0, le=100)
-    """Largest allowed |logprob difference| of the chosen token on matching prefixes."""
+    """Largest allowed |logprob difference| of the chosen token on matching prefixes, candidate against baseline:
+    the absolute limit of a scope without ``reference`` (with one, the limits come from stock's own builds)."""
     max_kl: Annotated[float, stricter("lower")] = Field(default=0.02, ge=0, le=100)
-    """Largest allowed mean KL estimate (top-k) on matching prefixes."""
+    """Largest allowed mean KL estimate (top-k) on matching prefixes, candidate against baseline (a hard cap, with
+    or without ``reference``)."""
     min_close_fraction: Annotated[float, stricter("higher")] = Field(default=1.0, ge=0, le=1)
-    """Fraction of requests per batch size that must satisfy the check_logprobs_close rule."""
+    """Fraction of requests per batch size that must satisfy the check_logprobs_close rule (a hard gate, with or
+    without ``reference``)."""
+    reference: StockReference | None = None
+    """Stock's own legitimate builds (variants of the baseline run in the same validate run), which calibrate the
+    limits: the candidate's distance from the reference must be within ``multiple`` x stock's + ``tolerance``
+    (:mod:`fasttrack.scope.reference`). None: the absolute ``max_abs_logprob_diff``."""
+
+    @model_validator(mode="after")
+    def _one_drift_rule(self) -> "EquivalenceGate":
+        if self.reference is not None and "max_abs_logprob_diff" in self.model_fields_set:
+            raise ValueError(
+                "max_abs_logprob_diff is the absolute limit of a scope without reference; with reference the "
+                "limit is reference.multiple x stock's distance + reference.tolerance.max_abs_logprob_diff: "
+                "remove max_abs_logprob_diff"
+            )
+        return self
 
 
 class FeaturesGate(CheckGate, check="features"):

@@ -13,7 +13,11 @@ Per request, :func:`compare_greedy` reports:
 * logprob drift on the matching prefix (positions before the divergence): absolute
   difference of the chosen token's logprob on the two sides, max and mean;
 * a KL estimate KL(baseline || candidate) per position from top-k logprobs, over the
-  positions whose context is still identical (up to and including the divergence).
+  positions whose context is still identical (up to and including the divergence);
+* the matched-prefix fraction: the tokens before the first divergence over the longer
+  output's length (1 when the outputs are identical, 0 when they differ at the first token).
+  Pooled over requests (:func:`summarize_greedy`), ``divergence`` is one minus its mean: the
+  share of the generated tokens that came after the outputs parted.
 
 KL estimator (:func:`topk_kl`). Each side lists probabilities only for its top-k
 tokens; the rest of its mass, ``r = 1 - sum(listed)``, is spread over the unlisted
@@ -80,6 +84,8 @@ class GreedyComparison(StatResult):
     kl_max: float | None
     kl_per_position: list[float]
     """KL estimate per position with identical context (up to and including the divergence)."""
+    prefix_fraction: float
+    """Tokens before the first divergence over the longer output's length (1.0 when identical or both empty)."""
 
 
 class GreedySummary(StatResult):
@@ -97,17 +103,23 @@ class GreedySummary(StatResult):
     kl_mean: float | None
     """Mean KL estimate over all compared positions of all requests."""
     kl_max: float | None
+    divergence: float
+    """One minus the mean matched-prefix fraction over the requests: the share of generated tokens after the
+    first divergence (0 when every request matches exactly)."""
     not_close: list[int]
     """Indices of requests that fail the check_logprobs_close rule."""
 
     def breaks(
-        self, *, min_close_fraction: float, max_abs_logprob_diff: float, max_kl: float
+        self, *, min_close_fraction: float, max_abs_logprob_diff: float | None, max_kl: float
     ) -> tuple[bool, bool, bool]:
         """Which of these limits the comparisons break: the close fraction, the largest logprob difference on
-        matching prefixes, the mean KL (a limit whose figure was not measured is not broken)."""
+        matching prefixes (None: no absolute limit), the mean KL (a limit whose figure was not measured is not
+        broken)."""
         return (
             self.close_fraction < min_close_fraction,
-            self.max_abs_logprob_diff is not None and self.max_abs_logprob_diff > max_abs_logprob_diff,
+            max_abs_logprob_diff is not None
+            and self.max_abs_logprob_diff is not None
+            and self.max_abs_logprob_diff > max_abs_logprob_diff,
             self.kl_mean is not None and self.kl_mean > max_kl,
         )
 
@@ -251,7 +263,16 @@ def compare_greedy(
         kl_mean=float(np.mean(kls)) if kls else None,
         kl_max=max(kls) if kls else None,
         kl_per_position=kls,
+        prefix_fraction=prefix_fraction(first_div, len(bt), len(ct)),
     )
+
+
+def prefix_fraction(first_divergence: int | None, n_baseline: int, n_candidate: int) -> float:
+    """Tokens before the first divergence over the longer output's length (1.0 when identical or both empty)."""
+    longest = max(n_baseline, n_candidate)
+    if first_divergence is None or longest == 0:
+        return 1.0
+    return first_divergence / longest
 
 
 def summarize_greedy(comparisons: Sequence[GreedyComparison]) -> GreedySummary:
@@ -265,7 +286,10 @@ def summarize_greedy(comparisons: Sequence[GreedyComparison]) -> GreedySummary:
     n_exact = sum(c.exact_match for c in comparisons)
     return GreedySummary(
         name="greedy equivalence over requests",
-        method="counts of exact / check_logprobs_close requests; drift pooled over compared positions",
+        method=(
+            "counts of exact / check_logprobs_close requests; drift pooled over compared positions; divergence: "
+            "1 - mean matched-prefix fraction"
+        ),
         n_requests=n,
         n_exact=n_exact,
         n_close=n_close,
@@ -275,5 +299,6 @@ def summarize_greedy(comparisons: Sequence[GreedyComparison]) -> GreedySummary:
         mean_abs_logprob_diff=float(np.mean(diffs)) if diffs else None,
         kl_mean=float(np.mean(kls)) if kls else None,
         kl_max=max(kls) if kls else None,
+        divergence=1.0 - float(np.mean([c.prefix_fraction for c in comparisons])),
         not_close=[i for i, c in enumerate(comparisons) if not c.close],
     )

@@ -3,7 +3,8 @@
 No vLLM here (see ``fake_openai_engine``): this exercises the request plumbing,
 the sampling pipeline (choice of the decode position, rejection on the first
 token, chi-square), structured output, API behaviour and the no-profiler paths (no
-trace, so no check can pass: each is ``not_run`` with the reason).
+trace, so no check can pass: each is ``not_run`` with the reason), and the reference variants' collection (a
+stock fake engine answering the baseline's requests again).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from helpers_checks import demo_ctx
 from fasttrack.checks.context import EngineSession
 from fasttrack.checks.coverage import CoverageCheck
 from fasttrack.checks.equivalence import EquivalenceCheck
+from fasttrack.checks.equivalence.reference import VariantCollector
 from fasttrack.checks.features import FeaturesCheck
 from fasttrack.engine import AttachedEngine
 from fasttrack.perf.loadgen import run_loop
@@ -46,6 +48,14 @@ def _run(tmp_path: Path, make, mode: str, checks: list, *, pause: bool = False, 
         eng = make(side, m, pause)
         for c in checks:
             run_loop(c.collect(ctx, EngineSession(side=side, group=g, lifetime=0, engine=eng)))  # as the pipeline does
+    ref = ctx.scope.gates.equivalence.reference
+    for variant in ref.variants if ref is not None else []:  # stock's builds: the fake's stock answers again
+        eng = make("baseline", "", pause)
+        for c in checks:
+            if isinstance(c, VariantCollector) and c.wants_variant(ctx, g):
+                run_loop(
+                    c.collect_variant(ctx, EngineSession(side="baseline", group=g, lifetime=0, engine=eng), variant)
+                )
     return ctx, {c.name: c.judge(ctx) for c in checks}
 
 

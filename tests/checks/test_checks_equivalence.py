@@ -2,84 +2,17 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import pytest
+from equivalence_testlib import fill as _fill
+from equivalence_testlib import record as _record
+from equivalence_testlib import top as _top
 from helpers_checks import demo_ctx, window
 
 from fasttrack.checks.batching import verify_batch
-from fasttrack.checks.equivalence import EquivalenceCheck, GreedyRecord, PointRun
+from fasttrack.checks.equivalence import EquivalenceCheck
 from fasttrack.results import Verdict
-
-VOCAB = list(range(100, 110))
-
-
-def _top(best: int, *, lp_best: float = -0.2, second: int | None = None, shift: float = 0.0) -> list[tuple[int, float]]:
-    """A top-5 list with ``best`` on top (probabilities sum below 1)."""
-    others = [t for t in VOCAB if t != best and t != second][: 4 if second is None else 3]
-    top = [(best, lp_best + shift)]
-    if second is not None:
-        top.append((second, -1.8 + shift))
-    top += [(t, -3.0 - i * 0.5 + shift) for i, t in enumerate(others)]
-    return top
-
-
-def _record(
-    point: str,
-    batch: int,
-    rnd: int,
-    pid: str,
-    tokens: list[int],
-    *,
-    shift: float = 0.0,
-    seconds: dict[int, int] | None = None,
-) -> GreedyRecord:
-    seconds = seconds or {}
-    tops = [_top(t, second=seconds.get(i), shift=shift) for i, t in enumerate(tokens)]
-    return GreedyRecord(
-        point=point,
-        batch=batch,
-        round=rnd,
-        prompt_id=pid,
-        prompt_text=f"prompt {pid} about rivers",
-        prompt_ids=[1, 5, 6, len(pid)],
-        token_ids=tokens,
-        logprobs=[t[0][1] for t in tops],
-        top=tops,
-        text=" ".join(map(str, tokens)),
-        finish_reason="length",
-    )
-
-
-def _fill(chk: EquivalenceCheck, ctx, *, cand_change=None, cand_window=None, base_window=None) -> None:
-    """Identical greedy runs on both sides at every non-full point; ``cand_change(point, rec)`` edits the
-    candidate's records."""
-    gid = ctx.plan.groups[0].id
-    base, cand = {}, {}
-    for p in ctx.plan.points:
-        if p.full_context:
-            continue
-        br = PointRun(point=p.id, batch=p.batch, context=p.context)
-        cr = PointRun(point=p.id, batch=p.batch, context=p.context)
-        rounds = math.ceil(8 / p.batch)
-        for r in range(rounds):
-            for j in range(p.batch):
-                toks = [VOCAB[(r + j + k) % 10] for k in range(6)]
-                br.records.append(_record(p.id, p.batch, r, f"p{j}", toks))
-                rec = _record(p.id, p.batch, r, f"p{j}", toks)
-                if cand_change:
-                    rec = cand_change(p, rec) or rec
-                cr.records.append(rec)
-        # every measured round carries its batch check (the running-requests gauge peaked at the batch size)
-        br.round_checks = [verify_batch(p.batch, running_samples=[p.batch]) for _ in range(rounds)]
-        cr.round_checks = [verify_batch(p.batch, running_samples=[p.batch]) for _ in range(rounds)]
-        dec = {p.batch: 20}
-        br.window = base_window(p) if base_window else window("baseline", [p.id], decode=dec)
-        cr.window = cand_window(p) if cand_window else window("candidate", [p.id], decode=dec)
-        base[p.id], cand[p.id] = br, cr
-    chk.runs[(gid, "baseline")] = base
-    chk.runs[(gid, "candidate")] = cand
 
 
 def test_identical_outputs_pass_at_every_batch_size(tmp_path: Path) -> None:

@@ -131,20 +131,25 @@ def _api(side: str) -> dict[str, Any]:
     }
 
 
-def _full(side: str, *, broken: bool = False) -> dict[str, Any]:
+def _full(side: str, *, broken: bool = False, drift: float = 0.0, at: tuple[int, ...] = (1, 8)) -> dict[str, Any]:
+    """Both full-context points' outputs; ``drift`` lowers the 2nd token's logprob at the batches ``at``."""
     runs = []
     for b in (1, 8):
         recs = []
         for _ in range(b):
             toks = [10, 11, 12] if not broken else [10, 99, 98]
-            top = [[(t, -0.2), (t + 100, -3.0), (t + 101, -3.5), (t + 102, -4.0), (t + 103, -4.5)] for t in toks]
+            d = [0.0, drift if b in at else 0.0, 0.0]
+            top = [
+                [(t, -0.2 - d[i]), (t + 100, -3.0), (t + 101, -3.5), (t + 102, -4.0), (t + 103, -4.5)]
+                for i, t in enumerate(toks)
+            ]
             recs.append(
                 {
                     "error": None,
                     "prompt_tokens": 1000,
                     "completion_tokens": 3,
                     "token_ids": toks,
-                    "logprobs": [-0.2] * 3,
+                    "logprobs": [t[0][1] for t in top],
                     "top": top,
                     "text": "abc",
                 }
@@ -186,11 +191,21 @@ def _side(side: str, *, optimized: bool = True, **overrides: Any) -> SideData:
     return sd
 
 
-def _check(tmp_path: Path, base: SideData, cand: SideData, **scope) -> tuple[FeaturesCheck, Any]:
+def _check(
+    tmp_path: Path, base: SideData, cand: SideData, *, variants: dict[str, SideData | str] | None = None, **scope
+) -> tuple[FeaturesCheck, Any]:
+    """The check with both sides' data and, for each reference variant of the scope, ``variants[name]`` (default:
+    the baseline's results of the features that use the reference, as a variant identical to it measures)."""
     ctx = demo_ctx(tmp_path, **scope)
     chk = FeaturesCheck()
     chk.sides[(GID, "baseline")] = base
     chk.sides[(GID, "candidate")] = cand
+    ref = ctx.scope.gates.equivalence.reference
+    for name in ref.variants if ref is not None else []:
+        given = (variants or {}).get(name)
+        if given is None:
+            given = SideData(results={f: r for f, r in base.results.items() if f in ("full_context", "logprobs")})
+        chk.variants[(GID, name)] = given
     return chk, ctx
 
 
@@ -381,3 +396,71 @@ def test_no_profiled_candidate_window_is_not_run_never_pass(tmp_path: Path) -> N
     rows = [r for r in res.tables["features"] if r["feature"] == "full_context"]
     assert rows and all(r["verdict"] == "not_run" for r in rows)
     assert "full_context" in res.reason and "no profiled window" in res.reason
+
+
+# ------------------------------------------------------------------- calibrated against stock's own builds
+
+
+def _loose_kl(tmp_path: Path) -> dict[str, Any]:
+    """Scope updates that lift the KL cap, so a test sees the calibrated rule alone."""
+    gates = demo_ctx(tmp_path).scope.gates
+    return {"gates": gates.model_copy(update={"equivalence": gates.equivalence.model_copy(update={"max_kl": 1.0})})}
+
+
+def _eager(**full: Any) -> SideData:
+    """The eager variant's measurements: the baseline's logprobs request, and full context as given."""
+    base = _side("baseline")
+    return SideData(results={"full_context": as_result("full_context", _full("baseline", **full)),
+                             "logprobs": base.results["logprobs"]})  # fmt: skip
+
+
+def test_full_context_drift_within_stocks_eager_spread_passes_and_shows_both(tmp_path: Path) -> None:
+    cand = _side("candidate", full_context=_full("candidate", drift=0.25))
+    chk, ctx = _check(tmp_path, _side("baseline"), cand, variants={"eager": _eager(drift=0.1)}, **_loose_kl(tmp_path))
+    res = chk.judge(ctx)
+    assert res.summary["per_feature"]["full_context"]["verdict"] == "pass", res.failures
+    row = next(r for r in res.tables["features"] if r["feature"] == "full_context" and r["point"] == FULL[8])
+    assert row["max_abs_logprob_diff"] == pytest.approx(0.25)
+    assert "max |Δ logprob| candidate 0.25 vs stock eager 0.1 (limit 3 x 0.1 + 0.01 = 0.31)" in row["calibration"]
+    assert row["limit_max_abs_logprob_diff"] == pytest.approx(0.31) and row["reference"] == "baseline"
+
+
+def test_full_context_drift_beyond_stocks_spread_fails_at_that_point_only(tmp_path: Path) -> None:
+    cand = _side("candidate", full_context=_full("candidate", drift=0.8, at=(8,)))
+    chk, ctx = _check(tmp_path, _side("baseline"), cand, variants={"eager": _eager()}, **_loose_kl(tmp_path))
+    res = chk.judge(ctx)
+    assert res.summary["per_feature"]["full_context"]["verdict"] == "fail"
+    rows = {r["point"]: r["verdict"] for r in res.tables["features"] if r["feature"] == "full_context"}
+    assert rows == {FULL[1]: "pass", FULL[8]: "fail"}
+    (msg,) = [f for f in res.failures if f.startswith(FULL[8])]
+    assert "max |Δ logprob| candidate 0.8 vs stock eager 0 (limit 3 x 0 + 0.01 = 0.01) EXCEEDED" in msg
+
+
+def test_full_context_and_logprobs_without_the_variant_are_not_run_saying_why(tmp_path: Path) -> None:
+    why = "its engine failed (EngineStartError: out of memory; log: logs/x.log)"
+    chk, ctx = _check(tmp_path, _side("baseline"), _side("candidate"), variants={"eager": why})
+    res = chk.judge(ctx)
+    per = res.summary["per_feature"]
+    assert per["full_context"]["verdict"] == "not_run" and per["logprobs"]["verdict"] == "not_run"
+    assert f"reference variant eager: {why}" in per["full_context"]["reason"]
+    row = next(r for r in res.tables["features"] if r["feature"] == "logprobs" and r["side"] == "both")
+    assert row["verdict"] == "not_run" and f"reference variant eager: {why}" in row["detail"]
+    assert all(d["verdict"] == "pass" for f, d in per.items() if f not in ("full_context", "logprobs")), per
+
+
+def test_logprobs_drift_is_judged_against_stocks_eager_build(tmp_path: Path) -> None:
+    def drifted(side: str, d: float) -> Any:
+        data = _api(side)["logprobs"]
+        data["top"][1] = [(6, -0.2 - d), (5, -2.5), (7, -3.5), (8, -4.0), (9, -4.5)]
+        data["logprobs"] = [-0.2, -0.2 - d]
+        return as_result("logprobs", data)
+
+    eager = SideData(results={"full_context": as_result("full_context", _full("baseline")),
+                              "logprobs": drifted("baseline", 0.1)})  # fmt: skip
+    for d, verdict in ((0.25, "pass"), (0.6, "fail")):
+        cand = _side("candidate", logprobs=drifted("candidate", d).model_dump())
+        chk, ctx = _check(tmp_path, _side("baseline"), cand, variants={"eager": eager}, **_loose_kl(tmp_path))
+        res = chk.judge(ctx)
+        assert res.summary["per_feature"]["logprobs"]["verdict"] == verdict, (d, res.failures)
+        row = next(r for r in res.tables["features"] if r["feature"] == "logprobs" and r["side"] == "both")
+        assert f"max |Δ logprob| candidate {d:g} vs stock eager 0.1" in row["calibration"]

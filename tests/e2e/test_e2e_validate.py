@@ -6,8 +6,9 @@ The defect run attaches the session's baseline engine (``--baseline-url``: the s
 started as validate would start it) and starts its own candidate, with the defect planted the
 way a user plants it, ``FASTTRACK_DEMO_DEFECT=numerics-batch fasttrack validate``; the candidate
 must be owned by the run for the coverage check's evidence (its profiler traces, the
-unsupported-deployment probe). Its reproduction attaches both of the session's engines, the
-candidate with the same defect planted through the demo plugin's defect file. The Ctrl-C run
+unsupported-deployment probe); stock's eager build, the scope's reference variant, is started by the
+run from the scope. Its reproduction attaches both of the session's engines, the candidate with the
+same defect planted through the demo plugin's defect file, and starts the eager build again. The Ctrl-C run
 owns its engines (``no_session_engine``). What an engine crash leaves behind is tested on a
 two-node engine (``test_e2e_multinode.py``), whose one killed node is the harder case."""
 
@@ -210,10 +211,17 @@ def test_planted_defect_fails_the_signed_bundle_at_exactly_its_batch(defect_run,
     # checks that were not selected are not_run
     assert manifest["checks"]["perf"]["verdict"] == "not_run"
     # the baseline was attached, the candidate started by validate with the defect in its environment
-    # (the engines that collected equivalence: the unsupported-deployment probe's refused start is a record too)
+    # (the engines that collected equivalence: the unsupported-deployment probe's refused start is a record too),
+    # and stock's eager build beside the baseline, started by validate from the scope (the reference variant)
     launches = json.loads((run_dir / "run-summary.json").read_text())["engines"]
-    engines = {e["side"]: e for e in launches if "equivalence" in e["checks"]}
+    engines = {e["side"]: e for e in launches if "equivalence" in e["checks"] and not e.get("variant")}
     assert engines["baseline"]["owned"] is False and engines["candidate"]["owned"] is True
+    (eager,) = [e for e in launches if e.get("variant")]
+    assert eager["variant"] == "eager" and eager["owned"] is True and "--enforce-eager" in eager["args"], eager
+    # the defect's batch fails against stock's own spread, by a wide margin; the row says both figures
+    worst = next(r for r in points if r["point"] in failing)
+    assert worst["candidate_max_abs_logprob_diff_vs_reference"] > 10 * worst["limit_max_abs_logprob_diff"], worst
+    assert "vs stock eager" in worst["calibration"], worst["calibration"]
     assert engines["candidate"]["environment"]["env_relevant"].get("FASTTRACK_DEMO_DEFECT") == DEFECT
     assert manifest["provenance"]["engines"] and manifest["provenance"]["models"]
     # the report shows the failure
@@ -254,8 +262,9 @@ def test_reproduce_agrees_with_the_failed_bundle(defect_run, keys: Path, tmp_pat
     (agreement,) = info["agreements"]
     assert agreement["check"] == "equivalence" and agreement["recorded_verdict"] == agreement["new_verdict"] == "fail"
     assert agreement["rows_compared"] >= 5, agreement  # at least one row per batch size of the sweep
-    # both engines were attached: reproduce started none
+    # both engines were attached: reproduce started only stock's eager build (the scope's reference variant)
     launches = json.loads((tmp_path / "reproduce" / "run-summary.json").read_text())["engines"]
-    engines = {e["side"]: e for e in launches if "equivalence" in e["checks"]}
+    engines = {e["side"]: e for e in launches if "equivalence" in e["checks"] and not e.get("variant")}
     assert engines["baseline"]["owned"] is False and engines["candidate"]["owned"] is False, engines
+    assert [(e.get("variant"), e["owned"]) for e in launches if e.get("owned")] == [("eager", True)], launches
     assert str(engines["candidate"]["base_url"]).startswith(candidate.base_url), engines

@@ -6,7 +6,8 @@ The wheels are built from a copy of the files the build reads, installed with ``
 --no-deps`` into a fresh virtual environment whose third-party packages are the test venv's (a
 ``.pth`` line naming a folder of links to them, without fasttrack, the plugin and their editable
 finders), and run from outside the repository: ``plan``, ``doctor``, the demo model's build and
-the smoke tier of ``validate`` attached to the session's two engines (no engine starts).
+the smoke tier of ``validate`` attached to the session's two engines (one engine start: stock's eager build,
+the scope's reference variant, which validate starts from the scope).
 
 On the H200 (before the wheel shipped its data) ``--model demo-llama`` said ``no suite named
 'demo-llama'. Available suites: (none)``, and the scope's path gave ``model.local_builder
@@ -260,7 +261,10 @@ def test_fasttrack_from_its_wheel_plans_checks_and_validates_outside_the_repo(
     datasets = manifest["provenance"]["datasets"]
     assert {"suites/demo-llama/prompts/prompts.jsonl", "suites/common/prompts/passages.jsonl"} <= set(datasets)
     assert manifest["provenance"]["fasttrack_commit"] is None  # a wheel has no commit of its own
-    assert all(e["mode"] == "attached" for e in manifest["provenance"]["engines"])
+    # the session's two engines, attached, and stock's eager build (the reference variant) that validate started
+    engines = manifest["provenance"]["engines"]
+    assert sorted(e["mode"] for e in engines) == ["attached", "attached", "owned"], engines
+    assert "--enforce-eager" in next(e for e in engines if e["mode"] == "owned")["args"]
     html = (out / "report.html").read_text()
     assert "demo-llama" in html and "Content-Security-Policy" in html
 

@@ -17,11 +17,12 @@ from fasttrack.checks.base import build_run_plan, registered_checks
 from fasttrack.executors.shards import layout
 from fasttrack.planning.cost import STARTS, measured, plan_cost
 from fasttrack.scope import Scope, load_scope, parse_scope
+from fasttrack.scope.reference import COST_LINE as REFERENCE
 
 FIXTURES = ROOT / "tests" / "fixtures"
 DEMO_RUNS = sorted((FIXTURES / "cost").glob("demo-smoke-run-*.json"))
 CHECKS = list(registered_checks().values())
-LINES = {STARTS, "kernels", "equivalence", "features", "coverage", "evals", "perf"}
+LINES = {STARTS, "kernels", "equivalence", "features", "coverage", "evals", "perf", REFERENCE}
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +47,7 @@ def test_a_tier_that_leaves_a_check_out_does_not_pay_for_it() -> None:
         "    workloads: [decode, sweep]\n    lifetimes_per_side: 1\n    checks: [kernels, equivalence]\n"
     ))  # fmt: skip
     scope = parse_scope(text, source="demo")
-    assert set(build_run_plan(scope, tier="smoke").estimate.checks) == {STARTS, "kernels", "equivalence"}
+    assert set(build_run_plan(scope, tier="smoke").estimate.checks) == {STARTS, "kernels", "equivalence", REFERENCE}
 
 
 def test_evals_are_counted_by_their_tokens(k3) -> None:
@@ -135,7 +136,7 @@ def test_the_gpu_demo_estimate_is_within_25_percent_of_the_h200_run() -> None:
     summary = json.loads((FIXTURES / "cost" / "gpu-smoke-h200.json").read_text())
     assert (summary["scope"], summary["tier"], summary["shard"]) == ("demo-llama-gpu", "smoke", "1/1")
     assert summary["crash"] is None and not summary["interrupted"]
-    scope = load_scope("demo-llama-gpu").scope
+    scope = without_reference(load_scope("demo-llama-gpu").scope)  # the run had no reference variants
     plan = build_run_plan(scope, tier="smoke")
     est = plan_cost(scope, "smoke", plan.groups, plan.points, CHECKS)
     got = measured(summary)
@@ -147,22 +148,31 @@ def test_the_gpu_demo_estimate_is_within_25_percent_of_the_h200_run() -> None:
 
 RUN_SCOPES: dict[str, dict[str, Any]] = {
     # run A: the perf gate took 3..6 run pairs (A B A B) and the smoke tier had no concurrency sweep
-    "demo-smoke-run-a": {"min_runs": 3, "max_runs": 6, "smoke_workloads": ["decode"]},
+    # it had no reference variants (gates.equivalence.reference)
+    "demo-smoke-run-a": {"min_runs": 3, "max_runs": 6, "smoke_workloads": ["decode"], "reference": False},
 }
 """What differed in the demo scope when each measured run was taken (the estimate is of the plan that ran)."""
 
 
+def without_reference(scope: Scope) -> Scope:
+    """The scope without ``gates.equivalence.reference`` (a run recorded before the reference variants)."""
+    eq = scope.gates.equivalence.model_copy(update={"reference": None})
+    return scope.model_copy(update={"gates": scope.gates.model_copy(update={"equivalence": eq})})
+
+
 def scope_then(scope: Scope, then: dict[str, Any]) -> Scope:
     """The demo scope as a measured run had it: the current one with that run's perf runs and smoke workloads
-    (copies without validation: 3..6 run pairs are no longer a valid interleaved design)."""
+    (copies without validation: 3..6 run pairs are no longer a valid interleaved design), without the reference
+    variants where the run had none."""
     perf = scope.gates.perf.model_copy(update={"min_runs": then["min_runs"], "max_runs": then["max_runs"]})
     smoke = scope.tiers["smoke"].model_copy(update={"workloads": then["smoke_workloads"]})
-    return scope.model_copy(
+    out = scope.model_copy(
         update={
             "gates": scope.gates.model_copy(update={"perf": perf}),
             "tiers": {**scope.tiers, "smoke": smoke},
         }
     )
+    return out if then.get("reference", True) else without_reference(out)
 
 
 def test_every_measured_run_says_what_its_scope_was() -> None:

@@ -51,7 +51,13 @@ def _record(points: list[str], *, pairs: int = 6, sd: float = 0.005, host: HostC
         (w, p, "median_engine_tpot_ms"): prs
         for (w, p), prs in pairs_from_rows(rows, metric="median_engine_tpot_ms", paired=True).items()
     }
-    facts = {"scope": "demo-llama", "host": host, "interleaved": True, "sources": [{"name": "aa", "sha256": "0" * 64}]}
+    facts = {
+        "scope": "demo-llama",
+        "host": host,
+        "interleaved": True,
+        "sources": [{"name": "aa", "sha256": "0" * 64}],
+        "gated_metric": "median_engine_tpot_ms",
+    }
     return record_of(pooled, facts), pooled
 
 
@@ -63,6 +69,7 @@ def test_a_record_holds_every_point_s_components_half_widths_and_margin() -> Non
     assert pc.half_width["1"] > pc.half_width["2"] > pc.half_width["3"] > 0
     assert pc.aa_margin > pc.half_width["1"]  # the margin clears the A/A interval plus its own noise
     assert rec.recommended_margin >= max(p.aa_margin for p in rec.points)
+    assert rec.gated_metric == "median_engine_tpot_ms"
     assert rec.recommended_margin * 200 == pytest.approx(round(rec.recommended_margin * 200))  # a 0.5% step
     comps = aa_comparisons(pooled, metric="median_engine_tpot_ms", margin=rec.recommended_margin)
     assert len(comps) == 12 and all(c["df"] == 5 for c in comps)  # leave one out: five other pairs
@@ -173,3 +180,17 @@ def test_host_bound_is_not_judged_without_a_card_or_weights() -> None:
     f = host_bound_fields(step_ms=5.0, weights=10**9, bandwidth_gbs=None)
     assert f["host_bound"] is None and "no GPU memory bandwidth" in f["host_bound_note"]
     assert host_bound_fields(step_ms=5.0, weights=None, bandwidth_gbs=3350.0)["host_bound"] is None
+
+
+def test_the_recommended_margin_is_the_gated_metric_s() -> None:
+    """A noisier metric that is only reported (client-timed TPOT, throughput) does not set the margin: on the
+    H100 the engine-timed TPOT supported 1.5% while a reported metric's A/A needed 15%."""
+    from fasttrack.perf.calibration import build_record
+
+    rec, _ = _record(["p-b1"], sd=0.002)
+    noisy, _ = _record(["p-b1"], sd=0.05)
+    other = noisy.points[0].model_copy(update={"metric": "median_tpot_ms"})
+    both = build_record(
+        scope="s", host=GPU_HOST, interleaved=True, points=[rec.points[0], other], gated_metric="median_engine_tpot_ms"
+    )
+    assert both.recommended_margin < other.aa_margin and both.recommended_margin >= rec.points[0].aa_margin

@@ -176,7 +176,7 @@ def test_code_loading_variables_are_refused(
 
 
 @pytest.mark.parametrize("arg", CODE_ARGS)
-@pytest.mark.parametrize("where", ["common_args", "candidate", "point_args", "fallback"])
+@pytest.mark.parametrize("where", ["common_args", "candidate", "point_args", "fallback", "variant"])
 def test_code_loading_arguments_are_refused(
     arg: str, where: str, base_bundle: Path, keys: Keys, world: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -188,6 +188,8 @@ def test_code_loading_arguments_are_refused(
             e["candidate"]["args"].append(arg)
         elif where == "point_args":
             e["point_args"]["max_model_len"].append(arg)
+        elif where == "variant":  # a reference variant's arguments start one more engine of the baseline
+            d["gates"]["equivalence"]["reference"]["variants"]["eager"].append(arg)
         else:
             d["fallback"]["unsupported_deployment_args"].append(arg)
 
@@ -196,7 +198,9 @@ def test_code_loading_arguments_are_refused(
     refused(b, keys, world, monkeypatch, flag, "--trust-bundle-env")
 
 
-@pytest.mark.parametrize("builder", ["tests/conftest.py", "scripts/../fasttrack/cli/__init__.py", "benchmarks/agreement.py"])
+@pytest.mark.parametrize(
+    "builder", ["tests/conftest.py", "scripts/../fasttrack/cli/__init__.py", "benchmarks/agreement.py"]
+)
 def test_a_builder_no_shipped_suite_uses_is_refused(
     builder: str, base_bundle: Path, keys: Keys, world: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -337,6 +341,18 @@ def test_a_link_in_the_scope_folder_that_leads_out_is_refused(world: dict[str, P
     # the same scope in a folder of its own files passes
     (folder / "data" / "aime25.jsonl").unlink()
     check_scope_paths(scope, folder)
+
+
+def test_a_shipped_suites_reference_variants_pass_but_not_with_another_argument() -> None:
+    """The GPU demo's variants (``--enforce-eager``, ``--dtype float32``) pass as shipped; a variant argument that
+    loads code is refused even where the rest of the suite is as shipped."""
+    from fasttrack.pipeline.reproduce import check_recorded_scope
+
+    doc = yaml.safe_load((ROOT / "suites" / "demo-llama-gpu" / "scope.yaml").read_text())
+    check_recorded_scope(yaml.safe_dump(doc, sort_keys=False), source="bundle")
+    doc["gates"]["equivalence"]["reference"]["variants"]["eager"].append("--trust-remote-code")
+    with pytest.raises(FasttrackError, match="gates.equivalence.reference.variants.eager: --trust-remote-code"):
+        check_recorded_scope(yaml.safe_dump(doc, sort_keys=False), source="bundle")
 
 
 def test_a_shipped_suites_own_engine_settings_pass_but_not_with_another_model() -> None:

@@ -100,3 +100,16 @@ def test_summary() -> None:
     assert s.max_abs_logprob_diff == pytest.approx(0.05)
     with pytest.raises(StatsInputError):
         summarize_greedy([])
+
+
+def test_divergence_is_the_share_of_tokens_after_the_outputs_part() -> None:
+    """The matched-prefix fraction per request (tokens before the first divergence over the longer output), and
+    the divergence over requests: one minus its mean."""
+    same = compare_greedy([1, 2, 3, 4], [1, 2, 3, 4], None, None)
+    early = compare_greedy([1, 2, 3, 4, 5, 6, 7, 8], [1, 2, 9, 9, 9, 9, 9, 9], None, None)
+    shorter = compare_greedy([1, 2, 3], [1, 2], None, None)
+    assert (same.prefix_fraction, early.prefix_fraction) == (1.0, 0.25)
+    assert shorter.prefix_fraction == pytest.approx(2 / 3)
+    assert compare_greedy([], [], None, None).prefix_fraction == 1.0
+    assert summarize_greedy([same, early]).divergence == pytest.approx(1 - (1.0 + 0.25) / 2)
+    assert summarize_greedy([same, same]).divergence == 0.0

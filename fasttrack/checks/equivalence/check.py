@@ -26,7 +26,11 @@ other's top-k), and drift on the matching prefix (max and mean |Δ logprob| of t
 chosen token, KL estimate from top-k). A point passes when
 
 * the fraction of requests satisfying the close rule >= ``gates.equivalence.min_close_fraction``,
-* max |Δ logprob| on matching prefixes <= ``max_abs_logprob_diff``,
+* max |Δ logprob| on matching prefixes <= ``max_abs_logprob_diff`` (a scope without ``reference``), or, with
+  ``gates.equivalence.reference``, every distance of the candidate from the reference within ``multiple`` x
+  stock's own builds' + ``tolerance`` (:mod:`fasttrack.checks.equivalence.reference`: the reference variants
+  answer the baseline's rounds on engines of their own, without a profiled probe; a variant whose rounds did
+  not decode as one batch, or that produced no outputs, leaves the point ``not_run``),
 * mean top-k KL <= ``max_kl``,
 * the batch composition was verified on both sides, and
 * the candidate's window ran the optimized path (a point whose candidate used only
@@ -49,6 +53,7 @@ from fasttrack.checks.equivalence.collect import SideCollection
 from fasttrack.checks.equivalence.cost import COST, REQUESTS_PER_POINT
 from fasttrack.checks.equivalence.judge import Explanations, judge_point
 from fasttrack.checks.equivalence.records import Explanation, PointRun, compare
+from fasttrack.checks.equivalence.reference import VariantCollector, stock_builds
 from fasttrack.checks.outcome import fold_verdicts, used_standard_path, write_artifact
 from fasttrack.checks.windows import WindowRecord
 from fasttrack.errors import FasttrackError
@@ -66,7 +71,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 @register
-class EquivalenceCheck(EngineCheck, name="equivalence", title="Output equivalence", report_view="equivalence"):
+class EquivalenceCheck(
+    EngineCheck, VariantCollector, name="equivalence", title="Output equivalence", report_view="equivalence"
+):
     """Greedy output equivalence, per config point (batch size x context)."""
 
     after = ("kernels",)
@@ -83,6 +90,10 @@ class EquivalenceCheck(EngineCheck, name="equivalence", title="Output equivalenc
         """At least this many requests per point (rounded up to whole batches)."""
         self.runs: dict[tuple[str, str], dict[str, PointRun]] = {}
         """(group id, side) -> point id -> run."""
+        self.variant_runs: dict[tuple[str, str], dict[str, PointRun]] = {}
+        """(group id, reference variant) -> point id -> run."""
+        self.variant_errors: dict[tuple[str, str], str] = {}
+        """(group id, reference variant) -> why it has no outputs."""
         self.request_plans: dict[str, dict[str, list[list[tuple[PromptItem, list[int]]]]]] = {}
         """group id -> point id -> rounds of (prompt, token ids), fixed by the first side that ran."""
         self.explanations: Explanations = {}
@@ -107,19 +118,40 @@ class EquivalenceCheck(EngineCheck, name="equivalence", title="Output equivalenc
 
     def gate(self, ctx: RunContext) -> Gate:
         gate = ctx.scope.gates.equivalence
+        ref = gate.reference
+        statistic = (
+            "per config point: fraction of requests satisfying vLLM's check_logprobs_close rule "
+            f"(top-{gate.top_k}); mean top-k KL(baseline || candidate); "
+        )
+        if ref is None:
+            return Gate(
+                statistic=statistic + "max |Δ logprob| of the chosen token on matching prefixes",
+                threshold=(
+                    f"close >= {gate.min_close_fraction:g}; max |Δ logprob| <= {gate.max_abs_logprob_diff:g}; "
+                    f"KL <= {gate.max_kl:g}"
+                ),
+                rule=(
+                    "every point: close fraction, logprob drift and KL within the thresholds, batch composition "
+                    "verified on both sides from the profiler trace (or metrics), and the candidate's window ran the "
+                    "optimized path"
+                ),
+            )
+        tol = ref.tolerance
         return Gate(
-            statistic=(
-                "per config point: fraction of requests satisfying vLLM's check_logprobs_close rule "
-                f"(top-{gate.top_k}); "
-                "max |Δ logprob| of the chosen token on matching prefixes; mean top-k KL(baseline || candidate)"
-            ),
+            statistic=statistic
+            + f"distances from {ref.reference_name} (max and mean |Δ logprob| on matching prefixes, mean top-k KL, "
+            f"divergence = 1 - matched-prefix fraction) of the candidate and of stock's builds "
+            f"({', '.join(stock_builds(ref))})",
             threshold=(
-                f"close >= {gate.min_close_fraction:g}; max |Δ logprob| <= {gate.max_abs_logprob_diff:g}; "
-                f"KL <= {gate.max_kl:g}"
+                f"close >= {gate.min_close_fraction:g}; KL <= {gate.max_kl:g}; each distance: candidate <= "
+                f"{ref.multiple:g} x stock + tolerance (max |Δ| {tol.max_abs_logprob_diff:g}, mean |Δ| "
+                f"{tol.mean_abs_logprob_diff:g}, KL {tol.kl_mean:g}, divergence {tol.divergence:g})"
             ),
             rule=(
-                "every point: close fraction, logprob drift and KL within the thresholds, batch composition verified "
-                "on both sides from the profiler trace (or metrics), and the candidate's window ran the optimized path"
+                "every point: close fraction and KL (candidate vs baseline) within the caps; every distance of the "
+                f"candidate from {ref.reference_name} within {ref.multiple:g} x the largest of stock's builds' + "
+                "its tolerance, on the same requests; batch composition verified on every engine; the candidate's "
+                "window ran the optimized path"
             ),
         )
 
@@ -142,6 +174,30 @@ class EquivalenceCheck(EngineCheck, name="equivalence", title="Output equivalenc
                 {pid: r.model_dump(mode="json") for pid, r in side_runs.items()},
             )
         )
+
+    def wants_variant(self, ctx: RunContext, group: EngineGroup) -> bool:
+        return ctx.scope.gates.equivalence.reference is not None and self.wants(ctx, group, "baseline", 0)
+
+    async def collect_variant(self, ctx: RunContext, session: EngineSession, variant: str) -> None:
+        """The baseline's rounds on a reference variant's engine (no profiled probe: no path evidence is needed)."""
+        group = session.group
+        runs: dict[str, PointRun] = {}
+        self.variant_runs[(group.id, variant)] = runs
+        plans = self.request_plans.setdefault(group.id, {})
+        side = SideCollection(ctx, session, runs, plans, check=self.name, max_attempts=self.max_attempts)
+        async with session.engine.client() as client:
+            await side.run(client, n_requests=self.n_requests, probe=False)
+        self.artifacts.append(
+            write_artifact(
+                ctx,
+                self.name,
+                f"{group.id}.reference-{variant}.json",
+                {pid: r.model_dump(mode="json") for pid, r in runs.items()},
+            )
+        )
+
+    def variant_missing(self, ctx: RunContext, group: EngineGroup, variant: str, reason: str) -> None:
+        self.variant_errors[(group.id, variant)] = reason
 
     async def _explain(self, ctx: RunContext, group_id: str, engine: EngineHandle) -> None:
         """Decode the text around the first divergences (needs the baseline's run of this group)."""
@@ -239,7 +295,15 @@ class EquivalenceCheck(EngineCheck, name="equivalence", title="Output equivalenc
             if crun.window:
                 j.windows.append(crun.window)
             try:
-                v, row, req_rows, fails = judge_point(gate, gid, brun, crun, self.explanations, self.explain_limit)
+                v, row, req_rows, fails = judge_point(
+                    gate,
+                    gid,
+                    brun,
+                    crun,
+                    self.explanations,
+                    self.explain_limit,
+                    variants=self._variants(gate, gid, pid),
+                )
             except FasttrackError as exc:
                 v, req_rows = Verdict.NOT_RUN, []
                 row = {"group": gid, "point": pid, "batch": crun.batch, "verdict": "not_run", "problems": exc.message}
@@ -249,6 +313,17 @@ class EquivalenceCheck(EngineCheck, name="equivalence", title="Output equivalenc
             j.point_rows.append(row)
             j.request_rows.extend(req_rows)
             j.failures.extend(fails)
+
+    def _variants(self, gate: EquivalenceGate, gid: str, pid: str) -> dict[str, PointRun | str]:
+        """Each reference variant's run at the point, or why it has none."""
+        if gate.reference is None:
+            return {}
+        out: dict[str, PointRun | str] = {}
+        for name in gate.reference.variants:
+            run = self.variant_runs.get((gid, name), {}).get(pid)
+            why = self.variant_errors.get((gid, name)) or "its engine answered no request at this point"
+            out[name] = run if run is not None else why
+        return out
 
 
 @dataclass

@@ -63,11 +63,13 @@ class SideCollection:
         self.client: Any = None
         self.pacers = 0
 
-    async def run(self, client: Any, *, n_requests: int) -> None:
-        """Plan the requests (first side only), probe the path, then every round of every point."""
+    async def run(self, client: Any, *, n_requests: int, probe: bool = True) -> None:
+        """Plan the requests (first side only), probe the path (``probe``: a reference variant needs no path
+        evidence), then every round of every point."""
         self.client = client
         await self.plan_requests(n_requests)
-        await self.probe()
+        if probe:
+            await self.probe()
         for point in self.points:
             for r in range(len(self.plans[point.id])):
                 await self.run_round(point, r)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from fasttrack import attrs
 from fasttrack.checks.equivalence.records import Explanation, PointRun, compare, fmt, prompt_sha, rounds_check
+from fasttrack.checks.equivalence.reference import Calibration, Outputs, calibrate
 from fasttrack.checks.outcome import clip
 from fasttrack.results import Verdict
 from fasttrack.scope import EquivalenceGate
@@ -17,14 +19,22 @@ Explanations = dict[tuple[str, str, int, str], Explanation]
 
 
 def judge_point(
-    gate: EquivalenceGate, gid: str, brun: PointRun, crun: PointRun, explanations: Explanations, explain_limit: int
+    gate: EquivalenceGate,
+    gid: str,
+    brun: PointRun,
+    crun: PointRun,
+    explanations: Explanations,
+    explain_limit: int,
+    *,
+    variants: Mapping[str, PointRun | str] | None = None,
 ) -> tuple[Verdict, dict[str, Any], list[dict[str, Any]], list[str]]:
-    """One point: the comparison of every request pair, the thresholds, batch composition and the path."""
+    """One point: the comparison of every request pair, the thresholds (or, with ``gate.reference``, the calibrated
+    rule against the reference ``variants``: each one's run at the point, or why it has none), batch composition and
+    the path."""
     pid, b = crun.point, crun.batch
     failures: list[str] = []
     comps, req_rows, errors, mismatched_prompts = _compare_requests(gate, gid, brun, crun)
-    bcheck_b = rounds_check(brun)
-    bcheck_c = rounds_check(crun)
+    bcheck_b, bcheck_c = rounds_check(brun), rounds_check(crun)
     summary = summarize_greedy(comps) if comps else None
     problems: list[str] = []
     verdict = Verdict.PASS
@@ -38,10 +48,13 @@ def judge_point(
         verdict = Verdict.NOT_RUN if not errors else Verdict.FAIL
     else:
         problems.extend(_threshold_problems(gate, summary))
+    cal = _calibration(gate, brun, crun, variants or {}) if summary is not None else None
+    if cal is not None:
+        problems.extend(cal.problems)
     for who, bc in (("baseline", bcheck_b), ("candidate", bcheck_c)):
         if bc is not None and not bc.verified:
             problems.append(f"the {who}'s batch composition was not verified: {bc.detail}")
-    missing = missing_evidence(brun, crun)
+    missing = missing_evidence(brun, crun) + (cal.missing if cal is not None else [])
     if crun.window and crun.window.available:
         n_at, opt_at = crun.window.steps_at(b)
         if n_at and opt_at == 0:
@@ -60,27 +73,71 @@ def judge_point(
         failures.append(msg + ("\n" + "\n".join(evidence) if evidence else ""))
     elif verdict is Verdict.NOT_RUN and missing:
         failures.append(f"{pid} (batch {b}): not judged: " + "; ".join(missing))
-    row = {
-        "group": gid,
-        "point": pid,
-        "batch": b,
-        "context": crun.context,
-        "verdict": verdict.value,
-        "requests": len(brun.records),
-        "n_exact": summary.n_exact if summary else 0,
-        "n_close": summary.n_close if summary else 0,
-        **attrs(summary, "close_fraction", "max_abs_logprob_diff", "mean_abs_logprob_diff", "kl_mean", "kl_max"),
-        "baseline_batch_verified": bcheck_b.verified if bcheck_b else None,
-        "baseline_batch_evidence": bcheck_b.detail if bcheck_b else None,
-        "candidate_batch_verified": bcheck_c.verified if bcheck_c else None,
-        "candidate_batch_evidence": bcheck_c.detail if bcheck_c else None,
-        "candidate_decode_steps": crun.window.decode_steps if crun.window else None,
-        "candidate_optimized_decode_steps": crun.window.optimized_decode_steps if crun.window else None,
-        "candidate_path_evidence": crun.window.available if crun.window else False,
-        "problems": "; ".join(problems),
-        "missing_evidence": "; ".join(missing),
-    }
+    row = _point_row(gid, brun, crun, verdict, summary, cal)
+    row.update(problems="; ".join(problems), missing_evidence="; ".join(missing))
+    if cal is not None:
+        row.update(cal.row())
     return verdict, row, req_rows, failures
+
+
+def _point_row(
+    gid: str, brun: PointRun, crun: PointRun, verdict: Verdict, summary: GreedySummary | None, cal: Calibration | None
+) -> dict[str, Any]:
+    """The point's row of ``equivalence_points`` (its problems and the calibrated figures are added after)."""
+    bcheck_b, bcheck_c = rounds_check(brun), rounds_check(crun)
+    row: dict[str, Any] = {"group": gid, "point": crun.point, "batch": crun.batch, "context": crun.context}
+    row["verdict"] = verdict.value
+    if cal is not None:
+        row["calibration"] = cal.text()
+    row.update(
+        {
+            "requests": len(brun.records),
+            "n_exact": summary.n_exact if summary else 0,
+            "n_close": summary.n_close if summary else 0,
+            **attrs(summary, "close_fraction", "max_abs_logprob_diff", "mean_abs_logprob_diff", "kl_mean", "kl_max"),
+            "baseline_batch_verified": bcheck_b.verified if bcheck_b else None,
+            "baseline_batch_evidence": bcheck_b.detail if bcheck_b else None,
+            "candidate_batch_verified": bcheck_c.verified if bcheck_c else None,
+            "candidate_batch_evidence": bcheck_c.detail if bcheck_c else None,
+            "candidate_decode_steps": crun.window.decode_steps if crun.window else None,
+            "candidate_optimized_decode_steps": crun.window.optimized_decode_steps if crun.window else None,
+            "candidate_path_evidence": crun.window.available if crun.window else False,
+        }
+    )
+    return row
+
+
+def _calibration(
+    gate: EquivalenceGate, brun: PointRun, crun: PointRun, variants: Mapping[str, PointRun | str]
+) -> Calibration | None:
+    """The calibrated judgement of the point (None for a scope without ``reference``)."""
+    if gate.reference is None:
+        return None
+    return calibrate(
+        gate.reference,
+        gate.top_k,
+        baseline=run_outputs(brun),
+        candidate=run_outputs(crun),
+        variants={name: _variant_outputs(v, crun.batch) for name, v in variants.items()},
+    )
+
+
+def _variant_outputs(run: PointRun | str, batch: int) -> Outputs | str:
+    """A reference variant's outputs at the point, or why they cannot calibrate it (no run, or rounds that were
+    not verified to decode as one batch: stock's spread at this batch size is then unknown)."""
+    if isinstance(run, str):
+        return run
+    bc = rounds_check(run)
+    if bc is None:
+        return f"its rounds carry no batch check, so whether they decoded as one batch of {batch} was not observed"
+    if not bc.verified:
+        return f"its rounds were not verified to decode as one batch of {batch} ({bc.detail})"
+    return run_outputs(run)
+
+
+def run_outputs(run: PointRun) -> Outputs:
+    """One engine's answered requests at a point, by (round, prompt id)."""
+    return {(r.round, r.prompt_id): (r.token_ids, r.top_maps()) for r in run.records if not r.error}
 
 
 def _compare_requests(
@@ -135,7 +192,10 @@ def _compare_requests(
 def _threshold_problems(gate: EquivalenceGate, summary: GreedySummary) -> list[str]:
     """What the point's comparisons break of the gate: the close rule, the logprob drift, the KL (the rule of
     :meth:`GreedySummary.breaks`, shared with the features' full-context points, which word it their own way)."""
-    close, drift, kl = summary.breaks(**attrs(gate, "min_close_fraction", "max_abs_logprob_diff", "max_kl"))
+    drift_limit = gate.max_abs_logprob_diff if gate.reference is None else None
+    close, drift, kl = summary.breaks(
+        min_close_fraction=gate.min_close_fraction, max_abs_logprob_diff=drift_limit, max_kl=gate.max_kl
+    )
     problems = []
     if close:
         problems.append(

@@ -24,6 +24,7 @@ from typing import Any
 
 from fasttrack.checks.base import Blocker, EngineCheck, TierView, register
 from fasttrack.checks.context import EngineSession, RunContext
+from fasttrack.checks.equivalence.reference import VariantCollector
 from fasttrack.checks.features.cost import COST
 from fasttrack.checks.features.env import FeatureEnv
 from fasttrack.checks.features.model import MASK_SAMPLES, SAMPLING_WAVE, Outcome, SideData
@@ -40,7 +41,7 @@ from fasttrack.scope.gates import FeaturesGate
 
 
 @register
-class FeaturesCheck(EngineCheck, name="features", title="Serving features", report_view="features"):
+class FeaturesCheck(EngineCheck, VariantCollector, name="features", title="Serving features", report_view="features"):
     """Serving features on the optimized path: structured output, sampling, full context, API behaviour."""
 
     after = ("equivalence",)
@@ -92,6 +93,8 @@ class FeaturesCheck(EngineCheck, name="features", title="Serving features", repo
         self.batches = batches
         """Batch sizes structured output and full context run at (None: every batch size of the plan)."""
         self.sides: dict[tuple[str, str], SideData] = {}
+        self.variants: dict[tuple[str, str], SideData | str] = {}
+        """(group id, reference variant) -> its measurements of the features that use the reference, or why none."""
         self.artifacts: list[str] = []
 
     def skip_reason(self, ctx: RunContext) -> str | None:
@@ -137,15 +140,7 @@ class FeaturesCheck(EngineCheck, name="features", title="Serving features", repo
         async with session.engine.client() as client:
             env = FeatureEnv(ctx, session, side, base, client, mask_samples=self.mask_samples)
             await self._probe(env, gp, feats, tasks)
-            for feature, step in tasks:
-                try:
-                    await step.run(env)
-                except FasttrackError as exc:
-                    from fasttrack.engine import EngineCrashed
-
-                    if isinstance(exc, EngineCrashed):
-                        raise
-                    side.errors[feature] = f"{type(exc).__name__}: {exc.message}"
+            await _run_tasks(env, tasks, side)
         self.artifacts.append(
             write_artifact(ctx, self.name, f"{group.id}.{session.side}.json", side.model_dump(mode="json"))
         )
@@ -185,6 +180,33 @@ class FeaturesCheck(EngineCheck, name="features", title="Serving features", repo
         fulls = gp.full_points
         if "full_context" in feats and fulls:
             await env.probe_full(fulls)
+
+    def wants_variant(self, ctx: RunContext, group: EngineGroup) -> bool:
+        return ctx.scope.gates.equivalence.reference is not None and bool(_reference_features(ctx, group))
+
+    async def collect_variant(self, ctx: RunContext, session: EngineSession, variant: str) -> None:
+        """The steps of the features that use the reference (no path probes: a variant needs no path evidence)."""
+        group = session.group
+        side = SideData()
+        self.variants[(group.id, variant)] = side
+        gp = GroupPlan(ctx, group, wave=self.wave_pref, batches=self.batches)
+        tasks = self._tasks(gp, _reference_features(ctx, group), side)
+        async with session.engine.client() as client:
+            env = FeatureEnv(ctx, session, side, None, client, mask_samples=self.mask_samples)
+            await _run_tasks(env, tasks, side)
+        self.artifacts.append(
+            write_artifact(ctx, self.name, f"{group.id}.reference-{variant}.json", side.model_dump(mode="json"))
+        )
+
+    def variant_missing(self, ctx: RunContext, group: EngineGroup, variant: str, reason: str) -> None:
+        """Why the variant has no outputs (a variant that crashed part-way keeps what it measured before)."""
+        got = self.variants.get((group.id, variant))
+        if not isinstance(got, SideData):
+            self.variants[(group.id, variant)] = reason
+            return
+        for f in _reference_features(ctx, group):
+            if f not in got.results:
+                got.errors.setdefault(f, reason)
 
     def _record_inputs(self, ctx: RunContext, feats: set[str]) -> None:
         """The shipped inputs the feature requests are built from, for the bundle's provenance."""
@@ -265,7 +287,8 @@ class FeaturesCheck(EngineCheck, name="features", title="Serving features", repo
                 rows=[{"feature": f, "group": gid, "verdict": "not_run"}],
             )
         try:
-            out = feature.judge(OnGroup(ctx=ctx, gid=gid, windows=list(cand.windows.values())), b_res, c_res)
+            on = OnGroup(ctx=ctx, gid=gid, windows=list(cand.windows.values()), variants=self._group_variants(ctx, gid))
+            out = feature.judge(on, b_res, c_res)
         except FasttrackError as exc:
             return Outcome(
                 feature=f,
@@ -274,6 +297,31 @@ class FeaturesCheck(EngineCheck, name="features", title="Serving features", repo
                 rows=[{"feature": f, "group": gid, "verdict": "not_run", "detail": exc.message}],
             )
         return _on_optimized_path(out, gid, f, c_res.points or [cand.points.get(f)], cand)
+
+    def _group_variants(self, ctx: RunContext, gid: str) -> dict[str, SideData | str]:
+        """Each reference variant's measurements on the group, or why it has none."""
+        ref = ctx.scope.gates.equivalence.reference
+        names = list(ref.variants) if ref is not None else []
+        return {n: self.variants.get((gid, n), "its engine measured nothing on this group") for n in names}
+
+
+async def _run_tasks(env: FeatureEnv, tasks: list[tuple[str, Step]], side: SideData) -> None:
+    """Run the features' steps in order; a step's error is that feature's (an engine crash ends the collection)."""
+    for feature, step in tasks:
+        try:
+            await step.run(env)
+        except FasttrackError as exc:
+            from fasttrack.engine import EngineCrashed
+
+            if isinstance(exc, EngineCrashed):
+                raise
+            side.errors[feature] = f"{type(exc).__name__}: {exc.message}"
+
+
+def _reference_features(ctx: RunContext, group: EngineGroup) -> set[str]:
+    """The group's features whose judgement the reference variants calibrate."""
+    known = by_name()
+    return {f for f in group_features(ctx, group) if f in known and known[f].uses_reference}
 
 
 def _side_errors(gid: str, f: str, base: SideData, cand: SideData) -> Outcome | None:

@@ -4,14 +4,17 @@
 ``n > 1`` with a seed returns ``n`` complete choices, reproducibly.
 ``logprobs``
 Returned logprobs are well-formed (top-k present, sorted, <= 0, greedy token is
-the argmax) and agree across sides within ``max_abs_logprob_diff``.
+the argmax) and agree across sides: vLLM's close rule, and ``max_abs_logprob_diff`` or,
+with ``gates.equivalence.reference``, the KL cap and the calibrated rule against the
+reference variants' output of the same request.
 """
 
 from __future__ import annotations
 
 import math
-from typing import ClassVar
+from typing import Any, ClassVar
 
+from fasttrack.checks.equivalence.reference import Outputs, calibrate
 from fasttrack.checks.features.api import AtBatch, AtOnePoint
 from fasttrack.checks.features.env import FeatureEnv
 from fasttrack.checks.features.model import FeatureResult, GreedyOutput, Outcome, choice_ids, greedy_output, tops
@@ -79,6 +82,7 @@ class LogprobsResult(AtOnePoint, GreedyOutput):
 class Logprobs(AtBatch[LogprobsResult]):
     name: ClassVar[str] = "logprobs"
     decode_steps: ClassVar[int] = 300
+    uses_reference: ClassVar[bool] = True
     result_model: ClassVar[type[FeatureResult]] = LogprobsResult
     batch: ClassVar[int] = 1
 
@@ -107,26 +111,54 @@ class Logprobs(AtBatch[LogprobsResult]):
                 "returned logprobs are malformed" if j.failures else "the baseline's logprobs are malformed",
                 verdict=None if j.failures else Verdict.NOT_RUN,
             )
-        comp = compare_greedy(base.token_ids, cand.token_ids, tops(base), tops(cand), top_k=eq.top_k)
-        ok = comp.close and (comp.max_abs_logprob_diff is None or comp.max_abs_logprob_diff <= eq.max_abs_logprob_diff)
-        j.verdicts.append(Verdict.PASS if ok else Verdict.FAIL)
-        j.rows.append(
-            {
-                "feature": self.name,
-                "group": on.gid,
-                "side": "both",
-                "point": cand.point,
-                "verdict": "pass" if ok else "fail",
-                "max_abs_logprob_diff": comp.max_abs_logprob_diff,
-                "detail": comp.close_reason,
-            }
-        )
-        if not ok:
-            j.failures.append(
-                f"{cand.point} (batch 1): returned logprobs differ across sides: {comp.close_reason}; "
-                f"max |Δ logprob| {comp.max_abs_logprob_diff} (limit {eq.max_abs_logprob_diff:g})"
-            )
+        verdict, row, failure = self._agreement(on, base, cand)
+        j.verdicts.append(verdict)
+        j.rows.append(row)
+        if failure:
+            j.failures.append(failure)
         return j.outcome(self.name, "returned logprobs are well-formed and agree across sides")
+
+    def _agreement(
+        self, on: OnGroup, base: LogprobsResult, cand: LogprobsResult
+    ) -> tuple[Verdict, dict[str, Any], str | None]:
+        """The two sides' greedy outputs compared: the close rule, and either the absolute ``max_abs_logprob_diff``
+        or, with ``gates.equivalence.reference``, the KL cap and the calibrated rule against the variants' output
+        of the same request (a variant without it leaves the row ``not_run``)."""
+        eq = on.ctx.scope.gates.equivalence
+        comp = compare_greedy(base.token_ids, cand.token_ids, tops(base), tops(cand), top_k=eq.top_k)
+        problems = [] if comp.close else [comp.close_reason]
+        cal = None
+        if eq.reference is None:
+            if comp.max_abs_logprob_diff is not None and comp.max_abs_logprob_diff > eq.max_abs_logprob_diff:
+                problems.append(f"max |Δ logprob| {comp.max_abs_logprob_diff} (limit {eq.max_abs_logprob_diff:g})")
+        else:
+            if comp.kl_mean is not None and comp.kl_mean > eq.max_kl:
+                problems.append(f"mean top-k KL {comp.kl_mean:.4f} > {eq.max_kl:g}")
+            vouts = {n: v if isinstance(v, str) else _one(v) for n, v in self.variant_results(on).items()}
+            cal = calibrate(eq.reference, eq.top_k, baseline=_one(base), candidate=_one(cand), variants=vouts)
+            problems.extend(cal.problems)
+        missing = cal.missing if cal is not None else []
+        verdict = Verdict.FAIL if problems else (Verdict.NOT_RUN if missing else Verdict.PASS)
+        row: dict[str, Any] = {
+            "feature": self.name,
+            "group": on.gid,
+            "side": "both",
+            "point": cand.point,
+            "verdict": verdict.value,
+            "max_abs_logprob_diff": comp.max_abs_logprob_diff,
+            "detail": "; ".join(dict.fromkeys([comp.close_reason, *problems, *missing])),
+        }
+        if cal is not None:
+            row.update(calibration=cal.text(), **cal.row())
+        failure = None
+        if problems:
+            failure = f"{cand.point} (batch 1): returned logprobs differ across sides: " + "; ".join(problems)
+        return verdict, row, failure
+
+
+def _one(d: GreedyOutput) -> Outputs:
+    """The one request's output, as the calibrated rule reads outputs."""
+    return {0: (d.token_ids, tops(d))}
 
 
 def logprob_problems(d: GreedyOutput, top_k: int) -> list[str]:

@@ -12,7 +12,7 @@ applies one rule to both sides' own behaviour).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, TypeVar, cast
 
@@ -77,6 +77,9 @@ class OnGroup:
     """The engine group's id."""
     windows: list[WindowRecord]
     """The candidate's profiler windows on this group."""
+    variants: Mapping[str, SideData | str] = field(default_factory=dict)
+    """The reference variants' measurements on this group (``gates.equivalence.reference``), or why a variant has
+    none; only the features that declare ``uses_reference`` are measured there."""
 
 
 @dataclass(frozen=True)
@@ -105,6 +108,9 @@ class ServingFeature(ABC, Generic[R]):
     """Whether it is judged on an engine group with synthetic acceptance too. Most features compare outputs or
     output distributions, which the synthetic rejection sampler changes by design: they run on the other groups
     only."""
+    uses_reference: ClassVar[bool] = False
+    """Whether its steps also run on the scope's reference variants (``gates.equivalence.reference``), whose
+    outputs calibrate its judgement (the features that compare greedy outputs)."""
     optional: ClassVar[str | None] = None
     """When set, a group that measured nothing for it is "not applicable" rather than "not run", and this is
     the reason given when no group of the plan applies (e.g. speculative decoding without speculative configs)."""
@@ -129,6 +135,19 @@ class ServingFeature(ABC, Generic[R]):
         """This feature's result in ``side`` (None when it measured nothing)."""
         got = side.results.get(self.name)
         return cast(R, got) if isinstance(got, self.result_model) else None
+
+    def variant_results(self, on: OnGroup) -> dict[str, R | str]:
+        """This feature's result on each reference variant of the group (``on.variants``), or why it has none."""
+        out: dict[str, R | str] = {}
+        for name, side in on.variants.items():
+            if isinstance(side, str):
+                out[name] = side
+            elif self.name in side.errors:
+                out[name] = f"its {self.name} requests failed: {side.errors[self.name]}"
+            else:
+                res = self.result(side)
+                out[name] = res if res is not None else f"it measured no {self.name}"
+        return out
 
     def mine(self, env: FeatureEnv) -> R:
         """This side's result of this feature on this group, created empty on first use (steps add to it)."""
