@@ -271,6 +271,17 @@ def test_fasttrack_from_its_wheel_plans_checks_and_validates_outside_the_repo(
 
 # --------------------------------------------------------------------------- a check and a feature from outside
 
+_LOADED = """
+import json, sys
+from fasttrack.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit:
+    pass
+print(json.dumps(sorted(sys.modules)))
+"""
+"""Run ``fasttrack ARGS`` and print the modules it loaded."""
+
 #: The check order with the toy plugin's check (after features, before coverage).
 TOY_ORDER = ["isolation", "kernels", "equivalence", "features", "toy", "coverage", "evals", "perf"]
 
@@ -360,6 +371,13 @@ def test_a_check_and_a_feature_from_an_outside_package_run_end_to_end(
     ver = v.run("verify", str(bundle), "--key", str(tmp_path / "keys" / "toy.pub"), "--json")
     assert ver.returncode == 0, ver.stdout + ver.stderr
     assert json.loads(ver.stdout)["verified"] is True
+    # a shipped command loads no other package's module: verify stays light with the plugin installed
+    probe = subprocess.run(
+        [str(v.python), "-c", _LOADED, "verify", str(bundle), "--key", str(tmp_path / "keys" / "toy.pub")],
+        capture_output=True, text=True, cwd=v.cwd, env=v.env, timeout=300,
+    )  # fmt: skip
+    loaded = json.loads(probe.stdout.strip().splitlines()[-1])
+    assert "fasttrack_toy" not in loaded and not [m for m in loaded if m.startswith(("fasttrack.checks", "scipy"))]
     html = tmp_path / "report.html"
     rep = v.run("report", str(out / "bundle"), "-o", str(html), "--key", str(tmp_path / "keys" / "toy.pub"))
     assert rep.returncode == 0, rep.stdout + rep.stderr
