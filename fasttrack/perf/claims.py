@@ -93,6 +93,9 @@ class MeasuredMetric(StrictModel):
     """The smallest of the candidate's per-run values (in the metric's display unit), when known."""
     candidate_high: float | None = None
     """The largest of the candidate's per-run values, when known."""
+    lifetime_variance_unmeasured: bool = False
+    """The interval covers one lifetime's runs only (no calibration, one lifetime on a side): a claim judged by it
+    is inconclusive."""
 
 
 class ClaimResult(StrictModel):
@@ -318,6 +321,21 @@ def _one(
         measured_baseline_gpus=m.baseline_gpus,
         measured_candidate_gpus=m.candidate_gpus,
     )
+    if m.lifetime_variance_unmeasured:
+        return ClaimResult(
+            status="inconclusive",
+            reason=(
+                f"measured at {m.point}, but its interval [{m.ci_low:.3f}, {m.ci_high:.3f}] covers one engine "
+                "lifetime's runs only (no calibration of this point on this host class): lifetime variance "
+                "unmeasured, so the run cannot tell" + cl.flag
+            ),
+            claimed=cl.claimed_speedup if cl.claimed_speedup is not None else c.candidate,
+            measured=m.speedup,
+            **attrs(m, "ci_low", "ci_high", "confidence"),
+            measured_baseline=None,
+            **cl.base,
+            **common,
+        )
     # an absolute figure holds on its own GPU count: a candidate measured on other GPUs is compared per GPU
     cand_gpus = m.candidate_gpus or None
     cg = c.candidate_gpus

@@ -265,3 +265,20 @@ def test_point_matching_rules() -> None:
     assert not point_matches({"context": "full"}, dims, trace=False)
     assert point_matches({"context": 8192, "batch": 1}, dims, trace=False)
     assert point_matches({"batch": 64}, {"tp": 8}, trace=True)
+
+
+def test_a_claim_on_an_interval_of_one_lifetime_s_runs_is_inconclusive() -> None:
+    """Two lifetimes of one engine differ by more than its runs: an interval that covers one lifetime's runs
+    only (no calibration) cannot support or refute a claim, however narrow it is."""
+    narrow = _m("b1-ctx32", "median_tpot_ms", 1.0048, 1.00476, 1.00490, batch=1).model_copy(
+        update={"lifetime_variance_unmeasured": True}
+    )
+    (res,) = match_claims(
+        [_claim(metric="speedup_tpot", speedup=1.0)],
+        [narrow],
+        workload_kinds={"decode": "pure_decode"},
+        workloads_run={"decode"},
+        rehearsal=False,
+    )
+    assert res.status == "inconclusive" and "lifetime variance unmeasured" in res.reason
+    assert res.point == "b1-ctx32" and res.bound is None

@@ -252,6 +252,7 @@ def _collect_measured(s: ItemState, rows: list[dict[str, Any]], out: _Judged) ->
                 normalized=bool(r.get("per_gpu")),
                 baseline_gpus=r.get("gpus_baseline"),
                 candidate_gpus=r.get("gpus_candidate"),
+                lifetime_variance_unmeasured=bool(r.get("ignores_lifetime_variance")),
                 **_run_range(r.get("candidate_run_values")),
             )
         )
