@@ -58,7 +58,8 @@ def rehearsal_scope(folder: Path, *, both_sides: bool, one_batch: bool = False) 
         swaps["  baseline:\n    args: []"] = '  baseline:\n    args: ["--tensor-parallel-size", "2"]'
     if one_batch:
         swaps["    batch: [1, 2, 3, 4, 8]\n    context: [32, full]"] = "    batch: [4]\n    context: [32]"
-        swaps["equivalence: {top_k: 5, max_tokens: 48,"] = "equivalence: {top_k: 5, max_tokens: 16,"
+        equivalence = "  equivalence:\n    top_k: 5\n    max_tokens: {}\n"
+        swaps[equivalence.format(48)] = equivalence.format(16)
     return demo_scope_variant(folder, swaps)
 
 
