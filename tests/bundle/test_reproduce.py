@@ -16,7 +16,7 @@ from bundle_testlib import build, make_results
 
 from fasttrack import ROOT, pipeline
 from fasttrack.errors import FasttrackError
-from fasttrack.reproduce import compare_rows, reproduce
+from fasttrack.pipeline.reproduce import compare_rows, reproduce
 from fasttrack.results import CheckResult, Verdict
 
 PERF_ROWS = [
