@@ -9,10 +9,7 @@ MAX_MODULE_LINES = 550
 PKG = ROOT / "fasttrack"
 
 #: path relative to fasttrack/ -> why it is longer than MAX_MODULE_LINES.
-EXCEPTIONS: dict[str, str] = {
-    "perf/analysis.py": "the perf gate's analysis grew with the lifetime interval and the calibration record; "
-    "its split into the interval and the per-point verdict is due",
-}
+EXCEPTIONS: dict[str, str] = {}
 
 
 def module_lines() -> dict[str, int]:
