@@ -254,14 +254,14 @@ def main(argv: list[str] | None = None) -> int:
     engine = None
     url, tokenizer = ns.url, ns.tokenizer
     if url is None:
+        from fasttrack.checks.base import build_run_plan
         from fasttrack.engine import start_engine
-        from fasttrack.models import resolve_model
-        from fasttrack.plan import build_plan
+        from fasttrack.host.models import resolve_model
         from fasttrack.scope import load_scope
 
         loaded = load_scope("demo-llama")
         model_dir = resolve_model(loaded.scope, base_dir=loaded.base_dir, log=lambda m: print(m, file=sys.stderr)).model
-        group = build_plan(loaded.scope, tier="smoke").groups[0]
+        group = build_run_plan(loaded.scope, tier="smoke").groups[0]
         args = [*group.args["baseline"], "--served-model-name", ns.model]
         t0 = time.perf_counter()
         engine = start_engine(

@@ -87,14 +87,14 @@ LOG_DIR = Path("/tmp") / "fasttrack-false-alarm-logs"
 
 
 def _items(ns: argparse.Namespace) -> tuple[Any, list[WorkItem], Any]:
-    from fasttrack.plan import build_plan
+    from fasttrack.checks.base import build_run_plan
     from fasttrack.scope import WorkloadSpec, load_scope
 
     loaded = load_scope("demo-llama")
     scope = loaded.scope.model_copy(deep=True)
     scope.tiers["smoke"].batch = [int(b) for b in ns.batches.split(",")]
     scope.tiers["smoke"].context = [ns.context]
-    plan = build_plan(scope, tier="smoke")
+    plan = build_run_plan(scope, tier="smoke")
     wl = WorkloadSpec(name="decode", kind="pure_decode", output_len=ns.output_len, requests_per_run=ns.requests)
     items = plan_items(plan, plan.groups[0], [wl], max_model_len=scope.envelope.context.max_model_len)
     return loaded, items, plan.groups[0]
@@ -102,7 +102,7 @@ def _items(ns: argparse.Namespace) -> tuple[Any, list[WorkItem], Any]:
 
 def _engine_setup(ns: argparse.Namespace) -> tuple[Any, list[WorkItem], Any, Any]:
     """(loaded scope, work items, engine group, model folder)."""
-    from fasttrack.models import resolve_model
+    from fasttrack.host.models import resolve_model
 
     loaded, items, group = _items(ns)
     model_dir = resolve_model(loaded.scope, base_dir=loaded.base_dir, log=lambda m: print(m, file=sys.stderr)).model

@@ -112,8 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tier", default="smoke")
     ap.add_argument("--defects", default=",".join(EXPECTED))
     opts = ap.parse_args(argv)
-    from fasttrack.models import resolve_model
-    from fasttrack.plan import build_plan
+    from fasttrack.checks.base import build_run_plan
+    from fasttrack.host.models import resolve_model
     from fasttrack.scope.loading import load_scope
 
     defects = [d.strip() for d in opts.defects.split(",") if d.strip()]
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     loaded = load_scope(opts.scope)
     scope = loaded.scope
-    group = build_plan(scope, tier=opts.tier).groups[0]
+    group = build_run_plan(scope, tier=opts.tier).groups[0]
     model = resolve_model(scope, base_dir=loaded.base_dir).model
     defect_file = out / "defect"
     defect_file.write_text("")

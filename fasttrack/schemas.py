@@ -1,39 +1,38 @@
 """JSON Schemas generated from the pydantic models, checked in under schemas/.
 
-The scope's schema reads the check registry: ``gates`` has a section per registered check's gate model,
-and ``features`` lists the serving features the features check has registered."""
+Each schema is registered (the registry's kind ``schema``) by its file name, as a function that returns it. The
+scope's schema reads the registry: ``gates`` has a section per registered gate model, and ``features`` lists
+the registered serving features."""
 
 from __future__ import annotations
 
-import importlib
 import json
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from fasttrack import ROOT
+from fasttrack import ROOT, registry
 
 SCHEMA_DIR = ROOT / "schemas"
-
-#: file name -> "module:function" returning the schema dict.
-GENERATORS: dict[str, str] = {
-    "scope.schema.json": "fasttrack.schemas:scope_schema",
-    "bundle-manifest.schema.json": "fasttrack.bundle.manifest:json_schema",
-}
+registry.BUILTIN_MODULES["schema"] = (__name__,)
 
 
+@registry.component("schema", "scope.schema.json")
 def scope_schema() -> dict[str, Any]:
     """The scope's JSON Schema with every registered check's gate section and every registered feature."""
-    from fasttrack.checks.base import registry
+    from fasttrack.checks.base import registered_checks
     from fasttrack.checks.features.table import feature_names
     from fasttrack.scope import json_schema
 
-    registry()
+    registered_checks()
     return json_schema(features=feature_names())
 
 
-def _load(ref: str) -> Callable[[], dict[str, Any]]:
-    mod, _, fn = ref.partition(":")
-    return getattr(importlib.import_module(mod), fn)
+@registry.component("schema", "bundle-manifest.schema.json")
+def bundle_manifest_schema() -> dict[str, Any]:
+    """The bundle manifest's JSON Schema."""
+    from fasttrack.bundle.manifest import json_schema
+
+    return json_schema()
 
 
 def render(schema: dict[str, Any]) -> str:
@@ -41,7 +40,7 @@ def render(schema: dict[str, Any]) -> str:
 
 
 def generated() -> dict[str, str]:
-    return {name: render(_load(ref)()) for name, ref in GENERATORS.items()}
+    return {name: render(make()) for name, make in registry.entries("schema").items()}
 
 
 def write_schemas() -> list[Path]:

@@ -10,6 +10,7 @@
 # clean      fasttrack validate --model demo-llama-gpu --tier smoke, signed, verified, its report rendered
 # slow3      the planted slowdown of 3% at batches 3-4 (slow-batch, FASTTRACK_DEMO_SLOW_FACTOR=1.03), perf and
 #            equivalence only; slow2 the same at 2%
+# defects    benchmarks/gpu_defects.py: the five planted GPU defects, each through validate
 #
 # Progress lines go to OUT/progress.log; each phase's folder holds its bundle, report and log.
 set -uo pipefail
@@ -23,7 +24,7 @@ PY="${PYTHON:-python3}"
 mkdir -p "$OUT"
 log() { echo "$(date +%T) $*" | tee -a "$OUT/progress.log"; }
 
-pin_scope() {  # pin the scope to the record: its path, hash and key, and the margin it recommends
+pin_scope() {  # pin the scope to the record (its path, hash and key); a margin below the record's recommendation rises to it
   "$PY" - "$SCOPE" "$RESULTS/calibration.dsse.json" "$RESULTS/calibration.pub" <<'EOF'
 import hashlib, json, base64, re, sys
 from pathlib import Path
@@ -32,13 +33,15 @@ data = record.read_bytes()
 payload = json.loads(base64.b64decode(json.loads(data)["payload"]))
 rel = lambda p: "../../" + str(p)
 text = scope.read_text()
-text = re.sub(r"(\n    noise_margin: )[0-9.]+", rf"\g<1>{payload['recommended_margin']:g}", text, count=1)
+old = float(re.search(r"\n    noise_margin: ([0-9.]+)", text).group(1))
+margin = max(old, payload["recommended_margin"])
+text = re.sub(r"(\n    noise_margin: )[0-9.]+", rf"\g<1>{margin:g}", text, count=1)
 text = re.sub(r"\n    calibration:\n(      .*\n)+", "\n", text)
 block = (f"    calibration:\n      record: {rel(record)}\n      sha256: {hashlib.sha256(data).hexdigest()}\n"
          f"      keys: [{rel(pub)}]\n")
 text = text.replace("    interleave_settle_s: 0\n", "    interleave_settle_s: 0\n" + block, 1)
 scope.write_text(text)
-print(f"pinned {scope} to {record} (margin {payload['recommended_margin']:g})")
+print(f"pinned {scope} to {record} (recommended margin {payload['recommended_margin']:g}, the scope's {margin:g})")
 EOF
 }
 
@@ -70,6 +73,11 @@ for phase in ${PHASES[@]}; do
     clean) validate clean ;;
     slow3) FASTTRACK_DEMO_DEFECT=slow-batch FASTTRACK_DEMO_SLOW_FACTOR=1.03 validate slow3 --checks perf,equivalence ;;
     slow2) FASTTRACK_DEMO_DEFECT=slow-batch FASTTRACK_DEMO_SLOW_FACTOR=1.02 validate slow2 --checks perf,equivalence ;;
+    defects)
+      log "defects: benchmarks/gpu_defects.py"
+      "$PY" benchmarks/gpu_defects.py --out "$OUT/defects" >"$OUT/defects.log" 2>&1
+      log "defects: exit $?"
+      ;;
     *) log "unknown phase $phase" ;;
   esac
 done

@@ -92,11 +92,11 @@ def engine_slot(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineSlot
 
 @pytest.fixture(scope="session")
 def demo_target() -> DemoTarget:
-    from fasttrack.plan import build_plan
+    from fasttrack.checks.base import build_run_plan
     from fasttrack.scope import load_scope
 
     loaded = load_scope("demo-llama")
-    return DemoTarget(loaded=loaded, plan=build_plan(loaded.scope, tier="smoke", scope_sha256=loaded.sha256))
+    return DemoTarget(loaded=loaded, plan=build_run_plan(loaded.scope, tier="smoke", scope_sha256=loaded.sha256))
 
 
 @pytest.fixture

@@ -9,14 +9,13 @@ from pathlib import Path
 
 import numpy as np
 
-from fasttrack.checks.base import RunContext
+from fasttrack.checks.base import RunContext, build_run_plan
 from fasttrack.checks.perf import PerfCheck, measure_item
 from fasttrack.perf.analysis import ItemState
 from fasttrack.perf.metrics import METRICS, RunMetrics
 from fasttrack.perf.schedule import LookSchedule
 from fasttrack.perf.slo import with_goodput
 from fasttrack.perf.workloads import WorkItem
-from fasttrack.plan import build_plan
 from fasttrack.scope import PerfGate, load_scope
 from fasttrack.stats.lifetime import LifetimeVariance
 
@@ -106,7 +105,7 @@ def demo_perf_ctx(tier: str, tmp: Path, *, interleave: bool = False, workloads: 
     scope.gates.perf.interleave_settle_s = 0.0
     if workloads is not None or tier == "smoke":
         scope.tiers[tier].workloads = workloads or ["decode"]
-    plan = build_plan(scope, tier=tier, scope_sha256=loaded.sha256)
+    plan = build_run_plan(scope, tier=tier, scope_sha256=loaded.sha256)
     return RunContext(scope=scope, plan=plan, run_dir=tmp, loaded=loaded, log=lambda m: None)
 
 

@@ -12,7 +12,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from fasttrack import terminal
+from fasttrack import registry, terminal
 from fasttrack.bundle.errors import BundleError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -205,6 +205,7 @@ def merge_cmd(
     )
 
 
+@registry.component("subcommand", "bundle")
 def register(app: typer.Typer) -> None:
     """Add the bundle subcommands to the ``fasttrack`` app."""
     app.add_typer(keys_app, name="keys")

@@ -1,28 +1,19 @@
-"""Checks: one module (or package) per kind of evidence, registered with ``@register``.
+"""Checks: one module (or package) per kind of evidence, registered with ``@register`` (kind ``check``).
 
-To add a check, write ``fasttrack/checks/<name>.py`` with a class decorated by
-``fasttrack.checks.base.register`` and add the module name below: that class declares its
-name, order (``after``), ``blocked_by``, gate model and passability rule, and the pipeline, the
-plan, the passability analysis, the scope's JSON Schema and the bundle read them from the
-registry (:func:`fasttrack.checks.base.registry`).
+A check's class declares its name, title, order (``after``/``before``), ``blocked_by``, cost, gate model,
+evidence and passability rule (:mod:`fasttrack.checks.base`); the pipeline, the plan and its cost, the
+passability analysis, the scope's JSON Schema and the bundle read them from the registry
+(:func:`fasttrack.checks.base.registered_checks`). A shipped check's module is named below; another
+package's check is a module of its own, named in that package's ``fasttrack`` entry-point group.
 """
 
 from __future__ import annotations
 
-import importlib
+from fasttrack import registry
 
-#: Modules that define checks. Adding a check = one module + one line here (the list's order breaks ties
-#: between checks whose ``after`` does not order them).
-CHECK_MODULES: list[str] = ["isolation", "kernels", "equivalence", "features", "coverage", "evals", "perf"]
-
-_loaded = False
-
-
-def load_all() -> None:
-    """Import every check module once so their ``@register`` decorators run."""
-    global _loaded
-    if _loaded:
-        return
-    for mod in CHECK_MODULES:
-        importlib.import_module(f"fasttrack.checks.{mod}")
-    _loaded = True
+BUILTIN_CHECK_MODULES: tuple[str, ...] = tuple(
+    f"fasttrack.checks.{m}" for m in ("isolation", "kernels", "equivalence", "features", "coverage", "evals", "perf")
+)
+"""The shipped checks' modules, imported before the registry's kind ``check`` is first read (their order breaks
+ties between checks whose ``after``/``before`` do not order them)."""
+registry.BUILTIN_MODULES["check"] = BUILTIN_CHECK_MODULES

@@ -1,16 +1,23 @@
-"""The check interface and the registry of checks.
+"""The check interface: what a check declares about itself, and the checks the registry holds.
 
 A check is one kind of evidence (isolation, kernels, equivalence, features, coverage, evals, perf).
-Its class declares everything the rest of fasttrack needs to know about it, so that adding a check
-is one module plus its line in :data:`fasttrack.checks.CHECK_MODULES`:
+Its class declares everything the rest of fasttrack needs to know about it (:data:`DECLARATIONS`), and
+:func:`register` puts it in the registry (:mod:`fasttrack.registry`, kind ``check``), so that adding a
+check is one module: a shipped check's module is named in ``fasttrack.checks.BUILTIN_CHECK_MODULES``,
+another package's in its ``fasttrack`` entry-point group. Nothing else lists a check's facts:
 
 * ``name``; ``title`` and ``report_view`` (both recorded in the bundle, so the report needs no list
   of checks); whether the bundle verdict depends on it (``required``);
-* its order: ``after`` and ``before`` name the checks it follows and precedes (:func:`registry`
-  sorts by these, and by the registry line for the rest); the bundle records that order for the report;
+* its order: ``after`` and ``before`` name the checks it follows and precedes (:func:`registered_checks`
+  sorts by these, and by registration order for the rest); the bundle records that order for the report;
 * ``blocked_by``: checks without whose pass its own result means nothing (it is then ``not_run``);
-* ``gate_model``: its section of the scope's ``gates`` (a
-  :class:`~fasttrack.scope.gates.CheckGate`), and :meth:`Check.gate`, the pass rule it applies;
+* ``cost``: what its work costs (a :class:`~fasttrack.planning.cost.CheckCost`; the plan receives it with the check
+  order, :func:`build_run_plan`);
+* ``gate_model``: its section of the scope's ``gates`` (a :class:`~fasttrack.scope.gates.CheckGate`,
+  registered as kind ``gate``, each setting's stricter direction its field metadata), and :meth:`Check.gate`,
+  the pass rule it applies;
+* ``evidence``: its typed result rows and how ``verify`` re-judges them (registered as kind ``evidence``
+  with the check, for the bundle and the report, which never import the checks);
 * :meth:`Check.passability`: what it needs from a tier, so ``fasttrack plan`` and ``validate`` find
   a tier that can never pass before any engine starts; :meth:`Check.planned`: what it exercises.
 
@@ -27,9 +34,6 @@ is one module plus its line in :data:`fasttrack.checks.CHECK_MODULES`:
   started outside the envelope (coverage's ``unsupported_deployment``): after the plan's
   engines, the pipeline starts each :class:`Deployment` it asks for once (a refusal to start
   is an outcome, not an error) and hands it the outcome in ``record_deployment``.
-
-Adding a check = one module with a ``@register`` class, plus its module name in
-``fasttrack.checks.CHECK_MODULES``.
 """
 
 from __future__ import annotations
@@ -39,10 +43,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-from fasttrack import registry as registry_of_parts
+from fasttrack import registry as _registry
 from fasttrack.checks.context import EngineSession, RunContext
 from fasttrack.checks.tier import Blocker, TierView
-from fasttrack.evidence.base import CheckEvidence
+from fasttrack.planning.cost import CheckCost
+from fasttrack.planning.plan import Plan, build_plan
 from fasttrack.results import (  # the results names are re-exported for callers that still import them from here
     SIDES,
     CheckResult,
@@ -52,11 +57,12 @@ from fasttrack.results import (  # the results names are re-exported for callers
     Verdict,
     overall_verdict,
 )
-from fasttrack.scope.gates import CheckGate, forget_gate_model
+from fasttrack.scope.gates import CheckGate
 
 if TYPE_CHECKING:  # pragma: no cover
     from fasttrack.engine.deployment import DeploymentOutcome
-    from fasttrack.plan import EngineGroup
+    from fasttrack.planning.plan import EngineGroup
+    from fasttrack.scope import Scope
 
 __all__ = [
     "SIDES",
@@ -75,9 +81,9 @@ __all__ = [
     "PairedCheck",
     "RunContext",
     "TierView",
+    "build_run_plan",
     "register",
-    "registry",
-    "unregister",
+    "registered_checks",
 ]
 
 
@@ -90,6 +96,7 @@ DECLARATIONS = (
     "after",
     "before",
     "blocked_by",
+    "cost",
     "gate_model",
     "evidence",
 )
@@ -117,11 +124,14 @@ class Check(ABC):
     blocked_by: ClassVar[tuple[str, ...]] = ()
     """Checks whose pass this one's result depends on: when one of them did not pass (it failed, or did not run),
     this check is ``not_run``, naming it: never a pass on a premise that failed or was not shown."""
+    cost: ClassVar[CheckCost]
+    """What its work costs (:class:`~fasttrack.planning.cost.CheckCost`: per engine group and once per plan); every
+    check declares one (``fasttrack.planning.cost.NO_COST`` for work that takes no measurable time)."""
     gate_model: ClassVar[type[CheckGate] | None] = None
     """Its section of the scope's ``gates`` (declared ``class XGate(CheckGate, check="x")``), or None."""
-    evidence: ClassVar[CheckEvidence | None] = None
-    """Its tables' row models and the rule that re-judges them (:mod:`fasttrack.evidence`); registering the check
-    registers it as the kind ``evidence`` (the shipped checks' evidence registers from ``fasttrack/evidence/``)."""
+    evidence: ClassVar[Any] = None
+    """Its typed result rows and their re-judging (a ``fasttrack.evidence.base.CheckEvidence`` naming this
+    check), or None: registered as kind ``evidence`` with the check."""
 
     def __init_subclass__(cls, **declared: Any) -> None:
         """The declarations above, given as class attributes or as class keywords:
@@ -234,44 +244,49 @@ class DeploymentCheck(ABC):
 
 C = TypeVar("C", bound=type[Check])
 
-_REGISTRY: dict[str, type[Check]] = {}
-
 
 def register(cls: C) -> C:
-    """Class decorator: make a check available to the pipeline by its ``name``."""
+    """Class decorator: register a check (kind ``check``, keyed by its ``name``) with its gate model (kind
+    ``gate``, which defining it did) and its evidence (kind ``evidence``), checking its declarations."""
     name = getattr(cls, "name", None)  # a class attribute the subclass must set (ClassVar without a default)
     if not name or not getattr(cls, "title", None):
         raise TypeError(f"{cls.__qualname__} must set the class attributes 'name' and 'title'")
-    if name in _REGISTRY and _REGISTRY[name] is not cls:
-        raise ValueError(f"check {name!r} is registered twice ({_REGISTRY[name].__qualname__}, {cls.__qualname__})")
+    if not isinstance(getattr(cls, "cost", None), CheckCost):
+        raise TypeError(
+            f"{cls.__qualname__} must declare 'cost' (a fasttrack.planning.cost.CheckCost: what its work costs, which "
+            "the plan counts; fasttrack.planning.cost.NO_COST when it takes no measurable time)"
+        )
     gm = cls.gate_model
     if gm is not None and gm.check_name != name:
         raise TypeError(
             f"{cls.__qualname__}.gate_model {gm.__qualname__} is the gate of {gm.check_name or 'no check'!r}; "
             f'declare it as class {gm.__name__}(CheckGate, check="{name}")'
         )
-    _REGISTRY[name] = cls
-    if cls.evidence is not None:
-        if cls.evidence.check != name:
-            raise TypeError(f"{cls.__qualname__}.evidence is the evidence of {cls.evidence.check!r}, not {name!r}")
-        registry_of_parts.register("evidence", name, cls.evidence, source=cls.__module__)
+    ev = cls.evidence
+    if ev is not None and getattr(ev, "check", None) != name:
+        raise TypeError(f"{cls.__qualname__}.evidence names the check {getattr(ev, 'check', None)!r}, not {name!r}")
+    _registry.register("check", name, cls)
+    if gm is not None:
+        _registry.register("gate", name, gm)
+    if ev is not None:
+        _registry.register("evidence", name, ev)
     return cls
 
 
-def unregister(name: str) -> None:
-    """Remove the check ``name`` and its gate section (a check a test registered for its own run)."""
-    cls = _REGISTRY.pop(name, None)
-    if cls is not None and cls.gate_model is not None:
-        forget_gate_model(name)
+def registered_checks() -> dict[str, type[Check]]:
+    """Registered checks, in check order: each after the checks its ``after`` names, otherwise in registration
+    order (the shipped checks in the order of ``fasttrack.checks.BUILTIN_CHECK_MODULES``, then other packages')."""
+    found: dict[str, type[Check]] = _registry.entries("check")
+    return {n: found[n] for n in check_order(found)}
 
 
-def registry() -> dict[str, type[Check]]:
-    """Registered checks, in check order: each after the checks its ``after`` names, otherwise in registry order
-    (the order of :data:`fasttrack.checks.CHECK_MODULES`, then checks registered later)."""
-    from fasttrack import checks as _checks
-
-    _checks.load_all()
-    return {n: _REGISTRY[n] for n in check_order(_REGISTRY)}
+def build_run_plan(
+    scope: Scope, *, tier: str = "smoke", shard: str | None = None, scope_sha256: str | None = None
+) -> Plan:
+    """:func:`fasttrack.planning.plan.build_plan` with every registered check: their order and what their work costs."""
+    return build_plan(
+        scope, tier=tier, shard=shard, scope_sha256=scope_sha256, checks=list(registered_checks().values())
+    )
 
 
 def check_order(checks: Mapping[str, type[Check]]) -> list[str]:

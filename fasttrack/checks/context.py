@@ -14,9 +14,9 @@ from fasttrack.scope import SUITES_DIR, LoadedScope, Scope
 
 if TYPE_CHECKING:  # pragma: no cover
     from fasttrack.engine.handle import EngineHandle
-    from fasttrack.hardware import HostInfo
-    from fasttrack.models import ResolvedModel
-    from fasttrack.plan import EngineGroup, Plan
+    from fasttrack.host.hardware import HostInfo
+    from fasttrack.host.models import ResolvedModel
+    from fasttrack.planning.plan import EngineGroup, Plan
 
 
 @dataclass

@@ -3,7 +3,7 @@
 Two questions decide whether a bundle is evidence for a PR:
 
 1. **Does the change stay inside the code the optimization owns?** Every path changed from the
-   merge base of ``--base`` and ``--head`` to the head is classified (:mod:`fasttrack.isolation`):
+   merge base of ``--base`` and ``--head`` to the head is classified (:mod:`fasttrack.change.diff`):
    a shared component (input preparation, sampling, KV-cache management) fails the row and is
    named; a path outside the owned ones fails unless the scope's ``isolation.allowed_paths``
    allow it; allowed paths are listed. The row records the diff hash, the base and head SHAs and
@@ -24,9 +24,10 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
+from fasttrack.change.diff import IsolationResult, check_isolation
 from fasttrack.checks.base import EnginelessCheck, RunContext, register
 from fasttrack.evidence import typed_tables
-from fasttrack.isolation import IsolationResult, check_isolation
+from fasttrack.planning.cost import NO_COST, CheckCost
 from fasttrack.results import ISOLATION, NOT_PR_EVIDENCE, CheckResult, Gate, Verdict, head_binding
 
 __all__ = ["GATE", "IsolationCheck", "bind_served_builds", "judge_isolation"]
@@ -49,6 +50,8 @@ class IsolationCheck(EnginelessCheck):
     title: ClassVar[str] = "Isolation and PR head"
     report_view: ClassVar[str] = "generic"
     every_tier: ClassVar[bool] = True
+    cost: ClassVar[CheckCost] = NO_COST
+    """Reading a git diff and the engines' builds takes no measurable time."""
 
     @classmethod
     def required_in(cls, ctx: RunContext) -> bool:
@@ -85,7 +88,7 @@ class IsolationCheck(EnginelessCheck):
 
 
 def judge_isolation(res: IsolationResult, *, gate: Gate = GATE) -> CheckResult:
-    """The isolation row of one classified diff, by the rule of :func:`fasttrack.isolation.judge_paths`
+    """The isolation row of one classified diff, by the rule of :func:`fasttrack.change.diff.judge_paths`
     (``fasttrack isolation`` applies the same): ``pass`` only when nothing shared and nothing unallowed changed."""
     rows = [
         {

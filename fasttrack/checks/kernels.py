@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+from collections.abc import Sequence
 from pathlib import Path
 
 from fasttrack.checks.base import Blocker, EnginelessCheck, RunContext, TierView, register
 from fasttrack.evidence import typed_tables
 from fasttrack.kernels.spec import SuiteSpec, from_scope_section
 from fasttrack.kernels.suites import GATE, cuda_available, judge, run_suite
+from fasttrack.planning.cost import CheckCost, EngineGroup, Work
 from fasttrack.results import CheckResult, Gate, Verdict
 
 __all__ = ["EXAMPLE_LABEL", "KernelsCheck", "cuda_available", "judge", "module_available", "run_suite"]
@@ -44,9 +46,21 @@ def module_available(name: str) -> bool:
     return False
 
 
+def _per_plan(w: Work, groups: Sequence[EngineGroup]) -> None:
+    """The engine-less kernel tests (``estimates.kernels_s``), once per plan or shard, on one node of the smallest
+    engine's devices (a CPU host counts as one)."""
+    if not w.scope.kernels:
+        return
+    small = min(groups, key=lambda g: (g.nodes, g.gpus), default=None)
+    per_node = (small.gpus_per_node or small.gpus) if small is not None else 0
+    w.add(w.est.kernels_s, devices=max(per_node, 1), nodes=1)
+
+
 @register
 class KernelsCheck(EnginelessCheck, name="kernels", title="Kernels", report_view="kernels", after=("isolation",)):
     """Numerics, determinism, race hunting, sanitizers and speed of light of the scope's kernels."""
+
+    cost = CheckCost(per_plan=_per_plan)
 
     @classmethod
     def passability(cls, tier: TierView) -> list[Blocker]:

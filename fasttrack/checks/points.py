@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
     from fasttrack.checks.context import RunContext
-    from fasttrack.plan import ConfigPoint, EngineGroup
+    from fasttrack.planning.plan import ConfigPoint, EngineGroup
 
 
 def short_point(ctx: RunContext, group: EngineGroup, batch: int) -> ConfigPoint | None:

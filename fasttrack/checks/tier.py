@@ -2,7 +2,7 @@
 
 A check's ``passability(tier)`` (see :class:`~fasttrack.checks.base.Check`) looks at the scope and
 the plan of one tier through a :class:`TierView` and returns a :class:`Blocker` for each required
-item the tier can never run; :func:`fasttrack.passability.analyze` asks every registered check the
+item the tier can never run; :func:`fasttrack.checks.passability.analyze` asks every registered check the
 tier runs.
 """
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fasttrack.modelbase import StrictModel
-from fasttrack.plan import Plan
+from fasttrack.planning.plan import Plan
 from fasttrack.scope import Scope
 
 

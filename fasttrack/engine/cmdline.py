@@ -33,7 +33,7 @@ from fasttrack.errors import ScopeError
 from fasttrack.scope import HOST_SAFETY_ENV
 
 if TYPE_CHECKING:  # pragma: no cover
-    from fasttrack.plan import EngineGroup
+    from fasttrack.planning.plan import EngineGroup
     from fasttrack.scope import Scope
 
 NODE_MAIN = Path(__file__).with_name("node_main.py")

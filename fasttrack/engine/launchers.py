@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from fasttrack import registry
 from fasttrack.engine.cmdline import (
     EngineCommand,
     Executor,
@@ -115,6 +116,7 @@ class Launcher(ABC):
         """Start every node; the first process returned runs node 0 (the API server)."""
 
 
+@registry.component("launcher")
 class LocalLauncher(Launcher):
     """Every node on this host, talking over loopback (CPU rehearsals and tests)."""
 
@@ -209,6 +211,7 @@ def slurm_node_address(node: str, env: dict[str, str] | None = None) -> str:
     return node
 
 
+@registry.component("launcher")
 class SlurmLauncher(Launcher):
     """One ``srun`` step inside the allocation: one task per node, the role from ``SLURM_NODEID``; the master
     address is the first node's ``NodeAddr`` (:func:`slurm_node_address`)."""
@@ -285,7 +288,7 @@ class SlurmLauncher(Launcher):
         ]
 
 
-LAUNCHERS = {"local": LocalLauncher, "slurm": SlurmLauncher}
+registry.BUILTIN_MODULES["launcher"] = (__name__,)
 
 
 def default_launcher(env: dict[str, str] | None = None) -> Launcher:
@@ -298,9 +301,9 @@ def default_launcher(env: dict[str, str] | None = None) -> Launcher:
 
 
 def get_launcher(name: str | None) -> Launcher:
-    """The launcher called ``name`` (None: :func:`default_launcher`)."""
+    """The launcher registered as ``name`` (kind ``launcher``; None: :func:`default_launcher`). An unknown name is
+    an error listing the registered ones."""
     if name is None:
         return default_launcher()
-    if name not in LAUNCHERS:
-        raise ValueError(f"unknown launcher {name!r}; use one of {sorted(LAUNCHERS)}")
-    return LAUNCHERS[name]()
+    launcher: Launcher = registry.get("launcher", name)()
+    return launcher

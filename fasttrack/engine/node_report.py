@@ -9,7 +9,7 @@ nodes, checks the scope's hardware against these reports instead of its own host
 checked, not only the first.
 
 The report holds ``nvidia-smi``'s own output (the GPU query, ``nvlink --status``, the fabric lines of ``-q``);
-the driver parses it with :mod:`fasttrack.hardware`'s parsers, as it parses its own host's.
+the driver parses it with :mod:`fasttrack.host.hardware`'s parsers, as it parses its own host's.
 """
 
 from __future__ import annotations

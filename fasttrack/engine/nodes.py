@@ -11,7 +11,7 @@ the scope's hardware check against what each engine reports:
   host's GPU names and driver (``system_env``), one node only; the GPUs' architecture follows from their
   product names where those are known data-center models (``hardware.capability_from_name``), else is unknown.
 
-An engine that reports neither has unknown hardware: the check cannot pass on it (:func:`fasttrack.hardware
+An engine that reports neither has unknown hardware: the check cannot pass on it (:func:`fasttrack.host.hardware
 .match_nodes` says so). Reports are data from the run's own engines; they are read with a size limit and
 parsed, never run.
 """
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from fasttrack.engine.cmdline import node_reports_dir
-from fasttrack.hardware import (
+from fasttrack.host.hardware import (
     GPU,
     HardwareMatch,
     HostInfo,
@@ -42,7 +42,7 @@ from fasttrack.hardware import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
-    from fasttrack.plan import Plan
+    from fasttrack.planning.plan import Plan
     from fasttrack.scope import HardwareSpec
 
 MAX_REPORT_BYTES = 1 << 20
@@ -105,7 +105,7 @@ def host_from_report(rep: dict[str, Any]) -> HostInfo:
 def host_from_system_env(sysenv: dict[str, Any]) -> HostInfo:
     """vLLM's ``/server_info`` ``system_env`` (``vllm.collect_env``) as a :class:`HostInfo` of the API server's
     host: GPU names from ``nvidia-smi -L``, the driver. The architecture is not reported: it is taken from the
-    GPU's product name where :func:`fasttrack.hardware.capability_from_name` knows it, else left unknown."""
+    GPU's product name where :func:`fasttrack.host.hardware.capability_from_name` knows it, else left unknown."""
     gpus = []
     models = sysenv.get("nvidia_gpu_models")
     if isinstance(models, str) and sysenv.get("is_cuda_available") is not False:

@@ -6,5 +6,4 @@
 * :mod:`fasttrack.evals.runner`: lm-eval against one engine (per-sample outputs).
 * :mod:`fasttrack.evals.mrcr`: OpenAI MRCR's grading rules and context bins.
 * :mod:`fasttrack.evals.compare`: the paired comparison and its gates.
-* :mod:`fasttrack.evals.synthetic`: small deterministic data sets in the original formats.
 """

@@ -6,7 +6,7 @@ recorded. :class:`RejudgeContext` is built from that scope and the tier the bund
 bundle's check entries: which checks must exist and which are required, which config points each check
 must have judged, and how many rows each table may hold all come from here.
 
-The config points are the plan's (:func:`fasttrack.plan.build_plan` names them the same way; a test holds the
+The config points are the plan's (:func:`fasttrack.planning.plan.build_plan` names them the same way; a test holds the
 two together for every shipped suite and tier), computed from the scope alone so that verifying needs no
 plan, cost model or check code.
 """

@@ -10,7 +10,14 @@
 * :mod:`~fasttrack.executors.collect`: the merge step both schedulers run: every shard
   bundle present, every absent shard named with its job, state and log;
 * :mod:`~fasttrack.executors.k8s`: Kubernetes manifests (an Indexed Job for single-node
-  shards, a LeaderWorkerSet per multi-node shard, a shared volume, a merge Job).
+  shards, a LeaderWorkerSet per multi-node shard, a shared volume, a merge Job), applied and
+  read back with ``kubectl`` (:mod:`~fasttrack.executors.k8s_jobs`);
+* :mod:`~fasttrack.executors.scheduler`: the interface both implement (render, write, submit,
+  status, and what it knows of an absent shard), registered as the registry's kind ``scheduler``.
 
 Nothing here schedules anything itself; the schedulers do.
 """
+
+from fasttrack import registry
+
+registry.BUILTIN_MODULES["scheduler"] = ("fasttrack.executors.slurm_jobs", "fasttrack.executors.k8s_jobs")

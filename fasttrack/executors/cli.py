@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import typer
 
 # The executors (and the plan behind them) load only when one of these commands runs.
+from fasttrack import registry
 from fasttrack.executors.cli_common import (
     BASE,
     BUILD,
@@ -17,6 +18,7 @@ from fasttrack.executors.cli_common import (
     GPUS,
     HEAD,
     IMAGE,
+    MERGE_SIGN,
     MODEL,
     OUT,
     PARALLEL,
@@ -27,11 +29,11 @@ from fasttrack.executors.cli_common import (
     TIER,
     VARG,
     _layout,
-    _nodes_model,
+    build_image,
     console,
     err_console,
     merge_and_exit,
-    pr_and_image,
+    shard_options,
     shares_options,
 )
 
@@ -114,7 +116,7 @@ def _render_slurm(
     shards: str = SHARDS,
     site: Optional[Path] = SITE,
     out: Optional[Path] = OUT,
-    sign_key: Optional[Path] = SIGN,
+    sign_keys: Optional[list[Path]] = SIGN,
     gpus: Optional[int] = GPUS,
     image: Optional[str] = IMAGE,
     validate_arg: list[str] = VARG,
@@ -130,22 +132,20 @@ def _render_slurm(
     from fasttrack.executors import slurm
     from fasttrack.executors.site import load_site
 
-    pr, image = pr_and_image(repo, base, head, image_build, image)
     lay = _layout(model, tier, shards)
+    assert model is not None
+    keys = [k.resolve() for k in sign_keys or []]
+    validate = shard_options(model, tier, keys, repo, base, head, image_build)
     prof = load_site(site)
     job_dir = _job_dir(out, lay, "slurm")
-    assert model is not None
     source = "--gpus-per-node" if gpus is not None else "the site profile's slurm.gpus_per_node"
     notes = _check_gpus_per_node(model, lay, gpus if gpus is not None else prof.slurm.gpus_per_node, source)
     opts = slurm.SlurmOptions(
-        model=_nodes_model(model),
-        tier=tier,
+        validate,
         job_dir=job_dir,
-        sign_key=sign_key.resolve() if sign_key else None,
         gpus_per_node=gpus,
-        container_image=image,
+        container_image=build_image(image_build, image),
         validate_args=list(validate_arg),
-        pr=pr,
         max_parallel=max_parallel,
     )
     rendered = slurm.render(lay, prof, opts)
@@ -185,13 +185,13 @@ def slurm_render(**opts: Any) -> None:
 @_render_options
 def slurm_submit(**opts: Any) -> None:
     """Render the job folder and submit it: every array with sbatch, then the merge job (afterany on all)."""
-    from fasttrack.executors.slurm_jobs import submit
+    from fasttrack.executors.slurm_jobs import SLURM
 
     job_dir, _ = _render_slurm(**opts)
     if opts["dry_run"]:
         err_console.print("--dry-run: nothing submitted", highlight=False)
         return
-    ids = submit(job_dir)
+    ids = SLURM.submit(job_dir)
     arrays = ", ".join(f"{name} -> {jid}" for name, jid in ids["arrays"].items())
     console.print(f"submitted: {arrays}; merge -> {ids['merge']} (afterany)", highlight=False)
     every = ",".join([*ids["arrays"].values(), ids["merge"]])
@@ -221,9 +221,9 @@ def slurm_status(
     """Each shard's Slurm state (squeue/scontrol, not sacct) and bundle; the merge job and the merged bundle."""
     from rich.table import Table
 
-    from fasttrack.executors.slurm_jobs import status
+    from fasttrack.executors.slurm_jobs import SLURM
 
-    st = status(job_dir.resolve())
+    st = SLURM.status(job_dir.resolve())
     if as_json:
         sys.stdout.write(json.dumps(st, indent=2) + "\n")
         return
@@ -254,26 +254,28 @@ def slurm_status(
 @slurm_app.command("merge")
 def slurm_merge(
     job_dir: Path = typer.Argument(..., help="The job folder."),
-    sign_key: Optional[Path] = typer.Option(None, "--sign-key", help="Signing key (default: the job's)."),
+    sign_keys: Optional[list[Path]] = MERGE_SIGN,
 ) -> None:
     """The merge job's step: merge every shard bundle present, name each absent shard with its Slurm job,
     state and log, sign; exit 0 only when the merged verdict is pass."""
     from fasttrack.executors.collect import load_job
-    from fasttrack.executors.slurm_jobs import describe_absent, task_details, task_note, task_states
+    from fasttrack.executors.slurm_jobs import SLURM
 
     job_dir = job_dir.resolve()
     job = load_job(job_dir)
-    key = sign_key or (Path(job["sign_key"]) if job.get("sign_key") else None)
-    states = task_states(job) if job.get("submitted") else {}
-    merge_and_exit(
-        job_dir,
-        key,
-        describe_absent=describe_absent(job, states),
-        details=task_details(states),
-        present_note=task_note,
-    )
+    keys = list(sign_keys or []) or [Path(k) for k in _job_keys(job)]
+    merge_and_exit(job_dir, keys, **SLURM.describe_absent(job, job_dir).merge_args())
 
 
+def _job_keys(job: dict[str, Any]) -> list[str]:
+    """The signing keys a job record names (``sign_keys``; ``sign_key`` in records written before it listed them)."""
+    keys = job.get("sign_keys")
+    if isinstance(keys, list):
+        return [str(k) for k in keys]
+    return [str(job["sign_key"])] if job.get("sign_key") else []
+
+
+@registry.component("subcommand", "executors")
 def register(app: typer.Typer) -> None:
     """Add ``slurm``, ``k8s`` and ``image`` to the ``fasttrack`` app."""
     from fasttrack.executors.cli_image import image_cmd

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any, NoReturn, Optional, TypeVar
 import typer
 from rich.console import Console
 
+from fasttrack.pipeline.options import ValidateOptions, option
+
 if TYPE_CHECKING:
     from fasttrack.executors.shards import ShardLayout
 
@@ -18,19 +20,29 @@ _Command = TypeVar("_Command", bound=Callable[..., Any])
 console = Console(soft_wrap=True)
 err_console = Console(stderr=True, soft_wrap=True)
 
-MODEL = typer.Option(None, "--model", "-m", help="Suite name or path to a scope.yaml.")
-TIER = typer.Option("smoke", "--tier", "-t", help="smoke < standard < full.")
+# validate's options, as fasttrack.pipeline.options declares them (each shard runs validate with them)
+MODEL = option("model", default=None)
+TIER = option("tier")
+SIGN = option(
+    "sign_keys",
+    help="Ed25519 private key (PEM or OpenSSH) that signs every shard's bundle and the merged one, as the nodes see "
+    "it (Kubernetes: /fasttrack-key/NAME, a file of the site's kubernetes.sign_key_secret); repeatable.",
+)
+MERGE_SIGN = option(
+    "sign_keys",
+    help="Ed25519 private key (PEM or OpenSSH) that signs the merged bundle; repeatable (every key signs; Slurm: "
+    "default the keys the job was rendered with).",
+)
+REPO = option("repo", help="The PR's vLLM repository as the nodes see it (validate --repo).")
+BASE = option("base", help="The PR's base ref or SHA (validate --base).")
+HEAD = option("head", help="The PR's head SHA (validate --head).")
 SHARDS = typer.Option("groups", "--shards", help="Shard count, or 'groups': one shard per engine group.")
 SITE = typer.Option(None, "--site", help="Site profile (YAML): partition, account, extra #SBATCH lines, image, ...")
 OUT = typer.Option(None, "-o", "--out", help="Job folder (on a file system every node shares).")
-SIGN = typer.Option(None, "--sign-key", help="Private key (on the shared file system) that signs every bundle.")
 GPUS = typer.Option(None, "--gpus-per-node", min=0, help="GPUs to request per node (default: the plan's).")
 IMAGE = typer.Option(None, "--container-image", help="Pyxis/enroot image the jobs run in (#SBATCH --container-image).")
 VARG = typer.Option([], "--validate-arg", help="Extra `fasttrack validate` argument for every shard (repeatable).")
 DRY = typer.Option(False, "--dry-run", help="Print the scripts; write and submit nothing.")
-REPO = typer.Option(None, "--repo", help="The PR's vLLM repository as the nodes see it (validate --repo).")
-BASE = typer.Option(None, "--base", help="The PR's base ref or SHA (validate --base).")
-HEAD = typer.Option(None, "--head", help="The PR's head SHA (validate --head).")
 BUILD = typer.Option(
     None,
     "--image-build",
@@ -39,25 +51,40 @@ BUILD = typer.Option(
 PARALLEL = typer.Option(None, "--max-parallel", min=1, help="Shards running at once (Slurm: --array=...%N).")
 
 
-def pr_and_image(
-    repo: Optional[str], base: Optional[str], head: Optional[str], build: Optional[Path], image: Optional[str]
-) -> tuple[Any, Optional[str]]:
-    """The PR linkage (``PRArgs`` or None) and the image every job runs in: from the build record, with explicit
-    ``--repo/--base/--head`` or image winning over it."""
+def shard_options(
+    model: str,
+    tier: str,
+    sign_keys: Optional[list[Path]],
+    repo: Optional[str],
+    base: Optional[str],
+    head: Optional[str],
+    build: Optional[Path],
+) -> ValidateOptions:
+    """What every shard's ``validate`` runs with: the scope as the nodes name it, the tier, the signing keys, and the
+    PR from the build record of ``fasttrack image`` (``build``), explicit ``--repo/--base/--head`` winning."""
     from fasttrack.errors import FasttrackError
     from fasttrack.executors.image import ImageBuild
-    from fasttrack.executors.shards import PRArgs
 
     rec = ImageBuild.load(build) if build is not None else None
     head = head or (rec.head if rec else None)
     if (repo or base) and not head:
         raise FasttrackError("--repo and --base need --head (the PR's head SHA).")
-    pr = (
-        PRArgs(repo=repo or (rec.repo if rec else None), base=base or (rec.base if rec else None), head=head)
-        if head
-        else None
+    repo = (repo or (rec.repo if rec else None)) if head else None
+    return ValidateOptions(
+        model=_nodes_model(model),
+        tier=tier,
+        sign_keys=list(sign_keys or []),
+        repo=Path(repo) if repo else None,
+        base=(base or (rec.base if rec else None)) if head else None,
+        head=head,
     )
-    return pr, image or (rec.image if rec else None)
+
+
+def build_image(build: Optional[Path], image: Optional[str]) -> Optional[str]:
+    """The image every job runs in: ``image``, else the one ``fasttrack image`` built (its record ``build``)."""
+    from fasttrack.executors.image import ImageBuild
+
+    return image or (ImageBuild.load(build).image if build is not None else None)
 
 
 def _nodes_model(model: str) -> str:
@@ -103,13 +130,13 @@ def log_line(message: str) -> None:
     console.print(message, highlight=False, markup=False)
 
 
-def merge_and_exit(job_dir: Path, sign_key: Optional[Path], **merge_args: Any) -> NoReturn:
+def merge_and_exit(job_dir: Path, sign_keys: list[Path], **merge_args: Any) -> NoReturn:
     """The merge job's step: :func:`fasttrack.executors.collect.merge_job` of the job folder (``merge_args``: how
-    the executor names absent shards), signed with ``sign_key`` when given; exit 0 only when the merged verdict
+    the scheduler names absent shards), signed with every key of ``sign_keys``; exit 0 only when the merged verdict
     is pass."""
     from fasttrack.bundle.keys import load_private_key
     from fasttrack.executors.collect import merge_job
 
-    keys = [load_private_key(sign_key)] if sign_key else []
+    keys = [load_private_key(k) for k in sign_keys]
     outcome = merge_job(job_dir, sign_keys=keys, log=log_line, **merge_args)
     raise typer.Exit(0 if outcome.verdict == "pass" else 1)

@@ -13,18 +13,20 @@ from fasttrack.executors.cli_common import (
     BUILD,
     GPUS,
     HEAD,
+    MERGE_SIGN,
     MODEL,
     PARALLEL,
     REPO,
     SHARDS,
+    SIGN,
     SITE,
     TIER,
     _layout,
-    _nodes_model,
+    build_image,
     err_console,
     log_line,
     merge_and_exit,
-    pr_and_image,
+    shard_options,
 )
 
 k8s_app = typer.Typer(help="Kubernetes manifests for a plan's shards (see docs/scale-out.md).", no_args_is_help=True)
@@ -39,9 +41,7 @@ def k8s_render(
     out: Optional[Path] = typer.Option(None, "-o", "--out", help="Write the manifests here (default: print)."),
     image: Optional[str] = typer.Option(None, "--image", help="The evaluation image (default: the site's)."),
     gpus: Optional[int] = GPUS,
-    sign: bool = typer.Option(
-        False, "--sign", help="Sign bundles with the key in the site's kubernetes.sign_key_secret."
-    ),
+    sign_keys: Optional[list[Path]] = SIGN,
     repo: Optional[str] = REPO,
     base: Optional[str] = BASE,
     head: Optional[str] = HEAD,
@@ -53,12 +53,12 @@ def k8s_render(
     from fasttrack.executors import k8s
     from fasttrack.executors.site import load_site
 
-    pr, image = pr_and_image(repo, base, head, image_build, image)
     lay = _layout(model, tier, shards)
-    prof = load_site(site)
     assert model is not None
+    validate = shard_options(model, tier, sign_keys, repo, base, head, image_build)
+    prof = load_site(site)
     opts = k8s.K8sOptions(
-        model=_nodes_model(model), image=image, gpus_per_node=gpus, sign=sign, pr=pr, max_parallel=max_parallel
+        validate, image=build_image(image_build, image), gpus_per_node=gpus, max_parallel=max_parallel
     )
     rendered = k8s.render(lay, prof, opts)
     err_console.print(rendered.summary(), highlight=False)
@@ -109,12 +109,44 @@ def k8s_drive(
 @k8s_app.command("merge")
 def k8s_merge(
     job_dir: Path = typer.Argument(..., help="The shared volume's root (holds fasttrack-job.json and shards/)."),
-    sign_key: Optional[Path] = typer.Option(None, "--sign-key", help="Private key that signs the merged bundle."),
+    sign_keys: Optional[list[Path]] = MERGE_SIGN,
 ) -> None:
     """The merge Job's step: merge every shard bundle present, name each absent shard with its Job, completion
     index and exit status, sign; exit 0 only when the merged verdict is pass."""
-    from fasttrack.executors import k8s
     from fasttrack.executors.collect import load_job
+    from fasttrack.executors.k8s_jobs import KUBERNETES
 
     job_dir = job_dir.resolve()
-    merge_and_exit(job_dir, sign_key, describe_absent=k8s.describe_absent(load_job(job_dir), job_dir))
+    notes = KUBERNETES.describe_absent(load_job(job_dir), job_dir)
+    merge_and_exit(job_dir, list(sign_keys or []), **notes.merge_args())
+
+
+@k8s_app.command("submit")
+def k8s_submit(manifests: Path = typer.Argument(..., help="The folder `fasttrack k8s render -o` wrote.")) -> None:
+    """Apply the rendered manifests (kubectl apply -f FOLDER)."""
+    from fasttrack.executors.k8s_jobs import KUBERNETES
+
+    got = KUBERNETES.submit(manifests)
+    for line in got["applied"]:
+        log_line(line)
+    log_line(f"watch: fasttrack k8s status {manifests}   (or: kubectl get jobs -n {got['namespace']})")
+
+
+@k8s_app.command("status")
+def k8s_status(
+    manifests: Path = typer.Argument(..., help="The folder `fasttrack k8s render -o` wrote."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """Each shard's Job and state (kubectl get jobs), and the merge Job's."""
+    import json
+
+    from fasttrack.executors.k8s_jobs import KUBERNETES
+
+    st = KUBERNETES.status(manifests)
+    if as_json:
+        sys.stdout.write(json.dumps(st, indent=2) + "\n")
+        return
+    for s in st["shards"]:
+        idx = f" index {s['completion_index']}" if s["completion_index"] is not None else ""
+        log_line(f"shard {s['shard']} ({s['nodes']} node(s)): Job {s['job']}{idx}: {s['state']}")
+    log_line(f"merge Job {st['merge']['job']}: {st['merge']['state']}")

@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from fasttrack import ROOT, __version__
+from fasttrack.change.diff import glob_match, resolve_refs
 from fasttrack.errors import FasttrackError
-from fasttrack.isolation import glob_match, resolve_refs
 
 VLLM_SRC = "/opt/vllm-src"
 """Where the PR's checkout lies in the image (``validate --repo``)."""

@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -78,10 +78,24 @@ __all__ = [
 
 @dataclass
 class K8sOptions(ShardRunOptions):
-    """What ``fasttrack k8s`` renders, beyond the plan and the site."""
+    """What ``fasttrack k8s`` renders, beyond the plan and the site. The keys every shard signs its bundle with
+    (``validate.sign_keys``) are files of the site's ``kubernetes.sign_key_secret``, as the pods see them (under
+    ``/fasttrack-key``)."""
 
     image: str | None = None
-    sign: bool = False
+
+    def __post_init__(self) -> None:
+        outside = [str(k) for k in self.validate.sign_keys if k.parent != Path(KEY_DIR)]
+        if outside:
+            raise FasttrackError(
+                f"--sign-key {outside[0]}: on Kubernetes a signing key is a file of the site's "
+                f"kubernetes.sign_key_secret, which the pods see under {KEY_DIR}.",
+                hint=f"Put the key in that Secret (e.g. under 'key') and pass --sign-key {KEY_DIR}/key.",
+            )
+
+    @property
+    def sign(self) -> bool:
+        return bool(self.validate.sign_keys)
 
 
 @dataclass
@@ -94,6 +108,13 @@ class K8sRender:
 
     def text(self) -> str:
         return yaml.safe_dump_all(self.documents, sort_keys=False, width=1000)
+
+    def texts(self) -> dict[str, str]:
+        """One file per object, numbered in apply order (what :func:`write` writes)."""
+        return {
+            f"{i:02d}-{d['kind'].lower()}-{d['metadata']['name']}.yaml": yaml.safe_dump(d, sort_keys=False, width=1000)
+            for i, d in enumerate(self.documents)
+        }
 
     def kinds(self) -> list[str]:
         return [f"{d['kind']}/{d['metadata']['name']}" for d in self.documents]
@@ -112,11 +133,8 @@ class K8sRender:
 
 
 def _validate_argv(site: SiteProfile, opts: K8sOptions, layout: ShardLayout) -> list[str]:
-    k = site.kubernetes
-    argv = ["validate", "--model", opts.model, "--tier", layout.tier, "--force"]
-    if opts.sign:
-        argv += ["--sign-key", f"{KEY_DIR}/key"]
-    return [*argv, *opts.validate_tail(k.validate_args)]
+    """Every shard's ``validate`` command line but its shard and run folder (the pod's script adds them)."""
+    return opts.validate_argv(site.kubernetes.validate_args, tier=layout.tier, force=True)
 
 
 def _shard_script(site: SiteProfile, validate: str, count: int, pick: str) -> str:
@@ -208,8 +226,11 @@ def _driver(
     mounts.append({"name": "engines", "mountPath": ENGINES_DIR, "readOnly": True})
     urls = {side: engine_url(base, shard, side, k) for side in ("baseline", "candidate")}
     out = f"{BUNDLES}/shards/{shard.dirname}"
-    validate = [k.fasttrack, *_validate_argv(site, opts, layout), "--shard", shard.label, "--out", out]
-    validate += ["--baseline-url", urls["baseline"], "--candidate-url", urls["candidate"]]
+    here = replace(
+        opts.validate, shard=shard.label, out=Path(out), baseline_url=urls["baseline"], candidate_url=urls["candidate"]
+    )
+    validate = [k.fasttrack, *_validate_argv(site, opts, layout)]
+    validate += here.to_argv(only=("shard", "out", "baseline_url", "candidate_url"))
     drive = [k.fasttrack, "k8s", "drive", "--engines", f"{ENGINES_DIR}/engines.yaml", "--out", out]
     drive += ["--configmap", cm_name, "--namespace", k.namespace, "--health-timeout-s", str(_deadline(site, shard))]
     drive += [a for side, url in urls.items() for a in (f"--{side}-url", url)]
@@ -279,7 +300,8 @@ def _merge_job(
     vols.append({"name": "job", "configMap": {"name": f"{base}-job"}})
     mounts.append({"name": "job", "mountPath": "/fasttrack-job", "readOnly": True})
     n = layout.count
-    merge = f"{k.fasttrack} k8s merge {BUNDLES}" + (f" --sign-key {KEY_DIR}/key" if opts.sign else "")
+    merge = f"{k.fasttrack} k8s merge {BUNDLES}"
+    merge += "".join(" " + shlex.quote(a) for a in opts.validate.to_argv(only=("sign_keys",)))
     script = "\n".join(
         [
             "set -u",
@@ -350,13 +372,13 @@ def _multi_node_shards(layout: ShardLayout) -> list[ShardSpec]:
 
 def render(layout: ShardLayout, site: SiteProfile, opts: K8sOptions) -> K8sRender:
     """Every manifest for ``layout`` (see the module docstring)."""
-    from fasttrack.plan import build_plan
+    from fasttrack.checks.base import build_run_plan
     from fasttrack.scope import load_scope
 
     k = site.kubernetes
     base = job_name("ft", layout.scope, layout.tier)[:40].strip("-")
     loaded = load_scope(layout.scope_path)
-    groups = {g.id: g for g in build_plan(loaded.scope, tier=layout.tier, scope_sha256=loaded.sha256).groups}
+    groups = {g.id: g for g in build_run_plan(loaded.scope, tier=layout.tier, scope_sha256=loaded.sha256).groups}
     claim = k.existing_claim or f"{base}-bundles"
     n = opts.max_parallel or k.max_parallel
     single = [s for s in layout.shards if s.nodes == 1]
@@ -403,10 +425,9 @@ def write(rendered: K8sRender, out: Path) -> list[Path]:
     """One file per object, numbered in apply order."""
     out.mkdir(parents=True, exist_ok=True)
     paths = []
-    for i, d in enumerate(rendered.documents):
-        p = out / f"{i:02d}-{d['kind'].lower()}-{d['metadata']['name']}.yaml"
-        p.write_text(yaml.safe_dump(d, sort_keys=False, width=1000))
-        paths.append(p)
+    for name, text in rendered.texts().items():
+        (out / name).write_text(text)
+        paths.append(out / name)
     return paths
 
 

@@ -60,8 +60,10 @@ def volumes(k: KubernetesSite, claim: str, sign: bool) -> tuple[list[dict[str, A
     if sign:
         if not k.sign_key_secret:
             raise FasttrackError(
-                "--sign needs kubernetes.sign_key_secret in the site profile (a Secret with the key in 'key').",
-                hint="kubectl create secret generic fasttrack-key --from-file=key=keys/me",
+                "--sign-key needs kubernetes.sign_key_secret in the site profile (a Secret holding the key, which the "
+                f"pods see under {KEY_DIR}).",
+                hint="kubectl create secret generic fasttrack-key --from-file=key=keys/me; then "
+                f"--sign-key {KEY_DIR}/key",
             )
         vols.append({"name": "sign-key", "secret": {"secretName": k.sign_key_secret, "defaultMode": 0o400}})
         mounts.append({"name": "sign-key", "mountPath": KEY_DIR, "readOnly": True})

@@ -1,10 +1,10 @@
 """A plan's shards as a scheduler sees them: nodes, GPUs per node and time of each.
 
-fasttrack shards a plan deterministically (``--shard i/n``, :func:`fasttrack.plan.build_plan`);
-this module asks the plan for every shard and summarises what one shard's allocation
-needs: the most nodes any of its engines spans (engines run one after another, so the
+fasttrack shards a plan deterministically (``--shard i/n``, :func:`fasttrack.planning.plan.build_plan`, by the
+registered checks' costs); this module asks the plan for every shard and summarises what one shard's
+allocation needs: the most nodes any of its engines spans (engines run one after another, so the
 allocation is sized for the largest), the GPUs per node those engines use, and the wall
-time the plan's estimate gives it (:mod:`fasttrack.cost`; the layout's totals are the shards' sums, each shard
+time the plan's estimate gives it (:mod:`fasttrack.planning.cost`; the layout's totals are the shards' sums, each shard
 running the engine-less checks itself). Shards of one shape (nodes, GPUs per node) form one
 job array; ``"groups"`` as the shard count gives one shard per engine group, so every
 shard's allocation fits its engine exactly.
@@ -13,55 +13,46 @@ shard's allocation fits its engine exactly.
 from __future__ import annotations
 
 import re
-from dataclasses import KW_ONLY, dataclass, field
+from dataclasses import KW_ONLY, dataclass, field, replace
 from typing import Any
 
+from fasttrack.checks.base import build_run_plan
 from fasttrack.errors import FasttrackError
-from fasttrack.plan import build_plan
+from fasttrack.pipeline.options import ValidateOptions
 from fasttrack.scope import LoadedScope
-
-
-@dataclass(frozen=True)
-class PRArgs:
-    """The PR a rendered run tests: ``validate --repo REPO --base BASE --head HEAD`` on every shard (``repo`` as
-    the nodes see it: a shared file system, or the PR's checkout inside the image ``fasttrack image`` built)."""
-
-    repo: str | None
-    base: str | None
-    head: str
-
-    def args(self) -> list[str]:
-        out = ["--repo", self.repo] if self.repo else []
-        if self.base:
-            out += ["--base", self.base]
-        return [*out, "--head", self.head]
-
-    def record(self) -> dict[str, str | None]:
-        """The PR as the job record names it."""
-        return {"repo": self.repo, "base": self.base, "head": self.head}
 
 
 @dataclass
 class ShardRunOptions:
-    """What every executor renders for a plan's shards, beyond the plan and the site (``fasttrack slurm`` and
+    """What every scheduler renders for a plan's shards, beyond the plan and the site (``fasttrack slurm`` and
     ``fasttrack k8s`` add their own)."""
 
-    model: str
-    """The scope as the nodes will name it (a suite name, or an absolute path to a scope.yaml)."""
+    validate: ValidateOptions
+    """What every shard's ``fasttrack validate`` runs with (the scheduler adds the shard, its run folder and its
+    engines): the scope as the nodes name it (a suite name, or an absolute path to a scope.yaml), the tier, the
+    keys that sign each bundle (as the nodes see them), the PR (``--repo --base --head``)."""
     _: KW_ONLY
     gpus_per_node: int | None = None
     validate_args: list[str] = field(default_factory=list)
-    pr: PRArgs | None = None
-    """The PR the shards test (``validate --repo --base --head``)."""
+    """More ``fasttrack validate`` arguments for every shard, after the site's."""
     max_parallel: int | None = None
-    """Shards running at once (default: the site's limit for the executor; Slurm: else no limit)."""
+    """Shards running at once (default: the site's limit for the scheduler; Slurm: else no limit)."""
 
-    def validate_tail(self, site_args: list[str]) -> list[str]:
-        """The arguments every shard's ``validate`` ends with: the PR's, the site's, then the options' own."""
-        return [*(self.pr.args() if self.pr is not None else []), *site_args, *self.validate_args]
+    @property
+    def model(self) -> str:
+        return self.validate.model
+
+    def validate_argv(self, site_args: list[str], **shard: Any) -> list[str]:
+        """``validate`` and its arguments for a shard: these options with ``shard``'s (e.g. ``shard``, ``out``,
+        ``force``) in their place, then the site's arguments, then the options' own."""
+        return ["validate", *replace(self.validate, **shard).to_argv(), *site_args, *self.validate_args]
 
     def pr_record(self) -> dict[str, str | None] | None:
-        return self.pr.record() if self.pr is not None else None
+        """The PR as the job record names it (None without a head)."""
+        v = self.validate
+        if not v.head:
+            return None
+        return {"repo": str(v.repo) if v.repo is not None else None, "base": v.base, "head": v.head}
 
 
 @dataclass(frozen=True)
@@ -82,7 +73,7 @@ class ShardSpec:
     """The plan's estimate of the shard's wall time (seconds)."""
     node_hours: float = 0.0
     gpu_hours: float = 0.0
-    """The shard plan's estimate (:mod:`fasttrack.cost`): every shard pays its own engine-less checks."""
+    """The shard plan's estimate (:mod:`fasttrack.planning.cost`): every shard pays its own engine-less checks."""
 
     @property
     def label(self) -> str:
@@ -207,13 +198,13 @@ def parse_shard_count(spec: str | int | None, groups: int) -> int:
 def layout(loaded: LoadedScope, *, tier: str, shards: str | int | None = None) -> ShardLayout:
     """Build the plan of every shard and summarise each shard's allocation."""
     scope = loaded.scope
-    full = build_plan(scope, tier=tier, scope_sha256=loaded.sha256)
+    full = build_run_plan(scope, tier=tier, scope_sha256=loaded.sha256)
     n = parse_shard_count(shards, len(full.groups))
     gpu = scope.hardware is not None and scope.hardware.device == "gpu"
     smallest = min(full.groups, key=lambda g: (g.nodes, g.gpus), default=None)
     specs: list[ShardSpec] = []
     for i in range(1, n + 1):
-        plan = full if n == 1 else build_plan(scope, tier=tier, shard=f"{i}/{n}", scope_sha256=loaded.sha256)
+        plan = full if n == 1 else build_run_plan(scope, tier=tier, shard=f"{i}/{n}", scope_sha256=loaded.sha256)
         groups = plan.groups or ([smallest] if smallest is not None else [])
         nodes = max((g.nodes for g in groups), default=1)
         per_node = max(((g.gpus_per_node or 0) if g.nodes > 1 else g.gpus for g in groups), default=0)

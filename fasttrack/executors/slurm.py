@@ -51,13 +51,11 @@ SHARDS_DIR = "shards"
 
 @dataclass
 class SlurmOptions(ShardRunOptions):
-    """What ``fasttrack slurm`` renders, beyond the plan and the site."""
+    """What ``fasttrack slurm`` renders, beyond the plan and the site (the keys every shard signs its bundle with
+    are ``validate.sign_keys``, as the nodes see them)."""
 
-    tier: str
     job_dir: Path
     """The job folder (absolute; on a file system every node shares)."""
-    sign_key: Path | None = None
-    """The private key every shard signs its bundle with (``validate --sign-key``), as the nodes see it."""
     container_image: str | None = None
     """The image every job runs in (default: the site's ``slurm.container_image``)."""
 
@@ -162,21 +160,13 @@ def render_array(layout: ShardLayout, array: ArraySpec, site: SiteProfile, opts:
     ]
     head += slurm_lines(layout, array.nodes, site.slurm.placement)
     head += _site_lines(site, opts.container_image, merge=False)
-    validate = [
-        "validate",
-        "--model",
-        opts.model,
-        "--tier",
-        layout.tier,
-        "--shard",
-        f"$SHARD/{layout.count}",
-        "--out",
-        f"$JOB_DIR/{SHARDS_DIR}/shard-$SHARD-of-{layout.count}",
-        "--force",
-    ]
-    if opts.sign_key is not None:
-        validate += ["--sign-key", str(opts.sign_key)]
-    validate += opts.validate_tail(site.slurm_validate_args)
+    validate = opts.validate_argv(
+        site.slurm_validate_args,
+        tier=layout.tier,
+        shard=f"$SHARD/{layout.count}",
+        out=Path(f"$JOB_DIR/{SHARDS_DIR}/shard-$SHARD-of-{layout.count}"),
+        force=True,
+    )
     body = [
         "",
         *_prelude(site, opts, image=image),
@@ -281,7 +271,7 @@ def render(layout: ShardLayout, site: SiteProfile, opts: SlurmOptions) -> SlurmR
         "model": opts.model,
         **layout.as_dict(),
         "job_dir": str(opts.job_dir),
-        "sign_key": str(opts.sign_key) if opts.sign_key else None,
+        "sign_keys": [str(k) for k in opts.validate.sign_keys],
         "image": opts.container_image or site.slurm.container_image,
         "pr": opts.pr_record(),
         "arrays": [

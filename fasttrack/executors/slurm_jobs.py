@@ -1,4 +1,5 @@
-"""Submitting a rendered job folder with ``sbatch`` and reading its state back.
+"""Submitting a rendered job folder with ``sbatch`` and reading its state back: the Slurm scheduler
+(:class:`SlurmScheduler`, registered as ``slurm``).
 
 State comes from ``scontrol show job`` (every task the controller still remembers,
 finished ones included until ``MinJobAge``) and ``squeue``, and from the shard bundles
@@ -17,9 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fasttrack import registry
 from fasttrack.errors import FasttrackError
 from fasttrack.executors.collect import MERGE_SUMMARY, MERGED_DIR, load_job, save_job, shard_bundle
-from fasttrack.executors.slurm import LOGS_DIR
+from fasttrack.executors.scheduler import Describe, MergeNotes, Rendered, Scheduler
+from fasttrack.executors.shards import ShardLayout, ShardRunOptions
+from fasttrack.executors.site import SiteProfile
+from fasttrack.executors.slurm import LOGS_DIR, SlurmOptions, SlurmRender, render, write
 
 _KV = re.compile(r"(?:^|\s)([A-Za-z][\w/:]*)=(\S*)")
 
@@ -203,9 +208,6 @@ def _last_line(path: str) -> str | None:
     return lines[-1][:240] if lines else None
 
 
-Describe = Callable[[dict[str, Any]], tuple[str, dict[str, Any]]]
-
-
 def describe_absent(job: dict[str, Any], states: dict[int, TaskState]) -> Describe:
     """A ``describe_absent`` for :func:`fasttrack.executors.collect.merge_job` from Slurm's view."""
 
@@ -303,3 +305,33 @@ def status(job_dir: Path) -> dict[str, Any]:
         if merged
         else None,
     }
+
+
+class SlurmScheduler:
+    """Slurm (:class:`~fasttrack.executors.scheduler.Scheduler`): job arrays and a merge job, submitted with
+    ``sbatch``, their state from ``scontrol``/``squeue``."""
+
+    name = "slurm"
+
+    def render(self, layout: ShardLayout, site: SiteProfile, opts: ShardRunOptions) -> SlurmRender:
+        if not isinstance(opts, SlurmOptions):
+            raise TypeError("the Slurm scheduler renders SlurmOptions")
+        return render(layout, site, opts)
+
+    def write(self, rendered: Rendered, out: Path) -> list[Path]:
+        if not isinstance(rendered, SlurmRender):
+            raise TypeError("the Slurm scheduler writes what it rendered")
+        return write(rendered, out)
+
+    def submit(self, where: Path) -> dict[str, Any]:
+        return submit(where)
+
+    def status(self, where: Path) -> dict[str, Any]:
+        return status(where)
+
+    def describe_absent(self, job: dict[str, Any], job_dir: Path) -> MergeNotes:
+        states = task_states(job) if job.get("submitted") else {}
+        return MergeNotes(describe_absent(job, states), details=task_details(states), present_note=task_note)
+
+
+SLURM: Scheduler = registry.register("scheduler", SlurmScheduler.name, SlurmScheduler())

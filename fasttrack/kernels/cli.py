@@ -8,6 +8,7 @@ from typing import Optional
 
 import typer
 
+from fasttrack import registry
 from fasttrack.errors import FasttrackError
 from fasttrack.kernels.defects import KNOWN as KNOWN_DEFECTS
 from fasttrack.kernels.env import TIERS
@@ -126,5 +127,6 @@ def kernels(
     raise typer.Exit(EXIT_CODES[result.verdict.value])
 
 
+@registry.component("subcommand", "kernels")
 def register(app: typer.Typer) -> None:
     app.command("kernels")(kernels)

@@ -53,7 +53,7 @@ from fasttrack.perf.tokens import TokenPool
 
 if TYPE_CHECKING:  # pragma: no cover
     from fasttrack.perf.trace import ReplayStats, Trace
-    from fasttrack.plan import ConfigPoint, EngineGroup, Plan
+    from fasttrack.planning.plan import ConfigPoint, EngineGroup, Plan
     from fasttrack.scope import WorkloadSpec
 
 Mode = Literal["waves", "open", "trace", "closed"]

@@ -27,8 +27,8 @@ from fasttrack.results import ISOLATION, CheckResult, bundle_verdict, overall_ve
 
 if TYPE_CHECKING:  # pragma: no cover
     from fasttrack.bundle.keys import SigningKey
-    from fasttrack.hardware import HostInfo
-    from fasttrack.plan import Plan
+    from fasttrack.host.hardware import HostInfo
+    from fasttrack.planning.plan import Plan
     from fasttrack.scope import LoadedScope
 
 SUMMARY = "run-summary.json"

@@ -15,60 +15,27 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from fasttrack import attrs
-from fasttrack.checks.base import Check, EngineCheck, EnginelessCheck, registry
+from fasttrack import attrs, registry
+from fasttrack.change.diff import resolve_refs
+from fasttrack.checks.base import Check, EngineCheck, EnginelessCheck, build_run_plan, registered_checks
 from fasttrack.checks.context import ChangeRequest, RunContext
 from fasttrack.checks.isolation import bind_served_builds, engine_builds
+from fasttrack.checks.passability import analyze, engine_arg_check
 from fasttrack.engine.argcheck import raise_for_issues
-from fasttrack.engine.launchers import LAUNCHERS, get_launcher
+from fasttrack.engine.launchers import get_launcher
 from fasttrack.errors import FasttrackError, HardwareMismatch, ScopeError
-from fasttrack.hardware import HostInfo, detect_host, match_hardware
-from fasttrack.isolation import resolve_refs
-from fasttrack.passability import analyze, engine_arg_check
+from fasttrack.host.hardware import HostInfo, detect_host, match_hardware
 from fasttrack.pipeline.engines import RunState, drive_engines, stopped_result
+from fasttrack.pipeline.options import ValidateOptions
 from fasttrack.pipeline.record import RunFacts, write_outputs
 from fasttrack.pipeline.variants import run_variants
-from fasttrack.plan import Plan, build_plan
+from fasttrack.planning.plan import Plan
 from fasttrack.results import ISOLATION, CheckResult, Side, Verdict, bundle_verdict, ordered_checks, overall_verdict
 from fasttrack.scope import LoadedScope, load_scope
-
-
-@dataclass
-class ValidateOptions:
-    """Everything ``fasttrack validate`` was asked to do."""
-
-    model: str
-    tier: str = "smoke"
-    scope_base_dir: Path | None = None
-    """The folder the scope's relative paths start from, when not the scope file's own (``reproduce`` runs a
-    bundle's recorded copy of a local suite's scope against that suite's files)."""
-    shard: str | None = None
-    out: Path = Path("runs/latest")
-    checks: list[str] | None = None
-    allow_hardware_mismatch: bool = False
-    baseline_url: str | None = None
-    candidate_url: str | None = None
-    sign_keys: list[Path] = field(default_factory=list)
-    repo: Path | None = None
-    base: str | None = None
-    head: str | None = None
-    pr_repository: str | None = None
-    pr_number: int | None = None
-    eval_data: dict[str, Path] = field(default_factory=dict)
-    """Eval name -> data file or folder (``--eval-data NAME=PATH``), instead of the scope's data."""
-    force: bool = False
-    run_anyway: bool = False
-    """Run a tier the passability analysis says can never pass (the bundle is then ``incomplete``)."""
-    launcher: str | None = None
-    """How node processes of multi-node engines start (``local``, ``slurm``; None: slurm inside a Slurm
-    allocation of several nodes, else local)."""
-    groups: list[str] | None = None
-    """Engine groups to start (``--group``; None: every group of the plan). The plan stays whole: the points of
-    the other groups are simply not exercised, which the checks that look at every in-tier point report."""
 
 
 @dataclass
@@ -83,7 +50,7 @@ class ValidateOutcome:
 
 def load_complete_scope(opts: ValidateOptions) -> LoadedScope:
     """The scope ``opts.model`` names, refused when it is incomplete (it cannot be validated then)."""
-    registry()  # every check registered first: a check's gate model makes its section of the scope's gates
+    registered_checks()  # every check registered first: a check's gate model makes its section of the scope's gates
     loaded = load_scope(opts.model, base_dir=opts.scope_base_dir)
     scope = loaded.scope
     if not scope.is_complete:
@@ -144,9 +111,9 @@ def preflight(loaded: LoadedScope, plan: Plan, opts: ValidateOptions, *, log: Ca
     """Before any engine starts: the passability analysis of the tier (refused unless ``run_anyway``)
     and the engine arguments against the installed vLLM's own parser (when engines will be started)."""
     scope = loaded.scope
-    reg = registry()
+    reg = registered_checks()
     selected = [n for n in reg if (opts.checks is None or n in opts.checks) and plan.runs_check(n)]
-    analysis = analyze(scope, build_plan(scope, tier=opts.tier), base_dir=loaded.base_dir)
+    analysis = analyze(scope, build_run_plan(scope, tier=opts.tier), base_dir=loaded.base_dir)
     blockers = [b for b in analysis.blockers if b.check in selected]
     if blockers:
         lines = "\n  ".join(b.line() for b in blockers)
@@ -158,8 +125,8 @@ def preflight(loaded: LoadedScope, plan: Plan, opts: ValidateOptions, *, log: Ca
         log(f"--run-anyway: the {opts.tier} tier cannot pass (the bundle will be incomplete):\n  {lines}")
     owned = not (opts.baseline_url and opts.candidate_url)
     if owned and any(reg[n].needs_engine for n in selected):
-        if opts.launcher is not None and opts.launcher not in LAUNCHERS:
-            raise FasttrackError(f"unknown launcher {opts.launcher!r}.", hint=f"Use one of {', '.join(LAUNCHERS)}.")
+        if opts.launcher is not None:
+            registry.get("launcher", opts.launcher)  # an unknown name is an error listing the registered ones
         args = engine_arg_check(plan)
         if args.skipped:
             log(f"engine arguments not checked: {args.skipped}")
@@ -198,7 +165,7 @@ def change_request(opts: ValidateOptions) -> ChangeRequest | None:
 
 def select_checks(plan: Plan, wanted: list[str] | None) -> tuple[list[Check], dict[str, str]]:
     """Instantiate the checks to run; return (checks, {name: why not selected})."""
-    reg = registry()
+    reg = registered_checks()
     unknown = sorted(set(wanted or []) - set(reg))
     if unknown:
         raise FasttrackError(f"unknown check(s) {unknown}.", hint=f"Registered checks: {', '.join(reg) or '(none)'}.")
@@ -318,7 +285,7 @@ def run_validate(
         disarm_signals()  # from here a termination signal waits until the outputs are written
 
     _bind_pr_head(state, log)
-    _apply_blocks(registry(), state)
+    _apply_blocks(registered_checks(), state)
     results = [state.results[n] for n in ordered_checks(state.results, plan.check_order)]
     try:
         bundle_path = write_outputs(run.facts, ctx, results, state, log=log)
@@ -358,7 +325,7 @@ def _set_up(opts: ValidateOptions, *, log: Callable[[str], None]) -> _Run:
     Every input error is raised here, before any engine starts and before the run folder is touched."""
     loaded = load_complete_scope(opts)
     scope = loaded.scope
-    plan = build_plan(scope, tier=opts.tier, shard=opts.shard, scope_sha256=loaded.sha256, check_order=list(registry()))
+    plan = build_run_plan(scope, tier=opts.tier, shard=opts.shard, scope_sha256=loaded.sha256)
     driven = select_groups(plan, opts.groups)  # the groups to start; an unknown group fails before anything else
     preflight(loaded, plan, opts, log=log)
     change = change_request(opts)
@@ -396,7 +363,7 @@ def _set_up(opts: ValidateOptions, *, log: Callable[[str], None]) -> _Run:
 
 def _declare_inactive(ctx: RunContext, checks: list[Check], skipped: dict[str, str], state: RunState) -> list[Check]:
     """Record the checks that do not run (not selected, or skipping themselves) as ``not_run``; return the rest."""
-    reg = registry()
+    reg = registered_checks()
     plan = ctx.plan
     for name, why in skipped.items():
         # A check the scope's tier leaves out is not part of that tier's verdict (the tier and its check list are

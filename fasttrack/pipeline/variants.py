@@ -6,7 +6,7 @@ environment, no profiler (a variant needs no path evidence). Every check that me
 (:class:`~fasttrack.checks.equivalence.reference.VariantCollector`: equivalence, and the features whose judgement
 the variants calibrate) sends it the baseline's requests, then it stops. Each variant's lifetime is recorded
 like any engine's (side ``baseline``, its ``variant`` named), so the run summary gives its start and its
-checks' seconds (the plan prices them on the ``reference variants`` line, :mod:`fasttrack.cost`).
+checks' seconds (the plan prices them on the ``reference variants`` line, :mod:`fasttrack.planning.cost`).
 
 A variant that cannot start, or crashes, does not end the run: the checks are told why it has no outputs (the
 points it was to calibrate are ``not_run``, saying so), and the run goes on. A baseline attached by URL gets its
@@ -26,12 +26,13 @@ from fasttrack.checks.base import EngineCheck
 from fasttrack.checks.context import EngineSession, RunContext
 from fasttrack.checks.equivalence.reference import VariantCollector
 from fasttrack.errors import FasttrackError
-from fasttrack.pipeline.engines import EngineLaunch, RunState, _node_launcher, _relative
+from fasttrack.pipeline.engines import RunState
+from fasttrack.pipeline.launch import EngineLaunch, _node_launcher, relative
 from fasttrack.results import Side
 
 if TYPE_CHECKING:  # pragma: no cover
     from fasttrack.engine import EngineHandle, Launcher, ManagedEngine
-    from fasttrack.plan import EngineGroup
+    from fasttrack.planning.plan import EngineGroup
 
 Collector = tuple[str, VariantCollector]
 """A check that measures variants: its name and the check."""
@@ -79,7 +80,7 @@ def run_variants(
             first = exc.message.splitlines()[0]
             log_path = getattr(exc, "log_path", None)
             if log_path and record.log is None:
-                record.log = _relative(Path(log_path), ctx.run_dir)
+                record.log = relative(Path(log_path), ctx.run_dir)
             reason = f"its engine failed ({type(exc).__name__}: {first}; log: {record.log})"
             ctx.log(f"{label}: {reason}")
             for _, c in collectors:
@@ -91,7 +92,7 @@ def _cannot_start(ctx: RunContext, attach: Mapping[Side, str | None]) -> str | N
     host from the scope's model and arguments, like an owned baseline's (each records the vLLM build it served)."""
     if ctx.model is not None:
         return None
-    from fasttrack.models import resolve_model
+    from fasttrack.host.models import resolve_model
 
     try:
         ctx.model = resolve_model(ctx.scope, base_dir=ctx.base_dir, log=ctx.log)
@@ -192,6 +193,6 @@ def _start_variant(
         record.stop = f"stopped while starting ({str(exc) or 'interrupted by Ctrl-C'})"
         raise
     if engine.log_path is not None:
-        record.log = _relative(Path(engine.log_path), ctx.run_dir)
+        record.log = relative(Path(engine.log_path), ctx.run_dir)
     record.startup_s = engine.startup_s
     return engine

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from fasttrack import terminal
+from fasttrack import registry, terminal
 from fasttrack.bundle import outfile
 from fasttrack.report.cli import MIN_TIER_OPT, TRUSTED_SCOPE_OPT
 
@@ -240,6 +240,7 @@ def comment_cmd(
     )
 
 
+@registry.component("subcommand", "pr")
 def register(app: typer.Typer) -> None:
     """Add ``pr`` to the ``fasttrack`` app."""
     app.add_typer(pr_app, name="pr")

@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 import typer
 
-from fasttrack import terminal
+from fasttrack import registry, terminal
 from fasttrack.bundle.cli import shown
 from fasttrack.bundle.outfile import check_target
 from fasttrack.errors import FasttrackError
@@ -162,6 +162,7 @@ def dashboard_serve(
     )
 
 
+@registry.component("subcommand", "report")
 def register(app: typer.Typer) -> None:
     """Add ``report`` and ``dashboard`` to the ``fasttrack`` app."""
     app.command("report")(report_cmd)

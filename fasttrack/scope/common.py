@@ -4,6 +4,7 @@ components, the strict model base, and the validators the sections use."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -87,3 +88,38 @@ def check_regex(regex: str, what: str) -> None:
         re.compile(regex)
     except re.error as exc:
         raise ValueError(f"{what} {regex!r} is not a valid regex: {exc}") from None
+
+
+# --------------------------------------------------------------------------- which way a setting is stricter
+
+
+Direction = Literal["higher", "lower", "superset", "subset", "equal", "neutral"]
+"""Which way a setting is stricter: ``higher``/``lower``: a higher/lower value; ``superset``: a list that keeps
+every item (items added are stricter); ``subset``: a list that accepts fewer items (items added are looser);
+``equal``: fasttrack cannot tell (any change loosens); ``neutral``: the setting changes nothing about the
+evidence (a change is not reported)."""
+
+
+@dataclass(frozen=True)
+class Stricter:
+    """Field metadata: which way a setting is stricter (:func:`stricter`)."""
+
+    direction: Direction
+
+
+def stricter(direction: Direction) -> Stricter:
+    """Field metadata saying which way a setting is stricter: ``x: Annotated[float, stricter("lower")] = ...``.
+    A setting without it is ``equal``: any change to it loosens the scope."""
+    if direction not in ("higher", "lower", "superset", "subset", "equal", "neutral"):
+        raise ValueError(f"unknown stricter direction {direction!r}")
+    return Stricter(direction)
+
+
+def stricter_directions(model: type[BaseModel]) -> dict[str, Direction]:
+    """The stricter direction of every setting of ``model`` that declares one (see :func:`stricter`)."""
+    out: dict[str, Direction] = {}
+    for name, info in model.model_fields.items():
+        for meta in info.metadata:
+            if isinstance(meta, Stricter):
+                out[name] = meta.direction
+    return out

@@ -18,9 +18,11 @@ What counts as a loosening, by section:
   tensor and decode-context parallel sizes, speculative configs with their draft lengths, batches,
   contexts), checks dropped, engine lifetimes per side reduced, a lower ``eval_limit``, features, evals or
   workloads removed (a tier that lists none runs all of the scope's).
-- ``gates``: a threshold moved the lenient way (:data:`GATE_RULES`: e.g. ``perf.noise_margin`` up,
-  ``perf.confidence`` or ``perf.min_runs`` down, ``equivalence.max_kl`` up, ``features.sampling_alpha``
-  down); any other gate setting changed.
+- ``gates``: a threshold moved the lenient way (each gate model's settings say which way is stricter, as field
+  metadata: e.g. ``perf.noise_margin`` up, ``perf.confidence`` or ``perf.min_runs`` down,
+  ``equivalence.max_kl`` up, ``features.sampling_alpha`` down); any other gate setting changed, except the
+  settings that change nothing about the evidence (``neutral``). A gate section of a check this process has
+  not registered (another package's) is compared as written: any change loosens.
 - ``evals``, ``workloads``, ``kernels`` (by name): an eval's margin widened, floor, repeats, limit or
   ``max_tokens`` lowered; a workload's requests per run lowered; a kernel suite removed, a dtype removed, a
   tolerance widened or an override added or removed; any other setting of theirs changed.
@@ -35,51 +37,17 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from fasttrack.modelbase import StrictModel
-from fasttrack.scope.common import TIER_ORDER
+from fasttrack.results import ISOLATION
+from fasttrack.scope.common import TIER_ORDER, Direction, stricter_directions
+from fasttrack.scope.inputs import EvalSpec, WorkloadSpec
 from fasttrack.scope.manifest import Scope
 
-Rule = Literal["higher", "lower", "superset", "subset", "equal"]
-"""How a setting compares: ``higher``/``lower``: a higher/lower value is stricter; ``superset``: the recorded
-list must keep every trusted item (items added are stricter); ``subset``: items added accept more (looser);
-``equal``: any change is a loosening (fasttrack cannot tell whether it is stricter)."""
-
-#: Gate settings whose direction is known (every other gate setting: ``equal``).
-GATE_RULES: dict[str, dict[str, Rule]] = {
-    "equivalence": {
-        "top_k": "higher",
-        "max_tokens": "higher",
-        "max_abs_logprob_diff": "lower",
-        "max_kl": "lower",
-        "min_close_fraction": "higher",
-    },
-    "features": {
-        "min_json_conformance": "higher",
-        "sampling_alpha": "higher",  # a higher significance level rejects a wrong sampler more readily
-        "sampling_samples": "higher",
-        "temperatures": "superset",
-    },
-    "coverage": {"min_optimized_decode_fraction": "higher"},
-    "perf": {
-        "noise_margin": "lower",
-        "confidence": "higher",
-        "metrics": "superset",
-        "min_runs": "higher",
-        "max_runs": "higher",
-    },
-}
-#: Settings that change nothing about the evidence, per gate section.
-GATE_NEUTRAL: dict[str, frozenset[str]] = {"perf": frozenset({"interleave_settle_s"})}
-EVAL_RULES: dict[str, Rule] = {
-    "margin": "lower",
-    "floor": "higher",
-    "repeats": "higher",
-    "limit": "higher",
-    "max_tokens": "higher",
-}
-WORKLOAD_RULES: dict[str, Rule] = {"requests_per_run": "higher"}
+Rule = Direction
+"""How a setting compares (:data:`fasttrack.scope.common.Direction`); a setting declares it as its field metadata
+(:func:`~fasttrack.scope.common.stricter`), and one without is ``equal``."""
 #: Top-level fields that do not touch the evidence.
 NEUTRAL = frozenset({"schema_version", "title", "description", "status", "unknown", "notes", "sources", "estimates"})
 #: Settings whose ``None`` means "no cap": larger than any number.
@@ -145,7 +113,7 @@ class _Diff:
 
     def value(self, fld: str, t: Json, r: Json, rule: Rule, *, uncapped: bool = False) -> None:
         """One setting by its rule (``uncapped``: ``None`` is larger than any number)."""
-        if t == r:
+        if t == r or rule == "neutral":
             return
         if rule in ("superset", "subset") and isinstance(t, list) and isinstance(r, list):
             gone = [x for x in t if x not in r]
@@ -216,8 +184,8 @@ def compare_scopes(
     _envelope(d, td["envelope"], rd["envelope"])
     _tiers(d, trusted, recorded, known_checks)
     _gates(d, td["gates"], rd["gates"], dict(trusted_extra_gates or {}), dict(recorded_extra_gates or {}))
-    _named(d, "evals", td["evals"], rd["evals"], "name", EVAL_RULES)
-    _named(d, "workloads", td["workloads"], rd["workloads"], "name", WORKLOAD_RULES)
+    _named(d, "evals", td["evals"], rd["evals"], "name", stricter_directions(EvalSpec))
+    _named(d, "workloads", td["workloads"], rd["workloads"], "name", stricter_directions(WorkloadSpec))
     _kernels(d, td["kernels"], rd["kernels"])
     _isolation(d, td["isolation"], rd["isolation"])
     _fallback(d, td["fallback"], rd["fallback"])
@@ -301,7 +269,7 @@ def _checks(d: _Diff, fld: str, t: list[str] | None, r: list[str] | None, known:
     """A tier's checks: ``None`` runs every check; isolation runs in every tier whatever the list says."""
     if t == r:
         return
-    everything = [c for c in known if c != "isolation"]
+    everything = [c for c in known if c != ISOLATION]
     if t is None and r is not None:
         dropped = [c for c in everything if c not in r]
         what = _names(dropped) if dropped else "every check but " + _names(r)
@@ -309,7 +277,7 @@ def _checks(d: _Diff, fld: str, t: list[str] | None, r: list[str] | None, known:
     elif t is not None and r is None:
         d.add(fld, False, "runs every check (the trusted tier lists " + _names(t) + ")")
     elif t is not None and r is not None:
-        gone = [c for c in t if c not in r and c != "isolation"]
+        gone = [c for c in t if c not in r and c != ISOLATION]
         if gone:
             d.add(fld, True, f"checks dropped: {_names(gone)}")
         new = [c for c in r if c not in t]
@@ -318,12 +286,12 @@ def _checks(d: _Diff, fld: str, t: list[str] | None, r: list[str] | None, known:
 
 
 def _gates(d: _Diff, t: Json, r: Json, tx: dict[str, Json], rx: dict[str, Json]) -> None:
+    from fasttrack.scope.gates import gate_models
+
+    models = gate_models()
     for sec in sorted(set(t) | set(r)):
-        ts, rs = t.get(sec) or {}, r.get(sec) or {}
-        neutral = GATE_NEUTRAL.get(sec, frozenset())
-        ts = {k: v for k, v in ts.items() if k not in neutral}
-        rs = {k: v for k, v in rs.items() if k not in neutral}
-        d.mapping(f"gates.{sec}", ts, rs, GATE_RULES.get(sec, {}))
+        rules = models[sec].directions() if sec in models else {}
+        d.mapping(f"gates.{sec}", t.get(sec) or {}, r.get(sec) or {}, rules)
     for sec in sorted(set(tx) | set(rx)):
         d.value(f"gates.{sec}", tx.get(sec), rx.get(sec), "equal")
 

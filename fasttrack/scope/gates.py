@@ -2,22 +2,25 @@
 matrix each runs) and the assumptions of the plan's cost estimate.
 
 A check's section of ``gates`` is its gate model: a :class:`CheckGate` subclass that names its
-check (``class PerfGate(CheckGate, check="perf")``); defining one is what makes ``gates.<check>``
-part of the scope and of its JSON Schema (:func:`gate_models`). The check declares it as its
-``gate_model``. The shipped checks' gate models are here because other layers read them too (the
-plan's cost estimate reads ``gates.equivalence``, the features check compares outputs by the
+check (``class PerfGate(CheckGate, check="perf")``); defining one registers it (the registry's kind
+``gate``, keyed by the check's name), which is what makes ``gates.<check>`` part of the scope and of its
+JSON Schema (:func:`gate_models`). The check declares it as its ``gate_model``. Each setting says which
+way is stricter as its field metadata (:func:`stricter`), which the comparison with a trusted scope reads
+(:mod:`fasttrack.scope.compare`). The shipped checks' gate models are here because other layers read them
+too (the plan's cost estimate reads ``gates.equivalence``, the features check compares outputs by the
 equivalence gate); a new check defines its gate model in its own module.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 from pydantic_core import InitErrorDetails
 
-from fasttrack.scope.common import ScopeModel
+from fasttrack import registry
+from fasttrack.scope.common import Direction, ScopeModel, stricter, stricter_directions
 from fasttrack.scope.reference import StockReference
 
 PerfMetric = Literal[
@@ -50,39 +53,38 @@ class CheckGate(ScopeModel):
     def __init_subclass__(cls, *, check: str | None = None, **kw: Any) -> None:
         super().__init_subclass__(**kw)
         if check is not None:
-            prior = _GATE_MODELS.get(check)
+            prior = registry.peek("gate", check)
             if prior is not None and prior.__qualname__ != cls.__qualname__:
                 raise TypeError(f"gates.{check} is declared twice ({prior.__qualname__}, {cls.__qualname__})")
             cls.check_name = check
-            _GATE_MODELS[check] = cls
+            registry.register("gate", check, cls, replace=prior is not None)
 
+    @classmethod
+    def directions(cls) -> dict[str, Direction]:
+        """Which way each of its settings is stricter (:func:`stricter`; the others: ``equal``)."""
+        return stricter_directions(cls)
 
-_GATE_MODELS: dict[str, type[CheckGate]] = {}
 
 G = TypeVar("G", bound=CheckGate)
 
 
 def gate_models() -> dict[str, type[CheckGate]]:
-    """Every gate section a scope may have: check name -> its gate model (in the order they were declared)."""
-    return dict(_GATE_MODELS)
-
-
-def forget_gate_model(check: str) -> None:
-    """Drop the gate section of ``check`` (a check a test registered for its own run)."""
-    _GATE_MODELS.pop(check, None)
+    """Every gate section a scope may have: check name -> its gate model (the registry's kind ``gate``: the shipped
+    ones in the order they were declared, then other packages')."""
+    return registry.entries("gate")
 
 
 class EquivalenceGate(CheckGate, check="equivalence"):
-    top_k: int = Field(default=5, ge=1, le=100)
+    top_k: Annotated[int, stricter("higher")] = Field(default=5, ge=1, le=100)
     """Logprobs requested per position; vLLM's check_logprobs_close rule uses them."""
-    max_tokens: int = Field(default=32, ge=1, le=65_536)
-    max_abs_logprob_diff: float = Field(default=0.1, ge=0, le=100)
+    max_tokens: Annotated[int, stricter("higher")] = Field(default=32, ge=1, le=65_536)
+    max_abs_logprob_diff: Annotated[float, stricter("lower")] = Field(default=0.1, ge=0, le=100)
     """Largest allowed |logprob difference| of the chosen token on matching prefixes, candidate against baseline:
     the absolute limit of a scope without ``reference`` (with one, the limits come from stock's own builds)."""
-    max_kl: float = Field(default=0.02, ge=0, le=100)
+    max_kl: Annotated[float, stricter("lower")] = Field(default=0.02, ge=0, le=100)
     """Largest allowed mean KL estimate (top-k) on matching prefixes, candidate against baseline (a hard cap, with
     or without ``reference``)."""
-    min_close_fraction: float = Field(default=1.0, ge=0, le=1)
+    min_close_fraction: Annotated[float, stricter("higher")] = Field(default=1.0, ge=0, le=1)
     """Fraction of requests per batch size that must satisfy the check_logprobs_close rule (a hard gate, with or
     without ``reference``)."""
     reference: StockReference | None = None
@@ -102,11 +104,11 @@ class EquivalenceGate(CheckGate, check="equivalence"):
 
 
 class FeaturesGate(CheckGate, check="features"):
-    min_json_conformance: float = Field(default=1.0, ge=0, le=1)
-    sampling_alpha: float = Field(default=0.001, gt=0, lt=1)
+    min_json_conformance: Annotated[float, stricter("higher")] = Field(default=1.0, ge=0, le=1)
+    sampling_alpha: Annotated[float, stricter("higher")] = Field(default=0.001, gt=0, lt=1)
     """Significance level of the chi-square goodness-of-fit test."""
-    sampling_samples: int = Field(default=2000, ge=50, le=1_000_000)
-    temperatures: list[float] = Field(default_factory=lambda: [1.0], max_length=16)
+    sampling_samples: Annotated[int, stricter("higher")] = Field(default=2000, ge=50, le=1_000_000)
+    temperatures: Annotated[list[float], stricter("superset")] = Field(default_factory=lambda: [1.0], max_length=16)
     """Sampling temperatures the features check tests, each in [0, 10] (vLLM's own range is unbounded above)."""
 
     @model_validator(mode="after")
@@ -118,7 +120,7 @@ class FeaturesGate(CheckGate, check="features"):
 
 
 class CoverageGate(CheckGate, check="coverage"):
-    min_optimized_decode_fraction: float = Field(default=0.95, ge=0, le=1)
+    min_optimized_decode_fraction: Annotated[float, stricter("higher")] = Field(default=0.95, ge=0, le=1)
     """Fraction of decode steps at an in-scope point that must run the optimized path."""
 
 
@@ -165,12 +167,12 @@ class PerfCalibration(ScopeModel):
 
 
 class PerfGate(CheckGate, check="perf"):
-    noise_margin: float = Field(default=0.05, ge=0, lt=1)
+    noise_margin: Annotated[float, stricter("lower")] = Field(default=0.05, ge=0, lt=1)
     """A point passes when the lower confidence bound of its speedup is >= 1 - noise_margin."""
-    confidence: float = Field(default=0.95, gt=0.5, lt=1)
-    metrics: list[PerfMetric] = Field(default_factory=_default_perf_metrics)
-    min_runs: int = Field(default=3, ge=1, le=1000)
-    max_runs: int = Field(default=8, ge=1, le=1000)
+    confidence: Annotated[float, stricter("higher")] = Field(default=0.95, gt=0.5, lt=1)
+    metrics: Annotated[list[PerfMetric], stricter("superset")] = Field(default_factory=_default_perf_metrics)
+    min_runs: Annotated[int, stricter("higher")] = Field(default=3, ge=1, le=1000)
+    max_runs: Annotated[int, stricter("higher")] = Field(default=8, ge=1, le=1000)
     gated_metric: Literal["median_tpot_ms", "median_engine_tpot_ms", "median_itl_ms", "output_throughput"] = (
         "median_tpot_ms"
     )
@@ -205,7 +207,7 @@ class PerfGate(CheckGate, check="perf"):
     slo: ServiceLevel | None = None
     """A latency SLO: goodput (output tokens/s of the requests meeting it) is reported per point, and gated
     when ``slo.gate``."""
-    interleave_settle_s: float = Field(default=1.5, ge=0, le=60)
+    interleave_settle_s: Annotated[float, stricter("neutral")] = Field(default=1.5, ge=0, le=60)
     """Interleaved: pause between one side's run and the other's. A vLLM worker keeps polling its
     input queue for about a second after its last step (``shm_broadcast.SpinCondition``,
     ``busy_loop_s=1``), which would compete with the other engine's run for the same cores."""
@@ -304,7 +306,7 @@ class TierSpec(ScopeModel):
 
 
 class Estimates(ScopeModel):
-    """The engine's speed on the scope's hardware, behind the plan's cost estimate (:mod:`fasttrack.cost`: each
+    """The engine's speed on the scope's hardware, behind the plan's cost estimate (:mod:`fasttrack.planning.cost`: each
     check's work, counted from the scope and the tier, in these units)."""
 
     engine_start_s: float = Field(default=600.0, ge=0, le=86_400)

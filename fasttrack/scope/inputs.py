@@ -16,6 +16,7 @@ from fasttrack.scope.common import (
     ScopeModel,
     SharedComponent,
     check_regex,
+    stricter,
 )
 
 KernelDtype = Literal["fp32", "fp16", "bf16", "fp8"]
@@ -168,15 +169,15 @@ class EvalSpec(ScopeModel):
     """Hub dataset id used when the hub is reachable."""
     points: dict[str, list[Any]] = Field(default_factory=dict)
     """Config point filter: dimension -> values the eval runs at (e.g. batch: [1, 2])."""
-    repeats: int = Field(default=1, ge=1, le=100)
+    repeats: Annotated[int, stricter("higher")] = Field(default=1, ge=1, le=100)
     """Generations per sample (distinct seeds)."""
-    limit: int | None = Field(default=None, ge=1, le=1_000_000)
+    limit: Annotated[int | None, stricter("higher")] = Field(default=None, ge=1, le=1_000_000)
     """At most this many samples (per tier scaling is done by the tier)."""
-    max_tokens: int = Field(default=1024, ge=1, le=1024 * 1024)
+    max_tokens: Annotated[int, stricter("higher")] = Field(default=1024, ge=1, le=1024 * 1024)
     temperature: float = Field(default=0.0, ge=0, le=10)
-    margin: float = Field(default=0.05, ge=0, le=1)
+    margin: Annotated[float, stricter("lower")] = Field(default=0.05, ge=0, le=1)
     """Non-inferiority margin on the score scale."""
-    floor: float = Field(default=0.0, ge=0, le=1)
+    floor: Annotated[float, stricter("higher")] = Field(default=0.0, ge=0, le=1)
     """Absolute floor on the candidate's mean score."""
 
 
@@ -185,7 +186,7 @@ class WorkloadSpec(ScopeModel):
     kind: Literal["pure_decode", "context_sweep", "mixed", "prompts", "trace_replay", "concurrency_sweep"]
     input_len: int | None = Field(default=None, ge=1, le=16 * 1024 * 1024)
     output_len: int = Field(default=256, ge=1, le=1024 * 1024)
-    requests_per_run: int | None = Field(default=None, ge=1, le=100_000)
+    requests_per_run: Annotated[int | None, stricter("higher")] = Field(default=None, ge=1, le=100_000)
     arrival_rate: float | None = Field(default=None, gt=0, le=1e6)
     """Poisson arrival rate (requests/s) for mixed traffic."""
     prompts: str | None = None

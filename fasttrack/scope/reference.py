@@ -12,8 +12,8 @@ the distance of the variants from it. A distance passes when the candidate's is 
 + ``tolerance`` (``multiple``² for the KL): PyTorch inductor's accuracy rule (compiled passes when its error
 against an fp64 reference is at most 3x eager's in bfloat16, 2x in float32, plus ``tol / 10``).
 
-:func:`variant_work` counts what the variants' lifetimes add to a plan: ``fasttrack.cost`` prices it on its own line,
-``reference variants``.
+:func:`variant_work` counts what the variants' lifetimes add to a plan: ``fasttrack.planning.cost`` prices it on
+its own line, ``reference variants``.
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ class StockReference(ScopeModel):
 
 
 COST_LINE = "reference variants"
-"""The plan's cost line of the variants' engine lifetimes (:mod:`fasttrack.cost`)."""
+"""The plan's cost line of the variants' engine lifetimes (:mod:`fasttrack.planning.cost`)."""
 EQUIVALENCE_REQUESTS = 8
 """Requests per point the equivalence check sends (whole rounds of the point's batch)."""
 LOGPROBS_TOKENS = 8
@@ -108,7 +108,7 @@ LOGPROBS_TOKENS = 8
 
 
 class StepModel(Protocol):
-    """The engine's speed, as :mod:`fasttrack.cost` models it."""
+    """The engine's speed, as :mod:`fasttrack.planning.cost` models it."""
 
     def decode(self, requests: int, batch: int, tokens: int) -> float: ...
     def prefill(self, tokens: float) -> float: ...

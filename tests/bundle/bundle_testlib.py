@@ -66,7 +66,7 @@ def make_provenance(*, vllm_commit: str | None = HEAD) -> Provenance:
 
 def demo_plan(shard: str | None = None) -> dict[str, Any]:
     """The demo scope's smoke plan (of ``shard``), as a bundle records it."""
-    from fasttrack.plan import build_plan
+    from fasttrack.planning.plan import build_plan
 
     plan = build_plan(evidence_testlib.suite(SCOPE)[1], tier=TIER, shard=shard).model_dump(mode="json")
     return {**plan, "fingerprint": "f" * 64}

@@ -15,24 +15,21 @@ from fasttrack.bundle.keys import load_private_key
 from fasttrack.bundle.provenance import redact_env
 from fasttrack.bundle.writer import write_run_bundle
 from fasttrack.checks.context import RunContext
-from fasttrack.models import ResolvedModel
+from fasttrack.host.models import ResolvedModel
 from fasttrack.pipeline.engines import EngineLaunch, RunState
 from fasttrack.pipeline.record import RunFacts, finished_run
 
 
 @pytest.fixture()
 def run(tmp_path: Path):
-    from fasttrack.hardware import detect_host
-    from fasttrack.plan import build_plan
+    from fasttrack.checks.base import build_run_plan
+    from fasttrack.host.hardware import detect_host
     from fasttrack.scope import load_scope
 
     loaded = load_scope("demo-llama")
-    from fasttrack.results import LEGACY_CHECK_ORDER
 
     # a run's plan records the check registry's order (these are the shipped checks)
-    plan = build_plan(
-        loaded.scope, tier="smoke", shard=None, scope_sha256=loaded.sha256, check_order=list(LEGACY_CHECK_ORDER)
-    )
+    plan = build_run_plan(loaded.scope, tier="smoke", shard=None, scope_sha256=loaded.sha256)
     run_dir = tmp_path / "run"
     (run_dir / "logs").mkdir(parents=True)
     (run_dir / "logs" / "g0.baseline.0.log").write_text("INFO started\n")

@@ -17,7 +17,7 @@ from bundle_testlib import SCOPE, TIER, build, make_results
 
 from fasttrack import ROOT, pipeline
 from fasttrack.errors import FasttrackError
-from fasttrack.reproduce import compare_rows, reproduce
+from fasttrack.pipeline.reproduce import compare_rows, reproduce
 from fasttrack.results import CheckResult, Verdict
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from fasttrack.checks.base import build_run_plan
 from fasttrack.checks.context import RunContext
 from fasttrack.checks.windows import WindowRecord
-from fasttrack.plan import build_plan
 from fasttrack.scope import load_scope
 
 OPT = r"^fasttrack_demo::fused_decode_"
@@ -28,7 +28,7 @@ def demo_ctx(tmp_path: Path, *, batches: list[int] | None = None, **scope_update
         scope_updates["tiers"] = tiers
     if scope_updates:
         scope = scope.model_copy(update=scope_updates)
-    plan = build_plan(scope, tier="smoke")
+    plan = build_run_plan(scope, tier="smoke")
     return RunContext(scope=scope, plan=plan, run_dir=tmp_path, loaded=loaded, log=lambda s: None)
 
 

@@ -32,12 +32,12 @@ from typing import Any
 import pytest
 from demo_engines import demo_engine, engine_phase, require_demo_target
 
+from fasttrack.checks.base import build_run_plan
 from fasttrack.checks.context import EngineSession, RunContext
 from fasttrack.checks.coverage import CoverageCheck
 from fasttrack.checks.equivalence import EquivalenceCheck
 from fasttrack.checks.features import FeaturesCheck
 from fasttrack.perf.loadgen import run_loop
-from fasttrack.plan import build_plan
 from fasttrack.results import CheckResult, Verdict
 from fasttrack.scope import load_scope
 
@@ -100,7 +100,7 @@ def demo(demo_model: Any, tmp_path_factory: pytest.TempPathFactory) -> Demo:
     gates = scope.gates.model_copy(deep=True)
     gates.features.sampling_samples = SAMPLES
     scope = scope.model_copy(update={"gates": gates})
-    plan = build_plan(scope, tier="smoke")
+    plan = build_run_plan(scope, tier="smoke")
     return Demo(
         loaded=loaded, scope=scope, plan=plan, root=tmp_path_factory.mktemp("checks-e2e"), model=demo_model.path
     )

@@ -11,16 +11,16 @@ import pytest
 from helpers_checks import demo_ctx
 
 from fasttrack import ROOT
-from fasttrack.checks.base import EngineCheck, EnginelessCheck, PairedCheck, registry
+from fasttrack.checks.base import EngineCheck, EnginelessCheck, PairedCheck, registered_checks
 from fasttrack.checks.context import ProvenanceRecorder, sha256_path
 from fasttrack.checks.features import features
 from fasttrack.inputs import PROMPT_SET
-from fasttrack.pipeline.engines import EngineLaunch, engine_seed
+from fasttrack.pipeline.launch import EngineLaunch, engine_seed
 from fasttrack.results import LEGACY_CHECK_ORDER
 
 
 def test_every_check_declares_title_view_and_kind() -> None:
-    reg = registry()
+    reg = registered_checks()
     # the shipped checks' declared order (``after``) is the order older bundles were reported in
     assert list(reg) == list(LEGACY_CHECK_ORDER)
     for name, cls in reg.items():
@@ -41,7 +41,7 @@ def test_the_feature_table_names_each_feature_once_and_covers_the_shipped_scopes
 
 def test_gates_are_declared_for_the_demo_scope(tmp_path: Path) -> None:
     ctx = demo_ctx(tmp_path)
-    for name, cls in registry().items():
+    for name, cls in registered_checks().items():
         gate = cls().gate(ctx)
         assert gate.statistic and gate.rule, name
 

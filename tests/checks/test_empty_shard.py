@@ -8,17 +8,17 @@ from pathlib import Path
 from scope_testlib import ONE_POINT, demo_scope_variant
 
 from fasttrack.bundle.merge import _merge_check
+from fasttrack.checks.base import build_run_plan
 from fasttrack.checks.context import RunContext
 from fasttrack.pipeline.engines import RunState
 from fasttrack.pipeline.validate import _declare_inactive, select_checks
-from fasttrack.plan import build_plan
 from fasttrack.results import Verdict
 from fasttrack.scope import load_scope
 
 
 def _declared(tmp_path: Path, shard: str) -> tuple[RunState, list[str]]:
     loaded = load_scope(str(demo_scope_variant(tmp_path / "scope", ONE_POINT)))
-    plan = build_plan(loaded.scope, tier="smoke", shard=shard)
+    plan = build_run_plan(loaded.scope, tier="smoke", shard=shard)
     ctx = RunContext(scope=loaded.scope, plan=plan, run_dir=tmp_path, loaded=loaded, log=lambda s: None)
     checks, skipped = select_checks(plan, None)
     state = RunState()

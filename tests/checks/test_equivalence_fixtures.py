@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from reference_fixtures import Fixture, load, names
 
+from fasttrack.checks.base import build_run_plan
 from fasttrack.checks.context import RunContext
 from fasttrack.checks.equivalence import EquivalenceCheck, PointRun
 from fasttrack.checks.features.full_context import FullContext
@@ -17,7 +18,6 @@ from fasttrack.checks.features.model import SideData
 from fasttrack.checks.features.outputs import Logprobs
 from fasttrack.checks.features.spec import OnGroup
 from fasttrack.checks.features.table import by_name
-from fasttrack.plan import build_plan
 from fasttrack.results import CheckResult, Verdict
 from fasttrack.scope import load_scope
 from fasttrack.scope.reference import DISTANCES
@@ -34,7 +34,7 @@ candidate exceeds the largest-exceeding distance there (at least)."""
 
 def _ctx(fx: Fixture, tmp_path: Path) -> RunContext:
     loaded = load_scope(fx.meta["scope"])
-    plan = build_plan(loaded.scope, tier=fx.meta["tier"])
+    plan = build_run_plan(loaded.scope, tier=fx.meta["tier"])
     return RunContext(scope=loaded.scope, plan=plan, run_dir=tmp_path, loaded=loaded, log=lambda s: None)
 
 

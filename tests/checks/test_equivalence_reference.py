@@ -10,12 +10,12 @@ import pytest
 from equivalence_testlib import VOCAB, fill, top
 from helpers_checks import demo_ctx
 
+from fasttrack.checks.base import build_run_plan
 from fasttrack.checks.batching import verify_batch
 from fasttrack.checks.context import RunContext
 from fasttrack.checks.equivalence import EquivalenceCheck
 from fasttrack.checks.equivalence.reference import calibrate
 from fasttrack.errors import ScopeError
-from fasttrack.plan import build_plan
 from fasttrack.results import Verdict
 from fasttrack.scope import StockReference, load_scope, parse_scope
 
@@ -117,7 +117,7 @@ def _ctx(tmp_path: Path, scope: str = "demo-llama", **equivalence: Any) -> RunCo
     if scope != "demo-llama":
         loaded = load_scope(scope)
         ctx = RunContext(
-            scope=loaded.scope, plan=build_plan(loaded.scope, tier="smoke"), run_dir=tmp_path, loaded=loaded
+            scope=loaded.scope, plan=build_run_plan(loaded.scope, tier="smoke"), run_dir=tmp_path, loaded=loaded
         )
     if equivalence:
         s = ctx.scope

@@ -13,7 +13,7 @@ from helpers_checks import demo_ctx
 from fasttrack import bundle as B
 from fasttrack.bundle.consistency import pr_link_state
 from fasttrack.bundle.manifest import EngineRecord, Hardware, Provenance
-from fasttrack.checks.base import registry
+from fasttrack.checks.base import registered_checks
 from fasttrack.checks.context import ChangeRequest
 from fasttrack.checks.isolation import IsolationCheck, bind_served_builds, engine_builds
 from fasttrack.engine.environment import probe_local_environment
@@ -43,7 +43,7 @@ def run_check(tmp_path: Path, repo: Path | None, head: str | None = "pr", **scop
 
 
 def test_registered_first_in_every_tier() -> None:
-    reg = registry()
+    reg = registered_checks()
     assert next(iter(reg)) == "isolation"
     assert reg["isolation"].every_tier and not reg["isolation"].needs_engine
 

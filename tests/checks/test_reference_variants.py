@@ -9,19 +9,21 @@ from typing import Any
 import pytest
 from helpers_checks import demo_ctx
 
+from fasttrack.checks.base import build_run_plan, registered_checks
 from fasttrack.checks.context import EngineSession, RunContext
 from fasttrack.checks.equivalence import EquivalenceCheck
 from fasttrack.checks.equivalence.reference import VariantCollector
 from fasttrack.checks.features import FeaturesCheck
-from fasttrack.cost import STARTS, measured, plan_cost
 from fasttrack.engine.errors import EngineStartError
 from fasttrack.errors import FasttrackError
-from fasttrack.models import ResolvedModel
+from fasttrack.host.models import ResolvedModel
 from fasttrack.pipeline.engines import RunState
 from fasttrack.pipeline.variants import run_variants
-from fasttrack.plan import build_plan
+from fasttrack.planning.cost import STARTS, measured, plan_cost
 from fasttrack.scope import StockReference, load_scope
 from fasttrack.scope.reference import COST_LINE as REFERENCE
+
+CHECKS = list(registered_checks().values())
 
 
 class FakeEngine:
@@ -129,7 +131,7 @@ def test_a_variant_that_fails_to_start_is_reported_to_the_checks_and_the_run_goe
 def test_an_attached_baseline_gets_its_variants_from_the_scopes_model_and_none_start_without_a_reference(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import fasttrack.models as models
+    import fasttrack.host.models as models
 
     started: list[FakeEngine] = []
     _start(monkeypatch, started)
@@ -178,15 +180,15 @@ def test_the_plan_prices_each_variant_as_one_more_lifetime_of_its_requests() -> 
     short-context point, the full-context requests and the logprobs request; the line doubles from one variant to
     two, and a scope without a reference has no such line."""
     scope = load_scope("demo-llama-gpu").scope
-    plan = build_plan(scope, tier="smoke")
-    two = plan_cost(scope, "smoke", plan.groups, plan.points)[REFERENCE]
+    plan = build_run_plan(scope, tier="smoke")
+    two = plan_cost(scope, "smoke", plan.groups, plan.points, CHECKS)[REFERENCE]
     est = scope.estimates
     eq = scope.gates.equivalence
     one_ref = eq.reference.model_copy(update={"variants": {"eager": ["--enforce-eager"]}, "exact": None})
     one_scope = scope.model_copy(
         update={"gates": scope.gates.model_copy(update={"equivalence": eq.model_copy(update={"reference": one_ref})})}
     )
-    one = plan_cost(one_scope, "smoke", plan.groups, plan.points)[REFERENCE]
+    one = plan_cost(one_scope, "smoke", plan.groups, plan.points, CHECKS)[REFERENCE]
     assert two.wall_s == pytest.approx(2 * one.wall_s) and two.requests == 2 * one.requests
     # 4 short points of 8 requests, the full points' batch 1 + 2 + 4 + 8 requests, one logprobs request
     assert one.requests == 4 * 8 + (1 + 2 + 4 + 8) + 1
@@ -194,11 +196,11 @@ def test_the_plan_prices_each_variant_as_one_more_lifetime_of_its_requests() -> 
     none = scope.model_copy(
         update={"gates": scope.gates.model_copy(update={"equivalence": eq.model_copy(update={"reference": None})})}
     )
-    assert REFERENCE not in plan_cost(none, "smoke", plan.groups, plan.points)
+    assert REFERENCE not in plan_cost(none, "smoke", plan.groups, plan.points, CHECKS)
     # a tier without equivalence and features pays nothing for the variants
     tier = scope.tiers["smoke"].model_copy(update={"checks": ["kernels", "perf"]})
     assert REFERENCE not in plan_cost(
-        scope.model_copy(update={"tiers": {**scope.tiers, "smoke": tier}}), "smoke", plan.groups, plan.points
+        scope.model_copy(update={"tiers": {**scope.tiers, "smoke": tier}}), "smoke", plan.groups, plan.points, CHECKS
     )
 
 

@@ -1,16 +1,16 @@
-"""Adding a check is one module plus one registry line; adding a serving feature is one class plus its line.
+"""A check and a serving feature from another package: one module, loaded as its entry point would be.
 
-A toy check (``toy_check``: its order, gate model, passability rule and run) and a toy serving feature
-(``toy_feature``: its probe, what it needs from the tier, its typed result and judgement) are registered
-here the way shipped ones are, and each shows up in the plan, the scope's JSON Schema, the passability
-analysis, the bundle and the report without any other file knowing about it.
+The toy plugin (``tests/checks/toy_plugin/fasttrack_toy.py``: the check ``toy`` and the feature ``toy_echo``)
+is loaded through the registry the way an installed package's ``fasttrack`` entry point is, and each of its
+declarations shows up where fasttrack reads it, without any other file knowing about it: the check order,
+the plan and its cost, the scope's JSON Schema and its comparison with a trusted scope, the passability
+analysis, the bundle and the report. ``tests/e2e/test_e2e_wheel.py`` installs the same package next to
+fasttrack's wheel and runs it end to end.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -18,19 +18,20 @@ from types import ModuleType
 import pytest
 from fake_openai_engine import serve
 from helpers_checks import demo_ctx
+from registry_testlib import plugin_loaded
 
-from fasttrack import ROOT
+from fasttrack import ROOT, registry
 from fasttrack import bundle as B
-from fasttrack.checks.base import register, registry, unregister
+from fasttrack.checks.base import build_run_plan, registered_checks
 from fasttrack.checks.context import EngineSession
-from fasttrack.checks.features import FeaturesCheck, register_feature, unregister_feature
+from fasttrack.checks.features import FeaturesCheck
 from fasttrack.engine import AttachedEngine
 from fasttrack.errors import ScopeError
 from fasttrack.perf.loadgen import run_loop
 from fasttrack.pipeline import RunState, ValidateOptions, run_validate
-from fasttrack.plan import build_plan
 from fasttrack.results import LEGACY_CHECK_ORDER, CheckResult, Verdict
 from fasttrack.scope import load_scope, parse_scope
+from fasttrack.scope.compare import compare_scopes
 
 DEMO = ROOT / "suites" / "demo-llama"
 ORDER = ["isolation", "kernels", "equivalence", "features", "toy", "coverage", "evals", "perf"]
@@ -38,20 +39,8 @@ ORDER = ["isolation", "kernels", "equivalence", "features", "toy", "coverage", "
 
 @pytest.fixture
 def toy() -> Iterator[ModuleType]:
-    mod = importlib.import_module("toy_check")  # defining its gate model adds gates.toy to the scope
-    register(mod.ToyCheck)  # the registry line
-    yield mod
-    unregister("toy")
-    sys.modules.pop("toy_check", None)
-
-
-@pytest.fixture
-def toy_feature() -> Iterator[ModuleType]:
-    mod = importlib.import_module("toy_feature")
-    register_feature(mod.ToyEcho())  # the registry line
-    yield mod
-    unregister_feature("toy_echo")
-    sys.modules.pop("toy_feature", None)
+    with plugin_loaded() as mod:
+        yield mod
 
 
 def demo_copy(tmp_path: Path, *, min_score: float = 0.5, batch_one: bool = True) -> Path:
@@ -76,13 +65,36 @@ def demo_copy(tmp_path: Path, *, min_score: float = 0.5, batch_one: bool = True)
     return d / "scope.yaml"
 
 
-def test_the_registry_places_the_toy_by_its_order(toy: ModuleType) -> None:
-    assert list(registry()) == ORDER
+def test_the_plugins_parts_are_registered_by_kind_and_name_naming_their_source(toy: ModuleType) -> None:
+    assert list(registered_checks()) == ORDER
     assert list(LEGACY_CHECK_ORDER) == [n for n in ORDER if n != "toy"]
+    assert registry.get("check", "toy") is toy.ToyCheck and registry.get("gate", "toy") is toy.ToyGate
+    assert isinstance(registry.get("feature", "toy_echo"), toy.ToyEcho)
+    assert registry.names("feature")[-1] == "toy_echo"  # after the shipped features, whatever was imported first
+    assert registry.source("check", "toy") == "fasttrack_toy (test)" == registry.source("feature", "toy_echo")
+    assert registry.source("check", "perf") == "fasttrack"
 
 
-def test_the_plan_lists_the_toy_check_and_feature(
-    toy: ModuleType, toy_feature: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def test_without_the_plugin_its_names_are_unknown_and_the_error_lists_the_registered() -> None:
+    with pytest.raises(registry.UnknownComponent) as err:
+        registry.get("check", "toy")
+    assert str(err.value).startswith("unknown check 'toy'; registered: isolation, kernels, equivalence, features")
+    with pytest.raises(registry.UnknownComponent, match="unknown feature 'toy_echo'; registered: temperature_sampl"):
+        registry.get("feature", "toy_echo")
+    text = (
+        (DEMO / "scope.yaml")
+        .read_text()
+        .replace(
+            "  coverage: {min_optimized_decode_fraction: 0.9}\n",
+            "  coverage: {min_optimized_decode_fraction: 0.9}\n  toy: {min_score: 0.5}\n",
+        )
+    )
+    with pytest.raises(ScopeError, match=r"gates\.toy: unknown key"):
+        parse_scope(text, source="no toy")
+
+
+def test_the_plan_orders_lists_and_prices_the_toy_check_and_feature(
+    toy: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from fasttrack.cli import main
 
@@ -98,15 +110,20 @@ def test_the_plan_lists_the_toy_check_and_feature(
     assert planned["toy"]["after"] == ["features"] and planned["toy"]["before"] == ["coverage"]
     assert "toy_echo" in planned["features"]["exercises"]
     assert doc["passability"]["ok"] is True
+    # the check's own cost (one kernel suite, 30 s) and the feature's decode steps, in the features line
+    costs = doc["estimate"]["checks"]
+    assert costs["toy"]["wall_hours"] == round(30 / 3600, 4)
+    loaded = load_scope(str(scope))
+    without = loaded.scope.model_copy(update={"features": [f for f in loaded.scope.features if f != "toy_echo"]})
+    before = build_run_plan(without, tier="smoke").estimate.checks["features"]["decode_tokens"]
+    assert costs["features"]["decode_tokens"] == before + 2 * toy.ToyEcho.decode_steps  # both sides, one group
     with pytest.raises(SystemExit):
         main(["plan", "--model", str(scope), "--no-arg-check"])
     text = capsys.readouterr().out
     assert "toy " in text and "gates.toy" in text and "toy_echo" in text
 
 
-def test_the_scope_schema_has_the_toy_gate_and_feature(
-    toy: ModuleType, toy_feature: ModuleType, tmp_path: Path
-) -> None:
+def test_the_scope_schema_has_the_toy_gate_and_feature(toy: ModuleType, tmp_path: Path) -> None:
     from fasttrack.schemas import scope_schema
 
     schema = scope_schema()
@@ -120,24 +137,25 @@ def test_the_scope_schema_has_the_toy_gate_and_feature(
         parse_scope(bad, source="toy")
 
 
-def test_without_the_toy_its_gate_section_is_unknown(tmp_path: Path) -> None:
-    text = (
-        (DEMO / "scope.yaml")
-        .read_text()
-        .replace(
-            "  coverage: {min_optimized_decode_fraction: 0.9}\n",
-            "  coverage: {min_optimized_decode_fraction: 0.9}\n  toy: {min_score: 0.5}\n",
-        )
-    )
-    with pytest.raises(ScopeError, match=r"gates\.toy: unknown key"):
-        parse_scope(text, source="no toy")
+def test_the_toy_gates_stricter_direction_decides_the_scope_comparison(toy: ModuleType, tmp_path: Path) -> None:
+    trusted = load_scope(str(demo_copy(tmp_path, min_score=0.7))).scope
+    (tmp_path / "lower").mkdir()
+    lower = load_scope(str(demo_copy(tmp_path / "lower", min_score=0.6))).scope
+    (tmp_path / "higher").mkdir()
+    higher = load_scope(str(demo_copy(tmp_path / "higher", min_score=0.8))).scope
+    assert toy.ToyGate.directions() == {"min_score": "higher"}
+    down = compare_scopes(trusted, lower).changes
+    assert [(c.field, c.loosens) for c in down] == [("gates.toy.min_score", True)], down
+    assert down[0].detail == "lowered from 0.7 to 0.6"
+    up = compare_scopes(trusted, higher)
+    assert up.ok and [c.field for c in up.tightenings] == ["gates.toy.min_score"]
 
 
-def test_passability_asks_the_toy_check_and_feature(toy: ModuleType, toy_feature: ModuleType, tmp_path: Path) -> None:
-    from fasttrack.passability import analyze
+def test_passability_asks_the_toy_check_and_feature(toy: ModuleType, tmp_path: Path) -> None:
+    from fasttrack.checks.passability import analyze
 
     loaded = load_scope(str(demo_copy(tmp_path, min_score=0.95, batch_one=False)))
-    lines = analyze(loaded.scope, build_plan(loaded.scope, tier="smoke"), base_dir=loaded.base_dir).lines()
+    lines = analyze(loaded.scope, build_run_plan(loaded.scope, tier="smoke"), base_dir=loaded.base_dir).lines()
     assert "toy: toy score: no toy scores above 0.9 (min_score 0.95) (fix: lower it)" in lines
     assert "features: feature toy_echo: the smoke tier has no short point at batch 1 (fix: add batch 1)" in lines
 
@@ -177,13 +195,13 @@ def test_a_blocked_check_is_not_run_naming_its_blocker(toy: ModuleType, monkeypa
         state = RunState()
         state.results["kernels"] = CheckResult(check="kernels", verdict=kernels, reason="k")
         state.results["toy"] = CheckResult(check="toy", verdict=Verdict.PASS, reason="toy passed")
-        _apply_blocks(registry(), state)
+        _apply_blocks(registered_checks(), state)
         assert state.results["toy"].verdict is want, kernels
         if want is Verdict.NOT_RUN:
             assert state.results["toy"].reason.startswith(f"blocked: kernels {kernels.value}")
 
 
-def test_the_toy_feature_collects_is_judged_bundled_and_reported(toy_feature: ModuleType, tmp_path: Path) -> None:
+def test_the_toy_feature_collects_is_judged_bundled_and_reported(toy: ModuleType, tmp_path: Path) -> None:
     from fasttrack.report import render_report
 
     ctx = demo_ctx(tmp_path, batches=[1, 3], features=["toy_echo"])
@@ -202,7 +220,7 @@ def test_the_toy_feature_collects_is_judged_bundled_and_reported(toy_feature: Mo
             s.fake_state.stopped.set()
             s.shutdown()
     side = chk.sides[(ctx.plan.groups[0].id, "candidate")]
-    assert isinstance(side.results["toy_echo"], toy_feature.EchoResult) and side.results["toy_echo"].tokens == 4
+    assert isinstance(side.results["toy_echo"], toy.EchoResult) and side.results["toy_echo"].tokens == 4
     res = chk.judge(ctx)
     rows = [r for r in res.tables["features"] if r["feature"] == "toy_echo"]
     assert {r.get("side") for r in rows} >= {"baseline", "candidate"} and all(

@@ -77,12 +77,12 @@ def test_natural_acceptance_has_no_configured_length(tmp_path: Path) -> None:
 
 
 def _standard_ctx(tmp_path: Path):
+    from fasttrack.checks.base import build_run_plan
     from fasttrack.checks.context import RunContext
-    from fasttrack.plan import build_plan
     from fasttrack.scope import load_scope
 
     loaded = load_scope("demo-llama")
-    plan = build_plan(loaded.scope, tier="standard")
+    plan = build_run_plan(loaded.scope, tier="standard")
     ctx = RunContext(scope=loaded.scope, plan=plan, run_dir=tmp_path, loaded=loaded, log=lambda s: None)
     spec = next(g for g in plan.groups if g.synthetic_acceptance)
     none = next(g for g in plan.groups if g.spec == "none")

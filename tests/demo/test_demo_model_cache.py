@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from fasttrack.models import resolve_model
+from fasttrack.host.models import resolve_model
 from fasttrack.scope import load_scope
 
 
@@ -56,9 +56,9 @@ def test_the_builder_path_is_relative_to_the_scope_files_folder(tmp_path: Path) 
     import pytest
 
     from fasttrack import ROOT
-    from fasttrack.doctor import diagnose
     from fasttrack.errors import ScopeError
-    from fasttrack.models import builder_path
+    from fasttrack.host.doctor import diagnose
+    from fasttrack.host.models import builder_path
 
     shipped = load_scope("demo-llama")
     assert (

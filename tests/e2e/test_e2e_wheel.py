@@ -142,14 +142,13 @@ def _clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
 
 
-@pytest.fixture(scope="session")
-def wheel_venv(wheels: Wheels, tmp_path_factory: pytest.TempPathFactory) -> WheelVenv:
-    root = tmp_path_factory.mktemp("wheel-venv") / "venv"
+def make_venv(wheels: list[Path], root: Path, cwd: Path) -> WheelVenv:
+    """A fresh venv at ``root`` with ``wheels`` installed (no dependencies) and this venv's third-party packages."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True, timeout=120)
     python = root / "bin" / "python"
     res = subprocess.run(  # with the checkout on PYTHONPATH, pip would take fasttrack as installed already
         [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index", "-q"]
-        + [str(wheels.fasttrack), str(wheels.plugin)],
+        + [str(w) for w in wheels],
         capture_output=True,
         text=True,
         timeout=600,
@@ -169,8 +168,13 @@ def wheel_venv(wheels: Wheels, tmp_path_factory: pytest.TempPathFactory) -> Whee
     (site / "zz-third-party.pth").write_text(str(_third_party(root.parent / "third-party")) + "\n")
     env = _clean_env()
     env.update(PATH=f"{root / 'bin'}{os.pathsep}{env['PATH']}", COLUMNS="200", NO_COLOR="1", PYTHONUNBUFFERED="1")
-    cwd = tmp_path_factory.mktemp("elsewhere")
     return WheelVenv(root, python, env, cwd)
+
+
+@pytest.fixture(scope="session")
+def wheel_venv(wheels: Wheels, tmp_path_factory: pytest.TempPathFactory) -> WheelVenv:
+    root = tmp_path_factory.mktemp("wheel-venv") / "venv"
+    return make_venv([wheels.fasttrack, wheels.plugin], root, tmp_path_factory.mktemp("elsewhere"))
 
 
 _WHERE = """
@@ -214,7 +218,7 @@ def test_fasttrack_from_its_wheel_plans_checks_and_validates_outside_the_repo(
         [
             str(v.python),
             "-c",
-            "from fasttrack.models import resolve_model; from fasttrack.scope import load_scope; "
+            "from fasttrack.host.models import resolve_model; from fasttrack.scope import load_scope; "
             "s = load_scope('demo-llama'); print(resolve_model(s.scope, base_dir=s.base_dir, log=print).model)",
         ],
         capture_output=True,
@@ -263,3 +267,119 @@ def test_fasttrack_from_its_wheel_plans_checks_and_validates_outside_the_repo(
     assert "--enforce-eager" in next(e for e in engines if e["mode"] == "owned")["args"]
     html = (out / "report.html").read_text()
     assert "demo-llama" in html and "Content-Security-Policy" in html
+
+
+# --------------------------------------------------------------------------- a check and a feature from outside
+
+_LOADED = """
+import json, sys
+from fasttrack.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit:
+    pass
+print(json.dumps(sorted(sys.modules)))
+"""
+"""Run ``fasttrack ARGS`` and print the modules it loaded."""
+
+#: The check order with the toy plugin's check (after features, before coverage).
+TOY_ORDER = ["isolation", "kernels", "equivalence", "features", "toy", "coverage", "evals", "perf"]
+
+
+@pytest.fixture(scope="session")
+def toy_venv(wheels: Wheels, tmp_path_factory: pytest.TempPathFactory) -> WheelVenv:
+    """fasttrack's and the demo plugin's wheels, and the toy plugin's (tests/checks/toy_plugin): a package that
+    declares a check and a serving feature in one module, named in its ``fasttrack`` entry-point group."""
+    src = tmp_path_factory.mktemp("toy-src") / "fasttrack-toy"
+    shutil.copytree(ROOT / "tests" / "checks" / "toy_plugin", src, ignore=_JUNK)
+    toy = _build(src, tmp_path_factory.mktemp("toy-wheel"))
+    eps = next(n for n in zipfile.ZipFile(toy).namelist() if n.endswith("entry_points.txt"))
+    assert zipfile.ZipFile(toy).read(eps).decode().split() == ["[fasttrack]", "toy", "=", "fasttrack_toy"]
+    root = tmp_path_factory.mktemp("toy-venv") / "venv"
+    return make_venv([wheels.fasttrack, wheels.plugin, toy], root, tmp_path_factory.mktemp("elsewhere"))
+
+
+def _toy_scope(where: Path) -> Path:
+    """The demo scope with the toy feature as the smoke tier's only feature and a ``gates.toy`` section, in a
+    suites folder next to a link to the repository's examples (the scope's model builder is found as from the
+    suite's own folder)."""
+    d = where / "suites" / "demo-toy"
+    d.mkdir(parents=True)
+    for p in (ROOT / "suites" / "demo-llama").iterdir():
+        if p.name != "scope.yaml":
+            (d / p.name).symlink_to(p)
+    (where / "examples").symlink_to(ROOT / "examples")
+    text = (ROOT / "suites" / "demo-llama" / "scope.yaml").read_text()
+    old_features = (
+        "    features: [structured_output, temperature_sampling, full_context, seeded_sampling, stop_sequences, "
+        "max_tokens, n_best,\n               logprobs]\n"
+    )
+    for old, new in (
+        (old_features, "    features: [toy_echo]\n"),
+        ("logprobs,\n           speculative_acceptance]", "logprobs,\n           speculative_acceptance, toy_echo]"),
+        ("  coverage: {min_optimized_decode_fraction: 0.9}\n", "  coverage: {min_optimized_decode_fraction: 0.9}\n"
+         "  toy: {min_score: 0.6}\n"),
+    ):  # fmt: skip
+        assert old in text, old
+        text = text.replace(old, new)
+    (d / "scope.yaml").write_text(text)
+    return d / "scope.yaml"
+
+
+@pytest.mark.e2e
+def test_a_check_and_a_feature_from_an_outside_package_run_end_to_end(
+    toy_venv: WheelVenv, engine_pair, demo_model, tmp_path: Path
+) -> None:
+    """With the toy package installed next to fasttrack's wheel (no file of fasttrack changed): ``plan`` orders
+    and prices its check and feature, ``validate`` runs them on the demo (attached to the session's engines),
+    the bundle records them, ``verify`` accepts it and the report shows them."""
+    require_demo_target(demo_model)
+    v = toy_venv
+    scope = _toy_scope(tmp_path / "tree")
+    plan = v.run("plan", "--model", str(scope), "--json", "--no-arg-check")
+    assert plan.returncode == 0, plan.stdout + plan.stderr
+    doc = json.loads(plan.stdout)
+    assert doc["check_order"] == TOY_ORDER and doc["features"] == ["toy_echo"]
+    costs = doc["estimate"]["checks"]
+    assert costs["toy"]["wall_hours"] == round(30 / 3600, 4)  # the check's own cost: one kernel suite, 30 s
+    assert costs["features"]["decode_tokens"] == 2 * 4  # the feature's decode steps, both sides of one group
+    planned = {c["name"]: c for c in doc["checks_planned"]}
+    assert planned["toy"]["gate"] == "gates.toy" and planned["features"]["exercises"] == ["toy_echo"]
+
+    keys = v.run("keys", "generate", "-o", str(tmp_path / "keys"), "--name", "toy")
+    assert keys.returncode == 0, keys.stdout + keys.stderr
+    candidate = engine_pair.candidate()
+    out = tmp_path / "run"
+    res = v.run(
+        "validate", "--model", str(scope), "--tier", "smoke", "--checks", "features,toy",
+        "--baseline-url", engine_pair.baseline.api_url, "--candidate-url", candidate.api_url,
+        "--out", str(out), "--sign-key", str(tmp_path / "keys" / "toy"), timeout=1500,
+    )  # fmt: skip
+    text = res.stdout + res.stderr
+    assert "Traceback" not in text, text[-4000:]
+    manifest = json.loads((out / "bundle" / "manifest.json").read_text())
+    said = {k: (c["verdict"], c["reason"]) for k, c in manifest["checks"].items()}
+    assert manifest["plan"]["plan"]["check_order"] == TOY_ORDER, said
+    toy = manifest["checks"]["toy"]
+    assert toy["verdict"] == "pass" and toy["title"] == "Toy check", toy
+    features = manifest["checks"]["features"]
+    assert features["summary"]["per_feature"]["toy_echo"]["verdict"] == "pass", said
+    assert features["verdict"] == "pass", said
+    assert manifest["verdict"] == "incomplete" and res.returncode == 1  # the checks left out stay required
+
+    bundle = next(out.glob("*.tar.gz"), out / "bundle")
+    ver = v.run("verify", str(bundle), "--key", str(tmp_path / "keys" / "toy.pub"), "--json")
+    assert ver.returncode == 0, ver.stdout + ver.stderr
+    assert json.loads(ver.stdout)["verified"] is True
+    # a shipped command loads no other package's module: verify stays light with the plugin installed
+    probe = subprocess.run(
+        [str(v.python), "-c", _LOADED, "verify", str(bundle), "--key", str(tmp_path / "keys" / "toy.pub")],
+        capture_output=True, text=True, cwd=v.cwd, env=v.env, timeout=300,
+    )  # fmt: skip
+    loaded = json.loads(probe.stdout.strip().splitlines()[-1])
+    assert "fasttrack_toy" not in loaded and not [m for m in loaded if m.startswith(("fasttrack.checks", "scipy"))]
+    html = tmp_path / "report.html"
+    rep = v.run("report", str(out / "bundle"), "-o", str(html), "--key", str(tmp_path / "keys" / "toy.pub"))
+    assert rep.returncode == 0, rep.stdout + rep.stderr
+    page = html.read_text()
+    assert "Toy check" in page and "toy_scores" in page and "toy_echo" in page

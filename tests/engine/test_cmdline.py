@@ -13,6 +13,7 @@ from types import ModuleType
 
 import pytest
 
+from fasttrack.checks.base import build_run_plan
 from fasttrack.engine import flags
 from fasttrack.engine.cmdline import (
     HARNESS_ENV,
@@ -26,7 +27,6 @@ from fasttrack.engine.cmdline import (
     serve_spec,
 )
 from fasttrack.errors import ScopeError
-from fasttrack.plan import build_plan
 from fasttrack.scope import HOST_SAFETY_ENV, load_scope
 
 SAFE = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
@@ -112,7 +112,7 @@ def test_local_nodes_of_one_engine_compile_into_caches_of_their_own() -> None:
 
 def test_serve_spec_adds_the_served_name_and_the_path_evidence_settings(tmp_path: Path) -> None:
     loaded = load_scope("demo-llama")
-    group = build_plan(loaded.scope, tier="smoke").groups[0]
+    group = build_run_plan(loaded.scope, tier="smoke").groups[0]
     spec = serve_spec(loaded.scope, group, "candidate", model="/models/demo", run_dir=tmp_path, name="g.candidate.0")
     args = list(spec.args)
     assert args[: len(group.args["candidate"])] == group.args["candidate"]
@@ -143,7 +143,7 @@ def test_serve_spec_adds_the_served_name_and_the_path_evidence_settings(tmp_path
 def test_serve_spec_gives_the_device_counters_a_folder(tmp_path: Path) -> None:
     loaded = load_scope("demo-llama-gpu")
     assert loaded.scope.path_markers is not None and loaded.scope.path_markers.device_counters is not None
-    group = build_plan(loaded.scope, tier="smoke").groups[0]
+    group = build_run_plan(loaded.scope, tier="smoke").groups[0]
     for side in ("baseline", "candidate"):
         spec = serve_spec(loaded.scope, group, side, model="m", run_dir=tmp_path, name=f"g.{side}.0")
         assert spec.env["PROMETHEUS_MULTIPROC_DIR"] == str(tmp_path / f"engines/g.{side}.0.prometheus")

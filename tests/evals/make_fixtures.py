@@ -17,16 +17,25 @@ A test regenerates them into a temporary folder and compares the rows.
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-sys.path.insert(0, str(ROOT))
 
-from fasttrack.evals.synthetic import write_jsonl  # noqa: E402 - the repository root goes on sys.path first
 
 SEED = 7
+
+
+def write_jsonl(rows: list[dict[str, Any]], path: Path) -> Path:
+    """Write rows as JSON Lines (sorted keys off: column order as given; LF endings; UTF-8)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8", newline="\n") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    return path
 
 
 def _tasks():

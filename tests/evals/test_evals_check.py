@@ -7,12 +7,11 @@ from typing import Any
 
 import pytest
 
-from fasttrack.checks.base import RunContext, Verdict, overall_verdict, registry
+from fasttrack.checks.base import RunContext, Verdict, build_run_plan, overall_verdict, registered_checks
 from fasttrack.checks.evals import EvalsCheck, RunRecord, matching_units
 from fasttrack.errors import FasttrackError
 from fasttrack.evals.compare import SampleOutcome
 from fasttrack.evals.runner import GenerationSettings, LmEvalOutput
-from fasttrack.plan import build_plan
 from fasttrack.scope import EvalSpec, load_scope
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -23,13 +22,13 @@ def _ctx(
 ) -> RunContext:
     loaded = load_scope("demo-llama")
     scope = loaded.scope if evals is None else loaded.scope.model_copy(update={"evals": evals})
-    plan = build_plan(scope, tier=tier)
+    plan = build_run_plan(scope, tier=tier)
     data = {name: Path(path) for name, path in (eval_data or {}).items()}
     return RunContext(scope=scope, plan=plan, run_dir=tmp_path, loaded=loaded, eval_data=data, log=lambda m: None)
 
 
 def test_registered() -> None:
-    assert "evals" in registry()
+    assert "evals" in registered_checks()
 
 
 def test_demo_scope_evals_run_at_batch_3_only(tmp_path: Path) -> None:
@@ -196,7 +195,7 @@ def test_the_evidence_window_reads_the_scopes_device_counters(tmp_path: Path, mo
     import fasttrack.engine as engine_mod
 
     loaded = load_scope("demo-llama-gpu")
-    plan = build_plan(loaded.scope, tier="smoke")
+    plan = build_run_plan(loaded.scope, tier="smoke")
     ctx = RunContext(scope=loaded.scope, plan=plan, run_dir=tmp_path, loaded=loaded, log=lambda m: None)
     seen: dict[str, Any] = {}
 

@@ -9,9 +9,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from synthetic_data import aime_problems, mrcr_samples
+
 from fasttrack.evals.datasets import read_rows, validate_rows
 from fasttrack.evals.mrcr import MRCR_COLUMNS, grade, parse_prompt
-from fasttrack.evals.synthetic import aime_problems, mrcr_samples
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO_DATA = ROOT / "suites" / "demo-llama" / "data"

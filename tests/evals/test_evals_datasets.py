@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
+from synthetic_data import mrcr_samples, write_jsonl
 
 from fasttrack.evals.datasets import DatasetFormatError, DatasetNotFound, resolve_dataset
 from fasttrack.evals.samples import NoSamples, select_samples
-from fasttrack.evals.synthetic import mrcr_samples, write_jsonl
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 

@@ -28,10 +28,9 @@ from typing import Any
 import pytest
 from demo_engines import demo_engine, engine_phase, missing_prerequisite, require_demo_target
 
-from fasttrack.checks.base import EngineSession, RunContext, Verdict
+from fasttrack.checks.base import EngineSession, RunContext, Verdict, build_run_plan
 from fasttrack.checks.evals import EvalsCheck
 from fasttrack.perf.loadgen import run_loop
-from fasttrack.plan import build_plan
 from fasttrack.scope import load_scope
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -43,7 +42,7 @@ TIMINGS: dict[str, float] = {}
 
 def _ctx(run_dir: Path) -> RunContext:
     loaded = load_scope("demo-llama")
-    plan = build_plan(loaded.scope, tier="smoke", scope_sha256=loaded.sha256)
+    plan = build_run_plan(loaded.scope, tier="smoke", scope_sha256=loaded.sha256)
     scope = loaded.scope  # the demo scope's own path markers
     run_dir.mkdir(parents=True, exist_ok=True)
     return RunContext(

@@ -13,12 +13,13 @@ from typing import Any
 
 import pytest
 
+from fasttrack.checks.base import build_run_plan
 from fasttrack.engine.cmdline import NODE_MAIN, serve_spec
 from fasttrack.engine.launchers import LaunchRequest, LocalLauncher, SlurmLauncher
 from fasttrack.executors import k8s
 from fasttrack.executors.shards import layout
 from fasttrack.executors.site import load_site
-from fasttrack.plan import build_plan
+from fasttrack.pipeline.options import ValidateOptions
 from fasttrack.scope import HOST_SAFETY_ENV, load_scope
 
 SIDE = "candidate"
@@ -42,9 +43,9 @@ def rendered() -> tuple[Any, Any, Any, k8s.K8sRender]:
     loaded = load_scope("kimi-k3")
     lay = layout(loaded, tier="full")
     shard = lay.shard(1)
-    (group,) = [g for g in build_plan(loaded.scope, tier="full").groups if g.id in shard.groups]
+    (group,) = [g for g in build_run_plan(loaded.scope, tier="full").groups if g.id in shard.groups]
     assert group.nodes == shard.nodes > 1
-    return loaded.scope, group, shard, k8s.render(lay, load_site(None), k8s.K8sOptions(model="kimi-k3"))
+    return loaded.scope, group, shard, k8s.render(lay, load_site(None), k8s.K8sOptions(ValidateOptions("kimi-k3")))
 
 
 def _placed(args: list[str]) -> tuple[list[str], dict[str, str]]:
@@ -160,7 +161,7 @@ def test_the_sites_safety_settings_reach_the_pods_unchanged(tmp_path: Path) -> N
     site_file.write_text("kubernetes: {env: {NCCL_NVLS_ENABLE: '0', HF_HOME: /shared/hf}}\n")
     site = load_site(site_file)
     loaded = load_scope("kimi-k3")
-    r = k8s.render(layout(loaded, tier="smoke"), site, k8s.K8sOptions(model="kimi-k3"))
+    r = k8s.render(layout(loaded, tier="smoke"), site, k8s.K8sOptions(ValidateOptions("kimi-k3")))
     containers = []
     for d in r.documents + k8s.engines_of(r):
         if d["kind"] == "Job":

@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 
 from fasttrack import ROOT
+from fasttrack.checks.base import build_run_plan
 from fasttrack.engine.cmdline import NODE_MAIN, NODE_REPORTS_ENV, node_reports_dir
 from fasttrack.engine.environment import endpoint_environment
 from fasttrack.engine.nodes import attached_hardware, engine_hardware, host_from_report, with_node_reports
-from fasttrack.hardware import match_nodes
-from fasttrack.plan import build_plan
+from fasttrack.host.hardware import match_nodes
 from fasttrack.scope import load_scope
 
 NODE_REPORT = NODE_MAIN.with_name("node_report.py")
@@ -101,7 +101,7 @@ def test_the_node_script_writes_the_report_before_the_engine_starts(smi_path: st
 
 def _k3() -> tuple[Any, Any]:
     loaded = load_scope("kimi-k3")
-    return loaded.scope, build_plan(loaded.scope, tier="smoke")
+    return loaded.scope, build_run_plan(loaded.scope, tier="smoke")
 
 
 def test_every_node_of_an_engine_is_checked_and_they_share_one_nvlink_domain(smi_path: str) -> None:
@@ -220,7 +220,7 @@ def test_server_info_names_the_gpu_and_its_architecture_follows_from_the_name() 
     scope (on the H200 run its architecture was 'unknown' and every attached-engine validate was refused), while
     a GPU whose name is not a known data-center model stays unknown and cannot pass."""
     from fasttrack.engine.nodes import host_from_system_env
-    from fasttrack.hardware import capability_from_name, match_hardware
+    from fasttrack.host.hardware import capability_from_name, match_hardware
 
     scope = load_scope("demo-llama-gpu").scope
     sysenv = {

@@ -82,7 +82,9 @@ def test_a_python_only_pr_builds_on_precompiled_kernels_of_its_merge_base(pr_rep
     assert git(ctx / "vllm", "cat-file", "-t", merge_base) == "commit"
     assert git(ctx / "vllm", "diff", "--name-only", merge_base, head) == "vllm/model_executor/models/kimi_k3/fast.py"
     assert git(ctx / "vllm", "status", "--porcelain") == ""
-    assert (ctx / "fasttrack" / "pyproject.toml").is_file() and (ctx / "fasttrack" / "fasttrack" / "cli.py").is_file()
+    assert (ctx / "fasttrack" / "pyproject.toml").is_file() and (
+        ctx / "fasttrack" / "fasttrack" / "cli" / "__init__.py"
+    ).is_file()
     assert not list((ctx / "fasttrack").rglob("__pycache__"))
     assert (tmp_path / "b" / "Containerfile").read_text() == CONTAINERFILE
 

@@ -26,6 +26,7 @@ from fasttrack.executors.k8s_api import Api
 from fasttrack.executors.k8s_drive import EXIT_NO_ENGINES, DriveOptions, drive
 from fasttrack.executors.shards import layout
 from fasttrack.executors.site import load_site
+from fasttrack.pipeline.options import ValidateOptions
 from fasttrack.scope import load_scope
 
 UID = "0f0f0f0f-1111-2222-3333-444455556666"
@@ -93,7 +94,9 @@ def _serve(handler: type) -> tuple[ThreadingHTTPServer, str]:
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[dict[str, Any]]:
     """The rendered engines of K3's shard 1, a stand-in API and two stand-in engines."""
-    r = k8s.render(layout(load_scope("kimi-k3"), tier="full"), load_site(None), k8s.K8sOptions(model="kimi-k3"))
+    r = k8s.render(
+        layout(load_scope("kimi-k3"), tier="full"), load_site(None), k8s.K8sOptions(ValidateOptions("kimi-k3"))
+    )
     engines = tmp_path / "engines.yaml"
     engines.write_text(yaml.safe_dump_all(r.engines[1]))
     api_handler = type("Api", (FakeApi,), {"calls": [], "objects": {}})

@@ -19,10 +19,11 @@ import jsonschema
 import pytest
 import yaml
 
+from fasttrack.checks.base import build_run_plan
 from fasttrack.executors import k8s
-from fasttrack.executors.shards import PRArgs, layout
+from fasttrack.executors.shards import layout
 from fasttrack.executors.site import load_site
-from fasttrack.plan import build_plan
+from fasttrack.pipeline.options import ValidateOptions
 from fasttrack.scope import load_scope
 
 kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="kubernetes-validate (test extra)")
@@ -41,7 +42,7 @@ CRDS = {
 }
 DIGEST = "sha256:" + "cd" * 32
 IMAGE = f"registry.example/fasttrack-pr:abc@{DIGEST}"
-PR = PRArgs(repo="/opt/vllm-src", base="b" * 40, head="a" * 40)
+PR = ValidateOptions("kimi-k3", repo=Path("/opt/vllm-src"), base="b" * 40, head="a" * 40)
 
 
 def strict(schema: Any) -> Any:
@@ -79,7 +80,7 @@ def crd_schemas() -> dict[tuple[str, str], dict[str, Any]]:
 def rendered() -> k8s.K8sRender:
     loaded = load_scope("kimi-k3")
     lay = layout(loaded, tier="full")
-    return k8s.render(lay, load_site(None), k8s.K8sOptions(model="kimi-k3", image=IMAGE, pr=PR))
+    return k8s.render(lay, load_site(None), k8s.K8sOptions(PR, image=IMAGE))
 
 
 def _validate(doc: dict[str, Any], crds: dict[tuple[str, str], dict[str, Any]]) -> None:
@@ -132,14 +133,14 @@ def test_validation_catches_broken_objects(rendered: k8s.K8sRender, crd_schemas)
 
 def test_node_counts_match_the_plan(rendered: k8s.K8sRender) -> None:
     loaded = load_scope("kimi-k3")
-    full = build_plan(loaded.scope, tier="full", scope_sha256=loaded.sha256)
+    full = build_run_plan(loaded.scope, tier="full", scope_sha256=loaded.sha256)
     n = len(full.groups)
     lws = [d for d in k8s.engines_of(rendered) if d["kind"] == "LeaderWorkerSet"]
     # every K3 engine spans several GB300 trays: one shard per group, two LeaderWorkerSets (one per side) each
     assert len(lws) == 2 * n
     for d in lws:
         shard = int(d["metadata"]["labels"]["fasttrack.dev/shard"])
-        plan = build_plan(loaded.scope, tier="full", shard=f"{shard}/{n}", scope_sha256=loaded.sha256)
+        plan = build_run_plan(loaded.scope, tier="full", shard=f"{shard}/{n}", scope_sha256=loaded.sha256)
         (group,) = plan.groups
         tmpl = d["spec"]["leaderWorkerTemplate"]
         assert tmpl["size"] == group.nodes
@@ -190,7 +191,7 @@ def test_drivers_hold_no_gpu_and_validate_the_pr_head_in_the_pinned_image(render
         drive, validate = _driver_argv(d)
         assert drive[:3] == ["fasttrack", "k8s", "drive"]
         assert validate[:2] == ["fasttrack", "validate"]
-        for flag, value in (("--repo", PR.repo), ("--base", PR.base), ("--head", PR.head)):
+        for flag, value in (("--repo", str(PR.repo)), ("--base", PR.base), ("--head", PR.head)):
             assert validate[validate.index(flag) + 1] == value
         shard = d["metadata"]["labels"]["fasttrack.dev/shard"]
         assert validate[validate.index("--shard") + 1] == f"{shard}/36"
@@ -246,7 +247,7 @@ def test_engines_spanning_trays_get_a_compute_domain_in_one_clique(rendered: k8s
 def test_waves_without_a_queue_and_kueue_labels_with_one(tmp_path: Path) -> None:
     loaded = load_scope("kimi-k3")
     lay = layout(loaded, tier="full")
-    r = k8s.render(lay, load_site(None), k8s.K8sOptions(model="kimi-k3", max_parallel=3))
+    r = k8s.render(lay, load_site(None), k8s.K8sOptions(ValidateOptions("kimi-k3"), max_parallel=3))
     drivers = sorted(
         (d for d in r.documents if d["kind"] == "Job" and d["metadata"]["labels"]["fasttrack.dev/role"] == "driver"),
         key=lambda d: int(d["metadata"]["labels"]["fasttrack.dev/shard"]),
@@ -264,7 +265,7 @@ def test_waves_without_a_queue_and_kueue_labels_with_one(tmp_path: Path) -> None
 
     site = tmp_path / "site.yaml"
     site.write_text("kubernetes: {queue: gpu-evals}\n")
-    r = k8s.render(lay, load_site(site), k8s.K8sOptions(model="kimi-k3"))
+    r = k8s.render(lay, load_site(site), k8s.K8sOptions(ValidateOptions("kimi-k3")))
     for d in _every_object(r):
         q = d["metadata"]["labels"].get("kueue.x-k8s.io/queue-name")
         role = d["metadata"]["labels"].get("fasttrack.dev/role")
@@ -282,7 +283,7 @@ def test_single_node_shards_become_one_indexed_job(crd_schemas) -> None:
     max_parallel at once."""
     loaded = load_scope("demo-llama")
     lay = layout(loaded, tier="smoke", shards=3)
-    r = k8s.render(lay, load_site(None), k8s.K8sOptions(model="demo-llama", max_parallel=2))
+    r = k8s.render(lay, load_site(None), k8s.K8sOptions(ValidateOptions("demo-llama"), max_parallel=2))
     (job,) = [d for d in r.documents if d["kind"] == "Job" and d["metadata"]["name"].endswith("-shards")]
     spec = job["spec"]
     assert spec["completionMode"] == "Indexed" and spec["completions"] == 3 and spec["backoffLimitPerIndex"] == 0
@@ -307,7 +308,9 @@ def test_slurm_site_settings_stay_out_of_the_pods(tmp_path: Path) -> None:
         "slurm: {env: {SLURM_ONLY: '1'}, sbatch: ['--exclusive']}\n"
         "kubernetes: {env: {HF_HOME: /models/hf}, setup: ['echo pod']}\n"
     )
-    r = k8s.render(layout(load_scope("kimi-k3"), tier="smoke"), load_site(site), k8s.K8sOptions(model="kimi-k3"))
+    r = k8s.render(
+        layout(load_scope("kimi-k3"), tier="smoke"), load_site(site), k8s.K8sOptions(ValidateOptions("kimi-k3"))
+    )
     text = yaml.safe_dump_all(_every_object(r))
     for leak in ("/shared/venv", "module load", "/shared/hf", "SLURM_ONLY", "--exclusive", "--run-anyway"):
         assert leak not in text, leak

@@ -14,6 +14,7 @@ from fasttrack.executors import slurm
 from fasttrack.executors.shards import layout
 from fasttrack.executors.site import load_site
 from fasttrack.executors.slurm_jobs import describe_absent, resubmit, shard_jobs, status, submit, task_states
+from fasttrack.pipeline.options import ValidateOptions
 from fasttrack.scope import load_scope
 
 SCONTROL = {
@@ -65,7 +66,9 @@ def fake_slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def job_dir(tmp_path: Path) -> Path:
     lay = layout(load_scope("demo-llama"), tier="smoke", shards=3)
     d = tmp_path / "job"
-    slurm.write(slurm.render(lay, load_site(None), slurm.SlurmOptions(model="demo-llama", tier="smoke", job_dir=d)), d)
+    slurm.write(
+        slurm.render(lay, load_site(None), slurm.SlurmOptions(ValidateOptions("demo-llama", "smoke"), job_dir=d)), d
+    )
     return d
 
 
@@ -116,7 +119,9 @@ def test_resubmit_one_shard_and_its_merge(fake_slurm: Path, job_dir: Path) -> No
 def test_failed_sbatch_cancels_what_was_submitted(fake_slurm: Path, tmp_path: Path) -> None:
     lay = layout(load_scope("kimi-k3"), tier="full")
     d = tmp_path / "job"
-    slurm.write(slurm.render(lay, load_site(None), slurm.SlurmOptions(model="kimi-k3", tier="full", job_dir=d)), d)
+    slurm.write(
+        slurm.render(lay, load_site(None), slurm.SlurmOptions(ValidateOptions("kimi-k3", "full"), job_dir=d)), d
+    )
     (d / "array-4n4g.sbatch").unlink()  # the second array's sbatch fails
     sb = Path(os.environ["PATH"].split(os.pathsep)[0]) / "sbatch"
     sb.write_text(sb.read_text().replace('echo "sbatch $*"', '[ -f "${@: -1}" ] || exit 1; echo "sbatch $*"'))

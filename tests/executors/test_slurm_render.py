@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 
 from fasttrack import ROOT
+from fasttrack.checks.base import build_run_plan
 from fasttrack.errors import FasttrackError
 from fasttrack.executors import slurm
-from fasttrack.executors.shards import PRArgs, layout
+from fasttrack.executors.shards import layout
 from fasttrack.executors.site import load_site
-from fasttrack.plan import build_plan
+from fasttrack.pipeline.options import ValidateOptions
 from fasttrack.scope import load_scope
 
 
@@ -46,11 +47,13 @@ def _indices(spec: str) -> list[int]:
 
 def test_one_shard_per_engine_group_and_arrays_by_node_count(k3, tmp_path: Path) -> None:
     loaded, lay = k3
-    full = build_plan(loaded.scope, tier="full", scope_sha256=loaded.sha256)
+    full = build_run_plan(loaded.scope, tier="full", scope_sha256=loaded.sha256)
     assert lay.count == len(full.groups) == 36
     nodes_of = {g.id: g.nodes for g in full.groups}
     per_node = {g.id: g.gpus_per_node for g in full.groups}
-    rendered = slurm.render(lay, load_site(None), slurm.SlurmOptions(model="kimi-k3", tier="full", job_dir=tmp_path))
+    rendered = slurm.render(
+        lay, load_site(None), slurm.SlurmOptions(ValidateOptions("kimi-k3", "full"), job_dir=tmp_path)
+    )
     seen: list[int] = []
     for script in rendered.arrays:
         opts = _sbatch(script.text)
@@ -59,7 +62,7 @@ def test_one_shard_per_engine_group_and_arrays_by_node_count(k3, tmp_path: Path)
         nodes = int(opts["nodes"][0])
         for i in shards:
             # the shard's plan (what `validate --shard i/36` runs) needs exactly this many nodes of this many GPUs
-            plan = build_plan(loaded.scope, tier="full", shard=f"{i}/36", scope_sha256=loaded.sha256)
+            plan = build_run_plan(loaded.scope, tier="full", shard=f"{i}/36", scope_sha256=loaded.sha256)
             assert [g.id for g in plan.groups] == list(lay.shard(i).groups)
             assert {nodes_of[g.id] for g in plan.groups} == {nodes}, (script.name, i)
             assert {per_node[g.id] for g in plan.groups} == {int(opts["gpus-per-node"][0])}
@@ -70,7 +73,7 @@ def test_one_shard_per_engine_group_and_arrays_by_node_count(k3, tmp_path: Path)
             and "exec fasttrack validate --model kimi-k3 --tier full" in script.text
         )
         # time limit: the longest shard's estimate x 1.5 + 30 min, in Slurm's D-HH:MM:SS
-        longest = max(build_plan(loaded.scope, tier="full", shard=f"{i}/36").estimate.wall_hours for i in shards)
+        longest = max(build_run_plan(loaded.scope, tier="full", shard=f"{i}/36").estimate.wall_hours for i in shards)
         d, hms = opts["time"][0].split("-")
         h, m, _ = (int(x) for x in hms.split(":"))
         minutes = int(d) * 1440 + h * 60 + m
@@ -86,7 +89,9 @@ def test_one_shard_per_engine_group_and_arrays_by_node_count(k3, tmp_path: Path)
 
 def test_merge_job_depends_on_every_array_with_afterany(k3, tmp_path: Path) -> None:
     _, lay = k3
-    rendered = slurm.render(lay, load_site(None), slurm.SlurmOptions(model="kimi-k3", tier="full", job_dir=tmp_path))
+    rendered = slurm.render(
+        lay, load_site(None), slurm.SlurmOptions(ValidateOptions("kimi-k3", "full"), job_dir=tmp_path)
+    )
     sub = rendered.submit_sh
     for script in rendered.arrays:
         assert f"sbatch --parsable {script.name}" in sub
@@ -99,7 +104,9 @@ def test_merge_job_depends_on_every_array_with_afterany(k3, tmp_path: Path) -> N
 def test_submit_script_chains_real_job_ids(k3, tmp_path: Path) -> None:
     """submit.sh run against a stand-in sbatch: every array first, then the merge with afterany on all their ids."""
     _, lay = k3
-    rendered = slurm.render(lay, load_site(None), slurm.SlurmOptions(model="kimi-k3", tier="full", job_dir=tmp_path))
+    rendered = slurm.render(
+        lay, load_site(None), slurm.SlurmOptions(ValidateOptions("kimi-k3", "full"), job_dir=tmp_path)
+    )
     slurm.write(rendered, tmp_path)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -135,7 +142,7 @@ def test_site_profile_lines_container_and_signing(tmp_path: Path, k3) -> None:
     )
     site = load_site(site_file)
     opts = slurm.SlurmOptions(
-        model="kimi-k3", tier="full", job_dir=tmp_path, sign_key=Path("/shared/keys/me"), gpus_per_node=4
+        ValidateOptions("kimi-k3", "full", sign_keys=[Path("/shared/keys/me")]), job_dir=tmp_path, gpus_per_node=4
     )
     text = slurm.render(lay, site, opts).arrays[0].text
     o = _sbatch(text)
@@ -193,7 +200,7 @@ def test_engines_spanning_nodes_ask_for_one_nvlink_domain(k3, tmp_path: Path) ->
     """K3's engines span GB300 trays over the multi-node NVLink fabric: each array asks Slurm for nodes of one
     block (topology/block: one block per NVL72 rack) unless the site says how its domains are modelled."""
     _, lay = k3
-    opts = slurm.SlurmOptions(model="kimi-k3", tier="full", job_dir=tmp_path)
+    opts = slurm.SlurmOptions(ValidateOptions("kimi-k3", "full"), job_dir=tmp_path)
     for script in slurm.render(lay, load_site(None), opts).arrays:
         o = _sbatch(script.text)
         assert o["segment"] == o["nodes"], script.name
@@ -213,7 +220,9 @@ def test_engines_spanning_nodes_ask_for_one_nvlink_domain(k3, tmp_path: Path) ->
         slurm.render(lay, load_site(site_file), opts)
     # single-node engines (the demo) need no placement
     demo = layout(load_scope("demo-llama"), tier="smoke", shards=2)
-    text = slurm.render(demo, load_site(None), slurm.SlurmOptions(model="demo-llama", tier="smoke", job_dir=tmp_path))
+    text = slurm.render(
+        demo, load_site(None), slurm.SlurmOptions(ValidateOptions("demo-llama", "smoke"), job_dir=tmp_path)
+    )
     assert "placement" not in text.arrays[0].text
 
 
@@ -225,7 +234,7 @@ def test_arrays_are_throttled_and_the_merge_job_has_its_own_settings(k3, tmp_pat
         "  merge: {partition: cpu, sbatch: ['--mem=8G'], time_min: 45}\n"
     )
     site = load_site(site_file)
-    rendered = slurm.render(lay, site, slurm.SlurmOptions(model="kimi-k3", tier="full", job_dir=tmp_path))
+    rendered = slurm.render(lay, site, slurm.SlurmOptions(ValidateOptions("kimi-k3", "full"), job_dir=tmp_path))
     for script in rendered.arrays:
         o = _sbatch(script.text)
         assert o["array"][0].endswith("%3") and o["exclusive"] == [""] and o["partition"] == ["gb300"]
@@ -233,19 +242,25 @@ def test_arrays_are_throttled_and_the_merge_job_has_its_own_settings(k3, tmp_pat
     assert m["partition"] == ["cpu"] and m["account"] == ["infer"] and m["mem"] == ["8G"]
     assert "exclusive" not in m and m["time"] == ["0-00:45:00"]
     # --max-parallel wins over the site's
-    text = slurm.render(lay, site, slurm.SlurmOptions(model="kimi-k3", tier="full", job_dir=tmp_path, max_parallel=5))
+    text = slurm.render(
+        lay, site, slurm.SlurmOptions(ValidateOptions("kimi-k3", "full"), job_dir=tmp_path, max_parallel=5)
+    )
     assert _sbatch(text.arrays[0].text)["array"][0].endswith("%5")
     # an older profile's merge keys still mean the merge job's
     site_file.write_text("slurm:\n  sbatch: ['--exclusive']\n  merge_sbatch: ['--mem=4G']\n  merge_time_min: 20\n")
-    m = _sbatch(slurm.render(lay, load_site(site_file), slurm.SlurmOptions("kimi-k3", "full", tmp_path)).merge.text)
+    m = _sbatch(
+        slurm.render(
+            lay, load_site(site_file), slurm.SlurmOptions(ValidateOptions("kimi-k3", "full"), job_dir=tmp_path)
+        ).merge.text
+    )
     assert m["mem"] == ["4G"] and "exclusive" not in m and m["time"] == ["0-00:20:00"]
 
 
 def test_every_shard_validates_the_pr_head(k3, tmp_path: Path) -> None:
     _, lay = k3
     head = "a" * 40
-    pr = PRArgs(repo="/shared/vllm", base="b" * 40, head=head)
-    rendered = slurm.render(lay, load_site(None), slurm.SlurmOptions("kimi-k3", "full", tmp_path, pr=pr))
+    pr = ValidateOptions("kimi-k3", "full", repo=Path("/shared/vllm"), base="b" * 40, head=head)
+    rendered = slurm.render(lay, load_site(None), slurm.SlurmOptions(pr, job_dir=tmp_path))
     for script in rendered.arrays:
         line = next(ln for ln in script.text.splitlines() if ln.startswith("exec fasttrack validate"))
         argv = shlex.split(line)

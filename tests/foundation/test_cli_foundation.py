@@ -116,12 +116,12 @@ def test_validate_partial_scope_refused(tmp_path: Path) -> None:
 
 
 def test_validate_group_selection_keeps_the_plan_whole_and_names_unknown_groups(tmp_path: Path) -> None:
+    from fasttrack.checks.base import build_run_plan
     from fasttrack.errors import FasttrackError
     from fasttrack.pipeline.validate import select_groups
-    from fasttrack.plan import build_plan
     from fasttrack.scope import load_scope
 
-    plan = build_plan(load_scope("demo-llama").scope, tier="standard")
+    plan = build_run_plan(load_scope("demo-llama").scope, tier="standard")
     assert select_groups(plan, None) is plan
     only = select_groups(plan, ["tp1-dcp1-ngram-synth.dl3"])
     assert [g.id for g in only.groups] == ["tp1-dcp1-ngram-synth.dl3"]

@@ -1,6 +1,6 @@
-"""The cost model (fasttrack/cost.py): every check's work counted from the scope and the tier, timed by the
-scope's ``estimates``; ``plan`` shows it per check, shards balance by it, and the demo's estimate is held to its
-measured run (tests/fixtures/cost/)."""
+"""The cost model (fasttrack/planning/cost.py and each check's ``cost`` declaration): every check's work counted from
+the scope and the tier, timed by the scope's ``estimates``; ``plan`` shows it per check, shards balance by it,
+and the demo's estimate is held to its measured run (tests/fixtures/cost/)."""
 
 from __future__ import annotations
 
@@ -13,14 +13,15 @@ from typing import Any
 import pytest
 
 from fasttrack import ROOT
-from fasttrack.cost import STARTS, measured, plan_cost
+from fasttrack.checks.base import build_run_plan, registered_checks
 from fasttrack.executors.shards import layout
-from fasttrack.plan import build_plan
+from fasttrack.planning.cost import STARTS, measured, plan_cost
 from fasttrack.scope import Scope, load_scope, parse_scope
 from fasttrack.scope.reference import COST_LINE as REFERENCE
 
 FIXTURES = ROOT / "tests" / "fixtures"
 DEMO_RUNS = sorted((FIXTURES / "cost").glob("demo-smoke-run-*.json"))
+CHECKS = list(registered_checks().values())
 LINES = {STARTS, "kernels", "equivalence", "features", "coverage", "evals", "perf", REFERENCE}
 
 
@@ -30,7 +31,7 @@ def k3():
 
 
 def test_plan_shows_every_check_and_the_engine_starts_and_they_add_up() -> None:
-    plan = build_plan(load_scope("demo-llama").scope, tier="smoke")
+    plan = build_run_plan(load_scope("demo-llama").scope, tier="smoke")
     e = plan.estimate
     assert set(e.checks) == LINES
     assert next(iter(e.checks)) == STARTS  # the engine starts first, then the checks by name
@@ -46,19 +47,19 @@ def test_a_tier_that_leaves_a_check_out_does_not_pay_for_it() -> None:
         "    workloads: [decode, sweep]\n    lifetimes_per_side: 1\n    checks: [kernels, equivalence]\n"
     ))  # fmt: skip
     scope = parse_scope(text, source="demo")
-    assert set(build_plan(scope, tier="smoke").estimate.checks) == {STARTS, "kernels", "equivalence", REFERENCE}
+    assert set(build_run_plan(scope, tier="smoke").estimate.checks) == {STARTS, "kernels", "equivalence", REFERENCE}
 
 
 def test_evals_are_counted_by_their_tokens(k3) -> None:
     """Doubling an eval's max_tokens doubles its decode tokens; AIME 2025 (30 problems) at the K3 full tier's
     points costs what its answers take to decode (the estimate that once ignored evals)."""
     scope = k3.scope
-    plan = build_plan(scope, tier="full")
-    base = plan_cost(scope, "full", plan.groups, plan.points)["evals"]
+    plan = build_run_plan(scope, tier="full")
+    base = plan_cost(scope, "full", plan.groups, plan.points, CHECKS)["evals"]
     longer = scope.model_copy(
         update={"evals": [e.model_copy(update={"max_tokens": 2 * e.max_tokens}) for e in scope.evals]}
     )
-    doubled = plan_cost(longer, "full", plan.groups, plan.points)["evals"]
+    doubled = plan_cost(longer, "full", plan.groups, plan.points, CHECKS)["evals"]
     assert doubled.decode_tokens == 2 * base.decode_tokens and doubled.wall_s > 1.7 * base.wall_s  # prompts too
     # one group's AIME runs at batch 1: the baseline twice (its own agreement), the candidate once, 30 problems
     # x 4 repeats, each answer half of 32768 tokens, one stream at the scope's single-stream speed
@@ -67,7 +68,7 @@ def test_evals_are_counted_by_their_tokens(k3) -> None:
     one_run_s = 30 * aime.repeats * aime.max_tokens * est.eval_output_fraction / est.stream_tokens_per_s
     assert one_run_s > 3600  # hours, not the minutes the old estimate gave a whole shard
     group = next(g for g in plan.groups if g.spec == "none" and g.dcp == 1 and g.tp == 16)
-    alone = plan_cost(scope, "full", [group], plan.points)
+    alone = plan_cost(scope, "full", [group], plan.points, CHECKS)
     assert alone["evals"].wall_s > 3 * one_run_s
     # the shard that runs this group (one shard per group) is given at least that time
     lay = layout(k3, tier="full")
@@ -76,7 +77,7 @@ def test_evals_are_counted_by_their_tokens(k3) -> None:
 
 
 def test_k3_gpu_hours_are_four_per_node_hour_and_shards_add_up(k3) -> None:
-    full = build_plan(k3.scope, tier="full")
+    full = build_run_plan(k3.scope, tier="full")
     assert full.estimate.gpu_hours == pytest.approx(4 * full.estimate.node_hours, rel=1e-3)
     # 40 shards of 36 groups: groups split, and each part starts its own engines and runs the kernel tests:
     # the layout's totals are its shards' sums, more than the unsharded plan's, never less
@@ -92,10 +93,11 @@ def test_k3_gpu_hours_are_four_per_node_hour_and_shards_add_up(k3) -> None:
 
 def test_shards_balance_by_cost(k3) -> None:
     n = 8
-    full = build_plan(k3.scope, tier="full")
-    loads = [build_plan(k3.scope, tier="full", shard=f"{i}/{n}").estimate.gpu_hours for i in range(1, n + 1)]
+    full = build_run_plan(k3.scope, tier="full")
+    loads = [build_run_plan(k3.scope, tier="full", shard=f"{i}/{n}").estimate.gpu_hours for i in range(1, n + 1)]
     biggest = max(
-        sum(c.device_s for c in plan_cost(k3.scope, "full", [g], full.points).values()) / 3600 for g in full.groups
+        sum(c.device_s for c in plan_cost(k3.scope, "full", [g], full.points, CHECKS).values()) / 3600
+        for g in full.groups
     )
     # longest first onto the least loaded shard: no shard exceeds another by more than one group's cost
     assert max(loads) - min(loads) <= biggest + 1e-6
@@ -135,8 +137,8 @@ def test_the_gpu_demo_estimate_is_within_25_percent_of_the_h200_run() -> None:
     assert (summary["scope"], summary["tier"], summary["shard"]) == ("demo-llama-gpu", "smoke", "1/1")
     assert summary["crash"] is None and not summary["interrupted"]
     scope = without_reference(load_scope("demo-llama-gpu").scope)  # the run had no reference variants
-    plan = build_plan(scope, tier="smoke")
-    est = plan_cost(scope, "smoke", plan.groups, plan.points)
+    plan = build_run_plan(scope, tier="smoke")
+    est = plan_cost(scope, "smoke", plan.groups, plan.points, CHECKS)
     got = measured(summary)
     assert set(est) <= set(got)
     total = sum(c.wall_s for c in est.values())
@@ -187,8 +189,8 @@ def test_the_demo_estimate_is_within_25_percent_of_its_measured_run(run: Path) -
     # every check ran (none cut short), so every line of the estimate was measured
     assert all(c["verdict"] != "not_run" for name, c in summary["checks"].items() if name != "isolation")
     scope = scope_then(load_scope("demo-llama").scope, RUN_SCOPES[run.stem])
-    plan = build_plan(scope, tier="smoke")
-    est = plan_cost(scope, "smoke", plan.groups, plan.points)
+    plan = build_run_plan(scope, tier="smoke")
+    est = plan_cost(scope, "smoke", plan.groups, plan.points, CHECKS)
     got = measured(summary)
     assert set(est) <= set(got)
     total = sum(c.wall_s for c in est.values())
@@ -218,11 +220,11 @@ def test_a_concurrency_sweep_is_priced_per_level() -> None:
     scope = load_scope("demo-llama").scope
     sweep = next(w for w in scope.workloads if w.kind == "concurrency_sweep")
     assert sweep.concurrencies == [1, 2, 4, 8] and sweep.requests_per_run is None
-    plan = build_plan(scope, tier="smoke")
-    with_sweep = plan_cost(scope, "smoke", plan.groups, plan.points)["perf"]
+    plan = build_run_plan(scope, tier="smoke")
+    with_sweep = plan_cost(scope, "smoke", plan.groups, plan.points, CHECKS)["perf"]
     smoke = scope.tiers["smoke"].model_copy(update={"workloads": ["decode"]})
     without = scope.model_copy(update={"tiers": {**scope.tiers, "smoke": smoke}})
-    plain = plan_cost(without, "smoke", plan.groups, plan.points)["perf"]
+    plain = plan_cost(without, "smoke", plan.groups, plan.points, CHECKS)["perf"]
     runs = (scope.gates.perf.min_runs + scope.gates.perf.max_runs) / 2
     lifetimes = sum(g.lifetimes_per_side for g in plan.groups)
     assert with_sweep.requests - plain.requests == lifetimes * sum(int(2 * runs * 4 * c) for c in (1, 2, 4, 8))

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from fasttrack import ROOT
-from fasttrack.doctor import diagnose
-from fasttrack.hardware import GPU, HostInfo
+from fasttrack.host.doctor import diagnose
+from fasttrack.host.hardware import GPU, HostInfo
 from fasttrack.scope import load_scope
 
 

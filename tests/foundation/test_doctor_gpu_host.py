@@ -20,11 +20,11 @@ from typing import Any
 import pytest
 
 from fasttrack import ROOT
-from fasttrack.doctor import diagnose
+from fasttrack.checks.base import build_run_plan
 from fasttrack.engine.environment import probe_local_environment
-from fasttrack.hardware import GPU, HostInfo, host_memory, parse_gpu_query
-from fasttrack.hostfit import cuda_fit, memory_fit
-from fasttrack.plan import build_plan
+from fasttrack.host.doctor import diagnose
+from fasttrack.host.fit import cuda_fit, memory_fit
+from fasttrack.host.hardware import GPU, HostInfo, host_memory, parse_gpu_query
 from fasttrack.scope import load_scope
 
 HERE = Path(__file__).resolve().parent
@@ -156,20 +156,20 @@ SHARE_048 = ('"--gpu-memory-utilization", "0.2"', '"--gpu-memory-utilization", "
 
 def test_both_engines_up_together_must_fit_one_gpu_with_headroom(tmp_path: Path) -> None:
     loaded = _demo_variant(tmp_path, SHARE_048)
-    plan = build_plan(loaded.scope, tier="smoke")
+    plan = build_run_plan(loaded.scope, tier="smoke")
     fit = memory_fit(loaded.scope, plan, _h200(), device="gpu")
     assert not fit.ok and fit.together
     assert "baseline 0.48 (--gpu-memory-utilization 0.48) + candidate 0.48" in fit.problems[0]
     assert "= 0.96 of each GPU's 140 GiB: more than 0.95" in fit.problems[0]
     # one engine at a time (no interleave): each side alone fits
     alone = _demo_variant(tmp_path / "alone", SHARE_048, ("interleave: true", "interleave: false"))
-    fit = memory_fit(alone.scope, build_plan(alone.scope, tier="smoke"), _h200(), device="gpu")
+    fit = memory_fit(alone.scope, build_run_plan(alone.scope, tier="smoke"), _h200(), device="gpu")
     assert fit.ok and not fit.together and "one at a time" in fit.lines[0], fit.lines
 
 
 def test_vllms_default_share_counts_for_a_side_that_sets_none(tmp_path: Path) -> None:
     loaded = _demo_variant(tmp_path, ('"--gpu-memory-utilization", "0.2", ', ""))
-    fit = memory_fit(loaded.scope, build_plan(loaded.scope, tier="smoke"), _h200(), device="gpu")
+    fit = memory_fit(loaded.scope, build_run_plan(loaded.scope, tier="smoke"), _h200(), device="gpu")
     assert not fit.ok and "vLLM's default 0.92" in fit.problems[0] and "= 1.84" in fit.problems[0]
 
 
@@ -178,12 +178,12 @@ def test_on_a_cpu_host_the_kv_cache_spaces_must_fit_the_available_memory(tmp_pat
     small = HostInfo(
         cpu_model="x", cpu_count=2, source="none", memory_total_mib=24 * 1024, memory_available_mib=18 * 1024
     )
-    fit = memory_fit(loaded.scope, build_plan(loaded.scope, tier="smoke"), small, device="cpu")
+    fit = memory_fit(loaded.scope, build_run_plan(loaded.scope, tier="smoke"), small, device="cpu")
     assert not fit.ok, fit.lines
     assert "baseline 10.0 GiB (VLLM_CPU_KVCACHE_SPACE=8" in fit.problems[0]
     assert "= 20.0 GiB of 18 GiB available: more than 90%" in fit.problems[0]
     shipped = load_scope("demo-llama")
-    fit = memory_fit(shipped.scope, build_plan(shipped.scope, tier="smoke"), small, device="cpu")
+    fit = memory_fit(shipped.scope, build_run_plan(shipped.scope, tier="smoke"), small, device="cpu")
     assert fit.ok and "= 6.0 GiB of 18 GiB available" in fit.lines[0]
 
 
@@ -266,5 +266,5 @@ def test_a_gpu_without_a_memory_size_leaves_the_shares_unchecked() -> None:
     """A GPU without a memory size leaves the shares unchecked, and says so (not ok)."""
     host = HostInfo(cpu_model="x", cpu_count=1, gpus=[GPU(index=0, name="NVIDIA H200")], source="nvidia-smi")
     loaded = load_scope("demo-llama")
-    fit = memory_fit(loaded.scope, build_plan(loaded.scope, tier="smoke"), host, device="gpu")
+    fit = memory_fit(loaded.scope, build_run_plan(loaded.scope, tier="smoke"), host, device="gpu")
     assert fit.ok and not fit.checked and "not checked" in fit.lines[0]

@@ -7,7 +7,7 @@ from typing import get_args
 
 from fasttrack import ROOT
 from fasttrack.bundle.headline import MISSING_ORDER
-from fasttrack.checks.base import registry
+from fasttrack.checks.base import registered_checks
 from fasttrack.results import HeadBinding, Verdict
 from fasttrack.scope import TIER_ORDER
 
@@ -42,4 +42,4 @@ def test_tiers_pr_link_states_and_checks_are_named() -> None:
     states = (*get_args(HeadBinding), "none")  # an engine binding, or no PR link at all
     assert all(f"`{s}`" in link for s in states), (states, link)
     check = entry("Check.")
-    assert all(f"`{name}`" in check for name in registry()), check
+    assert all(f"`{name}`" in check for name in registered_checks()), check

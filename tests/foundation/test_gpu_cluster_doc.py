@@ -66,7 +66,8 @@ def test_every_shard_gets_the_prs_build_and_binding(guide_site: Path, tmp_path: 
         assert ln.endswith(shlex.join(site.slurm_validate_args)), ln
     assert out.count(f"#SBATCH --container-image={site.slurm.container_image}") == 3  # both arrays and the merge
     code, said = run_cli(
-        ["k8s", "render", "--model", "kimi-k3", "--tier", "full", "--site", str(guide_site), "--sign"]
+        ["k8s", "render", "--model", "kimi-k3", "--tier", "full", "--site", str(guide_site)]
+        + ["--sign-key", "/fasttrack-key/key"]
         + ["-o", str(tmp_path / "manifests")]
     )
     assert code == 0, said

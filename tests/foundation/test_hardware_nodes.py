@@ -10,8 +10,9 @@ import sys
 import pytest
 
 from fasttrack import ROOT
+from fasttrack.checks.base import build_run_plan
 from fasttrack.errors import ScopeError
-from fasttrack.hardware import (
+from fasttrack.host.hardware import (
     GPU,
     HostInfo,
     allocation_from_env,
@@ -20,7 +21,6 @@ from fasttrack.hardware import (
     parse_gpu_query,
     parse_nvlink_status,
 )
-from fasttrack.plan import build_plan
 from fasttrack.scope import load_scope, parse_scope
 
 
@@ -50,7 +50,7 @@ def test_k3_smoke_plan_json_states_four_nodes_of_four_gpus_per_tp16_engine() -> 
 
 
 def test_standard_tier_tp8_spans_two_trays(k3) -> None:
-    plan = build_plan(k3.scope, tier="standard")
+    plan = build_run_plan(k3.scope, tier="standard")
     by_tp = {g.tp: (g.nodes, g.gpus_per_node) for g in plan.groups}
     assert by_tp == {8: (2, 4), 16: (4, 4)}
     node_h = sum(g.nodes for g in plan.groups)
@@ -58,7 +58,7 @@ def test_standard_tier_tp8_spans_two_trays(k3) -> None:
 
 
 def test_engines_that_fit_one_host_have_one_node() -> None:
-    plan = build_plan(load_scope("demo-llama").scope, tier="smoke")
+    plan = build_run_plan(load_scope("demo-llama").scope, tier="smoke")
     assert {(g.nodes, g.gpus_per_node) for g in plan.groups} == {(1, None)}
 
 

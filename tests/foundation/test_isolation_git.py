@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from git_testlib import commit, git, init_repo, write
 
+from fasttrack.change.diff import check_isolation, glob_match
 from fasttrack.errors import IsolationError
-from fasttrack.isolation import check_isolation, glob_match
 from fasttrack.scope import load_scope
 
 

@@ -38,7 +38,8 @@ from fasttrack import ROOT
 
 PKG = ROOT / "fasttrack"
 
-#: Layer of each top-level component of ``fasttrack`` (see the module docstring).
+#: Layer of each top-level component of ``fasttrack`` (see the module docstring); a dotted key (``host.doctor``) is a
+#: module or subpackage of a component that sits on a layer of its own (the rest of its component imports none of it).
 LEVELS: dict[str, float] = {
     "fasttrack": 1,  # the package root: ROOT, __version__ and lazy_exports; imports nothing of fasttrack
     "errors": 1,
@@ -53,12 +54,9 @@ LEVELS: dict[str, float] = {
     "bundle": 1.5,
     "report": 1.7,
     "engine": 2,
-    "plan": 2,
-    "cost": 2,  # what a plan costs per check (the plan's estimate; shards balance by it)
-    "isolation": 2,
-    "hardware": 2,
-    "hostfit": 2,  # whether the host fits the scope's engines: device, CUDA build against the driver, memory shares
-    "models": 2,
+    "planning": 2,  # the plan (points, engine groups, shards) and what it costs (the checks' own cost declarations)
+    "change": 2,  # the change under test: a git diff's paths classified against owned paths and shared components
+    "host": 2,  # this host's hardware, whether the scope's engines fit it, the model to serve
     "inputs": 2,
     "perf": 3,
     "evals": 3,
@@ -66,13 +64,10 @@ LEVELS: dict[str, float] = {
     "checks": 4,
     "pipeline": 5,
     "executors": 5,
-    "passability": 5,  # what a tier can never run: the registered checks' own rules (before any engine)
+    "host.doctor": 5,  # the preflight: hardware, engine interpreter, arguments, passability (no engine started)
     "schemas": 5,  # the checked-in JSON Schemas: the scope's lists every registered check's gate and feature
     "pr": 5,  # the PR flow (GitHub client, publish, sticky comment): imports bundle/, report/, level 1
-    "reproduce": 5,
-    "doctor": 5,  # the preflight: hardware, engine interpreter, arguments, passability (no engine started)
     "cli": 6,
-    "cli_plan": 6,  # what `fasttrack plan` prints (its groups, the cost per check, its checks)
     "__main__": 6,
 }
 
@@ -145,7 +140,13 @@ def graph() -> dict[str, dict[str, int]]:
 
 
 def component(module: str) -> str:
+    """The component of a module: its top-level package or module under ``fasttrack`` (``fasttrack.a.b`` -> ``a``),
+    or the dotted key of :data:`LEVELS` it falls under (``fasttrack.host.doctor`` -> ``host.doctor``)."""
     parts = module.split(".")
+    for n in range(len(parts), 2, -1):
+        key = ".".join(parts[1:n])
+        if key in LEVELS:
+            return key
     return parts[1] if len(parts) > 1 else parts[0]
 
 
@@ -330,7 +331,8 @@ def layer_table() -> str:
             continue
         level = LEVELS.get(c)
         assert level is not None, f"fasttrack.{c} has no layer in LEVELS; give it one (and rerun this test)"
-        name = f"`{c}/`" if (PKG / c).is_dir() else f"`{c}`"
+        path = c.replace(".", "/")
+        name = f"`{path}/`" if (PKG / path).is_dir() else f"`{path}`"
         if c in ONLY:
             name += f" ({ONLY[c][1]})"
         rows.setdefault(level, []).append(name)
@@ -359,11 +361,35 @@ def test_the_table_generator_places_every_component() -> None:
     table = layer_table()
     for c in components():
         if c not in NOT_IN_TABLE:
-            assert f"`{c}" in table, c
+            assert f"`{c.replace('.', '/')}" in table, c
     # a stated restriction goes with its component; the levels are in order
     assert "`bundle/` (level 1 and its own modules only)" in table
     levels = [float(line.split("|")[1]) for line in table.splitlines()[2:]]
     assert levels == sorted(levels) and len(levels) == len(set(levels))
+
+
+# --------------------------------------------------------------------------- README's module table
+
+
+def readme_roles(text: str) -> str:
+    """The ``| module | role |`` table of README.md as written."""
+    m = re.search(r"^\| module \| role \|\n(?:\|.*\|\n)+", text, flags=re.M)
+    assert m, "README.md has no '| module | role |' table"
+    return m.group(0)
+
+
+def test_readme_names_every_package_and_module_by_its_role() -> None:
+    """Every component the import graph finds has a row in README's architecture table (``fasttrack/x/`` for a
+    package, ``fasttrack/x.py`` for a module)."""
+    roles = readme_roles((ROOT / "README.md").read_text(encoding="utf-8"))
+    missing = [
+        c
+        for c in components()
+        if c not in NOT_IN_TABLE
+        and f"`fasttrack/{c.replace('.', '/')}/`" not in roles
+        and f"`fasttrack/{c.replace('.', '/')}.py`" not in roles
+    ]
+    assert not missing, f"README's '| module | role |' table has no row for: {', '.join(missing)}"
 
 
 if __name__ == "__main__":  # python tests/foundation/test_layering.py: write the generated table into README.md

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from fasttrack import ROOT
+from fasttrack.checks.base import build_run_plan
+from fasttrack.checks.passability import analyze, analyze_tiers
 from fasttrack.engine.argcheck import check_arg_lists
-from fasttrack.passability import analyze, analyze_tiers
-from fasttrack.plan import build_plan
 from fasttrack.scope import TIER_ORDER, available_suites, load_scope, parse_scope
 
 COMPLETE = [n for n in available_suites() if load_scope(n).scope.is_complete]
@@ -28,7 +28,7 @@ def test_there_are_complete_scopes() -> None:
 @pytest.mark.parametrize("tier", TIER_ORDER)
 def test_every_tier_of_every_complete_scope_can_pass(name: str, tier: str) -> None:
     loaded = load_scope(name)
-    res = analyze(loaded.scope, build_plan(loaded.scope, tier=tier), base_dir=loaded.base_dir)
+    res = analyze(loaded.scope, build_run_plan(loaded.scope, tier=tier), base_dir=loaded.base_dir)
     assert res.ok, "\n".join(res.lines())
 
 
@@ -41,7 +41,7 @@ def _k3(**replace: str):
 
 
 def _blockers(scope, tier: str) -> list[str]:
-    return analyze(scope, build_plan(scope, tier=tier), base_dir=ROOT / "suites/kimi-k3").lines()
+    return analyze(scope, build_run_plan(scope, tier=tier), base_dir=ROOT / "suites/kimi-k3").lines()
 
 
 def test_a_feature_without_its_point_is_found() -> None:
@@ -84,14 +84,14 @@ def test_a_fallback_situation_without_a_probe_is_found() -> None:
 def test_a_gpu_kernel_suite_on_a_cpu_scope_is_found() -> None:
     text = (ROOT / "suites/demo-llama/scope.yaml").read_text().replace("requires_gpu: false", "requires_gpu: true")
     s = parse_scope(text, source="demo")
-    lines = analyze(s, build_plan(s, tier="smoke"), base_dir=ROOT / "suites/demo-llama").lines()
+    lines = analyze(s, build_run_plan(s, tier="smoke"), base_dir=ROOT / "suites/demo-llama").lines()
     assert any("kernel suite demo-fused-ops: it needs a GPU and the scope targets CPUs" in x for x in lines)
 
 
 def test_eval_data_that_is_missing_is_found() -> None:
     text = (ROOT / "suites/demo-llama/scope.yaml").read_text().replace("data/mrcr.jsonl", "data/nowhere.jsonl")
     s = parse_scope(text, source="demo")
-    lines = analyze(s, build_plan(s, tier="smoke"), base_dir=ROOT / "suites/demo-llama").lines()
+    lines = analyze(s, build_run_plan(s, tier="smoke"), base_dir=ROOT / "suites/demo-llama").lines()
     assert any("eval mrcr: its data file data/nowhere.jsonl does not exist" in x for x in lines)
 
 
@@ -137,7 +137,7 @@ def test_plan_lists_what_a_tier_can_never_run(tmp_path: Path) -> None:
 
 def test_vllm_rejects_the_removed_flag_and_accepts_the_k3_arguments() -> None:
     pytest.importorskip("vllm")
-    plan = build_plan(load_scope("kimi-k3").scope, tier="full")
+    plan = build_run_plan(load_scope("kimi-k3").scope, tier="full")
     lists = plan.engine_arg_lists()
     lists["planted/baseline"] = ["--trust-remote-code", "--disable-log-requests"]
     lists["planted/value"] = ["--tensor-parallel-size", "sixteen"]
@@ -208,11 +208,11 @@ def test_a_required_check_with_nothing_to_run_is_a_blocker(emptied: str, check: 
         scope = scope.model_copy(
             update={"tiers": {t: v.model_copy(update={"workloads": None}) for t, v in scope.tiers.items()}}
         )
-    res = analyze(scope, build_plan(scope, tier="smoke"), base_dir=loaded.base_dir)
+    res = analyze(scope, build_run_plan(scope, tier="smoke"), base_dir=loaded.base_dir)
     assert [(b.check, b.item) for b in res.blockers] == [(check, item)], res.lines()
     # a tier that leaves the check out does not need it
     tiers = dict(scope.tiers)
     others = [c for c in ("kernels", "equivalence", "features", "coverage", "evals", "perf") if c != check]
     tiers["smoke"] = tiers["smoke"].model_copy(update={"checks": others})
     scope = scope.model_copy(update={"tiers": tiers})
-    assert analyze(scope, build_plan(scope, tier="smoke"), base_dir=loaded.base_dir).ok
+    assert analyze(scope, build_run_plan(scope, tier="smoke"), base_dir=loaded.base_dir).ok

@@ -6,8 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fasttrack.checks.base import build_run_plan
 from fasttrack.errors import PlanError
-from fasttrack.plan import build_plan, parse_shard
+from fasttrack.planning.plan import parse_shard
 from fasttrack.scope import load_scope
 
 
@@ -17,7 +18,7 @@ def k3():
 
 
 def test_k3_full_plan_covers_the_envelope(k3) -> None:
-    plan = build_plan(k3.scope, tier="full", scope_sha256=k3.sha256)
+    plan = build_run_plan(k3.scope, tier="full", scope_sha256=k3.sha256)
     pts = plan.points
     assert {p.tp for p in pts} == {8, 16}
     assert max(p.batch for p in pts) == 64 and min(p.batch for p in pts) == 1
@@ -44,10 +45,10 @@ def test_k3_full_plan_covers_the_envelope(k3) -> None:
 
 
 def test_tiers_grow(k3) -> None:
-    sizes = [len(build_plan(k3.scope, tier=t).points) for t in ("smoke", "standard", "full")]
+    sizes = [len(build_run_plan(k3.scope, tier=t).points) for t in ("smoke", "standard", "full")]
     assert sizes[0] < sizes[1] < sizes[2]
-    smoke = {p.id for p in build_plan(k3.scope, tier="smoke").points}
-    standard = {p.id for p in build_plan(k3.scope, tier="standard").points}
+    smoke = {p.id for p in build_run_plan(k3.scope, tier="smoke").points}
+    standard = {p.id for p in build_run_plan(k3.scope, tier="standard").points}
     assert smoke <= standard
 
 
@@ -59,12 +60,12 @@ def test_bad_shard_specs(bad: str) -> None:
 
 def test_unknown_tier(k3) -> None:
     with pytest.raises(PlanError):
-        build_plan(k3.scope, tier="huge")
+        build_run_plan(k3.scope, tier="huge")
 
 
 def test_partial_scope_cannot_be_planned() -> None:
     with pytest.raises(PlanError) as ei:
-        build_plan(load_scope("glm-5.3").scope)
+        build_run_plan(load_scope("glm-5.3").scope)
     assert "incomplete" in str(ei.value) and "envelope" in str(ei.value)
 
 
@@ -72,11 +73,11 @@ def test_partial_scope_cannot_be_planned() -> None:
 @given(n=st.integers(min_value=1, max_value=40), tier=st.sampled_from(["smoke", "standard", "full"]))
 def test_shards_partition_every_point_exactly_once(n: int, tier: str) -> None:
     scope = load_scope("kimi-k3").scope
-    whole = build_plan(scope, tier=tier)
+    whole = build_run_plan(scope, tier=tier)
     seen: list[str] = []
     fps = set()
     for i in range(1, n + 1):
-        part = build_plan(scope, tier=tier, shard=f"{i}/{n}")
+        part = build_run_plan(scope, tier=tier, shard=f"{i}/{n}")
         fps.add(part.fingerprint)
         ids = [p.id for p in part.points]
         assert sorted(ids) == sorted(pid for g in part.groups for pid in g.points)
@@ -86,15 +87,15 @@ def test_shards_partition_every_point_exactly_once(n: int, tier: str) -> None:
 
 
 def test_sharding_is_deterministic(k3) -> None:
-    a = build_plan(k3.scope, tier="full", shard="2/3").model_dump()
-    b = build_plan(k3.scope, tier="full", shard="2/3").model_dump()
+    a = build_run_plan(k3.scope, tier="full", shard="2/3").model_dump()
+    b = build_run_plan(k3.scope, tier="full", shard="2/3").model_dump()
     assert a == b
 
 
 def test_speculative_configs_reach_the_engine_arguments(k3) -> None:
     import json
 
-    plan = build_plan(k3.scope, tier="full")
+    plan = build_run_plan(k3.scope, tier="full")
     synth = next(g for g in plan.groups if g.spec == "dspark-al6")
     natural = next(g for g in plan.groups if g.spec == "dspark" and g.draft_length == 7)
     for g, extra in (
@@ -117,9 +118,9 @@ def test_the_demo_speculative_group_starts_at_the_standard_tier_with_synthetic_a
 
     scope = load_scope("demo-llama").scope
     # the smoke tier does not grow: the one stock-decode group, as before
-    smoke = build_plan(scope, tier="smoke")
+    smoke = build_run_plan(scope, tier="smoke")
     assert [g.id for g in smoke.groups] == ["tp1-dcp1-none"] and len(smoke.points) == 10
-    std = build_plan(scope, tier="standard")
+    std = build_run_plan(scope, tier="standard")
     spec = next(g for g in std.groups if g.spec == "ngram-synth")
     want = {
         "method": "ngram",

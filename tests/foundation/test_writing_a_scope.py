@@ -11,8 +11,8 @@ import yaml
 from doc_testlib import check_command_line, code_blocks, command_lines, run_cli
 
 from fasttrack import ROOT
-from fasttrack.passability import analyze_tiers
-from fasttrack.plan import build_plan
+from fasttrack.checks.base import build_run_plan
+from fasttrack.checks.passability import analyze_tiers
 from fasttrack.scope import TIER_ORDER, load_scope
 
 DOC = ROOT / "docs" / "writing-a-scope.md"
@@ -40,7 +40,9 @@ def test_the_final_scope_loads_complete_and_every_tier_can_pass(scope_file: Path
     assert scope.features and scope.evals and scope.kernels and scope.workloads and scope.claims
     blockers = {t: p.lines() for t, p in analyze_tiers(scope, base_dir=loaded.base_dir).items()}
     assert blockers == {t: [] for t in TIER_ORDER}
-    sizes = {t: (len(build_plan(scope, tier=t).points), len(build_plan(scope, tier=t).groups)) for t in TIER_ORDER}
+    sizes = {
+        t: (len(build_run_plan(scope, tier=t).points), len(build_run_plan(scope, tier=t).groups)) for t in TIER_ORDER
+    }
     assert sizes == {"smoke": (2, 1), "standard": (24, 4), "full": (48, 4)}
 
 

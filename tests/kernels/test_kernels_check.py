@@ -13,7 +13,7 @@ import torch
 from kernels_testlib import DEMO_SUITE, K3_SUITE
 
 import fasttrack.checks.kernels as kc
-from fasttrack.checks.base import RunContext, Verdict, registry
+from fasttrack.checks.base import RunContext, Verdict, registered_checks
 from fasttrack.kernels.spec import from_scope_section
 from fasttrack.scope import load_scope
 
@@ -25,7 +25,7 @@ def _ctx(scope, tmp_path: Path, tier: str = "smoke") -> RunContext:
 
 
 def test_registered_without_engine():
-    cls = registry()["kernels"]
+    cls = registered_checks()["kernels"]
     assert cls is kc.KernelsCheck and cls.needs_engine is False and cls.name == "kernels"
 
 

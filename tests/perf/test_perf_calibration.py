@@ -12,7 +12,7 @@ from perf_testlib import demo_perf_ctx
 from fasttrack.bundle.canonical import sha256_bytes
 from fasttrack.bundle.keys import generate_keypair, load_private_key, load_public_keys
 from fasttrack.checks.perf import PerfCheck
-from fasttrack.hardware import GPU, HostInfo
+from fasttrack.host.hardware import GPU, HostInfo
 from fasttrack.perf.calibration import CalibrationError, HostClass, load_record, pairs_from_rows, sign_record
 from fasttrack.perf.hostbound import host_bound_fields, memory_bandwidth_gbs
 from fasttrack.pipeline.calibrate import aa_comparisons, aa_scope_text, record_of

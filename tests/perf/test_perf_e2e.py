@@ -39,10 +39,9 @@ import pytest
 from demo_engines import SLOW_FACTOR, EnginePair, demo_engine, engine_phase, require_demo_target
 
 from fasttrack import ROOT
-from fasttrack.checks.base import EngineSession, RunContext, Verdict
+from fasttrack.checks.base import EngineSession, RunContext, Verdict, build_run_plan
 from fasttrack.checks.perf import PerfCheck
 from fasttrack.perf.loadgen import run_loop
-from fasttrack.plan import build_plan
 from fasttrack.results import claim_verdict
 from fasttrack.scope import load_scope
 
@@ -69,7 +68,7 @@ def _ctx(run_dir: Path, batches: list[int] | None = None) -> RunContext:
     scope.gates.perf.noise_margin = E2E_NOISE_MARGIN
     if batches is not None:
         scope.tiers["smoke"].batch = batches
-    plan = build_plan(scope, tier="smoke", scope_sha256=loaded.sha256)
+    plan = build_run_plan(scope, tier="smoke", scope_sha256=loaded.sha256)
     run_dir.mkdir(parents=True, exist_ok=True)
     return RunContext(scope=scope, plan=plan, run_dir=run_dir, loaded=loaded, log=lambda m: print(m, file=sys.stderr))
 

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from fasttrack.checks.base import build_run_plan
 from fasttrack.perf.tokens import TokenPool
 from fasttrack.perf.workloads import UNIQUE_TAIL, RunInputs, arrival_seed, plan_items, poisson_arrivals, run_requests
-from fasttrack.plan import build_plan
 from fasttrack.scope import WorkloadSpec, load_scope
 
 
@@ -19,7 +19,7 @@ def demo():
 
 
 def _items(scope, tier, workloads):
-    plan = build_plan(scope, tier=tier)
+    plan = build_run_plan(scope, tier=tier)
     # the stock-decode group (the standard tier adds the speculative group, whose items take the same shape)
     group = next(g for g in plan.groups if g.spec == "none")
     return plan, plan_items(plan, group, workloads, max_model_len=scope.envelope.context.max_model_len)

@@ -1,7 +1,7 @@
 """Path globs of a scope's isolation section: matched in time linear in the path, whatever the glob.
 
 A backtracking translation of ``************Z`` took 149 s to match one diff. The matcher is a
-bit-parallel NFA (``fasttrack.isolation.Glob``); its answers equal the regex translation's on
+bit-parallel NFA (``fasttrack.change.diff.Glob``); its answers equal the regex translation's on
 every glob (checked against that translation here), and a glob over the length limit is a scope
 error naming the file and field.
 """
@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fasttrack import limits
+from fasttrack.change.diff import Glob, check_isolation, glob_match
 from fasttrack.errors import ScopeError
-from fasttrack.isolation import Glob, check_isolation, glob_match
 from fasttrack.scope import IsolationSpec
 from fasttrack.scope.loading import parse_scope
 

@@ -17,7 +17,7 @@ from fasttrack.bundle.consistency import schema_problems
 from fasttrack.bundle.errors import BundleError
 from fasttrack.bundle.manifest import load_manifest
 from fasttrack.errors import PlanError, ScopeError
-from fasttrack.plan import parse_shard
+from fasttrack.planning.plan import parse_shard
 from fasttrack.scope.loading import parse_scope
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

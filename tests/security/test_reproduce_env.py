@@ -30,7 +30,7 @@ from synthetic import Spec, make_bundle
 
 from fasttrack import ROOT, pipeline
 from fasttrack.errors import FasttrackError, ScopeError
-from fasttrack.reproduce import check_scope_paths, reproduce
+from fasttrack.pipeline.reproduce import check_scope_paths, reproduce
 from fasttrack.scope.loading import parse_scope
 
 DEMO = (ROOT / "suites" / "demo-llama" / "scope.yaml").read_text()
@@ -199,7 +199,9 @@ def test_code_loading_arguments_are_refused(
     refused(b, keys, world, monkeypatch, flag, "--trust-bundle-env")
 
 
-@pytest.mark.parametrize("builder", ["tests/conftest.py", "scripts/../fasttrack/cli.py", "benchmarks/agreement.py"])
+@pytest.mark.parametrize(
+    "builder", ["tests/conftest.py", "scripts/../fasttrack/cli/__init__.py", "benchmarks/agreement.py"]
+)
 def test_a_builder_no_shipped_suite_uses_is_refused(
     builder: str, base_bundle: Path, keys: Keys, world: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -279,7 +281,7 @@ def test_a_scope_name_that_is_not_a_slug_is_refused(
 
 
 def test_the_model_cache_path_stays_under_its_root(world: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
-    from fasttrack.models import model_cache_path, resolve_model
+    from fasttrack.host.models import model_cache_path, resolve_model
 
     cache, victim = world["cache"], world["victim"]
     assert model_cache_path("demo-llama") == cache / "models" / "demo-llama"
@@ -345,7 +347,7 @@ def test_a_link_in_the_scope_folder_that_leads_out_is_refused(world: dict[str, P
 def test_a_shipped_suites_reference_variants_pass_but_not_with_another_argument() -> None:
     """The GPU demo's variants (``--enforce-eager``, ``--dtype float32``) pass as shipped; a variant argument that
     loads code is refused even where the rest of the suite is as shipped."""
-    from fasttrack.reproduce import check_recorded_scope
+    from fasttrack.pipeline.reproduce import check_recorded_scope
 
     doc = yaml.safe_load((ROOT / "suites" / "demo-llama-gpu" / "scope.yaml").read_text())
     check_recorded_scope(yaml.safe_dump(doc, sort_keys=False), source="bundle")
@@ -358,7 +360,7 @@ def test_a_shipped_suites_own_engine_settings_pass_but_not_with_another_model() 
     """Kimi K3's suite starts its engines with ``--trust-remote-code``: a recorded scope whose model and engine
     settings are exactly the shipped suite's passes (the user trusts that suite already); the same settings
     with another model are refused (the flag would run that model's code)."""
-    from fasttrack.reproduce import check_recorded_scope
+    from fasttrack.pipeline.reproduce import check_recorded_scope
 
     doc = yaml.safe_load((ROOT / "suites" / "kimi-k3" / "scope.yaml").read_text())
     assert "--trust-remote-code" in doc["engine"]["common_args"]

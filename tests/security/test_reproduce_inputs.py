@@ -17,7 +17,7 @@ from security_testlib import Keys, force_sign, rewrite_manifest, variant
 
 from fasttrack import pipeline
 from fasttrack.errors import FasttrackError, ScopeError
-from fasttrack.reproduce import reproduce
+from fasttrack.pipeline.reproduce import reproduce
 
 
 class Stop(Exception):

@@ -51,12 +51,12 @@ def _suite(model: str, tier: str | None = None) -> tuple[str, str, dict[str, Any
     """(yaml text, tier, plan json) of a suite (its tier in :data:`SUITES`, unless ``tier``), or None when it cannot
     be planned."""
     try:
-        from fasttrack.plan import build_plan
+        from fasttrack.checks.base import build_run_plan
         from fasttrack.scope import load_scope
 
         loaded = load_scope(model)
         tier = tier or SUITES.get(model, "smoke")
-        plan = build_plan(loaded.scope, tier=tier, scope_sha256=loaded.sha256)
+        plan = build_run_plan(loaded.scope, tier=tier, scope_sha256=loaded.sha256)
         return loaded.text, tier, plan.model_dump(mode="json")
     except Exception:  # noqa: BLE001 - any unplannable scope falls back to an invented plan
         return None

@@ -47,6 +47,7 @@ from typing import ClassVar
 from fasttrack.checks.base import Blocker, Deployment, DeploymentCheck, EngineCheck, TierView, register
 from fasttrack.checks.context import EngineSession, RunContext
 from fasttrack.checks.coverage.cells import Outcome, coverage_reason, judge_cells
+from fasttrack.checks.coverage.cost import COST
 from fasttrack.checks.coverage.judge import judge_deployments, judge_situations, no_decode_evidence
 from fasttrack.checks.coverage.markers import audit_markers
 from fasttrack.checks.coverage.probes import (
@@ -65,7 +66,8 @@ from fasttrack.engine.deployment import DeploymentOutcome
 from fasttrack.engine.flags import arg_values
 from fasttrack.evidence import typed_tables
 from fasttrack.inputs import load_prompt_set, prompt_set_path
-from fasttrack.plan import EngineGroup
+from fasttrack.planning.cost import CheckCost
+from fasttrack.planning.plan import EngineGroup
 from fasttrack.results import CheckResult, Gate, Side, Verdict
 from fasttrack.scope.gates import CheckGate, CoverageGate
 
@@ -101,6 +103,7 @@ class CoverageCheck(EngineCheck, DeploymentCheck):
     after: ClassVar[tuple[str, ...]] = ("equivalence", "features")
     """It judges the path evidence their windows recorded (and collects after them on each engine)."""
     gate_model: ClassVar[type[CheckGate]] = CoverageGate
+    cost: ClassVar[CheckCost] = COST
 
     @classmethod
     def passability(cls, tier: TierView) -> list[Blocker]:

@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from fasttrack.checks.base import EngineCheck, register
 from fasttrack.checks.context import EngineSession, RunContext
 from fasttrack.checks.equivalence.collect import SideCollection
+from fasttrack.checks.equivalence.cost import COST, REQUESTS_PER_POINT
 from fasttrack.checks.equivalence.judge import Explanations, judge_point
 from fasttrack.checks.equivalence.records import Explanation, PointRun, compare
 from fasttrack.checks.equivalence.reference import VariantCollector, stock_builds
@@ -62,7 +63,7 @@ from fasttrack.inputs import (
     TokenizerClient,
     prompt_set_path,
 )
-from fasttrack.plan import EngineGroup
+from fasttrack.planning.plan import EngineGroup
 from fasttrack.results import CheckResult, Gate, Side, Verdict
 from fasttrack.scope.gates import EquivalenceGate
 
@@ -78,13 +79,14 @@ class EquivalenceCheck(
 
     after = ("kernels",)
     gate_model = EquivalenceGate
+    cost = COST
 
     explain_limit: ClassVar[int] = 3
     """Divergences per point decoded to text for the failure message."""
     max_attempts: ClassVar[int] = 3
     """Tries per round until its requests decode as one batch."""
 
-    def __init__(self, *, requests_per_point: int = 8) -> None:
+    def __init__(self, *, requests_per_point: int = REQUESTS_PER_POINT) -> None:
         self.n_requests = requests_per_point
         """At least this many requests per point (rounded up to whole batches)."""
         self.runs: dict[tuple[str, str], dict[str, PointRun]] = {}

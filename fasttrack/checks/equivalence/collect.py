@@ -23,7 +23,7 @@ from fasttrack.inputs import (
     load_prompt_set,
     prompt_set_path,
 )
-from fasttrack.plan import ConfigPoint
+from fasttrack.planning.plan import ConfigPoint
 
 PROBE_TOKENS = 6
 """Tokens per request of the profiled path probe (a prefill and a few decode steps per point)."""

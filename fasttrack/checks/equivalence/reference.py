@@ -38,7 +38,7 @@ from fasttrack.stats.logprobs import GreedySummary, TopLogprobs
 
 if TYPE_CHECKING:  # pragma: no cover
     from fasttrack.checks.context import EngineSession, RunContext
-    from fasttrack.plan import EngineGroup
+    from fasttrack.planning.plan import EngineGroup
 
 LABELS: dict[str, str] = {
     "max_abs_logprob_diff": "max |Δ logprob|",

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from fasttrack.checks.base import Blocker, EngineCheck, TierView, register
 from fasttrack.checks.context import EngineSession, RunContext
+from fasttrack.checks.evals.cost import COST
 from fasttrack.checks.evals.judge import judge
 from fasttrack.checks.evals.units import (
     EVIDENCE_MAX_TOKENS,
@@ -62,7 +63,7 @@ from fasttrack.evals.compare import SampleOutcome
 from fasttrack.evals.datasets import resolve_dataset
 from fasttrack.evals.runner import GenerationSettings, LmEvalOutput, run_lm_eval
 from fasttrack.evals.samples import Selection, select_samples
-from fasttrack.plan import EngineGroup
+from fasttrack.planning.plan import EngineGroup
 from fasttrack.results import CheckResult, Gate, PathEvidence, Side
 from fasttrack.scope import EvalSpec, Scope
 
@@ -83,6 +84,8 @@ def check_eval_data_names(scope: Scope, names: Iterable[str]) -> None:
 @register
 class EvalsCheck(EngineCheck, name="evals", title="Model evaluations", report_view="evals", after=("coverage",)):
     """Model evaluations (AIME25, MRCR) through lm-eval, paired against the baseline."""
+
+    cost = COST
 
     @classmethod
     def planned(cls, tier: TierView) -> list[str]:

@@ -15,7 +15,7 @@ from fasttrack.evals.compare import SampleOutcome
 from fasttrack.evals.datasets import ResolvedDataset
 from fasttrack.evals.runner import LmEvalOutput
 from fasttrack.evals.samples import Selection
-from fasttrack.plan import ConfigPoint
+from fasttrack.planning.plan import ConfigPoint
 from fasttrack.results import Gate
 from fasttrack.scope import EvalSpec
 

@@ -5,9 +5,17 @@ from __future__ import annotations
 from fasttrack.checks.features.check import FeaturesCheck
 from fasttrack.checks.features.model import FeatureResult, Outcome, SideData
 from fasttrack.checks.features.outputs import logprob_problems
-from fasttrack.checks.features.spec import OnGroup, ServingFeature, SideJudgement, Step, judge_sides
+from fasttrack.checks.features.spec import (
+    OnGroup,
+    ServingFeature,
+    SideJudgement,
+    Step,
+    judge_sides,
+    register_feature,
+    serving_feature,
+)
 from fasttrack.checks.features.structured import validate_json
-from fasttrack.checks.features.table import by_name, feature_names, features, register_feature, unregister_feature
+from fasttrack.checks.features.table import by_name, feature, feature_names, features
 
 __all__ = [
     "FeatureResult",
@@ -20,10 +28,11 @@ __all__ = [
     "Step",
     "by_name",
     "feature_names",
+    "feature",
     "features",
     "judge_sides",
     "logprob_problems",
     "register_feature",
-    "unregister_feature",
+    "serving_feature",
     "validate_json",
 ]

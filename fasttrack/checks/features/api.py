@@ -24,7 +24,16 @@ from pydantic import Field
 
 from fasttrack.checks.features.env import FeatureEnv
 from fasttrack.checks.features.model import FeatureError, FeatureResult, Outcome, err
-from fasttrack.checks.features.spec import GroupPlan, OnGroup, R, ServingFeature, SideJudgement, Step, judge_sides
+from fasttrack.checks.features.spec import (
+    GroupPlan,
+    OnGroup,
+    R,
+    ServingFeature,
+    SideJudgement,
+    Step,
+    judge_sides,
+    serving_feature,
+)
 from fasttrack.checks.outcome import clip
 from fasttrack.inputs import TokenizerClient
 from fasttrack.modelbase import DocModel
@@ -66,8 +75,10 @@ class SeededResult(AtOnePoint):
     """Seed -> token ids, with the requests in the opposite order."""
 
 
+@serving_feature
 class SeededSampling(AtBatch[SeededResult]):
     name: ClassVar[str] = "seeded_sampling"
+    decode_steps: ClassVar[int] = 400
     result_model: ClassVar[type[FeatureResult]] = SeededResult
     batch: ClassVar[int] = 4
 
@@ -141,8 +152,10 @@ class StopResult(AtOnePoint):
     """What the server said stopped it (the stop string, a token id, or None)."""
 
 
+@serving_feature
 class StopSequences(AtBatch[StopResult]):
     name: ClassVar[str] = "stop_sequences"
+    decode_steps: ClassVar[int] = 300
     result_model: ClassVar[type[FeatureResult]] = StopResult
     batch: ClassVar[int] = 1
 
@@ -224,8 +237,10 @@ class MaxTokensResult(AtOnePoint):
     requests: list[MaxTokensRequest] = Field(default_factory=list)
 
 
+@serving_feature
 class MaxTokens(AtBatch[MaxTokensResult]):
     name: ClassVar[str] = "max_tokens"
+    decode_steps: ClassVar[int] = 300
     result_model: ClassVar[type[FeatureResult]] = MaxTokensResult
     batch: ClassVar[int] = 3
 

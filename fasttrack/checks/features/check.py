@@ -5,8 +5,8 @@ Each feature the scope lists (``scope.features``) is one sub-test, a registered
 its probe, what it needs from the tier, its typed result and its judgement); the candidate is
 judged against the baseline and against absolute thresholds
 (``gates.features``, and ``gates.equivalence`` where outputs are compared). On an engine group
-with synthetic acceptance only ``speculative_acceptance`` runs (:data:`SYNTHETIC_FEATURES`): the
-others compare outputs, which that sampler changes by design.
+with synthetic acceptance only the features that declare ``on_synthetic_acceptance`` run
+(``speculative_acceptance``): the others compare outputs, which that sampler changes by design.
 
 Path evidence comes from two short profiler windows per engine lifetime (trace
 export costs seconds per window and tens of ms per step on small hosts): the
@@ -25,9 +25,10 @@ from typing import Any
 from fasttrack.checks.base import Blocker, EngineCheck, TierView, register
 from fasttrack.checks.context import EngineSession, RunContext
 from fasttrack.checks.equivalence.reference import VariantCollector
+from fasttrack.checks.features.cost import COST
 from fasttrack.checks.features.env import FeatureEnv
 from fasttrack.checks.features.model import MASK_SAMPLES, SAMPLING_WAVE, Outcome, SideData
-from fasttrack.checks.features.spec import GroupPlan, OnGroup, Step
+from fasttrack.checks.features.spec import GroupPlan, OnGroup, Step, synthetic_features
 from fasttrack.checks.features.table import by_name, features
 from fasttrack.checks.outcome import fold_verdicts, used_standard_path, write_artifact
 from fasttrack.checks.points import nearest_batch
@@ -35,7 +36,7 @@ from fasttrack.checks.windows import WindowRecord
 from fasttrack.errors import FasttrackError
 from fasttrack.evidence import typed_tables
 from fasttrack.inputs import PASSAGES, SCHEMAS_DIR, STRUCTURED_PROMPTS, prompt_set_path
-from fasttrack.plan import EngineGroup
+from fasttrack.planning.plan import EngineGroup
 from fasttrack.results import CheckResult, Gate, Side, Verdict
 from fasttrack.scope.gates import FeaturesGate
 
@@ -46,6 +47,7 @@ class FeaturesCheck(EngineCheck, VariantCollector, name="features", title="Servi
 
     after = ("equivalence",)
     gate_model = FeaturesGate
+    cost = COST
 
     @classmethod
     def planned(cls, tier: TierView) -> list[str]:
@@ -386,7 +388,7 @@ def _merge(
             optional = known[f].optional if f in known else None
             reason = optional or (
                 "not applicable to any engine group that ran (groups with synthetic acceptance run only "
-                f"{SYNTHETIC_FEATURES[0]})"
+                f"{', '.join(synthetic_features())})"
             )
             applicable = [Outcome(feature=f, verdict=Verdict.NOT_RUN, reason=reason)]
         v = fold_verdicts(o.verdict for o in applicable)
@@ -413,15 +415,10 @@ def _reason(verdict: Verdict, per_feature: dict[str, dict[str, str]], standard: 
     return "not every feature could be judged: " + "; ".join(nr)
 
 
-SYNTHETIC_FEATURES = ("speculative_acceptance",)
-"""The features judged on an engine group with synthetic acceptance: the others compare outputs or output
-distributions, which the synthetic rejection sampler changes by design."""
-
-
 def group_features(ctx: RunContext, group: EngineGroup) -> set[str]:
     """The tier's features (``tiers.<tier>.features``) that run on ``group``."""
     feats = set(ctx.plan.tier_features(list(ctx.scope.features)))
-    return feats & set(SYNTHETIC_FEATURES) if group.synthetic_acceptance else feats
+    return feats & set(synthetic_features()) if group.synthetic_acceptance else feats
 
 
 def unprofiled(points: list[str | None], cand: SideData) -> str | None:

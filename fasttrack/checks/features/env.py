@@ -25,7 +25,7 @@ from fasttrack.inputs import (
 
 if TYPE_CHECKING:  # pragma: no cover
     from fasttrack.engine import EngineClient
-    from fasttrack.plan import ConfigPoint
+    from fasttrack.planning.plan import ConfigPoint
 
 CHECK = "features"
 

@@ -21,12 +21,12 @@ from fasttrack.checks.batching import BatchCheck, run_batched
 from fasttrack.checks.equivalence.reference import Outputs, calibrate
 from fasttrack.checks.features.env import FeatureEnv
 from fasttrack.checks.features.model import FeatureResult, GreedyOutput, Outcome, err, greedy_output, tops
-from fasttrack.checks.features.spec import GroupPlan, OnGroup, ServingFeature, Step
+from fasttrack.checks.features.spec import GroupPlan, OnGroup, ServingFeature, Step, serving_feature
 from fasttrack.checks.outcome import clip, fold_verdicts
 from fasttrack.checks.tier import Blocker, TierView
 from fasttrack.checks.windows import WindowRecord
 from fasttrack.modelbase import DocModel
-from fasttrack.plan import ConfigPoint
+from fasttrack.planning.plan import ConfigPoint
 from fasttrack.results import Verdict
 from fasttrack.scope import EquivalenceGate
 from fasttrack.stats import GreedyComparison, compare_greedy, summarize_greedy
@@ -57,8 +57,10 @@ class FullContextResult(FeatureResult):
     runs: list[FullRun] = Field(default_factory=list)
 
 
+@serving_feature
 class FullContext(ServingFeature[FullContextResult]):
     name: ClassVar[str] = "full_context"
+    decode_steps: ClassVar[int] = 600
     uses_reference: ClassVar[bool] = True
     result_model: ClassVar[type[FeatureResult]] = FullContextResult
 

@@ -18,7 +18,7 @@ from fasttrack.checks.equivalence.reference import Outputs, calibrate
 from fasttrack.checks.features.api import AtBatch, AtOnePoint
 from fasttrack.checks.features.env import FeatureEnv
 from fasttrack.checks.features.model import FeatureResult, GreedyOutput, Outcome, choice_ids, greedy_output, tops
-from fasttrack.checks.features.spec import OnGroup, SideJudgement, judge_sides
+from fasttrack.checks.features.spec import OnGroup, SideJudgement, judge_sides, serving_feature
 from fasttrack.results import Verdict
 from fasttrack.stats import compare_greedy
 
@@ -35,8 +35,10 @@ class NBestResult(AtOnePoint):
     """The same seeded request again."""
 
 
+@serving_feature
 class NBest(AtBatch[NBestResult]):
     name: ClassVar[str] = "n_best"
+    decode_steps: ClassVar[int] = 400
     result_model: ClassVar[type[FeatureResult]] = NBestResult
     batch: ClassVar[int] = 3
 
@@ -76,8 +78,10 @@ class LogprobsResult(AtOnePoint, GreedyOutput):
     """A greedy request's returned logprobs."""
 
 
+@serving_feature
 class Logprobs(AtBatch[LogprobsResult]):
     name: ClassVar[str] = "logprobs"
+    decode_steps: ClassVar[int] = 300
     uses_reference: ClassVar[bool] = True
     result_model: ClassVar[type[FeatureResult]] = LogprobsResult
     batch: ClassVar[int] = 1

@@ -41,7 +41,7 @@ from fasttrack.checks.features.sampling_result import (
     SamplingResult,
     ZeroTemperature,
 )
-from fasttrack.checks.features.spec import GroupPlan, OnGroup, ServingFeature, Step
+from fasttrack.checks.features.spec import GroupPlan, OnGroup, ServingFeature, Step, serving_feature
 from fasttrack.inputs import PromptItem
 from fasttrack.results import Verdict
 
@@ -53,8 +53,10 @@ SEEDS = {"temperature": 1_000_000, "top_k_mask": 7_000_000, "top_p_mask": 8_000_
 """First seed of each sample series (temperature ``i`` of the gate starts at ``(i + 1) * SEEDS["temperature"]``)."""
 
 
+@serving_feature
 class TemperatureSampling(ServingFeature[SamplingResult]):
     name: ClassVar[str] = "temperature_sampling"
+    decode_steps: ClassVar[int] = 2500
     result_model: ClassVar[type[FeatureResult]] = SamplingResult
 
     def steps(self, gp: GroupPlan) -> list[Step]:

@@ -1,10 +1,12 @@
 """The shape of a serving feature: its probe, what it needs from the tier, its typed result, its judgement.
 
-A serving feature is one :class:`ServingFeature` subclass, registered in
-:mod:`fasttrack.checks.features.table`: its ``name`` (as in ``scope.features``), its probe (``steps``: when it
-runs on an engine group, at which config point, and what it collects into its typed ``result_model``), what it
-needs from a tier (``blockers``: the features check's passability rule asks each feature) and how the two
-sides' results are judged (``judge``; :func:`judge_sides` applies one rule to both sides' own behaviour).
+A serving feature is one :class:`ServingFeature` subclass, registered with :func:`serving_feature` (the
+registry's kind ``feature``; another package's module does the same and declares itself in the ``fasttrack``
+entry-point group): its ``name`` (as in ``scope.features``), its probe (``steps``: when it runs on an engine
+group, at which config point, and what it collects into its typed ``result_model``), what the probe costs
+(``decode_steps``, read by the plan's cost), what it needs from a tier (``blockers``: the features check's
+passability rule asks each feature) and how the two sides' results are judged (``judge``; :func:`judge_sides`
+applies one rule to both sides' own behaviour).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, TypeVar, cast
 
+from fasttrack import registry
 from fasttrack.checks.context import RunContext
 from fasttrack.checks.features.env import FeatureEnv
 from fasttrack.checks.features.model import FeatureResult, Outcome, SideData
@@ -21,10 +24,12 @@ from fasttrack.checks.outcome import fold_verdicts
 from fasttrack.checks.points import full_points, group_batches, nearest_batch, short_point
 from fasttrack.checks.tier import Blocker, TierView
 from fasttrack.checks.windows import WindowRecord
-from fasttrack.plan import ConfigPoint, EngineGroup
+from fasttrack.planning.cost import EngineGroup as GroupShape
+from fasttrack.planning.plan import ConfigPoint, EngineGroup
 from fasttrack.results import Verdict
 
 R = TypeVar("R", bound=FeatureResult)
+F = TypeVar("F", bound="type[ServingFeature[Any]]")
 
 
 @dataclass
@@ -95,12 +100,24 @@ class ServingFeature(ABC, Generic[R]):
     """The feature's name in ``scope.features``."""
     result_model: ClassVar[type[FeatureResult]]
     """What one side measures of it on one engine group (a :class:`FeatureResult` subclass)."""
+    decode_steps: ClassVar[int]
+    """The decode steps (at batch 1) one side's probes take on one engine group: the plan's cost of the feature.
+    The shipped features' were measured on the demo run (the features check's seconds per side over the demo's
+    step time, split by the features' request counts)."""
+    on_synthetic_acceptance: ClassVar[bool] = False
+    """Whether it is judged on an engine group with synthetic acceptance too. Most features compare outputs or
+    output distributions, which the synthetic rejection sampler changes by design: they run on the other groups
+    only."""
     uses_reference: ClassVar[bool] = False
     """Whether its steps also run on the scope's reference variants (``gates.equivalence.reference``), whose
     outputs calibrate its judgement (the features that compare greedy outputs)."""
     optional: ClassVar[str | None] = None
     """When set, a group that measured nothing for it is "not applicable" rather than "not run", and this is
     the reason given when no group of the plan applies (e.g. speculative decoding without speculative configs)."""
+
+    def decode_steps_on(self, group: GroupShape) -> int:
+        """The decode steps its probes take on ``group`` (0 where it does not run): ``decode_steps`` by default."""
+        return self.decode_steps
 
     @abstractmethod
     def steps(self, gp: GroupPlan) -> list[Step]:
@@ -190,3 +207,28 @@ def judge_sides(
                 if not j.ok and j.failure:
                     out.failures.append(j.failure)
     return out
+
+
+def register_feature(feature: ServingFeature[Any]) -> ServingFeature[Any]:
+    """Register a serving feature (kind ``feature``, after those registered before it); its name must be new."""
+    cls = type(feature)
+    if not getattr(feature, "name", None) or not isinstance(getattr(feature, "result_model", None), type):
+        raise TypeError(f"{cls.__qualname__} must set the class attributes 'name' and 'result_model'")
+    steps = getattr(feature, "decode_steps", None)
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 0:
+        raise TypeError(
+            f"{cls.__qualname__} must declare 'decode_steps': the decode steps (at batch 1) one side's probes take on "
+            "an engine group, which the plan's cost counts"
+        )
+    return registry.register("feature", feature.name, feature)
+
+
+def serving_feature(cls: F) -> F:
+    """Class decorator: register one instance of the serving feature ``cls`` (see :func:`register_feature`)."""
+    register_feature(cls())
+    return cls
+
+
+def synthetic_features() -> list[str]:
+    """The registered features judged on an engine group with synthetic acceptance (``on_synthetic_acceptance``)."""
+    return [name for name, f in registry.entries("feature").items() if f.on_synthetic_acceptance]

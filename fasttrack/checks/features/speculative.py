@@ -16,8 +16,9 @@ from typing import ClassVar
 
 from fasttrack.checks.features.env import FeatureEnv
 from fasttrack.checks.features.model import FeatureResult, Outcome
-from fasttrack.checks.features.spec import GroupPlan, OnGroup, ServingFeature, Step
+from fasttrack.checks.features.spec import GroupPlan, OnGroup, ServingFeature, Step, serving_feature
 from fasttrack.checks.tier import Blocker, TierView
+from fasttrack.planning.cost import EngineGroup as GroupShape
 from fasttrack.results import Verdict
 from fasttrack.stats import wilson_interval
 
@@ -43,10 +44,17 @@ class SpeculativeResult(FeatureResult):
         return 1 + (self.accepted_tokens or 0) / self.drafts if self.drafts else None
 
 
+@serving_feature
 class SpeculativeAcceptance(ServingFeature[SpeculativeResult]):
     name: ClassVar[str] = "speculative_acceptance"
+    decode_steps: ClassVar[int] = 800
     result_model: ClassVar[type[FeatureResult]] = SpeculativeResult
     optional: ClassVar[str | None] = "no engine group of the plan has a speculative-decoding configuration"
+    on_synthetic_acceptance: ClassVar[bool] = True
+
+    def decode_steps_on(self, group: GroupShape) -> int:
+        """Only groups with a speculative config probe it."""
+        return self.decode_steps if group.speculative_config is not None else 0
 
     def steps(self, gp: GroupPlan) -> list[Step]:
         """At the short batch size closest to 1, on groups with a speculative config."""

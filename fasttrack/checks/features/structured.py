@@ -17,7 +17,7 @@ from pydantic import ConfigDict, Field
 from fasttrack.checks.batching import run_batched
 from fasttrack.checks.features.env import FeatureEnv
 from fasttrack.checks.features.model import FeatureResult, Outcome, err
-from fasttrack.checks.features.spec import GroupPlan, OnGroup, ServingFeature, Step
+from fasttrack.checks.features.spec import GroupPlan, OnGroup, ServingFeature, Step, serving_feature
 from fasttrack.checks.outcome import clip, fold_verdicts
 from fasttrack.inputs import load_schema_cases
 from fasttrack.modelbase import DocModel
@@ -54,8 +54,10 @@ Cell = dict[str, list[StructuredRecord]]
 """The requests of one (point, batch size, schema), by side."""
 
 
+@serving_feature
 class StructuredOutput(ServingFeature[StructuredResult]):
     name: ClassVar[str] = "structured_output"
+    decode_steps: ClassVar[int] = 1500
     result_model: ClassVar[type[FeatureResult]] = StructuredResult
 
     def steps(self, gp: GroupPlan) -> list[Step]:

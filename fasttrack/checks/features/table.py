@@ -1,58 +1,44 @@
-"""The serving features the check knows: the registry of :class:`~fasttrack.checks.features.spec.ServingFeature`.
+"""The serving features the check knows: the registry's kind ``feature``.
 
-Adding a feature = one class (its probe, what it needs from the tier, its typed result and its
-judgement) and its line here; the scope's JSON Schema, the plan, the passability analysis and the
-bundle's tables take it from here. The order is the order they collect in: sampling first, because the
-candidate reuses the prompt and the reference distribution the baseline chose.
+Each shipped feature's module registers its class with
+:func:`~fasttrack.checks.features.spec.serving_feature`; :data:`BUILTIN_FEATURE_MODULES` are imported, in this
+order, before the kind is first read, and another package's features follow them (the ``fasttrack`` entry-point
+group). The scope's JSON Schema, the plan and its cost, the passability analysis and the bundle's tables read
+them from here. The order is the order they collect in: sampling first, because the candidate reuses the
+prompt and the reference distribution the baseline chose.
 """
 
 from __future__ import annotations
 
-from fasttrack.checks.features.api import MaxTokens, SeededSampling, StopSequences
-from fasttrack.checks.features.full_context import FullContext
-from fasttrack.checks.features.outputs import Logprobs, NBest
-from fasttrack.checks.features.sampling import TemperatureSampling
+from typing import Any
+
+from fasttrack import registry
 from fasttrack.checks.features.spec import ServingFeature
-from fasttrack.checks.features.speculative import SpeculativeAcceptance
-from fasttrack.checks.features.structured import StructuredOutput
 
-_FEATURES: list[ServingFeature] = [
-    TemperatureSampling(),
-    StructuredOutput(),
-    FullContext(),
-    SeededSampling(),
-    StopSequences(),
-    MaxTokens(),
-    NBest(),
-    Logprobs(),
-    SpeculativeAcceptance(),
-]
+BUILTIN_FEATURE_MODULES = tuple(
+    f"fasttrack.checks.features.{m}"
+    for m in ("sampling", "structured", "full_context", "api", "outputs", "speculative")
+)
+"""The modules of the shipped features, in collection order (``api``: seeded sampling, stop sequences, max tokens;
+``outputs``: n best, logprobs)."""
+registry.BUILTIN_MODULES["feature"] = BUILTIN_FEATURE_MODULES
 
 
-def features() -> list[ServingFeature]:
+def features() -> list[ServingFeature[Any]]:
     """The registered serving features, in collection order."""
-    return list(_FEATURES)
+    return list(registry.entries("feature").values())
 
 
-def by_name() -> dict[str, ServingFeature]:
-    return {f.name: f for f in _FEATURES}
+def by_name() -> dict[str, ServingFeature[Any]]:
+    return dict(registry.entries("feature"))
 
 
 def feature_names() -> list[str]:
     """The names of the registered serving features, in collection order."""
-    return [f.name for f in _FEATURES]
+    return registry.names("feature")
 
 
-def register_feature(feature: ServingFeature) -> ServingFeature:
-    """Add a serving feature (after the others); its name must be new."""
-    if not getattr(feature, "name", None) or not isinstance(getattr(feature, "result_model", None), type):
-        raise TypeError(f"{type(feature).__qualname__} must set the class attributes 'name' and 'result_model'")
-    if feature.name in by_name():
-        raise ValueError(f"serving feature {feature.name!r} is registered twice")
-    _FEATURES.append(feature)
-    return feature
-
-
-def unregister_feature(name: str) -> None:
-    """Remove the serving feature ``name`` (a feature a test registered for its own run)."""
-    _FEATURES[:] = [f for f in _FEATURES if f.name != name]
+def feature(name: str) -> ServingFeature[Any]:
+    """The registered serving feature ``name``; an unknown name is an error listing the registered ones."""
+    got: ServingFeature[Any] = registry.get("feature", name)
+    return got

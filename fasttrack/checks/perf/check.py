@@ -39,6 +39,7 @@ from fasttrack import attrs
 from fasttrack.checks.base import Blocker, PairedCheck, TierView, register
 from fasttrack.checks.context import EngineSession, RunContext
 from fasttrack.checks.perf.calibrated import apply_calibration
+from fasttrack.checks.perf.cost import COST
 from fasttrack.checks.perf.declare import perf_blockers, planned_workloads
 from fasttrack.checks.perf.judge import judge, perf_gate
 from fasttrack.checks.perf.measure import engine_gpus, measure_drift, measure_item, measure_pair, pair_order
@@ -55,7 +56,7 @@ from fasttrack.perf.slo import with_goodput
 from fasttrack.perf.tokens import TokenPool, pool_from_engine
 from fasttrack.perf.trace import TraceError, load_trace
 from fasttrack.perf.workloads import RunInputs, WorkItem, execute, plan_items, warm_up
-from fasttrack.plan import EngineGroup
+from fasttrack.planning.plan import EngineGroup
 from fasttrack.results import SIDES, CheckResult, Gate, Side
 from fasttrack.scope import ServiceLevel, WorkloadSpec
 from fasttrack.scope.gates import PerfGate
@@ -69,6 +70,8 @@ class PerfCheck(
     PairedCheck, name=CHECK, title="Performance", report_view="perf", after=("evals",), gate_model=PerfGate
 ):
     """Performance of every workload at every config point it covers, both sides, gated per point."""
+
+    cost = COST
 
     @classmethod
     def passability(cls, tier: TierView) -> list[Blocker]:

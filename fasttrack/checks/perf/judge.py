@@ -9,9 +9,10 @@ from typing import Any
 from fasttrack.checks.context import RunContext
 from fasttrack.checks.perf.state import CHECK, PerfState
 from fasttrack.evidence import typed_tables
-from fasttrack.perf.analysis import ItemState, drift_row, judge_item
+from fasttrack.perf.analysis import ItemState, judge_item
 from fasttrack.perf.claims import ClaimResult, MeasuredMetric, match_claims
 from fasttrack.perf.curves import CURVE_KIND, curve_rows, dominance, mark_pareto
+from fasttrack.perf.drift import drift_row
 from fasttrack.perf.hostbound import host_bound_fields, memory_bandwidth_gbs, weights_bytes
 from fasttrack.perf.metrics import METRICS
 from fasttrack.perf.outcomes import SLOWER, gate_margin, goodput_condition, item_metrics, label_outcome, rule_words

@@ -15,7 +15,7 @@ from fasttrack.scope import PerfGate
 
 if TYPE_CHECKING:  # pragma: no cover
     from fasttrack.engine import EngineHandle
-    from fasttrack.plan import EngineGroup
+    from fasttrack.planning.plan import EngineGroup
 
 
 def gpus_from_args(args: list[str], default: int) -> int:

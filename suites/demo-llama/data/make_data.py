@@ -21,19 +21,28 @@ The files are committed; a test regenerates them and compares bytes.
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
-sys.path.insert(0, str(ROOT))
 
-from fasttrack.evals.synthetic import write_jsonl  # noqa: E402 - the repository root goes on sys.path first
 
 SEED = 2026
 """Held out: the model was trained on seed 0's stream (another label as well)."""
 AIME_ROWS = 120
 MRCR_ROWS = 60
+
+
+def write_jsonl(rows: list[dict[str, Any]], path: Path) -> Path:
+    """Write rows as JSON Lines (sorted keys off: column order as given; LF endings; UTF-8)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8", newline="\n") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    return path
 
 
 def _tasks():

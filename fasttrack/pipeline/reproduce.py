@@ -316,7 +316,7 @@ def reproduce(
     log=print,
 ) -> ReproduceResult:
     from fasttrack.bundle import open_bundle, verify_bundle
-    from fasttrack.checks.base import registry
+    from fasttrack.checks.base import registered_checks
     from fasttrack.pipeline import ValidateOptions, run_validate
 
     if not checks:
@@ -358,7 +358,7 @@ def reproduce(
         )
         outcome = run_validate(opts, log=log)
     new = {r.check: r for r in outcome.results}
-    reg = registry()
+    reg = registered_checks()
     agreements = [_agreement(name, m.checks[name], new[name], recorded_tables[name], reg.get(name)) for name in checks]
     return ReproduceResult(
         bundle=str(bundle), verified=ver.verified, run_dir=str(outcome.run_dir), agreements=agreements

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import importlib
 import sys
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
-from fasttrack import __version__, terminal
+from fasttrack import __version__, registry, terminal
 from fasttrack.errors import FasttrackError
+from fasttrack.pipeline.options import option
 
 if TYPE_CHECKING:  # pragma: no cover
-    from pathlib import Path
-
     from fasttrack.pipeline import ValidateOptions, ValidateOutcome
 
 app = typer.Typer(
@@ -23,18 +21,23 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+#: validate's --model and --tier, as fasttrack.pipeline.options declares them (plan, doctor and isolation read the
+#: scope and tier validate would run)
+MODEL = option("model")
+TIER = option("tier")
 console = terminal.console()
 err_console = terminal.console(stderr=True, soft_wrap=True)
 
-#: Modules that add subcommands; each defines ``register(app: typer.Typer) -> None``.
-SUBCOMMAND_MODULES: list[str] = [
+registry.BUILTIN_MODULES["subcommand"] = (
     "fasttrack.bundle.cli",
     "fasttrack.report.cli",
     "fasttrack.kernels.cli",
     "fasttrack.pr.cli",
     "fasttrack.executors.cli",
-    "fasttrack.pipeline.calibrate",
-]
+    "fasttrack.pipeline.calibrate_cli",
+)
+"""The modules that add the shipped subcommand groups: each registers (kind ``subcommand``) a function that adds
+its commands to the app; another package's are named in its ``fasttrack`` entry-point group."""
 
 
 @app.callback(invoke_without_command=True)
@@ -49,12 +52,32 @@ def _root(
 _registered: list[str] = []
 
 
-def _register_subcommands() -> None:
-    """Add every module's subcommands to ``app``, once (``main`` may run many times in one process)."""
-    for mod in SUBCOMMAND_MODULES:
-        if mod not in _registered:
-            importlib.import_module(mod).register(app)
-            _registered.append(mod)
+def _register_subcommands(argv: list[str] | None = None) -> None:
+    """Add every registered subcommand group to ``app``, once (``main`` may run many times in one process): the
+    shipped ones, and other packages' (their entry points loaded) unless the command is a shipped one."""
+    _add_subcommands(registry.entries("subcommand", outside=False))
+    command = _command(argv)
+    if command is None or command not in _command_names():
+        _add_subcommands(registry.entries("subcommand"))
+
+
+def _add_subcommands(found: dict[str, Any]) -> None:
+    for name, add in found.items():
+        if name not in _registered:
+            add(app)
+            _registered.append(name)
+
+
+def _command(argv: list[str] | None) -> str | None:
+    """The subcommand ``argv`` names (its first word that is not an option), or None."""
+    args = sys.argv[1:] if argv is None else argv
+    return next((a for a in args if not a.startswith("-")), None)
+
+
+def _command_names() -> set[str]:
+    """The names of the commands and command groups ``app`` has."""
+    names = {c.name or (c.callback.__name__.replace("_", "-") if c.callback else "") for c in app.registered_commands}
+    return names | {g.name or "" for g in app.registered_groups}
 
 
 #: Commands that load scopes: the checks are registered first, since a check's gate model makes its section of a
@@ -65,18 +88,16 @@ SCOPE_COMMANDS = frozenset(
 
 
 def _load_checks_for(argv: list[str] | None) -> None:
-    args = sys.argv[1:] if argv is None else argv
-    command = next((a for a in args if not a.startswith("-")), None)
-    if command in SCOPE_COMMANDS:
-        from fasttrack.checks.base import registry
+    if _command(argv) in SCOPE_COMMANDS:
+        from fasttrack.checks.base import registered_checks
 
-        registry()
+        registered_checks()
 
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: user errors become one paragraph and exit code 2."""
-    _register_subcommands()
     try:
+        _register_subcommands(argv)
         _load_checks_for(argv)
         rc = app(args=argv, standalone_mode=False)
         sys.exit(rc if isinstance(rc, int) else 0)
@@ -167,8 +188,8 @@ def _comma_list(text: str) -> list[str]:
 
 @app.command("plan")
 def plan_cmd(
-    model: str = typer.Option(..., "--model", "-m", help="Suite name (folder under suites/) or path to a scope.yaml."),
-    tier: str = typer.Option("smoke", "--tier", "-t", help="smoke < standard < full."),
+    model: str = MODEL,
+    tier: str = TIER,
     shard: str = typer.Option(None, "--shard", help="Run only shard i of n, e.g. 2/3."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
     no_arg_check: bool = typer.Option(
@@ -177,16 +198,14 @@ def plan_cmd(
 ) -> None:
     """Expand a scope's envelope into config points, engine groups and a cost estimate; list the checks the tier
     runs and what it can never run, and check the engine arguments against the installed vLLM's own parser."""
-    from fasttrack.checks.base import registry
+    from fasttrack.checks.base import build_run_plan
+    from fasttrack.checks.passability import analyze, engine_arg_check, tier_checks
     from fasttrack.engine.argcheck import raise_for_issues
-    from fasttrack.passability import analyze, engine_arg_check, tier_checks
-    from fasttrack.plan import build_plan
     from fasttrack.scope import load_scope
 
-    order = list(registry())
     loaded = load_scope(model)
-    plan = build_plan(loaded.scope, tier=tier, shard=shard, scope_sha256=loaded.sha256, check_order=order)
-    whole = build_plan(loaded.scope, tier=tier, check_order=order)
+    plan = build_run_plan(loaded.scope, tier=tier, shard=shard, scope_sha256=loaded.sha256)
+    whole = build_run_plan(loaded.scope, tier=tier)
     passing = analyze(loaded.scope, whole, base_dir=loaded.base_dir)
     checks = tier_checks(loaded.scope, whole, base_dir=loaded.base_dir)
     args_check = None if no_arg_check else engine_arg_check(plan)
@@ -201,7 +220,7 @@ def plan_cmd(
         return
     s = loaded.scope
     console.print(f"[bold]{s.title}[/]  scope={s.name} tier={plan.tier} shard={plan.shard}")
-    from fasttrack.cli_plan import print_arg_check, print_plan_checks, print_plan_groups
+    from fasttrack.cli.plan_view import print_arg_check, print_plan_checks, print_plan_groups
 
     print_plan_groups(console, plan)
     print_plan_checks(console, plan.tier, checks)
@@ -222,15 +241,15 @@ def plan_cmd(
 
 @app.command("doctor")
 def doctor_cmd(
-    model: str = typer.Option(..., "--model", "-m", help="Suite name or path to a scope.yaml."),
-    tier: str = typer.Option("smoke", "--tier", "-t", help="The tier validate would run."),
+    model: str = MODEL,
+    tier: str = TIER,
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
     no_arg_check: bool = typer.Option(
         False, "--no-arg-check", help="Do not check the engine arguments against the installed vLLM's parser."
     ),
 ) -> None:
     """Preflight for this host or allocation: can `fasttrack validate` run the scope here? Exit 0 only if so."""
-    from fasttrack.doctor import diagnose
+    from fasttrack.host.doctor import diagnose
     from fasttrack.scope import load_scope
 
     loaded = load_scope(model)
@@ -262,7 +281,7 @@ def doctor_cmd(
 
 @app.command("isolation")
 def isolation_cmd(
-    model: str = typer.Option(..., "--model", "-m", help="Suite name or path to a scope.yaml."),
+    model: str = MODEL,
     repo: str = typer.Option(..., "--repo", help="Path to the git repository holding the change (a vLLM clone)."),
     base: str = typer.Option(..., "--base", help="Base ref (the PR's target)."),
     head: str = typer.Option(..., "--head", help="Head ref (the PR's head commit)."),
@@ -274,8 +293,8 @@ def isolation_cmd(
 
     from rich.table import Table
 
+    from fasttrack.change.diff import check_isolation
     from fasttrack.errors import ScopeError
-    from fasttrack.isolation import check_isolation
     from fasttrack.scope import load_scope
 
     loaded = load_scope(model)
@@ -336,143 +355,27 @@ def schemas_cmd(
 # --------------------------------------------------------------------------- validate
 
 
-#: validate's options, one alias each (the command's signature names them; typer reads the option from the alias).
-_Model = Annotated[str, typer.Option("--model", "-m", help="Suite name or path to a scope.yaml.")]
-_Tier = Annotated[str, typer.Option("--tier", "-t", help="smoke < standard < full.")]
-_Shard = Annotated[str | None, typer.Option("--shard", help="Run only shard i of n, e.g. 2/3.")]
-_Out = Annotated[str, typer.Option("--out", "-o", help="Run folder (the bundle is written here).")]
-_Checks = Annotated[str | None, typer.Option("--checks", help="Comma-separated subset of checks to run.")]
-_Group = Annotated[
-    str | None,
-    typer.Option(
-        "--group",
-        help="Comma-separated engine groups to start (ids as 'fasttrack plan' lists them); the other groups' "
-        "points are not exercised, so the bundle cannot pass.",
-    ),
-]
-_AllowHardwareMismatch = Annotated[
-    bool,
-    typer.Option(
-        "--allow-hardware-mismatch", help="Run on a host that does not match the scope: a rehearsal, not evidence."
-    ),
-]
-_BaselineUrl = Annotated[
-    str | None, typer.Option("--baseline-url", help="Use an already running baseline engine (not owned).")
-]
-_CandidateUrl = Annotated[
-    str | None, typer.Option("--candidate-url", help="Use an already running candidate engine (not owned).")
-]
-_SignKey = Annotated[
-    list[str] | None,
-    typer.Option("--sign-key", help="Ed25519 private key (PEM or OpenSSH) to sign the bundle; repeatable."),
-]
-_Repo = Annotated[
-    str | None, typer.Option("--repo", help="Git repository of the change, for the isolation check and PR link.")
-]
-_Base = Annotated[str | None, typer.Option("--base", help="Base ref of the change.")]
-_Head = Annotated[str | None, typer.Option("--head", help="Head ref of the change (the PR head that was tested).")]
-_Pr = Annotated[str | None, typer.Option("--pr", help="PR as OWNER/REPO#NUMBER (e.g. vllm-project/vllm#61868).")]
-_EvalData = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--eval-data", help="NAME=PATH: data file or folder for eval NAME instead of the scope's; repeatable."
-    ),
-]
-_Force = Annotated[bool, typer.Option("--force", help="Replace a non-empty --out folder.")]
-_RunAnyway = Annotated[
-    bool,
-    typer.Option(
-        "--run-anyway", help="Run a tier that can never pass (see 'fasttrack plan'); the bundle is incomplete."
-    ),
-]
-_Launcher = Annotated[
-    str | None,
-    typer.Option(
-        "--launcher",
-        help="How multi-node engines start their node processes: local (all on this host) or slurm (one srun "
-        "task per node). Default: slurm inside a Slurm allocation of several nodes, else local.",
-    ),
-]
+def _validate_options(command: Any) -> Any:
+    """Give ``command`` validate's options, as :class:`~fasttrack.pipeline.options.ValidateOptions` declares them
+    (typer reads a command's options from its signature)."""
+    import inspect
+
+    from fasttrack.pipeline.options import typer_options
+
+    setattr(command, "__signature__", inspect.Signature(typer_options()))  # noqa: B010
+    return command
 
 
 @app.command("validate")
-def validate_cmd(
-    model: _Model,
-    tier: _Tier = "smoke",
-    shard: _Shard = None,
-    out: _Out = "runs/latest",
-    checks: _Checks = None,
-    group: _Group = None,
-    allow_hardware_mismatch: _AllowHardwareMismatch = False,
-    baseline_url: _BaselineUrl = None,
-    candidate_url: _CandidateUrl = None,
-    sign_key: _SignKey = None,
-    repo: _Repo = None,
-    base: _Base = None,
-    head: _Head = None,
-    pr: _Pr = None,
-    eval_data: _EvalData = None,
-    force: _Force = False,
-    run_anyway: _RunAnyway = False,
-    launcher: _Launcher = None,
-) -> None:
+@_validate_options
+def validate_cmd(**given: Any) -> None:
     """Run the scope's checks on baseline and candidate engines and write a bundle."""
-    from pathlib import Path
+    from fasttrack.pipeline.options import ValidateOptions
 
-    from fasttrack.pipeline import ValidateOptions
-
-    pr_repo, pr_num = _pr_ref(pr) if pr else (None, None)
-    opts = ValidateOptions(
-        model=model,
-        tier=tier,
-        shard=shard,
-        out=Path(out),
-        checks=_comma_list(checks) if checks else None,
-        groups=_comma_list(group) if group else None,
-        allow_hardware_mismatch=allow_hardware_mismatch,
-        baseline_url=baseline_url,
-        candidate_url=candidate_url,
-        sign_keys=[Path(k) for k in (sign_key or [])],
-        repo=Path(repo) if repo else None,
-        base=base,
-        head=head,
-        pr_repository=pr_repo,
-        pr_number=pr_num,
-        eval_data=_eval_data_paths(eval_data or []),
-        force=force,
-        run_anyway=run_anyway,
-        launcher=launcher,
-    )
+    opts = ValidateOptions.from_cli(**given)
     outcome = _run_validate_with_progress(opts)
-    _print_validate_outcome(outcome, title=f"fasttrack validate {model} ({tier})")
+    _print_validate_outcome(outcome, title=f"fasttrack validate {opts.model} ({opts.tier})")
     raise typer.Exit(0 if outcome.verdict == "pass" else 1)
-
-
-def _pr_ref(pr: str) -> tuple[str, int]:
-    """``--pr OWNER/REPO#NUMBER`` as (repository, number)."""
-    import re
-
-    m = re.fullmatch(r"([\w.-]+/[\w.-]+)#(\d+)", pr.strip())
-    if not m:
-        raise FasttrackError(
-            f"--pr {pr!r} is not of the form OWNER/REPO#NUMBER.", hint="e.g. --pr vllm-project/vllm#61868"
-        )
-    return m.group(1), int(m.group(2))
-
-
-def _eval_data_paths(items: list[str]) -> dict[str, Path]:
-    """``--eval-data NAME=PATH`` options as ``{name: path}``."""
-    from pathlib import Path
-
-    data: dict[str, Path] = {}
-    for item in items:
-        name, sep, path = item.partition("=")
-        if not sep or not name.strip() or not path.strip():
-            raise FasttrackError(
-                f"--eval-data {item!r} is not of the form NAME=PATH.", hint="e.g. --eval-data aime25=data/aime25.jsonl"
-            )
-        data[name.strip()] = Path(path.strip())
-    return data
 
 
 def _run_validate_with_progress(opts: ValidateOptions) -> ValidateOutcome:
@@ -548,7 +451,7 @@ def reproduce_cmd(
     from rich.table import Table
 
     from fasttrack.bundle.cli import shown
-    from fasttrack.reproduce import reproduce
+    from fasttrack.pipeline.reproduce import reproduce
 
     res = reproduce(
         Path(bundle),

@@ -1,7 +1,8 @@
-"""Small, deterministic data sets in the original AIME25 and MRCR formats.
+"""Small, deterministic data sets in the original AIME25 and MRCR formats, for the eval tests.
 
-Nothing can be downloaded on the machines fasttrack's demo and tests run on, so the
-demo suite and the tests ship their own samples, written by this module:
+Nothing can be downloaded on the machines fasttrack's tests run on, so the tests make their own
+samples with this module (the demo suite's data comes from the demo model's task generator,
+``suites/demo-llama/data/make_data.py``):
 
 * :func:`aime_problems`: competition-style problems with integer answers in 0..999,
   rows ``{"problem", "answer", "id"}`` like ``math-ai/aime25``. Every answer is

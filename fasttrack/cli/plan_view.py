@@ -1,4 +1,4 @@
-"""What ``fasttrack plan`` prints: the engine groups, the estimate per check (:mod:`fasttrack.cost`), the
+"""What ``fasttrack plan`` prints: the engine groups, the estimate per check (:mod:`fasttrack.planning.cost`), the
 checks in run order and the engine-argument check."""
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def print_plan_cost(console: Console, checks: dict[str, dict[str, float | int]])
 
     if not checks:
         return
-    table = Table(title="estimated cost per check (fasttrack/cost.py)")
+    table = Table(title="estimated cost per check (fasttrack/planning/cost.py)")
     for col in ("check", "wall h", "GPU-h", "node-h", "requests"):
         table.add_column(col, no_wrap=True, justify="left" if col == "check" else "right")
     for name, c in checks.items():

@@ -8,7 +8,7 @@ what this host has and how they meet (a CPU scope on a GPU host runs on the GPU 
 build of vLLM; a GPU scope on another GPU model); the GPUs (model, architecture, count per
 node) and the interconnect against the scope's hardware; the nodes an engine spans and how they
 would be launched; the model (its builder) and free disk; whether both sides' engines fit the
-memory, together when they are up together (:mod:`fasttrack.hostfit`); the engine arguments
+memory, together when they are up together (:mod:`fasttrack.host.fit`); the engine arguments
 against the installed vLLM's own parser; the passability of every tier; and the plan's
 estimate. Exit 0 only without a problem.
 """
@@ -25,15 +25,16 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from fasttrack.checks.base import build_run_plan
+from fasttrack.checks.passability import analyze
 from fasttrack.engine.argcheck import check_arg_lists
 from fasttrack.engine.environment import probe_local_environment
 from fasttrack.engine.launchers import default_launcher
-from fasttrack.hardware import HostInfo, detect_host, match_hardware
-from fasttrack.hostfit import cuda_fit, device_fit, engines_run_on, memory_fit
+from fasttrack.host.fit import cuda_fit, device_fit, engines_run_on, memory_fit
+from fasttrack.host.hardware import HostInfo, detect_host, match_hardware
+from fasttrack.host.models import builder_path
 from fasttrack.modelbase import StrictModel
-from fasttrack.models import builder_path
-from fasttrack.passability import analyze
-from fasttrack.plan import Plan, build_plan
+from fasttrack.planning.plan import Plan
 from fasttrack.scope import TIER_ORDER, LoadedScope
 
 Status = Literal["ok", "problem", "note"]
@@ -117,7 +118,7 @@ def diagnose(
     host = host or detect_host()
     for topic, fit in cuda_fit(scope.hardware, host, facts):
         rep.add(fit.status, topic, fit.found, fit.fix)
-    plan = build_plan(scope, tier=tier, scope_sha256=loaded.sha256)
+    plan = build_run_plan(scope, tier=tier, scope_sha256=loaded.sha256)
     engine_gpus = sorted({g.gpus for g in plan.groups if g.gpus})
     _check_hardware(rep, scope.hardware, host, facts, engine_gpus)
     _check_nodes(rep, scope.hardware, plan, host, exe, engine_gpus, say)
@@ -214,7 +215,7 @@ def _check_model(rep: DoctorReport, loaded: LoadedScope) -> int:
             "paths in a scope are relative to the scope file's folder; fix model.local_builder",
         )
     elif builder is not None:
-        from fasttrack.models import model_cache_path
+        from fasttrack.host.models import model_cache_path
 
         built = model_cache_path(scope.name)
         if built.is_dir():
@@ -281,7 +282,7 @@ def _check_passability(rep: DoctorReport, loaded: LoadedScope, tier: str) -> Non
     """What every tier requires that it can never run here (a problem for the tier asked for, a note for others)."""
     scope = loaded.scope
     for t in TIER_ORDER:
-        pt = analyze(scope, build_plan(scope, tier=t), base_dir=loaded.base_dir)
+        pt = analyze(scope, build_run_plan(scope, tier=t), base_dir=loaded.base_dir)
         if pt.ok:
             rep.add("ok", f"passability ({t})", f"every required item of the {t} tier can run")
         else:
@@ -296,7 +297,7 @@ def _engine_nodes(
     """Inside an allocation: what every node reports (one ``srun`` task per node) against the scope, and whether the
     nodes an engine spans share one NVLink domain (the multi-node NVLink fabric)."""
     from fasttrack.engine.nodes import allocation_reports, host_from_report
-    from fasttrack.hardware import match_nodes
+    from fasttrack.host.hardware import match_nodes
 
     reports, err = allocation_reports(python=python, nnodes=nnodes)
     if err:

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fasttrack.checks.base import registry
+from fasttrack.checks.base import build_run_plan, registered_checks
 from fasttrack.checks.tier import Blocker, TierView
 from fasttrack.engine.argcheck import ArgCheck, check_arg_lists
 from fasttrack.modelbase import StrictModel
-from fasttrack.plan import Plan, build_plan
+from fasttrack.planning.plan import Plan
 from fasttrack.scope import TIER_ORDER, Scope
 
 __all__ = ["Blocker", "Passability", "PlannedCheck", "analyze", "analyze_tiers", "engine_arg_check", "tier_checks"]
@@ -50,7 +50,7 @@ def analyze(scope: Scope, plan: Plan, *, base_dir: Path | None = None) -> Passab
     ``base_dir``: the scope file's folder (relative data paths are resolved against it); without it, data files are
     not looked for."""
     out: list[Blocker] = []
-    for name, cls in registry().items():
+    for name, cls in registered_checks().items():
         if plan.runs_check(name):
             out.extend(cls.passability(TierView(scope=scope, plan=plan, base_dir=base_dir, check=name)))
     return Passability(scope=scope.name, tier=plan.tier, blockers=out)
@@ -58,7 +58,7 @@ def analyze(scope: Scope, plan: Plan, *, base_dir: Path | None = None) -> Passab
 
 def analyze_tiers(scope: Scope, *, base_dir: Path | None = None) -> dict[str, Passability]:
     """:func:`analyze` for every tier of a complete scope (unsharded)."""
-    return {t: analyze(scope, build_plan(scope, tier=t), base_dir=base_dir) for t in TIER_ORDER}
+    return {t: analyze(scope, build_run_plan(scope, tier=t), base_dir=base_dir) for t in TIER_ORDER}
 
 
 class PlannedCheck(StrictModel):
@@ -81,7 +81,7 @@ class PlannedCheck(StrictModel):
 def tier_checks(scope: Scope, plan: Plan, *, base_dir: Path | None = None) -> list[PlannedCheck]:
     """Every registered check in check order, with whether ``plan``'s tier runs it and what it exercises there."""
     out = []
-    for name, cls in registry().items():
+    for name, cls in registered_checks().items():
         view = TierView(scope=scope, plan=plan, base_dir=base_dir, check=name)
         out.append(
             PlannedCheck(

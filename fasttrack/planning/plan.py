@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import Field
@@ -20,6 +21,7 @@ from pydantic import Field
 from fasttrack.errors import PlanError
 from fasttrack.limits import MAX_SHARDS, SHARD_SPEC_MAX_CHARS
 from fasttrack.modelbase import DocModel
+from fasttrack.planning.cost import STARTS, CostedCheck, group_cost, plan_cost
 from fasttrack.scope import TIER_ORDER, Estimates, Scope, SpecDecodeSpec, TierName
 from fasttrack.scope.reference import variant_lifetimes
 
@@ -97,7 +99,7 @@ class PlanEstimate(DocModel):
     wall_hours: float
     checks: dict[str, dict[str, float | int]] = Field(default_factory=dict)
     """Per check (and ``engine starts``): wall, GPU and node hours, requests and decode tokens
-    (:mod:`fasttrack.cost`)."""
+    (:mod:`fasttrack.planning.cost`)."""
     assumptions: Estimates
     """The assumptions these numbers derive from (scope.estimates)."""
 
@@ -114,8 +116,9 @@ class Plan(DocModel):
     checks: list[str] | None = None
     """Checks the tier selects (None = all registered)."""
     check_order: list[str] | None = None
-    """Every registered check, in the order they run and are reported (the check registry's order, given by
-    whoever builds the plan for a run; the bundle records it for the report). None: not given."""
+    """Every registered check, in the order they run and are reported (the check registry's order, given to
+    :func:`build_plan` with the checks' costs; the bundle records it for the report). None: a plan written before
+    plans recorded it."""
     workloads: list[str] | None = None
     features: list[str] | None = None
     """Serving features the tier checks (None = every feature of the scope)."""
@@ -245,9 +248,12 @@ def build_plan(
     tier: str = "smoke",
     shard: str | None = None,
     scope_sha256: str | None = None,
-    check_order: list[str] | None = None,
+    checks: Sequence[CostedCheck],
 ) -> Plan:
-    """Expand the scope's envelope for ``tier`` and keep the points of ``shard``."""
+    """Expand the scope's envelope for ``tier`` and keep the points of ``shard``. ``checks``: every registered check,
+    in check order, with what its work costs (``fasttrack.checks.base.build_run_plan`` gives them): the plan
+    records their order and its estimate (which balances the shards) counts their work."""
+    checks = list(checks)
     if tier not in TIER_ORDER:
         raise PlanError(f"unknown tier {tier!r}.", hint=f"Tiers: {', '.join(TIER_ORDER)} (smoke < standard < full).")
     _check_complete(scope)
@@ -261,7 +267,7 @@ def build_plan(
             {"scope": scope_sha256 or scope.name, "tier": tier, "points": [p.id for p in points]}, sort_keys=True
         ).encode()
     ).hexdigest()
-    groups, points = _shard(groups, points, i, n, scope, tier)
+    groups, points = _shard(groups, points, i, n, scope, tier, checks)
     return Plan(
         scope=scope.name,
         scope_sha256=scope_sha256,
@@ -269,9 +275,9 @@ def build_plan(
         shard=f"{i}/{n}",
         points=points,
         groups=groups,
-        estimate=estimate(groups, points, scope, tier),
+        estimate=estimate(groups, points, scope, tier, checks),
         checks=t.checks,
-        check_order=check_order,
+        check_order=[c.name for c in checks],
         workloads=t.workloads,
         features=list(t.features) if t.features is not None else None,
         evals=t.evals,
@@ -383,15 +389,21 @@ def _engine_group(
     )
 
 
-def _group_cost(g: EngineGroup, points: list[ConfigPoint], scope: Scope, tier: TierName) -> float:
+def _group_cost(
+    g: EngineGroup, points: list[ConfigPoint], scope: Scope, tier: TierName, checks: Sequence[CostedCheck]
+) -> float:
     """Device-seconds of one group (GPU-seconds; host-seconds on CPU scopes): every check's work on its engines."""
-    from fasttrack.cost import group_cost
-
-    return sum(c.device_s for c in group_cost(scope, tier, g, points).values())
+    return sum(c.device_s for c in group_cost(scope, tier, g, points, checks).values())
 
 
 def _shard(
-    groups: list[EngineGroup], points: list[ConfigPoint], i: int, n: int, scope: Scope, tier: TierName
+    groups: list[EngineGroup],
+    points: list[ConfigPoint],
+    i: int,
+    n: int,
+    scope: Scope,
+    tier: TierName,
+    checks: Sequence[CostedCheck],
 ) -> tuple[list[EngineGroup], list[ConfigPoint]]:
     """Deterministic sharding: whole engine groups where possible (split only when there
     are fewer groups than shards), assigned longest-first to the least-loaded shard."""
@@ -409,7 +421,7 @@ def _shard(
         units[k : k + 1] = [a, b]
     loads = [0.0] * n
     assign: list[list[EngineGroup]] = [[] for _ in range(n)]
-    cost = {id(u): _group_cost(u, points, scope, tier) for u in units}
+    cost = {id(u): _group_cost(u, points, scope, tier, checks) for u in units}
     for u in sorted(units, key=lambda g: (-cost[id(g)], g.id, g.points[0] if g.points else "")):
         k = min(range(n), key=lambda s: (loads[s], s))
         assign[k].append(u)
@@ -421,12 +433,16 @@ def _shard(
     return mine, [p for p in points if p.id in keep]
 
 
-def estimate(groups: list[EngineGroup], points: list[ConfigPoint], scope: Scope, tier: TierName) -> PlanEstimate:
-    """The plan's cost (:mod:`fasttrack.cost`): every check's work and the engine starts, in the scope's
+def estimate(
+    groups: list[EngineGroup],
+    points: list[ConfigPoint],
+    scope: Scope,
+    tier: TierName,
+    checks: Sequence[CostedCheck],
+) -> PlanEstimate:
+    """The plan's cost (:mod:`fasttrack.planning.cost`): every check's work and the engine starts, in the scope's
     ``estimates``; the engine-less checks once (one shard)."""
-    from fasttrack.cost import STARTS, plan_cost
-
-    costs = plan_cost(scope, tier, groups, points)
+    costs = plan_cost(scope, tier, groups, points, checks)
     t = scope.tiers[tier]
     starts = sum(2 * g.lifetimes_per_side + variant_lifetimes(scope, t, g) for g in groups)
     return PlanEstimate(
