@@ -66,9 +66,9 @@ def make_provenance(*, vllm_commit: str | None = HEAD) -> Provenance:
 
 def demo_plan(shard: str | None = None) -> dict[str, Any]:
     """The demo scope's smoke plan (of ``shard``), as a bundle records it."""
-    from fasttrack.planning.plan import build_plan
+    from fasttrack.checks.base import build_run_plan
 
-    plan = build_plan(evidence_testlib.suite(SCOPE)[1], tier=TIER, shard=shard).model_dump(mode="json")
+    plan = build_run_plan(evidence_testlib.suite(SCOPE)[1], tier=TIER, shard=shard).model_dump(mode="json")
     return {**plan, "fingerprint": "f" * 64}
 
 
