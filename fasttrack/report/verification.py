@@ -37,10 +37,12 @@ def verify_view(vr: VerifyResult, *, trusted_keys: int) -> VerifyView:
     )
     if vr.verified:
         who = ", ".join(f"key {k[:12]}" for k in vr.signers)
-        head_txt = "PR head matches" if head.ok else "PR head not checked against the code host"
-        judged = f"every verdict re-judged by {vr.judged_by}" if vr.judged_by else "verdicts as recorded"
+        head_txt = "PR head matches" if head.ok else "PR head not checked"
+        # short on the first screen: the verification section names the judging scope in full
+        by = "trusted" if vr.trusted_scope else "recorded"
+        judged = f"verdicts re-judged by the {by} scope" if vr.judged_by else "verdicts as recorded"
         if vr.legacy_tables:
-            judged += f" ({len(vr.legacy_tables)} table(s) of an older bundle read by the legacy path)"
+            judged += f" ({len(vr.legacy_tables)} older tables)"
         headline = (
             f"Verified: signed by {who or 'a trusted key'}; every file matches its signed hash; {judged}; {head_txt}."
         )
