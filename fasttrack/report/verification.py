@@ -39,8 +39,8 @@ def verify_view(vr: VerifyResult, *, trusted_keys: int) -> VerifyView:
         who = ", ".join(f"key {k[:12]}" for k in vr.signers)
         head_txt = "PR head matches" if head.ok else "PR head not checked"
         # short on the first screen: the verification section names the judging scope in full
-        by = "trusted" if vr.trusted_scope else "recorded"
-        judged = f"verdicts re-judged by the {by} scope" if vr.judged_by else "verdicts as recorded"
+        scope = "trusted" if vr.trusted_scope else "recorded"
+        judged = f"verdicts re-judged by the {scope} scope" if vr.judged_by else "verdicts as recorded"
         if vr.legacy_tables:
             judged += f" ({len(vr.legacy_tables)} older tables)"
         headline = (
