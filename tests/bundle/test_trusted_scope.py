@@ -29,7 +29,7 @@ CASES: dict[str, tuple[dict[str, str], str | None]] = {
         "tiers.smoke.checks: checks dropped: coverage, equivalence, evals, features, perf",
     ),
     "points removed": ({"    batch: [1, 2, 3, 4, 8]\n": "    batch: [1]\n"}, "tiers.smoke points: 8 of 10 config"),
-    "noise margin widened": ({"noise_margin: 0.33": "noise_margin: 0.9"}, "gates.perf.noise_margin: raised from 0.33"),
+    "noise margin widened": ({"noise_margin: 0.44": "noise_margin: 0.9"}, "gates.perf.noise_margin: raised from 0.44"),
     "confidence lowered": ({"confidence: 0.95": "confidence: 0.8"}, "gates.perf.confidence: lowered from 0.95 to 0.8"),
     "fewer runs": ({"min_runs: 4": "min_runs: 2"}, "gates.perf.min_runs: lowered from 4 to 2"),
     "equivalence gate widened": ({"max_kl: 0.01": "max_kl: 0.5"}, "gates.equivalence.max_kl: raised from 0.01"),
@@ -88,7 +88,7 @@ CASES: dict[str, tuple[dict[str, str], str | None]] = {
     ),
     "a claim's tolerance widened": ({"    tolerance: 0.05\n": "    tolerance: 0.5\n"}, "claims.demo-b1"),
     "tighter: more lifetimes": ({"    lifetimes_per_side: 1\n": "    lifetimes_per_side: 2\n"}, None),
-    "tighter: a smaller noise margin": ({"noise_margin: 0.33": "noise_margin: 0.2"}, None),
+    "tighter: a smaller noise margin": ({"noise_margin: 0.44": "noise_margin: 0.2"}, None),
     "neutral: another title and estimate": ({"  engine_start_s: 40\n": "  engine_start_s: 90\n"}, None),
 }
 
@@ -160,10 +160,10 @@ def test_min_tier_refuses_a_smoke_bundle(world: dict[str, Path]) -> None:
 def test_the_trusted_scope_may_be_a_folder_of_scopes(world: dict[str, Path]) -> None:
     folder = world["root"] / "scopes"
     folder.mkdir()
-    (folder / "demo-llama.yaml").write_text(DEMO.replace("noise_margin: 0.33", "noise_margin: 0.2"))
+    (folder / "demo-llama.yaml").write_text(DEMO.replace("noise_margin: 0.44", "noise_margin: 0.2"))
     bundle = make_bundle(world["root"] / "folder", Spec(), sign_keys=[load_private_key(world["priv"])])
     rc, out, _ = verify(bundle, world["pub"], "--trusted-scope", str(folder))
-    assert rc == 1 and any("gates.perf.noise_margin: raised from 0.2 to 0.33" in x for x in out["scope_loosenings"])  # type: ignore[union-attr]
+    assert rc == 1 and any("gates.perf.noise_margin: raised from 0.2 to 0.44" in x for x in out["scope_loosenings"])  # type: ignore[union-attr]
     bad = subprocess.run(
         [sys.executable, "-m", "fasttrack", "verify", str(bundle), "--key", str(world["pub"]), "--trusted-scope",
          str(world["root"] / "nowhere")],
