@@ -236,7 +236,8 @@ def calibrate(
     if not bundles:
         if scope_path is None:
             raise FasttrackError("give --model (a scope to measure) or --from-bundle (A/A bundles measured before)")
-        bundles = [run_aa(scope_path, tier=tier, pairs=pairs, out=out, extra=extra)]
+        # the A/A bundle is signed with the record's key: the record names it, and it verifies on its own
+        bundles = [run_aa(scope_path, tier=tier, pairs=pairs, out=out, extra=[*extra, "--sign-key", str(sign_key)])]
     pooled, facts = pairs_of_bundles(bundles)
     record = record_of(pooled, facts)
     data = sign_record(record, key)
