@@ -80,7 +80,7 @@ from fasttrack.perf.schedule import LookSchedule  # noqa: E402 - the repository 
 from fasttrack.perf.tokens import pool_from_engine  # noqa: E402 - the repository root goes on sys.path first
 from fasttrack.perf.workloads import RunInputs, WorkItem, execute, plan_items, warm_up  # noqa: E402 - the repository root goes on sys.path first
 from fasttrack.stats import mde_for_estimate, wilson_interval  # noqa: E402 - the repository root goes on sys.path first
-from fasttrack.stats.lifetime import AAPair, LifetimeVariance, variance_components  # noqa: E402 - the repository root goes on sys.path first
+from fasttrack.stats.lifetime import AAPair, LifetimeVariance, variance_of_pairs  # noqa: E402 - the repository root goes on sys.path first
 
 MARGINS = (0.05, 0.10, 0.25, 0.3, 0.33, 0.4, 0.5, 0.6)
 LOG_DIR = Path("/tmp") / "fasttrack-false-alarm-logs"
@@ -411,16 +411,7 @@ def _aa_pair(b_runs: list[RunMetrics], c_runs: list[RunMetrics], metric: str, *,
 def _leave_out(pairs: dict[Any, AAPair | None], skip: set[Any]) -> LifetimeVariance | None:
     """The lifetime variance the other A/A pairs give (leave-one-out calibration); None with fewer than two."""
     rest = [p for k, p in pairs.items() if k not in skip and p is not None]
-    if len(rest) < 2:
-        return None
-    comp = variance_components(rest)
-    return LifetimeVariance(
-        between_var_log=comp.between_var_log,
-        within_var_log=comp.within_var_log,
-        runs_per_lifetime=comp.runs_per_lifetime,
-        df=comp.pairs,
-        source=f"the {len(rest)} other A/A pairs of this measurement",
-    )
+    return variance_of_pairs(rest, source=f"the {len(rest)} other A/A pairs of this measurement")
 
 
 def _tally(pp: dict[str, Any], s: ItemState, est: Any, gate: Any) -> bool:

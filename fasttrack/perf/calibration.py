@@ -31,7 +31,13 @@ from fasttrack.bundle.dsse import Envelope, add_signature, check_signatures
 from fasttrack.bundle.keys import PublicKey, SigningKey
 from fasttrack.errors import FasttrackError
 from fasttrack.modelbase import DocModel
-from fasttrack.stats.lifetime import AAPair, LifetimeVariance, VarianceComponents, variance_components
+from fasttrack.stats.lifetime import (
+    AAPair,
+    LifetimeVariance,
+    VarianceComponents,
+    variance_components,
+    variance_of_pairs,
+)
 
 PAYLOAD_TYPE = "application/vnd.fasttrack.perf-calibration+json"
 RECORD_MAX_BYTES = 4 * 1024 * 1024
@@ -149,13 +155,8 @@ def point_calibration(workload: str, point: str, metric: str, pairs: Sequence[AA
     from scipy import stats as sps
 
     comp = variance_components(pairs)
-    var = LifetimeVariance(
-        between_var_log=comp.between_var_log,
-        within_var_log=comp.within_var_log,
-        runs_per_lifetime=comp.runs_per_lifetime,
-        df=comp.pairs,
-        source="",
-    )
+    var = variance_of_pairs(pairs, source="")
+    assert var is not None  # variance_components needs two pairs too
     widths = {str(n): var.half_width(lifetimes=n) for n in (1, 2, 3)}
     t = float(sps.t.ppf(0.975, comp.pairs))
     se = math.sqrt(2.0 * comp.lifetime_var_log)

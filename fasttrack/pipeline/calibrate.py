@@ -33,7 +33,7 @@ from fasttrack.perf.calibration import (
     point_calibration,
     sign_record,
 )
-from fasttrack.stats.lifetime import AAPair, LifetimeVariance, paired_figures, variance_components
+from fasttrack.stats.lifetime import AAPair, paired_figures, variance_of_pairs
 
 AA_PREFIX = ".aa-calibrate-"
 
@@ -126,19 +126,6 @@ def record_of(pooled: dict[tuple[str, str, str], list[AAPair]], facts: dict[str,
     )
 
 
-def _variance(pairs: list[AAPair]) -> LifetimeVariance | None:
-    if len(pairs) < 2:
-        return None
-    c = variance_components(pairs)
-    return LifetimeVariance(
-        between_var_log=c.between_var_log,
-        within_var_log=c.within_var_log,
-        runs_per_lifetime=c.runs_per_lifetime,
-        df=c.pairs,
-        source=f"the other {c.pairs} A/A pairs",
-    )
-
-
 def aa_comparisons(
     pooled: dict[tuple[str, str, str], list[AAPair]], *, metric: str, margin: float, confidence: float = 0.95
 ) -> list[dict[str, Any]]:
@@ -149,7 +136,8 @@ def aa_comparisons(
     for w, p, m in keys:
         prs = pooled[(w, p, m)]
         for i, pr in enumerate(prs):
-            var = _variance(prs[:i] + prs[i + 1 :])
+            others = prs[:i] + prs[i + 1 :]
+            var = variance_of_pairs(others, source=f"the other {len(others)} A/A pairs")
             diffs = pr.run_diffs() or [math.log(pr.baseline / pr.candidate)]
             fig = paired_figures([diffs], variance=var, lower_is_better=True)
             if fig is None:

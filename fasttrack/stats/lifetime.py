@@ -109,6 +109,21 @@ class VarianceComponents(BaseModel):
     """sigma_B^2 / V: how much of a lifetime's variance is between lifetimes (1: all of it)."""
 
 
+def variance_of_pairs(pairs: Sequence["AAPair"], *, source: str) -> "LifetimeVariance | None":
+    """The lifetime variance A/A ``pairs`` give (:func:`variance_components`), with one degree of freedom per pair;
+    None with fewer than two pairs."""
+    if len(pairs) < 2:
+        return None
+    c = variance_components(pairs)
+    return LifetimeVariance(
+        between_var_log=c.between_var_log,
+        within_var_log=c.within_var_log,
+        runs_per_lifetime=c.runs_per_lifetime,
+        df=c.pairs,
+        source=source,
+    )
+
+
 class AAPair(BaseModel):
     """One A/A pair of stock engine lifetimes at one point: each lifetime's statistic and its runs' statistics."""
 
