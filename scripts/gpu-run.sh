@@ -5,8 +5,10 @@
 #   FASTTRACK_GPU_KEY=keys/me bash scripts/gpu-run.sh OUT [calibrate] [clean] [slow3] [slow2]
 #
 # calibrate  fasttrack calibrate --model demo-llama-gpu (PAIRS A/A pairs of stock lifetimes, default 4); the
-#            signed record goes to RESULTS (default benchmarks/results/gpu-calibration) with the figures, and the
-#            scope is pinned to it: gates.perf.calibration and the recommended noise margin
+#            signed record goes beside the scope (suites/demo-llama-gpu/calibration/RECORD.dsse.json, RECORD
+#            default h100, with the key's .pub), the figures and the A/A bundle to RESULTS (default
+#            benchmarks/results/gpu-calibration), and the scope is pinned to the record (gates.perf.calibration;
+#            a noise margin below the record's recommendation rises to it)
 # clean      fasttrack validate --model demo-llama-gpu --tier smoke, signed, verified, its report rendered
 # slow3      the planted slowdown of 3% at batches 3-4 (slow-batch, FASTTRACK_DEMO_SLOW_FACTOR=1.03), perf and
 #            equivalence only; slow2 the same at 2%
@@ -19,19 +21,21 @@ shift
 PHASES=("${@:-calibrate clean slow3}")
 KEY="${FASTTRACK_GPU_KEY:?set FASTTRACK_GPU_KEY to the private key that signs the records and bundles}"
 RESULTS="${RESULTS:-benchmarks/results/gpu-calibration}"
+RECORD="${RECORD:-h100}"
 SCOPE=suites/demo-llama-gpu/scope.yaml
+CALDIR=suites/demo-llama-gpu/calibration
 PY="${PYTHON:-python3}"
 mkdir -p "$OUT"
 log() { echo "$(date +%T) $*" | tee -a "$OUT/progress.log"; }
 
 pin_scope() {  # pin the scope to the record (its path, hash and key); a margin below the record's recommendation rises to it
-  "$PY" - "$SCOPE" "$RESULTS/calibration.dsse.json" "$RESULTS/calibration.pub" <<'EOF'
+  "$PY" - "$SCOPE" "$CALDIR/$RECORD.dsse.json" "$CALDIR/$RECORD.pub" <<'EOF'
 import hashlib, json, base64, re, sys
 from pathlib import Path
 scope, record, pub = map(Path, sys.argv[1:4])
 data = record.read_bytes()
 payload = json.loads(base64.b64decode(json.loads(data)["payload"]))
-rel = lambda p: "../../" + str(p)
+rel = lambda p: str(p.relative_to(scope.parent))
 text = scope.read_text()
 old = float(re.search(r"\n    noise_margin: ([0-9.]+)", text).group(1))
 margin = max(old, payload["recommended_margin"])
@@ -66,9 +70,11 @@ for phase in ${PHASES[@]}; do
       "$PY" -m fasttrack calibrate --model demo-llama-gpu --tier smoke --pairs "${PAIRS:-4}" \
         --out "$OUT/calibrate" --sign-key "$KEY" >"$OUT/calibrate.log" 2>&1
       log "calibrate: exit $?"
-      mkdir -p "$RESULTS"
-      cp "$OUT/calibrate/calibration.dsse.json" "$OUT/calibrate/calibration.md" "$OUT/calibrate/aa-comparisons.json" \
-        "$RESULTS/" && cp "$KEY.pub" "$RESULTS/calibration.pub" && pin_scope | tee -a "$OUT/progress.log"
+      mkdir -p "$RESULTS" "$CALDIR"
+      cp "$OUT/calibrate/calibration.md" "$OUT/calibrate/aa-comparisons.json" "$RESULTS/" \
+        && cp "$OUT/calibrate/aa/bundle.tar.gz" "$RESULTS/aa-bundle.tar.gz" \
+        && cp "$OUT/calibrate/calibration.dsse.json" "$CALDIR/$RECORD.dsse.json" && cp "$KEY.pub" "$CALDIR/$RECORD.pub" \
+        && pin_scope | tee -a "$OUT/progress.log"
       ;;
     clean) validate clean ;;
     slow3) FASTTRACK_DEMO_DEFECT=slow-batch FASTTRACK_DEMO_SLOW_FACTOR=1.03 validate slow3 --checks perf,equivalence ;;

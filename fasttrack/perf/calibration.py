@@ -233,7 +233,8 @@ def load_record(path: Path, *, sha256: str, keys: Sequence[PublicKey], field: st
     """Read the record at ``path`` for a run: its hash must be the scope's pin and, with ``keys``, one of them
     must have signed it. ``field`` names the scope setting in errors."""
     try:
-        data = path.read_bytes()
+        with path.open("rb") as f:  # never more than a record may hold
+            data = f.read(RECORD_MAX_BYTES + 1)
     except OSError as exc:
         raise CalibrationError(f"{field}.record: cannot read {path}: {exc.strerror or exc}") from None
     digest = sha256_bytes(data)

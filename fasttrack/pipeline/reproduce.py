@@ -273,6 +273,10 @@ def _scope_paths(scope: Any) -> list[tuple[str, str]]:
         for f in ("prompts", "trace"):
             if getattr(w, f):
                 out.append((f"workloads[{i}].{f}", getattr(w, f)))
+    cal = scope.gates.perf.calibration
+    if cal is not None:
+        out.append(("gates.perf.calibration.record", cal.record))
+        out.extend((f"gates.perf.calibration.keys[{i}]", k) for i, k in enumerate(cal.keys))
     for i, k in enumerate(scope.kernels):
         out.append((f"kernels[{i}].path", k.path))
         for f in ("candidate", "example_candidate"):

@@ -1,4 +1,5 @@
-"""The lifetime rule on the runs recorded on an H100 (benchmarks/results/gpu-calibration, gpu-slow3):
+"""The lifetime rule on the runs recorded on an H100 (the GPU demo's record in suites/demo-llama-gpu/calibration,
+the runs in benchmarks/results/gpu-calibration and gpu-slow3):
 the A/A calibration's figures, the committed record recomputed from its A/A bundle, a no-op never strictly
 better, the GPU demo scope pinned to the record, and the planted 3% slowdown re-judged at the scope's margin.
 
@@ -39,7 +40,7 @@ def record(scope_gate):
 
 
 def test_the_scope_pins_the_committed_record_signed_by_its_key(scope_gate, record) -> None:
-    data = (CAL / "calibration.dsse.json").read_bytes()
+    data = (ROOT / "suites" / "demo-llama-gpu" / scope_gate.calibration.record).read_bytes()
     assert scope_gate.calibration.sha256 == hashlib.sha256(data).hexdigest()
     assert record.host.device == "NVIDIA H100 80GB HBM3" and record.host.engine_version == "0.26.0"
     assert record.interleaved and record.gated_metric == GATED

@@ -317,6 +317,14 @@ def test_the_model_cache_path_stays_under_its_root(world: dict[str, Path], monke
         (lambda d: d["workloads"][4].update(trace="//etc/hosts"), "workloads[4].trace"),
         (lambda d: d["kernels"][0].update(path="../../fasttrack"), "kernels[0].path"),
         (lambda d: d["kernels"][0].update(candidate="../../../evil.py"), "kernels[0].candidate"),
+        (
+            lambda d: d["gates"]["perf"]["calibration"].update(record="/etc/shadow"),
+            "gates.perf.calibration.record",
+        ),
+        (
+            lambda d: d["gates"]["perf"]["calibration"].update(keys=["../../../../root/.ssh/id_ed25519.pub"]),
+            "gates.perf.calibration.keys[0]",
+        ),
     ],
 )
 def test_recorded_paths_stay_in_the_scope_folder(
