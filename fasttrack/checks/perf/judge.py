@@ -236,7 +236,8 @@ def _collect_measured(s: ItemState, rows: list[dict[str, Any]], out: _Judged) ->
     for r in rows:
         if r.get("speedup") is None:
             continue
-        out.one_lifetime = out.one_lifetime or bool(r.get("ignores_lifetime_variance"))
+        # the summary's word on lifetimes is the gated metric's (a reported metric the record lacks says so in its row)
+        out.one_lifetime = out.one_lifetime or bool(r.get("gated") and r.get("ignores_lifetime_variance"))
         out.measured.append(
             MeasuredMetric(
                 workload=s.item.workload,
