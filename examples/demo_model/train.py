@@ -7,11 +7,13 @@
 Two recipes share everything but their size (:data:`RECIPE`, :data:`GPU_RECIPE`: sizes,
 steps, batch shapes, learning-rate schedule, seed). Both run with deterministic algorithms:
 
-* the CPU recipe runs single-threaded, so the same torch build on an x86-64 CPU
+* the CPU recipe runs single-threaded, so the same torch build on the same CPU model
   reproduces the weights bit for bit. Before torch is imported, the CPU's instruction set
   is pinned to AVX2 for torch's own kernels, MKL and oneDNN (``ATEN_CPU_CAPABILITY``,
-  ``MKL_CBWR``, ``ONEDNN_MAX_CPU_ISA``), so hosts with wider vector units take the same
-  code paths. A test checks its first steps against the hash recorded in ``train-log.json``.
+  ``MKL_CBWR``, ``ONEDNN_MAX_CPU_ISA``). That is not enough across CPU models: the first
+  two steps gave other bits on a CPU with AMX than on the host that first recorded them,
+  so ``train-log.json`` records the CPU model with the hash (:func:`cpu_model`), and a test
+  checks the first steps against it on that CPU model (elsewhere it says why it cannot).
 * the GPU recipe (``--device cuda``) runs in float32 without TF32, with torch's
   deterministic algorithms, cuBLAS's fixed workspace (``CUBLAS_WORKSPACE_CONFIG=:4096:8``)
   and attention as plain matrix products; the shipped weights are its output, and two
@@ -681,11 +683,32 @@ def write_weights(path: Path, tensors: dict[str, torch.Tensor]) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def cpu_model() -> str:
+    """The CPU's vendor, family, model and name (``/proc/cpuinfo``; "" where there is none): the CPU recipe's bits
+    follow the CPU model even with the instruction set pinned to AVX2."""
+    fields: dict[str, str] = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
+            key, _, value = line.partition(":")
+            if not key.strip() and fields:
+                break
+            fields.setdefault(key.strip(), value.strip())
+    except OSError:
+        return ""
+    if "vendor_id" not in fields:
+        return ""
+    return (
+        f"{fields['vendor_id']} family {fields.get('cpu family', '?')} model {fields.get('model', '?')}: "
+        f"{fields.get('model name', '?')}"
+    )
+
+
 def environment() -> dict[str, str]:
     return {
         "torch": torch.__version__,
         "python": platform.python_version(),
         "machine": platform.machine(),
+        "cpu": cpu_model(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         **{v: os.environ.get(v, "") for v in ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA")},
     }
