@@ -371,13 +371,15 @@ def test_a_check_and_a_feature_from_an_outside_package_run_end_to_end(
     ver = v.run("verify", str(bundle), "--key", str(tmp_path / "keys" / "toy.pub"), "--json")
     assert ver.returncode == 0, ver.stdout + ver.stderr
     assert json.loads(ver.stdout)["verified"] is True
-    # a shipped command loads no other package's module: verify stays light with the plugin installed
+    # verify stays light with the plugin installed: parsing the scope it re-judges by imports the installed plugins
+    # (their gate models; a scope may require their checks), and neither it nor the toy loads vLLM or torch
     probe = subprocess.run(
         [str(v.python), "-c", _LOADED, "verify", str(bundle), "--key", str(tmp_path / "keys" / "toy.pub")],
         capture_output=True, text=True, cwd=v.cwd, env=v.env, timeout=300,
     )  # fmt: skip
     loaded = json.loads(probe.stdout.strip().splitlines()[-1])
-    assert "fasttrack_toy" not in loaded and not [m for m in loaded if m.startswith(("fasttrack.checks", "scipy"))]
+    heavy = ("torch", "vllm", "fasttrack.pipeline.engines", "fasttrack.perf.loadgen")
+    assert not [m for m in loaded if m.startswith(heavy)], [m for m in loaded if m.startswith(heavy)]
     html = tmp_path / "report.html"
     rep = v.run("report", str(out / "bundle"), "-o", str(html), "--key", str(tmp_path / "keys" / "toy.pub"))
     assert rep.returncode == 0, rep.stdout + rep.stderr
