@@ -176,6 +176,14 @@ def engine_for(
         engine = attach_engine(side=side, url=url)
     else:
         engine = _start_owned(ctx, group, side, lifetime, record, exclusive=exclusive, launcher=launcher, cpus=cpus)
+    with recorded(engine, record) as up:
+        yield up
+
+
+@contextlib.contextmanager
+def recorded(engine: Any, record: EngineLaunch) -> Iterator[Any]:
+    """``engine``, its URL, environment and stop report written into ``record``; always stopped when the block
+    exits."""
     try:
         record.base_url = engine.base_url
         try:

@@ -27,7 +27,7 @@ from fasttrack.checks.context import EngineSession, RunContext
 from fasttrack.checks.equivalence.reference import VariantCollector
 from fasttrack.errors import FasttrackError
 from fasttrack.pipeline.engines import RunState
-from fasttrack.pipeline.launch import EngineLaunch, _node_launcher, relative
+from fasttrack.pipeline.launch import EngineLaunch, _node_launcher, recorded, relative
 from fasttrack.results import Side
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -132,18 +132,8 @@ def _variant_engine(
     ctx: RunContext, group: EngineGroup, name: str, extra: list[str], record: EngineLaunch, launcher: Launcher | None
 ) -> Iterator[EngineHandle]:
     """Start the variant's engine (recorded in ``record``); always stopped when the block exits."""
-    engine = _start_variant(ctx, group, name, extra, record, launcher)
-    try:
-        record.base_url = engine.base_url
-        try:
-            record.environment = engine.environment().model_dump(mode="json")
-        except Exception as exc:  # noqa: BLE001 - environment capture must not kill the run
-            record.environment_error = f"{type(exc).__name__}: {exc}"
+    with recorded(_start_variant(ctx, group, name, extra, record, launcher), record) as engine:
         yield engine
-    finally:
-        rep = engine.stop()
-        if rep is not None:
-            record.stop = rep.model_dump(mode="json") if hasattr(rep, "model_dump") else str(rep)
 
 
 def _start_variant(
