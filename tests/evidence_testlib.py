@@ -307,6 +307,8 @@ def features_tables(d: Draw) -> tuple[dict[str, Rows], list[str]]:
         bad = d.fail and i == 0
         rows.append(_feature_row(d, f, p, bad))
         rows.append({"feature": f, "group": p.group, "point": p.id, "side": "baseline", "verdict": "pass"})
+        if f == "logprobs":  # the check's row of the candidate's own logprobs (well-formed), beside the comparison
+            rows.append({"feature": f, "group": p.group, "point": p.id, "side": "candidate", "verdict": "pass"})
         if bad:
             failures.append(d.t(f"{f} at {p.id}: the candidate's figures fail"))
     return {"features": rows}, failures

@@ -14,7 +14,8 @@ row's figures and the judging scope's gates:
   any violation;
 * ``full_context`` and ``logprobs``: a row whose figures break the equivalence gate (the KL cap of full context,
   the absolute |Δ logprob| limit or, with ``reference``, the calibrated limits) fails; with ``reference``, a row
-  without calibrated figures cannot pass;
+  without calibrated figures cannot pass, except a ``logprobs`` row of one side's own output (no comparison
+  figures: whether its logprobs are well-formed), and ``logprobs`` passes only with a row comparing the sides;
 * ``seeded_sampling``, ``stop_sequences``, ``max_tokens``, ``n_best``: a row passes only when its own figures show
   the behaviour (no differing seed; the text up to the stop string; exactly ``max_tokens`` tokens; ``n`` choices);
 * every feature's rows carry an allowed verdict (``info`` rows are not judged). A pass that the check could not
@@ -206,6 +207,20 @@ def _drift(r: FeatureRow, ctx: RejudgeContext, *, kl: bool) -> tuple[set[str], s
     return ANY, ""
 
 
+def _logprobs(r: FeatureRow, ctx: RejudgeContext) -> tuple[set[str], str]:
+    """A ``logprobs`` row: one side's own logprobs (well-formed or not: a row without comparison figures) or the
+    two sides compared (side ``both``), judged as :func:`_drift`. The feature passes only with a comparison row
+    (:func:`rejudge`), so relabelling that row as one side's drops its pass."""
+    if r.side in ("candidate", "baseline") and r.max_abs_logprob_diff is None and r.reference is None:
+        return ANY, ""
+    return _drift(r, ctx, kl=False)
+
+
+COMPARED: tuple[str, ...] = ("logprobs",)
+"""Features whose pass needs a row comparing the two sides (side ``both``): their per-side rows show each side's
+own output only."""
+
+
 def _shows(ok: bool | None, why: str) -> tuple[set[str], str]:
     """A row whose figures must show the behaviour for a pass (None: the figures are absent)."""
     if ok is None:
@@ -217,7 +232,7 @@ RULES: dict[str, Rule] = {
     "structured_output": _structured,
     "temperature_sampling": _sampling,
     "full_context": lambda r, ctx: _drift(r, ctx, kl=True),
-    "logprobs": lambda r, ctx: _drift(r, ctx, kl=False),
+    "logprobs": _logprobs,
     "seeded_sampling": lambda r, ctx: _shows(
         None if r.differing_seeds is None else r.differing_seeds == "", f"differing seeds {r.differing_seeds!r}"
     ),
@@ -237,6 +252,7 @@ RULES: dict[str, Rule] = {
 def rejudge(tables: Mapping[str, Sequence[Row]], gate: Any, ctx: RejudgeContext) -> Rejudged:
     c = Checker(CHECK)
     deciding: dict[str, list[str]] = {}
+    compared: set[str] = set()
     for i, r in enumerate(tables.get("features", ())):
         assert isinstance(r, FeatureRow)
         if r.verdict == "info":
@@ -252,6 +268,12 @@ def rejudge(tables: Mapping[str, Sequence[Row]], gate: Any, ctx: RejudgeContext)
             )
         if r.side != "baseline":
             deciding.setdefault(r.feature, []).append(r.verdict if r.verdict in allowed else worst(*allowed))
+        if r.side == "both":
+            compared.add(r.feature)
+    for f in COMPARED:
+        if f in deciding and f not in compared:
+            c.gap("features", f"{f}: no row compares the two sides; one side's own rows cannot pass it")
+            deciding[f].append("not_run")
     want = ctx.tier_features()
     missing = [f for f in want if f not in deciding]
     if missing:

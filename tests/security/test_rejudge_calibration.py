@@ -99,3 +99,27 @@ def test_a_feature_recorded_pass_above_the_calibrated_limit_is_a_finding(feature
     bare = [r.model_copy(update={"reference": None}) for r in typed]
     found = rejudge_features({"features": bare}, d.scope.gates.features, ctx).findings
     assert found and "not calibrated" in found[0].message, found
+
+
+def test_logprobs_passes_on_its_calibrated_comparison_and_needs_one() -> None:
+    """The check writes each side's own logprobs row (no comparison figures) beside the row comparing the sides:
+    the per-side rows need no calibration, and without the comparison row (dropped, or relabelled as one side's
+    with its figures cleared) the feature cannot pass."""
+    d = draw("demo-llama", "smoke")
+    rows = [r for r in features_tables(d)[0]["features"] if r["feature"] == "logprobs"]
+    assert sorted(r["side"] for r in rows) == ["baseline", "both", "candidate"], rows
+    typed = [FeatureRow.model_validate(r) for r in rows]
+    ctx = build_context(d.scope, "smoke", source="the test scope")
+    got = rejudge_features({"features": typed}, d.scope.gates.features, ctx)
+    assert not got.findings and not [g for g in got.gaps if "logprobs" in g], (got.findings, got.gaps)
+    drop = [r for r in typed if r.side != "both"]
+    relabel = [
+        r.model_copy(update={"side": "candidate", "max_abs_logprob_diff": None, "reference": None})
+        if r.side == "both"
+        else r
+        for r in typed
+    ]
+    for forged in (drop, relabel):
+        got = rejudge_features({"features": forged}, d.scope.gates.features, ctx)
+        assert [g for g in got.gaps if "no row compares the two sides" in g], got.gaps
+        assert got.bound != "pass", got
