@@ -21,11 +21,12 @@ from hypothesis import strategies as st
 from mutate_testlib import EXAMPLES, claim_pass, gate, manifest, put, read, trusted_scope, unpack
 
 from fasttrack.bundle.keys import generate_keypair, load_private_key
+from fasttrack.limits import BUNDLE_DECODED_MAX_ROWS
 from fasttrack.report.load import build_report_data
 from fasttrack.report.report import report_html
 
-ROW_CAP = 1_200_000
-"""At most this many rows in an edited table: above the bundle's budget of 1,000,000 rows."""
+ROW_CAP = BUNDLE_DECODED_MAX_ROWS * 6 // 5
+"""At most this many rows in an edited table: a fifth above the rows a bundle may decode (what verify refuses)."""
 
 EDITS = ("drop", "to_text", "to_int", "upper", "nulls", "repeat", "pass_words")
 
@@ -57,7 +58,7 @@ def _edit(root: Path, check: str, table: str, column: int | str, edit: str, n: i
         t = t.drop_columns([name])
     elif edit == "repeat":
         # repeated edits of one table compound (200,000 copies of 200,000 copies): cap the rows just above the
-        # bundle's row budget (1,000,000), which is what verify must refuse, not an hours-long parquet write
+        # bundle's row budget, which is what verify must refuse, not an hours-long parquet write
         t = pa.concat_tables([t] * max(1, min(n, ROW_CAP // max(1, t.num_rows))))
     else:
         if edit == "to_text":
