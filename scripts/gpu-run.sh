@@ -10,8 +10,8 @@
 #            benchmarks/results/gpu-calibration), and the scope is pinned to the record (gates.perf.calibration;
 #            a noise margin below the record's recommendation rises to it)
 # clean      fasttrack validate --model demo-llama-gpu --tier smoke, signed, verified, its report rendered
-# slow3      the planted slowdown of 3% at batches 3-4 (slow-batch, FASTTRACK_DEMO_SLOW_FACTOR=1.03), perf and
-#            equivalence only; slow2 the same at 2%
+# slow3      the planted slowdown of 3% at batches 3-4 (slow-batch, FASTTRACK_DEMO_SLOW_FACTOR=1.03), perf only
+#            (two engine starts, about 5 minutes on an H100); slow2 the same at 2%
 # defects    benchmarks/gpu_defects.py: the five planted GPU defects, each through validate
 #
 # Progress lines go to OUT/progress.log; each phase's folder holds its bundle, report and log.
@@ -77,8 +77,8 @@ for phase in ${PHASES[@]}; do
         && pin_scope | tee -a "$OUT/progress.log"
       ;;
     clean) validate clean ;;
-    slow3) FASTTRACK_DEMO_DEFECT=slow-batch FASTTRACK_DEMO_SLOW_FACTOR=1.03 validate slow3 --checks perf,equivalence ;;
-    slow2) FASTTRACK_DEMO_DEFECT=slow-batch FASTTRACK_DEMO_SLOW_FACTOR=1.02 validate slow2 --checks perf,equivalence ;;
+    slow3) FASTTRACK_DEMO_DEFECT=slow-batch FASTTRACK_DEMO_SLOW_FACTOR=1.03 validate slow3 --checks perf ;;
+    slow2) FASTTRACK_DEMO_DEFECT=slow-batch FASTTRACK_DEMO_SLOW_FACTOR=1.02 validate slow2 --checks perf ;;
     defects)
       log "defects: benchmarks/gpu_defects.py"
       "$PY" benchmarks/gpu_defects.py --out "$OUT/defects" >"$OUT/defects.log" 2>&1
