@@ -25,6 +25,12 @@ app = typer.Typer(
 #: scope and tier validate would run)
 MODEL = option("model")
 TIER = option("tier")
+#: validate's --reference-url, for reproduce (the recorded scope's variants)
+REFERENCE_URL = option(
+    "reference_urls",
+    help="NAME=URL: attach a running engine of the recorded scope's reference variant NAME instead of starting it; "
+    "repeatable.",
+)
 console = terminal.console()
 err_console = terminal.console(stderr=True, soft_wrap=True)
 
@@ -437,6 +443,7 @@ def reproduce_cmd(
     force: bool = typer.Option(False, "--force", help="Replace a non-empty --out folder."),
     baseline_url: str = typer.Option(None, "--baseline-url", help="Attach a running baseline engine."),
     candidate_url: str = typer.Option(None, "--candidate-url", help="Attach a running candidate engine."),
+    reference_url: list[str] = REFERENCE_URL,
     trust_bundle_env: bool = typer.Option(
         False,
         "--trust-bundle-env",
@@ -451,6 +458,7 @@ def reproduce_cmd(
     from rich.table import Table
 
     from fasttrack.bundle.cli import shown
+    from fasttrack.pipeline.options import from_words
     from fasttrack.pipeline.reproduce import reproduce
 
     res = reproduce(
@@ -463,6 +471,7 @@ def reproduce_cmd(
         force=force,
         baseline_url=baseline_url,
         candidate_url=candidate_url,
+        reference_urls=from_words("reference_urls", reference_url),
         trust_bundle_env=trust_bundle_env,
         log=lambda m: err_console.print(shown(m), highlight=False),
     )

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -236,22 +236,31 @@ def attached_hardware(
     attached: dict[str, str],
     engine_gpus: list[int] | None,
     *,
+    references: Mapping[str, str] | None = None,
     log: Callable[[str], None] = print,
 ) -> tuple[HostInfo, HardwareMatch]:
     """The host a run records and its hardware match when engines are attached (side -> URL): every attached
     engine's reported nodes, and this host too when the other side starts here. On a GPU scope an engine that
-    reports nothing, or a node short, fails the match; on a CPU scope (any host) that is only said."""
+    reports nothing, or a node short, fails the match; on a CPU scope (any host) that is only said.
+
+    ``references``: attached reference variants (name -> URL, ``--reference-url``), checked like the baseline they
+    stand beside (its nodes); the host recorded is a side's (the first attached one's), else this host's."""
     engines: dict[str, list[HostInfo]] = {}
     notes: list[str] = []
-    for side, url in attached.items():
-        nodes = max((g.side_nodes.get(side, g.nodes) for g in plan.groups), default=1)
-        rep = engine_hardware(side, url, nodes=nodes)
-        log(f"{side} engine at {url}: hardware from {rep.source}")
+    targets = [(side, f"the {side} engine", side, url) for side, url in attached.items()]
+    targets += [
+        ("baseline", f"the reference variant {name} engine", f"reference variant {name}", url)
+        for name, url in (references or {}).items()
+    ]
+    for nodes_of, label, who, url in targets:
+        nodes = max((g.side_nodes.get(nodes_of, g.nodes) for g in plan.groups), default=1)
+        rep = engine_hardware(who, url, nodes=nodes)
+        log(f"{who} engine at {url}: hardware from {rep.source}")
         if rep.hosts or hw.device == "gpu":
-            engines[f"the {side} engine"] = rep.hosts
-        notes += [f"the {side} engine: {p}" for p in rep.problems]
+            engines[label] = rep.hosts
+        notes += [f"{label}: {p}" for p in rep.problems]
     match = match_nodes(hw, engines, engine_gpus=engine_gpus)
-    host = next((hosts[0] for hosts in engines.values() if hosts), None)
+    host = next((engines[f"the {side} engine"][0] for side in attached if engines.get(f"the {side} engine")), None)
     if len(attached) < 2:  # the other side starts here: this host too
         here = detect_host()
         mine = match_hardware(hw, here, engine_gpus=engine_gpus)

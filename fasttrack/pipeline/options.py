@@ -28,7 +28,8 @@ from fasttrack.errors import FasttrackError
 
 Words = Literal["value", "switch", "repeat", "comma", "pairs"]
 """How an option's words read: ``value`` (``--tier full``), ``switch`` (``--force``), ``repeat`` (``--sign-key A
---sign-key B``), ``comma`` (``--checks a,b``: a list), ``pairs`` (``--eval-data NAME=PATH``, repeated: a mapping)."""
+--sign-key B``), ``comma`` (``--checks a,b``: a list), ``pairs`` (``--eval-data NAME=PATH``, repeated: a mapping; its
+values are paths when the field maps names to paths, else strings)."""
 
 
 @dataclass(frozen=True)
@@ -41,14 +42,16 @@ class Flag:
     always: bool = False
     """Written on every command line :meth:`ValidateOptions.to_argv` writes, even at its default (what a shard's
     command line runs is read off it: its scope and tier)."""
+    example: str = ""
+    """``pairs``: an example of one pair (``aime25=data/aime25.jsonl``), for the error on a malformed one."""
 
     @property
     def long(self) -> str:
         return self.names[0]
 
 
-def flag(*names: str, help: str, words: Words = "value", always: bool = False) -> Flag:
-    return Flag(names, help, words, always)
+def flag(*names: str, help: str, words: Words = "value", always: bool = False, example: str = "") -> Flag:
+    return Flag(names, help, words, always, example)
 
 
 PR_PATTERN = r"([\w.-]+/[\w.-]+)#(\d+)"
@@ -106,12 +109,25 @@ class ValidateOptions:
     candidate_url: Annotated[
         str | None, flag("--candidate-url", help="Use an already running candidate engine (not owned).")
     ] = None
+    reference_urls: Annotated[
+        dict[str, str],
+        flag(
+            "--reference-url",
+            help="NAME=URL: use an already running engine of the scope's reference variant NAME "
+            "(gates.equivalence.reference.variants) instead of starting it (not owned); repeatable.",
+            words="pairs",
+            example="eager=http://127.0.0.1:8002",
+        ),
+    ] = field(default_factory=dict)
+    """Attached reference variants, by name (:mod:`fasttrack.pipeline.variants`); a name the scope does not declare is
+    an input error (:func:`fasttrack.pipeline.validate.check_reference_urls`)."""
     eval_data: Annotated[
         dict[str, Path],
         flag(
             "--eval-data",
             help="NAME=PATH: data file or folder for eval NAME instead of the scope's; repeatable.",
             words="pairs",
+            example="aime25=data/aime25.jsonl",
         ),
     ] = field(default_factory=dict)
     run_anyway: Annotated[
@@ -226,22 +242,27 @@ def _from_words(fl: Flag, path: bool, value: Any) -> Any:
         got = [x.strip() for x in value.split(",") if x.strip()] if value else []
         return got or None
     if fl.words == "pairs":
-        return _pairs(fl, value or [])
+        return _pairs(fl, value or [], path=path)
     if value is None:
         return None
     return Path(value) if path else value
 
 
-def _pairs(fl: Flag, items: list[str]) -> dict[str, Path]:
-    """``--eval-data NAME=PATH`` options as ``{name: path}``."""
-    data: dict[str, Path] = {}
+def from_words(name: str, value: Any) -> Any:
+    """``ValidateOptions.<name>`` from a command line's words, as ``validate`` reads them: for another command that
+    declares the option with :func:`option` (``reproduce --reference-url``)."""
+    return _from_words(flags_of(ValidateOptions)[name], name in _path_fields(ValidateOptions), value)
+
+
+def _pairs(fl: Flag, items: list[str], *, path: bool) -> dict[str, Any]:
+    """``--eval-data NAME=PATH`` (``--reference-url NAME=URL``) options as ``{name: path}`` (``{name: url}``)."""
+    data: dict[str, Any] = {}
+    form = "NAME=PATH" if path else "NAME=URL" if "://" in fl.example else "NAME=VALUE"
     for item in items:
-        name, sep, path = item.partition("=")
-        if not sep or not name.strip() or not path.strip():
-            raise FasttrackError(
-                f"{fl.long} {item!r} is not of the form NAME=PATH.", hint="e.g. --eval-data aime25=data/aime25.jsonl"
-            )
-        data[name.strip()] = Path(path.strip())
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip() or not value.strip():
+            raise FasttrackError(f"{fl.long} {item!r} is not of the form {form}.", hint=f"e.g. {fl.long} {fl.example}")
+        data[name.strip()] = Path(value.strip()) if path else value.strip()
     return data
 
 

@@ -316,6 +316,7 @@ def reproduce(
     force: bool = False,
     baseline_url: str | None = None,
     candidate_url: str | None = None,
+    reference_urls: dict[str, str] | None = None,
     trust_bundle_env: bool = False,
     log=print,
 ) -> ReproduceResult:
@@ -359,6 +360,7 @@ def reproduce(
             force=force,
             baseline_url=baseline_url,
             candidate_url=candidate_url,
+            reference_urls=dict(reference_urls or {}),
         )
         outcome = run_validate(opts, log=log)
     new = {r.check: r for r in outcome.results}

@@ -14,7 +14,7 @@ import signal
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -35,7 +35,7 @@ from fasttrack.pipeline.record import RunFacts, write_outputs
 from fasttrack.pipeline.variants import run_variants
 from fasttrack.planning.plan import Plan
 from fasttrack.results import ISOLATION, CheckResult, Side, Verdict, bundle_verdict, ordered_checks, overall_verdict
-from fasttrack.scope import LoadedScope, load_scope
+from fasttrack.scope import LoadedScope, Scope, load_scope
 
 
 @dataclass
@@ -85,10 +85,12 @@ def check_hardware(loaded: LoadedScope, plan: Plan, opts: ValidateOptions, *, lo
     # the GPUs of the engines this run starts (a tier of TP8 engines needs fewer nodes than one of TP16)
     engine_gpus = sorted({g.gpus for g in plan.groups if g.gpus}) or None
     attached = {s: u for s, u in (("baseline", opts.baseline_url), ("candidate", opts.candidate_url)) if u}
-    if attached:
+    if attached or opts.reference_urls:
         from fasttrack.engine.nodes import attached_hardware
 
-        host, match = attached_hardware(scope.hardware, plan, attached, engine_gpus, log=log)
+        host, match = attached_hardware(
+            scope.hardware, plan, attached, engine_gpus, references=opts.reference_urls, log=log
+        )
     else:
         host = detect_host()
         match = match_hardware(scope.hardware, host, engine_gpus=engine_gpus)
@@ -96,7 +98,7 @@ def check_hardware(loaded: LoadedScope, plan: Plan, opts: ValidateOptions, *, lo
         return HostCheck(host, False, None)
     reason = f"requires {match.required}; found {match.found} ({'; '.join(match.problems)})"
     if not opts.allow_hardware_mismatch:
-        where = "the attached engines do" if attached else "this host does"
+        where = "the attached engines do" if attached or opts.reference_urls else "this host does"
         raise HardwareMismatch(
             f"{where} not match scope {scope.name!r}: it requires {match.required}, and {match.found} "
             f"({'; '.join(match.problems)}).\nFound: " + "; ".join(match.facts) + ".",
@@ -131,6 +133,23 @@ def preflight(loaded: LoadedScope, plan: Plan, opts: ValidateOptions, *, log: Ca
         if args.skipped:
             log(f"engine arguments not checked: {args.skipped}")
         raise_for_issues(args, scope_name=scope.name, scope_path=loaded.path)
+
+
+def check_reference_urls(scope: Scope, urls: Mapping[str, str]) -> None:
+    """``--reference-url NAME=URL``: every NAME is a reference variant the scope declares
+    (``gates.equivalence.reference.variants``); an input error naming the declared ones otherwise."""
+    if not urls:
+        return
+    ref = scope.gates.equivalence.reference
+    declared = list(ref.variants) if ref is not None else []
+    unknown = [n for n in urls if n not in declared]
+    if unknown:
+        raise FasttrackError(
+            f"--reference-url {', '.join(unknown)}: not a reference variant of scope {scope.name!r}.",
+            hint=f"Its reference variants (gates.equivalence.reference.variants): {', '.join(declared)}."
+            if declared
+            else "The scope declares no reference variants (gates.equivalence.reference): leave out --reference-url.",
+        )
 
 
 def select_groups(plan: Plan, ids: list[str] | None) -> Plan:
@@ -327,6 +346,7 @@ def _set_up(opts: ValidateOptions, *, log: Callable[[str], None]) -> _Run:
     scope = loaded.scope
     plan = build_run_plan(scope, tier=opts.tier, shard=opts.shard, scope_sha256=loaded.sha256)
     driven = select_groups(plan, opts.groups)  # the groups to start; an unknown group fails before anything else
+    check_reference_urls(scope, opts.reference_urls)
     preflight(loaded, plan, opts, log=log)
     change = change_request(opts)
     from fasttrack.bundle.keys import load_private_key
@@ -413,7 +433,7 @@ def _run_checks(
     drive_engines(
         ctx, driven, engine_checks, state, attach=attach, progress=progress, log=log, launcher=launcher,
         after_group=lambda g: run_variants(ctx, g, engine_checks, state, attach=attach, progress=progress,
-                                           launcher=launcher),
+                                           launcher=launcher, references=opts.reference_urls),
     )  # fmt: skip
     for chk in engine_checks:
         if chk.name in state.results:

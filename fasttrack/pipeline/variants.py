@@ -12,6 +12,11 @@ A variant that cannot start, or crashes, does not end the run: the checks are to
 points it was to calibrate are ``not_run``, saying so), and the run goes on. A baseline attached by URL gets its
 variants started on this host from the scope's model and arguments (each engine record names the vLLM build it
 served, so a variant of another build than the attached baseline's shows in the bundle's provenance).
+
+A variant attached by URL (``validate --reference-url NAME=URL``, ``references``) is not started: its engine is
+measured where it runs, like an attached baseline (its hardware checked before the run, its served build recorded,
+never stopped: ``owned: false``), by every engine group of the run. It should be the baseline's arguments with the
+variant's appended, as fasttrack would start it; what it was started with is its owner's to say.
 """
 
 from __future__ import annotations
@@ -47,9 +52,11 @@ def run_variants(
     attach: Mapping[Side, str | None],
     progress: Callable[[str], None],
     launcher: Launcher | None,
+    references: Mapping[str, str] | None = None,
 ) -> None:
-    """Start each reference variant of ``group`` in turn and let the checks that want it measure it (see the module
-    docstring); a variant without outputs is reported to them with the reason."""
+    """Start each reference variant of ``group`` in turn (or attach it: ``references``, name -> URL) and let the
+    checks that want it measure it (see the module docstring); a variant without outputs is reported to them with
+    the reason."""
     from fasttrack.engine import EngineError
 
     ref = ctx.scope.gates.equivalence.reference
@@ -62,7 +69,8 @@ def run_variants(
         return
     for name, extra in ref.variants.items():
         label = f"{group.id} reference variant {name}"
-        why = _cannot_start(ctx, attach)
+        url = (references or {}).get(name)
+        why = None if url else _cannot_start(ctx, attach)
         if why is not None:
             ctx.log(f"{label}: not started: {why}")
             for _, c in collectors:
@@ -71,9 +79,12 @@ def run_variants(
         record = EngineLaunch(side="baseline", group=group.id, lifetime=0, checks=[n for n, _ in collectors])
         record.variant = name
         state.engines.append(record)
-        progress(f"{label}: starting engine (the baseline's arguments + {' '.join(extra)})")
+        if url:
+            progress(f"{label}: attaching the engine at {url} (--reference-url)")
+        else:
+            progress(f"{label}: starting engine (the baseline's arguments + {' '.join(extra)})")
         try:
-            with _variant_engine(ctx, group, name, list(extra), record, launcher) as engine:
+            with _variant_engine(ctx, group, name, list(extra), record, launcher, url=url) as engine:
                 progress(f"{label}: engine up at {engine.base_url}")
                 _collect(ctx, group, name, engine, collectors, record, progress, label)
         except EngineError as exc:
@@ -81,7 +92,8 @@ def run_variants(
             log_path = getattr(exc, "log_path", None)
             if log_path and record.log is None:
                 record.log = relative(Path(log_path), ctx.run_dir)
-            reason = f"its engine failed ({type(exc).__name__}: {first}; log: {record.log})"
+            what = f"its engine at {url} (--reference-url)" if url else "its engine"
+            reason = f"{what} failed ({type(exc).__name__}: {first}; log: {record.log})"
             ctx.log(f"{label}: {reason}")
             for _, c in collectors:
                 c.variant_missing(ctx, group, name, reason)
@@ -129,11 +141,27 @@ def _collect(
 
 @contextlib.contextmanager
 def _variant_engine(
-    ctx: RunContext, group: EngineGroup, name: str, extra: list[str], record: EngineLaunch, launcher: Launcher | None
+    ctx: RunContext,
+    group: EngineGroup,
+    name: str,
+    extra: list[str],
+    record: EngineLaunch,
+    launcher: Launcher | None,
+    *,
+    url: str | None = None,
 ) -> Iterator[EngineHandle]:
-    """Start the variant's engine (recorded in ``record``); always stopped when the block exits."""
-    with recorded(_start_variant(ctx, group, name, extra, record, launcher), record) as engine:
-        yield engine
+    """Start the variant's engine, or attach the one at ``url`` (recorded in ``record``); an owned one is always
+    stopped when the block exits, an attached one never."""
+    from fasttrack.engine import attach_engine
+
+    engine: Any
+    if url:
+        record.owned, record.base_url = False, url
+        engine = attach_engine(side="baseline", url=url)
+    else:
+        engine = _start_variant(ctx, group, name, extra, record, launcher)
+    with recorded(engine, record) as up:
+        yield up
 
 
 def _start_variant(

@@ -204,6 +204,26 @@ def test_a_driver_without_a_gpu_checks_the_attached_engines(engines: dict[str, A
     assert summary["rehearsal"] is False
 
 
+def test_an_attached_reference_variant_is_checked_like_the_baseline_it_stands_beside(engines: dict[str, Any]) -> None:
+    """``--reference-url``: the variant's engine reports its nodes as an attached side does (the baseline's node
+    count), the host recorded stays a side's; one that reports nothing fails a GPU scope's check, naming it."""
+    scope, plan = _k3()
+    said: list[str] = []
+    host, match = attached_hardware(
+        scope.hardware, plan, engines["urls"], [16], references={"eager": engines["urls"]["baseline"]}, log=said.append
+    )
+    assert match.ok, match.problems
+    assert any(f.startswith("the reference variant eager engine: ") for f in match.found.split("; ")), match.found
+    assert [g.name for g in host.gpus] == ["NVIDIA GB300"] * 4
+    assert f"reference variant eager engine at {engines['urls']['baseline']}: hardware from node reports" in " ".join(
+        said
+    )
+    _, match = attached_hardware(
+        scope.hardware, plan, engines["urls"], [16], references={"eager": "http://127.0.0.1:9"}, log=lambda m: None
+    )
+    assert not match.ok and "the reference variant eager engine: reported no hardware" in match.problems, match
+
+
 def test_an_attached_engine_serves_the_commit_its_nodes_report() -> None:
     env = endpoint_environment(side="candidate", base_url="http://x", served_model="m", served_vllm_version="0.32")
     head = "ab" * 20

@@ -59,6 +59,7 @@ def test_validate_reads_back_the_command_line_its_options_write() -> None:
         allow_hardware_mismatch=True,
         baseline_url="http://b:1",
         candidate_url="http://c:2",
+        reference_urls={"eager": "http://e:3", "float32": "http://f:4"},
         eval_data={"aime25": Path("/d/aime.jsonl")},
         run_anyway=True,
         launcher="local",
