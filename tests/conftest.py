@@ -24,6 +24,11 @@ Everything heavy is built lazily, only when a test asks for it, so unit tests st
   turn, then the tests that end an engine or start their own. A module's results that
   depend on an earlier engine (say the baseline's side of a comparison) come from
   session fixtures that a test of that earlier phase asks for first.
+- ``reference_engines``: the baseline with stock's eager build next to it (the demo
+  scope's reference variant, started as ``fasttrack validate`` starts it) and the
+  candidate on request: the ``validate``/``reproduce`` runs that judge equivalence attach
+  all of them (``--reference-url eager=URL``), so the eager build starts once per session;
+  the first test of a later phase stops it (``pytest_runtest_setup``).
 - ``tests/enginecount.py`` (registered here) counts the session's engine starts and
   end-to-end tests and prints them at the end of the run.
 
@@ -48,13 +53,18 @@ from demo_engines import (
     DemoTarget,
     EnginePair,
     EngineSlot,
+    ReferenceEngines,
     _engine_phase,
     _load_demo_builder,
     demo_engine,
     demo_plugin_missing,
     engine_phase,
+    reference_engine,
     require_demo_target,
 )
+
+SLOT = pytest.StashKey[EngineSlot]()
+"""The session's engine slot, once a test asked for it (``pytest_runtest_setup`` ends its phase-tied engines)."""
 
 
 @pytest.fixture(scope="session")
@@ -82,8 +92,9 @@ def demo_model_dir(demo_model: DemoModel) -> Path:
 
 
 @pytest.fixture(scope="session")
-def engine_slot(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineSlot]:
+def engine_slot(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineSlot]:
     slot = EngineSlot(tmp_path_factory.mktemp("engines"))
+    request.config.stash[SLOT] = slot
     try:
         yield slot
     finally:
@@ -149,6 +160,18 @@ def silent_fallback_engine(engine_slot: EngineSlot, demo_model: DemoModel, demo_
 
 
 @pytest.fixture
+@engine_phase("reference")
+def reference_engines(
+    baseline_engine: Any, engine_slot: EngineSlot, demo_model: DemoModel, demo_target: DemoTarget
+) -> ReferenceEngines:
+    """The baseline engine, stock's eager build next to it (the demo scope's reference variant,
+    :func:`demo_engines.reference_engine`), and candidates next to them on request (:class:`ReferenceEngines`)."""
+    require_demo_target(demo_model)
+    eager = reference_engine(engine_slot, demo_model, demo_target, "eager")
+    return ReferenceEngines(engine_slot, demo_model, demo_target, baseline_engine, eager, "eager")
+
+
+@pytest.fixture
 @engine_phase("pair")
 def engine_pair(baseline_engine: Any, engine_slot: EngineSlot, demo_model: DemoModel, demo_target: DemoTarget) -> Any:
     """The baseline engine, and candidates next to it on request (:class:`EnginePair`)."""
@@ -189,6 +212,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     plugin = config.pluginmanager.get_plugin(sidebyside.PLUGIN_NAME)
     if plugin is not None:
         plugin.split_items(config, items)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Before a test's fixtures: the engines tied to an earlier phase of the schedule stop (the eager reference
+    build, before the interleaved perf pairs time the baseline and the candidate)."""
+    slot = item.config.stash.get(SLOT, None)
+    if slot is not None:
+        slot.end_phases_before(_engine_phase(item))
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -61,6 +61,9 @@ serves the clean candidate and every planted defect in turn, so the defects cost
 #: directly or through other fixtures. Tests that use none run first, in their usual order.
 ENGINE_SCHEDULE: tuple[str, ...] = (
     "baseline",
+    # the baseline with stock's eager build next to it (the demo scope's reference variant, reference_engine), and
+    # the candidate too for the runs that attach all three; the first test of a later phase stops the eager build
+    "reference",
     "pair",  # interleaved pairs: the baseline with a candidate next to it
     "baseline-stop",  # the baseline's clean stop; the candidate next to it stays up
     "candidate",
@@ -172,6 +175,9 @@ class EngineSlot:
         self.engine: Any = None
         self.extras: dict[str, tuple[Any, tuple[Any, ...]]] = {}
         """Engines started next to the live one (``acquire_also``), by key, with their launch signature."""
+        self.extra_phases: dict[str, int] = {}
+        """Extras tied to a phase of :data:`ENGINE_SCHEDULE` (``acquire_also(phase=...)``), by key: the first test
+        of a later phase stops them (:meth:`end_phases_before`)."""
         self.starts: list[str] = []
         self.defect_file = root / "candidate-defect"
         """The candidate's defect switch (:func:`set_defect`)."""
@@ -219,7 +225,7 @@ class EngineSlot:
         where fasttrack runs); ``env`` is given to the engine as overrides. ``cpus``: the cores
         its processes are pinned to (``fasttrack.engine.pinning``).
         """
-        signature = (*self._signature(side, model, args, env, process_env), tuple(cpus or ()))
+        signature = (*self._signature(side, model, args, env, process_env), tuple(cpus or ()), True)
         if (
             not fresh
             and self.key == key
@@ -231,6 +237,7 @@ class EngineSlot:
         extra = self.extras.get(key)
         if not fresh and extra is not None and extra[1] == signature and extra[0].running:
             del self.extras[key]
+            self.extra_phases.pop(key, None)
             self.release()
             self.key, self.engine, self.signature = key, extra[0], signature
             return self.engine
@@ -249,27 +256,49 @@ class EngineSlot:
         env: dict[str, str | None] | None = None,
         process_env: dict[str, str | None] | None = None,
         cpus: list[int] | None = None,
+        evidence: bool = True,
+        phase: str | None = None,
     ) -> Any:
-        """An engine next to the live one (interleaved perf): reused when one of this key and launch
-        runs, else started; stopped by ``release`` (or ``release_also``)."""
+        """An engine next to the live one (interleaved perf, a reference variant): reused when one of this key and
+        launch runs, else started; stopped by ``release`` (or ``release_also``), and, with ``phase``, by the first
+        test of a later phase of :data:`ENGINE_SCHEDULE` (:meth:`end_phases_before`). ``evidence=False``: no
+        profiler and no per-request metrics (as fasttrack starts a reference variant)."""
         if self.engine is None or not self.engine.running:
             raise RuntimeError("acquire_also needs a live engine from acquire()")
-        signature = (*self._signature(side, model, args, env, process_env), tuple(cpus or ()))
+        signature = (*self._signature(side, model, args, env, process_env), tuple(cpus or ()), evidence)
         extra = self.extras.get(key)
         if extra is not None and extra[1] == signature and extra[0].running:
             return extra[0]
         self.release_also(key)
         eng = self._start(
-            key, side=side, model=model, args=args, env=env, process_env=process_env, exclusive=False, cpus=cpus
+            key,
+            side=side,
+            model=model,
+            args=args,
+            env=env,
+            process_env=process_env,
+            exclusive=False,
+            cpus=cpus,
+            evidence=evidence,
         )
         self.extras[key] = (eng, signature)
+        if phase is not None:
+            self.extra_phases[key] = ENGINE_SCHEDULE.index(phase)
         return eng
 
     def release_also(self, key: str) -> None:
         """Stop the extra engine ``key``, if it runs."""
+        self.extra_phases.pop(key, None)
         extra = self.extras.pop(key, None)
         if extra is not None:
             extra[0].stop()
+
+    def end_phases_before(self, phase: int) -> None:
+        """A test of ``phase`` (an index of :data:`ENGINE_SCHEDULE`; -1: none) starts: stop the extras tied to an
+        earlier phase (an idle engine next to the ones a later test times would only be in the way)."""
+        for key, until in list(self.extra_phases.items()):
+            if phase > until:
+                self.release_also(key)
 
     def _start(
         self,
@@ -282,27 +311,28 @@ class EngineSlot:
         process_env: dict[str, str | None] | None,
         exclusive: bool = True,
         cpus: list[int] | None = None,
+        evidence: bool = True,
     ) -> Any:
         from fasttrack.engine import ManagedEngine, per_request_metrics_args, profiler_args
         from fasttrack.engine.pinning import pinned, pinning_env
 
         env = {**(env or {}), **pinning_env(cpus, dict(env or {}), cpu_device=True)}
-
-        # the demo scope declares a device counter (path_markers.device_counters): as fasttrack's own engines,
-        # each gets a fresh folder for prometheus_client's multiprocess mode, so the worker's counter reaches /metrics
-        prom = self.root / "prometheus" / key
-        shutil.rmtree(prom, ignore_errors=True)
-        prom.mkdir(parents=True)
+        extra_args: list[str] = []
+        extra_env: dict[str, str | None] = {}
+        if evidence:
+            # the demo scope declares a device counter (path_markers.device_counters): as fasttrack's own engines,
+            # each gets a fresh folder for prometheus_client's multiprocess mode, so the worker's counter reaches
+            # /metrics
+            prom = self.root / "prometheus" / key
+            shutil.rmtree(prom, ignore_errors=True)
+            prom.mkdir(parents=True)
+            extra_args = [*profiler_args(self.profiler_dir(key)), *per_request_metrics_args(args)]
+            extra_env = {"PROMETHEUS_MULTIPROC_DIR": str(prom)}
         eng = ManagedEngine(
             side=side,
             model=model,
-            args=[*args, *profiler_args(self.profiler_dir(key)), *per_request_metrics_args(args)],
-            env={
-                "HF_HUB_OFFLINE": "1",
-                "TOKENIZERS_PARALLELISM": "false",
-                "PROMETHEUS_MULTIPROC_DIR": str(prom),
-                **(env or {}),
-            },
+            args=[*args, *extra_args],
+            env={"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **extra_env, **(env or {})},
             log_dir=self.root / "logs",
             log_name=key,
             startup_timeout=900.0,
@@ -350,6 +380,26 @@ class DemoTarget:
     def env(self, side: str) -> dict[str, str | None]:
         return dict(self.group.env[side])
 
+    def reference_args(self, variant: str) -> list[str]:
+        """The engine arguments of the scope's reference variant ``variant`` (``gates.equivalence.reference``), as
+        ``fasttrack validate`` starts it (``fasttrack.pipeline.variants``): the baseline's with the variant's
+        appended, the served model name, no path evidence."""
+        from fasttrack.engine.cmdline import serve_spec
+
+        ref = self.loaded.scope.gates.equivalence.reference
+        assert ref is not None and variant in ref.variants, f"the demo scope has no reference variant {variant!r}"
+        spec = serve_spec(
+            self.loaded.scope,
+            self.group,
+            "baseline",
+            model="(the demo model)",
+            run_dir="(no run)",
+            name=f"reference-{variant}",
+            args=[*self.group.args["baseline"], *ref.variants[variant]],
+            evidence=False,
+        )
+        return list(spec.args)
+
 
 def set_defect(slot: EngineSlot, defect: str | None) -> None:
     """Plant ``defect`` (None: none) in the session's candidate engine, through its defect file: the engine
@@ -396,6 +446,23 @@ def demo_engine(
     )
 
 
+def reference_engine(slot: EngineSlot, model: DemoModel, target: DemoTarget, variant: str = "eager") -> Any:
+    """Stock's build of the demo scope's reference variant ``variant`` (started on first use), next to the live
+    baseline, as ``fasttrack validate`` would start it (:meth:`DemoTarget.reference_args`, the baseline's
+    environment, unpinned): the runs that judge equivalence attach it (``--reference-url eager=URL``) instead of
+    starting it each. Tied to the ``reference`` phase: the first test of a later phase stops it."""
+    return slot.acquire_also(
+        f"reference-{variant}",
+        side="baseline",
+        model=model.path,
+        args=target.reference_args(variant),
+        env=target.env("baseline"),
+        process_env={DEFECT_ENV: None},
+        evidence=False,
+        phase="reference",
+    )
+
+
 def session_cpus(target: DemoTarget, side: str) -> list[int] | None:
     """The cores of the session's ``side`` engine: its half for the first lifetime of an interleaved pair, as
     ``fasttrack validate`` pins the demo target's pairs (``engine.cpu_pinning``); the baseline and the candidate
@@ -418,6 +485,20 @@ class EnginePair:
     def candidate(self, defect: str | None = None) -> Any:
         """The session's candidate (with ``defect`` planted) next to the baseline."""
         return demo_engine(self.slot, self.model, self.target, "candidate", defect, also=True)
+
+
+@dataclass
+class ReferenceEngines(EnginePair):
+    """The baseline engine, stock's build of the scope's reference variant next to it (:func:`reference_engine`), and
+    candidates next to both on request: every engine a run that judges equivalence attaches."""
+
+    reference: Any = None
+    variant: str = "eager"
+
+    @property
+    def reference_url(self) -> str:
+        """``--reference-url``'s value for the variant's engine."""
+        return f"{self.variant}={self.reference.base_url}"
 
 
 def _engine_phase(item: pytest.Item) -> int:

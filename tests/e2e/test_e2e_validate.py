@@ -3,14 +3,15 @@ through the whole pipeline to a failed, signed bundle that `fasttrack verify` ac
 report shows, `fasttrack reproduce` agreeing with it, and what a crash or Ctrl-C leaves behind.
 
 The defect run attaches the session's baseline engine (``--baseline-url``: the stock path,
-started as validate would start it) and starts its own candidate, with the defect planted the
-way a user plants it, ``FASTTRACK_DEMO_DEFECT=numerics-batch fasttrack validate``; the candidate
-must be owned by the run for the coverage check's evidence (its profiler traces, the
-unsupported-deployment probe); stock's eager build, the scope's reference variant, is started by the
-run from the scope. Its reproduction attaches both of the session's engines, the candidate with the
-same defect planted through the demo plugin's defect file, and starts the eager build again. The Ctrl-C run
-owns its engines (``no_session_engine``). What an engine crash leaves behind is tested on a
-two-node engine (``test_e2e_multinode.py``), whose one killed node is the harder case."""
+started as validate would start it) and stock's eager build next to it, the scope's reference variant
+(``--reference-url eager=URL``, started as validate would start it from the scope), and starts its own
+candidate, with the defect planted the way a user plants it, ``FASTTRACK_DEMO_DEFECT=numerics-batch
+fasttrack validate``; the candidate must be owned by the run for the coverage check's evidence (its
+profiler traces, the unsupported-deployment probe: a start the engine refuses, which also shows what a
+failed start reports). Its reproduction attaches every engine: the session's baseline, the eager build
+and the candidate, with the same defect planted through the demo plugin's defect file; it starts none.
+The Ctrl-C run owns its engines (``no_session_engine``). What an engine crash leaves behind is tested on
+a two-node engine (``test_e2e_multinode.py``), whose one killed node is the harder case."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ import time
 from pathlib import Path
 
 import pytest
-from demo_engines import demo_engine, engine_phase, require_demo_target
+from demo_engines import demo_engine, engine_phase, reference_engine, require_demo_target
 
 from fasttrack import ROOT
 from fasttrack.bundle import open_bundle
@@ -65,14 +66,16 @@ def keys(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-@engine_phase("baseline")
+@engine_phase("reference")
 def defect_run(
     engine_slot, demo_model, demo_target, keys: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[Path, subprocess.CompletedProcess[str]]:
     """``FASTTRACK_DEMO_DEFECT=numerics-batch fasttrack validate --model demo-llama --tier smoke``, signed,
-    on the equivalence and coverage checks, with the session's baseline engine attached."""
+    on the equivalence and coverage checks, with the session's baseline engine and stock's eager build next to
+    it (the scope's reference variant) attached."""
     require_demo_target(demo_model)
     baseline = demo_engine(engine_slot, demo_model, demo_target, "baseline")
+    eager = reference_engine(engine_slot, demo_model, demo_target, "eager")
     run_dir = tmp_path_factory.mktemp("validate") / DEFECT
     res = _run(
         "validate",
@@ -88,6 +91,8 @@ def defect_run(
         "equivalence,coverage",
         "--baseline-url",
         baseline.api_url,
+        "--reference-url",
+        f"eager={eager.base_url}",
         FASTTRACK_DEMO_DEFECT=DEFECT,
     )
     return run_dir, res
@@ -212,12 +217,16 @@ def test_planted_defect_fails_the_signed_bundle_at_exactly_its_batch(defect_run,
     assert manifest["checks"]["perf"]["verdict"] == "not_run"
     # the baseline was attached, the candidate started by validate with the defect in its environment
     # (the engines that collected equivalence: the unsupported-deployment probe's refused start is a record too),
-    # and stock's eager build beside the baseline, started by validate from the scope (the reference variant)
+    # and stock's eager build beside the baseline (the reference variant), attached with --reference-url: measured
+    # by equivalence, recorded as not owned, with the build it served
     launches = json.loads((run_dir / "run-summary.json").read_text())["engines"]
     engines = {e["side"]: e for e in launches if "equivalence" in e["checks"] and not e.get("variant")}
     assert engines["baseline"]["owned"] is False and engines["candidate"]["owned"] is True
     (eager,) = [e for e in launches if e.get("variant")]
-    assert eager["variant"] == "eager" and eager["owned"] is True and "--enforce-eager" in eager["args"], eager
+    assert eager["variant"] == "eager" and eager["owned"] is False and eager["side"] == "baseline", eager
+    assert eager["checks"] == ["equivalence"] and eager["check_seconds"]["equivalence"] > 0, eager
+    assert eager["environment"]["owned"] is False and eager["environment"]["vllm_version"], eager
+    assert [e["side"] for e in launches if e.get("owned")] == ["candidate", "candidate"]  # its lifetime and the probe
     # the defect's batch fails against stock's own spread, by a wide margin; the row says both figures
     worst = next(r for r in points if r["point"] in failing)
     assert worst["candidate_max_abs_logprob_diff_vs_reference"] > 10 * worst["limit_max_abs_logprob_diff"], worst
@@ -235,11 +244,33 @@ def test_planted_defect_fails_the_signed_bundle_at_exactly_its_batch(defect_run,
     assert bad.returncode != 0
 
 
-def test_reproduce_agrees_with_the_failed_bundle(defect_run, keys: Path, tmp_path: Path, engine_pair) -> None:
-    """The recorded settings rerun equivalence against the session's engines, attached by URL: the baseline
-    and, next to it, the candidate with the same defect planted: the verdict (fail) and every row agree."""
+def test_a_refused_start_reports_its_exit_code_and_log_tail_and_leaves_no_process(defect_run) -> None:
+    """The unsupported-deployment probe is a real vLLM start that never comes up (the demo plugin refuses LoRA while
+    the engine builds the model): the engine's typed start error reaches the probe's record with the process's exit
+    code, the tail of its log naming the cause and the log itself, and no process of it outlives the run."""
+    run_dir, _ = defect_run
+    (probe,) = [e for e in json.loads((run_dir / "run-summary.json").read_text())["engines"] if "--enable-lora" in
+                e.get("args", [])]  # fmt: skip
+    assert probe["stop"] == "refused to start" and probe["owned"] is True, probe
+    outcome = json.loads(
+        (run_dir / "artifacts" / "coverage" / f"{probe['group']}.unsupported_deployment.json").read_text()
+    )
+    log = (run_dir / probe["log"]).read_text(errors="replace")
+    assert outcome["started"] is False and outcome["exit_code"] not in (None, 0), outcome
+    assert "does not support this deployment: LoRA" in outcome["log_tail"], outcome["log_tail"][-2000:]
+    assert outcome["reject_lines"] and all("does not support this deployment" in ln for ln in outcome["reject_lines"])
+    assert Path(outcome["log"]).name == Path(probe["log"]).name and "does not support this deployment: LoRA" in log
+    left = subprocess.run(["pgrep", "-f", "--", "--enable-lora"], capture_output=True, text=True).stdout.split()
+    assert not left, f"processes of the refused start outlived the run: {left}"
+
+
+def test_reproduce_agrees_with_the_failed_bundle(defect_run, keys: Path, tmp_path: Path, reference_engines) -> None:
+    """The recorded settings rerun equivalence against the session's engines, attached by URL: the baseline,
+    stock's eager build next to it (the reference variant, ``--reference-url``) and the candidate with the same
+    defect planted: the verdict (fail) and every row agree, and the rerun starts no engine."""
     run_dir, _ = defect_run
     assert (run_dir / "bundle.tar.gz").is_file()
+    engine_pair = reference_engines
     candidate = engine_pair.candidate(DEFECT)
     rep = _run(
         "reproduce",
@@ -254,6 +285,8 @@ def test_reproduce_agrees_with_the_failed_bundle(defect_run, keys: Path, tmp_pat
         engine_pair.baseline.api_url,
         "--candidate-url",
         candidate.api_url,
+        "--reference-url",
+        reference_engines.reference_url,
         "--json",
     )
     assert "Traceback" not in rep.stderr, rep.stderr[-3000:]
@@ -262,9 +295,10 @@ def test_reproduce_agrees_with_the_failed_bundle(defect_run, keys: Path, tmp_pat
     (agreement,) = info["agreements"]
     assert agreement["check"] == "equivalence" and agreement["recorded_verdict"] == agreement["new_verdict"] == "fail"
     assert agreement["rows_compared"] >= 5, agreement  # at least one row per batch size of the sweep
-    # both engines were attached: reproduce started only stock's eager build (the scope's reference variant)
+    # every engine was attached, stock's eager build (the scope's reference variant) too: reproduce started none
     launches = json.loads((tmp_path / "reproduce" / "run-summary.json").read_text())["engines"]
     engines = {e["side"]: e for e in launches if "equivalence" in e["checks"] and not e.get("variant")}
     assert engines["baseline"]["owned"] is False and engines["candidate"]["owned"] is False, engines
-    assert [(e.get("variant"), e["owned"]) for e in launches if e.get("owned")] == [("eager", True)], launches
+    assert [(e.get("variant"), e["owned"]) for e in launches if e.get("variant")] == [("eager", False)], launches
+    assert not [e for e in launches if e.get("owned")], launches
     assert str(engines["candidate"]["base_url"]).startswith(candidate.base_url), engines

@@ -6,8 +6,8 @@ The wheels are built from a copy of the files the build reads, installed with ``
 --no-deps`` into a fresh virtual environment whose third-party packages are the test venv's (a
 ``.pth`` line naming a folder of links to them, without fasttrack, the plugin and their editable
 finders), and run from outside the repository: ``plan``, ``doctor``, the demo model's build and
-the smoke tier of ``validate`` attached to the session's two engines (one engine start: stock's eager build,
-the scope's reference variant, which validate starts from the scope).
+the smoke tier of ``validate`` attached to the session's engines: the baseline, the candidate and stock's eager
+build (the scope's reference variant, ``--reference-url``), so the run starts no engine.
 
 On the H200 (before the wheel shipped its data) ``--model demo-llama`` said ``no suite named
 'demo-llama'. Available suites: (none)``, and the scope's path gave ``model.local_builder
@@ -29,6 +29,7 @@ import pytest
 from demo_engines import require_demo_target
 
 from fasttrack import ROOT
+from fasttrack.bundle import open_bundle
 
 #: What the builds read: fasttrack's (pyproject.toml, setup.py) and the plugin's.
 BUILD_INPUTS = ("pyproject.toml", "setup.py", "README.md", "fasttrack", "suites", "templates", "schemas")
@@ -191,7 +192,7 @@ print(json.dumps({"fasttrack": fasttrack.__file__, "root": str(fasttrack.ROOT), 
 
 @pytest.mark.e2e
 def test_fasttrack_from_its_wheel_plans_checks_and_validates_outside_the_repo(
-    wheel_venv: WheelVenv, engine_pair, demo_model, tmp_path: Path
+    wheel_venv: WheelVenv, reference_engines, demo_model, tmp_path: Path
 ) -> None:
     require_demo_target(demo_model)
     v = wheel_venv
@@ -230,7 +231,9 @@ def test_fasttrack_from_its_wheel_plans_checks_and_validates_outside_the_repo(
     assert build.returncode == 0, build.stdout + build.stderr
     assert (tmp_path / "cache" / "models" / "demo-llama" / "fasttrack-model.json").is_file(), build.stdout
 
-    # the smoke tier, attached to the session's engines: the suite's kernel suites and prompts, the report
+    # the smoke tier, attached to the session's engines: the suite's kernel suites and prompts, the calibrated
+    # equivalence judgement (stock's eager build attached too), the report
+    engine_pair = reference_engines
     candidate = engine_pair.candidate()
     out = tmp_path / "run"
     res = v.run(
@@ -245,6 +248,8 @@ def test_fasttrack_from_its_wheel_plans_checks_and_validates_outside_the_repo(
         engine_pair.baseline.api_url,
         "--candidate-url",
         candidate.api_url,
+        "--reference-url",
+        reference_engines.reference_url,
         "--out",
         str(out),
         timeout=1500,
@@ -261,10 +266,15 @@ def test_fasttrack_from_its_wheel_plans_checks_and_validates_outside_the_repo(
     datasets = manifest["provenance"]["datasets"]
     assert {"suites/demo-llama/prompts/prompts.jsonl", "suites/common/prompts/passages.jsonl"} <= set(datasets)
     assert manifest["provenance"]["fasttrack_commit"] is None  # a wheel has no commit of its own
-    # the session's two engines, attached, and stock's eager build (the reference variant) that validate started
+    # the session's engines, every one attached (stock's eager build, the reference variant, too): no engine started
     engines = manifest["provenance"]["engines"]
-    assert sorted(e["mode"] for e in engines) == ["attached", "attached", "owned"], engines
-    assert "--enforce-eager" in next(e for e in engines if e["mode"] == "owned")["args"]
+    assert [e["mode"] for e in engines] == ["attached"] * 3, engines
+    urls = [engine_pair.baseline.base_url, candidate.base_url, reference_engines.reference.base_url]
+    assert sorted(str(e["url"]) for e in engines) == sorted(urls), engines
+    # the calibrated rule judged every point against what the attached eager build measured
+    with open_bundle(out / "bundle") as view:
+        points = view.rows("equivalence", "equivalence_points")
+    assert points and all("vs stock eager" in str(r.get("calibration")) for r in points), points
     html = (out / "report.html").read_text()
     assert "demo-llama" in html and "Content-Security-Policy" in html
 

@@ -58,9 +58,9 @@ def test_the_two_shares_partition_the_suite_in_schedule_order() -> None:
     slurm = "tests/executors/test_slurm_e2e.py::test_sharded_validation_through_slurm_merges_and_verifies"
     fast = [t for t in other if t.startswith("tests/checks/test_checks_collect_fake.py::")]
     assert other.index(slurm) < other.index(fast[0])
-    # Tests on the engine schedule (the session's engines, then those that stop them to start their own) ...
+    # Tests on the engine schedule (the session's engines, then those that end them or start their own) ...
     assert "tests/checks/test_checks_e2e.py::test_baseline_collection_ran_the_stock_path_at_every_batch" in scheduled
-    assert "tests/engine/test_e2e_2_failures.py::test_failed_start_reports_the_log_tail" in scheduled
+    assert "tests/engine/test_e2e_2_failures.py::test_killed_engine_core_is_reported_as_a_crash" in scheduled
     # ... end-to-end tests with engines of their own from the outset, and fast tests, are the other share.
     assert "tests/executors/test_slurm_e2e.py::test_sharded_validation_through_slurm_merges_and_verifies" in other
     assert any(t.startswith("tests/checks/test_checks_collect_fake.py::") for t in other)
@@ -126,3 +126,32 @@ def test_the_other_process_waits_while_the_window_is_open(monkeypatch, tmp_path:
     t0 = time.monotonic()
     plugin.pytest_runtest_protocol(type("Item", (), {"nodeid": "tests/x.py::u"})())
     assert time.monotonic() - t0 < 1
+
+
+def test_an_engine_tied_to_a_phase_stops_when_a_later_phase_starts(tmp_path: Path) -> None:
+    """Stock's eager build (the ``reference`` phase) stays up next to the baseline while its tests run and stops
+    before the first ``pair`` test (the perf pairs time the baseline and the candidate); the candidate next to the
+    baseline, tied to no phase, stays up; a test of no phase ends nothing."""
+    from demo_engines import ENGINE_SCHEDULE, EngineSlot
+
+    class Engine:
+        running = True
+
+        def stop(self) -> None:
+            self.running = False
+
+    slot = EngineSlot(tmp_path)
+    slot._start = lambda key, **kw: Engine()  # type: ignore[method-assign]
+    base = slot.acquire("baseline", side="baseline", model=tmp_path, args=[])
+    eager = slot.acquire_also("reference-eager", side="baseline", model=tmp_path, args=["-e"], phase="reference")
+    cand = slot.acquire_also("candidate", side="candidate", model=tmp_path, args=[])
+    for phase in (-1, ENGINE_SCHEDULE.index("baseline"), ENGINE_SCHEDULE.index("reference")):
+        slot.end_phases_before(phase)
+        assert (
+            eager.running
+            and slot.acquire_also("reference-eager", side="baseline", model=tmp_path, args=["-e"], phase="reference")
+            is eager
+        )
+    slot.end_phases_before(ENGINE_SCHEDULE.index("pair"))
+    assert not eager.running and cand.running and base.running and list(slot.extras) == ["candidate"]
+    assert not slot.extra_phases
