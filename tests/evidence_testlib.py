@@ -175,6 +175,10 @@ def calibrated(gate: EquivalenceGate, bad: bool) -> dict[str, Any]:
         out[f"stock_{name}_vs_reference"] = 0.02
         out[f"stock_{name}_by"] = (ref.stock_builds or ["baseline"])[0]
         out[f"limit_{name}"] = limit
+    if ref.exact:  # the close rule judged against the exact reference
+        out["candidate_close_fraction_vs_reference"] = 0.5 if bad else 1.0
+        out["stock_close_fraction_vs_reference"] = 1.0
+        out["stock_close_fraction_by"] = "baseline"
     return out
 
 

@@ -8,6 +8,10 @@ Re-judging recomputes each limit from the judging scope's ``reference`` (``multi
 for the KL, + ``tolerance``), never from the recorded one: a candidate figure above it fails the row. A row that
 was calibrated against another reference than the scope's, that carries no calibration, or where the candidate
 has a figure stock's builds did not give, cannot pass (the run could not judge it).
+
+With an ``exact`` variant the row also carries the close rule's fraction against it (the candidate's, and the lowest
+of stock's builds'): vLLM's ``check_logprobs_close`` rule is then judged there, against the scope's
+``min_close_fraction`` (:func:`close_vs_reference`), instead of candidate against baseline.
 """
 
 from __future__ import annotations
@@ -47,6 +51,20 @@ class CalibratedRow(Row):
     stock_divergence_vs_reference: float | None = None
     stock_divergence_by: str | None = None
     limit_divergence: float | None = None
+    candidate_close_fraction_vs_reference: float | None = None
+    """Share of the candidate's requests that satisfy vLLM's check_logprobs_close rule against the exact reference
+    (absent without an ``exact`` variant)."""
+    stock_close_fraction_vs_reference: float | None = None
+    """The lowest such share of stock's builds."""
+    stock_close_fraction_by: str | None = None
+
+
+def close_vs_reference(r: CalibratedRow, spec: StockReference | None) -> float | None:
+    """The candidate's close fraction against the exact reference when the judging scope judges the close rule
+    there (an ``exact`` variant, and the row calibrated against it); None: the rule is judged candidate vs baseline."""
+    if spec is None or spec.exact is None or r.reference != spec.reference_name:
+        return None
+    return r.candidate_close_fraction_vs_reference
 
 
 def limit_for(spec: StockReference, name: str, stock: float) -> float:
@@ -55,8 +73,11 @@ def limit_for(spec: StockReference, name: str, stock: float) -> float:
     return factor * stock + float(getattr(spec.tolerance, name))
 
 
-def calibrated_problems(r: CalibratedRow, spec: StockReference) -> tuple[list[str], list[str]]:
-    """What the row's calibrated figures break of ``spec`` (each a failure), and why they cannot back a pass."""
+def calibrated_problems(
+    r: CalibratedRow, spec: StockReference, min_close_fraction: float | None = None
+) -> tuple[list[str], list[str]]:
+    """What the row's calibrated figures break of ``spec`` (each a failure; with ``min_close_fraction``, the close
+    rule against the exact reference too), and why they cannot back a pass."""
     if r.reference is None:
         return [], ["the row carries no calibration against stock's builds (gates.equivalence.reference)"]
     if r.reference != spec.reference_name:
@@ -79,6 +100,9 @@ def calibrated_problems(r: CalibratedRow, spec: StockReference) -> tuple[list[st
         judged += 1
         if not at_most(cand, limit):
             broken.append(f"{name} from {r.reference} {cand} > {limit:.6g} (stock {stock})")
+    close = close_vs_reference(r, spec)
+    if min_close_fraction is not None and close is not None and not close >= min_close_fraction:
+        broken.append(f"close fraction against {r.reference} {close} < {min_close_fraction:g}")
     if not judged and not missing:
         missing.append("no distance from the reference was measured")
     return broken, missing

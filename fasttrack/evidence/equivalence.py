@@ -2,12 +2,12 @@
 row per request pair.
 
 A point fails when its requests break the judging scope's equivalence gate (the close fraction below
-``min_close_fraction``, the mean KL above ``max_kl``, and either the largest |Δ logprob| on matching prefixes
-above ``max_abs_logprob_diff`` or, with ``reference``, a distance from the reference above the calibrated limit:
-:mod:`fasttrack.evidence.calibration`), when a side's batch composition was not verified, when the
-candidate's profiled window ran no optimized decode step, or when the point recorded other problems (a failed
-request, prompts that differ); a condition that could not be observed (no batch check, no profiled window)
-leaves it not run.
+``min_close_fraction``, candidate vs baseline or, with an ``exact`` reference variant, against it; the mean KL above
+``max_kl``; and either the largest |Δ logprob| on matching prefixes above ``max_abs_logprob_diff`` or, with
+``reference``, a distance from the reference above the calibrated limit: :mod:`fasttrack.evidence.calibration`),
+when a side's batch composition was not verified, when the candidate's profiled window ran no optimized decode
+step, or when the point recorded other problems (a failed request, prompts that differ); a condition that could
+not be observed (no batch check, no profiled window) leaves it not run.
 Re-judging recomputes that verdict from the row's figures and the gate, checks the figures against the
 point's request rows (how many, how many close and exact, the largest drift), and requires a row for every
 point the plan compares: every point of a non-synthetic engine group except the full-context ones.
@@ -31,7 +31,7 @@ from fasttrack.evidence.base import (
     headroom,
     worst,
 )
-from fasttrack.evidence.calibration import CalibratedRow, calibrated_problems
+from fasttrack.evidence.calibration import CalibratedRow, calibrated_problems, close_vs_reference
 from fasttrack.evidence.expect import RejudgeContext
 
 CHECK = "equivalence"
@@ -105,7 +105,9 @@ def point_verdict(r: EquivalencePointRow, gate: Any) -> tuple[str, list[str]]:
         problems.append(f"recorded problems: {r.problems[:200]}")
     compared = r.close_fraction is not None
     if compared:
-        if not (r.close_fraction is not None and r.close_fraction >= gate.min_close_fraction):
+        # the close rule against the exact reference, where the row was judged there (calibrated_problems)
+        vs_baseline = close_vs_reference(r, gate.reference) is None
+        if vs_baseline and not (r.close_fraction is not None and r.close_fraction >= gate.min_close_fraction):
             problems.append(f"close fraction {r.close_fraction} < {gate.min_close_fraction:g}")
         fixed = gate.max_abs_logprob_diff if gate.reference is None else None
         if r.max_abs_logprob_diff is not None and fixed is not None and not at_most(r.max_abs_logprob_diff, fixed):
@@ -114,7 +116,7 @@ def point_verdict(r: EquivalencePointRow, gate: Any) -> tuple[str, list[str]]:
             problems.append(f"mean KL {r.kl_mean} > {gate.max_kl:g}")
     uncalibrated: list[str] = []
     if compared and gate.reference is not None:
-        broken, uncalibrated = calibrated_problems(r, gate.reference)
+        broken, uncalibrated = calibrated_problems(r, gate.reference, gate.min_close_fraction)
         problems.extend(broken)
     for who, ok in (("baseline", r.baseline_batch_verified), ("candidate", r.candidate_batch_verified)):
         if ok is False:
@@ -205,6 +207,7 @@ EVIDENCE = registry.register(
                 "equivalence_points",
                 EquivalencePointRow,
                 lambda ctx: headroom(ctx.n_points),
+                version=2,  # v2: close fractions against the exact reference (v1 rows: candidate vs baseline)
                 keep=tuple(EquivalencePointRow.model_fields),
             ),
             TableSpec(

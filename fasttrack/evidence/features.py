@@ -198,7 +198,7 @@ def _drift(r: FeatureRow, ctx: RejudgeContext, *, kl: bool) -> tuple[set[str], s
         if r.max_abs_logprob_diff is not None and not at_most(r.max_abs_logprob_diff, eq.max_abs_logprob_diff):
             broken.append(f"max |Δ logprob| {r.max_abs_logprob_diff} > {eq.max_abs_logprob_diff:g}")
     elif r.side != "baseline":  # the baseline's own rows decide nothing and carry no calibration
-        more, uncalibrated = calibrated_problems(r, eq.reference)
+        more, uncalibrated = calibrated_problems(r, eq.reference, eq.min_close_fraction)
         broken.extend(more)
     if broken:
         return {"fail"}, "; ".join(broken)
@@ -293,6 +293,7 @@ EVIDENCE = registry.register(
                 "features",
                 FeatureRow,
                 lambda ctx: headroom(ctx.n_points * (len(ctx.scope.features) + 1) * 16),
+                version=2,  # v2: close fractions against the exact reference (v1 rows: candidate vs baseline)
                 keep=tuple(FeatureRow.model_fields),
             ),
             TableSpec(

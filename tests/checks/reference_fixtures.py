@@ -12,7 +12,10 @@ A fixture is a folder ``tests/fixtures/equivalence/<name>/`` made from a run fol
   engine alike), the profiler windows' summaries without their steps, logprobs to 7 significant digits (about a
   float32's precision), no prompt text;
 * ``features.json.gz``: per engine, the ``full_context`` runs at the batch sizes :data:`FULL_BATCHES` (their
-  first :data:`KEEP_TOKENS` tokens) and the ``logprobs`` result (the features whose judgement the variants calibrate).
+  first :data:`KEEP_TOKENS` tokens) and the ``logprobs`` result (the features whose judgement the variants calibrate);
+  empty for a run without the features check.
+
+``--whole`` keeps every request and token of the equivalence runs (a GPU run: 4 points of 8 requests of 48 tokens).
 
 The tests judge them again with the scope's current rule (``tests/checks/test_equivalence_fixtures.py``).
 """
@@ -53,10 +56,11 @@ def _first_tokens(rec: dict[str, Any]) -> dict[str, Any]:
     return rec
 
 
-def _trim_point(run: dict[str, Any]) -> dict[str, Any]:
+def _trim_point(run: dict[str, Any], whole: bool = False) -> dict[str, Any]:
     batch = int(run["batch"])
-    rounds = max(1, -(-KEEP_REQUESTS // batch))
-    recs = [_first_tokens(dict(r, prompt_text="")) for r in run["records"] if int(r["round"]) < rounds]
+    rounds = len(run["round_checks"]) if whole else max(1, -(-KEEP_REQUESTS // batch))
+    keep = (lambda r: r) if whole else _first_tokens
+    recs = [keep(dict(r, prompt_text="")) for r in run["records"] if int(r["round"]) < rounds]
     win = run.get("window")
     if win:
         win = {k: v for k, v in win.items() if k != "steps"}
@@ -72,15 +76,18 @@ def _engines(folder: Path) -> tuple[str, dict[str, Path]]:
     return groups.pop(), {f.name.split(".", 1)[1].removesuffix(".json"): f for f in files}
 
 
-def record(run_dir: Path, name: str, note: str) -> Path:
-    """Write the fixture ``name`` from ``run_dir`` (see the module docstring); returns its folder."""
+def record(run_dir: Path, name: str, note: str, whole: bool = False) -> Path:
+    """Write the fixture ``name`` from ``run_dir`` (see the module docstring; ``whole``: every request and token of
+    the equivalence runs); returns its folder. A run without the features check records none."""
     summary = json.loads((run_dir / "run-summary.json").read_text())
     group, eq_files = _engines(run_dir / "artifacts" / "equivalence")
     eq = {e: json.loads(p.read_text()) for e, p in eq_files.items()}
-    feats = {e: json.loads(p.read_text()) for e, p in _engines(run_dir / "artifacts" / "features")[1].items()}
+    fdir = run_dir / "artifacts" / "features"
+    ran_features = fdir.is_dir() and any(fdir.glob("*.json"))
+    feats = {e: json.loads(p.read_text()) for e, p in _engines(fdir)[1].items()} if ran_features else {}
     out = FIXTURES / name
     out.mkdir(parents=True, exist_ok=True)
-    trimmed_eq = {e: {pid: _trim_point(r) for pid, r in runs.items()} for e, runs in eq.items()}
+    trimmed_eq = {e: {pid: _trim_point(r, whole) for pid, r in runs.items()} for e, runs in eq.items()}
     trimmed_f: dict[str, Any] = {}
     for e, side in feats.items():
         res = side.get("results", {})
@@ -139,8 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("run_dir", type=Path)
     ap.add_argument("name")
     ap.add_argument("--note", required=True, help="what was run, where (the command, the host, the defect)")
+    ap.add_argument("--whole", action="store_true", help="keep every request and token of the equivalence runs")
     opts = ap.parse_args(argv)
-    out = record(opts.run_dir, opts.name, opts.note)
+    out = record(opts.run_dir, opts.name, opts.note, opts.whole)
     print(f"wrote {out.relative_to(ROOT)}: " + ", ".join(f"{p.name} {p.stat().st_size:,} B" for p in out.iterdir()))
     return 0
 

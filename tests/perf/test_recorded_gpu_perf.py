@@ -103,3 +103,44 @@ def test_the_planted_3_percent_slowdown_fails_exactly_its_points_at_the_scope_s_
         assert r["host_bound"] is False and 0.6 < r["stream_share"] < 0.8
     failing = {p for p, v in verdicts.items() if v == "fail"}
     assert failing == {"tp1-dcp1-none-b4-ctx32", "tp1-dcp1-none-b4-ctxfull"}, verdicts
+
+
+AT_MARGIN = ROOT / "benchmarks" / "results" / "gpu-h100-scope-margin"
+
+
+def _perf_points(bundle) -> dict[str, dict]:
+    with open_bundle(bundle) as view:
+        return {r["point"]: r for r in view.rows("perf", "points") if r.get("verdict")}
+
+
+@pytest.mark.parametrize("name", ["clean", "slow3"])
+def test_the_runs_at_the_scope_s_margin_verify(name: str) -> None:
+    """The two validate runs on the H100 at the scope's 4% margin (benchmarks/results/gpu-h100-scope-margin), signed
+    with the key committed beside them, verify; their rows re-judge to the verdicts they recorded."""
+    from fasttrack import bundle as B
+
+    res = B.verify_bundle(AT_MARGIN / f"{name}-bundle.tar.gz", keys=[AT_MARGIN / "gpu-h100.pub"])
+    assert res.verified, res.failures
+    with open_bundle(AT_MARGIN / f"{name}-bundle.tar.gz") as view:
+        m = view.manifest
+        assert (m.scope.model, m.scope.tier) == ("demo-llama-gpu", "smoke")
+        assert m.checks["perf"].verdict.value == ("pass" if name == "clean" else "fail")
+
+
+def test_the_clean_fast_path_passes_at_the_scope_s_margin_and_is_never_strictly_better(scope_gate) -> None:
+    """The clean candidate, measured as the scope gates it (the record's lifetime variance, 4%): every point passes,
+    measured 1.0-2.7% slower than stock (the example fast path's own cost), none strictly better."""
+    pts = _perf_points(AT_MARGIN / "clean-bundle.tar.gz")
+    assert len(pts) == 8 and all(r["verdict"] == "pass" for r in pts.values())
+    assert all(r["strictly_better"] is False and r["host_bound"] is False for r in pts.values())
+    assert all(0.97 < r["speedup"] < 1.0 and r["ci_high"] < 1.0 for r in pts.values()), pts
+    assert all(r["ci_low"] > 1 - scope_gate.noise_margin for r in pts.values())
+
+
+def test_the_planted_3_percent_slowdown_through_validate_fails_exactly_its_points() -> None:
+    """``slow-batch`` at 1.03 through validate at the scope's margin: the two batch-4 points fail (0.945, 0.947),
+    the other six pass."""
+    pts = _perf_points(AT_MARGIN / "slow3-bundle.tar.gz")
+    failing = sorted(p for p, r in pts.items() if r["verdict"] == "fail")
+    assert failing == ["tp1-dcp1-none-b4-ctx32", "tp1-dcp1-none-b4-ctxfull"], failing
+    assert all(r["ci_high"] < 0.96 for p, r in pts.items() if p in failing)

@@ -46,6 +46,24 @@ def test_a_distance_above_its_limit_fails_the_point(suite: str, distance: str) -
     assert v == "fail" and any(distance in w for w in why), why
 
 
+def test_the_close_rule_is_judged_against_the_exact_reference() -> None:
+    """With an ``exact`` variant (the GPU suite) the close rule is judged against it: a point whose requests break it
+    against the baseline passes when every request is close to the exact reference, fails when one is not, and falls
+    back to the baseline's fraction when the row has none against the reference. Without one (the CPU suite) a
+    fraction against a reference is ignored: the close rule is candidate vs baseline."""
+    row, gate = _point("demo-llama-gpu", close_fraction=0.875)
+    assert gate.reference.exact == "float32" and row.candidate_close_fraction_vs_reference == 1.0
+    assert point_verdict(row, gate) == ("pass", [])
+    v, why = point_verdict(row.model_copy(update={"candidate_close_fraction_vs_reference": 0.875}), gate)
+    assert v == "fail" and any("close fraction against float32 0.875" in w for w in why), why
+    v, why = point_verdict(row.model_copy(update={"candidate_close_fraction_vs_reference": None}), gate)
+    assert v == "fail" and any(w.startswith("close fraction 0.875") for w in why), why
+    row, gate = _point("demo-llama", close_fraction=0.875, candidate_close_fraction_vs_reference=1.0)
+    assert gate.reference.exact is None
+    v, why = point_verdict(row, gate)
+    assert v == "fail" and any(w.startswith("close fraction 0.875") for w in why), why
+
+
 def test_the_limit_comes_from_the_judging_scope_not_the_row() -> None:
     """A row that records a generous multiple and limits of its own is still judged by the scope's."""
     row, gate = _point("demo-llama")

@@ -44,11 +44,11 @@ def judge_point(
         )
     if errors:
         problems.extend(errors[:3])
+    cal = _calibration(gate, brun, crun, variants or {}) if summary is not None else None
     if summary is None:
         verdict = Verdict.NOT_RUN if not errors else Verdict.FAIL
     else:
-        problems.extend(_threshold_problems(gate, summary))
-    cal = _calibration(gate, brun, crun, variants or {}) if summary is not None else None
+        problems.extend(_threshold_problems(gate, summary, close=not (cal is not None and cal.judges_close)))
     if cal is not None:
         problems.extend(cal.problems)
     for who, bc in (("baseline", bcheck_b), ("candidate", bcheck_c)):
@@ -119,6 +119,7 @@ def _calibration(
         baseline=run_outputs(brun),
         candidate=run_outputs(crun),
         variants={name: _variant_outputs(v, crun.batch) for name, v in variants.items()},
+        min_close_fraction=gate.min_close_fraction,
     )
 
 
@@ -189,15 +190,16 @@ def _compare_requests(
     return comps, req_rows, errors, mismatched_prompts
 
 
-def _threshold_problems(gate: EquivalenceGate, summary: GreedySummary) -> list[str]:
-    """What the point's comparisons break of the gate: the close rule, the logprob drift, the KL (the rule of
+def _threshold_problems(gate: EquivalenceGate, summary: GreedySummary, *, close: bool = True) -> list[str]:
+    """What the point's comparisons (candidate vs baseline) break of the gate: the close rule (unless ``close`` is
+    false: the calibration judges it against the exact reference), the logprob drift, the KL (the rule of
     :meth:`GreedySummary.breaks`, shared with the features' full-context points, which word it their own way)."""
     drift_limit = gate.max_abs_logprob_diff if gate.reference is None else None
-    close, drift, kl = summary.breaks(
+    broken_close, drift, kl = summary.breaks(
         min_close_fraction=gate.min_close_fraction, max_abs_logprob_diff=drift_limit, max_kl=gate.max_kl
     )
     problems = []
-    if close:
+    if broken_close and close:
         problems.append(
             f"{summary.n_requests - summary.n_close} of {summary.n_requests} requests break vLLM's "
             f"check_logprobs_close rule (close fraction {summary.close_fraction:.2f} < {gate.min_close_fraction:g})"

@@ -17,6 +17,12 @@ each compared with R's output of the same request (:func:`fasttrack.stats.compar
 place): max and mean |Δ logprob| of the chosen token on the matching prefix, the mean top-k KL(R || engine) over
 the positions with identical context, and the divergence (1 - the mean matched-prefix fraction).
 
+vLLM's ``check_logprobs_close`` rule stays a hard gate (``min_close_fraction``). With an ``exact`` variant it is
+applied where vLLM's own tests apply it, between the reference implementation's output and the build under test:
+each of the candidate's requests against R's output of the same request (stock's builds' fractions are recorded
+beside it). Between two bfloat16 builds the rule's top-k test breaks on near-ties that no build is nearer the exact
+answer for: where R is the baseline (no ``exact`` variant) it is the candidate against the baseline, as before.
+
 A distance whose figure could not be measured for the candidate (no matching prefix with logprobs) is reported and
 not judged on its own (the divergence then shows it); one that stock's builds could not give while the candidate
 could leaves the point not judged, as does a variant without outputs at the point.
@@ -114,19 +120,46 @@ class Calibration:
     """Requests every engine answered (the distances are over these)."""
     missing: list[str] = field(default_factory=list)
     """Why the point could not be judged (a variant without outputs, a figure stock's builds could not give)."""
+    close: dict[str, float | None] = field(default_factory=dict)
+    """The close rule's fraction against the reference: the candidate's (key ``candidate``) and each stock
+    build's (their keys); measured with an ``exact`` variant only."""
+    min_close_fraction: float | None = None
+    """The gate's ``min_close_fraction`` when the close rule is judged against the reference (else None)."""
+
+    @property
+    def judges_close(self) -> bool:
+        """Whether the close rule is judged here, against the exact reference (then not candidate vs baseline)."""
+        return self.min_close_fraction is not None and self.close.get("candidate") is not None
 
     @property
     def problems(self) -> list[str]:
-        """Each distance the candidate exceeds, in words (from the reference)."""
+        """Each distance the candidate exceeds, in words (from the reference), and the close rule broken against
+        the exact reference."""
         ref = self.spec.reference_name
-        return [f"{d.text(self.spec)} (distances from {ref})" for d in self.distances if d.ok is False]
+        out = [f"{d.text(self.spec)} (distances from {ref})" for d in self.distances if d.ok is False]
+        frac = self.close.get("candidate")
+        if self.judges_close and frac is not None and self.min_close_fraction is not None:
+            if frac < self.min_close_fraction:
+                out.append(
+                    f"{round((1 - frac) * self.requests)} of {self.requests} requests break vLLM's "
+                    f"check_logprobs_close rule against {ref} (close fraction {frac:.2f} < "
+                    f"{self.min_close_fraction:g}; {self._close_text()})"
+                )
+        return out
+
+    def _close_text(self) -> str:
+        stock = [f"{b} {_num(v)}" for b, v in self.close.items() if b != "candidate"]
+        return "stock's builds: " + ", ".join(stock)
 
     def text(self) -> str:
         """Every distance in one line, for the report's row."""
         if not self.distances:
             return "not judged: " + "; ".join(self.missing)
         head = f"from {self.spec.reference_name}, {self.requests} requests: "
-        return head + "; ".join(d.text(self.spec) for d in self.distances)
+        parts = [d.text(self.spec) for d in self.distances]
+        if self.judges_close:
+            parts.append(f"close fraction candidate {_num(self.close.get('candidate'))} ({self._close_text()})")
+        return head + "; ".join(parts)
 
     def row(self) -> dict[str, Any]:
         """The flat row fields: the reference, and per distance the candidate's, stock's, who set it, the limit."""
@@ -143,6 +176,11 @@ class Calibration:
             out[f"stock_{name}_vs_reference"] = d.stock if d else None
             out[f"stock_{name}_by"] = d.stock_by if d else None
             out[f"limit_{name}"] = d.limit if d else None
+        stock = {b: v for b, v in self.close.items() if b != "candidate" and v is not None}
+        low = min(stock, key=lambda b: stock[b]) if stock else None
+        out["candidate_close_fraction_vs_reference"] = self.close.get("candidate")
+        out["stock_close_fraction_vs_reference"] = stock[low] if low is not None else None
+        out["stock_close_fraction_by"] = low
         return out
 
 
@@ -159,9 +197,11 @@ def calibrate(
     baseline: Outputs,
     candidate: Outputs,
     variants: Mapping[str, Outputs | str],
+    min_close_fraction: float | None = None,
 ) -> Calibration:
     """Judge the candidate's outputs at one point against stock's builds (see the module docstring).
-    ``variants``: each variant's outputs, or why it has none."""
+    ``variants``: each variant's outputs, or why it has none; ``min_close_fraction``: the gate's close rule, judged
+    here against the reference when the scope names an ``exact`` variant."""
     cal = Calibration(spec)
     engines: dict[str, Outputs] = {"baseline": baseline}
     for name in spec.variants:
@@ -182,6 +222,9 @@ def calibrate(
     stock = {b: _distance(ref, engines[b], keys, top_k) for b in stock_builds(spec)}
     for name in DISTANCES:
         cal.distances.append(_judge_distance(spec, name, cand, stock, cal.missing))
+    if spec.exact is not None and min_close_fraction is not None:
+        cal.min_close_fraction = min_close_fraction
+        cal.close = {"candidate": cand.close_fraction, **{b: s.close_fraction for b, s in stock.items()}}
     return cal
 
 

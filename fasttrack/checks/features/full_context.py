@@ -190,11 +190,19 @@ def _judge_point(
             continue
         comps.append(compare_greedy(br.token_ids, cr.token_ids, tops(br), tops(cr), top_k=eq.top_k))
     summ = summarize_greedy(comps) if comps else None
-    problems.extend(_threshold_problems(summ, eq))
     cal = None
     if eq.reference is not None and comps:
         vouts = {n: v if isinstance(v, str) else _outputs(v) for n, v in variants.items()}
-        cal = calibrate(eq.reference, eq.top_k, baseline=_outputs(brun), candidate=_outputs(crun), variants=vouts)
+        cal = calibrate(
+            eq.reference,
+            eq.top_k,
+            baseline=_outputs(brun),
+            candidate=_outputs(crun),
+            variants=vouts,
+            min_close_fraction=eq.min_close_fraction,
+        )
+    problems.extend(_threshold_problems(summ, eq, close=not (cal is not None and cal.judges_close)))
+    if cal is not None:
         problems.extend(cal.problems)
     missing = cal.missing if cal is not None else []
     v = Verdict.FAIL if problems else (Verdict.PASS if comps and not missing else Verdict.NOT_RUN)
@@ -207,16 +215,17 @@ def _judge_point(
     return row, _failure(brun, crun, comps, problems)
 
 
-def _threshold_problems(summ: GreedySummary | None, eq: EquivalenceGate) -> list[str]:
-    """The close rule, the KL cap and (without ``reference``) the absolute logprob limit, candidate vs baseline."""
+def _threshold_problems(summ: GreedySummary | None, eq: EquivalenceGate, *, close: bool = True) -> list[str]:
+    """The close rule (unless ``close`` is false: judged against the exact reference by the calibration), the KL
+    cap and (without ``reference``) the absolute logprob limit, candidate vs baseline."""
     if summ is None:
         return []
     drift_limit = eq.max_abs_logprob_diff if eq.reference is None else None
-    close, drift, kl = summ.breaks(
+    broken_close, drift, kl = summ.breaks(
         min_close_fraction=eq.min_close_fraction, max_abs_logprob_diff=drift_limit, max_kl=eq.max_kl
     )
     problems = []
-    if close:
+    if broken_close and close:
         problems.append(
             f"{summ.n_requests - summ.n_close} of {summ.n_requests} outputs break the check_logprobs_close rule"
         )

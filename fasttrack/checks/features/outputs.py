@@ -126,7 +126,7 @@ class Logprobs(AtBatch[LogprobsResult]):
         of the same request (a variant without it leaves the row ``not_run``)."""
         eq = on.ctx.scope.gates.equivalence
         comp = compare_greedy(base.token_ids, cand.token_ids, tops(base), tops(cand), top_k=eq.top_k)
-        problems = [] if comp.close else [comp.close_reason]
+        problems: list[str] = []
         cal = None
         if eq.reference is None:
             if comp.max_abs_logprob_diff is not None and comp.max_abs_logprob_diff > eq.max_abs_logprob_diff:
@@ -135,8 +135,17 @@ class Logprobs(AtBatch[LogprobsResult]):
             if comp.kl_mean is not None and comp.kl_mean > eq.max_kl:
                 problems.append(f"mean top-k KL {comp.kl_mean:.4f} > {eq.max_kl:g}")
             vouts = {n: v if isinstance(v, str) else _one(v) for n, v in self.variant_results(on).items()}
-            cal = calibrate(eq.reference, eq.top_k, baseline=_one(base), candidate=_one(cand), variants=vouts)
+            cal = calibrate(
+                eq.reference,
+                eq.top_k,
+                baseline=_one(base),
+                candidate=_one(cand),
+                variants=vouts,
+                min_close_fraction=eq.min_close_fraction,
+            )
             problems.extend(cal.problems)
+        if not comp.close and not (cal is not None and cal.judges_close):
+            problems.insert(0, comp.close_reason)
         missing = cal.missing if cal is not None else []
         verdict = Verdict.FAIL if problems else (Verdict.NOT_RUN if missing else Verdict.PASS)
         row: dict[str, Any] = {
