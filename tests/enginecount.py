@@ -130,6 +130,8 @@ class EngineCount:
                 secs = rec.get("startup_s")
                 name = f"{path.parent.name}: {rec.get('group')}.{rec.get('side')}.{rec.get('lifetime')}"
                 stop = rec.get("stop") if isinstance(rec.get("stop"), str) else ""
+                if stop == "refused to start":  # a probe the engine refused: it records the seconds until it exited
+                    secs = None
                 outcome = (
                     ""
                     if secs is not None
