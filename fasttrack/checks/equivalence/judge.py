@@ -7,7 +7,7 @@ from typing import Any
 
 from fasttrack import attrs
 from fasttrack.checks.equivalence.records import Explanation, PointRun, compare, fmt, prompt_sha, rounds_check
-from fasttrack.checks.equivalence.reference import Calibration, Outputs, calibrate
+from fasttrack.checks.equivalence.reference import Calibration, Outputs, calibrate_by_gate
 from fasttrack.checks.outcome import clip
 from fasttrack.results import Verdict
 from fasttrack.scope import EquivalenceGate
@@ -113,13 +113,11 @@ def _calibration(
     """The calibrated judgement of the point (None for a scope without ``reference``)."""
     if gate.reference is None:
         return None
-    return calibrate(
-        gate.reference,
-        gate.top_k,
+    return calibrate_by_gate(
+        gate,
         baseline=run_outputs(brun),
         candidate=run_outputs(crun),
         variants={name: _variant_outputs(v, crun.batch) for name, v in variants.items()},
-        min_close_fraction=gate.min_close_fraction,
     )
 
 

@@ -45,6 +45,7 @@ from fasttrack.stats.logprobs import GreedySummary, TopLogprobs
 if TYPE_CHECKING:  # pragma: no cover
     from fasttrack.checks.context import EngineSession, RunContext
     from fasttrack.planning.plan import EngineGroup
+    from fasttrack.scope.gates import EquivalenceGate
 
 LABELS: dict[str, str] = {
     "max_abs_logprob_diff": "max |Δ logprob|",
@@ -226,6 +227,22 @@ def calibrate(
         cal.min_close_fraction = min_close_fraction
         cal.close = {"candidate": cand.close_fraction, **{b: s.close_fraction for b, s in stock.items()}}
     return cal
+
+
+def calibrate_by_gate(
+    gate: EquivalenceGate, *, baseline: Outputs, candidate: Outputs, variants: Mapping[str, Outputs | str]
+) -> Calibration:
+    """:func:`calibrate` with the settings of ``gates.equivalence`` (its ``reference``, ``top_k`` and
+    ``min_close_fraction``); the gate must have a ``reference``."""
+    assert gate.reference is not None
+    return calibrate(
+        gate.reference,
+        gate.top_k,
+        baseline=baseline,
+        candidate=candidate,
+        variants=variants,
+        min_close_fraction=gate.min_close_fraction,
+    )
 
 
 def _distance(ref: Outputs, other: Outputs, keys: list[Hashable], top_k: int) -> GreedySummary:

@@ -18,7 +18,7 @@ from pydantic import Field
 
 from fasttrack import attrs
 from fasttrack.checks.batching import BatchCheck, run_batched
-from fasttrack.checks.equivalence.reference import Outputs, calibrate
+from fasttrack.checks.equivalence.reference import Outputs, calibrate_by_gate
 from fasttrack.checks.features.env import FeatureEnv
 from fasttrack.checks.features.model import FeatureResult, GreedyOutput, Outcome, err, greedy_output, tops
 from fasttrack.checks.features.spec import GroupPlan, OnGroup, ServingFeature, Step, serving_feature
@@ -193,14 +193,7 @@ def _judge_point(
     cal = None
     if eq.reference is not None and comps:
         vouts = {n: v if isinstance(v, str) else _outputs(v) for n, v in variants.items()}
-        cal = calibrate(
-            eq.reference,
-            eq.top_k,
-            baseline=_outputs(brun),
-            candidate=_outputs(crun),
-            variants=vouts,
-            min_close_fraction=eq.min_close_fraction,
-        )
+        cal = calibrate_by_gate(eq, baseline=_outputs(brun), candidate=_outputs(crun), variants=vouts)
     problems.extend(_threshold_problems(summ, eq, close=not (cal is not None and cal.judges_close)))
     if cal is not None:
         problems.extend(cal.problems)

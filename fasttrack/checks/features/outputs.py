@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any, ClassVar
 
-from fasttrack.checks.equivalence.reference import Outputs, calibrate
+from fasttrack.checks.equivalence.reference import Outputs, calibrate_by_gate
 from fasttrack.checks.features.api import AtBatch, AtOnePoint
 from fasttrack.checks.features.env import FeatureEnv
 from fasttrack.checks.features.model import FeatureResult, GreedyOutput, Outcome, choice_ids, greedy_output, tops
@@ -135,14 +135,7 @@ class Logprobs(AtBatch[LogprobsResult]):
             if comp.kl_mean is not None and comp.kl_mean > eq.max_kl:
                 problems.append(f"mean top-k KL {comp.kl_mean:.4f} > {eq.max_kl:g}")
             vouts = {n: v if isinstance(v, str) else _one(v) for n, v in self.variant_results(on).items()}
-            cal = calibrate(
-                eq.reference,
-                eq.top_k,
-                baseline=_one(base),
-                candidate=_one(cand),
-                variants=vouts,
-                min_close_fraction=eq.min_close_fraction,
-            )
+            cal = calibrate_by_gate(eq, baseline=_one(base), candidate=_one(cand), variants=vouts)
             problems.extend(cal.problems)
         if not comp.close and not (cal is not None and cal.judges_close):
             problems.insert(0, comp.close_reason)
