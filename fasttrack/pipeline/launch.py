@@ -168,16 +168,21 @@ def engine_for(
     ``exclusive=False`` lets it start while the other side's engine is up (interleaved perf). A side
     that spans several nodes (``group.side_nodes``) starts one process per node through ``launcher``.
     ``cpus``: the cores its processes are pinned to (:func:`pair_cpus_for`)."""
-    from fasttrack.engine import attach_engine
-
     engine: ManagedEngine | Any
     if url:
-        record.owned, record.base_url = False, url
-        engine = attach_engine(side=side, url=url)
+        engine = attached(side, url, record)
     else:
         engine = _start_owned(ctx, group, side, lifetime, record, exclusive=exclusive, launcher=launcher, cpus=cpus)
     with recorded(engine, record) as up:
         yield up
+
+
+def attached(side: Side, url: str, record: EngineLaunch) -> Any:
+    """The engine already running at ``url`` (not owned: never started or stopped here), marked so in ``record``."""
+    from fasttrack.engine import attach_engine
+
+    record.owned, record.base_url = False, url
+    return attach_engine(side=side, url=url)
 
 
 @contextlib.contextmanager

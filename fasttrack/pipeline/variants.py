@@ -32,7 +32,7 @@ from fasttrack.checks.context import EngineSession, RunContext
 from fasttrack.checks.equivalence.reference import VariantCollector
 from fasttrack.errors import FasttrackError
 from fasttrack.pipeline.engines import RunState
-from fasttrack.pipeline.launch import EngineLaunch, _node_launcher, recorded, relative
+from fasttrack.pipeline.launch import EngineLaunch, _node_launcher, attached, recorded, relative
 from fasttrack.results import Side
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -152,12 +152,9 @@ def _variant_engine(
 ) -> Iterator[EngineHandle]:
     """Start the variant's engine, or attach the one at ``url`` (recorded in ``record``); an owned one is always
     stopped when the block exits, an attached one never."""
-    from fasttrack.engine import attach_engine
-
     engine: Any
     if url:
-        record.owned, record.base_url = False, url
-        engine = attach_engine(side="baseline", url=url)
+        engine = attached("baseline", url, record)
     else:
         engine = _start_variant(ctx, group, name, extra, record, launcher)
     with recorded(engine, record) as up:
